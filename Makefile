@@ -1,0 +1,36 @@
+# The two entry points of the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit venv clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Run the driver end to end on an embedded default (mock GPUs, in-process API server).
+demo: $(STAMP)
+	$(BIN)/sharegpu demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy api kubeletplugin controller sharegpu
+
+unit: $(STAMP)
+	bash tests/setup-system.sh
+	$(BIN)/pytest -q -p no:cacheprovider
+
+## Set up everything and run the whole test suite (linters, type checks, tests).
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""The sharegpu API group ``resource.sharegpu.dev/v1alpha1`` and names shared by components."""

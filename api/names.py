@@ -1,0 +1,107 @@
+"""Every name the components share: driver, API group, attributes, capacities, CDI kinds.
+
+This module is the single source of these strings; nothing else spells them out.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Default DRA driver name (``spec.driver`` of our ResourceSlices, ``driver`` of results).
+DEFAULT_DRIVER_NAME: Final = "gpu.sharegpu.dev"
+
+#: Our own API group and version (GpuConfig, GPU).
+API_GROUP: Final = "resource.sharegpu.dev"
+API_VERSION: Final = "v1alpha1"
+GROUP_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
+
+#: Kubernetes' DRA API group and the version this project speaks.
+RESOURCE_GROUP: Final = "resource.k8s.io"
+RESOURCE_VERSION: Final = "v1"
+RESOURCE_GROUP_VERSION: Final = f"{RESOURCE_GROUP}/{RESOURCE_VERSION}"
+
+# --- Device attributes (unqualified names live under the driver's domain) ---
+ATTR_UUID: Final = "uuid"
+ATTR_PRODUCT_NAME: Final = "productName"
+ATTR_BRAND: Final = "brand"
+ATTR_ARCHITECTURE: Final = "architecture"
+ATTR_INDEX: Final = "index"
+ATTR_MINOR: Final = "minor"
+ATTR_CUDA_COMPUTE_CAPABILITY: Final = "cudaComputeCapability"
+ATTR_DRIVER_VERSION: Final = "driverVersion"
+ATTR_CUDA_DRIVER_VERSION: Final = "cudaDriverVersion"
+ATTR_NUMA_NODE: Final = "numaNode"
+ATTR_PARTITION: Final = "partition"
+ATTR_PARENT_UUID: Final = "parentUUID"
+#: Standard, fully qualified attributes defined by Kubernetes.
+ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
+ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+
+# --- Device capacities ---
+CAP_MEMORY: Final = "memory"
+CAP_CORES: Final = "cores"
+#: ``cores`` is a percentage of the GPU's streaming multiprocessors.
+CORES_PER_GPU: Final = 100
+#: Memory shares are granted in steps of this many bytes (256Mi).
+MEMORY_STEP_BYTES: Final = 256 * 1024 * 1024
+
+# --- Sharing modes of the kubelet plugin (--sharing-mode) ---
+SHARING_MODE_CONSUMABLE: Final = "consumable"
+SHARING_MODE_PARTITIONS: Final = "partitions"
+SHARING_MODE_EXCLUSIVE: Final = "exclusive"
+SHARING_MODES: Final = (SHARING_MODE_CONSUMABLE, SHARING_MODE_PARTITIONS, SHARING_MODE_EXCLUSIVE)
+
+#: Partition profiles of the ``partitions`` mode: name -> fraction denominator.
+PARTITION_PROFILES: Final = {"whole": 1, "half": 2, "quarter": 4, "eighth": 8}
+
+# --- Device taints ---
+TAINT_UNHEALTHY_SUFFIX: Final = "unhealthy"
+
+
+def device_name(index: int) -> str:
+    """Name of the device that stands for the whole GPU with NVML index ``index``."""
+    return f"gpu-{index}"
+
+
+def partition_device_name(index: int, profile: str, j: int) -> str:
+    """Name of partition ``j`` of profile ``profile`` (``half``, ``quarter``, ``eighth``)."""
+    return f"gpu-{index}-{profile}-{j}"
+
+
+def counter_set_name(index: int) -> str:
+    """Name of the shared counter set of GPU ``index`` in ``partitions`` mode."""
+    return f"gpu-{index}-counters"
+
+
+def unhealthy_taint_key(driver_name: str) -> str:
+    """Taint key put on an unhealthy device: ``<driver>/unhealthy``."""
+    return f"{driver_name}/{TAINT_UNHEALTHY_SUFFIX}"
+
+
+def qualify(driver_name: str, name: str) -> str:
+    """Fully qualified attribute or capacity name (names with a ``/`` are already qualified)."""
+    return name if "/" in name else f"{driver_name}/{name}"
+
+
+def cdi_vendor(driver_name: str) -> str:
+    """CDI vendor of the claim specs: ``k8s.<driver>``."""
+    return f"k8s.{driver_name}"
+
+
+def cdi_kind(driver_name: str) -> str:
+    """CDI kind of the transient per-claim specs: ``k8s.<driver>/claim``."""
+    return f"{cdi_vendor(driver_name)}/claim"
+
+
+#: Kind of the NVIDIA Container Toolkit's CDI spec, used to inject driver libraries.
+NVIDIA_CTK_CDI_KIND: Final = "nvidia.com/gpu"
+
+#: The GPU custom resource (one object per physical GPU, cluster-scoped).
+GPU_KIND: Final = "GPU"
+GPU_PLURAL: Final = "gpus"
+GPU_CRD_NAME: Final = f"{GPU_PLURAL}.{API_GROUP}"
+
+
+def gpu_object_name(node_name: str, index: int) -> str:
+    """Name of the GPU object for GPU ``index`` on ``node_name``."""
+    return f"{node_name}-gpu-{index}"

@@ -1,0 +1,1 @@
+"""The sharegpu controller: admission webhook, per-GPU allocation tracker, metrics."""

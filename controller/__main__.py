@@ -1,0 +1,5 @@
+"""``python -m controller``."""
+
+from controller.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The sharegpu node daemon: GPU discovery, ResourceSlice publishing, kubelet DRA plugin."""

@@ -1,0 +1,5 @@
+"""``python -m kubeletplugin``."""
+
+from kubeletplugin.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""``python -m sharegpu``."""
+
+from sharegpu.cli import main
+
+raise SystemExit(main())
