@@ -8,4 +8,5 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       podman runc busybox-static >/dev/null) || echo "setup-system: podman could not be installed; podman tests will skip"
   fi
 fi
+bash "$(dirname "$0")/install-helm.sh"
 exit 0
