@@ -1,0 +1,129 @@
+"""The ``GPU`` custom resource (``resource.sharegpu.dev/v1alpha1``): one object per physical GPU.
+
+The controller's tracker owns these objects; users read them with ``kubectl get gpus``. They are
+cluster-scoped and named ``<node>-gpu-<index>`` (:func:`api.names.gpu_object_name`).
+
+Invariants kept by the tracker:
+
+- ``spec`` describes the hardware as the node's ResourceSlices publish it and changes only when
+  the slices change.
+- ``status.allocated`` is the sum of ``status.allocations[].cores`` / ``.memory``;
+  ``status.allocatable`` is ``capacity - allocated`` (never below zero).
+- ``status.allocations`` is sorted by (claim namespace, claim name, request, device, shareID), so
+  two computations from the same inputs give equal objects and no needless writes.
+- Memory amounts are canonical Kubernetes quantities (:func:`api.quantity.format_quantity`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from api.names import GPU_KIND, GROUP_VERSION
+
+HEALTHY: Literal["Healthy"] = "Healthy"
+UNHEALTHY: Literal["Unhealthy"] = "Unhealthy"
+Health = Literal["Healthy", "Unhealthy"]
+
+
+def _json_name(name: str) -> str:
+    """camelCase JSON name of a field; a trailing ``_id`` becomes ``ID`` (``shareID``)."""
+    camel = to_camel(name)
+    return camel[:-2] + "ID" if camel.endswith("Id") else camel
+
+
+class _Model(BaseModel):
+    """Base: camelCase JSON names, unknown fields rejected, instances immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=_json_name, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The object's JSON shape (camelCase keys, unset optional fields left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class GpuSpec(_Model):
+    """The hardware: where the GPU is and what it offers, as published in ResourceSlices."""
+
+    node: str = Field(description="Name of the node the GPU is attached to.")
+    index: int = Field(ge=0, description="NVML index of the GPU on its node.")
+    uuid: str = Field(description="GPU UUID as reported by NVML.")
+    model: str = Field(description="Product name, e.g. 'NVIDIA H100 80GB HBM3'.")
+    memory: str = Field(description="Usable memory (quantity).")
+    cores: int = Field(ge=0, description="Compute capacity in percent of the GPU's SMs (100).")
+    sharing_mode: str = Field(
+        description="How the node publishes the GPU: consumable, partitions or exclusive."
+    )
+    pool: str = Field(description="ResourceSlice pool that publishes the GPU.")
+    devices: list[str] = Field(
+        default_factory=list, description="Names of the DRA devices backed by this GPU."
+    )
+
+
+class Resources(_Model):
+    """An amount of compute and memory."""
+
+    cores: int = Field(ge=0, description="Percent of the GPU's SMs.")
+    memory: str = Field(description="Memory (quantity).")
+
+
+class PodRef(_Model):
+    """A pod that uses a claim, and which of its containers reference the claim."""
+
+    name: str
+    uid: str = ""
+    containers: list[str] = Field(default_factory=list)
+
+
+class Allocation(_Model):
+    """One allocation result of a claim on this GPU (a whole GPU, a partition or a share)."""
+
+    claim_namespace: str
+    claim_name: str
+    claim_uid: str
+    request: str = Field(description="Request name of the result (with '/<sub>' if any).")
+    device: str = Field(description="The DRA device allocated.")
+    share_id: str | None = Field(default=None, description="Consumable-capacity share ID.")
+    cores: int = Field(ge=0, description="Cores this allocation consumes.")
+    memory: str = Field(description="Memory this allocation consumes (quantity).")
+    pods: list[PodRef] = Field(default_factory=list)
+
+
+class GpuStatus(_Model):
+    """Health and usage, computed from taints and allocated claims."""
+
+    health: Health
+    health_reason: str | None = Field(
+        default=None, description="Why the GPU is unhealthy (from the device taint)."
+    )
+    capacity: Resources
+    allocated: Resources
+    allocatable: Resources
+    allocations: list[Allocation] = Field(default_factory=list)
+    claim_count: int = Field(ge=0, description="Number of distinct claims using the GPU.")
+    cores_summary: str = Field(description="'<allocated>/<capacity>' cores, for kubectl.")
+    memory_summary: str = Field(description="'<allocated>/<capacity>' memory, for kubectl.")
+
+
+class GpuObject(_Model):
+    """A whole ``GPU`` object as the tracker writes it (server-set metadata excluded)."""
+
+    api_version: str = GROUP_VERSION
+    kind: str = GPU_KIND
+    name: str = Field(description="metadata.name: '<node>-gpu-<index>'.")
+    spec: GpuSpec
+    status: GpuStatus
+
+    def manifest(self) -> dict[str, Any]:
+        """The Kubernetes JSON body (``metadata.name`` plus spec and status)."""
+        return {
+            "apiVersion": GROUP_VERSION,
+            "kind": GPU_KIND,
+            "metadata": {"name": self.name},
+            "spec": self.spec.to_json_dict(),
+            "status": self.status.to_json_dict(),
+        }
