@@ -1,0 +1,111 @@
+"""The controller's metrics (OpenTelemetry instruments, exported for Prometheus).
+
+Per-GPU gauges are observed from the tracker's cache at scrape time, so they always match the
+GPU objects the tracker computes; nothing is stored twice. Prometheus names (after export):
+
+- ``sharegpu_gpu_cores_capacity`` / ``sharegpu_gpu_cores_allocated``
+- ``sharegpu_gpu_memory_capacity_bytes`` / ``sharegpu_gpu_memory_allocated_bytes``
+- ``sharegpu_gpu_claims``: distinct claims on the GPU
+- ``sharegpu_gpu_healthy``: 1 or 0
+  (all with labels ``gpu``, ``node``, ``uuid``, ``model``)
+- ``sharegpu_webhook_reviews_total{kind, result}``: result ``allowed``, ``warned``, ``denied``
+  or ``error``
+- ``sharegpu_reconcile_duration_seconds``: histogram of one tracker flush
+- ``sharegpu_api_errors_total{verb, resource, code}``: failed Kubernetes API calls
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from api.gpu import HEALTHY, GpuObject
+from api.quantity import quantity_int
+from api.telemetry import SECONDS_BUCKETS, Telemetry
+
+GpuSource = Callable[[], Iterable[GpuObject]]
+
+
+class ControllerMetrics:
+    """Instruments of the controller; ``gpus`` is read at each scrape."""
+
+    def __init__(self, telemetry: Telemetry, gpus: GpuSource | None = None) -> None:
+        self._gpus: GpuSource = gpus or (lambda: ())
+        meter = telemetry.meter
+        for name, description, value in (
+            ("sharegpu_gpu_cores_capacity", "Cores of the GPU (percent of SMs)", _cores_cap),
+            ("sharegpu_gpu_cores_allocated", "Cores allocated to claims", _cores_used),
+            ("sharegpu_gpu_memory_capacity_bytes", "Usable memory of the GPU", _mem_cap),
+            ("sharegpu_gpu_memory_allocated_bytes", "Memory allocated to claims", _mem_used),
+            ("sharegpu_gpu_claims", "Distinct claims allocated on the GPU", _claims),
+            ("sharegpu_gpu_healthy", "1 if the GPU is healthy, else 0", _healthy),
+        ):
+            meter.create_observable_gauge(
+                name, callbacks=[self._observer(value)], description=description
+            )
+        self.webhook_reviews = meter.create_counter(
+            "sharegpu_webhook_reviews", description="Admission reviews answered, by result"
+        )
+        self.reconcile_duration = meter.create_histogram(
+            "sharegpu_reconcile_duration_seconds",
+            description="Time to compute and write the changed GPU objects",
+            unit="s",
+            explicit_bucket_boundaries_advisory=list(SECONDS_BUCKETS),
+        )
+        self.api_errors = meter.create_counter(
+            "sharegpu_api_errors", description="Failed Kubernetes API requests"
+        )
+
+    def set_gpu_source(self, gpus: GpuSource) -> None:
+        """Read per-GPU gauges from ``gpus`` from now on."""
+        self._gpus = gpus
+
+    def _observer(
+        self, value: Callable[[GpuObject], int]
+    ) -> Callable[[CallbackOptions], Iterator[Observation]]:
+        def observe(_: CallbackOptions) -> Iterator[Observation]:
+            for gpu in self._gpus():
+                yield Observation(
+                    value(gpu),
+                    {
+                        "gpu": gpu.name,
+                        "node": gpu.spec.node,
+                        "uuid": gpu.spec.uuid,
+                        "model": gpu.spec.model,
+                    },
+                )
+
+        return observe
+
+    def review(self, kind: str, result: str) -> None:
+        """Count one admission review of ``kind`` with ``result``."""
+        self.webhook_reviews.add(1, {"kind": kind, "result": result})
+
+    def api_error(self, verb: str, resource: str, code: int | str) -> None:
+        """Count one failed API request (code 0 or text for connection errors)."""
+        self.api_errors.add(1, {"verb": verb, "resource": resource, "code": str(code)})
+
+
+def _cores_cap(g: GpuObject) -> int:
+    return g.status.capacity.cores
+
+
+def _cores_used(g: GpuObject) -> int:
+    return g.status.allocated.cores
+
+
+def _mem_cap(g: GpuObject) -> int:
+    return quantity_int(g.status.capacity.memory)
+
+
+def _mem_used(g: GpuObject) -> int:
+    return quantity_int(g.status.allocated.memory)
+
+
+def _claims(g: GpuObject) -> int:
+    return g.status.claim_count
+
+
+def _healthy(g: GpuObject) -> int:
+    return 1 if g.status.health == HEALTHY else 0
