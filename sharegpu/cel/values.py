@@ -1,0 +1,249 @@
+"""CEL values as Python values, and the operators of the CEL language on them.
+
+Mapping: bool -> ``bool``, int -> ``int``, uint -> :class:`UInt`, double -> ``float``,
+string -> ``str``, bytes -> ``bytes``, null -> ``None``, list -> ``list``/``tuple``,
+map -> ``dict``, plus the Kubernetes types :class:`Quantity` and :class:`Semver`.
+Every operator raises :class:`CelEvalError` where CEL produces an error value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import CelEvalError
+from .quantity import Quantity
+from .semver import Semver
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+
+
+class UInt(int):
+    """A CEL ``uint`` (an ``int`` subclass so that arithmetic stays cheap)."""
+
+    def __repr__(self) -> str:
+        return f"{int(self)}u"
+
+
+def type_name(value: Any) -> str:
+    """The CEL type name of ``value`` (used in error messages)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, UInt):
+        return "uint"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bytes):
+        return "bytes"
+    if value is None:
+        return "null_type"
+    if isinstance(value, Mapping):
+        return "map"
+    if isinstance(value, Sequence):
+        return "list"
+    if isinstance(value, Quantity):
+        return "Quantity"
+    if isinstance(value, Semver):
+        return "Semver"
+    return type(value).__name__
+
+
+def no_overload(op: str, *args: Any) -> CelEvalError:
+    """The error CEL reports for an operator or function applied to the wrong types."""
+    kinds = ", ".join(type_name(a) for a in args)
+    return CelEvalError(f"no such overload: {op}({kinds})")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _is_list(v: Any) -> bool:
+    return isinstance(v, list | tuple)
+
+
+def cel_eq(a: Any, b: Any) -> bool:
+    """CEL equality: numbers compare across int/uint/double, other types must match."""
+    if _is_num(a) and _is_num(b):
+        return bool(a == b)
+    ta, tb = type(a), type(b)
+    if ta is tb or (isinstance(a, str) and isinstance(b, str)):
+        if _is_list(a):
+            return len(a) == len(b) and all(cel_eq(x, y) for x, y in zip(a, b, strict=True))
+        if isinstance(a, Mapping):
+            return _map_eq(a, b)
+        return bool(a == b)
+    if _is_list(a) and _is_list(b):
+        return len(a) == len(b) and all(cel_eq(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return _map_eq(a, b)
+    return False
+
+
+def _map_eq(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(k in b and cel_eq(v, b[k]) for k, v in a.items())
+
+
+def cel_compare(op: str, a: Any, b: Any) -> int:
+    """-1/0/1 for the ordering operators; error for types without an ordering."""
+    if _is_num(a) and _is_num(b):
+        return int((a > b) - (a < b))
+    for kind in (bool, str, bytes):
+        if isinstance(a, kind) and isinstance(b, kind):
+            return (a > b) - (a < b)  # type: ignore[operator]
+    raise no_overload(op, a, b)
+
+
+def _check_int(value: int, op: str) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise CelEvalError(f"integer overflow in {op}")
+    return value
+
+
+def _check_uint(value: int, op: str) -> UInt:
+    if not 0 <= value <= UINT64_MAX:
+        raise CelEvalError(f"unsigned integer overflow in {op}")
+    return UInt(value)
+
+
+def _same_numeric(op: str, a: Any, b: Any) -> str:
+    """``int``, ``uint`` or ``double`` when both operands have that type, else an error."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        raise no_overload(op, a, b)
+    ua, ub = isinstance(a, UInt), isinstance(b, UInt)
+    if ua and ub:
+        return "uint"
+    if isinstance(a, int) and isinstance(b, int) and not ua and not ub:
+        return "int"
+    if isinstance(a, float) and isinstance(b, float):
+        return "double"
+    raise no_overload(op, a, b)
+
+
+def cel_add(a: Any, b: Any) -> Any:
+    """``a + b`` for numbers, strings, bytes and lists."""
+    if isinstance(a, str) and isinstance(b, str):
+        return a + b
+    if isinstance(a, bytes) and isinstance(b, bytes):
+        return a + b
+    if _is_list(a) and _is_list(b):
+        return [*a, *b]
+    kind = _same_numeric("_+_", a, b)
+    if kind == "int":
+        return _check_int(a + b, "_+_")
+    if kind == "uint":
+        return _check_uint(a + b, "_+_")
+    return a + b
+
+
+def cel_sub(a: Any, b: Any) -> Any:
+    """``a - b`` for numbers."""
+    kind = _same_numeric("_-_", a, b)
+    if kind == "int":
+        return _check_int(a - b, "_-_")
+    if kind == "uint":
+        return _check_uint(a - b, "_-_")
+    return a - b
+
+
+def cel_mul(a: Any, b: Any) -> Any:
+    """``a * b`` for numbers."""
+    kind = _same_numeric("_*_", a, b)
+    if kind == "int":
+        return _check_int(a * b, "_*_")
+    if kind == "uint":
+        return _check_uint(a * b, "_*_")
+    return a * b
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def cel_div(a: Any, b: Any) -> Any:
+    """``a / b``: integer division truncates toward zero; division by zero is an error."""
+    kind = _same_numeric("_/_", a, b)
+    if kind == "double":
+        if b == 0:
+            return float("nan") if a == 0 else float("inf") * (1 if a > 0 else -1)
+        return a / b
+    if b == 0:
+        raise CelEvalError("division by zero")
+    if kind == "uint":
+        return UInt(a // b)
+    return _check_int(_trunc_div(a, b), "_/_")
+
+
+def cel_mod(a: Any, b: Any) -> Any:
+    """``a % b`` for int and uint (the sign follows the dividend)."""
+    kind = _same_numeric("_%_", a, b)
+    if kind == "double":
+        raise no_overload("_%_", a, b)
+    if b == 0:
+        raise CelEvalError("modulus by zero")
+    result = a - _trunc_div(a, b) * b
+    return UInt(result) if kind == "uint" else result
+
+
+def cel_neg(a: Any) -> Any:
+    """Unary minus for int and double."""
+    if isinstance(a, bool | UInt) or not _is_num(a):
+        raise no_overload("-_", a)
+    return _check_int(-a, "-_") if isinstance(a, int) else -a
+
+
+def cel_not(a: Any) -> bool:
+    """Logical not of a bool."""
+    if not isinstance(a, bool):
+        raise no_overload("!_", a)
+    return not a
+
+
+def cel_in(a: Any, container: Any) -> bool:
+    """``a in list`` (CEL equality) or ``a in map`` (key presence)."""
+    if isinstance(container, Mapping):
+        if _is_num(a):
+            return any(_is_num(k) and k == a for k in container) if a not in container else True
+        return a in container
+    if _is_list(container):
+        return any(cel_eq(a, x) for x in container)
+    raise no_overload("@in", a, container)
+
+
+def cel_index(container: Any, key: Any) -> Any:
+    """``container[key]``: list by int index, map by key; a missing key is an error."""
+    if isinstance(container, Mapping):
+        try:
+            return container[key]
+        except KeyError:
+            raise CelEvalError(f"no such key: {key}") from None
+        except TypeError:
+            raise no_overload("_[_]", container, key) from None
+    if _is_list(container):
+        if isinstance(key, float) and key == int(key):
+            key = int(key)
+        if isinstance(key, bool) or not isinstance(key, int):
+            raise no_overload("_[_]", container, key)
+        if not 0 <= key < len(container):
+            raise CelEvalError(f"index out of bounds: {key}")
+        return container[key]
+    raise no_overload("_[_]", container, key)
+
+
+def cel_select(value: Any, field: str) -> Any:
+    """``value.field``: maps only (Kubernetes' ``device`` is a map-like object)."""
+    if isinstance(value, Mapping):
+        try:
+            return value[field]
+        except KeyError:
+            raise CelEvalError(f"no such key: {field}") from None
+    raise CelEvalError(f"type '{type_name(value)}' does not support field selection")
