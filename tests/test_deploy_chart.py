@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-
 from deploy_helpers import (
     CERT_MANAGER_GROUPS,
     CHART_DIR,
