@@ -1,0 +1,27 @@
+"""Shared fixtures: an in-process Kubernetes API server and a client for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import kubernetes.client
+import pytest
+
+from sharegpu.apiserver import KubeAPIServer
+
+
+@pytest.fixture
+def apiserver() -> Iterator[KubeAPIServer]:
+    """A started in-process API server on 127.0.0.1 (random port), stopped after the test."""
+    with KubeAPIServer() as server:
+        yield server
+
+
+@pytest.fixture
+def kube_client(apiserver: KubeAPIServer) -> Iterator[kubernetes.client.ApiClient]:
+    """An ApiClient configured for :func:`apiserver`, closed after the test."""
+    client = apiserver.client()
+    try:
+        yield client
+    finally:
+        client.close()
