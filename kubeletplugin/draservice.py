@@ -7,7 +7,8 @@ into answers kubelet can use. It guarantees, whatever the preparer returns or ra
 - a preparer exception becomes a per-claim ``error`` for every claim of the call, never a
   gRPC-level error (kubelet ignores a response that comes with a gRPC error);
 - request names are base names (``req/sub`` -> ``req``), duplicates removed, order kept;
-- ``share_id`` is sent only by the v1 servicer (v1beta1 has no such field).
+- ``share_id`` is sent only by the v1 servicer (v1beta1 has no such field);
+- a malformed outcome (wrong types) becomes a per-claim error instead of failing the call.
 
 The layer holds no lock: concurrent calls reach the preparer concurrently.
 """
@@ -15,7 +16,7 @@ The layer holds no lock: concurrent calls reach the preparer concurrently.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ _Outcome = TypeVar("_Outcome", PrepareOutcome, UnprepareOutcome)
 
 MISSING_OUTCOME_ERROR = "the driver returned no result for this claim"
 MISSING_UID_ERROR = "kubelet sent a claim without a UID"
+INVALID_OUTCOME_ERROR = "the driver returned a malformed result for this claim"
 
 
 def base_request_names(names: Iterable[str]) -> tuple[str, ...]:
@@ -76,7 +78,10 @@ class DraService:
                     c.uid: PrepareOutcome(error=f"prepare failed: {_describe(err)}") for c in valid
                 }
             outcomes.update(self._complete(valid, returned, PrepareOutcome, "prepare"))
-        return {uid: _normalise(outcome) for uid, outcome in outcomes.items()}
+        return {
+            uid: _checked(uid, outcome, PrepareOutcome, _normalise)
+            for uid, outcome in outcomes.items()
+        }
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareOutcome]:
         """One outcome per distinct requested UID."""
@@ -91,7 +96,10 @@ class DraService:
                     for c in valid
                 }
             outcomes.update(self._complete(valid, returned, UnprepareOutcome, "unprepare"))
-        return outcomes
+        return {
+            uid: _checked(uid, outcome, UnprepareOutcome, _normalise_unprepare)
+            for uid, outcome in outcomes.items()
+        }
 
     @staticmethod
     def _split_invalid(
@@ -123,21 +131,65 @@ class DraService:
         return result
 
 
+def _checked(
+    uid: str,
+    outcome: _Outcome,
+    outcome_type: type[_Outcome],
+    normalise: Callable[[_Outcome], _Outcome],
+) -> _Outcome:
+    """``normalise(outcome)``, or a per-claim error when the outcome is malformed."""
+    try:
+        return normalise(outcome)
+    except (AttributeError, TypeError, ValueError) as err:
+        log.error(
+            "the driver returned a malformed outcome for claim %s: %r (%s)", uid, outcome, err
+        )
+        return outcome_type(error=f"{INVALID_OUTCOME_ERROR}: {_describe(err)}")
+
+
+def _strings(values: Iterable[str], what: str) -> tuple[str, ...]:
+    if isinstance(values, str):
+        raise TypeError(f"{what} must be a sequence of strings, not a string")
+    items = tuple(values)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"{what} must hold strings, got {type(item).__name__}")
+    return items
+
+
+def _string(value: str | None, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
 def _normalise(outcome: PrepareOutcome) -> PrepareOutcome:
-    if outcome.error:
-        return PrepareOutcome(error=outcome.error)
+    """Copy with checked types, base request names, and no devices next to an error."""
+    if not isinstance(outcome, PrepareOutcome):
+        raise TypeError(f"expected a PrepareOutcome, got {type(outcome).__name__}")
+    error = _string(outcome.error, "error")
+    if error:
+        return PrepareOutcome(error=error)
     return PrepareOutcome(
         devices=tuple(
             PreparedDevice(
-                request_names=base_request_names(d.request_names),
-                pool_name=d.pool_name,
-                device_name=d.device_name,
-                cdi_device_ids=tuple(d.cdi_device_ids),
-                share_id=d.share_id or None,
+                request_names=base_request_names(_strings(d.request_names, "request_names")),
+                pool_name=_string(d.pool_name, "pool_name"),
+                device_name=_string(d.device_name, "device_name"),
+                cdi_device_ids=_strings(d.cdi_device_ids, "cdi_device_ids"),
+                share_id=_string(d.share_id, "share_id") or None,
             )
             for d in outcome.devices
         )
     )
+
+
+def _normalise_unprepare(outcome: UnprepareOutcome) -> UnprepareOutcome:
+    if not isinstance(outcome, UnprepareOutcome):
+        raise TypeError(f"expected an UnprepareOutcome, got {type(outcome).__name__}")
+    return UnprepareOutcome(error=_string(outcome.error, "error"))
 
 
 class _DraServicer:
