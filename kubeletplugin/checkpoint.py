@@ -1,0 +1,348 @@
+"""The plugin's crash-safe record of prepared claims: one versioned JSON file in the data dir.
+
+Format (``version`` is the writer's format version)::
+
+    {"version": 1, "bootID": "...", "checksum": "sha256:<hex>",
+     "claims": {"<uid>": {"state": "PrepareStarted" | "PrepareCompleted",
+                          "namespace": ..., "name": ...,
+                          "devices": [{"requests": [...], "pool": ..., "device": ...,
+                                       "gpuUUID": ..., "cores": ..., "memory": ...,
+                                       "shareID": ..., "partition": ..., "adminAccess": ...,
+                                       "cdiName": ..., "cdiDeviceIds": [...]}],
+                          "sharing": {...}}},
+     "sharing": {...}}
+
+- ``checksum`` is the SHA-256 of the canonical JSON (sorted keys, no spaces) of the document
+  without ``checksum``. A mismatch, invalid JSON or a wrong shape makes the file *corrupt*.
+- Fields this version does not know (top level, per claim, per device) are kept verbatim when the
+  file is rewritten, so a downgrade followed by an upgrade loses nothing; they are never fatal.
+- ``bootID`` is the kernel's boot ID when the file was written; a different boot ID at load means
+  the node rebooted, and every recorded claim is stale.
+- ``sharing`` sections are opaque to this module: per claim, the enforcer's record; top level,
+  its node-wide state.
+
+Every write is atomic and fsynced (temporary file, rename, directory fsync).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubeletplugin.fsutil import atomic_write, remove_stale_temp_files
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 1
+CHECKPOINT_FILE = "checkpoint.json"
+DEFAULT_BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+STATE_STARTED = "PrepareStarted"
+STATE_COMPLETED = "PrepareCompleted"
+CLAIM_STATES = (STATE_STARTED, STATE_COMPLETED)
+
+_DEVICE_KEYS = frozenset(
+    {
+        "requests",
+        "pool",
+        "device",
+        "gpuUUID",
+        "cores",
+        "memory",
+        "shareID",
+        "partition",
+        "adminAccess",
+        "cdiName",
+        "cdiDeviceIds",
+    }
+)
+_CLAIM_KEYS = frozenset({"state", "namespace", "name", "devices", "sharing"})
+_TOP_KEYS = frozenset({"version", "bootID", "checksum", "claims", "sharing"})
+
+
+class CheckpointError(ValueError):
+    """A checkpoint document (or one entry of it) that cannot be decoded."""
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """One prepared CDI device of a claim: the share it grants and the IDs returned to kubelet."""
+
+    requests: tuple[str, ...]
+    pool: str
+    device: str
+    gpu_uuid: str
+    cores: int
+    memory: int
+    cdi_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+    partition: str | None = None
+    admin_access: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.extra,
+            "requests": list(self.requests),
+            "pool": self.pool,
+            "device": self.device,
+            "gpuUUID": self.gpu_uuid,
+            "cores": self.cores,
+            "memory": self.memory,
+            "shareID": self.share_id,
+            "partition": self.partition,
+            "adminAccess": self.admin_access,
+            "cdiName": self.cdi_name,
+            "cdiDeviceIds": list(self.cdi_device_ids),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> DeviceRecord:
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"{where} is not an object")
+        try:
+            return cls(
+                requests=tuple(_str_list(raw["requests"], f"{where}.requests")),
+                pool=_str(raw["pool"], f"{where}.pool"),
+                device=_str(raw["device"], f"{where}.device"),
+                gpu_uuid=_str(raw["gpuUUID"], f"{where}.gpuUUID"),
+                cores=_int(raw["cores"], f"{where}.cores"),
+                memory=_int(raw["memory"], f"{where}.memory"),
+                cdi_name=_str(raw["cdiName"], f"{where}.cdiName"),
+                cdi_device_ids=tuple(_str_list(raw["cdiDeviceIds"], f"{where}.cdiDeviceIds")),
+                share_id=_opt_str(raw.get("shareID"), f"{where}.shareID"),
+                partition=_opt_str(raw.get("partition"), f"{where}.partition"),
+                admin_access=raw.get("adminAccess") is True,
+                extra={k: v for k, v in raw.items() if k not in _DEVICE_KEYS},
+            )
+        except KeyError as exc:
+            raise CheckpointError(f"{where}: missing field {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """One claim in the checkpoint. Immutable: state changes replace the record."""
+
+    uid: str
+    namespace: str
+    name: str
+    state: str
+    devices: tuple[DeviceRecord, ...]
+    sharing: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.extra,
+            "state": self.state,
+            "namespace": self.namespace,
+            "name": self.name,
+            "devices": [d.to_json() for d in self.devices],
+            "sharing": dict(self.sharing),
+        }
+
+    @classmethod
+    def from_json(cls, uid: str, raw: Any) -> ClaimRecord:
+        where = f"claims[{uid}]"
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"{where} is not an object")
+        state = raw.get("state")
+        if state not in CLAIM_STATES:
+            raise CheckpointError(f"{where}.state is {state!r}; known: {', '.join(CLAIM_STATES)}")
+        devices = raw.get("devices")
+        if not isinstance(devices, list):
+            raise CheckpointError(f"{where}.devices is not a list")
+        sharing = raw.get("sharing") or {}
+        if not isinstance(sharing, dict):
+            raise CheckpointError(f"{where}.sharing is not an object")
+        return cls(
+            uid=uid,
+            namespace=_str(raw.get("namespace"), f"{where}.namespace"),
+            name=_str(raw.get("name"), f"{where}.name"),
+            state=state,
+            devices=tuple(
+                DeviceRecord.from_json(d, f"{where}.devices[{i}]") for i, d in enumerate(devices)
+            ),
+            sharing=sharing,
+            extra={k: v for k, v in raw.items() if k not in _CLAIM_KEYS},
+        )
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise CheckpointError(f"{where} must be a string")
+    return value
+
+
+def _opt_str(value: Any, where: str) -> str | None:
+    return None if value is None else _str(value, where)
+
+
+def _int(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise CheckpointError(f"{where} must be an integer")
+    return value
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CheckpointError(f"{where} must be a list of strings")
+    return value
+
+
+def canonical_json(doc: Any) -> bytes:
+    """The byte form the checksum covers: sorted keys, no insignificant whitespace."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def checksum_of(doc: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``doc`` without its ``checksum`` field."""
+    payload = {k: v for k, v in doc.items() if k != "checksum"}
+    return "sha256:" + hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def read_boot_id(path: Path) -> str:
+    """The kernel boot ID, or "" where the file does not exist (then reboots go undetected)."""
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except OSError as exc:
+        log.warning("cannot read boot ID from %s (%s); reboots will not be detected", path, exc)
+        return ""
+
+
+#: How a load went, for logs and tests.
+LOAD_FRESH = "fresh"
+LOAD_OK = "loaded"
+LOAD_REBOOTED = "rebooted"
+LOAD_CORRUPT = "corrupt"
+
+
+@dataclass
+class Loaded:
+    """What :meth:`Checkpoint.load` found.
+
+    ``claims`` holds the decodable entries; ``bad_claims`` maps the UIDs of entries that could not
+    be decoded to the problem (their claims must be rolled back); ``sharing`` is the enforcer's
+    state, None when it is unusable (first start, reboot, corrupt file).
+    """
+
+    status: str
+    claims: dict[str, ClaimRecord] = field(default_factory=dict)
+    bad_claims: dict[str, str] = field(default_factory=dict)
+    sharing: dict[str, Any] | None = None
+    #: Claims recorded before a reboot (their CDI files must go).
+    stale_claim_uids: tuple[str, ...] = ()
+    #: Where a corrupt file was moved to.
+    moved_to: Path | None = None
+
+
+class Checkpoint:
+    """Reads and writes ``<data_dir>/checkpoint.json``; not thread-safe (callers serialize)."""
+
+    def __init__(self, data_dir: Path, boot_id_file: Path = DEFAULT_BOOT_ID_FILE) -> None:
+        self.path = data_dir / CHECKPOINT_FILE
+        self.boot_id = read_boot_id(boot_id_file)
+        self._extra: dict[str, Any] = {}
+
+    def load(self) -> Loaded:
+        """Load the file. Never raises for a missing, corrupt or newer file: a corrupt or
+        unreadable one is moved aside to ``checkpoint.json.corrupt-<timestamp>``."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_files(self.path.parent, self.path.name)
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return Loaded(status=LOAD_FRESH)
+        except OSError as exc:
+            return self._corrupt(f"unreadable: {exc}")
+        try:
+            doc = json.loads(raw)
+            if not isinstance(doc, dict):
+                raise CheckpointError("the document is not a JSON object")
+            if doc.get("checksum") != checksum_of(doc):
+                raise CheckpointError("checksum mismatch")
+            version = doc.get("version")
+            if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+                raise CheckpointError(f"version is {version!r}, expected a positive integer")
+            claims_raw = doc.get("claims") or {}
+            if not isinstance(claims_raw, dict):
+                raise CheckpointError("claims is not an object")
+            sharing = doc.get("sharing") or {}
+            if not isinstance(sharing, dict):
+                raise CheckpointError("sharing is not an object")
+        except (ValueError, CheckpointError) as exc:
+            return self._corrupt(str(exc))
+        if version > CHECKPOINT_VERSION:
+            log.info(
+                "checkpoint %s has format version %d (this plugin writes %d); "
+                "unknown fields are kept",
+                self.path,
+                version,
+                CHECKPOINT_VERSION,
+            )
+        self._extra = {k: v for k, v in doc.items() if k not in _TOP_KEYS}
+        boot_id = doc.get("bootID", "")
+        if boot_id and self.boot_id and boot_id != self.boot_id:
+            log.info(
+                "node rebooted since the checkpoint was written (boot ID %s, now %s): "
+                "dropping %d recorded claims",
+                boot_id,
+                self.boot_id,
+                len(claims_raw),
+            )
+            return Loaded(status=LOAD_REBOOTED, stale_claim_uids=tuple(sorted(claims_raw)))
+        loaded = Loaded(status=LOAD_OK, sharing=sharing)
+        for uid, entry in claims_raw.items():
+            try:
+                loaded.claims[uid] = ClaimRecord.from_json(uid, entry)
+            except CheckpointError as exc:
+                loaded.bad_claims[uid] = str(exc)
+        return loaded
+
+    def _corrupt(self, problem: str) -> Loaded:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        n = 0
+        while aside.exists():
+            n += 1
+            aside = aside.with_name(
+                f"{aside.name.split('.corrupt-')[0]}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{n}"
+            )
+        try:
+            os.replace(self.path, aside)
+        except OSError as exc:
+            log.error(
+                "checkpoint %s is corrupt (%s) and cannot be moved aside: %s",
+                self.path,
+                problem,
+                exc,
+            )
+            return Loaded(status=LOAD_CORRUPT)
+        log.error("checkpoint %s is corrupt (%s); moved it to %s", self.path, problem, aside)
+        return Loaded(status=LOAD_CORRUPT, moved_to=aside)
+
+    def document(
+        self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The document :meth:`write` stores (checksum included)."""
+        doc: dict[str, Any] = {
+            **self._extra,
+            "version": CHECKPOINT_VERSION,
+            "bootID": self.boot_id,
+            "claims": {uid: rec.to_json() for uid, rec in sorted(claims.items())},
+            "sharing": dict(sharing),
+        }
+        doc["checksum"] = checksum_of(doc)
+        return doc
+
+    def write(self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]) -> None:
+        """Atomically and durably replace the file with ``claims`` and ``sharing``."""
+        data = json.dumps(self.document(claims, sharing), indent=1, sort_keys=True).encode()
+        atomic_write(self.path, data + b"\n", mode=0o600)

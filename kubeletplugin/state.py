@@ -1,0 +1,512 @@
+"""The node's prepared claims: prepare, unprepare, the checkpoint, recovery (a ClaimPreparer).
+
+Invariants:
+
+- A claim is prepared in three durable steps: record ``PrepareStarted`` in the checkpoint, do the
+  work (share enforcement, CDI spec file), record ``PrepareCompleted``. A crash in between leaves a
+  ``PrepareStarted`` record, which the next start rolls back (CDI file removed, enforcement
+  released) so the next call redoes it.
+- Prepare is idempotent: a ``PrepareCompleted`` claim whose spec file still exists gets its
+  recorded answer again, with no new side effects (no API call, no write).
+- Unprepare removes the spec file, releases enforcement, then drops the record; unknown claims
+  succeed.
+- Concurrency: claims are fetched from the API server before any lock; each claim then holds its
+  own lock for the whole operation, and the node-wide lock guards only in-memory state (a few
+  dictionary operations). Checkpoint writes are group-committed: concurrent state changes share
+  one fsynced write. Slow work for different claims therefore runs in parallel.
+- Last line of defence: a GPU prepared exclusively for one claim is never prepared for another
+  at the same time (only consumable-capacity shares, partitions and adminAccess allocations may
+  share a GPU; the same partition device is never held twice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from kubeletplugin import cdi as cdimod
+from kubeletplugin.cdi import CdiSpecWriter, SpecDevice
+from kubeletplugin.checkpoint import (
+    LOAD_CORRUPT,
+    LOAD_REBOOTED,
+    STATE_COMPLETED,
+    STATE_STARTED,
+    Checkpoint,
+    ClaimRecord,
+    DeviceRecord,
+)
+from kubeletplugin.claims import (
+    AllocationResult,
+    ClaimAllocation,
+    ClaimError,
+    ClaimGetter,
+    extract_allocation,
+)
+from kubeletplugin.devices import GpuInfo
+from kubeletplugin.enforcement import DeviceShare, NoEnforcement, ShareEnforcer, ShareError
+from kubeletplugin.fsutil import remove_durably
+from kubeletplugin.preparer import ClaimRef, PreparedDevice, PrepareOutcome, UnprepareOutcome
+from kubeletplugin.shares import NodeDevice, device_share, node_devices
+
+log = logging.getLogger(__name__)
+
+
+class KeyedLocks:
+    """One lock per key, created on demand and dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}
+
+    @contextlib.contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        with self._mu:
+            lock, users = self._locks.setdefault(key, (threading.Lock(), [0]))
+            users[0] += 1
+        lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+            with self._mu:
+                users[0] -= 1
+                if users[0] == 0:
+                    del self._locks[key]
+
+
+def _claim_label(namespace: str, name: str, uid: str) -> str:
+    return f"ResourceClaim {namespace}/{name} (UID {uid})"
+
+
+def _conflict(new: DeviceRecord, held: DeviceRecord) -> bool:
+    """Whether ``new`` cannot be prepared while another claim holds ``held``."""
+    if new.admin_access or held.admin_access or new.gpu_uuid != held.gpu_uuid:
+        return False
+    new_whole = new.share_id is None and new.partition is None
+    held_whole = held.share_id is None and held.partition is None
+    if new_whole or held_whole:
+        return True
+    # Two partitions of one GPU coexist; the same partition device twice does not.
+    return new.partition is not None and new.device == held.device
+
+
+class DeviceState:
+    """Prepares and unprepares claims for kubelet; implements ``ClaimPreparer``.
+
+    Call :meth:`start` once before serving.
+    """
+
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        node_name: str,
+        gpus: Sequence[GpuInfo],
+        sharing_mode: str,
+        claims: ClaimGetter,
+        cdi: CdiSpecWriter,
+        checkpoint: Checkpoint,
+        enforcer: ShareEnforcer | None = None,
+    ) -> None:
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self._devices: dict[str, NodeDevice] = node_devices(gpus, sharing_mode)
+        self._gpus_by_uuid = {g.uuid: g for g in gpus}
+        self._getter = claims
+        self._cdi = cdi
+        self._checkpoint = checkpoint
+        self._enforcer: ShareEnforcer = enforcer or NoEnforcement()
+        self._claim_locks = KeyedLocks()
+        #: Guards ``_claims`` and the commit counters; held only for in-memory operations.
+        self._mu = threading.Lock()
+        self._claims: dict[str, ClaimRecord] = {}
+        #: Serializes checkpoint writes (group commit).
+        self._write_lock = threading.Lock()
+        self._changes = 0
+        self._written = 0
+        self._started = False
+
+    # --- Startup ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the checkpoint, recover from crashes, reboots and corruption, and persist the
+        consistent state. Never raises for a bad checkpoint."""
+        self._cdi.ensure_dir()
+        loaded = self._checkpoint.load()
+        claims = dict(loaded.claims)
+        if loaded.status == LOAD_REBOOTED:
+            for uid in loaded.stale_claim_uids:
+                self._cdi.remove(uid)
+        elif loaded.status == LOAD_CORRUPT:
+            claims = self._rebuild_from_specs()
+            log.warning(
+                "rebuilt %d prepared claims from the CDI spec files after a corrupt checkpoint",
+                len(claims),
+            )
+        rollback = set(loaded.bad_claims)
+        for uid, problem in loaded.bad_claims.items():
+            log.warning(
+                "checkpoint entry of claim %s cannot be decoded (%s); rolling it back", uid, problem
+            )
+        for uid, rec in claims.items():
+            if rec.state != STATE_COMPLETED:
+                log.info(
+                    "claim %s/%s (UID %s) was interrupted during prepare; rolling it back",
+                    rec.namespace,
+                    rec.name,
+                    uid,
+                )
+                rollback.add(uid)
+            elif not self._cdi.path_for(uid).exists():
+                log.warning(
+                    "CDI spec of prepared claim %s/%s (UID %s) is missing; it will be "
+                    "prepared again on the next call",
+                    rec.namespace,
+                    rec.name,
+                    uid,
+                )
+                rollback.add(uid)
+        self._enforcer.restore(
+            loaded.sharing,
+            {uid: (self._shares_of(rec), rec.sharing) for uid, rec in claims.items()},
+        )
+        for uid in sorted(rollback):
+            self._cdi.remove(uid)
+            self._enforcer.release(uid)
+            claims.pop(uid, None)
+        for uid in self._cdi.list_claim_uids():
+            if uid not in claims:
+                log.info("removing CDI spec of claim %s, which is not prepared", uid)
+                self._cdi.remove(uid)
+        with self._mu:
+            self._claims = claims
+        self._persist()
+        self._started = True
+        log.info(
+            "device state ready: %d prepared claims (checkpoint %s)", len(claims), loaded.status
+        )
+
+    def _rebuild_from_specs(self) -> dict[str, ClaimRecord]:
+        specs, problems = self._cdi.read_claim_specs()
+        for path, problem in problems:
+            log.warning("cannot recover claim from %s (%s); removing it", path, problem)
+            remove_durably(path)
+        claims: dict[str, ClaimRecord] = {}
+        for spec in specs:
+            first = spec.devices[0]
+            records = []
+            for d in spec.devices:
+                gpu = self._gpus_by_uuid.get(d.gpu_uuid)
+                ids: tuple[str, ...] = (cdimod.qualified_id(self._cdi.kind, d.name),)
+                if gpu is not None and self._cdi.nvidia is not None:
+                    ids += self._cdi.nvidia.device_ids(gpu.uuid)
+                records.append(
+                    DeviceRecord(
+                        requests=d.requests,
+                        pool=self.node_name,
+                        device=d.device,
+                        gpu_uuid=d.gpu_uuid,
+                        cores=d.cores,
+                        memory=d.memory,
+                        cdi_name=d.name,
+                        cdi_device_ids=ids,
+                        share_id=d.share_id,
+                        partition=d.partition,
+                        admin_access=d.admin_access,
+                    )
+                )
+            claims[spec.claim_uid] = ClaimRecord(
+                uid=spec.claim_uid,
+                namespace=first.claim_namespace,
+                name=first.claim_name,
+                state=STATE_COMPLETED,
+                devices=tuple(records),
+            )
+        return claims
+
+    def _shares_of(self, rec: ClaimRecord) -> list[DeviceShare]:
+        """Device shares of a recorded claim (devices of GPUs no longer present are left out)."""
+        shares = []
+        for d in rec.devices:
+            gpu = self._gpus_by_uuid.get(d.gpu_uuid)
+            if gpu is not None:
+                shares.append(
+                    DeviceShare(
+                        gpu=gpu,
+                        device=d.device,
+                        requests=d.requests,
+                        cores=d.cores,
+                        memory=d.memory,
+                        share_id=d.share_id,
+                        partition=d.partition,
+                        admin_access=d.admin_access,
+                    )
+                )
+        return shares
+
+    # --- Checkpoint ------------------------------------------------------------------------
+
+    def _persist(self) -> None:
+        """Make every in-memory change made so far durable (group commit: a caller whose change
+        was already written by a concurrent caller returns without writing)."""
+        with self._mu:
+            self._changes += 1
+            target = self._changes
+        with self._write_lock:
+            if self._written >= target:
+                return
+            with self._mu:
+                snapshot = dict(self._claims)
+                covered = self._changes
+            self._checkpoint.write(snapshot, self._enforcer.export_state())
+            self._written = covered
+
+    def prepared_claims(self) -> dict[str, ClaimRecord]:
+        """A snapshot of the recorded claims (both states)."""
+        with self._mu:
+            return dict(self._claims)
+
+    # --- Prepare ---------------------------------------------------------------------------
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+        if not self._started:
+            raise RuntimeError("DeviceState.start() must be called before prepare")
+        outcomes: dict[str, PrepareOutcome] = {}
+        fetched: dict[str, dict[str, Any] | ClaimError] = {}
+        for ref in claims:
+            if self._completed_answer(ref.uid) is not None or ref.uid in fetched:
+                continue
+            try:
+                fetched[ref.uid] = self._getter.get_claim(ref.namespace, ref.name)
+            except ClaimError as exc:
+                fetched[ref.uid] = exc
+        for ref in claims:
+            if ref.uid in outcomes:
+                continue
+            try:
+                outcomes[ref.uid] = self._prepare_claim(ref, fetched.get(ref.uid))
+            except Exception as exc:
+                log.exception("unexpected error preparing claim %s/%s", ref.namespace, ref.name)
+                label = _claim_label(ref.namespace, ref.name, ref.uid)
+                outcomes[ref.uid] = PrepareOutcome(error=f"internal error preparing {label}: {exc}")
+        return outcomes
+
+    def _completed_answer(self, uid: str) -> PrepareOutcome | None:
+        with self._mu:
+            rec = self._claims.get(uid)
+        if rec is None or rec.state != STATE_COMPLETED:
+            return None
+        if not self._cdi.path_for(uid).exists():
+            return None
+        return self._outcome(rec)
+
+    def _outcome(self, rec: ClaimRecord) -> PrepareOutcome:
+        return PrepareOutcome(
+            devices=tuple(
+                PreparedDevice(
+                    request_names=tuple(dict.fromkeys(r.split("/", 1)[0] for r in d.requests)),
+                    pool_name=d.pool,
+                    device_name=d.device,
+                    cdi_device_ids=d.cdi_device_ids,
+                    share_id=d.share_id,
+                )
+                for d in rec.devices
+            )
+        )
+
+    def _prepare_claim(
+        self, ref: ClaimRef, fetched: dict[str, Any] | ClaimError | None
+    ) -> PrepareOutcome:
+        with self._claim_locks.hold(ref.uid):
+            answer = self._completed_answer(ref.uid)
+            if answer is not None:
+                return answer
+            with self._mu:
+                stale = self._claims.get(ref.uid)
+            if stale is not None:
+                # Recorded but unusable (spec file gone): undo and prepare again.
+                self._undo(stale.uid)
+            if fetched is None:
+                fetched = self._fetch(ref)
+            if isinstance(fetched, ClaimError):
+                return PrepareOutcome(error=str(fetched))
+            try:
+                allocation = extract_allocation(
+                    fetched, ref, self.driver_name, self.node_name, self._devices
+                )
+                shares = self._device_shares(allocation)
+            except ClaimError as exc:
+                return PrepareOutcome(error=str(exc))
+            return self._prepare_allocation(allocation, shares)
+
+    def _fetch(self, ref: ClaimRef) -> dict[str, Any] | ClaimError:
+        try:
+            return self._getter.get_claim(ref.namespace, ref.name)
+        except ClaimError as exc:
+            return exc
+
+    def _device_shares(self, allocation: ClaimAllocation) -> list[DeviceShare]:
+        """One share per distinct (device, shareID) of the claim, in result order."""
+        groups: dict[tuple[str, str | None], list[AllocationResult]] = {}
+        for result in allocation.results:
+            groups.setdefault((result.device, result.share_id), []).append(result)
+        ref = allocation.ref
+        label = _claim_label(ref.namespace, ref.name, ref.uid)
+        return [
+            device_share(results, self._devices[device], self.driver_name, label)
+            for (device, _), results in groups.items()
+        ]
+
+    def _prepare_allocation(
+        self, allocation: ClaimAllocation, shares: Sequence[DeviceShare]
+    ) -> PrepareOutcome:
+        ref = allocation.ref
+        label = _claim_label(ref.namespace, ref.name, ref.uid)
+        names = [cdimod.cdi_device_name(ref.uid, s.device, s.share_id) for s in shares]
+        records = tuple(
+            DeviceRecord(
+                requests=s.requests,
+                pool=self.node_name,
+                device=s.device,
+                gpu_uuid=s.gpu.uuid,
+                cores=s.cores,
+                memory=s.memory,
+                cdi_name=name,
+                cdi_device_ids=(),
+                share_id=s.share_id,
+                partition=s.partition,
+                admin_access=s.admin_access,
+            )
+            for s, name in zip(shares, names, strict=True)
+        )
+        started = ClaimRecord(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            state=STATE_STARTED,
+            devices=records,
+        )
+        with self._mu:
+            conflict = self._find_conflict(started)
+            if conflict is None:
+                self._claims[ref.uid] = started
+        if conflict is not None:
+            return PrepareOutcome(error=f"{label}: {conflict}")
+        try:
+            self._persist()
+            enforcement = self._enforcer.apply(ref.uid, shares, allocation.configs)
+            if len(enforcement.device_edits) != len(shares):
+                raise ShareError(
+                    f"share enforcement returned edits for {len(enforcement.device_edits)} "
+                    f"devices, expected {len(shares)}"
+                )
+            spec_devices = [
+                SpecDevice(
+                    name=name,
+                    claim_namespace=ref.namespace,
+                    claim_name=ref.name,
+                    claim_uid=ref.uid,
+                    requests=tuple(dict.fromkeys(r.split("/", 1)[0] for r in s.requests)),
+                    device=s.device,
+                    gpu_uuid=s.gpu.uuid,
+                    gpu_minor=s.gpu.minor,
+                    cores=s.cores,
+                    memory=s.memory,
+                    share_id=s.share_id,
+                    partition=s.partition,
+                    admin_access=s.admin_access,
+                    extra_edits=edits,
+                )
+                for s, name, edits in zip(shares, names, enforcement.device_edits, strict=True)
+            ]
+            completed = replace(
+                started,
+                state=STATE_COMPLETED,
+                devices=tuple(
+                    replace(rec, cdi_device_ids=self._cdi.cdi_ids(sd))
+                    for rec, sd in zip(records, spec_devices, strict=True)
+                ),
+                sharing=dict(enforcement.record),
+            )
+            self._cdi.write(ref.uid, spec_devices)
+            with self._mu:
+                self._claims[ref.uid] = completed
+            self._persist()
+        except (ShareError, OSError, ValueError) as exc:
+            log.warning("preparing %s failed: %s", label, exc)
+            self._undo_quietly(ref.uid)
+            return PrepareOutcome(error=f"{label}: {exc}")
+        except BaseException:
+            self._undo_quietly(ref.uid)
+            raise
+        log.info("prepared %s: %s", label, ", ".join(d.cdi_name for d in completed.devices))
+        return self._outcome(completed)
+
+    def _find_conflict(self, new: ClaimRecord) -> str | None:
+        """Caller holds ``_mu``. Why ``new`` cannot be prepared now, or None."""
+        for uid, other in self._claims.items():
+            if uid == new.uid:
+                continue
+            for a in new.devices:
+                for b in other.devices:
+                    if _conflict(a, b):
+                        how = (
+                            "exclusively"
+                            if b.share_id is None and b.partition is None
+                            else (f"as {b.device}" if b.partition else "as a share")
+                        )
+                        return (
+                            f"GPU {a.gpu_uuid} ({a.device}) is already prepared {how} for "
+                            f"ResourceClaim {other.namespace}/{other.name} (UID {uid}); "
+                            "refusing to hand it out twice"
+                        )
+        return None
+
+    def _undo(self, uid: str) -> None:
+        """Roll back whatever a prepare of ``uid`` did, then drop its record durably."""
+        self._cdi.remove(uid)
+        self._enforcer.release(uid)
+        with self._mu:
+            self._claims.pop(uid, None)
+        self._persist()
+
+    def _undo_quietly(self, uid: str) -> None:
+        try:
+            self._undo(uid)
+        except Exception:
+            log.exception("rolling back the failed prepare of claim %s failed", uid)
+            with self._mu:
+                self._claims.pop(uid, None)
+
+    # --- Unprepare -------------------------------------------------------------------------
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareOutcome]:
+        if not self._started:
+            raise RuntimeError("DeviceState.start() must be called before unprepare")
+        outcomes: dict[str, UnprepareOutcome] = {}
+        for ref in claims:
+            if ref.uid in outcomes:
+                continue
+            label = _claim_label(ref.namespace, ref.name, ref.uid)
+            try:
+                with self._claim_locks.hold(ref.uid):
+                    with self._mu:
+                        known = ref.uid in self._claims
+                    self._cdi.remove(ref.uid)
+                    if known:
+                        self._undo(ref.uid)
+                        log.info("unprepared %s", label)
+                outcomes[ref.uid] = UnprepareOutcome()
+            except (ShareError, OSError) as exc:
+                log.warning("unpreparing %s failed: %s", label, exc)
+                outcomes[ref.uid] = UnprepareOutcome(error=f"{label}: {exc}")
+            except Exception as exc:
+                log.exception("unexpected error unpreparing %s", label)
+                outcomes[ref.uid] = UnprepareOutcome(
+                    error=f"internal error unpreparing {label}: {exc}"
+                )
+        return outcomes
