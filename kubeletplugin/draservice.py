@@ -199,13 +199,16 @@ class _DraServicer:
         self._service = service
         self._pb = pb
         self._with_share_id = with_share_id
+        self._api = str(pb.DESCRIPTOR.package)
 
     @staticmethod
     def _claims(request: Any) -> list[ClaimRef]:
         return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in request.claims]
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
-        outcomes = self._service.prepare(self._claims(request))
+        claims = self._claims(request)
+        log.info("%s: NodePrepareResources for %d claim(s)", self._api, len(claims))
+        outcomes = self._service.prepare(claims)
         response = self._pb.NodePrepareResourcesResponse()
         for uid, outcome in outcomes.items():
             entry = response.claims[uid]
@@ -224,7 +227,9 @@ class _DraServicer:
         return response
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
-        outcomes = self._service.unprepare(self._claims(request))
+        claims = self._claims(request)
+        log.info("%s: NodeUnprepareResources for %d claim(s)", self._api, len(claims))
+        outcomes = self._service.unprepare(claims)
         response = self._pb.NodeUnprepareResourcesResponse()
         for uid, outcome in outcomes.items():
             response.claims[uid].error = outcome.error

@@ -52,8 +52,10 @@ def dra_socket_path(data_dir: Path) -> Path:
 class PluginServer:
     """Serves DRA v1 and v1beta1 (plus health when a source is given) and registers with kubelet.
 
-    Paths are made absolute (not symlink-resolved: kubelet must see the same path). ``start`` and
-    ``stop`` may each be called once; use as a context manager to stop on every exit path.
+    Paths are made absolute (not symlink-resolved: kubelet must see the same path). ``start`` may
+    be called once; ``stop`` any number of times. Use as a context manager to stop on every exit
+    path. ``stop`` waits for in-flight calls: on SIGTERM/SIGINT, let the handler only set a flag
+    or event and call ``stop`` from the main flow, not from inside the handler.
     """
 
     def __init__(
