@@ -11,15 +11,14 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from api.slicerules import MAX_VERSION_LENGTH
+
 #: Numeric core plus optional ``-prerelease`` and ``+build`` parts, before normalisation.
 _LOOSE: Final = re.compile(
     r"^v?(?P<core>\d+(?:\.\d+){0,2})"
     r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
     r"(?:\+(?P<build>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?$"
 )
-
-#: Longest version string Kubernetes accepts in a ``version`` attribute.
-MAX_VERSION_LENGTH: Final = 64
 
 
 class VersionError(ValueError):
