@@ -29,7 +29,13 @@ from deploy_helpers import (
     validation_errors,
 )
 
+from api.names import DEFAULT_DRIVER_NAME
+from kubeletplugin.mock import default_gpu
+from kubeletplugin.slices import consumable_device, partition_devices
+from sharegpu.cel import compile_selector, device_activation
+
 NAMESPACE = "sharegpu-system"
+H100_MOCK = default_gpu("node-a", 0, 1)
 RELEASE = "sharegpu"
 
 #: Value sets the chart must render cleanly with: name -> helm --set arguments.
@@ -332,6 +338,30 @@ def test_device_classes(rendered: dict[str, list[dict[str, Any]]]) -> None:
         "kind": "GpuConfig",
         "sharing": {"strategy": "MPS"},
     }
+
+
+def test_device_class_selectors_compile_and_select_whole_gpus(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    classes = {
+        d["metadata"]["name"]: d for d in by_kind(rendered["extended-resource"], "DeviceClass")
+    }
+    gpu = H100_MOCK
+    for name, devices, expected in [
+        ("gpu.sharegpu.dev", [consumable_device(gpu)], ["gpu-0"]),
+        ("gpu.sharegpu.dev", partition_devices(gpu), [d["name"] for d in partition_devices(gpu)]),
+        ("extended.gpu.sharegpu.dev", [consumable_device(gpu)], ["gpu-0"]),
+        ("extended.gpu.sharegpu.dev", partition_devices(gpu), ["gpu-0"]),
+    ]:
+        programs = [
+            compile_selector(s["cel"]["expression"]) for s in classes[name]["spec"]["selectors"]
+        ]
+        chosen = [
+            d["name"]
+            for d in devices
+            if all(p.evaluate(device_activation(DEFAULT_DRIVER_NAME, d)) for p in programs)
+        ]
+        assert chosen == expected, name
 
 
 def test_gpu_crd_is_rendered_with_keep_policy(rendered: dict[str, list[dict[str, Any]]]) -> None:
