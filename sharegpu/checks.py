@@ -1,0 +1,369 @@
+"""Static checks of DeviceClass, ResourceClaim and ResourceClaimTemplate objects for this driver.
+
+The admission webhook (``controller.webhook``) and ``sharegpu validate`` both call these
+functions, so a claim is judged the same way before and at admission. Each check returns
+:class:`Finding` s (``error`` refuses the object, ``warning`` only informs) with the field path
+of the problem. Objects are dicts in their JSON shape; ``resource.k8s.io`` v1 and v1beta2 share
+the request structure (``exactly`` / ``firstAvailable``); the flat v1beta1 request is accepted too.
+
+What "this driver's" means: a config entry whose ``opaque.driver`` is the driver; a selector
+whose text names the driver (``device.driver == '<driver>'`` or the attribute/capacity domain);
+a request whose device class is the driver's (by default the class named like the driver, see
+:func:`is_driver_class`), whose selectors name the driver, or whose capacity keys are qualified
+with the driver's domain. Everything else is left to its own driver.
+
+Checks:
+
+- GpuConfig parameters decode (:func:`api.gpuconfig.parse_gpu_config`, the plugin's own code);
+- CEL selectors compile in the Kubernetes CEL environment (:mod:`sharegpu.cel`), and name only
+  attributes and capacities this driver publishes (unknown ones get a did-you-mean);
+- capacity requests fit the devices' ``requestPolicy``: ``cores`` a whole number 1-100,
+  ``memory`` positive and granted in 256Mi steps (a warning states what the scheduler will
+  actually reserve after rounding up);
+- a share with only one of ``cores``/``memory`` gets a warning: the other dimension defaults to
+  the whole GPU, so the share blocks every other share of that GPU.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from api import names
+from api.gpuconfig import GpuConfigError, parse_gpu_config
+from api.quantity import QuantityError, format_quantity, parse_quantity
+from sharegpu.cel import CelCompileError, compile_selector
+
+Severity = Literal["error", "warning"]
+ERROR: Final = "error"
+WARNING: Final = "warning"
+
+#: Attribute names this driver publishes (unqualified, under the driver's domain).
+KNOWN_ATTRIBUTES: Final = frozenset(
+    value
+    for key, value in vars(names).items()
+    if key.startswith("ATTR_") and isinstance(value, str) and "/" not in value
+)
+#: Capacity names this driver publishes.
+KNOWN_CAPACITIES: Final = frozenset(
+    value for key, value in vars(names).items() if key.startswith("CAP_") and isinstance(value, str)
+)
+
+_STRING = r"""(?:'([^'\\]*)'|"([^"\\]*)")"""
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+#: ``device.attributes['domain'].name`` / ``device.capacity["domain"]["name"]``
+_MEMBER_REF = re.compile(
+    rf"device\s*\.\s*(attributes|capacity)\s*\[\s*{_STRING}\s*\]\s*"
+    rf"(?:\.\s*({_IDENT})|\[\s*{_STRING}\s*\])"
+)
+#: ``'name' in device.attributes['domain']``
+_IN_REF = re.compile(rf"{_STRING}\s+in\s+device\s*\.\s*(attributes|capacity)\s*\[\s*{_STRING}\s*\]")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: ``path`` is the field path in the object (``spec.devices.requests[0]...``)."""
+
+    severity: Severity
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    """Only the errors."""
+    return [f for f in findings if f.severity == ERROR]
+
+
+def warnings(findings: Iterable[Finding]) -> list[Finding]:
+    """Only the warnings."""
+    return [f for f in findings if f.severity == WARNING]
+
+
+def is_driver_class(class_name: str | None, driver: str, classes: Iterable[str] = ()) -> bool:
+    """Whether a DeviceClass name is this driver's: listed in ``classes``, or named like the
+    driver (``gpu.sharegpu.dev``, ``gpu.sharegpu.dev-shared``, ...)."""
+    return bool(class_name) and (class_name in set(classes) or driver in str(class_name))
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    choices = sorted(known)
+    lowered = {c.lower(): c for c in choices}
+    match = lowered.get(name.lower())
+    if match is None:
+        close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+        match = close[0] if close else None
+    hint = f"; did you mean {match!r}?" if match else ""
+    return f"{hint} (known: {', '.join(choices)})"
+
+
+# --- GpuConfig -------------------------------------------------------------------------------
+
+
+def check_config_entries(entries: Any, path: str, driver: str) -> list[Finding]:
+    """GpuConfig parameters of this driver's ``config[]`` entries (DeviceClass or claim)."""
+    findings: list[Finding] = []
+    if not isinstance(entries, list):
+        return findings
+    for i, entry in enumerate(entries):
+        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
+            continue
+        where = f"{path}[{i}].opaque.parameters"
+        try:
+            parse_gpu_config(opaque.get("parameters"))
+        except GpuConfigError as exc:
+            findings.extend(Finding(ERROR, where, message) for message in exc.messages)
+    return findings
+
+
+# --- CEL selectors ---------------------------------------------------------------------------
+
+
+def selector_mentions_driver(expression: str, driver: str) -> bool:
+    """Whether the expression names the driver (as ``device.driver`` value or a domain)."""
+    return driver in expression
+
+
+def referenced_names(expression: str, driver: str) -> list[tuple[str, str]]:
+    """``(kind, name)`` of every attribute/capacity of ``driver``'s domain the text names;
+    ``kind`` is ``attributes`` or ``capacity``."""
+    refs: list[tuple[str, str]] = []
+    for m in _MEMBER_REF.finditer(expression):
+        domain = m.group(2) if m.group(2) is not None else m.group(3)
+        name = m.group(4) or (m.group(5) if m.group(5) is not None else m.group(6))
+        if domain == driver and name:
+            refs.append((m.group(1), name))
+    for m in _IN_REF.finditer(expression):
+        name = m.group(1) if m.group(1) is not None else m.group(2)
+        domain = m.group(4) if m.group(4) is not None else m.group(5)
+        if domain == driver and name:
+            refs.append((m.group(3), name))
+    return refs
+
+
+def check_selector(expression: Any, path: str, driver: str) -> list[Finding]:
+    """Compile errors and unknown names of a CEL selector that mentions this driver."""
+    if not isinstance(expression, str) or not selector_mentions_driver(expression, driver):
+        return []
+    try:
+        compile_selector(expression)
+    except CelCompileError as exc:
+        where = f"{exc.line}:{exc.column}: " if exc.line is not None else ""
+        return [Finding(ERROR, path, f"CEL compile error: {where}{exc.message}")]
+    findings: list[Finding] = []
+    seen: set[tuple[str, str]] = set()
+    for kind, name in referenced_names(expression, driver):
+        if (kind, name) in seen:
+            continue
+        seen.add((kind, name))
+        known = KNOWN_ATTRIBUTES if kind == "attributes" else KNOWN_CAPACITIES
+        if name not in known:
+            what = "attribute" if kind == "attributes" else "capacity"
+            findings.append(
+                Finding(
+                    ERROR,
+                    path,
+                    f"{driver} publishes no {what} {name!r}{_did_you_mean(name, known)}",
+                )
+            )
+    return findings
+
+
+def check_selectors(selectors: Any, path: str, driver: str) -> list[Finding]:
+    """:func:`check_selector` over a ``selectors[]`` list."""
+    findings: list[Finding] = []
+    for i, selector in enumerate(selectors if isinstance(selectors, list) else []):
+        cel = selector.get("cel") if isinstance(selector, Mapping) else None
+        if isinstance(cel, Mapping):
+            findings += check_selector(cel.get("expression"), f"{path}[{i}].cel.expression", driver)
+    return findings
+
+
+# --- capacity requests -----------------------------------------------------------------------
+
+
+def reserved_memory(requested: int) -> int:
+    """Bytes the scheduler reserves for a memory request: rounded up to the 256Mi grid,
+    at least 256Mi (the devices' ``validRange``: min 256Mi, step 256Mi)."""
+    step = names.MEMORY_STEP_BYTES
+    return max(step, -(-requested // step) * step)
+
+
+def _capacity_name(key: str, driver: str) -> str | None:
+    """The unqualified name of a capacity key of this driver (None: another domain)."""
+    if "/" not in key:
+        return key
+    domain, _, name = key.partition("/")
+    return name if domain == driver else None
+
+
+def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Finding]:
+    """``capacity.requests`` of one of this driver's requests, against the requestPolicy."""
+    if not isinstance(requests, Mapping) or not requests:
+        return []
+    findings: list[Finding] = []
+    asked: dict[str, Any] = {}
+    for key, raw in requests.items():
+        name = _capacity_name(str(key), driver)
+        if name is None:
+            continue
+        where = f"{path}[{key}]"
+        if name not in KNOWN_CAPACITIES:
+            findings.append(
+                Finding(
+                    ERROR,
+                    where,
+                    f"{driver} devices have no capacity {name!r}"
+                    f"{_did_you_mean(name, KNOWN_CAPACITIES)}",
+                )
+            )
+            continue
+        try:
+            value = parse_quantity(raw)
+        except QuantityError as exc:
+            findings.append(Finding(ERROR, where, str(exc)))
+            continue
+        asked[name] = value
+        if name == names.CAP_CORES:
+            findings += _check_cores(value, where)
+        elif name == names.CAP_MEMORY:
+            findings += _check_memory(value, where)
+    if (names.CAP_CORES in asked) != (names.CAP_MEMORY in asked):
+        given, missing = (
+            (names.CAP_CORES, names.CAP_MEMORY)
+            if names.CAP_CORES in asked
+            else (names.CAP_MEMORY, names.CAP_CORES)
+        )
+        findings.append(
+            Finding(
+                WARNING,
+                path,
+                f"{given} requested without {missing}: the scheduler reserves the whole GPU's "
+                f"{missing}, so no other share fits on that GPU; request {missing} too",
+            )
+        )
+    return findings
+
+
+def _check_cores(value: Any, where: str) -> list[Finding]:
+    top = names.CORES_PER_GPU
+    if value < 1 or value > top:
+        return [Finding(ERROR, where, f"cores must be between 1 and {top} (got {value})")]
+    if value != int(value):
+        rounded = int(value) + 1
+        return [
+            Finding(
+                WARNING,
+                where,
+                f"cores are whole percent of the GPU: {value} is reserved as {rounded}",
+            )
+        ]
+    return []
+
+
+def _check_memory(value: Any, where: str) -> list[Finding]:
+    if value <= 0:
+        return [Finding(ERROR, where, f"memory must be positive (got {value})")]
+    requested = int(value) + (1 if value != int(value) else 0)
+    reserved = reserved_memory(requested)
+    if reserved != requested:
+        return [
+            Finding(
+                WARNING,
+                where,
+                f"memory is granted in 256Mi steps: {format_quantity(requested)} is reserved "
+                f"as {format_quantity(reserved)}",
+            )
+        ]
+    return []
+
+
+# --- requests and whole objects --------------------------------------------------------------
+
+
+def _request_is_ours(req: Mapping[str, Any], driver: str, classes: Iterable[str]) -> bool:
+    if is_driver_class(req.get("deviceClassName"), driver, classes):
+        return True
+    for selector in req.get("selectors") or []:
+        cel = selector.get("cel") if isinstance(selector, Mapping) else None
+        expr = cel.get("expression") if isinstance(cel, Mapping) else None
+        if isinstance(expr, str) and selector_mentions_driver(expr, driver):
+            return True
+    caps = (req.get("capacity") or {}).get("requests") or {}
+    return any(str(k).startswith(f"{driver}/") for k in caps)
+
+
+def check_exact_request(
+    req: Any, path: str, driver: str, classes: Iterable[str] = ()
+) -> list[Finding]:
+    """Selectors and capacity of one ``exactly`` request or ``firstAvailable`` subrequest."""
+    if not isinstance(req, Mapping):
+        return []
+    findings = check_selectors(req.get("selectors"), f"{path}.selectors", driver)
+    if _request_is_ours(req, driver, classes):
+        findings += check_capacity_requests(
+            (req.get("capacity") or {}).get("requests"), f"{path}.capacity.requests", driver
+        )
+    return findings
+
+
+def check_claim_spec(
+    spec: Any, path: str, driver: str, classes: Iterable[str] = ()
+) -> list[Finding]:
+    """A ResourceClaimSpec: every request (v1/v1beta2 or flat v1beta1) and the configs."""
+    if not isinstance(spec, Mapping):
+        return []
+    devices = spec.get("devices") or {}
+    findings: list[Finding] = []
+    for i, req in enumerate(devices.get("requests") or []):
+        where = f"{path}.devices.requests[{i}]"
+        if not isinstance(req, Mapping):
+            continue
+        if "exactly" in req:
+            findings += check_exact_request(req["exactly"], f"{where}.exactly", driver, classes)
+        for j, sub in enumerate(req.get("firstAvailable") or []):
+            findings += check_exact_request(sub, f"{where}.firstAvailable[{j}]", driver, classes)
+        if "deviceClassName" in req:  # v1beta1: the request itself
+            findings += check_exact_request(req, where, driver, classes)
+    findings += check_config_entries(devices.get("config"), f"{path}.devices.config", driver)
+    return findings
+
+
+def check_resource_claim(
+    obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()
+) -> list[Finding]:
+    """A ResourceClaim."""
+    return check_claim_spec(obj.get("spec"), "spec", driver, classes)
+
+
+def check_resource_claim_template(
+    obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()
+) -> list[Finding]:
+    """A ResourceClaimTemplate (its ``spec.spec`` is a ResourceClaimSpec)."""
+    return check_claim_spec((obj.get("spec") or {}).get("spec"), "spec.spec", driver, classes)
+
+
+def check_device_class(obj: Mapping[str, Any], driver: str) -> list[Finding]:
+    """A DeviceClass: selectors and this driver's config entries."""
+    spec = obj.get("spec") or {}
+    return check_selectors(spec.get("selectors"), "spec.selectors", driver) + (
+        check_config_entries(spec.get("config"), "spec.config", driver)
+    )
+
+
+def check_object(obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()) -> list[Finding]:
+    """Dispatch on ``kind``; other kinds have nothing to check here."""
+    kind = obj.get("kind")
+    if kind == "ResourceClaim":
+        return check_resource_claim(obj, driver, classes)
+    if kind == "ResourceClaimTemplate":
+        return check_resource_claim_template(obj, driver, classes)
+    if kind == "DeviceClass":
+        return check_device_class(obj, driver)
+    return []
