@@ -1,0 +1,522 @@
+"""The share enforcer: GpuConfig strategies turned into node state and per-device container edits.
+
+Implements the state module's :class:`~kubeletplugin.enforcement.ShareEnforcer` seam. Per claim:
+
+1. every device's GpuConfig is resolved with :func:`api.gpuconfig.resolve_config` (DeviceClass
+   configs, then the claim's; default MPS for a share, Exclusive for a whole GPU);
+2. overrides are checked against the share (never above its cores or memory) and ``Limits`` needs
+   a configured interception library;
+3. under the locks of the GPUs involved, the claim is checked against the other claims on those
+   GPUs: strategies must coexist (MPS only with MPS, because MPS puts the GPU in
+   EXCLUSIVE_PROCESS mode; TimeSlicing and Limits together; Exclusive with nothing) and the sum
+   of granted cores and memory never exceeds the GPU's 100 cores and usable memory;
+4. node state is driven (MPS daemon started or adopted, time-slice interval set) and the edits
+   are returned: MPS client variables and pipe mounts, or the Limits library and its limits.
+
+Allocations with adminAccess are neither counted nor enforced. ``release`` stops a GPU's MPS
+daemon after its last MPS share and restores its time-slice interval after its last holder; a
+failed stop is retried on every later call. ``export_state``/``restore`` carry daemons and
+intervals across plugin restarts; each claim's grants travel in its checkpoint record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from api.gpuconfig import (
+    STRATEGY_EXCLUSIVE,
+    STRATEGY_LIMITS,
+    STRATEGY_MPS,
+    STRATEGY_TIME_SLICING,
+    GpuConfig,
+    GpuConfigError,
+    default_strategy,
+    resolve_config,
+)
+from api.names import CORES_PER_GPU
+from api.quantity import format_bytes_human
+from kubeletplugin.cdi import ContainerEdits
+from kubeletplugin.claims import DriverConfig
+from kubeletplugin.enforcement import DeviceShare, Enforcement, ShareError
+from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
+from kubeletplugin.sharing.limits import limits_edits
+from kubeletplugin.sharing.mps import MpsManager
+from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
+from kubeletplugin.sharing.timeslice import TimeSliceConflict, TimeSliceManager
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION: Final = 1
+
+#: Strategies that may share one GPU between different claims.
+_COMPATIBLE: Final = {
+    STRATEGY_MPS: frozenset({STRATEGY_MPS}),
+    STRATEGY_TIME_SLICING: frozenset({STRATEGY_TIME_SLICING, STRATEGY_LIMITS}),
+    STRATEGY_LIMITS: frozenset({STRATEGY_TIME_SLICING, STRATEGY_LIMITS}),
+    STRATEGY_EXCLUSIVE: frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One device of a claim as enforced: what it holds on which GPU, with which strategy.
+
+    ``cores``/``memory`` are the share (what capacity accounting counts); ``limit_cores`` and
+    ``limit_memory`` are what the container is limited to (an override, at most the share).
+    """
+
+    gpu_uuid: str
+    device: str
+    requests: tuple[str, ...]
+    strategy: str
+    cores: int
+    memory: int
+    limit_cores: int
+    limit_memory: int
+    interval: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["requests"] = list(self.requests)
+        return out
+
+    @staticmethod
+    def from_json(raw: Mapping[str, Any]) -> Grant:
+        return Grant(
+            gpu_uuid=str(raw["gpu_uuid"]),
+            device=str(raw["device"]),
+            requests=tuple(str(r) for r in raw["requests"]),
+            strategy=str(raw["strategy"]),
+            cores=int(raw["cores"]),
+            memory=int(raw["memory"]),
+            limit_cores=int(raw["limit_cores"]),
+            limit_memory=int(raw["limit_memory"]),
+            interval=None if raw.get("interval") is None else str(raw["interval"]),
+        )
+
+
+def _label(share: DeviceShare) -> str:
+    quoted = ", ".join(f'"{r}"' for r in share.requests)
+    return f"device {share.device} (request {quoted})"
+
+
+class SharingEnforcer:
+    """Enforces shares with MPS, time-slicing and an interception library (see module doc)."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        data_dir: str | Path,
+        *,
+        driver_name: str,
+        limits_library: str | None = None,
+    ) -> None:
+        self.runner = runner
+        self.driver_name = driver_name
+        self.limits_library = limits_library
+        self.mps = MpsManager(runner, data_dir)
+        self.timeslice = TimeSliceManager(runner)
+        self._grants: dict[str, tuple[Grant, ...]] = {}
+        self._lock = threading.Lock()
+        self._gpu_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+
+    # --- the seam ---
+
+    def apply(
+        self, claim_uid: str, devices: Sequence[DeviceShare], configs: Sequence[DriverConfig]
+    ) -> Enforcement:
+        with self._lock:
+            known = claim_uid in self._grants
+        if known:
+            self.release(claim_uid)
+        entries = [
+            {
+                "source": c.source,
+                "requests": list(c.requests),
+                "opaque": {"driver": self.driver_name, "parameters": c.parameters},
+            }
+            for c in configs
+        ]
+        planned = [None if d.admin_access else self._plan(d, entries) for d in devices]
+        grants = [g for g in planned if g is not None]
+        _check_mps_single_gpu_per_request(grants)
+        uuids = sorted({g.gpu_uuid for g in grants})
+        with self._locked(uuids):
+            self._check_against_others(claim_uid, devices, grants)
+            self._drive_node(claim_uid, grants)
+            with self._lock:
+                self._grants[claim_uid] = tuple(grants)
+        edits = self._edits(devices, planned)
+        return Enforcement(device_edits=edits, record={"grants": [g.to_json() for g in grants]})
+
+    def release(self, claim_uid: str) -> None:
+        with self._lock:
+            grants = self._grants.pop(claim_uid, ())
+            mps_owned = set(self.mps.running())
+        uuids = sorted({g.gpu_uuid for g in grants} | mps_owned | set(self.timeslice.gpus()))
+        problems: list[str] = []
+        with self._locked(uuids):
+            for uuid in uuids:
+                problems += self._settle_gpu(uuid, claim_uid)
+        if problems:
+            raise ShareError("; ".join(problems))
+
+    def export_state(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "mps": self.mps.export_state(),
+            "timeSlicing": self.timeslice.export_state(),
+        }
+
+    def restore(
+        self,
+        state: Mapping[str, Any] | None,
+        prepared: Mapping[str, tuple[Sequence[DeviceShare], Mapping[str, Any]]],
+    ) -> None:
+        state = state if isinstance(state, Mapping) else {}
+        modes = MpsManager.previous_modes(_mapping(state.get("mps")))
+        intervals = TimeSliceManager.intervals(_mapping(state.get("timeSlicing")))
+        with self._lock:
+            for claim_uid, (devices, record) in prepared.items():
+                self._grants[claim_uid] = _grants_from_record(devices, record)
+        for uuid, interval in intervals.items():
+            self.timeslice.adopt(uuid, interval)
+        with self._lock:
+            all_grants = [(c, g) for c, gs in self._grants.items() for g in gs]
+        for uuid in sorted({g.gpu_uuid for _, g in all_grants if g.strategy == STRATEGY_MPS}):
+            try:
+                self.mps.ensure_running(uuid, modes.pop(uuid, None))
+            except CommandError as exc:
+                log.error("cannot resume the MPS daemon of GPU %s: %s", uuid, exc)
+        for claim_uid, grant in all_grants:
+            if grant.strategy == STRATEGY_TIME_SLICING and grant.interval is not None:
+                try:
+                    self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
+                except (CommandError, TimeSliceConflict) as exc:
+                    log.error("cannot resume time-slicing on GPU %s: %s", grant.gpu_uuid, exc)
+        for uuid, mode in modes.items():  # daemons left behind by claims that are gone
+            try:
+                self.mps.cleanup(uuid, mode)
+            except CommandError as exc:
+                log.error("cannot stop the leftover MPS daemon of GPU %s: %s", uuid, exc)
+        for uuid in self.timeslice.gpus():
+            if not self.timeslice.holders(uuid):
+                with contextlib.suppress(CommandError):
+                    self.timeslice.release(uuid, "")
+
+    # --- views for tests, the demo and the CLI ---
+
+    def grants(self) -> dict[str, tuple[Grant, ...]]:
+        """Current grants by claim UID."""
+        with self._lock:
+            return dict(self._grants)
+
+    def usage(self) -> dict[str, tuple[int, int]]:
+        """``{gpu_uuid: (granted cores, granted memory bytes)}`` over all claims."""
+        totals: dict[str, tuple[int, int]] = {}
+        for grants in self.grants().values():
+            for g in grants:
+                cores, memory = totals.get(g.gpu_uuid, (0, 0))
+                totals[g.gpu_uuid] = (cores + g.cores, memory + g.memory)
+        return totals
+
+    # --- planning ---
+
+    def _plan(self, share: DeviceShare, entries: list[dict[str, Any]]) -> Grant:
+        label = _label(share)
+        try:
+            resolved = [
+                resolve_config(entries, request, self.driver_name, shared=share.is_share)
+                for request in share.requests
+            ]
+        except GpuConfigError as exc:
+            raise ShareError(f"{label}: invalid GpuConfig: {exc}") from None
+        if not resolved:
+            raise ShareError(f"{label}: the allocation names no request")
+        config = resolved[0]
+        if any(other != config for other in resolved[1:]):
+            raise ShareError(
+                f"{label}: the requests sharing this device resolve to different GpuConfigs; "
+                "give them one config"
+            )
+        strategy = config.strategy or default_strategy(share.is_share)
+        limit_cores, limit_memory = _limits(config, share, label)
+        if strategy == STRATEGY_LIMITS and not self.limits_library:
+            raise ShareError(
+                f"{label}: strategy Limits needs an interception library, and this node's "
+                "plugin has none configured (--limits-library)"
+            )
+        interval = None
+        if strategy == STRATEGY_TIME_SLICING:
+            ts = config.sharing.time_slicing if config.sharing else None
+            interval = ts.interval if ts else "Default"
+        return Grant(
+            gpu_uuid=share.gpu.uuid,
+            device=share.device,
+            requests=share.requests,
+            strategy=strategy,
+            cores=share.cores,
+            memory=share.memory,
+            limit_cores=limit_cores,
+            limit_memory=limit_memory,
+            interval=interval,
+        )
+
+    def _check_against_others(
+        self, claim_uid: str, devices: Sequence[DeviceShare], grants: Sequence[Grant]
+    ) -> None:
+        gpus = {d.gpu.uuid: d.gpu for d in devices}
+        with self._lock:
+            others = [
+                (uid, g)
+                for uid, gs in self._grants.items()
+                if uid != claim_uid
+                for g in gs
+                if g.gpu_uuid in gpus
+            ]
+        for grant in grants:
+            mine = [g for g in grants if g.gpu_uuid == grant.gpu_uuid and g is not grant]
+            for other in mine:
+                if other.strategy != grant.strategy and (
+                    STRATEGY_MPS in (grant.strategy, other.strategy)
+                ):
+                    raise ShareError(
+                        f"device {grant.device}: strategy {grant.strategy} cannot share GPU "
+                        f"{grant.gpu_uuid} with strategy {other.strategy} of device "
+                        f"{other.device} in the same claim"
+                    )
+            for uid, other in others:
+                if other.gpu_uuid == grant.gpu_uuid and (
+                    other.strategy not in _COMPATIBLE[grant.strategy]
+                ):
+                    raise ShareError(
+                        f"device {grant.device}: strategy {grant.strategy} cannot share GPU "
+                        f"{grant.gpu_uuid} with strategy {other.strategy} already used there "
+                        f"by claim {uid}"
+                    )
+                if (
+                    other.gpu_uuid == grant.gpu_uuid
+                    and grant.strategy == STRATEGY_TIME_SLICING
+                    and other.strategy == STRATEGY_TIME_SLICING
+                    and other.interval != grant.interval
+                ):
+                    raise ShareError(
+                        f"device {grant.device}: time-slice interval {grant.interval} conflicts "
+                        f"with interval {other.interval} already used on GPU {grant.gpu_uuid} "
+                        f"by claim {uid}"
+                    )
+        for uuid, gpu in gpus.items():
+            held_cores = sum(g.cores for _, g in others if g.gpu_uuid == uuid)
+            held_memory = sum(g.memory for _, g in others if g.gpu_uuid == uuid)
+            new_cores = sum(g.cores for g in grants if g.gpu_uuid == uuid)
+            new_memory = sum(g.memory for g in grants if g.gpu_uuid == uuid)
+            if held_cores + new_cores > CORES_PER_GPU or held_memory + new_memory > (
+                gpu.memory_usable
+            ):
+                raise ShareError(
+                    f"GPU {uuid} (gpu-{gpu.index}) cannot hold this claim's {new_cores} cores "
+                    f"and {format_bytes_human(new_memory)}: other claims already hold "
+                    f"{held_cores} of {CORES_PER_GPU} cores and "
+                    f"{format_bytes_human(held_memory)} of "
+                    f"{format_bytes_human(gpu.memory_usable)}"
+                )
+
+    # --- node state ---
+
+    def _drive_node(self, claim_uid: str, grants: Sequence[Grant]) -> None:
+        """Start or adopt MPS daemons and set intervals; on failure undo this claim's part."""
+        started: list[str] = []
+        acquired: list[str] = []
+        try:
+            for uuid in sorted({g.gpu_uuid for g in grants if g.strategy == STRATEGY_MPS}):
+                if uuid not in self.mps.running():
+                    started.append(uuid)
+                self.mps.ensure_running(uuid)
+            for grant in grants:
+                if grant.strategy == STRATEGY_TIME_SLICING and grant.gpu_uuid not in acquired:
+                    self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
+                    acquired.append(grant.gpu_uuid)
+        except (CommandError, TimeSliceConflict) as exc:
+            for uuid in acquired:
+                with contextlib.suppress(CommandError):
+                    self.timeslice.release(uuid, claim_uid)
+            for uuid in started:
+                if not self._mps_users(uuid, exclude=claim_uid):
+                    with contextlib.suppress(CommandError):
+                        self.mps.stop(uuid)
+            raise ShareError(f"cannot enforce the share: {exc}") from None
+
+    def _mps_users(self, uuid: str, exclude: str = "") -> list[str]:
+        with self._lock:
+            return [
+                uid
+                for uid, gs in self._grants.items()
+                if uid != exclude
+                and any(g.gpu_uuid == uuid and g.strategy == STRATEGY_MPS for g in gs)
+            ]
+
+    def _settle_gpu(self, uuid: str, released_claim: str) -> list[str]:
+        """After ``released_claim`` left: stop an unused daemon, drop its interval hold."""
+        problems: list[str] = []
+        if uuid in self.mps.running() and not self._mps_users(uuid):
+            try:
+                self.mps.stop(uuid)
+            except CommandError as exc:
+                problems.append(f"cannot stop the MPS daemon of GPU {uuid}: {exc}")
+        holders = self.timeslice.holders(uuid)
+        if released_claim in holders or (uuid in self.timeslice.gpus() and not holders):
+            try:
+                self.timeslice.release(uuid, released_claim)
+            except CommandError as exc:
+                problems.append(f"cannot restore the time-slice interval of GPU {uuid}: {exc}")
+        return problems
+
+    @contextlib.contextmanager
+    def _locked(self, uuids: Sequence[str]) -> Iterator[None]:
+        with self._lock:
+            locks = [self._gpu_locks[u] for u in sorted(set(uuids))]
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            yield
+
+    # --- container edits ---
+
+    def _edits(
+        self, devices: Sequence[DeviceShare], planned: Sequence[Grant | None]
+    ) -> tuple[ContainerEdits, ...]:
+        """Per-device edits. Devices of one request on one GPU are injected together and share
+        one set of variables, so each carries the group's total; Limits ordinals number the
+        claim's GPUs by PCI bus ID (the order CUDA_DEVICE_ORDER=PCI_BUS_ID gives)."""
+        groups: dict[tuple[tuple[str, ...], str, str], list[Grant]] = defaultdict(list)
+        for grant in planned:
+            if grant is not None:
+                groups[(grant.requests, grant.gpu_uuid, grant.strategy)].append(grant)
+        gpu_order = sorted(
+            {(d.gpu.pci_bus_id.lower(), d.gpu.index, d.gpu.uuid) for d in devices},
+        )
+        ordinals = {uuid: i for i, (_, _, uuid) in enumerate(gpu_order)}
+        edits: list[ContainerEdits] = []
+        for grant in planned:
+            if grant is None:
+                edits.append(ContainerEdits())
+                continue
+            group = groups[(grant.requests, grant.gpu_uuid, grant.strategy)]
+            cores = min(CORES_PER_GPU, sum(g.limit_cores for g in group))
+            memory = sum(g.limit_memory for g in group)
+            if grant.strategy == STRATEGY_MPS:
+                edits.append(self.mps.container_edits(grant.gpu_uuid, cores, memory))
+            elif grant.strategy == STRATEGY_LIMITS and self.limits_library:
+                edits.append(
+                    limits_edits(self.limits_library, ordinals[grant.gpu_uuid], memory, cores)
+                )
+            else:
+                edits.append(ContainerEdits())
+        return tuple(edits)
+
+
+def _limits(config: GpuConfig, share: DeviceShare, label: str) -> tuple[int, int]:
+    """(cores, memory bytes) the container is limited to: the share, or an override at most
+    the share."""
+    sharing = config.sharing
+    cores_override: int | None = None
+    memory_override: int | None = None
+    cores_field = memory_field = ""
+    if sharing is not None and sharing.mps is not None:
+        cores_override = sharing.mps.active_thread_percentage
+        memory_override = sharing.mps.pinned_memory_limit_bytes()
+        cores_field, memory_field = "mps.activeThreadPercentage", "mps.pinnedMemoryLimit"
+    elif sharing is not None and sharing.limits is not None:
+        cores_override = sharing.limits.sm_limit
+        memory_override = sharing.limits.device_memory_limit_bytes()
+        cores_field, memory_field = "limits.smLimit", "limits.deviceMemoryLimit"
+    if cores_override is not None and cores_override > share.cores:
+        raise ShareError(
+            f"{label}: sharing.{cores_field} {cores_override} is above the share's "
+            f"{share.cores} cores"
+        )
+    if memory_override is not None and memory_override > share.memory:
+        raise ShareError(
+            f"{label}: sharing.{memory_field} {format_bytes_human(memory_override)} is above "
+            f"the share's memory {format_bytes_human(share.memory)}"
+        )
+    return (
+        share.cores if cores_override is None else cores_override,
+        share.memory if memory_override is None else memory_override,
+    )
+
+
+def _check_mps_single_gpu_per_request(grants: Sequence[Grant]) -> None:
+    """A container attaches to one MPS daemon, so one request's MPS devices need one GPU."""
+    gpus_by_request: dict[str, set[str]] = defaultdict(set)
+    for g in grants:
+        if g.strategy == STRATEGY_MPS:
+            for request in g.requests:
+                gpus_by_request[request.split("/", 1)[0]].add(g.gpu_uuid)
+    for request, gpus in sorted(gpus_by_request.items()):
+        if len(gpus) > 1:
+            raise ShareError(
+                f'request "{request}": MPS shares of one request must be on one GPU (got '
+                f"{', '.join(sorted(gpus))}); a container attaches to one MPS daemon; use one "
+                "request per GPU or strategy Limits"
+            )
+
+
+def _interval(value: str | None) -> Any:
+    return value or "Default"
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _grants_from_record(
+    devices: Sequence[DeviceShare], record: Mapping[str, Any]
+) -> tuple[Grant, ...]:
+    """A claim's grants from its checkpoint record; without a usable record (lost checkpoint,
+    rebuilt from CDI files) they are derived from the shares with the default strategies."""
+    raw = record.get("grants") if isinstance(record, Mapping) else None
+    if isinstance(raw, list):
+        try:
+            return tuple(Grant.from_json(g) for g in raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("unreadable enforcement record, using default strategies: %s", exc)
+    return tuple(
+        Grant(
+            gpu_uuid=d.gpu.uuid,
+            device=d.device,
+            requests=d.requests,
+            strategy=default_strategy(d.is_share),
+            cores=d.cores,
+            memory=d.memory,
+            limit_cores=d.cores,
+            limit_memory=d.memory,
+        )
+        for d in devices
+        if not d.admin_access
+    )
+
+
+def build_enforcer(
+    device_backend: str,
+    data_dir: str | Path,
+    *,
+    driver_name: str,
+    driver_root: str = "/",
+    limits_library: str | None = None,
+) -> SharingEnforcer:
+    """The enforcer for a plugin: real commands under ``driver_root`` with the NVML backend,
+    a FakeRunner over :class:`SimulatedNvidiaTools` with the mock backend."""
+    runner: Runner
+    if device_backend == "mock":
+        runner = SimulatedNvidiaTools().install(FakeRunner())
+    else:
+        runner = HostRunner(driver_root)
+    return SharingEnforcer(runner, data_dir, driver_name=driver_name, limits_library=limits_library)
