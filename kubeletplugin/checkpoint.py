@@ -345,4 +345,5 @@ class Checkpoint:
     def write(self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]) -> None:
         """Atomically and durably replace the file with ``claims`` and ``sharing``."""
         data = json.dumps(self.document(claims, sharing), indent=1, sort_keys=True).encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, data + b"\n", mode=0o600)
