@@ -1,19 +1,228 @@
-"""Entry point of ``sharegpu-controller``."""
+"""Entry point of ``sharegpu-controller`` (also ``python -m controller``).
+
+Runs, in one process: the admission webhook (HTTPS), the tracker that keeps the ``GPU``
+objects (with optional leader election), the read-only JSON API (also the health probes) and
+the Prometheus ``/metrics`` endpoint. SIGTERM or SIGINT stops everything cleanly (a leader
+releases its lease first). Expected failures (bad flags, unreadable kubeconfig or certificates,
+ports in use) end with a one-line error and exit code 1, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
+import ssl
+import threading
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
+from types import FrameType
+from typing import Any
+
+from api.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
+from api.telemetry import Telemetry, parse_address, serve_metrics
+from controller.httpapi import serve_api
+from controller.kube import Kube, KubeError, load_api_client
+from controller.leader import LeaderElector
+from controller.metrics import ControllerMetrics
+from controller.tracker import Tracker
+from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
+
+log = logging.getLogger("controller")
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false (got {text!r})")
+
+
+def _address(text: str) -> str:
+    if text:
+        try:
+            parse_address(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags of the controller."""
-    return argparse.ArgumentParser(
+    p = argparse.ArgumentParser(
         prog="sharegpu-controller",
-        description="sharegpu controller: admission webhook and per-GPU allocation tracking.",
+        description="sharegpu controller: admission webhook, per-GPU allocation tracking "
+        "(GPU objects), JSON API and Prometheus metrics.",
     )
+    env = os.environ.get
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (else $KUBECONFIG, else the in-cluster configuration)",
+    )
+    p.add_argument(
+        "--driver-name",
+        default=env("DRIVER_NAME", DEFAULT_DRIVER_NAME),
+        help="DRA driver name (env DRIVER_NAME; default %(default)s)",
+    )
+    p.add_argument(
+        "--webhook-address",
+        type=_address,
+        default="0.0.0.0:8443",
+        help="HTTPS address of the admission webhook (default %(default)s)",
+    )
+    p.add_argument(
+        "--tls-cert-file",
+        default="",
+        help="webhook serving certificate (PEM); reloaded when it changes",
+    )
+    p.add_argument("--tls-key-file", default="", help="webhook private key (PEM)")
+    p.add_argument(
+        "--device-class",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="DeviceClass of this driver whose requests are checked (repeatable; "
+        "classes named like the driver always are)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        type=_address,
+        default="0.0.0.0:9401",
+        help="address of /metrics (empty: off; default %(default)s)",
+    )
+    p.add_argument(
+        "--api-address",
+        type=_address,
+        default="0.0.0.0:8080",
+        help="address of the JSON API and /healthz, /readyz (empty: off; default %(default)s)",
+    )
+    p.add_argument(
+        "--leader-elect",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="elect one writing replica with a Lease (default %(default)s)",
+    )
+    p.add_argument(
+        "--lease-namespace",
+        default=env("POD_NAMESPACE", "default"),
+        help="namespace of the Lease (env POD_NAMESPACE; default %(default)s)",
+    )
+    p.add_argument(
+        "--lease-name",
+        default=CONTROLLER_LEASE_NAME,
+        help="name of the Lease (default %(default)s)",
+    )
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    p.add_argument("--disable-webhook", action="store_true", help="do not serve the webhook")
+    p.add_argument(
+        "--disable-tracker",
+        action="store_true",
+        help="do not track GPUs (no API access needed then)",
+    )
+    return p
+
+
+def _closer(server: ThreadingHTTPServer) -> Callable[[], None]:
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return close
+
+
+class Controller:
+    """The running components; :meth:`stop` tears them down in reverse order."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.telemetry = Telemetry("sharegpu-controller")
+        self.metrics = ControllerMetrics(self.telemetry)
+        self._stoppers: list[Callable[[], None]] = [self.telemetry.shutdown]
+        self.tracker: Tracker | None = None
+        self.elector: LeaderElector | None = None
+        self.webhook: WebhookServer | None = None
+
+    def start(self) -> None:
+        """Start every enabled component; raises KubeError, OSError or ValueError."""
+        a = self.args
+        if not a.disable_webhook and not (a.tls_cert_file and a.tls_key_file):
+            raise ValueError(
+                "the webhook needs --tls-cert-file and --tls-key-file (or --disable-webhook)"
+            )
+        if not a.disable_tracker:
+            kube = Kube(load_api_client(a.kubeconfig), on_error=self.metrics.api_error)
+            is_leader: Callable[[], bool] = lambda: True  # noqa: E731
+            if a.leader_elect:
+                self.elector = LeaderElector(kube, a.lease_namespace, a.lease_name)
+                is_leader = lambda: self.elector is not None and self.elector.is_leader  # noqa: E731
+            self.tracker = Tracker(kube, a.driver_name, metrics=self.metrics, is_leader=is_leader)
+            self.metrics.set_gpu_source(self.tracker.gpus)
+        if a.metrics_address:
+            server = serve_metrics(self.telemetry, a.metrics_address)
+            self._stoppers.append(_closer(server))
+            log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
+        if not a.disable_webhook:
+            certs = CertificateReloader(a.tls_cert_file, a.tls_key_file)
+            admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class)
+            self.webhook = WebhookServer(a.webhook_address, admission, certs).start()
+            self._stoppers.append(self.webhook.stop)
+            log.info("webhook on https://%s:%d", *self.webhook.server_address[:2])
+        tracker = self.tracker
+        if a.api_address:
+            ready = tracker.synced if tracker is not None else (lambda: True)
+            api = serve_api(a.api_address, tracker.gpus if tracker else None, ready)
+            self._stoppers.append(_closer(api))
+            log.info("JSON API on http://%s:%d/api/v1/gpus", *api.server_address[:2])
+        if tracker is not None:
+            tracker.start()
+            self._stoppers.append(tracker.stop)
+            log.info("tracking GPUs of driver %s", a.driver_name)
+        if self.elector is not None:
+            self.elector.start()
+            self._stoppers.append(self.elector.stop)
+
+    def stop(self) -> None:
+        """Stop in reverse start order (the lease is released before the tracker stops)."""
+        while self._stoppers:
+            stopper = self._stoppers.pop()
+            try:
+                stopper()
+            except Exception as exc:  # keep stopping the rest
+                log.warning("shutdown: %s", exc)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the controller; returns the process exit code."""
-    build_parser().parse_args(argv)
+    """Run the controller until SIGTERM/SIGINT; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s; shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    previous: dict[int, Any] = {
+        sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    controller = Controller(args)
+    try:
+        controller.start()
+        while not stop.wait(1.0):
+            pass
+    except (KubeError, OSError, ValueError, ssl.SSLError) as exc:
+        log.error("cannot start: %s", getattr(exc, "message", None) or exc)
+        return 1
+    finally:
+        controller.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("stopped")
     return 0

@@ -1,0 +1,81 @@
+"""Read-only JSON API over the tracker's cache (plain HTTP; put it behind a Service).
+
+``GET /api/v1/gpus`` and ``GET /api/v1/nodes/<node>/gpus`` answer
+``{"apiVersion": "v1", "kind": "List", "items": [<GPU object>, ...]}`` with the GPU objects the
+tracker currently computes (also on standby replicas, which watch but do not write).
+``/healthz`` answers 200 while the process serves; ``/readyz`` 200 once the tracker has synced
+(always, when the tracker is disabled).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote
+
+from api.gpu import GpuObject
+from api.telemetry import parse_address
+
+log = logging.getLogger(__name__)
+
+GpuLister = Callable[[str | None], list[GpuObject]]
+
+
+def gpu_list(objects: list[GpuObject]) -> dict[str, Any]:
+    """The JSON list answer for ``objects``."""
+    return {"apiVersion": "v1", "kind": "List", "items": [g.manifest() for g in objects]}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    list_gpus: GpuLister | None
+    ready: Callable[[], bool]
+
+    def _send(self, code: int, body: Any) -> None:
+        data = (json.dumps(body) if not isinstance(body, str) else body).encode()
+        self.send_response(code)
+        ctype = "text/plain" if isinstance(body, str) else "application/json"
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        parts = [unquote(p) for p in path.split("/") if p]
+        if path == "/healthz":
+            self._send(200, "ok\n")
+        elif path == "/readyz":
+            ok = self.ready()
+            self._send(200 if ok else 503, "ok\n" if ok else "not ready: tracker not synced\n")
+        elif self.list_gpus is None and parts[:2] == ["api", "v1"]:
+            self._send(503, {"error": "the tracker is disabled (--disable-tracker)"})
+        elif parts == ["api", "v1", "gpus"] and self.list_gpus is not None:
+            self._send(200, gpu_list(self.list_gpus(None)))
+        elif (
+            len(parts) == 5
+            and parts[:3] == ["api", "v1", "nodes"]
+            and parts[4] == "gpus"
+            and self.list_gpus is not None
+        ):
+            self._send(200, gpu_list(self.list_gpus(parts[3])))
+        else:
+            self._send(404, {"error": f"no such path {path!r}"})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("api %s", format % args)
+
+
+def serve_api(
+    address: str, list_gpus: GpuLister | None, ready: Callable[[], bool]
+) -> ThreadingHTTPServer:
+    """Serve the JSON API on ``address`` in a daemon thread; stop with ``shutdown()``."""
+    handler = type("ApiHandler", (_Handler,), {"list_gpus": list_gpus, "ready": ready})
+    server = ThreadingHTTPServer(parse_address(address), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="json-api", daemon=True).start()
+    return server
