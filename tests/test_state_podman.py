@@ -1,0 +1,126 @@
+"""A real container runtime consumes the specs: podman runs a container with the returned CDI ID.
+
+Podman >= 4.6 takes ``--cdi-spec-dir``; older ones (Debian 12 ships 4.3) read only the default
+spec directories, so there the specs are written to ``/var/run/cdi`` (unique claim UIDs, removed by
+the unprepare at the end of each test).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from state_helpers import GI, FakeClaims, Node, assert_valid_cdi, claim, ref, result
+
+PODMAN = shutil.which("podman")
+BUSYBOX = shutil.which("busybox")
+RUN_FLAGS = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+SYSTEM_CDI_DIR = Path("/var/run/cdi")
+
+
+def _podman(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    assert PODMAN is not None
+    return subprocess.run(
+        [PODMAN, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if PODMAN is None:
+        pytest.skip("podman is not installed (tests/setup-system.sh installs it where apt exists)")
+    if BUSYBOX is None:
+        pytest.skip("busybox-static is not installed; no image can be built offline")
+    info = _podman("info")
+    if info.returncode != 0:
+        pytest.skip(f"podman cannot run here: {info.stderr.strip()[:300]}")
+    root = tmp_path_factory.mktemp("rootfs")
+    (root / "bin").mkdir()
+    shutil.copy(BUSYBOX, root / "bin" / "busybox")
+    for applet in ("sh", "env"):
+        os.symlink("busybox", root / "bin" / applet)
+    archive = root.parent / "rootfs.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(root, arcname=".")
+    name = f"localhost/sharegpu-test-busybox:{uuid.uuid4().hex[:12]}"
+    imported = _podman("import", str(archive), name)
+    assert imported.returncode == 0, imported.stderr
+    try:
+        yield name
+    finally:
+        _podman("rmi", "-f", name)
+
+
+def _supports_cdi_spec_dir() -> bool:
+    return "--cdi-spec-dir" in _podman("run", "--help").stdout
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    n = Node(tmp_path)
+    if not _supports_cdi_spec_dir():
+        if os.geteuid() != 0:
+            pytest.skip("this podman reads only /var/run/cdi, which needs root to write")
+        n.cdi_dir = SYSTEM_CDI_DIR
+    return n
+
+
+def _run_env(image: str, node: Node, cdi_id: str) -> dict[str, str]:
+    args = ["run", "--rm", *RUN_FLAGS]
+    if node.cdi_dir != SYSTEM_CDI_DIR:
+        args += ["--cdi-spec-dir", str(node.cdi_dir)]
+    run = _podman(*args, "--device", cdi_id, image, "env")
+    assert run.returncode == 0, run.stderr
+    return dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line)
+
+
+def _prepare_and_run(
+    image: str, node: Node, obj: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    claims = FakeClaims()
+    claims.add(obj)
+    state = node.state(claims)
+    r = ref(obj)
+    out = state.prepare([r])[r.uid]
+    assert out.error == ""
+    try:
+        doc = assert_valid_cdi(node.cdi_dir / f"k8s.gpu.sharegpu.dev-claim_{r.uid}.json")
+        env = _run_env(image, node, out.devices[0].cdi_device_ids[0])
+        return doc, env
+    finally:
+        state.unprepare([r])
+        assert not (node.cdi_dir / f"k8s.gpu.sharegpu.dev-claim_{r.uid}.json").exists()
+
+
+def test_share_variables_are_visible_in_the_container(image: str, node: Node) -> None:
+    obj = claim("podman-share", [result("gpu", "gpu-2", share={"cores": 30, "memory": 10 * GI})])
+    _, env = _prepare_and_run(image, node, obj)
+    md = obj["metadata"]
+    res = obj["status"]["allocation"]["devices"]["results"][0]
+    assert env["SHAREGPU_CLAIM"] == f"default/{md['name']}"
+    assert env["SHAREGPU_CLAIM_UID"] == md["uid"]
+    assert env["SHAREGPU_DEVICE"] == "gpu-2"
+    assert env["SHAREGPU_SHARE_ID"] == res["shareID"]
+    assert env["SHAREGPU_CORES"] == "30"
+    assert env["SHAREGPU_MEMORY"] == str(10 * GI)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == env["SHAREGPU_GPU_UUID"]
+
+
+def test_whole_gpu_with_a_uid_starting_with_a_digit(image: str, node: Node) -> None:
+    # cdiVersion 0.5.0 (device name starts with a digit) is accepted by podman 4.x.
+    obj = claim(
+        "podman-whole",
+        [result("gpu", "gpu-0")],
+        uid=f"0{uuid.uuid4().hex[1:8]}-0000-4000-8000-000000000000",
+    )
+    doc, env = _prepare_and_run(image, node, obj)
+    assert doc["cdiVersion"] == "0.5.0"
+    assert env["SHAREGPU_CORES"] == "100"
+    assert "SHAREGPU_SHARE_ID" not in env
