@@ -162,6 +162,11 @@ def test_kubelet_plugin_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> 
     assert {"/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/dev", "/"} <= host_paths
     assert "--sharing-mode=consumable" in container["args"]
     assert "--device-backend=nvml" in container["args"]
+    # Only the driver libraries copied by the init container go on the library path.
+    assert env["LD_LIBRARY_PATH"]["value"] == "/usr/local/nvidia/lib"
+    (init,) = pod["initContainers"]
+    assert "libnvidia-ml.so.1" in init["args"][0]
+    assert "/usr/local/nvidia/lib" in {m["mountPath"] for m in init["volumeMounts"]}
 
 
 def test_sharing_mode_and_mock_backend_reach_the_plugin(
@@ -175,6 +180,10 @@ def test_sharing_mode_and_mock_backend_reach_the_plugin(
     assert "--mock-config=/etc/sharegpu/mock/gpus.yaml" in mock["args"]
     # The mock backend needs neither the host's /dev nor the driver installation.
     assert not {"/dev", "/driver-root"} & {m["mountPath"] for m in mock["volumeMounts"]}
+    (mock_pod,) = [
+        d["spec"]["template"]["spec"] for d in by_kind(rendered["mock-backend"], "DaemonSet")
+    ]
+    assert "initContainers" not in mock_pod
     config_map = one(rendered["mock-backend"], "ConfigMap")
     assert "NVIDIA A100-SXM4-40GB" in config_map["data"]["gpus.yaml"]
 
