@@ -48,17 +48,12 @@ def node_devices(gpus: Sequence[GpuInfo], sharing_mode: str) -> dict[str, NodeDe
     return table
 
 
-def shareable_memory(gpu: GpuInfo) -> int:
-    """Memory a share can be granted on ``gpu``: usable memory rounded down to the 256Mi step."""
-    return gpu.memory_usable - gpu.memory_usable % names.MEMORY_STEP_BYTES
-
-
 def partition_share(gpu: GpuInfo, profile: str) -> tuple[int, int]:
-    """(cores, memory bytes) of one partition of ``profile`` on ``gpu``: its fraction of the
-    100 cores and of the shareable memory, memory rounded down to the 256Mi step."""
+    """(cores, memory bytes) of one ``1/n`` partition of ``profile`` on ``gpu``:
+    ``floor(100/n)`` cores and ``floor(usable/n)`` bytes, the amounts its ResourceSlice device
+    publishes and consumes from the GPU's counters (see ``slices.partition_devices``)."""
     parts = names.PARTITION_PROFILES[profile]
-    memory = shareable_memory(gpu) // parts
-    return names.CORES_PER_GPU // parts, memory - memory % names.MEMORY_STEP_BYTES
+    return names.CORES_PER_GPU // parts, gpu.memory_usable // parts
 
 
 def _consumed(
