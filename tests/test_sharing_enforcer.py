@@ -288,7 +288,7 @@ def test_mps_shares_of_one_request_on_two_gpus_are_refused(tmp_path: Path) -> No
 
 
 def test_admin_access_is_neither_counted_nor_enforced(tmp_path: Path) -> None:
-    node, claims, tools, state = setup(tmp_path)
+    node, claims, _, state = setup(tmp_path)
     a = h.claim("a", [h.result("gpu", "gpu-0", share={"cores": 100, "memory": 10 * GI})])
     mon = h.claim("mon", [h.result("gpu", "gpu-0", admin=True)])
     claims.add(a, mon)
