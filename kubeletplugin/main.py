@@ -1,20 +1,235 @@
-"""Entry point of ``sharegpu-kubeletplugin``."""
+"""Entry point of ``sharegpu-kubeletplugin``: flags -> discovery -> the running daemon.
+
+The daemon is a :class:`Plugin`: the discovered GPUs, an API client, the
+:class:`~kubeletplugin.publisher.SlicePublisher` and any further :class:`Component` (the kubelet
+gRPC server, the health monitor, ...). Components are added in :func:`build_plugin` with
+:meth:`Plugin.add_component`; they start in the order added, after the publisher, and stop in
+reverse order when SIGTERM or SIGINT arrives. Stopping never deletes slices and never
+unprepares claims: kubelet owns that clean-up.
+
+Exit codes: 0 after a clean stop (or ``--print-slices``), 1 when discovery or the API connection
+fails, 2 for bad flags. Expected failures print one line, never a traceback.
+"""
 
 from __future__ import annotations
 
-import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from http.server import ThreadingHTTPServer
+from types import FrameType
+from typing import Protocol
+
+import yaml
+from kubernetes import client
+
+from api.logs import configure_logging
+from api.telemetry import Telemetry, serve_metrics
+from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
+from kubeletplugin.devices import DeviceBackend, DiscoveryError, GpuInfo
+from kubeletplugin.kube import KubeConfigError, KubeRest, load_api_client
+from kubeletplugin.mock import MockBackend
+from kubeletplugin.nvml import NvmlBackend
+from kubeletplugin.publisher import SlicePublisher
+from kubeletplugin.slices import desired_slices, resource_slice_objects
+
+PROG = "sharegpu-kubeletplugin"
+SERVICE_NAME = "sharegpu-kubeletplugin"
+
+log = logging.getLogger(__name__)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line flags of the node daemon."""
-    return argparse.ArgumentParser(
-        prog="sharegpu-kubeletplugin",
-        description="sharegpu node daemon: discovers GPUs, publishes ResourceSlices, "
-        "and prepares claims for kubelet.",
+class Component(Protocol):
+    """A part of the running daemon. ``start`` returns once it runs; ``stop`` is idempotent."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def make_backend(config: PluginConfig) -> DeviceBackend:
+    """The device backend chosen by ``--device-backend``."""
+    if config.device_backend == "mock":
+        return MockBackend(config.node_name, count=config.mock_gpus, config_file=config.mock_config)
+    return NvmlBackend()
+
+
+def describe_gpus(gpus: Sequence[GpuInfo]) -> None:
+    """Log what discovery found, including its fallbacks."""
+    for gpu in gpus:
+        log.info(
+            "GPU %d: %s %s, %d MiB usable of %d MiB, PCI %s, NUMA %s",
+            gpu.index,
+            gpu.product_name,
+            gpu.uuid,
+            gpu.memory_usable // 2**20,
+            gpu.memory_total // 2**20,
+            gpu.pci_bus_id,
+            "unknown" if gpu.numa_node is None else gpu.numa_node,
+        )
+        for note in gpu.notes:
+            log.warning("GPU %d: %s", gpu.index, note)
+
+
+def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
+    """The ResourceSlices that would be published, as a YAML stream (no owner: no Node known)."""
+    objects = resource_slice_objects(
+        desired_slices(gpus, config.sharing_mode),
+        config.driver_name,
+        config.node_name,
+        node_uid=None,
+        generation=1,
     )
+    return yaml.safe_dump_all(objects, sort_keys=False)
 
 
-def main(argv: list[str] | None = None) -> int:
+class _MetricsEndpoint:
+    """``--metrics-address``: serves the plugin's :class:`Telemetry` on ``/metrics``."""
+
+    def __init__(self, telemetry: Telemetry, address: str) -> None:
+        self._telemetry = telemetry
+        self._address = address
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        self._server = serve_metrics(self._telemetry, self._address)
+        log.info("serving metrics on %s/metrics", self._address)
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+class Plugin:
+    """The running daemon.
+
+    For other components: ``config``, ``gpus`` (NVML order), ``backend``, ``api_client`` (share
+    it), ``telemetry`` (create instruments on ``telemetry.meter``) and ``publisher`` (call
+    ``publisher.set_taints(...)`` / ``publisher.update_devices(...)`` to republish).
+    """
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        backend: DeviceBackend,
+        gpus: Sequence[GpuInfo],
+        api_client: client.ApiClient,
+        telemetry: Telemetry,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.gpus: tuple[GpuInfo, ...] = tuple(gpus)
+        self.api_client = api_client
+        self.telemetry = telemetry
+        self.publisher = SlicePublisher(
+            KubeRest(api_client), config.driver_name, config.node_name, config.sharing_mode, gpus
+        )
+        self._components: list[Component] = []
+        if config.metrics_address:
+            self._components.append(_MetricsEndpoint(telemetry, config.metrics_address))
+        self._components.append(self.publisher)
+        self._started: list[Component] = []
+        self._stop_requested = threading.Event()
+        self._lock = threading.Lock()
+
+    def add_component(self, component: Component) -> None:
+        """Run ``component`` with the daemon (call before :meth:`start`)."""
+        if self._started:
+            raise RuntimeError("components must be added before the plugin starts")
+        self._components.append(component)
+
+    def start(self) -> None:
+        """Start every component in order; on a failure, stop those already started."""
+        with self._lock:
+            for component in self._components:
+                try:
+                    component.start()
+                except BaseException:
+                    self._stop_started()
+                    raise
+                self._started.append(component)
+
+    def stop(self) -> None:
+        """Stop the started components in reverse order (idempotent, never raises)."""
+        with self._lock:
+            self._stop_started()
+        self.telemetry.shutdown()
+        self.api_client.close()
+
+    def _stop_started(self) -> None:
+        while self._started:
+            component = self._started.pop()
+            try:
+                component.stop()
+            except Exception:
+                log.exception("stopping %s failed", type(component).__name__)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to return (safe from signal handlers and other threads)."""
+        self._stop_requested.set()
+
+    def run(self) -> int:
+        """Start, wait for SIGTERM/SIGINT (or :meth:`request_stop`), stop; returns 0."""
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+            self.request_stop()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            log.info(
+                "running: driver %s, node %s, %d GPUs, sharing mode %s",
+                self.config.driver_name,
+                self.config.node_name,
+                len(self.gpus),
+                self.config.sharing_mode,
+            )
+            while not self._stop_requested.wait(1.0):
+                pass
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("stopped")
+        return 0
+
+
+def build_plugin(config: PluginConfig) -> Plugin:
+    """Discover GPUs, connect to the API server and assemble the daemon.
+
+    Raises :class:`DiscoveryError` or :class:`KubeConfigError`. This is where the daemon's
+    further components are added (``plugin.add_component(...)``).
+    """
+    backend = make_backend(config)
+    gpus = backend.discover()
+    describe_gpus(gpus)
+    api_client = load_api_client(config.kubeconfig)
+    return Plugin(config, backend, gpus, api_client, Telemetry(SERVICE_NAME))
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the node daemon; returns the process exit code."""
-    build_parser().parse_args(argv)
-    return 0
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        return _fail(str(exc), 2)
+    configure_logging(config.log_format, config.log_level)
+    try:
+        if config.print_slices:
+            sys.stdout.write(slices_yaml(config, make_backend(config).discover()))
+            return 0
+        plugin = build_plugin(config)
+    except (DiscoveryError, KubeConfigError) as exc:
+        return _fail(str(exc), 1)
+    return plugin.run()

@@ -1,0 +1,166 @@
+"""The kubelet plugin's settings: every command-line flag, parsed and checked in one place.
+
+Precedence for each setting: the flag, else its environment variable (``DRIVER_NAME``,
+``NODE_NAME``; ``KUBECONFIG`` is read by :mod:`kubeletplugin.kube`), else the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from api import names, slicerules
+from api.logs import LOG_FORMATS, LOG_LEVELS
+from api.telemetry import parse_address
+
+DEFAULT_PLUGIN_REGISTRY_DIR: Final = Path("/var/lib/kubelet/plugins_registry")
+#: ``--plugin-data-dir`` defaults to this directory plus the driver name.
+DEFAULT_PLUGINS_DIR: Final = Path("/var/lib/kubelet/plugins")
+DEFAULT_CDI_DIR: Final = Path("/var/run/cdi")
+DEVICE_BACKENDS: Final = ("nvml", "mock")
+DEFAULT_MOCK_GPUS: Final = 8
+
+ENV_DRIVER_NAME: Final = "DRIVER_NAME"
+ENV_NODE_NAME: Final = "NODE_NAME"
+
+
+class ConfigError(ValueError):
+    """Bad flags; the message is one line naming the flag and the problem."""
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """All settings of ``sharegpu-kubeletplugin`` (immutable, validated)."""
+
+    driver_name: str
+    node_name: str
+    kubeconfig: str | None
+    plugin_registry_dir: Path
+    plugin_data_dir: Path
+    cdi_dir: Path
+    sharing_mode: str
+    metrics_address: str | None
+    log_format: str
+    log_level: str
+    device_backend: str
+    mock_gpus: int
+    mock_config: Path | None
+    #: Print the slices that would be published and exit (no API server needed).
+    print_slices: bool
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line flags of the node daemon."""
+    p = argparse.ArgumentParser(
+        prog="sharegpu-kubeletplugin",
+        description="sharegpu node daemon: discovers GPUs, publishes ResourceSlices, "
+        "and prepares claims for kubelet.",
+    )
+    p.add_argument(
+        "--driver-name",
+        help=f"DRA driver name (env {ENV_DRIVER_NAME}; default {names.DEFAULT_DRIVER_NAME})",
+    )
+    p.add_argument("--node-name", help=f"this node's name (env {ENV_NODE_NAME}; required)")
+    p.add_argument(
+        "--kubeconfig", help="kubeconfig file (else $KUBECONFIG, else the in-cluster config)"
+    )
+    p.add_argument(
+        "--plugin-registry-dir",
+        type=Path,
+        default=DEFAULT_PLUGIN_REGISTRY_DIR,
+        help=f"kubelet's plugin registration directory (default {DEFAULT_PLUGIN_REGISTRY_DIR})",
+    )
+    p.add_argument(
+        "--plugin-data-dir",
+        type=Path,
+        help=f"directory for the DRA socket and the checkpoint (default {DEFAULT_PLUGINS_DIR}/"
+        "<driver name>)",
+    )
+    p.add_argument(
+        "--cdi-dir",
+        type=Path,
+        default=DEFAULT_CDI_DIR,
+        help=f"where CDI specs are written (default {DEFAULT_CDI_DIR})",
+    )
+    p.add_argument(
+        "--sharing-mode",
+        choices=names.SHARING_MODES,
+        default=names.SHARING_MODE_CONSUMABLE,
+        help="how GPUs are published: consumable capacity shares (KEP-5075), fixed partitions "
+        "(KEP-4815), or whole GPUs only (default consumable)",
+    )
+    p.add_argument("--metrics-address", help="serve /metrics on HOST:PORT (default: off)")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    p.add_argument("--device-backend", choices=DEVICE_BACKENDS, default="nvml")
+    p.add_argument(
+        "--mock-gpus",
+        type=int,
+        default=DEFAULT_MOCK_GPUS,
+        help=f"number of mock GPUs (mock backend; default {DEFAULT_MOCK_GPUS})",
+    )
+    p.add_argument(
+        "--mock-config",
+        type=Path,
+        help="YAML list of mock GPUs with any discovery field (mock backend)",
+    )
+    p.add_argument(
+        "--print-slices",
+        action="store_true",
+        help="discover GPUs, print the ResourceSlices that would be published as YAML, and exit",
+    )
+    return p
+
+
+def config_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> PluginConfig:
+    """Apply environment fallbacks and defaults; raise :class:`ConfigError` on bad values."""
+    env = environ if environ is not None else os.environ
+    driver = args.driver_name or env.get(ENV_DRIVER_NAME) or names.DEFAULT_DRIVER_NAME
+    if not slicerules.is_dns_subdomain(driver, slicerules.MAX_DRIVER_NAME_LENGTH):
+        raise ConfigError(
+            f"--driver-name {driver!r}: must be a DNS subdomain of at most "
+            f"{slicerules.MAX_DRIVER_NAME_LENGTH} characters"
+        )
+    node = args.node_name or env.get(ENV_NODE_NAME)
+    if not node:
+        raise ConfigError(f"--node-name is required (or set ${ENV_NODE_NAME})")
+    if not slicerules.is_dns_subdomain(node):
+        raise ConfigError(f"--node-name {node!r}: must be a DNS subdomain")
+    if args.metrics_address:
+        try:
+            parse_address(args.metrics_address)
+        except ValueError as exc:
+            raise ConfigError(f"--metrics-address: {exc}") from None
+    if args.mock_config is None and args.mock_gpus < 1:
+        raise ConfigError(f"--mock-gpus must be at least 1, got {args.mock_gpus}")
+    if args.device_backend != "mock" and args.mock_config is not None:
+        raise ConfigError("--mock-config needs --device-backend mock")
+    return PluginConfig(
+        driver_name=driver,
+        node_name=node,
+        kubeconfig=args.kubeconfig,
+        plugin_registry_dir=args.plugin_registry_dir,
+        plugin_data_dir=args.plugin_data_dir or DEFAULT_PLUGINS_DIR / driver,
+        cdi_dir=args.cdi_dir,
+        sharing_mode=args.sharing_mode,
+        metrics_address=args.metrics_address,
+        log_format=args.log_format,
+        log_level=args.log_level,
+        device_backend=args.device_backend,
+        mock_gpus=args.mock_gpus,
+        mock_config=args.mock_config,
+        print_slices=args.print_slices,
+    )
+
+
+def parse_config(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> PluginConfig:
+    """Parse flags (argparse exits with status 2 on unknown flags or bad choices)."""
+    return config_from_args(build_parser().parse_args(argv), environ)
