@@ -210,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 if fault.action == ACTION_DELAY:
-                    time.sleep(fault.delay_s)
+                    api.stopping.wait(fault.delay_s)
                 else:
                     retry = 1 if fault.code == 429 else None
                     raise ApiError(fault.code, fault.message, retry_after_seconds=retry)
@@ -519,6 +519,7 @@ class KubeAPIServer:
         self._counts_lock = threading.Lock()
         self._watches: set[Watcher] = set()
         self._watches_lock = threading.Lock()
+        self._stopping = threading.Event()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -526,6 +527,7 @@ class KubeAPIServer:
         """Bind and serve in a background thread; returns self."""
         if self._httpd is not None:
             return self
+        self._stopping.clear()
         self._httpd = _HTTPServer(self, self._address)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
@@ -542,7 +544,10 @@ class KubeAPIServer:
         if httpd is None:
             return
         httpd.shutdown()
+        self._stopping.set()
         self.store.close_watches()
+        # let the watch streams write their final chunk before the connections are cut
+        self.wait_for(lambda: self.open_watches() == 0, timeout_s=5.0)
         httpd.cut_connections()
         httpd.server_close()
         if self._thread is not None:
@@ -559,6 +564,11 @@ class KubeAPIServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once :meth:`stop` has begun (stalled requests wake up on it)."""
+        return self._stopping
 
     # ------------------------------------------------------------ addresses and clients
 
