@@ -783,7 +783,10 @@ class _Search:
             return None
         by_request: dict[str, bool] = {}
         for other in others:
-            has = any(_attribute(c, constraint.attribute) == value for c in eligible[id(other)])
+            has = any(
+                (c.id != cand.id or cand.multi) and _attribute(c, constraint.attribute) == value
+                for c in eligible[id(other)]
+            )
             by_request[other.request] = by_request.get(other.request, False) or has
         missing = sorted(r for r, has in by_request.items() if not has)
         if not missing:

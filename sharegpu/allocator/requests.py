@@ -107,7 +107,8 @@ def _alternative(
     mode = entry.get("allocationMode") or "ExactCount"
     if mode not in ("ExactCount", "All"):
         raise AllocatorInputError(f"{path}.allocationMode: {mode!r} is not one of ExactCount, All")
-    count = int(entry.get("count") or 1)
+    raw_count = entry.get("count")
+    count = 1 if raw_count is None else int(raw_count)
     if mode == "ExactCount" and count < 1:
         raise AllocatorInputError(f"{path}.count: must be at least 1, got {count}")
     return Alternative(
