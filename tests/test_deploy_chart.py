@@ -9,8 +9,11 @@ the DRAExtendedResource gate; beta in 1.36), so it is checked against both versi
 
 from __future__ import annotations
 
+import argparse
 import base64
+import contextlib
 import datetime
+import io
 from collections.abc import Iterator
 from typing import Any
 
@@ -226,21 +229,22 @@ def test_rbac_grants_exactly_what_the_code_uses(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     docs = rendered["default"]
-    slice_verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
     assert rules_of(docs, "ClusterRole", "kubelet-plugin") == (
         triples("resource.k8s.io", ["resourceclaims"], ["get"])
-        | triples("resource.k8s.io", ["resourceslices"], slice_verbs)
+        | triples(
+            "resource.k8s.io", ["resourceslices"], ["list", "watch", "create", "update", "delete"]
+        )
         | triples("", ["nodes"], ["get"])
     )
     assert rules_of(docs, "ClusterRole", "controller") == (
-        triples(
-            "resource.k8s.io",
-            ["resourceslices", "resourceclaims", "deviceclasses"],
-            ["get", "list", "watch"],
+        triples("resource.k8s.io", ["resourceslices", "resourceclaims"], ["list", "watch"])
+        | triples("", ["pods"], ["list", "watch"])
+        | triples(
+            "resource.sharegpu.dev",
+            ["gpus"],
+            ["get", "list", "watch", "create", "update", "delete"],
         )
-        | triples("", ["pods"], ["get", "list", "watch"])
-        | triples("resource.sharegpu.dev", ["gpus"], slice_verbs)
-        | triples("resource.sharegpu.dev", ["gpus/status"], ["get", "update", "patch"])
+        | triples("resource.sharegpu.dev", ["gpus/status"], ["update"])
     )
     assert rules_of(docs, "Role", "leader-election") == triples(
         "coordination.k8s.io", ["leases"], ["get", "create", "update"]
@@ -403,3 +407,35 @@ def test_values_schema_rejects_bad_values(helm: str, set_arg: str, message: str)
     result = run_helm(helm, "template", RELEASE, str(CHART_DIR), "--set", set_arg)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def plugin_parser() -> argparse.ArgumentParser:
+    """The kubelet plugin's flag parser."""
+    from kubeletplugin.config import build_parser
+
+    return build_parser()
+
+
+def accepts(parser: argparse.ArgumentParser, args: list[str]) -> str:
+    """'' when the parser accepts ``args``, else what argparse printed."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(args)
+    except SystemExit:
+        return err.getvalue().strip() or "rejected"
+    return ""
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_flags_are_accepted_by_the_daemons(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    from controller.main import build_parser as controller_parser
+
+    for container in containers(rendered[variant], "DaemonSet"):
+        assert container["command"] == ["sharegpu-kubeletplugin"]
+        assert accepts(plugin_parser(), container["args"]) == ""
+    for container in containers(rendered[variant], "Deployment"):
+        assert container["command"] == ["sharegpu-controller"]
+        assert accepts(controller_parser(), container["args"]) == ""
