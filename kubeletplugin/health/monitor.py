@@ -1,0 +1,310 @@
+"""Watches GPU health and publishes it: device taints in the slices, the kubelet health stream.
+
+:class:`HealthMonitor` owns the :class:`~kubeletplugin.health.state.HealthStateMachine`. Its
+inputs are a :class:`HealthChecker` (NVML or mock) that pushes events from its own thread and
+answers periodic probes. On every change of a GPU's health it, at once and in this order:
+
+1. hands the publisher the complete taint map (``gpu-<index>`` -> the unhealthy taint; the
+   slice builder copies it onto every device of that GPU, partitions included, and re-splits
+   slices to the tainted-device limit); the publisher writes it within its debounce interval
+   (at most one publish per second), so a flapping GPU costs at most one write per second;
+2. publishes the complete device list (every published device of every GPU, pool = node
+   name) on the health stream.
+
+The health stream list is also refreshed every ``stream_refresh`` seconds with fresh
+``last_updated`` times, so kubelet never sees a stale list (it marks devices Unknown after 30 s
+without news).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from api import names
+from kubeletplugin.devices import GpuInfo
+from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, HealthEvent, event_reason
+from kubeletplugin.health.state import (
+    DEFAULT_FLAP_WINDOW_S,
+    DEFAULT_MAX_RECOVERY_FACTOR,
+    DEFAULT_RECOVERY_PROBES,
+    GpuHealth,
+    HealthStateMachine,
+)
+from kubeletplugin.health.taints import DEFAULT_TAINT_EFFECT, TAINT_EFFECTS, unhealthy_taint
+from kubeletplugin.healthservice import DeviceHealthStatus, Health
+from kubeletplugin.slices import desired_slices
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROBE_INTERVAL_S: Final = 5.0
+#: Below kubelet's 30 s staleness timeout, with margin.
+DEFAULT_STREAM_REFRESH_S: Final = 20.0
+#: Longest message kubelet keeps (it truncates longer ones).
+MAX_MESSAGE_LENGTH: Final = 1024
+
+Taints = dict[str, list[dict[str, Any]]]
+#: Receives events from a checker's thread.
+EventHandler = Callable[[HealthEvent], None]
+
+
+class HealthChecker(Protocol):
+    """A source of GPU health: pushed events plus a cheap per-GPU probe."""
+
+    def start(self, gpus: Sequence[GpuInfo], report: EventHandler) -> None:
+        """Begin watching ``gpus``; call ``report`` (from any thread) for each event."""
+        ...
+
+    def probe(self, gpu: GpuInfo) -> str | None:
+        """None when ``gpu`` answers normally, else the reason it is unhealthy."""
+        ...
+
+    def stop(self) -> None:
+        """Stop watching and release everything; returns within a few seconds."""
+        ...
+
+
+class TaintSink(Protocol):
+    """Takes the complete taint map (the slice publisher)."""
+
+    def set_taints(self, taints: Mapping[str, Sequence[Mapping[str, Any]]]) -> None: ...
+
+
+class HealthListSink(Protocol):
+    """Takes the complete device-health list (the health stream's broadcaster)."""
+
+    def publish(self, devices: Sequence[DeviceHealthStatus]) -> None: ...
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """Timing and policy of the monitor (validated on construction)."""
+
+    probe_interval: float = DEFAULT_PROBE_INTERVAL_S
+    recovery_probes: int = DEFAULT_RECOVERY_PROBES
+    ignored_xids: frozenset[int] = field(default=DEFAULT_IGNORED_XIDS)
+    taint_effect: str = DEFAULT_TAINT_EFFECT
+    flap_window: float = DEFAULT_FLAP_WINDOW_S
+    max_recovery_factor: int = DEFAULT_MAX_RECOVERY_FACTOR
+    stream_refresh: float = DEFAULT_STREAM_REFRESH_S
+
+    def __post_init__(self) -> None:
+        if self.probe_interval <= 0:
+            raise ValueError(f"probe interval must be > 0 seconds, got {self.probe_interval}")
+        if self.recovery_probes < 1:
+            raise ValueError(f"recovery probes must be >= 1, got {self.recovery_probes}")
+        if self.taint_effect not in TAINT_EFFECTS:
+            raise ValueError(
+                f"taint effect {self.taint_effect!r} is not one of {', '.join(TAINT_EFFECTS)}"
+            )
+        if self.stream_refresh <= 0:
+            raise ValueError(f"stream refresh must be > 0 seconds, got {self.stream_refresh}")
+
+
+def devices_by_gpu(gpus: Sequence[GpuInfo], sharing_mode: str) -> dict[str, list[str]]:
+    """GPU UUID -> names of the devices published for it (partitions included), in order.
+
+    Derived from the slices themselves, so the health stream names exactly the published
+    devices whatever the sharing mode.
+    """
+    by_uuid = {gpu.uuid: gpu for gpu in gpus}
+    result: dict[str, list[str]] = {gpu.uuid: [] for gpu in sorted(gpus, key=lambda g: g.index)}
+    for content in desired_slices(gpus, sharing_mode):
+        for device in content.get("devices") or []:
+            attrs = device.get("attributes") or {}
+            uuid = (attrs.get(names.ATTR_UUID) or {}).get("string")
+            if uuid in by_uuid:
+                result[uuid].append(device["name"])
+    return result
+
+
+class HealthMonitor:
+    """Turns checker events and probes into taints and health-stream lists.
+
+    Thread-safe. ``taints`` and ``stream`` may each be None (e.g. no API server in a test).
+    """
+
+    def __init__(
+        self,
+        checker: HealthChecker,
+        driver_name: str,
+        node_name: str,
+        sharing_mode: str,
+        gpus: Sequence[GpuInfo],
+        settings: HealthSettings | None = None,
+        taints: TaintSink | None = None,
+        stream: HealthListSink | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings or HealthSettings()
+        self.checker = checker
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.sharing_mode = sharing_mode
+        self._taint_sink = taints
+        self._stream = stream
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._state = HealthStateMachine(
+            self.settings.recovery_probes,
+            self.settings.flap_window,
+            self.settings.max_recovery_factor,
+        )
+        self._gpus: tuple[GpuInfo, ...] = ()
+        self._devices: dict[str, list[str]] = {}
+        self._last_taints: Taints = {}
+        self._last_stream = float("-inf")
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Number of health changes seen (for logs and tests).
+        self.changes = 0
+        self._set_gpus(gpus)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Publish the initial (all healthy) list, start the checker and the probe thread."""
+        if self._thread is not None:
+            raise RuntimeError("HealthMonitor already started")
+        with self._lock:
+            self._emit_locked(force_stream=True)
+            gpus = self._gpus
+        self.checker.start(gpus, self.handle_event)
+        self._thread = threading.Thread(target=self._probe_loop, name="health-probe", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop probing and the checker. Taints stay as published."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.checker.stop()
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def update_devices(self, gpus: Sequence[GpuInfo]) -> None:
+        """Track a new set of GPUs (new ones start healthy) and republish."""
+        with self._lock:
+            self._set_gpus(gpus)
+            self._emit_locked(force_stream=True)
+
+    def handle_event(self, event: HealthEvent) -> None:
+        """Apply one checker event (called from the checker's thread)."""
+        reason = event_reason(event, self.settings.ignored_xids)
+        if reason is None:
+            log.info("GPU %s: ignoring XID %s (in the ignore list)", event.uuid or "?", event.xid)
+            return
+        now = self._clock()
+        with self._lock:
+            targets = [event.uuid] if event.uuid is not None else [g.uuid for g in self._gpus]
+            changed = [u for u in targets if self._state.fault(u, reason, now)]
+            if event.uuid is not None and event.uuid not in self._devices:
+                log.warning("health event for unknown GPU %s: %s", event.uuid, reason)
+            self._after_changes(changed)
+
+    def probe_all(self) -> None:
+        """Probe every GPU once and apply the results (the probe thread calls this)."""
+        with self._lock:
+            gpus = self._gpus
+        results = [(gpu, self._probe(gpu)) for gpu in gpus]
+        now = self._clock()
+        with self._lock:
+            changed = [g.uuid for g, error in results if self._state.probe(g.uuid, error, now)]
+            if changed:
+                self._after_changes(changed)
+            elif now - self._last_stream >= self.settings.stream_refresh:
+                self._emit_locked(force_stream=True)
+
+    # --- outputs --------------------------------------------------------------------------
+
+    def gpu_health(self) -> dict[str, GpuHealth]:
+        """Current health of every GPU by UUID."""
+        with self._lock:
+            return self._state.snapshot()
+
+    def taints(self) -> Taints:
+        """The taint map the publisher gets: ``gpu-<index>`` -> [unhealthy taint]."""
+        with self._lock:
+            return self._taints_locked()
+
+    def device_health(self) -> list[DeviceHealthStatus]:
+        """The complete health-stream list (every published device)."""
+        with self._lock:
+            return self._device_health_locked()
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _set_gpus(self, gpus: Sequence[GpuInfo]) -> None:
+        self._gpus = tuple(sorted(gpus, key=lambda g: g.index))
+        self._devices = devices_by_gpu(self._gpus, self.sharing_mode)
+        self._state.set_gpus([g.uuid for g in self._gpus], self._clock())
+
+    def _probe(self, gpu: GpuInfo) -> str | None:
+        try:
+            return self.checker.probe(gpu)
+        except Exception as exc:  # a checker bug must not stop health checking
+            log.exception("health probe of GPU %d failed unexpectedly", gpu.index)
+            return f"health probe failed: {type(exc).__name__}: {exc}"
+
+    def _probe_loop(self) -> None:
+        while not self._stopping.is_set():
+            self.probe_all()
+            self._stopping.wait(self.settings.probe_interval)
+
+    def _after_changes(self, changed: Sequence[str]) -> None:
+        if not changed:
+            return
+        self.changes += len(changed)
+        by_uuid = {g.uuid: g for g in self._gpus}
+        for uuid in changed:
+            state = self._state.get(uuid)
+            index = by_uuid[uuid].index
+            if state.healthy:
+                log.info("GPU %d (%s) recovered", index, uuid)
+            else:
+                log.warning("GPU %d (%s) is unhealthy: %s", index, uuid, state.reason)
+        self._emit_locked(force_stream=True)
+
+    def _taints_locked(self) -> Taints:
+        taints: Taints = {}
+        for gpu in self._gpus:
+            state = self._state.get(gpu.uuid)
+            if not state.healthy:
+                taints[names.device_name(gpu.index)] = [
+                    unhealthy_taint(
+                        self.driver_name, state.reason, state.since, self.settings.taint_effect
+                    )
+                ]
+        return taints
+
+    def _device_health_locked(self) -> list[DeviceHealthStatus]:
+        result: list[DeviceHealthStatus] = []
+        for gpu in self._gpus:
+            state = self._state.get(gpu.uuid)
+            health = Health.HEALTHY if state.healthy else Health.UNHEALTHY
+            message = state.reason[:MAX_MESSAGE_LENGTH]
+            for name in self._devices.get(gpu.uuid, []):
+                result.append(
+                    DeviceHealthStatus(
+                        pool_name=self.node_name,
+                        device_name=name,
+                        health=health,
+                        last_updated=int(state.checked),
+                        message=message,
+                    )
+                )
+        return result
+
+    def _emit_locked(self, force_stream: bool) -> None:
+        taints = self._taints_locked()
+        if taints != self._last_taints and self._taint_sink is not None:
+            self._taint_sink.set_taints(taints)
+        self._last_taints = taints
+        if force_stream and self._stream is not None:
+            self._stream.publish(self._device_health_locked())
+            self._last_stream = self._clock()

@@ -1,0 +1,197 @@
+"""GPU health from NVML: an event thread (XIDs, double-bit ECC, lost GPU) and a per-GPU probe.
+
+Invariants:
+- NVML is initialised once in :meth:`NvmlHealthChecker.start` and shut down in
+  :meth:`NvmlHealthChecker.stop`, which also frees the event set; ``stop`` returns within about
+  one wait timeout because ``nvmlEventSetWait`` is always called with a timeout;
+- event types a GPU does not support are not registered (the probe still covers that GPU);
+- an event whose device cannot be identified counts for every GPU (fail safe);
+- NVML failures never escape into the caller: registration problems are logged, a failing probe
+  is an unhealthy GPU with the NVML error as its reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, Final
+
+from kubeletplugin.devices import GpuInfo
+from kubeletplugin.health.events import EventKind, HealthEvent
+from kubeletplugin.health.monitor import EventHandler
+
+log = logging.getLogger(__name__)
+
+#: NVML event type bits (nvml.h); used when pynvml lacks a constant.
+EVENT_DOUBLE_BIT_ECC: Final = 0x0002
+EVENT_XID_CRITICAL: Final = 0x0008
+EVENT_GPU_UNAVAILABLE: Final = 0x4000
+#: ``NVML_ERROR_TIMEOUT``: nvmlEventSetWait found no event in time.
+NVML_ERROR_TIMEOUT: Final = 10
+DEFAULT_WAIT_TIMEOUT_MS: Final = 1000
+#: Pause after an unexpected wait failure, so a broken event set cannot spin.
+ERROR_PAUSE_S: Final = 5.0
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class NvmlHealthChecker:
+    """A :class:`~kubeletplugin.health.monitor.HealthChecker` backed by NVML.
+
+    ``nvml`` is the ``pynvml`` module (imported on :meth:`start` when not given).
+    """
+
+    def __init__(
+        self, nvml: ModuleType | None = None, wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
+    ) -> None:
+        if wait_timeout_ms < 1:
+            raise ValueError(f"wait_timeout_ms must be >= 1, got {wait_timeout_ms}")
+        self._nvml = nvml
+        self.wait_timeout_ms = wait_timeout_ms
+        self._event_set: Any = None
+        self._initialised = False
+        self._init_error: str | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._report: EventHandler | None = None
+        #: GPU UUID -> the event types registered for it.
+        self.registered: dict[str, int] = {}
+
+    def _module(self) -> ModuleType:
+        if self._nvml is None:
+            self._nvml = importlib.import_module("pynvml")
+        return self._nvml
+
+    def _const(self, name: str, default: int) -> int:
+        value = getattr(self._module(), name, default)
+        return value if isinstance(value, int) else default
+
+    def _wanted_events(self) -> int:
+        wanted = self._const("nvmlEventTypeXidCriticalError", EVENT_XID_CRITICAL)
+        wanted |= self._const("nvmlEventTypeDoubleBitEccError", EVENT_DOUBLE_BIT_ECC)
+        if hasattr(self._module(), "nvmlEventTypeGpuUnavailableError"):
+            wanted |= self._const("nvmlEventTypeGpuUnavailableError", EVENT_GPU_UNAVAILABLE)
+        return wanted
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self, gpus: Sequence[GpuInfo], report: EventHandler) -> None:
+        """Initialise NVML, register for events on every GPU, start the event thread."""
+        self._report = report
+        try:
+            nvml = self._module()
+            nvml.nvmlInit()
+            self._initialised = True
+        except Exception as exc:
+            self._init_error = f"NVML unavailable: {exc}"
+            log.error("GPU health: cannot initialise NVML, every probe fails: %s", exc)
+            return
+        try:
+            self._event_set = nvml.nvmlEventSetCreate()
+        except Exception as exc:
+            log.warning("GPU health: NVML events unavailable, probing only: %s", exc)
+            return
+        wanted = self._wanted_events()
+        for gpu in gpus:
+            self._register(gpu, wanted)
+        if not self.registered:
+            log.warning("GPU health: no GPU supports the wanted NVML events; probing only")
+        self._thread = threading.Thread(target=self._event_loop, name="nvml-events", daemon=True)
+        self._thread.start()
+
+    def _register(self, gpu: GpuInfo, wanted: int) -> None:
+        nvml = self._module()
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+            try:
+                supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
+            except Exception as exc:
+                log.debug("GPU %d: supported event types unknown (%s)", gpu.index, exc)
+                supported = wanted
+            types = wanted & supported
+            if not types:
+                log.warning("GPU %d supports none of the health events; probing only", gpu.index)
+                return
+            nvml.nvmlDeviceRegisterEvents(handle, types, self._event_set)
+        except Exception as exc:
+            log.warning("GPU %d: cannot register NVML health events: %s", gpu.index, exc)
+            return
+        self.registered[gpu.uuid] = types
+
+    def stop(self) -> None:
+        """Stop the event thread, free the event set, shut NVML down."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(self.wait_timeout_ms / 1000 + 5)
+            self._thread = None
+        if not self._initialised:
+            return
+        nvml = self._module()
+        if self._event_set is not None:
+            try:
+                nvml.nvmlEventSetFree(self._event_set)
+            except Exception as exc:
+                log.debug("nvmlEventSetFree: %s", exc)
+            self._event_set = None
+        try:
+            nvml.nvmlShutdown()
+        except Exception as exc:
+            log.debug("nvmlShutdown: %s", exc)
+        self._initialised = False
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _is_timeout(self, exc: BaseException) -> bool:
+        timeout = self._const("NVML_ERROR_TIMEOUT", NVML_ERROR_TIMEOUT)
+        return getattr(exc, "value", None) == timeout
+
+    def _event_loop(self) -> None:
+        nvml = self._module()
+        while not self._stopping.is_set():
+            try:
+                data = nvml.nvmlEventSetWait(self._event_set, self.wait_timeout_ms)
+            except Exception as exc:
+                if self._is_timeout(exc):
+                    continue
+                log.warning("waiting for NVML events failed: %s", exc)
+                self._stopping.wait(ERROR_PAUSE_S)
+                continue
+            event = self.to_event(data)
+            if event is not None and self._report is not None:
+                self._report(event)
+
+    def to_event(self, data: Any) -> HealthEvent | None:
+        """The :class:`HealthEvent` for one ``c_nvmlEventData_t``; None for other event types."""
+        try:
+            uuid: str | None = _text(self._module().nvmlDeviceGetUUID(data.device))
+        except Exception as exc:
+            log.warning("NVML event from an unidentified GPU (%s): applies to every GPU", exc)
+            uuid = None
+        event_type = int(data.eventType)
+        if event_type & self._const("nvmlEventTypeXidCriticalError", EVENT_XID_CRITICAL):
+            return HealthEvent(uuid, EventKind.XID, xid=int(data.eventData))
+        if event_type & self._const("nvmlEventTypeDoubleBitEccError", EVENT_DOUBLE_BIT_ECC):
+            return HealthEvent(uuid, EventKind.DOUBLE_BIT_ECC)
+        if event_type & self._const("nvmlEventTypeGpuUnavailableError", EVENT_GPU_UNAVAILABLE):
+            return HealthEvent(uuid, EventKind.GPU_LOST, detail="NVML reports the GPU unavailable")
+        log.debug("ignoring NVML event type 0x%x", event_type)
+        return None
+
+    # --- probe ----------------------------------------------------------------------------
+
+    def probe(self, gpu: GpuInfo) -> str | None:
+        """Look the GPU up by UUID and read its memory info; an NVML error is the reason."""
+        if not self._initialised:
+            return self._init_error or "NVML is not initialised"
+        nvml = self._module()
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+            nvml.nvmlDeviceGetMemoryInfo(handle)
+        except Exception as exc:
+            return f"NVML query failed: {exc}"
+        return None
