@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from publisher_helpers import (
     DEADLINE,
     DRIVER,
+    FAST,
     NODE,
     create_node,
     devices,
@@ -210,5 +213,29 @@ def test_waits_for_the_node(apiserver: KubeAPIServer, kube_client: object) -> No
         assert "nodes/n1" in (publisher.last_error or "")
         create_node(apiserver)
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+    finally:
+        publisher.stop()
+
+
+def test_bursts_of_changes_are_debounced(apiserver: KubeAPIServer, kube_client: object) -> None:
+    create_node(apiserver)
+    settings = dataclasses.replace(FAST, min_interval=1.0)
+    publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 8, settings)  # type: ignore[arg-type]
+    publisher.start()
+    try:
+        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        assert publisher.wait_synced(DEADLINE)
+        updates = apiserver.request_count("update", "resourceslices")
+        for n in range(20):  # a flapping device
+            taint = {"key": f"{DRIVER}/unhealthy", "value": f"flap-{n}", "effect": "NoSchedule"}
+            publisher.set_taints({"gpu-0": [taint]} if n % 2 == 0 else {})
+        final = {"key": f"{DRIVER}/unhealthy", "value": "final", "effect": "NoSchedule"}
+        publisher.set_taints({"gpu-0": [final]})
+        assert apiserver.wait_for(
+            lambda: devices(pool(apiserver))[0].get("taints", [{}])[0].get("value") == "final",
+            DEADLINE,
+        )
+        assert publisher.wait_synced(DEADLINE)
+        assert apiserver.request_count("update", "resourceslices") - updates <= 2
     finally:
         publisher.stop()
