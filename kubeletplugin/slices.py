@@ -10,6 +10,13 @@ Invariants:
 - device names are unique in the pool; the devices of one GPU stay in one slice;
 - every ``consumesCounters`` entry names a counter set published in the same pool;
 - memory capacities are the GPU's usable memory (total - reserved), in bytes.
+
+Kubernetes versions: every slice validates against the strict ``resource.k8s.io/v1`` schemas of
+1.34 and 1.36. The 1.34 schema already has ``allowMultipleAllocations``, ``requestPolicy``,
+``sharedCounters``, ``consumesCounters`` and ``taints``, but their feature gates
+(DRAConsumableCapacity, DRAPartitionableDevices, DRADeviceTaints) are alpha and off by default
+there, and an API server with a gate off silently drops the field. ``exclusive`` mode works on
+1.34+; ``consumable`` and ``partitions`` need 1.36 (gates beta and on) or the gates enabled.
 """
 
 from __future__ import annotations
