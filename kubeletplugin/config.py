@@ -51,6 +51,12 @@ class PluginConfig:
     mock_config: Path | None
     #: Print the slices that would be published and exit (no API server needed).
     print_slices: bool
+    #: Root of the NVIDIA driver files: nvidia-smi and nvidia-cuda-mps-control are run from
+    #: ``<root>/usr/bin`` or ``<root>/bin``.
+    driver_root: Path = Path("/")
+    #: Host path of an interception library (HAMi-core's environment contract) for the
+    #: GpuConfig strategy ``Limits``; None: claims asking for Limits get a per-claim error.
+    limits_library: Path | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="YAML list of mock GPUs with any discovery field (mock backend)",
     )
     p.add_argument(
+        "--driver-root",
+        type=Path,
+        default=Path("/"),
+        help="root of the NVIDIA driver files, e.g. /run/nvidia/driver; nvidia-smi and "
+        "nvidia-cuda-mps-control are run from <root>/usr/bin or <root>/bin (default /)",
+    )
+    p.add_argument(
+        "--limits-library",
+        type=Path,
+        help="host path of an interception library following HAMi-core's environment contract; "
+        "enables the GpuConfig strategy Limits (default: none, Limits is refused)",
+    )
+    p.add_argument(
         "--print-slices",
         action="store_true",
         help="discover GPUs, print the ResourceSlices that would be published as YAML, and exit",
@@ -141,6 +160,12 @@ def config_from_args(
         raise ConfigError(f"--mock-gpus must be at least 1, got {args.mock_gpus}")
     if args.device_backend != "mock" and args.mock_config is not None:
         raise ConfigError("--mock-config needs --device-backend mock")
+    for flag, path in (
+        ("--driver-root", args.driver_root),
+        ("--limits-library", args.limits_library),
+    ):
+        if path is not None and not path.is_absolute():
+            raise ConfigError(f"{flag} {str(path)!r}: must be an absolute path")
     return PluginConfig(
         driver_name=driver,
         node_name=node,
@@ -156,6 +181,8 @@ def config_from_args(
         mock_gpus=args.mock_gpus,
         mock_config=args.mock_config,
         print_slices=args.print_slices,
+        driver_root=args.driver_root,
+        limits_library=args.limits_library,
     )
 
 

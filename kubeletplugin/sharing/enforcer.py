@@ -44,6 +44,7 @@ from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
 from kubeletplugin.cdi import ContainerEdits
 from kubeletplugin.claims import DriverConfig
+from kubeletplugin.config import PluginConfig
 from kubeletplugin.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
 from kubeletplugin.sharing.limits import limits_edits
@@ -520,3 +521,15 @@ def build_enforcer(
     else:
         runner = HostRunner(driver_root)
     return SharingEnforcer(runner, data_dir, driver_name=driver_name, limits_library=limits_library)
+
+
+def enforcer_for(config: PluginConfig) -> SharingEnforcer:
+    """The enforcer the daemon passes to ``DeviceState`` (``--device-backend``,
+    ``--plugin-data-dir``, ``--driver-root``, ``--limits-library``)."""
+    return build_enforcer(
+        config.device_backend,
+        config.plugin_data_dir,
+        driver_name=config.driver_name,
+        driver_root=str(config.driver_root),
+        limits_library=None if config.limits_library is None else str(config.limits_library),
+    )
