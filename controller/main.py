@@ -149,6 +149,8 @@ class Controller:
         self.tracker: Tracker | None = None
         self.elector: LeaderElector | None = None
         self.webhook: WebhookServer | None = None
+        self.metrics_server: ThreadingHTTPServer | None = None
+        self.api_server: ThreadingHTTPServer | None = None
 
     def start(self) -> None:
         """Start every enabled component; raises KubeError, OSError or ValueError."""
@@ -166,7 +168,7 @@ class Controller:
             self.tracker = Tracker(kube, a.driver_name, metrics=self.metrics, is_leader=is_leader)
             self.metrics.set_gpu_source(self.tracker.gpus)
         if a.metrics_address:
-            server = serve_metrics(self.telemetry, a.metrics_address)
+            server = self.metrics_server = serve_metrics(self.telemetry, a.metrics_address)
             self._stoppers.append(_closer(server))
             log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
         if not a.disable_webhook:
@@ -178,7 +180,9 @@ class Controller:
         tracker = self.tracker
         if a.api_address:
             ready = tracker.synced if tracker is not None else (lambda: True)
-            api = serve_api(a.api_address, tracker.gpus if tracker else None, ready)
+            api = self.api_server = serve_api(
+                a.api_address, tracker.gpus if tracker else None, ready
+            )
             self._stoppers.append(_closer(api))
             log.info("JSON API on http://%s:%d/api/v1/gpus", *api.server_address[:2])
         if tracker is not None:

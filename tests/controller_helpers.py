@@ -19,6 +19,8 @@ from api.names import (
     partition_device_name,
     unhealthy_taint_key,
 )
+from controller.kube import Kube, KubeError, resource_path
+from controller.reconcile import reconcile
 
 DRIVER = DEFAULT_DRIVER_NAME
 GI = 1024**3
@@ -191,3 +193,102 @@ def pod(
             "resourceClaims": [{"name": entry, "resourceClaimName": claim_name}],
         },
     }
+
+
+# --- a cluster in the in-process API server --------------------------------------------------
+
+SLICES = resource_path("resource.k8s.io", "v1", "resourceslices")
+GPUS = resource_path("resource.sharegpu.dev", "v1alpha1", "gpus")
+
+
+def claims_path(namespace: str = "default", name: str | None = None) -> str:
+    return resource_path("resource.k8s.io", "v1", "resourceclaims", namespace, name)
+
+
+def pods_path(namespace: str = "default", name: str | None = None) -> str:
+    return resource_path("", "v1", "pods", namespace, name)
+
+
+class Cluster:
+    """Writes slices, claims and pods the way the plugin and kube-scheduler would."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    def add_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.request("POST", SLICES, body=obj)
+
+    def replace_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        current = self.kube.get(f"{SLICES}/{name}")
+        body = {**obj, "metadata": {**current["metadata"]}}
+        return self.kube.request("PUT", f"{SLICES}/{name}", body=body)
+
+    def delete_slice(self, name: str) -> None:
+        self.kube.request("DELETE", f"{SLICES}/{name}")
+
+    def add_pod(self, obj: dict[str, Any]) -> str:
+        """Create a pod; returns its server-assigned uid."""
+        ns = obj["metadata"]["namespace"]
+        body = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "uid"}}
+        return str(self.kube.request("POST", pods_path(ns), body=body)["metadata"]["uid"])
+
+    def add_claim(
+        self,
+        name: str,
+        results: list[dict[str, Any]] | None = None,
+        *,
+        namespace: str = "default",
+        pods: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        """Create a claim; allocate it (and reserve it for ``pods``) when ``results`` given."""
+        obj = claim(name, namespace=namespace)
+        obj["metadata"].pop("uid")
+        created = self.kube.request("POST", claims_path(namespace), body=obj)
+        if results:
+            return self.set_status(name, results, namespace=namespace, pods=pods)
+        return created
+
+    def set_status(
+        self,
+        name: str,
+        results: list[dict[str, Any]] | None,
+        *,
+        namespace: str = "default",
+        pods: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        """Replace the claim's allocation and reservations (None: deallocate)."""
+        current = self.kube.get(claims_path(namespace, name))
+        status: dict[str, Any] = {}
+        if results:
+            status["allocation"] = {"devices": {"results": results}}
+        if pods:
+            status["reservedFor"] = [{"resource": "pods", "name": n, "uid": u} for n, u in pods]
+        current["status"] = status
+        return self.kube.request("PUT", claims_path(namespace, name) + "/status", body=current)
+
+    def delete_claim(self, name: str, namespace: str = "default") -> None:
+        self.kube.request("DELETE", claims_path(namespace, name))
+
+    def expected(self, driver: str = DRIVER) -> dict[str, dict[str, Any]]:
+        """What the GPU objects must be, by the pure reconcile over the server's contents."""
+        slices, _ = self.kube.list_all(SLICES)
+        claims, _ = self.kube.list_all(resource_path("resource.k8s.io", "v1", "resourceclaims"))
+        pods, _ = self.kube.list_all(resource_path("", "v1", "pods"))
+        return {
+            name: {"spec": g.spec.to_json_dict(), "status": g.status.to_json_dict()}
+            for name, g in reconcile(slices, claims, pods, driver).items()
+        }
+
+    def stored(self) -> dict[str, dict[str, Any]]:
+        """The GPU objects in the server (spec and status only)."""
+        items, _ = self.kube.list_all(GPUS)
+        return {
+            o["metadata"]["name"]: {"spec": o.get("spec"), "status": o.get("status")} for o in items
+        }
+
+    def converged(self) -> bool:
+        try:
+            return self.stored() == self.expected()
+        except KubeError:
+            return False

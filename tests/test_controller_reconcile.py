@@ -70,9 +70,9 @@ def test_partition_devices_map_to_parent_gpu() -> None:
 
 
 def test_unhealthy_taint_sets_health_and_reason() -> None:
-    s = h.node_slice("n1", devices=[h.whole_device("n1", 0, unhealthy="XID 79")])
+    s = h.node_slice("n1", devices=[h.whole_device("n1", 0, unhealthy="Xid79")])
     g = _one(reconcile([s], [], [], h.DRIVER), "n1", 0)
-    assert g.status.health == "Unhealthy" and g.status.health_reason == "XID 79"
+    assert g.status.health == "Unhealthy" and g.status.health_reason == "Xid79"
 
 
 def test_pods_and_containers_from_reserved_for() -> None:
@@ -164,7 +164,7 @@ def test_objects_validate_against_crd_schema() -> None:
     crd = yaml.safe_load(CRD_PATH.read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     claims = [h.claim("a", [h.result("n1", "gpu-0", cores=30, memory="10Gi")], pods=[("p", "u")])]
-    s = h.node_slice("n1", devices=[h.whole_device("n1", 0, unhealthy="XID 48")])
+    s = h.node_slice("n1", devices=[h.whole_device("n1", 0, unhealthy="Xid48")])
     g = _one(reconcile([s], claims, [h.pod("p", "a", {"c": None}, uid="u")], h.DRIVER), "n1", 0)
     jsonschema.validate(g.manifest(), schema)
     bad = g.manifest()

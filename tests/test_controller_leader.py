@@ -1,0 +1,120 @@
+"""Two controller replicas with Lease leader election: one writes, the other takes over."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import controller_helpers as h
+import pytest
+
+from controller.kube import Kube, resource_path
+from controller.leader import LeaderElector
+from controller.tracker import Tracker
+from sharegpu.apiserver import KubeAPIServer
+
+DEADLINE_S = 30.0
+FAST = {"lease_duration_s": 3.0, "renew_deadline_s": 2.0, "retry_period_s": 0.2}
+
+
+@pytest.fixture
+def kube(apiserver: KubeAPIServer) -> Iterator[Kube]:
+    client = apiserver.client()
+    yield Kube(client)
+    client.close()
+
+
+class Replica:
+    def __init__(self, kube: Kube, identity: str) -> None:
+        self.elector = LeaderElector(kube, "sharegpu", "sharegpu-controller", identity, **FAST)
+        self.tracker = Tracker(kube, h.DRIVER, is_leader=lambda: self.elector.is_leader)
+        self.tracker.start()
+        self.elector.start()
+
+    def stop(self) -> None:
+        self.elector.stop()
+        self.tracker.stop()
+
+
+def test_one_leader_writes_and_the_standby_takes_over(apiserver: KubeAPIServer, kube: Kube) -> None:
+    cluster = h.Cluster(kube)
+    for node in ("n1", "n2"):
+        cluster.add_slice(h.node_slice(node, 4))
+    replicas = [Replica(kube, "replica-1"), Replica(kube, "replica-2")]
+    try:
+        assert apiserver.wait_for(lambda: any(r.elector.is_leader for r in replicas), DEADLINE_S)
+        leader = next(r for r in replicas if r.elector.is_leader)
+        standby = next(r for r in replicas if r is not leader)
+        assert not standby.elector.is_leader
+        assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+        cluster.add_claim("a", [h.result("n1", "gpu-0", cores=40, memory="8Gi")])
+        assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+        assert leader.tracker.writes > 0 and standby.tracker.writes == 0
+        # the standby has the same view (it serves the JSON API too)
+        assert apiserver.wait_for(lambda: standby.tracker.gpus() == leader.tracker.gpus())
+
+        lease = kube.get(
+            resource_path("coordination.k8s.io", "v1", "leases", "sharegpu", "sharegpu-controller")
+        )
+        assert lease["spec"]["holderIdentity"] == leader.elector.identity
+
+        leader.stop()  # releases the lease
+        replicas.remove(leader)
+        assert standby.elector.wait_for_leadership(DEADLINE_S)
+        cluster.add_claim("b", [h.result("n2", "gpu-3", cores=25, memory="2Gi")])
+        assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+        assert standby.tracker.writes > 0
+    finally:
+        for r in replicas:
+            r.stop()
+
+
+def test_renewed_lease_is_never_taken_over(apiserver: KubeAPIServer, kube: Kube) -> None:
+    first = LeaderElector(kube, "sharegpu", "lease", "first", **FAST)
+    second = LeaderElector(kube, "sharegpu", "lease", "second", **FAST)
+    first.start()
+    try:
+        assert first.wait_for_leadership(DEADLINE_S)
+        second.start()
+        assert not second.wait_for_leadership(FAST["lease_duration_s"] * 1.5)
+        assert first.is_leader
+    finally:
+        second.stop()
+        first.stop()
+
+
+def test_abandoned_lease_is_taken_over_after_it_expires(
+    apiserver: KubeAPIServer, kube: Kube
+) -> None:
+    """A crashed holder never releases; the lease is taken only after its duration passed."""
+    path = resource_path("coordination.k8s.io", "v1", "leases", "sharegpu")
+    kube.request(
+        "POST",
+        path,
+        body={
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "lease", "namespace": "sharegpu"},
+            "spec": {
+                "holderIdentity": "crashed",
+                "leaseDurationSeconds": 3,
+                "renewTime": "2026-01-01T00:00:00.000000Z",
+                "leaseTransitions": 4,
+            },
+        },
+    )
+    elector = LeaderElector(kube, "sharegpu", "lease", "successor", **FAST)
+    elector.start()
+    try:
+        # it must watch the record unchanged for 3 s of its own clock first
+        assert not elector.wait_for_leadership(1.5)
+        assert elector.wait_for_leadership(DEADLINE_S)
+        spec = kube.get(f"{path}/lease")["spec"]
+        assert spec["holderIdentity"] == "successor" and spec["leaseTransitions"] == 5
+    finally:
+        elector.stop()
+    assert kube.get(f"{path}/lease")["spec"].get("holderIdentity", "") == ""
+
+
+def test_invalid_timings_rejected(kube: Kube) -> None:
+    with pytest.raises(ValueError, match="retry_period_s < renew_deadline_s"):
+        LeaderElector(kube, "ns", "x", lease_duration_s=1, renew_deadline_s=2, retry_period_s=0.1)
