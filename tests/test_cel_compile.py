@@ -81,3 +81,24 @@ def test_compile_errors_are_cached_too() -> None:
 
 def test_valid_expression_has_no_compile_error() -> None:
     assert compile_error("device.attributes['a.b'].c == 1") is None
+
+
+def test_references_list_named_attributes_and_capacities() -> None:
+    d = "gpu.sharegpu.dev"
+    program = compile_selector(
+        f"'numaNode' in device.attributes['{d}'] && device.attributes['{d}'].numaNode == 0 && "
+        f"device.capacity['{d}'].memry.compareTo(quantity('1Gi')) > 0 && "
+        "device.attributes['resource.kubernetes.io']['pcieRoot'] == 'x' && "
+        f"has(device.attributes['{d}'].uuid)"
+    )
+    found = [(r.kind, r.domain, r.name, r.guard) for r in program.references]
+    assert found == [
+        ("attribute", d, "numaNode", True),
+        ("attribute", d, "numaNode", False),
+        ("capacity", d, "memry", False),
+        ("attribute", "resource.kubernetes.io", "pcieRoot", False),
+        ("attribute", d, "uuid", True),
+    ]
+    memry = program.references[2]
+    assert memry.line == 1 and memry.column is not None
+    assert program.expression[memry.column - 1 :].startswith("memry")

@@ -372,6 +372,8 @@ class _Search:
         usage = self.owner.usage
         if alt.admin_access:
             by = self.run_exclusive.get(cand.id)
+            if by is None and self.run_shares[cand.id]:
+                by = next(p.alt.full_name for p in self.picks if p.cand.id == cand.id)
             if by is None:
                 return None
             return Rejection(

@@ -11,6 +11,7 @@ Public interface::
 
 from __future__ import annotations
 
+from .compiler import Reference
 from .device import DomainMap, device_activation, split_qualified
 from .environment import (
     CacheInfo,
@@ -31,6 +32,7 @@ __all__ = [
     "CelEvalError",
     "DomainMap",
     "Quantity",
+    "Reference",
     "SelectorProgram",
     "Semver",
     "cache_info",

@@ -14,6 +14,7 @@ macros absorb them where the CEL specification says so (``true || error`` is ``t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import lark
@@ -148,19 +149,48 @@ def parse(expression: str) -> lark.Tree[Any]:
         raise CelCompileError(expression, f"syntax error: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Reference:
+    """An attribute or capacity that an expression names with constant keys.
+
+    ``kind`` is ``attribute`` or ``capacity``; ``guard`` is true for a presence test
+    (``'x' in device.attributes[d]``, ``has(...)``), false for a read, which errors on a
+    device without it. ``line``/``column`` locate the name in the expression.
+    """
+
+    kind: str
+    domain: str
+    name: str
+    guard: bool
+    line: int | None
+    column: int | None
+
+
 class Node:
-    """A compiled sub-expression: its evaluator and its static type."""
+    """A compiled sub-expression: its evaluator, its static type, and, when known at compile
+    time, its constant value or the (kind, domain) of an attribute/capacity domain map."""
 
-    __slots__ = ("fn", "type")
+    __slots__ = ("const", "domain", "fn", "type")
 
-    def __init__(self, fn: Eval, type_: str) -> None:
+    def __init__(
+        self, fn: Eval, type_: str, const: Any = None, domain: tuple[str, str] | None = None
+    ) -> None:
         self.fn = fn
         self.type = type_
+        self.const = const
+        self.domain = domain
 
 
-def compile_tree(expression: str, tree: lark.Tree[Any], variables: Mapping[str, str]) -> Node:
-    """Compile a parse tree; ``variables`` maps the declared variable names to static types."""
-    return _Compiler(expression, dict(variables)).node(tree)
+def compile_tree(
+    expression: str, tree: lark.Tree[Any], variables: Mapping[str, str]
+) -> tuple[Node, list[Reference]]:
+    """Compile a parse tree; ``variables`` maps the declared variable names to static types.
+
+    Returns the root node and the attributes and capacities the expression names.
+    """
+    compiler = _Compiler(expression, dict(variables))
+    root = compiler.node(tree)
+    return root, compiler.references
 
 
 def _logical_type_check(c: _Compiler, op: str, tree: lark.Tree[Any], *nodes: Node) -> None:
@@ -173,6 +203,19 @@ class _Compiler:
     def __init__(self, expression: str, scope: dict[str, str]) -> None:
         self.expression = expression
         self.scope = scope
+        self.references: list[Reference] = []
+
+    def refer(self, domain_node: Node, name: str, guard: bool, where: Any) -> None:
+        """Record a constant-key reference into an attribute or capacity domain."""
+        if domain_node.domain is None:
+            return
+        kind, domain = domain_node.domain
+        line = getattr(where, "line", None)
+        column = getattr(where, "column", None)
+        if isinstance(where, lark.Tree):
+            line = getattr(where.meta, "line", None)
+            column = getattr(where.meta, "column", None)
+        self.references.append(Reference(kind, domain, name, guard, line, column))
 
     # --- helpers ---------------------------------------------------------------------
 
@@ -264,6 +307,8 @@ class _Compiler:
         if op == "relation_in":
             if rt not in (DYN, "list", "map"):
                 self.fail(tree, mismatch)
+            if isinstance(left.const, str):
+                self.refer(right, left.const, True, tree)
             return Node(lambda env: cel_in(lf(env), rf(env)), "bool")
         if known and (
             lt not in _ORDERED or rt not in _ORDERED or (lt != rt and not ({lt, rt} <= _NUMERIC))
@@ -343,6 +388,7 @@ class _Compiler:
             return Node(lambda env: f(env)[field], DEVICE_FIELDS[field])
         if member.type in _ORDERED or member.type in ("list", "Quantity", "Semver", "null"):
             self.fail(field_token, f"type '{member.type}' does not support field selection")
+        self.refer(member, field, False, field_token)
         return Node(lambda env: cel_select(f(env), field), _element_type(member.type))
 
     def _member_index(self, tree: lark.Tree[Any]) -> Node:
@@ -351,7 +397,16 @@ class _Compiler:
         mf, xf = member.fn, index.fn
         if member.type == DEVICE:
             self.fail(tree, "device fields are selected with '.', not indexed")
-        return Node(lambda env: cel_index(mf(env), xf(env)), _element_type(member.type))
+        domain = None
+        if isinstance(index.const, str):
+            if member.type in (ATTRIBUTES, CAPACITY):
+                kind = "attribute" if member.type == ATTRIBUTES else "capacity"
+                domain = (kind, index.const)
+            else:
+                self.refer(member, index.const, False, tree.children[1])
+        return Node(
+            lambda env: cel_index(mf(env), xf(env)), _element_type(member.type), domain=domain
+        )
 
     def _member_object(self, tree: lark.Tree[Any]) -> Node:
         self.fail(tree, "message construction is not supported in DRA selectors")
@@ -455,7 +510,7 @@ class _Compiler:
                 value, type_ = None, "null"
         except ValueError as exc:
             self.fail(token, f"invalid literal {token.value!r}: {exc}")
-        return Node(lambda env: value, type_)
+        return Node(lambda env: value, type_, const=value)
 
     def _list_lit(self, tree: lark.Tree[Any]) -> Node:
         items = self.exprlist(tree.children[0] if tree.children else None)
@@ -495,6 +550,7 @@ class _Compiler:
         field = str(target.children[1])
         if member.type == DEVICE and field not in DEVICE_FIELDS:
             self.fail(target.children[1], f"undefined field '{field}'")
+        self.refer(member, field, True, target.children[1])
         f = member.fn
 
         def has(env: Env) -> bool:

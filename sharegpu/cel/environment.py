@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .compiler import DEVICE, Eval, compile_tree, parse
+from .compiler import DEVICE, Eval, Reference, compile_tree, parse
 from .errors import CelCompileError, CelEvalError
 from .values import type_name
 
@@ -27,13 +27,18 @@ _VARIABLES = {"device": DEVICE}
 
 
 class SelectorProgram:
-    """A compiled selector. ``evaluate`` returns a bool or raises :class:`CelEvalError`."""
+    """A compiled selector. ``evaluate`` returns a bool or raises :class:`CelEvalError`.
 
-    __slots__ = ("_fn", "expression")
+    ``references`` lists the attributes and capacities the expression names with constant
+    keys (for checks such as "this driver publishes no attribute X").
+    """
 
-    def __init__(self, expression: str, fn: Eval) -> None:
+    __slots__ = ("_fn", "expression", "references")
+
+    def __init__(self, expression: str, fn: Eval, references: tuple[Reference, ...] = ()) -> None:
         self.expression = expression
         self._fn = fn
+        self.references = references
 
     def evaluate(self, device: Mapping[str, Any]) -> bool:
         """Evaluate with ``device`` bound to the given activation."""
@@ -89,12 +94,12 @@ def _compile(expression: str) -> SelectorProgram:
         raise CelCompileError(
             expression[:80] + "...", f"expression longer than {MAX_EXPRESSION_BYTES} bytes"
         )
-    root = compile_tree(expression, parse(expression), _VARIABLES)
+    root, references = compile_tree(expression, parse(expression), _VARIABLES)
     if root.type not in ("bool", "dyn"):
         raise CelCompileError(
             expression, f"must evaluate to bool, but evaluates to {root.type}", 1, 1
         )
-    return SelectorProgram(expression, root.fn)
+    return SelectorProgram(expression, root.fn, tuple(references))
 
 
 def compile_selector(expression: str) -> SelectorProgram:
