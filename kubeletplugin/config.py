@@ -16,6 +16,13 @@ from typing import Final
 from api import names, slicerules
 from api.logs import LOG_FORMATS, LOG_LEVELS
 from api.telemetry import parse_address
+from kubeletplugin.health.flags import (
+    DEFAULT_HEALTH_OPTIONS,
+    HealthFlagError,
+    HealthOptions,
+    add_health_flags,
+    health_options,
+)
 
 DEFAULT_PLUGIN_REGISTRY_DIR: Final = Path("/var/lib/kubelet/plugins_registry")
 #: ``--plugin-data-dir`` defaults to this directory plus the driver name.
@@ -57,6 +64,8 @@ class PluginConfig:
     #: Host path of an interception library (HAMi-core's environment contract) for the
     #: GpuConfig strategy ``Limits``; None: claims asking for Limits get a per-claim error.
     limits_library: Path | None = None
+    #: ``--disable-health``, ``--health-*`` and ``--mock-health-file``.
+    health: HealthOptions = DEFAULT_HEALTH_OPTIONS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="discover GPUs, print the ResourceSlices that would be published as YAML, and exit",
     )
+    add_health_flags(p)
     return p
 
 
@@ -166,6 +176,10 @@ def config_from_args(
     ):
         if path is not None and not path.is_absolute():
             raise ConfigError(f"{flag} {str(path)!r}: must be an absolute path")
+    try:
+        health = health_options(args, args.device_backend)
+    except HealthFlagError as exc:
+        raise ConfigError(str(exc)) from None
     return PluginConfig(
         driver_name=driver,
         node_name=node,
@@ -183,6 +197,7 @@ def config_from_args(
         print_slices=args.print_slices,
         driver_root=args.driver_root,
         limits_library=args.limits_library,
+        health=health,
     )
 
 

@@ -29,6 +29,9 @@ from api.logs import configure_logging
 from api.telemetry import Telemetry, serve_metrics
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
 from kubeletplugin.devices import DeviceBackend, DiscoveryError, GpuInfo
+from kubeletplugin.health.flags import build_health, install_reload_signal
+from kubeletplugin.health.monitor import HealthMonitor
+from kubeletplugin.healthservice import HealthSource
 from kubeletplugin.kube import KubeConfigError, KubeRest, load_api_client
 from kubeletplugin.mock import MockBackend
 from kubeletplugin.nvml import NvmlBackend
@@ -128,6 +131,10 @@ class Plugin:
         self.publisher = SlicePublisher(
             KubeRest(api_client), config.driver_name, config.node_name, config.sharing_mode, gpus
         )
+        #: Set by :func:`build_plugin` unless ``--disable-health``: the GPU health monitor and
+        #: the kubelet health-stream source to give ``PluginServer(health_source=...)``.
+        self.health: HealthMonitor | None = None
+        self.health_source: HealthSource | None = None
         self._components: list[Component] = []
         if config.metrics_address:
             self._components.append(_MetricsEndpoint(telemetry, config.metrics_address))
@@ -209,7 +216,20 @@ def build_plugin(config: PluginConfig) -> Plugin:
     gpus = backend.discover()
     describe_gpus(gpus)
     api_client = load_api_client(config.kubeconfig)
-    return Plugin(config, backend, gpus, api_client, Telemetry(SERVICE_NAME))
+    plugin = Plugin(config, backend, gpus, api_client, Telemetry(SERVICE_NAME))
+    if config.health.enabled:
+        plugin.health, plugin.health_source = build_health(
+            config.health,
+            config.device_backend,
+            config.driver_name,
+            config.node_name,
+            config.sharing_mode,
+            gpus,
+            taints=plugin.publisher,
+        )
+        install_reload_signal(plugin.health.checker)
+        plugin.add_component(plugin.health)
+    return plugin
 
 
 def _fail(message: str, code: int) -> int:

@@ -7,9 +7,12 @@ the wiring (:func:`build_health`): the plugin's config and main module only call
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from kubeletplugin.devices import GpuInfo
 from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, parse_xid_list
@@ -38,6 +41,10 @@ class HealthOptions:
     enabled: bool
     settings: HealthSettings
     mock_health_file: Path | None
+
+
+#: What the flags give when none is set.
+DEFAULT_HEALTH_OPTIONS: Final = HealthOptions(True, HealthSettings(), None)
 
 
 def add_health_flags(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +115,19 @@ def health_options(args: argparse.Namespace, device_backend: str) -> HealthOptio
         taint_effect=args.health_taint_effect,
     )
     return HealthOptions(not args.disable_health, settings, args.mock_health_file)
+
+
+def install_reload_signal(checker: HealthChecker) -> bool:
+    """Make SIGUSR1 re-read the mock health file; True when installed.
+
+    Only the main thread can install signal handlers; elsewhere (tests) nothing happens.
+    """
+    if not isinstance(checker, MockHealthChecker):
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: checker.reload())
+    return True
 
 
 def build_checker(options: HealthOptions, device_backend: str) -> HealthChecker:
