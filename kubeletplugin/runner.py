@@ -5,7 +5,8 @@ Invariants:
 - commands are argument lists, never a shell string;
 - every run has a timeout; a program that outlives it is killed;
 - binaries are looked up under the configured driver root (``/`` or e.g. ``/run/nvidia/driver``)
-  in ``<root>/usr/bin`` then ``<root>/bin``, never on the plugin's own ``PATH``;
+  in ``<root>/usr/bin`` then ``<root>/bin``, never on the plugin's own ``PATH``; with a root other
+  than ``/`` the root's library directories are put first on ``LD_LIBRARY_PATH``;
 - output is captured through files, not pipes, so a program that leaves a daemon behind
   (``nvidia-cuda-mps-control -d``) cannot block the caller by holding a pipe open;
 - failures raise :class:`CommandError`, whose message names the command line, the exit code (or
@@ -30,6 +31,14 @@ from typing import Final, Protocol
 DEFAULT_TIMEOUT_S: Final = 30.0
 #: Directories under the driver root searched for binaries, in order.
 BINARY_DIRS: Final = ("usr/bin", "bin")
+#: Library directories under a driver root other than ``/``, added to ``LD_LIBRARY_PATH`` so the
+#: driver's tools find ``libnvidia-ml.so`` from the same installation.
+LIBRARY_DIRS: Final = (
+    "usr/lib64",
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "lib64",
+)
 #: Characters of stderr quoted in a CommandError.
 STDERR_TAIL_CHARS: Final = 400
 
@@ -103,6 +112,15 @@ class HostRunner:
         self.driver_root = Path(driver_root)
         self.default_timeout = default_timeout
         self._base_env = dict(os.environ if base_env is None else base_env)
+        if self.driver_root != Path("/"):
+            libs = [
+                str(self.driver_root / d) for d in LIBRARY_DIRS if (self.driver_root / d).is_dir()
+            ]
+            inherited = self._base_env.get("LD_LIBRARY_PATH")
+            if libs:
+                self._base_env["LD_LIBRARY_PATH"] = ":".join(
+                    [*libs, *([inherited] if inherited else [])]
+                )
 
     def resolve(self, command: str) -> Path:
         """The executable for ``command`` under the driver root; raises CommandError if absent."""

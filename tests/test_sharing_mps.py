@@ -106,6 +106,19 @@ def test_a_dead_daemon_is_started_again_keeping_the_recorded_mode(tmp_path: Path
     assert daemon.previous_compute_mode == "DEFAULT" and not daemon.adopted
 
 
+def test_restart_keeps_the_pipe_directory_that_containers_have_mounted(tmp_path: Path) -> None:
+    sim, fake = tools()
+    first = MpsManager(fake, tmp_path)
+    first.ensure_running(U)
+    inode = first.pipe_dir(U).stat().st_ino
+    (first.pipe_dir(U) / "stale-socket").touch()
+    sim.kill_daemons()
+    second = MpsManager(fake, tmp_path)
+    second.ensure_running(U, "DEFAULT")
+    assert second.pipe_dir(U).stat().st_ino == inode
+    assert not (second.pipe_dir(U) / "stale-socket").exists()
+
+
 def test_failed_start_restores_the_mode_and_raises(tmp_path: Path) -> None:
     sim, fake = tools()
     fake.on("nvidia-cuda-mps-control", "-d", returncode=1, stderr="cannot create pipe")

@@ -126,3 +126,13 @@ def test_fake_runner_answer_functions_see_the_call() -> None:
     fake = FakeRunner()
     fake.on("tool", answer=lambda call: CommandResult(call.argv, 0, ",".join(call.args)))
     assert fake.run("tool", ["a", "b"]).stdout == "a,b"
+
+
+def test_driver_root_libraries_come_first_on_the_library_path(tmp_path: Path) -> None:
+    (tmp_path / "usr/lib64").mkdir(parents=True)
+    script(tmp_path, "usr/bin/tool", 'echo "$LD_LIBRARY_PATH"')
+    runner = HostRunner(tmp_path, base_env={"LD_LIBRARY_PATH": "/opt/lib"})
+    assert runner.run("tool").stdout == f"{tmp_path}/usr/lib64:/opt/lib\n"
+    other = tmp_path / "no-libs"
+    script(other, "usr/bin/tool", 'echo "[$LD_LIBRARY_PATH]"')
+    assert HostRunner(other, base_env={}).run("tool").stdout == "[]\n"

@@ -13,9 +13,12 @@ Per GPU (UUID ``U``) the plugin owns ``<data-dir>/mps/U/pipe`` and ``<data-dir>/
 
 Because the daemon is started with only its GPU visible, every client sees that GPU as device 0,
 so a share's pinned memory limit is always ``0=<N>M`` (NVIDIA's ``<ordinal>=<limit>`` format) and a
-container can attach to one MPS daemon (one GPU) at a time. Clients also need the daemon's
-``/dev/shm``: run the plugin with the host's IPC namespace (the deployment does) so the daemon
-and containers share it.
+container can attach to one MPS daemon (one GPU) at a time.
+
+Deployment note: the daemon runs as a child of the plugin, in the plugin's mount and IPC
+namespaces. Other MPS deployments also give clients the server's ``/dev/shm``; where clients fail
+to connect although the pipe directory is mounted, share ``/dev/shm`` between the plugin pod and
+the workloads.
 """
 
 from __future__ import annotations
@@ -132,8 +135,10 @@ class MpsManager:
     def _start(self, uuid: str, previous_compute_mode: str | None) -> MpsDaemon:
         previous = previous_compute_mode or self.query_compute_mode(uuid)
         pipe, logs = self.pipe_dir(uuid), self.log_dir(uuid)
-        shutil.rmtree(pipe, ignore_errors=True)  # stale sockets of a dead daemon
         pipe.mkdir(parents=True, mode=0o755, exist_ok=True)
+        # Stale sockets of a dead daemon go; the directory itself stays, because running
+        # containers hold bind mounts of it and must see the new daemon's sockets.
+        _clear_directory(pipe)
         logs.mkdir(parents=True, mode=0o755, exist_ok=True)
         self.runner.run(NVIDIA_SMI, ["-i", uuid, "-c", EXCLUSIVE_PROCESS])
         try:
@@ -279,6 +284,14 @@ def share_edits(
             Mount(str(log_dir), container_log, options=options),
         ),
     )
+
+
+def _clear_directory(directory: Path) -> None:
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _pid_alive(pid_file: Path) -> bool:
