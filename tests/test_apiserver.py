@@ -505,6 +505,21 @@ def test_deleting_a_node_collects_owned_objects(
     assert [s["metadata"]["name"] for s in apiserver.store.list("resourceslices")] == ["unowned"]
 
 
+def test_orphan_propagation_keeps_dependents(
+    apiserver: KubeAPIServer, kube_client: ApiClient
+) -> None:
+    core = client.CoreV1Api(kube_client)
+    node = core.create_node({"metadata": {"name": "node-1"}})
+    owned = slice_obj("owned")
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Node", "name": "node-1", "uid": node.metadata.uid}
+    ]
+    apiserver.store.create("resourceslices", owned)
+    core.delete_node("node-1", propagation_policy="Orphan")
+    kept = apiserver.store.get("resourceslices", "owned")
+    assert kept is not None and "ownerReferences" not in kept["metadata"]
+
+
 def test_deleting_a_namespace_deletes_its_objects(
     apiserver: KubeAPIServer, kube_client: ApiClient
 ) -> None:

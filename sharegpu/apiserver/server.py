@@ -15,6 +15,7 @@ import os
 import queue
 import select
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -112,6 +113,13 @@ class _HTTPServer(ThreadingHTTPServer):
                 self._connections.add(conn)
             else:
                 self._connections.discard(conn)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that go away mid-request are expected; anything else is reported."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
     def cut_connections(self) -> None:
         with self._conn_lock:
@@ -332,6 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
             uid=preconditions.get("uid"),
             resource_version=preconditions.get("resourceVersion"),
             dry_run=dry_run,
+            orphan=(options.get("propagationPolicy") or query.get("propagationPolicy")) == "Orphan"
+            or options.get("orphanDependents") is True,
         )
 
     @staticmethod

@@ -329,9 +329,11 @@ class ObjectStore:
         uid: str | None = None,
         resource_version: str | None = None,
         dry_run: bool = False,
+        orphan: bool = False,
     ) -> Obj:
         """Delete with optional preconditions (409 on mismatch). Objects with finalizers only get
-        ``deletionTimestamp``; dependents (ownerReferences) are garbage-collected."""
+        ``deletionTimestamp``. Dependents (ownerReferences) are garbage-collected, or with
+        ``orphan`` (propagationPolicy Orphan) kept with the reference to this owner removed."""
         rt = self.registry.get(resource)
         with self._lock:
             old = self._objects[rt.plural].get((namespace or "" if rt.namespaced else "", name))
@@ -354,6 +356,8 @@ class ObjectStore:
                 )
             if dry_run:
                 return old
+            if orphan:
+                self._orphan_dependents(meta.get("uid", ""))
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp"):
                     return old
@@ -492,6 +496,19 @@ class ObjectStore:
                 continue
             drt = self.registry.get(plural)
             self.delete(drt.plural, key[1], key[0] or None)
+
+    def _orphan_dependents(self, uid: str) -> None:
+        for plural, key in sorted(self._dependents.get(uid, set())):
+            dependent = self._objects[plural].get(key)
+            if dependent is None:
+                continue
+            new = deep_copy(dependent)
+            refs = [r for r in new["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+            if refs:
+                new["metadata"]["ownerReferences"] = refs
+            else:
+                new["metadata"].pop("ownerReferences", None)
+            self._commit(self.registry.get(plural), new, dependent)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         for rt in self.registry.all():

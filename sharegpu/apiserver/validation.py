@@ -60,10 +60,43 @@ def _format_path(path: Any) -> str:
     return text or "<root>"
 
 
+_DEFINITIONS_ID = "https://kubernetes.io/api/_definitions.json"
+
+
+@functools.cache
+def _definitions() -> dict[str, Any]:
+    defs: dict[str, Any] = _schema_file("_definitions.json")["$defs"]
+    return defs
+
+
+def _inline_refs(node: Any, stack: tuple[str, ...] = ()) -> Any:
+    """``node`` with every definition ``$ref`` replaced by the definition itself (descriptions
+    dropped). Validating against the inlined tree is about three times faster than resolving
+    references through the registry on every object. A recursive reference is kept, pointing at
+    the definitions document by absolute URI (the registry resolves it)."""
+    if isinstance(node, list):
+        return [_inline_refs(item, stack) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    rest = {k: _inline_refs(v, stack) for k, v in node.items() if k not in ("$ref", "description")}
+    if not (isinstance(ref, str) and "$defs/" in ref):
+        if ref is not None:
+            rest["$ref"] = ref
+        return rest
+    name = ref.rsplit("/", 1)[1]
+    if name in stack:
+        target: Any = {"$ref": f"{_DEFINITIONS_ID}#/$defs/{name}"}
+    else:
+        target = _inline_refs(_definitions()[name], (*stack, name))
+    return {"allOf": [target], **rest} if rest else target
+
+
 @functools.cache
 def schema_validator(api_version: str, kind: str) -> Validator:
     """A cached validator for ``kind`` in ``api_version``; it returns ``path: message`` strings."""
-    schema = _schema_file(_schema_name(api_version, kind))
+    schema = _inline_refs(_schema_file(_schema_name(api_version, kind)))
+    schema.pop("$id", None)
     validator = jsonschema.Draft202012Validator(schema, registry=_registry())
 
     def validate(obj: dict[str, Any]) -> list[str]:
