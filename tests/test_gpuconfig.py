@@ -347,3 +347,17 @@ def test_schema_rejects_structurally_bad_configs(
 
 def test_gpuconfig_model_is_the_schema_source() -> None:
     assert schema.SCHEMAS["gpuconfig.schema.json"] is GpuConfig
+
+
+def test_every_gpuconfig_example_in_the_sharing_docs_is_valid() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "sharing.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    configs = [b for b in blocks if b.get("kind") == "GpuConfig"]
+    assert len(configs) == 3
+    strategies = [parse_gpu_config(c).strategy for c in configs]
+    assert strategies == ["MPS", "TimeSlicing", "Limits"]
