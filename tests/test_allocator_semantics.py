@@ -544,3 +544,79 @@ def test_outcome_serialises_to_json() -> None:
     data = json.loads(json.dumps(out.to_dict()))
     assert data["allocated"] is False
     assert data["reports"][0]["rejections"][0]["kind"] == "capacity-short"
+
+
+def test_an_allocated_claim_can_be_allocated_again_for_explaining() -> None:
+    c = claim("x", [exactly()])
+    first = run(c, exclusive_slices(1))
+    again = run(c, exclusive_slices(1), existing=[allocated(c, first.allocation)])
+    assert again.allocation == first.allocation
+
+
+def test_admin_access_cannot_reuse_a_device_picked_in_the_same_claim() -> None:
+    c = claim("c", [exactly("share", capacity=SMALL), exactly("admin", admin=True)])
+    out = run(c, consumable_slices(2))
+    assert devices_of(out) == ["gpu-0", "gpu-1"]
+    assert "adminAccess" not in out.allocation["devices"]["results"][0]
+    assert out.allocation["devices"]["results"][1]["adminAccess"] is True
+    assert "shareID" not in out.allocation["devices"]["results"][1]
+
+
+def test_per_device_node_selection() -> None:
+    devices = [exclusive_device(0), exclusive_device(1)]
+    devices[0]["nodeName"] = "n2"
+    devices[1]["nodeName"] = "n1"
+    s = resource_slice("s", devices, pool="fabric")
+    del s["spec"]["nodeName"]
+    s["spec"]["perDeviceNodeSelection"] = True
+    out = run(claim("c", [exactly()]), [s])
+    assert devices_of(out) == ["gpu-1"]
+    assert out.allocation["nodeSelector"] == NODE_SELECTOR
+
+
+def test_node_selector_on_labels() -> None:
+    s = resource_slice("s", [exclusive_device(0)], pool="rack")
+    del s["spec"]["nodeName"]
+    s["spec"]["nodeSelector"] = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    c = claim("c", [exactly()])
+    assert allocate(c, [s], CLASSES, [], "n1", node_labels={"rack": "r1"}).ok
+    assert not allocate(c, [s], CLASSES, [], "n1", node_labels={"rack": "r2"}).ok
+    assert not allocate(c, [s], CLASSES, [], "n1").ok
+
+
+def test_claim_config_for_a_selected_subrequest() -> None:
+    subs = [
+        {"name": "big", "deviceClassName": CLASS, "count": 4},
+        {"name": "one", "deviceClassName": CLASS},
+    ]
+    opaque = {"driver": DRIVER, "parameters": {"z": 3}}
+    c = claim(
+        "c",
+        [first_available("gpu", subs)],
+        config=[
+            {"requests": ["gpu/one"], "opaque": opaque},
+            {"requests": ["gpu/big"], "opaque": opaque},
+        ],
+    )
+    out = run(c, exclusive_slices(2))
+    assert out.allocation["devices"]["config"] == [
+        {"source": "FromClaim", "requests": ["gpu/one"], "opaque": opaque}
+    ]
+    assert [r["request"] for r in out.allocation["devices"]["results"]] == ["gpu/one"]
+
+
+def test_search_limit_stops_with_an_error() -> None:
+    # Six devices with distinct PCIe roots out of twelve that have only five roots.
+    slices = [resource_slice("s", [exclusive_device(i, pcie_root=f"r{i % 5}") for i in range(12)])]
+    c = claim(
+        "c",
+        [exactly("a", count=6)],
+        constraints=[{"distinctAttribute": "resource.kubernetes.io/pcieRoot"}],
+    )
+    out = allocate(c, slices, CLASSES, [], "n1", max_steps=50)
+    assert out.error is not None and "search limit of 50 steps" in out.error
+    assert not allocate(c, slices, CLASSES, [], "n1").ok

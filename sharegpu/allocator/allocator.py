@@ -835,10 +835,14 @@ def allocate(
     share_ids: ShareIdFactory | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
 ) -> AllocationOutcome:
-    """Allocate one claim on ``node``; see :class:`Allocator`."""
-    allocator = Allocator(
-        slices, classes, allocated_claims, node, node_labels, share_ids, max_steps
-    )
+    """Allocate one claim on ``node``; see :class:`Allocator`.
+
+    An allocation that ``claim`` itself already holds (same namespace and name among
+    ``allocated_claims``) is left out, so an allocated claim can be explained again.
+    """
+    own = claim_name(claim)
+    others = [c for c in allocated_claims if claim_name(c) != own]
+    allocator = Allocator(slices, classes, others, node, node_labels, share_ids, max_steps)
     return allocator.allocate(claim)
 
 
