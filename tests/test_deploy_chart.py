@@ -59,6 +59,7 @@ VARIANTS: dict[str, list[str]] = {
         "kubeletPlugin.mock.config=- productName: NVIDIA A100-SXM4-40GB",
     ],
     "class-config": ["deviceClasses.gpu.config.sharing.strategy=MPS"],
+    "limits-library": ["kubeletPlugin.enforcement.limitsLibrary=/opt/hami/libvgpu.so"],
     "no-webhook": ["controller.webhook.enabled=false", "metricsService.enabled=false"],
 }
 
@@ -165,6 +166,8 @@ def test_kubelet_plugin_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> 
     assert {"/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/dev", "/"} <= host_paths
     assert "--sharing-mode=consumable" in container["args"]
     assert "--device-backend=nvml" in container["args"]
+    assert "--driver-root=/driver-root" in container["args"]
+    assert not [a for a in container["args"] if a.startswith("--limits-library")]
     # Only the driver libraries copied by the init container go on the library path.
     assert env["LD_LIBRARY_PATH"]["value"] == "/usr/local/nvidia/lib"
     (init,) = pod["initContainers"]
@@ -177,6 +180,8 @@ def test_sharing_mode_and_mock_backend_reach_the_plugin(
 ) -> None:
     (partitions,) = containers(rendered["partitions"], "DaemonSet")
     assert "--sharing-mode=partitions" in partitions["args"]
+    (limits,) = containers(rendered["limits-library"], "DaemonSet")
+    assert "--limits-library=/opt/hami/libvgpu.so" in limits["args"]
     (mock,) = containers(rendered["mock-backend"], "DaemonSet")
     assert "--device-backend=mock" in mock["args"]
     assert "--mock-gpus=4" in mock["args"]
