@@ -191,3 +191,45 @@ def check_invariants(enforcer: object, tools: Tools, model: dict[int, Held]) -> 
         expected_slice = {"Default": 0, "Long": 3}[intervals.pop()] if intervals else 0
         assert tools.sim.timeslices.get(gpu.uuid, 0) == expected_slice
     assert sum(c for c, _ in usage.values()) == sum(h.cores for h in model.values())
+
+
+def test_concurrent_prepares_start_one_daemon_per_gpu_and_never_overbook() -> None:
+    import threading
+
+    tools = Tools.new()
+    with tempfile.TemporaryDirectory() as tmp:
+        enforcer = tools.enforcer(Path(tmp))
+        accepted: list[str] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(32)
+
+        def worker(i: int) -> None:
+            gpu = GPUS[i % len(GPUS)]
+            share = DeviceShare(
+                gpu,
+                names.device_name(gpu.index),
+                ("gpu",),
+                7,
+                GI,
+                share_id=f"00000000-0000-0000-0000-{i:012d}",
+            )
+            barrier.wait(timeout=30)
+            try:
+                enforcer.apply(f"claim-{i}", [share], [])
+            except ShareError:
+                return
+            with lock:
+                accepted.append(f"claim-{i}")
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        # 16 claims of 7 cores per GPU: 14 fit (98 cores), 2 are refused on each GPU.
+        assert len(accepted) == 28
+        assert tools.sim.daemons_started == len(GPUS)
+        assert all(cores == 98 for cores, _ in enforcer.usage().values())
+        for uid in accepted:
+            enforcer.release(uid)
+        assert tools.sim.daemons == {}
