@@ -302,6 +302,7 @@ def test_mistyped_attribute_is_a_selector_error_naming_it() -> None:
     rej = out.reports[0].rejections[0]
     assert rej.kind == "selector-error"
     assert "productNam" in rej.details["error"] and "productNam" in rej.message
+    assert rej.details["missingKey"] == "productNam"
 
 
 def test_selector_compile_error_in_class() -> None:

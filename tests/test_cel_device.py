@@ -97,6 +97,12 @@ def test_missing_keys_error_like_kubernetes(
         ev(expression, device)
 
 
+def test_missing_key_is_named_on_the_error(device: dict[str, object]) -> None:
+    with pytest.raises(CelEvalError) as info:
+        ev(f"device.attributes['{D}'].productNam == 'x'", device)
+    assert info.value.missing_key == "productNam"
+
+
 def test_device_without_flag_defaults_to_exclusive() -> None:
     dev = device_activation(D, {"name": "gpu-1"})
     assert ev("!device.allowMultipleAllocations", dev)

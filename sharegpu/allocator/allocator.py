@@ -312,6 +312,8 @@ class _Search:
                 break
             except CelEvalError as exc:
                 details["error"] = f"CEL runtime error: {exc.message}"
+                if exc.missing_key is not None:
+                    details["missingKey"] = exc.missing_key
                 result = Rejection(
                     "selector-error",
                     cand.id,

@@ -56,7 +56,8 @@ class Rejection:
     ``details`` holds the kind's structured facts (all JSON-serialisable):
 
     - selector-false: ``source`` ("class <name>" or "request"), ``index``, ``expression``
-    - selector-error: the same plus ``error``
+    - selector-error: the same plus ``error`` (and ``missingKey``, the attribute or
+      capacity name whose absence failed the expression, when that was the cause)
     - capacity-short: ``capacity``, ``requested``, ``available``, ``shortBy``
       (``available`` and ``shortBy`` are ``None`` when the device lacks the capacity)
     - capacity-policy: ``capacity``, ``requested``, ``rounded``, ``policy``

@@ -39,6 +39,8 @@ class CelEvalError(CelError):
     them; the logical operators catch and absorb them as the specification requires.
     """
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, missing_key: str | None = None) -> None:
         self.message = message
+        #: The map key or field whose absence caused the error (``no such key``), if any.
+        self.missing_key = missing_key
         super().__init__(message)

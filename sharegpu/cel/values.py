@@ -225,7 +225,7 @@ def cel_index(container: Any, key: Any) -> Any:
         try:
             return container[key]
         except KeyError:
-            raise CelEvalError(f"no such key: {key}") from None
+            raise CelEvalError(f"no such key: {key}", str(key)) from None
         except TypeError:
             raise no_overload("_[_]", container, key) from None
     if _is_list(container):
@@ -245,5 +245,5 @@ def cel_select(value: Any, field: str) -> Any:
         try:
             return value[field]
         except KeyError:
-            raise CelEvalError(f"no such key: {field}") from None
+            raise CelEvalError(f"no such key: {field}", field) from None
     raise CelEvalError(f"type '{type_name(value)}' does not support field selection")
