@@ -112,7 +112,9 @@ def compile_selector(expression: str) -> SelectorProgram:
             entry = exc
         _cache.put(expression, entry)
     if isinstance(entry, CelCompileError):
-        raise entry
+        # The cached instance is raised again each time; drop the previous traceback so it
+        # does not grow with every raise.
+        raise entry.with_traceback(None)
     return entry
 
 
