@@ -901,3 +901,27 @@ def test_direct_store_access(apiserver: KubeAPIServer) -> None:
     assert apiserver.store.get("pods", "p", "ns") is None
     with pytest.raises(KeyError, match="unknown resource 'widgets'"):
         apiserver.store.get("widgets", "x")
+
+
+def test_standalone_process(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sharegpu.apiserver", "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        with api:
+            core = client.CoreV1Api(api)
+            core.create_node({"metadata": {"name": "n1"}})
+            assert [n.metadata.name for n in core.list_node().items] == ["n1"]
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0

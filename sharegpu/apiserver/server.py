@@ -100,6 +100,7 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
     allow_reuse_address = True
+    request_queue_size = 128
 
     def __init__(self, api: KubeAPIServer, address: tuple[str, int]) -> None:
         self.api = api
