@@ -88,7 +88,7 @@ def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
     return yaml.safe_dump_all(objects, sort_keys=False)
 
 
-class _MetricsEndpoint:
+class MetricsEndpoint:
     """``--metrics-address``: serves the plugin's :class:`Telemetry` on ``/metrics``."""
 
     def __init__(self, telemetry: Telemetry, address: str) -> None:
@@ -99,6 +99,11 @@ class _MetricsEndpoint:
     def start(self) -> None:
         self._server = serve_metrics(self._telemetry, self._address)
         log.info("serving metrics on %s/metrics", self._address)
+
+    @property
+    def port(self) -> int | None:
+        """The bound port while serving (useful with port 0), else None."""
+        return None if self._server is None else int(self._server.server_address[1])
 
     def stop(self) -> None:
         server, self._server = self._server, None
@@ -136,8 +141,10 @@ class Plugin:
         self.health: HealthMonitor | None = None
         self.health_source: HealthSource | None = None
         self._components: list[Component] = []
+        self.metrics_endpoint: MetricsEndpoint | None = None
         if config.metrics_address:
-            self._components.append(_MetricsEndpoint(telemetry, config.metrics_address))
+            self.metrics_endpoint = MetricsEndpoint(telemetry, config.metrics_address)
+            self._components.append(self.metrics_endpoint)
         self._components.append(self.publisher)
         self._started: list[Component] = []
         self._stop_requested = threading.Event()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -71,8 +72,8 @@ class Recorder:
         self.events.append(f"stop {self.name}")
 
 
-def make_plugin(server: KubeAPIServer) -> Plugin:
-    config = parse_config(["--node-name", "n1", "--device-backend", "mock"], environ={})
+def make_plugin(server: KubeAPIServer, *flags: str) -> Plugin:
+    config = parse_config(["--node-name", "n1", "--device-backend", "mock", *flags], environ={})
     backend = MockBackend("n1", count=2)
     return Plugin(config, backend, backend.discover(), server.client(), Telemetry("test"))
 
@@ -112,3 +113,20 @@ def test_run_returns_zero_on_request_stop(apiserver: KubeAPIServer) -> None:
     plugin = make_plugin(apiserver)
     plugin.request_stop()
     assert plugin.run() == 0
+
+
+def test_metrics_endpoint(apiserver: KubeAPIServer) -> None:
+    create_node(apiserver)
+    plugin = make_plugin(apiserver, "--metrics-address", "127.0.0.1:0")
+    counter = plugin.telemetry.meter.create_counter("sharegpu_test_events")
+    counter.add(3)
+    plugin.start()
+    try:
+        assert plugin.metrics_endpoint is not None and plugin.metrics_endpoint.port
+        url = f"http://127.0.0.1:{plugin.metrics_endpoint.port}/metrics"
+        with urllib.request.urlopen(url, timeout=DEADLINE) as response:
+            body = response.read().decode()
+        assert "sharegpu_test_events_total 3.0" in body
+    finally:
+        plugin.stop()
+    assert plugin.metrics_endpoint.port is None
