@@ -170,5 +170,7 @@ def serve_metrics(telemetry: Telemetry, address: str) -> ThreadingHTTPServer:
     handler = type("MetricsHandler", (_MetricsHandler,), {"telemetry": telemetry})
     server = ThreadingHTTPServer(parse_address(address), handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, args=(0.1,), name="metrics-http", daemon=True
+    ).start()
     return server

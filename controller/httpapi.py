@@ -77,5 +77,5 @@ def serve_api(
     handler = type("ApiHandler", (_Handler,), {"list_gpus": list_gpus, "ready": ready})
     server = ThreadingHTTPServer(parse_address(address), handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="json-api", daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.1,), name="json-api", daemon=True).start()
     return server

@@ -263,7 +263,9 @@ class WebhookServer(ThreadingHTTPServer):
 
     def start(self) -> WebhookServer:
         """Serve in a daemon thread."""
-        threading.Thread(target=self.serve_forever, name="webhook-https", daemon=True).start()
+        threading.Thread(
+            target=self.serve_forever, args=(0.1,), name="webhook-https", daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Sequence
 from typing import Any
 
 from api.names import (
@@ -139,7 +140,7 @@ def claim(
     *,
     namespace: str = "default",
     uid: str | None = None,
-    pods: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    pods: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """A ResourceClaim, allocated when ``results`` is given, reserved for ``pods`` (name, uid)."""
     obj: dict[str, Any] = {
@@ -239,7 +240,7 @@ class Cluster:
         results: list[dict[str, Any]] | None = None,
         *,
         namespace: str = "default",
-        pods: list[tuple[str, str]] = (),  # type: ignore[assignment]
+        pods: Sequence[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         """Create a claim; allocate it (and reserve it for ``pods``) when ``results`` given."""
         obj = claim(name, namespace=namespace)
@@ -255,7 +256,7 @@ class Cluster:
         results: list[dict[str, Any]] | None,
         *,
         namespace: str = "default",
-        pods: list[tuple[str, str]] = (),  # type: ignore[assignment]
+        pods: Sequence[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         """Replace the claim's allocation and reservations (None: deallocate)."""
         current = self.kube.get(claims_path(namespace, name))

@@ -13,7 +13,20 @@ from controller.tracker import Tracker
 from sharegpu.apiserver import KubeAPIServer
 
 DEADLINE_S = 30.0
-FAST = {"lease_duration_s": 3.0, "renew_deadline_s": 2.0, "retry_period_s": 0.2}
+LEASE_S = 3.0
+
+
+def elector(kube: Kube, name: str, identity: str) -> LeaderElector:
+    """An elector with short timings: 3 s lease, 2 s renew deadline, 0.2 s retry."""
+    return LeaderElector(
+        kube,
+        "sharegpu",
+        name,
+        identity,
+        lease_duration_s=LEASE_S,
+        renew_deadline_s=2.0,
+        retry_period_s=0.2,
+    )
 
 
 @pytest.fixture
@@ -25,7 +38,7 @@ def kube(apiserver: KubeAPIServer) -> Iterator[Kube]:
 
 class Replica:
     def __init__(self, kube: Kube, identity: str) -> None:
-        self.elector = LeaderElector(kube, "sharegpu", "sharegpu-controller", identity, **FAST)
+        self.elector = elector(kube, "sharegpu-controller", identity)
         self.tracker = Tracker(kube, h.DRIVER, is_leader=lambda: self.elector.is_leader)
         self.tracker.start()
         self.elector.start()
@@ -69,13 +82,13 @@ def test_one_leader_writes_and_the_standby_takes_over(apiserver: KubeAPIServer, 
 
 
 def test_renewed_lease_is_never_taken_over(apiserver: KubeAPIServer, kube: Kube) -> None:
-    first = LeaderElector(kube, "sharegpu", "lease", "first", **FAST)
-    second = LeaderElector(kube, "sharegpu", "lease", "second", **FAST)
+    first = elector(kube, "lease", "first")
+    second = elector(kube, "lease", "second")
     first.start()
     try:
         assert first.wait_for_leadership(DEADLINE_S)
         second.start()
-        assert not second.wait_for_leadership(FAST["lease_duration_s"] * 1.5)
+        assert not second.wait_for_leadership(LEASE_S * 1.5)
         assert first.is_leader
     finally:
         second.stop()
@@ -102,16 +115,16 @@ def test_abandoned_lease_is_taken_over_after_it_expires(
             },
         },
     )
-    elector = LeaderElector(kube, "sharegpu", "lease", "successor", **FAST)
-    elector.start()
+    successor = elector(kube, "lease", "successor")
+    successor.start()
     try:
         # it must watch the record unchanged for 3 s of its own clock first
-        assert not elector.wait_for_leadership(1.5)
-        assert elector.wait_for_leadership(DEADLINE_S)
+        assert not successor.wait_for_leadership(1.5)
+        assert successor.wait_for_leadership(DEADLINE_S)
         spec = kube.get(f"{path}/lease")["spec"]
         assert spec["holderIdentity"] == "successor" and spec["leaseTransitions"] == 5
     finally:
-        elector.stop()
+        successor.stop()
     assert kube.get(f"{path}/lease")["spec"].get("holderIdentity", "") == ""
 
 

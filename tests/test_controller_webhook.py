@@ -1,0 +1,357 @@
+"""The admission webhook through real HTTPS (trustme certificates), with a table of objects."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from api.names import DEFAULT_DRIVER_NAME as DRIVER
+from api.telemetry import Telemetry
+from controller.metrics import ControllerMetrics
+from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
+from sharegpu.checks import reserved_memory
+
+
+class Endpoint:
+    def __init__(self, server: WebhookServer, ca: trustme.CA, telemetry: Telemetry) -> None:
+        self.server = server
+        self.telemetry = telemetry
+        self.context = ssl.create_default_context()
+        ca.configure_trust(self.context)
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        conn = http.client.HTTPSConnection(
+            "localhost", self.server.port, context=self.context, timeout=30
+        )
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            headers = {"Content-Type": "application/json"} if data else {}
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+            ctype = resp.getheader("Content-Type") or ""
+            return resp.status, json.loads(raw) if "json" in ctype else raw.decode()
+        finally:
+            conn.close()
+
+    def review(self, obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+        resource = {
+            "ResourceClaim": "resourceclaims",
+            "ResourceClaimTemplate": "resourceclaimtemplates",
+            "DeviceClass": "deviceclasses",
+        }[obj["kind"]]
+        group, version = obj["apiVersion"].split("/")
+        body: dict[str, Any] = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": group, "version": version, "kind": obj["kind"]},
+                "resource": {"group": group, "version": version, "resource": resource},
+                "operation": operation,
+                "namespace": obj["metadata"].get("namespace"),
+                "name": obj["metadata"]["name"],
+                "object": obj if operation != "DELETE" else None,
+                "oldObject": obj if operation == "DELETE" else None,
+            },
+        }
+        status, answer = self.call("POST", f"/validate/{resource}", body)
+        assert status == 200, answer
+        assert answer["kind"] == "AdmissionReview"
+        assert answer["response"]["uid"] == body["request"]["uid"]
+        return dict(answer["response"])
+
+
+def _issue(ca: trustme.CA, tmp: Path) -> tuple[str, str]:
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp / "tls.key"))
+    return str(tmp / "tls.crt"), str(tmp / "tls.key")
+
+
+@pytest.fixture
+def endpoint(tmp_path: Path) -> Iterator[Endpoint]:
+    ca = trustme.CA()
+    cert, key = _issue(ca, tmp_path)
+    telemetry = Telemetry("test-webhook")
+    admission = AdmissionHandler(DRIVER, ControllerMetrics(telemetry))
+    server = WebhookServer("127.0.0.1:0", admission, CertificateReloader(cert, key, 0.0)).start()
+    try:
+        yield Endpoint(server, ca, telemetry)
+    finally:
+        server.stop()
+        telemetry.shutdown()
+
+
+def claim(
+    *requests: dict[str, Any], config: list[Any] | None = None, version: str = "v1"
+) -> dict[str, Any]:
+    devices: dict[str, Any] = {"requests": list(requests)}
+    if config is not None:
+        devices["config"] = config
+    return {
+        "apiVersion": f"resource.k8s.io/{version}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {"devices": devices},
+    }
+
+
+def exactly(
+    capacity: dict[str, str] | None = None, selectors: Sequence[str] = (), cls: str = DRIVER
+) -> dict[str, Any]:
+    ex: dict[str, Any] = {"deviceClassName": cls}
+    if capacity is not None:
+        ex["capacity"] = {"requests": capacity}
+    if selectors:
+        ex["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return {"name": "gpu", "exactly": ex}
+
+
+def gpu_config(params: dict[str, Any]) -> list[Any]:
+    return [
+        {
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.sharegpu.dev/v1alpha1",
+                    "kind": "GpuConfig",
+                    **params,
+                },
+            }
+        }
+    ]
+
+
+def template(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1beta2",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t", "namespace": "default"},
+        "spec": {"spec": spec},
+    }
+
+
+def device_class(selectors: list[str], config: list[Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": e}} for e in selectors]}
+    if config is not None:
+        spec["config"] = config
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRIVER},
+        "spec": spec,
+    }
+
+
+D = f"device.attributes['{DRIVER}']"
+C = f"device.capacity['{DRIVER}']"
+
+#: (id, object, allowed, substrings of the denial message, substrings of the warnings)
+CASES: list[tuple[str, dict[str, Any], bool, list[str], list[str]]] = [
+    ("whole gpu", claim(exactly()), True, [], []),
+    ("share", claim(exactly({"cores": "30", "memory": "10Gi"})), True, [], []),
+    (
+        "qualified share v1beta2",
+        claim(exactly({f"{DRIVER}/cores": "50", f"{DRIVER}/memory": "4Gi"}), version="v1beta2"),
+        True,
+        [],
+        [],
+    ),
+    (
+        "good selectors",
+        claim(
+            exactly(
+                selectors=[
+                    f"{D}.productName.startsWith('NVIDIA')",
+                    f"{C}.memory.compareTo(quantity('40Gi')) >= 0",
+                ]
+            )
+        ),
+        True,
+        [],
+        [],
+    ),
+    (
+        "other driver untouched",
+        claim(exactly({"cores": "500"}, ["device.attributes['x.example.com'].foo"], "other")),
+        True,
+        [],
+        [],
+    ),
+    (
+        "good config",
+        claim(exactly(), config=gpu_config({"sharing": {"strategy": "MPS"}})),
+        True,
+        [],
+        [],
+    ),
+    (
+        "cores out of range",
+        claim(exactly({"cores": "150", "memory": "1Gi"})),
+        False,
+        ["spec.devices.requests[0].exactly.capacity.requests[cores]", "between 1 and 100"],
+        [],
+    ),
+    (
+        "memory rounded",
+        claim(exactly({"cores": "10", "memory": "1000Mi"})),
+        True,
+        [],
+        ["reserved as 1Gi"],
+    ),
+    (
+        "memory only",
+        claim(exactly({"memory": "8Gi"})),
+        True,
+        [],
+        ["memory requested without cores"],
+    ),
+    ("cores only", claim(exactly({"cores": "8"})), True, [], ["cores requested without memory"]),
+    (
+        "unknown capacity",
+        claim(exactly({"cors": "8", "memory": "1Gi"})),
+        False,
+        ["no capacity 'cors'", "did you mean 'cores'"],
+        ["memory requested without cores"],
+    ),
+    (
+        "typo in attribute",
+        claim(exactly(selectors=[f"{D}.productname == 'H100'"])),
+        False,
+        ["selectors[0].cel.expression", "no attribute 'productname'", "'productName'"],
+        [],
+    ),
+    (
+        "cel syntax error",
+        claim(exactly(selectors=[f"{D}.productName == "])),
+        False,
+        ["CEL compile error", "1:"],
+        [],
+    ),
+    (
+        "bad strategy",
+        claim(exactly(), config=gpu_config({"sharing": {"strategy": "Mps"}})),
+        False,
+        ["spec.devices.config[0].opaque.parameters", "sharing.strategy", "MPS"],
+        [],
+    ),
+    (
+        "first available",
+        claim(
+            {
+                "name": "gpu",
+                "firstAvailable": [
+                    {
+                        "name": "big",
+                        "deviceClassName": DRIVER,
+                        "capacity": {"requests": {"cores": "0", "memory": "1Gi"}},
+                    },
+                    {"name": "any", "deviceClassName": DRIVER},
+                ],
+            }
+        ),
+        False,
+        ["requests[0].firstAvailable[0].capacity.requests[cores]"],
+        [],
+    ),
+    (
+        "template half share",
+        template({"devices": {"requests": [exactly({"memory": "300Mi"})]}}),
+        True,
+        [],
+        ["memory requested without cores", "300Mi is reserved as 512Mi"],
+    ),
+    (
+        "template bad selector",
+        template({"devices": {"requests": [exactly(selectors=[f"{C}.mem.isInteger()"])]}}),
+        False,
+        ["spec.spec.devices.requests[0].exactly.selectors[0]", "'memory'"],
+        [],
+    ),
+    ("class good", device_class([f"device.driver == '{DRIVER}'"]), True, [], []),
+    (
+        "class bad config and selector",
+        device_class(
+            [f"{D}.uid == 'x'"], gpu_config({"sharing": {"strategy": "TimeSlicing", "mps": {}}})
+        ),
+        False,
+        ["spec.selectors[0]", "'uuid'", "spec.config[0].opaque.parameters"],
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("obj", "allowed", "denial", "warns"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_review_table(
+    endpoint: Endpoint, obj: dict[str, Any], allowed: bool, denial: list[str], warns: list[str]
+) -> None:
+    response = endpoint.review(obj)
+    assert response["allowed"] is allowed, response
+    message = response.get("status", {}).get("message", "")
+    for text in denial:
+        assert text in message, message
+    if not allowed:
+        assert response["status"]["code"] == 422
+    joined = "\n".join(response.get("warnings", []))
+    for text in warns:
+        assert text in joined, joined
+    if not warns:
+        assert "warnings" not in response
+
+
+def test_delete_is_allowed_unchecked(endpoint: Endpoint) -> None:
+    bad = claim(exactly({"cores": "1000"}))
+    assert endpoint.review(bad, operation="DELETE")["allowed"] is True
+
+
+def test_malformed_reviews_and_unknown_paths(endpoint: Endpoint) -> None:
+    status, answer = endpoint.call("POST", "/validate/resourceclaims", {"kind": "Pod"})
+    assert status == 400 and "AdmissionReview" in answer["error"]
+    status, _ = endpoint.call("POST", "/validate/pods", {"kind": "AdmissionReview"})
+    assert status == 404
+
+
+def test_health_endpoints(endpoint: Endpoint) -> None:
+    assert endpoint.call("GET", "/healthz") == (200, "ok\n")
+    assert endpoint.call("GET", "/readyz") == (200, "ok\n")
+
+
+def test_reviews_are_counted(endpoint: Endpoint) -> None:
+    endpoint.review(claim(exactly()))
+    endpoint.review(claim(exactly({"cores": "0"})))
+    text = endpoint.telemetry.scrape().decode()
+    assert 'sharegpu_webhook_reviews_total{kind="ResourceClaim",result="allowed"} 1.0' in text
+    assert 'sharegpu_webhook_reviews_total{kind="ResourceClaim",result="denied"} 1.0' in text
+
+
+def test_certificate_is_reloaded_when_files_change(endpoint: Endpoint, tmp_path: Path) -> None:
+    new_ca = trustme.CA()
+    _issue(new_ca, tmp_path)
+    endpoint.context = ssl.create_default_context()
+    new_ca.configure_trust(endpoint.context)
+    assert endpoint.call("GET", "/healthz")[0] == 200  # served with the new certificate
+    assert endpoint.server.certificates.reloads == 1
+
+
+def test_reload_failure_keeps_previous_certificate(endpoint: Endpoint, tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    assert endpoint.call("GET", "/healthz")[0] == 200
+    assert endpoint.server.certificates.reloads == 0
+
+
+def test_reserved_memory_rounding() -> None:
+    mi = 1024**2
+    assert reserved_memory(1) == 256 * mi
+    assert reserved_memory(256 * mi) == 256 * mi
+    assert reserved_memory(256 * mi + 1) == 512 * mi
