@@ -71,7 +71,13 @@ class CertificateReloader:
         self._stamp: tuple[float, int, float, int] | None = None
         self._checked = 0.0
         self.reloads = 0
-        self._context = self._load()  # raises: no certificate at start-up is fatal
+        try:
+            self._context = self._load()
+        except (OSError, ssl.SSLError) as exc:  # no certificate at start-up is fatal
+            raise ValueError(
+                f"cannot load the TLS certificate {cert_file} with key {key_file}: "
+                f"{getattr(exc, 'strerror', None) or exc}"
+            ) from None
 
     def _file_stamp(self) -> tuple[float, int, float, int]:
         c, k = os.stat(self.cert_file), os.stat(self.key_file)
