@@ -897,6 +897,20 @@ def test_direct_store_access(apiserver: KubeAPIServer) -> None:
     got["metadata"]["name"] = "changed"  # copies: the store is not affected
     assert apiserver.store.get("pods", "p", "ns") is not None
     assert apiserver.store.list("pods", namespace="ns")[0]["metadata"]["name"] == "p"
+    apiserver.store.put("pods", pod_obj("q", node="node-1", app="x"))
+    assert [
+        p["metadata"]["name"]
+        for p in apiserver.store.list("pods", field_selector="spec.nodeName=node-1")
+    ] == ["q"]
+    assert [
+        p["metadata"]["name"] for p in apiserver.store.list("pods", label_selector="app=x")
+    ] == ["q"]
+    patched = apiserver.store.patch("pods", "q", "default", {"metadata": {"labels": {"app": "y"}}})
+    assert patched["metadata"]["labels"] == {"app": "y"}
+    patched["metadata"]["labels"]["app"] = "mutated"  # a copy
+    assert apiserver.store.get("pods", "q", "default")["metadata"]["labels"] == {"app": "y"}  # type: ignore[index]
+    with_status = apiserver.store.update_status("pods", {**patched, "status": {"phase": "Running"}})
+    assert with_status["status"] == {"phase": "Running"}
     apiserver.store.delete("pods", "p", "ns")
     assert apiserver.store.get("pods", "p", "ns") is None
     with pytest.raises(KeyError, match="unknown resource 'widgets'"):

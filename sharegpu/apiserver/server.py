@@ -285,7 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise ApiError(400, "the request body must be a JSON object")
             self._check_namespace(route, body)
-            return 201, store.create(rt.plural, body, dry_run=dry_run)
+            return 201, store.create_ref(rt.plural, body, dry_run=dry_run)
         if route.name is None:
             raise ApiError(405, f"{verb} needs an object name")
         if verb == "get":
@@ -312,7 +312,7 @@ class _Handler(BaseHTTPRequestHandler):
                     f"the name of the object ({meta.get('name')}) does not match the name on "
                     f"the URL ({route.name})",
                 )
-            return 200, store.update(
+            return 200, store.update_ref(
                 rt.plural, body, subresource=route.subresource, dry_run=dry_run
             )
         if verb == "patch":
@@ -322,7 +322,7 @@ class _Handler(BaseHTTPRequestHandler):
             def apply(old: dict[str, Any]) -> dict[str, Any]:
                 return apply_patch(content_type, old, patch_body)
 
-            return 200, store.patch(
+            return 200, store.patch_ref(
                 rt.plural,
                 route.name,
                 route.namespace,
@@ -334,7 +334,7 @@ class _Handler(BaseHTTPRequestHandler):
         options = body if isinstance(body, dict) else {}
         preconditions = options.get("preconditions") or {}
         dry_run = dry_run or bool(options.get("dryRun"))
-        return 200, store.delete(
+        return 200, store.delete_ref(
             rt.plural,
             route.name,
             route.namespace,

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from sharegpu.apiserver import selectors
 from sharegpu.apiserver.errors import ApiError
+from sharegpu.apiserver.patch import apply_patch
 from sharegpu.apiserver.resources import ResourceRegistry, ResourceType, default_resources
 
 Obj = dict[str, Any]
@@ -161,8 +163,27 @@ class ObjectStore:
         resource: str,
         namespace: str | None = None,
         matches: Matcher | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> ObjList:
-        """Copies of the objects (of ``namespace`` if given) that ``matches``, by namespace/name."""
+        """Copies of the objects (of ``namespace`` if given) that ``matches`` and the selectors
+        (API string syntax), ordered by namespace and name."""
+        if label_selector or field_selector:
+            rt = self.registry.get(resource)
+            selected = selectors.make_matcher(
+                selectors.parse_label_selector(label_selector),
+                selectors.parse_field_selector(field_selector, rt.selectable_fields),
+            )
+            if matches is not None:
+                extra = matches
+
+                def both(obj: Mapping[str, Any]) -> bool:
+                    return selected(obj) and extra(obj)
+
+                matches = both
+            else:
+                matches = selected
         items, _ = self.list_refs(resource, namespace, matches)
         return [deep_copy(o) for o in items]
 
@@ -232,10 +253,10 @@ class ObjectStore:
 
     # ----------------------------------------------------------------- API verbs
 
-    def create(self, resource: str, obj: Obj, *, dry_run: bool = False) -> Obj:
+    def create_ref(self, resource: str, obj: Obj, *, dry_run: bool = False) -> Obj:
         """Create as the API server does: generateName, uid, resourceVersion, timestamps,
         generation 1, status dropped unless the type keeps it, validation (422), 409 if the
-        name exists. Returns the stored object (a reference: do not mutate)."""
+        name exists. Returns the stored object itself (never mutate it; see :meth:`create`)."""
         rt = self.registry.get(resource)
         new = deep_copy(obj)
         new.setdefault("apiVersion", rt.api_version)
@@ -279,7 +300,7 @@ class ObjectStore:
                 return new
             return self._commit(rt, new, None)
 
-    def update(
+    def update_ref(
         self, resource: str, obj: Obj, *, subresource: str | None = None, dry_run: bool = False
     ) -> Obj:
         """Replace (PUT). 409 Conflict if ``metadata.resourceVersion`` is set and stale. On the
@@ -295,7 +316,7 @@ class ObjectStore:
                 raise self._not_found(rt, meta.get("name", ""))
             return self._update(rt, old, obj, subresource, dry_run=dry_run)
 
-    def patch(
+    def patch_ref(
         self,
         resource: str,
         name: str,
@@ -320,7 +341,7 @@ class ObjectStore:
                 raise self._invalid(rt, name, ["metadata.name: field is immutable"])
             return self._update(rt, old, new, subresource, dry_run=dry_run)
 
-    def delete(
+    def delete_ref(
         self,
         resource: str,
         name: str,
@@ -375,12 +396,13 @@ class ObjectStore:
         *,
         dry_run: bool = False,
     ) -> ObjList:
-        """Delete every matching object; returns what was deleted (or marked for deletion)."""
+        """Delete every matching object; returns the deleted (or deletion-marked) objects as
+        stored (never mutate them)."""
         rt = self.registry.get(resource)
         with self._lock:
             items, _ = self.list_refs(resource, namespace, matches)
             return [
-                self.delete(
+                self.delete_ref(
                     rt.plural,
                     o["metadata"]["name"],
                     o["metadata"].get("namespace"),
@@ -388,6 +410,61 @@ class ObjectStore:
                 )
                 for o in items
             ]
+
+    # ----------------------------------------------------------------- API verbs, copying
+
+    def create(self, resource: str, obj: Obj, *, dry_run: bool = False) -> Obj:
+        """:meth:`create_ref`, returning a copy."""
+        return deep_copy(self.create_ref(resource, obj, dry_run=dry_run))
+
+    def update(
+        self, resource: str, obj: Obj, *, subresource: str | None = None, dry_run: bool = False
+    ) -> Obj:
+        """:meth:`update_ref`, returning a copy."""
+        return deep_copy(self.update_ref(resource, obj, subresource=subresource, dry_run=dry_run))
+
+    def update_status(self, resource: str, obj: Obj) -> Obj:
+        """Replace only the status of ``obj`` (the ``/status`` subresource); returns a copy."""
+        return self.update(resource, obj, subresource="status")
+
+    def patch(
+        self,
+        resource: str,
+        name: str,
+        namespace: str | None,
+        patch: Any,
+        *,
+        content_type: str = "application/merge-patch+json",
+        subresource: str | None = None,
+    ) -> Obj:
+        """Patch like the API does (merge patch by default, or JSON patch); returns a copy."""
+
+        def apply(old: Obj) -> Obj:
+            return apply_patch(content_type, old, patch)
+
+        return deep_copy(self.patch_ref(resource, name, namespace, apply, subresource=subresource))
+
+    def delete(
+        self,
+        resource: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        orphan: bool = False,
+    ) -> Obj:
+        """:meth:`delete_ref`, returning a copy of the deleted (or deletion-marked) object."""
+        return deep_copy(
+            self.delete_ref(
+                resource,
+                name,
+                namespace,
+                uid=uid,
+                resource_version=resource_version,
+                orphan=orphan,
+            )
+        )
 
     # ----------------------------------------------------------------- watch
 
@@ -495,7 +572,7 @@ class ObjectStore:
             if any(o in self._uids for o in owners if o != uid):
                 continue
             drt = self.registry.get(plural)
-            self.delete(drt.plural, key[1], key[0] or None)
+            self.delete_ref(drt.plural, key[1], key[0] or None)
 
     def _orphan_dependents(self, uid: str) -> None:
         for plural, key in sorted(self._dependents.get(uid, set())):
