@@ -165,7 +165,13 @@ class Controller:
             if a.leader_elect:
                 self.elector = LeaderElector(kube, a.lease_namespace, a.lease_name)
                 is_leader = lambda: self.elector is not None and self.elector.is_leader  # noqa: E731
-            self.tracker = Tracker(kube, a.driver_name, metrics=self.metrics, is_leader=is_leader)
+            self.tracker = Tracker(
+                kube,
+                a.driver_name,
+                metrics=self.metrics,
+                is_leader=is_leader,
+                tracer=self.telemetry.tracer,
+            )
             self.metrics.set_gpu_source(self.tracker.gpus)
         if a.metrics_address:
             server = self.metrics_server = serve_metrics(self.telemetry, a.metrics_address)

@@ -26,6 +26,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry.trace import NoOpTracer, Tracer
+
 from api.gpu import Allocation, GpuObject
 from api.names import (
     API_GROUP,
@@ -89,8 +91,10 @@ class Tracker:
         write_interval_s: float = 1.0,
         tick_s: float = 0.05,
         watch_timeout_s: int = 300,
+        tracer: Tracer | None = None,
     ) -> None:
         self.kube = kube
+        self.tracer: Tracer = tracer or NoOpTracer()
         self.driver = driver
         self.metrics = metrics
         self.is_leader = is_leader
@@ -354,10 +358,13 @@ class Tracker:
                 elif now - self._last_write.get(name, -1e9) >= self.write_interval_s:
                     todo.append((name, desired, stored))
         writes = 0
-        for name, desired, stored in todo:
-            if self._stop.is_set() or not self.is_leader():
-                break
-            writes += self._write(name, desired, stored)
+        with self.tracer.start_as_current_span("reconcile") as span:
+            span.set_attribute("sharegpu.gpus_to_write", len(todo))
+            for name, desired, stored in todo:
+                if self._stop.is_set() or not self.is_leader():
+                    break
+                writes += self._write(name, desired, stored)
+            span.set_attribute("sharegpu.writes", writes)
         if self.metrics is not None and todo:
             self.metrics.reconcile_duration.record(time.perf_counter() - start)
         return writes
