@@ -26,6 +26,7 @@ Every write is atomic and fsynced (temporary file, rename, directory fsync).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -138,6 +139,11 @@ class ClaimRecord:
     devices: tuple[DeviceRecord, ...]
     sharing: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @functools.cached_property
+    def canonical_json(self) -> bytes:
+        """:func:`canonical_json` of :meth:`to_json` (computed once: the record is immutable)."""
+        return canonical_json(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -328,22 +334,39 @@ class Checkpoint:
         log.error("checkpoint %s is corrupt (%s); moved it to %s", self.path, problem, aside)
         return Loaded(status=LOAD_CORRUPT, moved_to=aside)
 
-    def document(
-        self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """The document :meth:`write` stores (checksum included)."""
-        doc: dict[str, Any] = {
+    def serialize(self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]) -> bytes:
+        """The bytes :meth:`write` stores: the canonical JSON of the document, ``checksum``
+        first. Each claim's canonical JSON is computed once per record (records are immutable),
+        so a write costs little more than joining bytes."""
+        top: dict[str, Any] = {
             **self._extra,
             "version": CHECKPOINT_VERSION,
             "bootID": self.boot_id,
-            "claims": {uid: rec.to_json() for uid, rec in sorted(claims.items())},
             "sharing": dict(sharing),
         }
-        doc["checksum"] = checksum_of(doc)
-        return doc
+        claims_json = (
+            b"{"
+            + b",".join(
+                canonical_json(uid) + b":" + rec.canonical_json
+                for uid, rec in sorted(claims.items())
+            )
+            + b"}"
+        )
+        payload = (
+            b"{"
+            + b",".join(
+                canonical_json(key)
+                + b":"
+                + (claims_json if key == "claims" else canonical_json(top[key]))
+                for key in sorted({*top, "claims"})
+            )
+            + b"}"
+        )
+        checksum = "sha256:" + hashlib.sha256(payload).hexdigest()
+        return b'{"checksum":' + canonical_json(checksum) + b"," + payload[1:] + b"\n"
 
     def write(self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]) -> None:
         """Atomically and durably replace the file with ``claims`` and ``sharing``."""
-        data = json.dumps(self.document(claims, sharing), indent=1, sort_keys=True).encode()
+        data = self.serialize(claims, sharing)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, data + b"\n", mode=0o600)
+        atomic_write(self.path, data, mode=0o600)

@@ -10,6 +10,9 @@ Invariants:
   recorded answer again, with no new side effects (no API call, no write).
 - Unprepare removes the spec file, releases enforcement, then drops the record; unknown claims
   succeed.
+- The spec file and the ``PrepareCompleted`` record are written concurrently; a
+  ``PrepareCompleted`` record whose spec file is missing is rolled back at start and prepared
+  again by the next call, and spec files without a record are removed at start.
 - Concurrency: claims are fetched from the API server before any lock; each claim then holds its
   own lock for the whole operation, and the node-wide lock guards only in-memory state (a few
   dictionary operations). Checkpoint writes are group-committed: concurrent state changes share
@@ -25,6 +28,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -129,6 +133,8 @@ class DeviceState:
         self._changes = 0
         self._written = 0
         self._started = False
+        #: Writes spec files while the calling thread writes the checkpoint.
+        self._io = ThreadPoolExecutor(max_workers=32, thread_name_prefix="cdi-write")
 
     # --- Startup ---------------------------------------------------------------------------
 
@@ -264,6 +270,10 @@ class DeviceState:
                 covered = self._changes
             self._checkpoint.write(snapshot, self._enforcer.export_state())
             self._written = covered
+
+    def close(self) -> None:
+        """Stop the writer threads (after the gRPC server stopped calling in)."""
+        self._io.shutdown(wait=True)
 
     def prepared_claims(self) -> dict[str, ClaimRecord]:
         """A snapshot of the recorded claims (both states)."""
@@ -432,10 +442,15 @@ class DeviceState:
                 ),
                 sharing=dict(enforcement.record),
             )
-            self._cdi.write(ref.uid, spec_devices)
+            # The spec file and the PrepareCompleted record are written concurrently: a crash
+            # that leaves either without the other is rolled back at the next start.
             with self._mu:
                 self._claims[ref.uid] = completed
-            self._persist()
+            spec_written = self._io.submit(self._cdi.write, ref.uid, spec_devices)
+            try:
+                self._persist()
+            finally:
+                spec_written.result()
         except (ShareError, OSError, ValueError) as exc:
             log.warning("preparing %s failed: %s", label, exc)
             self._undo_quietly(ref.uid)
@@ -485,21 +500,26 @@ class DeviceState:
     # --- Unprepare -------------------------------------------------------------------------
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareOutcome]:
+        """Remove each claim's spec file and enforcement, then drop the records with one
+        checkpoint write for the whole call."""
         if not self._started:
             raise RuntimeError("DeviceState.start() must be called before unprepare")
         outcomes: dict[str, UnprepareOutcome] = {}
+        dropped: list[str] = []
         for ref in claims:
             if ref.uid in outcomes:
                 continue
             label = _claim_label(ref.namespace, ref.name, ref.uid)
             try:
                 with self._claim_locks.hold(ref.uid):
+                    self._cdi.remove(ref.uid)
                     with self._mu:
                         known = ref.uid in self._claims
-                    self._cdi.remove(ref.uid)
                     if known:
-                        self._undo(ref.uid)
-                        log.info("unprepared %s", label)
+                        self._enforcer.release(ref.uid)
+                        with self._mu:
+                            self._claims.pop(ref.uid, None)
+                        dropped.append(label)
                 outcomes[ref.uid] = UnprepareOutcome()
             except (ShareError, OSError) as exc:
                 log.warning("unpreparing %s failed: %s", label, exc)
@@ -509,4 +529,17 @@ class DeviceState:
                 outcomes[ref.uid] = UnprepareOutcome(
                     error=f"internal error unpreparing {label}: {exc}"
                 )
+        if dropped:
+            try:
+                self._persist()
+            except OSError as exc:
+                # The records are gone from memory and their files from disk; a restart with
+                # the old checkpoint rolls them back (their spec files are missing).
+                log.error("cannot write the checkpoint after unprepare: %s", exc)
+                return {
+                    uid: UnprepareOutcome(error=f"cannot write the checkpoint: {exc}")
+                    for uid in outcomes
+                }
+            for label in dropped:
+                log.info("unprepared %s", label)
         return outcomes
