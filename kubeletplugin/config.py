@@ -28,6 +28,10 @@ DEFAULT_PLUGIN_REGISTRY_DIR: Final = Path("/var/lib/kubelet/plugins_registry")
 #: ``--plugin-data-dir`` defaults to this directory plus the driver name.
 DEFAULT_PLUGINS_DIR: Final = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_DIR: Final = Path("/var/run/cdi")
+#: Where runtimes read CDI specs; scanned for the NVIDIA Container Toolkit's spec.
+DEFAULT_NVIDIA_CDI_DIRS: Final = (Path("/etc/cdi"), Path("/var/run/cdi"))
+DEFAULT_BOOT_ID_FILE: Final = Path("/proc/sys/kernel/random/boot_id")
+DEFAULT_DEV_ROOT: Final = Path("/dev")
 DEVICE_BACKENDS: Final = ("nvml", "mock")
 DEFAULT_MOCK_GPUS: Final = 8
 
@@ -66,6 +70,13 @@ class PluginConfig:
     limits_library: Path | None = None
     #: ``--disable-health``, ``--health-*`` and ``--mock-health-file``.
     health: HealthOptions = DEFAULT_HEALTH_OPTIONS
+    #: CDI kind of the NVIDIA Container Toolkit's spec, and the directories searched for it.
+    nvidia_cdi_kind: str = names.NVIDIA_CTK_CDI_KIND
+    nvidia_cdi_dirs: tuple[Path, ...] = DEFAULT_NVIDIA_CDI_DIRS
+    #: The kernel's boot ID (a change means a reboot: checkpointed claims are dropped).
+    boot_id_file: Path = DEFAULT_BOOT_ID_FILE
+    #: Host directory of the GPU device nodes put into CDI specs (NVML backend only).
+    dev_root: Path = DEFAULT_DEV_ROOT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +111,31 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=DEFAULT_CDI_DIR,
         help=f"where CDI specs are written (default {DEFAULT_CDI_DIR})",
+    )
+    p.add_argument(
+        "--nvidia-cdi-kind",
+        default=names.NVIDIA_CTK_CDI_KIND,
+        help="CDI kind of the NVIDIA Container Toolkit's spec; where a device named by a GPU's "
+        f"UUID exists, its ID is returned too (default {names.NVIDIA_CTK_CDI_KIND})",
+    )
+    p.add_argument(
+        "--nvidia-cdi-dirs",
+        default=",".join(str(d) for d in DEFAULT_NVIDIA_CDI_DIRS),
+        help="comma-separated directories searched for that spec (default "
+        f"{','.join(str(d) for d in DEFAULT_NVIDIA_CDI_DIRS)})",
+    )
+    p.add_argument(
+        "--boot-id-file",
+        type=Path,
+        default=DEFAULT_BOOT_ID_FILE,
+        help=f"the kernel's boot ID, to detect reboots (default {DEFAULT_BOOT_ID_FILE})",
+    )
+    p.add_argument(
+        "--dev-root",
+        type=Path,
+        default=DEFAULT_DEV_ROOT,
+        help="host directory of the nvidia* device nodes put into CDI specs with the NVML backend "
+        f"(default {DEFAULT_DEV_ROOT})",
     )
     p.add_argument(
         "--sharing-mode",
@@ -170,9 +206,13 @@ def config_from_args(
         raise ConfigError(f"--mock-gpus must be at least 1, got {args.mock_gpus}")
     if args.device_backend != "mock" and args.mock_config is not None:
         raise ConfigError("--mock-config needs --device-backend mock")
+    nvidia_cdi_dirs = tuple(Path(d) for d in args.nvidia_cdi_dirs.split(",") if d)
     for flag, path in (
         ("--driver-root", args.driver_root),
         ("--limits-library", args.limits_library),
+        ("--boot-id-file", args.boot_id_file),
+        ("--dev-root", args.dev_root),
+        *(("--nvidia-cdi-dirs", d) for d in nvidia_cdi_dirs),
     ):
         if path is not None and not path.is_absolute():
             raise ConfigError(f"{flag} {str(path)!r}: must be an absolute path")
@@ -198,6 +238,10 @@ def config_from_args(
         driver_root=args.driver_root,
         limits_library=args.limits_library,
         health=health,
+        nvidia_cdi_kind=args.nvidia_cdi_kind,
+        nvidia_cdi_dirs=nvidia_cdi_dirs,
+        boot_id_file=args.boot_id_file,
+        dev_root=args.dev_root,
     )
 
 

@@ -27,6 +27,7 @@ from kubernetes import client
 
 from api.logs import configure_logging
 from api.telemetry import Telemetry, serve_metrics
+from kubeletplugin.claimservice import ClaimService
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
 from kubeletplugin.devices import DeviceBackend, DiscoveryError, GpuInfo
 from kubeletplugin.health.flags import build_health, install_reload_signal
@@ -36,6 +37,7 @@ from kubeletplugin.kube import KubeConfigError, KubeRest, load_api_client
 from kubeletplugin.mock import MockBackend
 from kubeletplugin.nvml import NvmlBackend
 from kubeletplugin.publisher import SlicePublisher
+from kubeletplugin.sharing.enforcer import enforcer_for
 from kubeletplugin.slices import desired_slices, resource_slice_objects
 
 PROG = "sharegpu-kubeletplugin"
@@ -236,6 +238,9 @@ def build_plugin(config: PluginConfig) -> Plugin:
         )
         install_reload_signal(plugin.health.checker)
         plugin.add_component(plugin.health)
+    plugin.add_component(
+        ClaimService(config, gpus, api_client, enforcer_for(config), plugin.health_source)
+    )
     return plugin
 
 

@@ -1,0 +1,68 @@
+"""The daemon component that serves kubelet: DeviceState (prepare/unprepare, checkpoint, CDI)
+behind the PluginServer (registration and DRA v1/v1beta1 sockets).
+
+``start`` recovers the node state from the checkpoint first, then opens the sockets, so kubelet
+never reaches a plugin that has not finished recovering. ``stop`` closes the sockets (kubelet
+deregisters) and leaves every prepared claim and spec file in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kubernetes import client
+
+from kubeletplugin.cdi import CdiSpecWriter, NvidiaCdiDetector
+from kubeletplugin.checkpoint import Checkpoint
+from kubeletplugin.claims import KubeClaimGetter
+from kubeletplugin.config import PluginConfig
+from kubeletplugin.devices import GpuInfo
+from kubeletplugin.enforcement import ShareEnforcer
+from kubeletplugin.healthservice import HealthSource
+from kubeletplugin.server import PluginServer
+from kubeletplugin.state import DeviceState
+
+
+class ClaimService:
+    """DeviceState + PluginServer as one start/stop component of the daemon."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        gpus: Sequence[GpuInfo],
+        api_client: client.ApiClient,
+        enforcer: ShareEnforcer,
+        health_source: HealthSource | None = None,
+    ) -> None:
+        # Device nodes are added only for real GPUs; mock GPUs have none.
+        dev_root = config.dev_root if config.device_backend == "nvml" else None
+        self.state = DeviceState(
+            driver_name=config.driver_name,
+            node_name=config.node_name,
+            gpus=gpus,
+            sharing_mode=config.sharing_mode,
+            claims=KubeClaimGetter(api_client),
+            cdi=CdiSpecWriter(
+                config.cdi_dir,
+                config.driver_name,
+                dev_root=dev_root,
+                nvidia=NvidiaCdiDetector(config.nvidia_cdi_kind, config.nvidia_cdi_dirs),
+            ),
+            checkpoint=Checkpoint(config.plugin_data_dir, boot_id_file=config.boot_id_file),
+            enforcer=enforcer,
+        )
+        self.server = PluginServer(
+            config.driver_name,
+            config.plugin_registry_dir,
+            config.plugin_data_dir,
+            self.state,
+            health_source=health_source,
+        )
+
+    def start(self) -> None:
+        self.state.start()
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.state.close()
