@@ -24,7 +24,13 @@ from deploy_helpers import EXAMPLES_DIR, KUBERNETES_VERSIONS, load_documents, va
 from api.gpuconfig import GpuConfigError, parse_gpu_config
 from api.names import DEFAULT_DRIVER_NAME
 from kubeletplugin.mock import default_gpu, gpu_from_entry
-from kubeletplugin.slices import consumable_device, partition_devices
+from kubeletplugin.slices import (
+    consumable_device,
+    desired_slices,
+    partition_devices,
+    resource_slice_objects,
+)
+from sharegpu.allocator import AllocationOutcome, allocate_many
 from sharegpu.cel import CelCompileError, CelEvalError, compile_selector, device_activation
 
 EXAMPLE_DIRS = sorted(p for p in EXAMPLES_DIR.iterdir() if p.is_dir())
@@ -202,3 +208,105 @@ def test_sharegpu_validate_accepts_every_example() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- allocation on the slices the plugin publishes (kube-scheduler semantics) ---
+
+NODE = "node-a"
+GPU_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": DEFAULT_DRIVER_NAME},
+    "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DEFAULT_DRIVER_NAME}"'}}]},
+}
+
+
+def node_slices(sharing_mode: str, gpus: int = 8) -> list[dict[str, Any]]:
+    """The ResourceSlices the plugin publishes for ``gpus`` default mock GPUs on one node."""
+    infos = [default_gpu(NODE, i, gpus) for i in range(gpus)]
+    contents = desired_slices(infos, sharing_mode)
+    objects = resource_slice_objects(contents, DEFAULT_DRIVER_NAME, NODE, None, 1)
+    for obj in objects:  # the API server completes generateName
+        obj["metadata"]["name"] = obj["metadata"]["generateName"] + "x"
+    return objects
+
+
+def example_claims(example: str) -> list[dict[str, Any]]:
+    """The example's claims, templates instantiated as kube-scheduler sees them."""
+    claims = []
+    for path in sorted((EXAMPLES_DIR / example).glob("*.yaml")):
+        for doc in documents(path):
+            for spec in claim_specs(doc):
+                name = doc["metadata"]["name"]
+                claims.append({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    return claims
+
+
+def results(outcome: AllocationOutcome) -> list[dict[str, Any]]:
+    assert outcome.allocation is not None, f"not allocatable: {outcome.error} {outcome.reports}"
+    found: list[dict[str, Any]] = outcome.allocation["devices"]["results"]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("example", "mode"),
+    [
+        ("whole-gpu", "consumable"),
+        ("whole-gpu", "partitions"),
+        ("whole-gpu", "exclusive"),
+        ("select-by-model-and-memory", "consumable"),
+        ("two-pods-fractional-share", "consumable"),
+        ("mps-with-overrides", "consumable"),
+        ("time-slicing", "consumable"),
+        ("multi-gpu-same-pcie-root", "consumable"),
+        ("first-available", "consumable"),
+        ("partitions", "partitions"),
+    ],
+)
+def test_example_claims_are_allocatable(example: str, mode: str) -> None:
+    claims = example_claims(example)
+    assert claims
+    for outcome in allocate_many(claims, node_slices(mode), [GPU_CLASS], node=NODE):
+        assert results(outcome)
+
+
+def test_two_fractional_shares_land_on_one_gpu() -> None:
+    small, large = allocate_many(
+        example_claims("two-pods-fractional-share"),
+        node_slices("consumable"),
+        [GPU_CLASS],
+        node=NODE,
+    )
+    (a,), (b,) = results(small), results(large)
+    assert a["device"] == b["device"] == "gpu-0"
+    assert a["shareID"] != b["shareID"]
+    assert a["consumedCapacity"] == {"cores": "30", "memory": "10Gi"}
+    assert b["consumedCapacity"] == {"cores": "50", "memory": "20Gi"}
+
+
+def test_whole_gpu_takes_all_capacity_and_partitions_take_half() -> None:
+    (whole,) = allocate_many(
+        example_claims("whole-gpu"), node_slices("consumable"), [GPU_CLASS], node=NODE
+    )
+    (result,) = results(whole)
+    assert result["consumedCapacity"]["cores"] == "100"
+    (half,) = allocate_many(
+        example_claims("partitions"), node_slices("partitions"), [GPU_CLASS], node=NODE
+    )
+    (result,) = results(half)
+    assert result["device"] == "gpu-0-half-0"
+
+
+def test_multi_gpu_example_gets_two_gpus_on_one_pcie_root() -> None:
+    claims = example_claims("multi-gpu-same-pcie-root")
+    (outcome,) = allocate_many(claims, node_slices("consumable"), [GPU_CLASS], node=NODE)
+    devices = [r["device"] for r in results(outcome)]
+    assert len(set(devices)) == 2
+
+
+def test_first_available_takes_the_h100_subrequest() -> None:
+    (outcome,) = allocate_many(
+        example_claims("first-available"), node_slices("consumable"), [GPU_CLASS], node=NODE
+    )
+    (result,) = results(outcome)
+    assert result["request"] == "gpu/h100"
