@@ -60,6 +60,11 @@ VARIANTS: dict[str, list[str]] = {
     ],
     "class-config": ["deviceClasses.gpu.config.sharing.strategy=MPS"],
     "limits-library": ["kubeletPlugin.enforcement.limitsLibrary=/opt/hami/libvgpu.so"],
+    "health-noexecute": [
+        "kubeletPlugin.health.taintEffect=NoExecute",
+        "kubeletPlugin.health.ignoreXids=13\\,31",
+    ],
+    "health-off": ["kubeletPlugin.health.enabled=false"],
     "no-webhook": ["controller.webhook.enabled=false", "metricsService.enabled=false"],
 }
 
@@ -182,6 +187,12 @@ def test_sharing_mode_and_mock_backend_reach_the_plugin(
     assert "--sharing-mode=partitions" in partitions["args"]
     (limits,) = containers(rendered["limits-library"], "DaemonSet")
     assert "--limits-library=/opt/hami/libvgpu.so" in limits["args"]
+    (noexecute,) = containers(rendered["health-noexecute"], "DaemonSet")
+    assert {"--health-taint-effect=NoExecute", "--health-ignore-xids=13,31"} <= set(
+        noexecute["args"]
+    )
+    (health_off,) = containers(rendered["health-off"], "DaemonSet")
+    assert "--disable-health" in health_off["args"]
     (mock,) = containers(rendered["mock-backend"], "DaemonSet")
     assert "--device-backend=mock" in mock["args"]
     assert "--mock-gpus=4" in mock["args"]
