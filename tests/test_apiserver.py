@@ -189,6 +189,30 @@ def test_update_with_stale_resource_version_conflicts(kube_client: ApiClient) ->
     assert "the object has been modified" in status["message"]
 
 
+def test_update_of_a_recreated_object_conflicts_on_uid(kube_client: ApiClient) -> None:
+    core = client.CoreV1Api(kube_client)
+    node = core.create_node({"metadata": {"name": "n1"}})
+    core.delete_node("n1")
+    core.create_node({"metadata": {"name": "n1"}})
+    node.metadata.resource_version = None
+    with pytest.raises(ApiException) as err:
+        core.replace_node("n1", node)
+    assert err.value.status == 409 and "UID in precondition" in body_of(err.value)["message"]
+
+
+def test_custom_resource_update_needs_resource_version(kube_client: ApiClient) -> None:
+    custom = client.CustomObjectsApi(kube_client)
+    args = (names.API_GROUP, names.API_VERSION, names.GPU_PLURAL)
+    created = custom.create_cluster_custom_object(*args, {"metadata": {"name": "g"}, "spec": {}})
+    unconditional = {**created, "metadata": {"name": "g"}, "spec": {"uuid": "x"}}
+    with pytest.raises(ApiException) as err:
+        custom.replace_cluster_custom_object(*args, "g", unconditional)
+    assert err.value.status == 422
+    assert custom.replace_cluster_custom_object(*args, "g", {**created, "spec": {"uuid": "x"}})[
+        "spec"
+    ] == {"uuid": "x"}
+
+
 def test_noop_update_writes_nothing(apiserver: KubeAPIServer, kube_client: ApiClient) -> None:
     core = client.CoreV1Api(kube_client)
     node = core.create_node({"metadata": {"name": "n1"}})

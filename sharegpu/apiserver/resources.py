@@ -25,6 +25,8 @@ class ResourceType:
     update); ``validate_update(old, new)`` adds checks that need the old object (immutability).
     ``status_on_create``: whether ``status`` given on create is kept (otherwise it is dropped, as
     the real server does for resources with a status subresource).
+    ``allow_unconditional_update``: whether PUT may omit ``metadata.resourceVersion`` (custom
+    resources and CRDs require it, like the real server).
     """
 
     group: str
@@ -37,6 +39,7 @@ class ResourceType:
     validate: Callable[[dict[str, Any]], list[str]] | None = None
     validate_update: Callable[[dict[str, Any], dict[str, Any]], list[str]] | None = None
     status_on_create: bool = False
+    allow_unconditional_update: bool = True
     default_status: dict[str, Any] | None = field(default=None, hash=False, compare=False)
 
     @property
@@ -177,6 +180,7 @@ def default_resources() -> list[ResourceType]:
             names.GPU_KIND,
             namespaced=False,
             subresources=status,
+            allow_unconditional_update=False,
         ),
         ResourceType(
             "apiextensions.k8s.io",
@@ -185,6 +189,7 @@ def default_resources() -> list[ResourceType]:
             "CustomResourceDefinition",
             namespaced=False,
             subresources=status,
+            allow_unconditional_update=False,
         ),
     ]
 

@@ -314,6 +314,15 @@ class ObjectStore:
             old = self._objects[rt.plural].get(_key(rt, obj))
             if old is None:
                 raise self._not_found(rt, meta.get("name", ""))
+            if not rt.allow_unconditional_update and not meta.get("resourceVersion"):
+                raise self._invalid(
+                    rt,
+                    meta.get("name", ""),
+                    [
+                        "metadata.resourceVersion: Invalid value: 0x0: "
+                        "must be specified for an update"
+                    ],
+                )
             return self._update(rt, old, obj, subresource, dry_run=dry_run)
 
     def patch_ref(
@@ -624,6 +633,14 @@ class ObjectStore:
         self, rt: ResourceType, old: Obj, obj: Obj, subresource: str | None, *, dry_run: bool
     ) -> Obj:
         name = old["metadata"]["name"]
+        given_uid = (obj.get("metadata") or {}).get("uid")
+        if given_uid and given_uid != old["metadata"].get("uid"):
+            raise self._conflict(
+                rt,
+                name,
+                f"Precondition failed: UID in precondition: {given_uid}, "
+                f"UID in object meta: {old['metadata'].get('uid')}",
+            )
         given_rv = (obj.get("metadata") or {}).get("resourceVersion")
         if given_rv and given_rv != old["metadata"].get("resourceVersion"):
             raise self._conflict(
