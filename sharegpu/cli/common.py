@@ -1,0 +1,288 @@
+"""What several ``sharegpu`` commands share: errors, flags, manifest loading, the local node.
+
+Invariants:
+
+- Expected problems (a missing file, bad YAML, no GPU, an unreachable API server) raise
+  :class:`CliError`; ``sharegpu`` prints its one-line message and exits with its ``code``
+  (1; 2 for usage errors). Nothing expected reaches the user as a traceback.
+- Manifests are plain dicts in their JSON shape. :func:`load_manifests` reads files and
+  directories (recursively: ``*.yaml``, ``*.yml``, ``*.json``), multi-document streams, YAML
+  lists and ``kind: *List`` objects, and remembers where each object came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from api import names, slicerules
+from kubeletplugin.devices import DeviceBackend, DiscoveryError, GpuInfo
+from kubeletplugin.mock import MockBackend
+from kubeletplugin.nvml import NvmlBackend
+from kubeletplugin.slices import desired_slices, resource_slice_objects
+from sharegpu.cli.output import OUTPUT_FORMATS
+
+Obj = dict[str, Any]
+
+EXIT_OK: Final = 0
+EXIT_FINDINGS: Final = 1
+EXIT_USAGE: Final = 2
+
+MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
+DEFAULT_MOCK_GPUS: Final = 8
+#: Node name used when neither ``--node-name`` nor ``$NODE_NAME`` nor a usable host name is set.
+FALLBACK_NODE_NAME: Final = "local-node"
+
+
+class CliError(Exception):
+    """An expected failure: one line for the user, and the exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_FINDINGS) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def add_output_flag(parser: argparse.ArgumentParser) -> None:
+    """``-o/--output``: every command takes it (default: a table on a terminal, else text)."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        help="output format (default: table on a terminal, plain text otherwise)",
+    )
+
+
+# --- manifests ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One object of a manifest file; ``document`` counts from 1 within the file."""
+
+    file: str
+    document: int
+    obj: Obj
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj.get("kind") or "?")
+
+    @property
+    def name(self) -> str:
+        md = self.obj.get("metadata") or {}
+        if not isinstance(md, dict):
+            return "?"
+        return str(md.get("name") or md.get("generateName") or "?")
+
+    @property
+    def label(self) -> str:
+        """``KIND/NAME``."""
+        return f"{self.kind}/{self.name}"
+
+
+def manifest_files(paths: Iterable[str]) -> list[Path]:
+    """The files named, with directories expanded recursively (sorted); missing paths fail."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files += sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES
+            )
+        elif path.is_file() or raw == "-":
+            files.append(path)
+        else:
+            raise CliError(f"{raw}: no such file or directory")
+    return files
+
+
+def _expand(doc: Any, file: str, number: int) -> list[Manifest]:
+    if doc is None:
+        return []
+    if isinstance(doc, list):
+        return [m for item in doc for m in _expand(item, file, number)]
+    if not isinstance(doc, dict):
+        raise CliError(f"{file}: document {number}: expected a mapping, got {type(doc).__name__}")
+    if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+        return [m for item in doc["items"] for m in _expand(item, file, number)]
+    return [Manifest(file, number, doc)]
+
+
+def read_manifest_file(path: Path) -> list[Manifest]:
+    """Every object of one file (``-``: standard input)."""
+    name = str(path)
+    try:
+        text = sys.stdin.read() if name == "-" else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"{name}: cannot read: {exc}") from None
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CliError(f"{name}:{where}: invalid YAML: {problem}") from None
+    return [m for i, doc in enumerate(docs, start=1) for m in _expand(doc, name, i)]
+
+
+def load_manifests(paths: Iterable[str]) -> list[Manifest]:
+    """All objects of the files and directories named (see the module docstring)."""
+    return [m for f in manifest_files(paths) for m in read_manifest_file(f)]
+
+
+def load_objects(paths: Iterable[str], kinds: Sequence[str] | None = None) -> list[Obj]:
+    """The objects of ``paths`` (only those of ``kinds`` when given)."""
+    return [m.obj for m in load_manifests(paths) if kinds is None or m.kind in kinds]
+
+
+# --- the driver's defaults ------------------------------------------------------------------
+
+
+def default_device_class(driver: str = names.DEFAULT_DRIVER_NAME) -> Obj:
+    """The DeviceClass the Helm chart installs: every device of the driver, named like it."""
+    return {
+        "apiVersion": names.RESOURCE_GROUP_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": driver},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == {driver!r}"}}]},
+    }
+
+
+def default_node_name() -> str:
+    """``$NODE_NAME``, else this host's name when it is a DNS subdomain, else a fixed name."""
+    for candidate in (os.environ.get("NODE_NAME", ""), socket.gethostname().lower()):
+        if candidate and slicerules.is_dns_subdomain(candidate):
+            return candidate
+    return FALLBACK_NODE_NAME
+
+
+# --- the local node's GPUs and slices -------------------------------------------------------
+
+
+def add_node_flags(parser: argparse.ArgumentParser, default_backend: str) -> None:
+    """Flags that describe this node's GPUs and how the plugin would publish them."""
+    parser.add_argument(
+        "--mock",
+        type=int,
+        metavar="N",
+        help=f"use N mock H100-like GPUs (implies --device-backend mock; default "
+        f"{DEFAULT_MOCK_GPUS} with the mock backend)",
+    )
+    parser.add_argument(
+        "--mock-config", metavar="FILE", help="YAML list of mock GPUs (implies the mock backend)"
+    )
+    parser.add_argument(
+        "--device-backend",
+        choices=("nvml", "mock"),
+        help=f"where GPUs come from (default {default_backend})",
+    )
+    parser.add_argument(
+        "--sharing-mode",
+        choices=names.SHARING_MODES,
+        default=names.SHARING_MODE_CONSUMABLE,
+        help="how the plugin publishes the GPUs (default consumable)",
+    )
+    parser.add_argument("--node-name", help="node name (default $NODE_NAME, else the host name)")
+    parser.add_argument(
+        "--driver-name",
+        default=names.DEFAULT_DRIVER_NAME,
+        help=f"DRA driver name (default {names.DEFAULT_DRIVER_NAME})",
+    )
+    parser.set_defaults(default_backend=default_backend)
+
+
+@dataclass(frozen=True)
+class LocalNode:
+    """This node as the kubelet plugin would see and publish it."""
+
+    node_name: str
+    driver: str
+    backend: str
+    sharing_mode: str
+    gpus: tuple[GpuInfo, ...]
+    slices: tuple[Obj, ...]
+
+
+def make_backend(args: argparse.Namespace, node_name: str) -> DeviceBackend:
+    """The backend the node flags ask for; usage errors raise :class:`CliError` (code 2)."""
+    backend = args.device_backend
+    if backend is None:
+        mock_asked = args.mock is not None or args.mock_config is not None
+        backend = "mock" if mock_asked else args.default_backend
+    if backend == "nvml":
+        if args.mock is not None or args.mock_config is not None:
+            raise CliError("--mock and --mock-config need --device-backend mock", EXIT_USAGE)
+        return NvmlBackend()
+    config = Path(args.mock_config) if args.mock_config else None
+    if config is not None and not config.is_file():
+        raise CliError(f"--mock-config {args.mock_config}: no such file")
+    return MockBackend(node_name, args.mock or DEFAULT_MOCK_GPUS, config)
+
+
+def local_node(args: argparse.Namespace) -> LocalNode:
+    """Discover this node's GPUs and build the slices the plugin would publish.
+
+    Slices get names (``<generateName>local``) so that allocation order is defined.
+    """
+    node = args.node_name or default_node_name()
+    if not slicerules.is_dns_subdomain(node):
+        raise CliError(f"--node-name {node!r}: must be a DNS subdomain", EXIT_USAGE)
+    backend = make_backend(args, node)
+    try:
+        gpus = backend.discover()
+    except DiscoveryError as exc:
+        raise CliError(str(exc)) from None
+    objects = resource_slice_objects(
+        desired_slices(gpus, args.sharing_mode), args.driver_name, node, None, 1
+    )
+    for obj in objects:
+        obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"
+    return LocalNode(
+        node_name=node,
+        driver=args.driver_name,
+        backend=backend.name,
+        sharing_mode=args.sharing_mode,
+        gpus=tuple(gpus),
+        slices=tuple(objects),
+    )
+
+
+def slice_summary(slices: Sequence[Obj]) -> list[Obj]:
+    """Per slice: name, pool, node, devices and counter sets (counts and names)."""
+    out: list[Obj] = []
+    for s in slices:
+        spec = s.get("spec") or {}
+        md = s.get("metadata") or {}
+        devices = [str(d.get("name")) for d in spec.get("devices") or []]
+        counters = [str(c.get("name")) for c in spec.get("sharedCounters") or []]
+        pool = spec.get("pool") or {}
+        out.append(
+            {
+                "name": str(md.get("name") or md.get("generateName") or ""),
+                "driver": str(spec.get("driver", "")),
+                "pool": str(pool.get("name", "")),
+                "generation": pool.get("generation"),
+                "node": str(spec.get("nodeName", "")),
+                "devices": len(devices),
+                "deviceNames": devices,
+                "counterSets": len(counters),
+                "counterSetNames": counters,
+            }
+        )
+    return out
+
+
+def compact_names(items: Sequence[str], limit: int = 6) -> str:
+    """``a, b, c`` or ``a, b, ... z (N)`` for long lists."""
+    if len(items) <= limit:
+        return ", ".join(items)
+    return f"{', '.join(items[: limit - 1])}, ..., {items[-1]} ({len(items)})"

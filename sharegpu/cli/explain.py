@@ -1,0 +1,417 @@
+"""``sharegpu explain``: where a claim would be allocated, or why it cannot be, per device.
+
+Inputs: the claims (ResourceClaims; a ResourceClaimTemplate stands for the claim it generates)
+and DeviceClasses of ``-f``; the slices from ``--slices`` files, from the live cluster
+(``--kubeconfig``, with its DeviceClasses and the claims already allocated there), or, with
+neither, the slices this node would publish (mock backend, 8 H100-like GPUs by default) and the
+driver's default DeviceClass, so it works offline. Claims are allocated in file order with the
+allocator (:mod:`sharegpu.allocator`, kube-scheduler's semantics); each sees the ones before it.
+With several nodes a claim goes to the first node (sorted by name) where it fits.
+
+Reasons are grouped: devices that fail a request for the same reason share one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from api import names
+from api.quantity import QuantityError, format_bytes_human, quantity_int
+from kubeletplugin.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
+from sharegpu.allocator import (
+    AllocationOutcome,
+    Allocator,
+    AllocatorInputError,
+    Rejection,
+    RequestReport,
+    seeded_share_ids,
+)
+from sharegpu.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Obj,
+    add_node_flags,
+    add_output_flag,
+    compact_names,
+    default_device_class,
+    load_manifests,
+    load_objects,
+    local_node,
+)
+from sharegpu.cli.output import Table, emit, resolve_format
+
+HELP = "explain where a claim would be allocated, or why each device is rejected"
+#: Share IDs in explanations are reproducible (they are not written anywhere).
+SHARE_ID_SEED: Final = 5075
+RESOURCE_API: Final = f"/apis/{names.RESOURCE_GROUP_VERSION}"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("explain", help=HELP, description=(__doc__ or "").split("\n\n")[1])
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="claims (ResourceClaim, ResourceClaimTemplate) and DeviceClasses; repeatable",
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--slices",
+        action="append",
+        metavar="FILE",
+        help="ResourceSlices (YAML list, multi-document or a List); repeatable",
+    )
+    source.add_argument("--kubeconfig", help="read slices, classes and claims from this cluster")
+    p.add_argument("--node", help="allocate on this node only (default: every node of the slices)")
+    p.add_argument("--classes", action="append", metavar="FILE", help="DeviceClasses")
+    p.add_argument(
+        "--allocated",
+        action="append",
+        metavar="FILE",
+        help="claims already allocated (with status.allocation) whose devices are taken",
+    )
+    add_node_flags(p, default_backend="mock")
+    add_output_flag(p)
+    p.set_defaults(run=run)
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Inputs:
+    """Everything an explanation needs."""
+
+    claims: list[Obj]
+    slices: list[Obj]
+    classes: dict[str, Obj]
+    allocated: list[Obj] = field(default_factory=list)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    source: str = ""
+
+
+def claim_from_template(template: Obj) -> Obj:
+    """The claim a ResourceClaimTemplate generates (named like the template)."""
+    md = template.get("metadata") or {}
+    return {
+        "apiVersion": template.get("apiVersion", names.RESOURCE_GROUP_VERSION),
+        "kind": "ResourceClaim",
+        "metadata": {"name": md.get("name", "claim"), "namespace": md.get("namespace", "default")},
+        "spec": (template.get("spec") or {}).get("spec") or {},
+    }
+
+
+def claims_of(objects: Iterable[Obj]) -> list[Obj]:
+    """ResourceClaims (namespace defaulted) and the claims of ResourceClaimTemplates."""
+    out = []
+    for obj in objects:
+        if obj.get("kind") == "ResourceClaimTemplate":
+            out.append(claim_from_template(obj))
+        elif obj.get("kind") == "ResourceClaim":
+            claim = dict(obj)
+            md = dict(claim.get("metadata") or {})
+            md.setdefault("namespace", "default")
+            claim["metadata"] = md
+            out.append(claim)
+    return out
+
+
+def _items(rest: KubeRest, path: str) -> list[Obj]:
+    try:
+        items = rest.request("GET", path).get("items") or []
+    except KubeApiError as exc:
+        raise CliError(f"cannot list {path}: {exc}") from None
+    return [dict(i) for i in items if isinstance(i, Mapping)]
+
+
+def cluster_inputs(
+    kubeconfig: str, node: str | None
+) -> tuple[list[Obj], list[Obj], list[Obj], dict[str, dict[str, str]]]:
+    """Slices, classes, allocated claims and node labels from the cluster."""
+    try:
+        api = load_api_client(kubeconfig)
+    except KubeConfigError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        rest = KubeRest(api)
+        slices = _items(rest, f"{RESOURCE_API}/resourceslices")
+        classes = _items(rest, f"{RESOURCE_API}/deviceclasses")
+        claims = [
+            c
+            for c in _items(rest, f"{RESOURCE_API}/resourceclaims")
+            if (c.get("status") or {}).get("allocation")
+        ]
+        labels: dict[str, dict[str, str]] = {}
+        for n in _items(rest, "/api/v1/nodes"):
+            md = n.get("metadata") or {}
+            if node is None or md.get("name") == node:
+                labels[str(md.get("name"))] = dict(md.get("labels") or {})
+    finally:
+        api.close()
+    return slices, classes, claims, labels
+
+
+def gather_inputs(args: argparse.Namespace) -> Inputs:
+    """Read the claims and the cluster state the command line names."""
+    manifests = load_manifests(args.filename)
+    claims = claims_of(m.obj for m in manifests)
+    if not claims:
+        raise CliError(f"{', '.join(args.filename)}: no ResourceClaim or ResourceClaimTemplate")
+    classes = [m.obj for m in manifests if m.kind == "DeviceClass"]
+    classes += load_objects(args.classes or [], ["DeviceClass"])
+    allocated = load_objects(args.allocated or [], ["ResourceClaim"])
+    labels: dict[str, dict[str, str]] = {}
+    if args.slices:
+        slices = load_objects(args.slices, ["ResourceSlice"])
+        source = "slices from " + ", ".join(args.slices)
+    elif args.kubeconfig:
+        slices, live_classes, live_claims, labels = cluster_inputs(args.kubeconfig, args.node)
+        classes = live_classes + classes
+        allocated = live_claims + allocated
+        source = f"cluster of {args.kubeconfig}"
+    else:
+        args.node_name = args.node_name or args.node
+        local = local_node(args)
+        slices = list(local.slices)
+        if args.node is None:
+            args.node = local.node_name
+        source = (
+            f"this node ({local.node_name}): {len(local.gpus)} {local.backend} GPU(s), "
+            f"{local.sharing_mode} mode"
+        )
+    if not slices:
+        raise CliError(f"no ResourceSlices found ({source})")
+    by_name = {str((c.get("metadata") or {}).get("name")): c for c in classes}
+    if not by_name:
+        default = default_device_class(args.driver_name)
+        by_name[default["metadata"]["name"]] = default
+    own = {_name(c) for c in claims}
+    others = [c for c in allocated if _name(c) not in own]
+    return Inputs(claims, slices, by_name, others, labels, source)
+
+
+def _name(claim: Mapping[str, Any]) -> str:
+    md = claim.get("metadata") or {}
+    return f"{md.get('namespace', 'default')}/{md.get('name', '')}"
+
+
+def nodes_of(slices: Sequence[Obj], wanted: str | None) -> list[str]:
+    """The nodes to try: ``wanted``, else every ``spec.nodeName`` of the slices (sorted)."""
+    if wanted:
+        return [wanted]
+    found = sorted({str((s.get("spec") or {}).get("nodeName")) for s in slices} - {"None", ""})
+    if not found:
+        raise CliError(
+            "the slices name no node (allNodes or nodeSelector); choose one with --node",
+            EXIT_USAGE,
+        )
+    return found
+
+
+# --- readable reasons ------------------------------------------------------------------------
+
+
+def _amount(capacity: str, raw: Any) -> str:
+    if raw is None:
+        return "none"
+    if capacity.endswith(names.CAP_MEMORY):
+        try:
+            return format_bytes_human(quantity_int(raw))
+        except QuantityError:
+            return str(raw)
+    return str(raw)
+
+
+def _device_names(slices: Sequence[Obj], driver: str, pool: str, device: str) -> list[str]:
+    """The attribute and capacity names of one device (unqualified under its driver)."""
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != driver or (spec.get("pool") or {}).get("name") != pool:
+            continue
+        for d in spec.get("devices") or []:
+            if d.get("name") == device:
+                keys = [*(d.get("attributes") or {}), *(d.get("capacity") or {})]
+                return [k.removeprefix(f"{driver}/") for k in keys]
+    return []
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` for the closest known name, or nothing."""
+    bare = name.rpartition("/")[2]
+    lowered = {k.lower(): k for k in known}
+    match = lowered.get(bare.lower())
+    if match is None:
+        close = difflib.get_close_matches(bare, list(known), n=1, cutoff=0.6)
+        match = close[0] if close else None
+    return f"; did you mean {match!r}?" if match and match != bare else ""
+
+
+def describe(rejection: Rejection, slices: Sequence[Obj]) -> str:
+    """One rejection as a short sentence, without the device name."""
+    d = rejection.details
+    if rejection.kind == "capacity-short":
+        cap = str(d.get("capacity", "?"))
+        if d.get("available") is None:
+            known = _device_names(slices, *_split(rejection))
+            return f"capacity {cap}: the device has no such capacity{did_you_mean(cap, known)}"
+        return (
+            f"capacity {cap}: requested {_amount(cap, d.get('requested'))}, available "
+            f"{_amount(cap, d.get('available'))} (short {_amount(cap, d.get('shortBy'))})"
+        )
+    if rejection.kind == "selector-error":
+        text = f"{d.get('source')} selector #{d.get('index')}: {d.get('error')}"
+        missing = d.get("missingKey")
+        if missing:
+            text += did_you_mean(str(missing), _device_names(slices, *_split(rejection)))
+        return f"{text} (expression: {d.get('expression')})"
+    if rejection.kind == "selector-false":
+        return f"{d.get('source')} selector #{d.get('index')} is false: {d.get('expression')}"
+    if rejection.kind == "counter-short":
+        counter = str(d.get("counter", "?"))
+        return (
+            f"counter {d.get('counterSet')}/{counter}: needs {_amount(counter, d.get('needed'))}, "
+            f"available {_amount(counter, d.get('available'))} "
+            f"(short {_amount(counter, d.get('shortBy'))})"
+        )
+    if rejection.kind == "already-allocated":
+        return f"already allocated to {d.get('by')}"
+    return rejection.message
+
+
+def _split(rejection: Rejection) -> tuple[str, str, str]:
+    return rejection.device.driver, rejection.device.pool, rejection.device.device
+
+
+def grouped_reasons(report: RequestReport, slices: Sequence[Obj]) -> list[Obj]:
+    """Rejections with the same reason merged: ``[{"kind", "reason", "devices"}]``."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in report.rejections:
+        groups.setdefault((r.kind, describe(r, slices)), []).append(r.device.device)
+    return [
+        {"kind": kind, "reason": reason, "devices": devices}
+        for (kind, reason), devices in groups.items()
+    ]
+
+
+# --- explanation -----------------------------------------------------------------------------
+
+
+def allocation_rows(allocation: Mapping[str, Any]) -> list[Obj]:
+    """Per result: request, device (driver/pool/device), shareID, consumed capacity."""
+    rows = []
+    for r in (allocation.get("devices") or {}).get("results") or []:
+        rows.append(
+            {
+                "request": r.get("request"),
+                "driver": r.get("driver"),
+                "pool": r.get("pool"),
+                "device": r.get("device"),
+                "shareID": r.get("shareID"),
+                "consumedCapacity": dict(r.get("consumedCapacity") or {}),
+            }
+        )
+    return rows
+
+
+def consumed_text(consumed: Mapping[str, Any]) -> str:
+    """``cores=30, memory=10Gi`` (``whole device`` when nothing is consumed as a share)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(consumed.items())) or "whole device"
+
+
+def explain_claims(inputs: Inputs, nodes: Sequence[str]) -> list[Obj]:
+    """Allocate each claim in order (first node that fits); the JSON report per claim."""
+    try:
+        allocators = {
+            node: Allocator(
+                inputs.slices,
+                inputs.classes,
+                inputs.allocated,
+                node,
+                inputs.node_labels.get(node),
+                seeded_share_ids(SHARE_ID_SEED),
+            )
+            for node in nodes
+        }
+    except AllocatorInputError as exc:
+        raise CliError(str(exc)) from None
+    out = []
+    for claim in inputs.claims:
+        attempts: list[tuple[str, AllocationOutcome]] = []
+        entry: Obj = {"claim": _name(claim), "allocated": False}
+        for node, allocator in allocators.items():
+            try:
+                outcome = allocator.allocate(claim)
+            except AllocatorInputError as exc:
+                raise CliError(f"claim {_name(claim)}: {exc}") from None
+            if outcome.allocation is not None:
+                allocator.commit(claim, outcome.allocation)
+                entry.update(
+                    allocated=True,
+                    node=node,
+                    results=allocation_rows(outcome.allocation),
+                    allocation=outcome.allocation,
+                )
+                break
+            attempts.append((node, outcome))
+        if not entry["allocated"]:
+            entry["nodes"] = [
+                {
+                    "node": node,
+                    "error": outcome.error,
+                    "requests": [
+                        {**rep.to_dict(), "reasons": grouped_reasons(rep, inputs.slices)}
+                        for rep in outcome.reports
+                    ],
+                }
+                for node, outcome in attempts
+            ]
+        out.append(entry)
+    return out
+
+
+def tables_of(report: Sequence[Obj]) -> list[Table]:
+    """Human-readable tables: the allocation, or the grouped reasons per request."""
+    tables = []
+    for entry in report:
+        if entry["allocated"]:
+            t = Table(
+                ["REQUEST", "DEVICE", "SHARE ID", "CONSUMED"],
+                title=f"{entry['claim']}: allocated on node {entry['node']}",
+            )
+            for r in entry["results"]:
+                t.add(
+                    r["request"],
+                    f"{r['pool']}/{r['device']}",
+                    r["shareID"] or "-",
+                    consumed_text(r["consumedCapacity"]),
+                )
+            tables.append(t)
+            continue
+        for attempt in entry["nodes"]:
+            title = f"{entry['claim']}: cannot be allocated on node {attempt['node']}"
+            if attempt["error"]:
+                title += f"\n  error: {attempt['error']}"
+            t = Table(["REQUEST", "DEVICES", "REASON"], title=title)
+            for req in attempt["requests"]:
+                t.add(req["request"], "-", req["summary"])
+                for group in req["reasons"]:
+                    t.add("", compact_names(group["devices"]), group["reason"])
+            tables.append(t)
+    return tables
+
+
+def run(args: argparse.Namespace) -> int:
+    inputs = gather_inputs(args)
+    nodes = nodes_of(inputs.slices, args.node)
+    report = explain_claims(inputs, nodes)
+    data = {"source": inputs.source, "nodes": list(nodes), "claims": report}
+    emit(data, tables_of(report), resolve_format(args.output))
+    return EXIT_OK if all(e["allocated"] for e in report) else EXIT_FINDINGS

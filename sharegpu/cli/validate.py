@@ -1,0 +1,303 @@
+"""``sharegpu validate``: offline checks of the manifests a user is about to apply.
+
+Per object, in this order:
+
+1. the official schema of its kind (``kubernetes-validate``, strict: unknown fields are errors)
+   for ``--kubernetes-version``; a kind without a schema is an error, except this project's own
+   API group (``resource.sharegpu.dev``);
+2. this driver's rules, through :func:`sharegpu.checks.check_object` (the admission webhook's
+   checks): GpuConfig parameters, CEL selectors that name the driver (compile errors, unknown
+   attribute or capacity names with a did-you-mean), capacity requests, half-specified shares;
+3. CEL compile errors of the other selectors (other drivers' expressions must compile too);
+4. a standalone ``GpuConfig`` document is decoded with the plugin's own parser;
+5. pods and pod templates (Deployment, Job, ...): every claim a container uses is defined in
+   ``spec.resourceClaims``, and each entry names exactly one claim or template.
+
+DeviceClasses in the checked files whose selectors name the driver count as the driver's classes
+for the requests that use them. Errors make the exit code 1; warnings alone keep it 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import kubernetes_validate
+from kubernetes_validate.utils import VersionNotSupportedError
+
+from api import names
+from api.gpuconfig import GpuConfigError, parse_gpu_config
+from sharegpu import checks
+from sharegpu.cel import CelCompileError, compile_selector
+from sharegpu.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Manifest,
+    Obj,
+    add_output_flag,
+    load_manifests,
+)
+from sharegpu.cli.output import emit, resolve_format
+
+HELP = "check DeviceClass, ResourceClaim(Template) and Pod manifests offline"
+DEFAULT_KUBERNETES_VERSION: Final = "1.36"
+#: Kinds whose pod spec lives at ``spec.template.spec`` / ``spec.jobTemplate.spec.template.spec``.
+_POD_TEMPLATE_KINDS: Final = frozenset(
+    {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController"}
+)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("validate", help=HELP, description=HELP + ".")
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="manifest file or directory (recursive); repeatable; '-' reads standard input",
+    )
+    p.add_argument(
+        "--kubernetes-version",
+        default=DEFAULT_KUBERNETES_VERSION,
+        help=f"Kubernetes version whose schemas apply (default {DEFAULT_KUBERNETES_VERSION})",
+    )
+    p.add_argument(
+        "--driver-name",
+        default=names.DEFAULT_DRIVER_NAME,
+        help=f"DRA driver name (default {names.DEFAULT_DRIVER_NAME})",
+    )
+    add_output_flag(p)
+    p.set_defaults(run=run)
+
+
+@dataclass(frozen=True)
+class FileFinding:
+    """A finding located in a file: ``FILE: KIND/NAME: PATH: severity: message``."""
+
+    manifest: Manifest
+    finding: checks.Finding
+
+    def __str__(self) -> str:
+        f = self.finding
+        return f"{self.manifest.file}: {self.manifest.label}: {f.path}: {f.severity}: {f.message}"
+
+    def to_json(self) -> Obj:
+        return {
+            "file": self.manifest.file,
+            "document": self.manifest.document,
+            "kind": self.manifest.kind,
+            "name": self.manifest.name,
+            "path": self.finding.path,
+            "severity": self.finding.severity,
+            "message": self.finding.message,
+        }
+
+
+# --- the individual checks -------------------------------------------------------------------
+
+
+def _json_path(parts: Iterable[Any]) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "<root>"
+
+
+def schema_findings(obj: Obj, version: str) -> list[checks.Finding]:
+    """The strict official schema of the object's kind (first violation)."""
+    group = str(obj.get("apiVersion", "")).partition("/")[0]
+    try:
+        kubernetes_validate.validate(obj, version, strict=True)
+    except kubernetes_validate.SchemaNotFoundError:
+        if group == names.API_GROUP:
+            return []
+        return [
+            checks.Finding(
+                checks.ERROR,
+                "<root>",
+                f"Kubernetes {version} has no schema for {obj.get('apiVersion')} {obj.get('kind')}",
+            )
+        ]
+    except kubernetes_validate.ValidationError as err:
+        return [
+            checks.Finding(
+                checks.ERROR, _json_path(err.path), f"schema (Kubernetes {version}): {err.message}"
+            )
+        ]
+    return []
+
+
+def _selectors(node: Any, path: str) -> Iterable[tuple[str, str]]:
+    """``(path, expression)`` of every ``selectors[i].cel.expression`` under ``node``."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "selectors" and isinstance(value, list):
+                for i, sel in enumerate(value):
+                    cel = sel.get("cel") if isinstance(sel, Mapping) else None
+                    expr = cel.get("expression") if isinstance(cel, Mapping) else None
+                    if isinstance(expr, str):
+                        yield f"{where}[{i}].cel.expression", expr
+            else:
+                yield from _selectors(value, where)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _selectors(item, f"{path}[{i}]")
+
+
+def foreign_selector_findings(obj: Obj, driver: str) -> list[checks.Finding]:
+    """CEL compile errors of selectors that do not name this driver (those that do are
+    :func:`sharegpu.checks.check_selector`'s)."""
+    findings = []
+    for path, expr in _selectors(obj.get("spec"), "spec"):
+        if checks.selector_mentions_driver(expr, driver):
+            continue
+        try:
+            compile_selector(expr)
+        except CelCompileError as exc:
+            where = f"{exc.line}:{exc.column}: " if exc.line is not None else ""
+            findings.append(
+                checks.Finding(checks.ERROR, path, f"CEL compile error: {where}{exc.message}")
+            )
+    return findings
+
+
+def gpu_config_findings(obj: Obj) -> list[checks.Finding]:
+    """A standalone GpuConfig document, decoded as the plugin decodes it."""
+    try:
+        parse_gpu_config(obj)
+    except GpuConfigError as exc:
+        return [checks.Finding(checks.ERROR, "<root>", m) for m in exc.messages]
+    return []
+
+
+def _pod_spec(obj: Obj) -> tuple[str, Any] | None:
+    kind = obj.get("kind")
+    spec = obj.get("spec") or {}
+    if kind == "Pod":
+        return "spec", spec
+    if kind == "PodTemplate":
+        return "template.spec", (obj.get("template") or {}).get("spec")
+    if kind == "CronJob":
+        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        return "spec.jobTemplate.spec.template.spec", (job.get("template") or {}).get("spec")
+    if kind in _POD_TEMPLATE_KINDS:
+        return "spec.template.spec", (spec.get("template") or {}).get("spec")
+    return None
+
+
+def pod_claim_findings(obj: Obj) -> list[checks.Finding]:
+    """Claims used by containers are defined by the pod, each by exactly one source."""
+    located = _pod_spec(obj)
+    if located is None or not isinstance(located[1], Mapping):
+        return []
+    base, spec = located
+    findings: list[checks.Finding] = []
+    defined: set[str] = set()
+    for i, entry in enumerate(spec.get("resourceClaims") or []):
+        if not isinstance(entry, Mapping):
+            continue
+        defined.add(str(entry.get("name")))
+        sources = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if entry.get(k)]
+        if len(sources) != 1:
+            findings.append(
+                checks.Finding(
+                    checks.ERROR,
+                    f"{base}.resourceClaims[{i}]",
+                    "must set exactly one of resourceClaimName and resourceClaimTemplateName",
+                )
+            )
+    for group in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(group) or []):
+            if not isinstance(container, Mapping):
+                continue
+            claims = (container.get("resources") or {}).get("claims") or []
+            for j, claim in enumerate(claims):
+                name = claim.get("name") if isinstance(claim, Mapping) else None
+                if name not in defined:
+                    findings.append(
+                        checks.Finding(
+                            checks.ERROR,
+                            f"{base}.{group}[{i}].resources.claims[{j}].name",
+                            f"claim {name!r} is not defined in {base}.resourceClaims"
+                            + (f" (defined: {', '.join(sorted(defined))})" if defined else ""),
+                        )
+                    )
+    return findings
+
+
+def driver_classes(manifests: Sequence[Manifest], driver: str) -> list[str]:
+    """DeviceClasses among the manifests whose selectors name the driver."""
+    return [
+        m.name
+        for m in manifests
+        if m.kind == "DeviceClass"
+        and any(checks.selector_mentions_driver(e, driver) for _, e in _selectors(m.obj, ""))
+    ]
+
+
+def validate_manifest(
+    manifest: Manifest, driver: str, version: str, classes: Sequence[str] = ()
+) -> list[checks.Finding]:
+    """Every finding of one object (see the module docstring)."""
+    obj = manifest.obj
+    if not obj.get("apiVersion") or not obj.get("kind"):
+        return [checks.Finding(checks.ERROR, "<root>", "apiVersion and kind are required")]
+    findings = schema_findings(obj, version)
+    findings += checks.check_object(obj, driver, classes)
+    findings += foreign_selector_findings(obj, driver)
+    if obj.get("kind") == "GpuConfig":
+        findings += gpu_config_findings(obj)
+    findings += pod_claim_findings(obj)
+    return findings
+
+
+def validate_paths(
+    paths: Sequence[str], driver: str, version: str
+) -> tuple[int, list[FileFinding]]:
+    """``(number of objects, findings)`` for the files and directories named."""
+    manifests = load_manifests(paths)
+    classes = driver_classes(manifests, driver)
+    found = [
+        FileFinding(m, f) for m in manifests for f in validate_manifest(m, driver, version, classes)
+    ]
+    return len(manifests), found
+
+
+def run(args: argparse.Namespace) -> int:
+    version = str(args.kubernetes_version)
+    try:
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "List", "items": []}, version)
+    except VersionNotSupportedError:
+        raise CliError(
+            f"--kubernetes-version {version}: not supported by kubernetes-validate "
+            f"{kubernetes_validate.__version__}",
+            EXIT_USAGE,
+        ) from None
+    except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError):
+        pass
+    count, found = validate_paths(args.filename, args.driver_name, version)
+    errors = [f for f in found if f.finding.severity == checks.ERROR]
+    warnings = [f for f in found if f.finding.severity == checks.WARNING]
+    data = {
+        "kubernetesVersion": version,
+        "objects": count,
+        "errors": len(errors),
+        "warnings": len(warnings),
+        "findings": [f.to_json() for f in found],
+    }
+    summary = (
+        f"{count} object(s) checked against Kubernetes {version}: "
+        f"{len(errors)} error(s), {len(warnings)} warning(s)"
+    )
+    fmt = resolve_format(args.output)
+    if fmt in ("json", "yaml"):
+        emit(data, [], fmt)
+    else:
+        print("\n".join([*(str(f) for f in found), summary]))
+    return EXIT_FINDINGS if errors else EXIT_OK
