@@ -963,3 +963,52 @@ def test_standalone_process(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+def test_concurrent_writers_and_a_watcher(apiserver: KubeAPIServer) -> None:
+    writers, per_writer = 6, 40
+    start_rv = str(apiserver.store.resource_version)
+    events: list[tuple[str, int]] = []
+    w = watch.Watch()
+
+    def consume() -> None:
+        with apiserver.client() as api:
+            custom = client.CustomObjectsApi(api)
+            for e in w.stream(
+                custom.list_cluster_custom_object,
+                names.API_GROUP,
+                names.API_VERSION,
+                names.GPU_PLURAL,
+                resource_version=start_rv,
+                timeout_seconds=60,
+            ):
+                events.append((e["type"], int(e["object"]["metadata"]["resourceVersion"])))
+                if len(events) == writers * per_writer * 2:
+                    w.stop()
+
+    def write(k: int) -> None:
+        with apiserver.client() as api:
+            custom = client.CustomObjectsApi(api)
+            args = (names.API_GROUP, names.API_VERSION, names.GPU_PLURAL)
+            for i in range(per_writer):
+                created = custom.create_cluster_custom_object(
+                    *args, {"metadata": {"name": f"w{k}-{i}"}}
+                )
+                custom.patch_cluster_custom_object_status(
+                    *args, created["metadata"]["name"], {"status": {"i": i}}
+                )
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    consumer.join(60)
+    assert not consumer.is_alive()
+    assert [t for t, _ in events].count("ADDED") == writers * per_writer
+    assert [t for t, _ in events].count("MODIFIED") == writers * per_writer
+    rvs = [rv for _, rv in events]
+    assert rvs == sorted(rvs) and len(set(rvs)) == len(rvs)
+    assert apiserver.store.count(names.GPU_PLURAL) == writers * per_writer

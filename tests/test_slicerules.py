@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api import slicerules as sr
 
@@ -768,3 +770,46 @@ def test_pool_disagreeing_slice_counts_and_pools() -> None:
     messages = sr.validate_pool([a, b])
     assert any("resourceSliceCount" in m for m in messages)
     assert any("must all belong to one driver and pool" in m for m in messages)
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_valid_slices_also_pass_the_official_schema(name: str) -> None:
+    from sharegpu.apiserver.validation import schema_validator
+
+    assert schema_validator("resource.k8s.io/v1", "ResourceSlice")(VALID[name]()) == []
+
+
+@given(
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), min_size=0, max_size=100)
+)
+def test_string_attribute_length_limit(value: str) -> None:
+    obj = good_slice(devices=[device("gpu-0", attributes={"s": {"string": value}})])
+    messages = sr.validate_resource_slice(obj)
+    assert (messages == []) == (len(value) <= sr.MAX_STRING_ATTRIBUTE_LENGTH)
+
+
+@given(
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=0, max_value=10**6),
+)
+def test_numeric_semver_is_strict(major: int, minor: int, patch: int) -> None:
+    assert sr.is_strict_semver(f"{major}.{minor}.{patch}")
+    assert not sr.is_strict_semver(f"v{major}.{minor}.{patch}")
+    assert not sr.is_strict_semver(f"{major}.{minor}")
+    assert not sr.is_strict_semver(f"0{major + 1}.{minor}.{patch}")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(min_value=0, max_value=160))
+def test_device_count_limits(count: int) -> None:
+    plain = good_slice(devices=[device(f"gpu-{i}") for i in range(count)])
+    assert (sr.validate_resource_slice(plain) == []) == (count <= sr.MAX_DEVICES_PER_SLICE)
+    tainted = good_slice(
+        devices=[
+            device(f"gpu-{i}", taints=[{"key": "k", "effect": "NoSchedule"}]) for i in range(count)
+        ]
+    )
+    assert (sr.validate_resource_slice(tainted) == []) == (
+        count <= sr.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
+    )
