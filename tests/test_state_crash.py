@@ -1,0 +1,248 @@
+"""Crash safety of the real plugin process: kill -9 at random points of a long prepare/unprepare
+loop, restart, retry like kubelet, and check the node after every step.
+
+The "scheduler" here deliberately hands some whole GPUs to two claims (a stale decision), so
+"no GPU handed out twice" is checked against claims that really conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from kubeletsim import KubeletSim, RegisteredPlugin
+from state_helpers import DRIVER, GI, NODE, assert_valid_cdi, claim, ref, result
+
+from kubeletplugin.checkpoint import checksum_of
+from kubeletplugin.preparer import ClaimRef
+from sharegpu.apiserver import KubeAPIServer
+
+SEED = 20261122
+OPERATIONS = 120
+GPUS = 4
+
+
+@dataclass
+class PluginProcess:
+    """``python -m kubeletplugin`` with the mock backend, restartable, killable with SIGKILL."""
+
+    root: Path
+    kubeconfig: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    logs: list[Path] = field(default_factory=list)
+
+    @property
+    def registry(self) -> Path:
+        return self.root / "reg"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.root / f"plugin-{self.starts}.log"
+        self.logs.append(log)
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kubeletplugin",
+                    "--device-backend=mock",
+                    f"--mock-gpus={GPUS}",
+                    f"--node-name={NODE}",
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--plugin-registry-dir={self.registry}",
+                    f"--plugin-data-dir={self.data_dir}",
+                    f"--cdi-dir={self.cdi_dir}",
+                    f"--boot-id-file={self.root / 'boot_id'}",
+                    f"--nvidia-cdi-dirs={self.root / 'no-toolkit'}",
+                    "--disable-health",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def register(self, sim: KubeletSim) -> RegisteredPlugin:
+        """Wait until the plugin answers registration (as kubelet's watcher would)."""
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                tail = self.logs[-1].read_text()[-3000:]
+                raise AssertionError(f"plugin exited with {self.proc.returncode}:\n{tail}")
+            try:
+                return sim.register(DRIVER, timeout=2)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+@pytest.fixture
+def env() -> Iterator[tuple[KubeAPIServer, PluginProcess]]:
+    root = Path(tempfile.mkdtemp(prefix="sgcr-", dir="/tmp"))
+    (root / "boot_id").write_text("3c9e1c7e-7d7b-4c42-9a4c-0d9b1f0e0c11\n")
+    with KubeAPIServer() as apiserver:
+        kubeconfig = root / "kubeconfig"
+        apiserver.write_kubeconfig(kubeconfig)
+        plugin = PluginProcess(root, kubeconfig)
+        try:
+            yield apiserver, plugin
+        finally:
+            plugin.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _claims(rng: random.Random) -> list[dict[str, Any]]:
+    """Whole GPUs (two claims per GPU: conflicting allocations) and small shares."""
+    objs = []
+    for i in range(GPUS):
+        for n in range(2):
+            objs.append(claim(f"whole-{i}-{n}", [result("gpu", f"gpu-{i}")]))
+    for n in range(8):
+        gpu = rng.randrange(GPUS)
+        share = {"cores": rng.choice([5, 10, 20]), "memory": rng.choice([1, 2, 4]) * GI}
+        objs.append(claim(f"share-{n}", [result("gpu", f"gpu-{gpu}", share=share)]))
+    return objs
+
+
+def _check_node(plugin: PluginProcess, prepared: set[str]) -> None:
+    """The checkpoint loads, the spec files are exactly the prepared claims, no GPU is held
+    exclusively by one claim while another claim holds it too."""
+    ckpt_path = plugin.data_dir / "checkpoint.json"
+    doc = json.loads(ckpt_path.read_text())
+    assert doc["checksum"] == checksum_of(doc)
+    assert not list(plugin.data_dir.glob("checkpoint.json.corrupt-*"))
+    completed = {u for u, c in doc["claims"].items() if c["state"] == "PrepareCompleted"}
+    specs = {}
+    for path in plugin.cdi_dir.glob("*.json"):
+        uid = path.name.removeprefix(f"k8s.{DRIVER}-claim_").removesuffix(".json")
+        specs[uid] = assert_valid_cdi(path)
+    assert set(specs) == prepared
+    assert completed == prepared
+    holders: dict[str, list[tuple[str, bool]]] = {}
+    for uid, spec in specs.items():
+        for dev in spec["devices"]:
+            env = dict(e.split("=", 1) for e in dev["containerEdits"]["env"])
+            holders.setdefault(env["SHAREGPU_GPU_UUID"], []).append(
+                (uid, "SHAREGPU_SHARE_ID" not in env)
+            )
+    for gpu, held in holders.items():
+        exclusive = [uid for uid, whole in held if whole]
+        assert not exclusive or len(held) == 1, f"GPU {gpu} handed out twice: {held}"
+
+
+def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> None:
+    apiserver, plugin = env
+    rng = random.Random(SEED)
+    objs = _claims(rng)
+    for obj in objs:
+        apiserver.store.put("resourceclaims", obj)
+    refs = {o["metadata"]["uid"]: ref(o) for o in objs}
+    prepared: set[str] = set()
+    kills = lost_calls = 0
+    refusals: list[str] = []
+    plugin.start()
+    sim = KubeletSim(plugin.registry)
+    kplugin = plugin.register(sim)
+
+    def call(op: str, r: ClaimRef, kill_after: float | None) -> tuple[str, Any]:
+        """One kubelet call; with ``kill_after`` the plugin is killed while it may run."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                if op == "prepare":
+                    box["result"] = kplugin.prepare([r])[r.uid].error
+                else:
+                    box["result"] = kplugin.unprepare([r])[r.uid]
+            except grpc.RpcError as exc:
+                box["rpc_error"] = exc
+
+        t = threading.Thread(target=run)
+        t.start()
+        if kill_after is not None:
+            time.sleep(kill_after)
+            plugin.kill()
+        t.join(timeout=60)
+        assert not t.is_alive()
+        if "rpc_error" in box:
+            return "lost", box["rpc_error"]
+        return "done", box["result"]
+
+    try:
+        for step in range(OPERATIONS):
+            candidates = [u for u in refs if u not in prepared]
+            if prepared and (not candidates or rng.random() < 0.45):
+                op, uid = "unprepare", rng.choice(sorted(prepared))
+            else:
+                op, uid = "prepare", rng.choice(sorted(candidates))
+            kill_after = rng.uniform(0.0, 0.02) if rng.random() < 0.12 else None
+            outcome, value = call(op, refs[uid], kill_after)
+            lost_calls += outcome == "lost"
+            # Retry like kubelet until an answer arrives, restarting a killed plugin.
+            while outcome == "lost" or (plugin.proc is not None and plugin.proc.poll() is not None):
+                if plugin.proc is not None and plugin.proc.poll() is not None:
+                    kills += 1
+                    kplugin.close()
+                    plugin.start()
+                    kplugin = plugin.register(sim)
+                if outcome == "lost":
+                    outcome, value = call(op, refs[uid], None)
+            if op == "prepare":
+                if value == "":
+                    prepared.add(uid)
+                else:
+                    refusals.append(value)
+                    assert "refusing to hand it out twice" in value or "exceed" in value, value
+            else:
+                assert value == "", value
+                prepared.discard(uid)
+            _check_node(plugin, prepared)
+            assert step < OPERATIONS
+        # Kubelet unprepares everything at the end.
+        errors = kplugin.unprepare([refs[u] for u in sorted(prepared)])
+        assert set(errors.values()) <= {""}
+        prepared.clear()
+        _check_node(plugin, prepared)
+        assert list(plugin.cdi_dir.glob("*.json")) == []
+        assert kills >= 5, f"only {kills} kills happened; the seed no longer exercises crashes"
+        assert lost_calls >= 3, f"only {lost_calls} calls were cut off by a kill"
+        assert any("refusing to hand it out twice" in r for r in refusals)
+    finally:
+        kplugin.close()
+        sim.close()
