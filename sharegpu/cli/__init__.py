@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sharegpu.cli import devices, explain, status, validate
+from sharegpu.cli import demo, devices, explain, status, validate
 from sharegpu.cli.common import EXIT_OK, EXIT_USAGE, CliError
 
 PROG = "sharegpu"
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check manifests, explain allocations, show GPU usage, or run the whole driver locally.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (devices, validate, explain, status):
+    for module in (devices, validate, explain, status, demo):
         module.add_parser(sub)
     return parser
 
