@@ -51,6 +51,7 @@ from kubeletplugin.sharing.limits import limits_edits
 from kubeletplugin.sharing.mps import MpsManager
 from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import TimeSliceConflict, TimeSliceManager
+from kubeletplugin.slices import memory_policy_max
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,17 @@ class Grant:
             limit_memory=int(raw["limit_memory"]),
             interval=None if raw.get("interval") is None else str(raw["interval"]),
         )
+
+
+def takes_whole_gpu(share: DeviceShare) -> bool:
+    """Whether a consumable-capacity share consumes every core and the largest grantable memory:
+    what a request without capacity asks gets (kube-scheduler gives it a shareID all the same).
+    Such a share defaults to Exclusive, like a whole-GPU allocation."""
+    return (
+        share.partition is None
+        and share.cores == CORES_PER_GPU
+        and share.memory >= memory_policy_max(share.gpu.memory_usable)
+    )
 
 
 def _label(share: DeviceShare) -> str:
@@ -232,9 +244,10 @@ class SharingEnforcer:
 
     def _plan(self, share: DeviceShare, entries: list[dict[str, Any]]) -> Grant:
         label = _label(share)
+        shared = share.is_share and not takes_whole_gpu(share)
         try:
             resolved = [
-                resolve_config(entries, request, self.driver_name, shared=share.is_share)
+                resolve_config(entries, request, self.driver_name, shared=shared)
                 for request in share.requests
             ]
         except GpuConfigError as exc:
@@ -247,7 +260,7 @@ class SharingEnforcer:
                 f"{label}: the requests sharing this device resolve to different GpuConfigs; "
                 "give them one config"
             )
-        strategy = config.strategy or default_strategy(share.is_share)
+        strategy = config.strategy or default_strategy(shared)
         limit_cores, limit_memory = _limits(config, share, label)
         if strategy == STRATEGY_LIMITS and not self.limits_library:
             raise ShareError(
