@@ -349,15 +349,32 @@ def test_gpuconfig_model_is_the_schema_source() -> None:
     assert schema.SCHEMAS["gpuconfig.schema.json"] is GpuConfig
 
 
-def test_every_gpuconfig_example_in_the_sharing_docs_is_valid() -> None:
+def _gpuconfigs_in(node: Any) -> list[dict[str, Any]]:
+    """Every mapping with ``kind: GpuConfig`` inside a YAML document, at any depth."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        if node.get("kind") == "GpuConfig":
+            found.append(node)
+        for value in node.values():
+            found += _gpuconfigs_in(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _gpuconfigs_in(value)
+    return found
+
+
+def test_every_gpuconfig_example_in_the_docs_is_valid() -> None:
     import re
     from pathlib import Path
 
     import yaml
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "sharing.md").read_text()
-    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
-    configs = [b for b in blocks if b.get("kind") == "GpuConfig"]
-    assert len(configs) == 3
-    strategies = [parse_gpu_config(c).strategy for c in configs]
-    assert strategies == ["MPS", "TimeSlicing", "Limits"]
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    configs: list[dict[str, Any]] = []
+    for page in sorted(docs.glob("*.md")):
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S):
+            for document in yaml.safe_load_all(block):
+                configs += _gpuconfigs_in(document)
+    assert configs, "the docs show no GpuConfig example"
+    for config in configs:
+        parse_gpu_config(config)
