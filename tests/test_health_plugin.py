@@ -172,8 +172,10 @@ def test_xid_taints_every_partition_of_the_gpu_and_reaches_the_stream(
     apiserver: KubeAPIServer, tmp_path: Path
 ) -> None:
     with running_plugin(
-        apiserver, tmp_path, "--sharing-mode", "partitions", "--health-recovery-probes", "3"
+        apiserver, tmp_path, "--sharing-mode", "partitions", "--health-recovery-probes", "25"
     ) as run:
+        # 25 healthy probes 0.2 s apart: the GPU stays unhealthy for at least 5 s, longer than
+        # the publisher's debounce, so the taint is written before the recovery replaces it.
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver)), DEADLINE)
         assert tainted(pool(apiserver)) == {}
         watch = run.kubelet_plugin.watch_health()
