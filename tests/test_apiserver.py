@@ -1012,3 +1012,30 @@ def test_concurrent_writers_and_a_watcher(apiserver: KubeAPIServer) -> None:
     rvs = [rv for _, rv in events]
     assert rvs == sorted(rvs) and len(set(rvs)) == len(rvs)
     assert apiserver.store.count(names.GPU_PLURAL) == writers * per_writer
+
+
+def test_discovery_serves_the_dynamic_client(kube_client: ApiClient) -> None:
+    from kubernetes import dynamic
+
+    dc = dynamic.DynamicClient(kube_client)
+    slices = dc.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice")
+    assert slices.name == "resourceslices" and not slices.namespaced
+    gpus = dc.resources.get(api_version=names.GROUP_VERSION, kind=names.GPU_KIND)
+    gpus.create(
+        body={"apiVersion": names.GROUP_VERSION, "kind": names.GPU_KIND, "metadata": {"name": "g"}}
+    )
+    assert [i.metadata.name for i in gpus.get().items] == ["g"]
+    version = client.VersionApi(kube_client).get_code()
+    assert version.major == "1" and version.minor == "36"
+
+
+def test_dry_run_stores_nothing(apiserver: KubeAPIServer, kube_client: ApiClient) -> None:
+    core = client.CoreV1Api(kube_client)
+    core.create_node({"metadata": {"name": "dry"}}, dry_run="All")
+    assert apiserver.store.get("nodes", "dry") is None
+    core.create_node({"metadata": {"name": "n1"}})
+    rv = apiserver.store.resource_version
+    core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}}, dry_run="All")
+    core.delete_node("n1", dry_run="All")
+    assert apiserver.store.resource_version == rv
+    assert apiserver.store.get("nodes", "n1") is not None

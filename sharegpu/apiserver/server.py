@@ -45,7 +45,17 @@ DEFAULT_WATCH_TIMEOUT_S = 1800.0
 #: How often an idle watch checks whether its client went away.
 _WATCH_POLL_S = 0.5
 #: The version ``/version`` reports.
-SERVED_VERSION = {"major": "1", "minor": "36", "gitVersion": "v1.36.0-sharegpu"}
+SERVED_VERSION = {
+    "major": "1",
+    "minor": "36",
+    "gitVersion": "v1.36.0-sharegpu",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "none",
+    "compiler": "cpython",
+    "platform": "linux/amd64",
+}
 
 
 class _Route:
