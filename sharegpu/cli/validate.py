@@ -20,12 +20,13 @@ for the requests that use them. Errors make the exit code 1; warnings alone keep
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import kubernetes_validate
-from kubernetes_validate.utils import VersionNotSupportedError
+from kubernetes_validate.utils import all_versions
 
 from api import names
 from api.gpuconfig import GpuConfigError, parse_gpu_config
@@ -269,18 +270,27 @@ def validate_paths(
     return len(manifests), found
 
 
-def run(args: argparse.Namespace) -> int:
-    version = str(args.kubernetes_version)
-    try:
-        kubernetes_validate.validate({"apiVersion": "v1", "kind": "List", "items": []}, version)
-    except VersionNotSupportedError:
+def _major_minor(version: str) -> tuple[int, int] | None:
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_version(version: str) -> str:
+    """``version`` when kubernetes-validate has schemas for it; else a usage error."""
+    known = [v for v in (_major_minor(k) for k in all_versions()) if v is not None]
+    wanted = _major_minor(version)
+    if wanted is None or not known or not min(known) <= wanted <= max(known):
+        lo, hi = min(known), max(known)
         raise CliError(
             f"--kubernetes-version {version}: not supported by kubernetes-validate "
-            f"{kubernetes_validate.__version__}",
+            f"{kubernetes_validate.__version__} (supported: {lo[0]}.{lo[1]} to {hi[0]}.{hi[1]})",
             EXIT_USAGE,
-        ) from None
-    except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError):
-        pass
+        )
+    return version.removeprefix("v")
+
+
+def run(args: argparse.Namespace) -> int:
+    version = check_version(str(args.kubernetes_version))
     count, found = validate_paths(args.filename, args.driver_name, version)
     errors = [f for f in found if f.finding.severity == checks.ERROR]
     warnings = [f for f in found if f.finding.severity == checks.WARNING]

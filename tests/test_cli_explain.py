@@ -1,0 +1,266 @@
+"""``sharegpu explain``: allocations and the exact reasons a claim does not fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from api import names
+from kubeletplugin.mock import MockBackend
+from kubeletplugin.slices import desired_slices, resource_slice_objects
+from sharegpu.allocator import allocate_many
+from sharegpu.apiserver import KubeAPIServer
+from sharegpu.cli import main
+from sharegpu.cli.common import default_device_class
+
+DRIVER = names.DEFAULT_DRIVER_NAME
+NODE = "n1"
+Obj = dict[str, Any]
+
+
+def claim(name: str, *requests: Obj, constraints: list[Obj] | None = None) -> Obj:
+    devices: Obj = {"requests": list(requests)}
+    if constraints:
+        devices["constraints"] = constraints
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": devices},
+    }
+
+
+def request(
+    name: str = "gpu", selectors: list[str] | None = None, capacity: dict[str, str] | None = None
+) -> Obj:
+    exactly: Obj = {"deviceClassName": DRIVER}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    return {"name": name, "exactly": exactly}
+
+
+def write(path: Path, *docs: Obj) -> str:
+    path.write_text(yaml.safe_dump_all(list(docs), sort_keys=False))
+    return str(path)
+
+
+def explain(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Obj]:
+    code = main(["explain", *argv, "-o", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def node_slices(gpus: int = 8) -> list[Obj]:
+    objects = resource_slice_objects(
+        desired_slices(MockBackend(NODE, gpus).discover(), names.SHARING_MODE_CONSUMABLE),
+        DRIVER,
+        NODE,
+        None,
+        1,
+    )
+    for i, obj in enumerate(objects):
+        obj["metadata"] = {"name": f"{NODE}-slice-{i}"}
+    return objects
+
+
+def only_failure(report: Obj) -> Obj:
+    [entry] = report["claims"]
+    assert entry["allocated"] is False
+    [attempt] = entry["nodes"]
+    assert attempt["node"] == NODE
+    return attempt  # type: ignore[no-any-return]
+
+
+def test_fits_offline_on_the_mock_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write(
+        tmp_path / "c.yaml", claim("share", request(capacity={"cores": "30", "memory": "10Gi"}))
+    )
+    code, report = explain(capsys, "-f", f, "--node-name", NODE)
+    assert code == 0
+    [entry] = report["claims"]
+    assert entry["allocated"] is True and entry["node"] == NODE
+    [result] = entry["results"]
+    assert result["device"] == "gpu-0" and result["pool"] == NODE
+    assert result["consumedCapacity"] == {"cores": "30", "memory": "10Gi"}
+    assert result["shareID"]
+
+
+def test_mistyped_attribute_with_did_you_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expr = "device.attributes['gpu.sharegpu.dev'].prodName.contains('H100')"
+    f = write(tmp_path / "c.yaml", claim("typo", request(selectors=[expr])))
+    code, report = explain(capsys, "-f", f, "--node-name", NODE)
+    assert code == 1
+    attempt = only_failure(report)
+    assert attempt["error"] == (
+        "claim default/typo: selector #0: CEL runtime error: no such key: prodName"
+    )
+    [req] = attempt["requests"]
+    assert req["summary"] == "needs 1 device(s), 0 of 8 eligible (8 selector-error)"
+    assert req["reasons"] == [
+        {
+            "kind": "selector-error",
+            "reason": "request selector #0: CEL runtime error: no such key: prodName; did you "
+            f"mean 'productName'? (expression: {expr})",
+            "devices": [f"gpu-{i}" for i in range(8)],
+        }
+    ]
+
+
+def test_memory_larger_than_any_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = write(
+        tmp_path / "c.yaml", claim("big", request(capacity={"cores": "50", "memory": "96Gi"}))
+    )
+    code, report = explain(capsys, "-f", f, "--node-name", NODE)
+    assert code == 1
+    [req] = only_failure(report)["requests"]
+    assert req["summary"] == "needs 1 device(s), 0 of 8 eligible (8 capacity-short)"
+    # The mock H100 has 81032Mi usable: 96Gi is 17272Mi too much.
+    assert req["reasons"] == [
+        {
+            "kind": "capacity-short",
+            "reason": "capacity memory: requested 96Gi, available 79.1Gi (short 16.9Gi)",
+            "devices": [f"gpu-{i}" for i in range(8)],
+        }
+    ]
+    details = req["rejections"][0]["details"]
+    assert details == {
+        "capacity": "memory",
+        "requested": "96Gi",
+        "available": "81032Mi",
+        "shortBy": "17272Mi",
+    }
+
+
+def test_full_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    slices = node_slices(2)
+    holders = [
+        claim("big-a", request(capacity={"cores": "80", "memory": "60Gi"})),
+        claim("big-b", request(capacity={"cores": "80", "memory": "60Gi"})),
+    ]
+    outcomes = allocate_many(holders, slices, [default_device_class()], node=NODE)
+    for holder, outcome in zip(holders, outcomes, strict=True):
+        assert outcome.allocation is not None
+        holder["status"] = {"allocation": outcome.allocation}
+    slices_file = write(tmp_path / "slices.yaml", *slices)
+    allocated = write(tmp_path / "allocated.yaml", *holders)
+    wanted = write(
+        tmp_path / "c.yaml", claim("late", request(capacity={"cores": "30", "memory": "10Gi"}))
+    )
+    code, report = explain(capsys, "-f", wanted, "--slices", slices_file, "--allocated", allocated)
+    assert code == 1
+    assert report["nodes"] == [NODE]
+    [req] = only_failure(report)["requests"]
+    assert req["summary"] == "needs 1 device(s), 0 of 2 eligible (2 capacity-short)"
+    assert req["reasons"] == [
+        {
+            "kind": "capacity-short",
+            "reason": "capacity cores: requested 30, available 20 (short 10)",
+            "devices": ["gpu-0", "gpu-1"],
+        }
+    ]
+    # With one holder fewer the claim fits on the GPU that was freed.
+    write(tmp_path / "allocated.yaml", holders[0])
+    code, report = explain(capsys, "-f", wanted, "--slices", slices_file, "--allocated", allocated)
+    assert code == 0
+    assert report["claims"][0]["results"][0]["device"] == "gpu-1"
+
+
+def test_unsatisfiable_match_attribute(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = "device.attributes['gpu.sharegpu.dev'].index == {}"
+    c = claim(
+        "apart",
+        request("a", selectors=[index.format(0)]),
+        request("b", selectors=[index.format(7)]),
+        constraints=[{"requests": ["a", "b"], "matchAttribute": names.ATTR_PCIE_ROOT}],
+    )
+    code, report = explain(capsys, "-f", write(tmp_path / "c.yaml", c), "--node-name", NODE)
+    assert code == 1
+    reqs = {r["request"]: r for r in only_failure(report)["requests"]}
+    assert reqs["a"]["reasons"] == [
+        {
+            "kind": "constraint",
+            "reason": "matchAttribute resource.kubernetes.io/pcieRoot: device has pci0000:00, "
+            "but no eligible device of request b has that value",
+            "devices": ["gpu-0"],
+        },
+        {
+            "kind": "selector-false",
+            "reason": f"request selector #0 is false: {index.format(0)}",
+            "devices": [f"gpu-{i}" for i in range(1, 8)],
+        },
+    ]
+    assert reqs["b"]["reasons"][1] == {
+        "kind": "constraint",
+        "reason": "matchAttribute resource.kubernetes.io/pcieRoot: device has pci0000:80, "
+        "but no eligible device of request a has that value",
+        "devices": ["gpu-7"],
+    }
+
+
+def test_template_and_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "tmpl"},
+        "spec": {"spec": claim("x", request(capacity={"cores": "10", "memory": "200Gi"}))["spec"]},
+    }
+    big = claim("big", request(capacity={"cores": "50", "memory": "96Gi"}))
+    f = write(tmp_path / "c.yaml", big, template)
+    assert main(["explain", "-f", f, "--node-name", NODE, "-o", "text"]) == 1
+    out = capsys.readouterr().out
+    assert "default/big: cannot be allocated on node n1" in out
+    assert "capacity memory: requested 96Gi, available 79.1Gi (short 16.9Gi)" in out
+    assert "default/tmpl: cannot be allocated on node n1" in out
+
+
+def test_live_cluster_counts_allocated_claims(
+    apiserver: KubeAPIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for s in node_slices(1):
+        apiserver.store.create("resourceslices", s)
+    apiserver.store.create("deviceclasses", default_device_class())
+    holder = claim("holder", request(capacity={"cores": "90", "memory": "10Gi"}))
+    [outcome] = allocate_many([holder], node_slices(1), [default_device_class()], node=NODE)
+    assert outcome.allocation is not None
+    holder["status"] = {"allocation": outcome.allocation}
+    created = apiserver.store.create("resourceclaims", holder)
+    created["status"] = holder["status"]
+    apiserver.store.update_status("resourceclaims", created)
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    wanted = claim("wanted", request(capacity={"cores": "20", "memory": "1Gi"}))
+    f = write(tmp_path / "c.yaml", wanted)
+    code, report = explain(capsys, "-f", f, "--kubeconfig", kubeconfig)
+    assert code == 1
+    [req] = only_failure(report)["requests"]
+    assert req["reasons"][0]["reason"] == "capacity cores: requested 20, available 10 (short 10)"
+    # Explaining the holder itself does not count its own allocation.
+    code, report = explain(
+        capsys, "-f", write(tmp_path / "h.yaml", holder), "--kubeconfig", kubeconfig
+    )
+    assert code == 0
+
+
+def test_expected_failures_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "-f", str(tmp_path / "missing.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.strip()
+        == f"sharegpu explain: error: {tmp_path / 'missing.yaml'}: no such file or directory"
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed\n")
+    assert main(["explain", "-f", str(bad)]) == 1
+    assert "invalid YAML" in capsys.readouterr().err
+    empty = write(tmp_path / "empty.yaml", default_device_class())
+    assert main(["explain", "-f", empty]) == 1
+    assert "no ResourceClaim or ResourceClaimTemplate" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explain"])
+    assert exit_info.value.code == 2
