@@ -25,6 +25,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from api.gpu import HEALTHY, UNHEALTHY, Allocation, GpuObject, GpuSpec, GpuStatus, PodRef, Resources
@@ -123,13 +124,19 @@ def _attr(device: Obj, driver: str, name: str) -> Any:
     return None
 
 
-def _qty(value: Any) -> int | None:
-    if value is None:
-        return None
+@lru_cache(maxsize=4096)
+def _qty_text(value: str | int) -> int | None:
     try:
         return quantity_int(value)
     except QuantityError:
         return None
+
+
+def _qty(value: Any) -> int | None:
+    """Integer value of a quantity (None when absent or invalid); texts repeat, so cached."""
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return _qty_text(value)
+    return None
 
 
 def _capacity(device: Obj, driver: str, name: str) -> int | None:
@@ -379,7 +386,7 @@ def gpu_object(gpu: GpuHardware, allocations: Iterable[Allocation]) -> GpuObject
     """The desired ``GPU`` object for one physical GPU and the allocations on it."""
     allocs = sorted(allocations, key=_alloc_sort_key)
     used_cores = sum(a.cores for a in allocs)
-    used_memory = sum(quantity_int(a.memory) for a in allocs)
+    used_memory = sum(_qty(a.memory) or 0 for a in allocs)
     return GpuObject(
         name=gpu.name,
         spec=GpuSpec(

@@ -109,6 +109,7 @@ class Tracker:
         self._hardware: dict[str, GpuHardware] = {}
         self._pool_gpus: dict[str, set[str]] = defaultdict(set)
         self._devices: dict[tuple[str, str], DeviceInfo] = {}
+        self._pool_devices: dict[str, set[str]] = {}
         self._claims: dict[str, Obj] = {}
         self._claim_allocs: dict[str, list[tuple[str, Allocation]]] = {}
         self._gpu_claims: dict[str, set[str]] = defaultdict(set)
@@ -229,11 +230,14 @@ class Tracker:
         for name in self._pool_gpus.pop(pool, set()):
             self._hardware.pop(name, None)
             self._dirty.add(name)
-        for dev_key in [k for k in self._devices if k[0] == pool]:
-            del self._devices[dev_key]
+        for dev_name in self._pool_devices.pop(pool, ()):
+            self._devices.pop((pool, dev_name), None)
         self._hardware.update(gpus)
-        self._pool_gpus[pool] = set(gpus)
+        if gpus:
+            self._pool_gpus[pool] = set(gpus)
         self._devices.update({(pool, n): d for n, d in devices.items()})
+        if devices:
+            self._pool_devices[pool] = set(devices)
         self._dirty.update(gpus)
         for claim_key in list(self._pool_claims.get(pool, ())):
             self._recompute_claim(claim_key)
