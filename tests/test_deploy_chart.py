@@ -14,10 +14,14 @@ import base64
 import contextlib
 import datetime
 import io
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from deploy_helpers import (
@@ -26,6 +30,7 @@ from deploy_helpers import (
     KUBERNETES_VERSIONS,
     OWN_GROUPS,
     REPO_ROOT,
+    api_group,
     helm_binary,
     load_documents,
     run_helm,
@@ -107,7 +112,11 @@ def containers(docs: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]
         yield from doc["spec"]["template"]["spec"]["containers"]
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+#: Value sets also linted (every variant is rendered and validated).
+LINT_VARIANTS = ("default", "cert-manager", "partitions", "extended-resource", "mock-backend")
+
+
+@pytest.mark.parametrize("variant", LINT_VARIANTS)
 def test_helm_lint_passes(helm: str, variant: str) -> None:
     args = ["lint", "--strict", str(CHART_DIR), "--namespace", NAMESPACE]
     for item in VARIANTS[variant]:
@@ -455,3 +464,25 @@ def test_rendered_flags_are_accepted_by_the_daemons(
     for container in containers(rendered[variant], "Deployment"):
         assert container["command"] == ["sharegpu-controller"]
         assert accepts(controller_parser(), container["args"]) == ""
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_sharegpu_validate_accepts_every_rendered_document(
+    rendered: dict[str, list[dict[str, Any]]], version: str, tmp_path: Path
+) -> None:
+    """`sharegpu validate` (schemas, GpuConfigs, CEL) on every variant; cert-manager's kinds are
+    left out because no Kubernetes schema describes them."""
+    files = []
+    for variant, docs in sorted(rendered.items()):
+        path = tmp_path / f"{variant}.yaml"
+        kept = [d for d in docs if api_group(d) not in CERT_MANAGER_GROUPS]
+        path.write_text(yaml.safe_dump_all(kept))
+        files += ["-f", str(path)]
+    result = subprocess.run(
+        [sys.executable, "-m", "sharegpu", "validate", *files, "--kubernetes-version", version],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -12,6 +12,7 @@ GPUs (H100 80GB), per sharing mode, to show that each selects what its README sa
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -197,17 +198,32 @@ def _sharegpu_validate_available() -> bool:
     return result.returncode == 0
 
 
-def test_sharegpu_validate_accepts_every_example() -> None:
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_sharegpu_validate_accepts_every_example_without_warnings(version: str) -> None:
     if not _sharegpu_validate_available():
         pytest.skip("the `sharegpu validate` command does not exist in this build")
     result = subprocess.run(
-        [sys.executable, "-m", "sharegpu", "validate", "-f", *map(str, EXAMPLE_FILES)],
+        [
+            sys.executable,
+            "-m",
+            "sharegpu",
+            "validate",
+            "-f",
+            str(EXAMPLES_DIR),
+            "--kubernetes-version",
+            version,
+            "-o",
+            "json",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["objects"] == sum(1 for _ in all_documents())
+    assert (report["errors"], report["warnings"]) == (0, 0), report["findings"]
 
 
 # --- allocation on the slices the plugin publishes (kube-scheduler semantics) ---
