@@ -106,6 +106,7 @@ def gpu_object_name(node_name: str, index: int) -> str:
     """Name of the GPU object for GPU ``index`` on ``node_name``."""
     return f"{node_name}-gpu-{index}"
 
+
 #: Label on every GPU object naming the driver whose tracker manages it.
 GPU_DRIVER_LABEL: Final = f"{API_GROUP}/driver"
 #: Default name of the controller's leader-election Lease.
