@@ -45,6 +45,7 @@ def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Pat
         ("nvidia-smi", "-i", uuid, "--query-gpu=compute_mode", "--format=csv,noheader"),
         ("nvidia-smi", "-i", uuid, "-c", "EXCLUSIVE_PROCESS"),
         ("nvidia-cuda-mps-control", "-d"),
+        ("nvidia-cuda-mps-control",),  # get_server_list: the daemon answers
     ]
     assert node.checkpoint()["sharing"]["mps"] == {uuid: {"previousComputeMode": "DEFAULT"}}
     tools.fake.clear()

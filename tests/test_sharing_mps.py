@@ -36,6 +36,7 @@ def test_start_sets_exclusive_process_then_starts_the_daemon(tmp_path: Path) -> 
         ("nvidia-smi", "-i", U, "--query-gpu=compute_mode", "--format=csv,noheader"),
         ("nvidia-smi", "-i", U, "-c", "EXCLUSIVE_PROCESS"),
         ("nvidia-cuda-mps-control", "-d"),
+        ("nvidia-cuda-mps-control",),  # get_server_list: the daemon answers
     ]
     assert fake.calls[2].env == env(mps)
     assert mps.pipe_dir(U) == tmp_path / "mps" / U / "pipe"
@@ -101,6 +102,7 @@ def test_a_dead_daemon_is_started_again_keeping_the_recorded_mode(tmp_path: Path
         ("nvidia-cuda-mps-control",),  # get_server_list: no answer
         ("nvidia-smi", "-i", U, "-c", "EXCLUSIVE_PROCESS"),
         ("nvidia-cuda-mps-control", "-d"),
+        ("nvidia-cuda-mps-control",),  # get_server_list: the daemon answers
     ]
     # The GPU is still in EXCLUSIVE_PROCESS; stop must restore the mode from before, not that.
     assert daemon.previous_compute_mode == "DEFAULT" and not daemon.adopted
@@ -231,3 +233,26 @@ def test_failed_restore_is_kept_for_a_retry() -> None:
     assert ts.export_state() == {U: {"interval": "Long"}}
     ts.release(U, "claim-a")
     assert ts.export_state() == {}
+
+
+def test_start_waits_until_the_daemon_answers(tmp_path: Path) -> None:
+    _, fake = tools()
+    for _ in range(2):  # the control socket is not there yet for the first two polls
+        fake.on("nvidia-cuda-mps-control", stdin="get_server_list\n", returncode=1, once=True)
+    MpsManager(fake, tmp_path).ensure_running(U)
+    polls = [c for c in fake.calls if c.stdin == "get_server_list\n"]
+    assert len(polls) == 3
+
+
+def test_a_daemon_that_never_answers_is_quit_and_the_mode_restored(tmp_path: Path) -> None:
+    sim, fake = tools()
+    fake.on("nvidia-cuda-mps-control", stdin="get_server_list\n", returncode=1)
+    mps = MpsManager(fake, tmp_path, start_timeout=0.3)
+    with pytest.raises(CommandError) as info:
+        mps.ensure_running(U)
+    assert f"the MPS control daemon of GPU {U} did not answer within 0.3s of starting" in str(
+        info.value
+    )
+    assert [c.stdin for c in fake.calls[-2:]] == ["quit\n", None]
+    assert fake.argvs()[-1] == ("nvidia-smi", "-i", U, "-c", "DEFAULT")
+    assert sim.daemons == {} and sim.mode(U) == "DEFAULT" and mps.running() == {}

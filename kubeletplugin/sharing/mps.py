@@ -4,7 +4,9 @@ Per GPU (UUID ``U``) the plugin owns ``<data-dir>/mps/U/pipe`` and ``<data-dir>/
 
 - start: remember the GPU's compute mode (``nvidia-smi -i U --query-gpu=compute_mode``), set
   ``EXCLUSIVE_PROCESS`` (``nvidia-smi -i U -c EXCLUSIVE_PROCESS``), then run
-  ``nvidia-cuda-mps-control -d`` with ``CUDA_VISIBLE_DEVICES=U`` and the pipe and log directories;
+  ``nvidia-cuda-mps-control -d`` with ``CUDA_VISIBLE_DEVICES=U`` and the pipe and log directories,
+  and wait until the daemon answers ``get_server_list`` (a share is only handed out once its
+  daemon serves);
 - adopt: a daemon whose pid file names a live process, or whose control socket exists, and that
   answers ``get_server_list`` is taken over instead of started again (a daemon is never started
   twice for one GPU);
@@ -27,6 +29,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +54,8 @@ _COMPUTE_MODES: Final = {
 #: Where containers see the daemon's directories (per GPU, so two GPUs never collide).
 CONTAINER_MPS_ROOT: Final = "/run/sharegpu/mps"
 MIB: Final = 1024 * 1024
+#: Seconds a newly started daemon has to answer ``get_server_list``.
+START_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,11 @@ class MpsManager:
     """Starts, adopts and stops the per-GPU MPS control daemons. Thread-safe per GPU: callers
     serialise calls for one GPU (the enforcer holds that GPU's lock)."""
 
-    def __init__(self, runner: Runner, data_dir: str | Path) -> None:
+    def __init__(
+        self, runner: Runner, data_dir: str | Path, *, start_timeout: float = START_TIMEOUT_S
+    ) -> None:
         self.runner = runner
+        self.start_timeout = start_timeout
         self.root = Path(data_dir) / "mps"
         self._daemons: dict[str, MpsDaemon] = {}
         self._lock = threading.Lock()
@@ -143,6 +151,7 @@ class MpsManager:
         self.runner.run(NVIDIA_SMI, ["-i", uuid, "-c", EXCLUSIVE_PROCESS])
         try:
             self.runner.run(MPS_CONTROL, ["-d"], env=self.daemon_env(uuid))
+            self._wait_until_answering(uuid)
         except CommandError:
             self._restore_mode(uuid, previous)
             raise
@@ -205,6 +214,35 @@ class MpsManager:
             MPS_CONTROL, [], env=self.daemon_env(uuid), stdin="get_server_list\n", check=False
         )
         return answer.returncode == 0
+
+    def _wait_until_answering(self, uuid: str) -> None:
+        """Poll ``get_server_list`` until the new daemon answers (``-d`` returns once it has
+        forked, before its control socket exists); CommandError after the start timeout."""
+        deadline = time.monotonic() + self.start_timeout
+        delay = 0.05
+        while True:
+            answer = self.runner.run(
+                MPS_CONTROL, [], env=self.daemon_env(uuid), stdin="get_server_list\n", check=False
+            )
+            if answer.returncode == 0:
+                return
+            if time.monotonic() + delay > deadline:
+                self._quit_quietly(uuid)
+                raise CommandError(
+                    answer.argv,
+                    f"the MPS control daemon of GPU {uuid} did not answer within "
+                    f"{self.start_timeout:g}s of starting",
+                    returncode=answer.returncode,
+                    stderr=answer.stderr or answer.stdout,
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _quit_quietly(self, uuid: str) -> None:
+        try:
+            self.runner.run(MPS_CONTROL, [], env=self.daemon_env(uuid), stdin="quit\n", check=False)
+        except CommandError as exc:
+            log.warning("could not quit the unresponsive MPS daemon of GPU %s: %s", uuid, exc)
 
     def query_compute_mode(self, uuid: str) -> str:
         """The GPU's compute mode in ``nvidia-smi -c`` spelling."""
