@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -35,12 +36,16 @@ CHART_DIR = REPO_ROOT / "deploy" / "helm" / "sharegpu"
 
 #: Environment variables the parsers read for their defaults; cleared while building them so the
 #: output does not depend on the machine that generates it.
+#: reStructuredText roles such as :mod:`x` in docstrings and help texts.
+_ROLE = re.compile(r":[a-z]+:`([^`]+)`")
+
 _ENV_DEFAULTS = ("DRIVER_NAME", "NODE_NAME", "KUBECONFIG", "POD_NAMESPACE", "POD_NAME")
 
 
 def _cell(text: Any) -> str:
-    """Text safe inside a Markdown table cell."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Text safe inside a Markdown table cell, with reStructuredText markup made Markdown."""
+    prose = _ROLE.sub(r"`\1`", str(text)).replace("``", "`")
+    return " ".join(prose.split()).replace("|", "\\|")
 
 
 def _code(value: Any) -> str:
