@@ -9,6 +9,7 @@ import state_helpers as h
 from sharing_helpers import GI, LIBRARY, Tools, claim_env, claim_mounts, gpu_config
 
 from api import names
+from kubeletplugin.enforcement import DeviceShare
 from kubeletplugin.shares import partition_share
 
 
@@ -349,3 +350,18 @@ def test_restart_after_the_last_claim_left_mid_release_stops_the_daemon(tmp_path
     restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
     assert restarted.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
     assert tools.sim.daemons == {} and tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
+
+
+def test_a_daemon_found_running_without_claims_is_stopped_when_the_checkpoint_is_lost(
+    tmp_path: Path,
+) -> None:
+    tools = Tools.new()
+    first = tools.enforcer(tmp_path)
+    gpu = h.gpus()[0]
+    share = DeviceShare(gpu, "gpu-0", ("gpu",), 30, 10 * GI, share_id="s-1")
+    first.apply("claim-a", [share], [])
+    assert len(tools.sim.daemons) == 1
+    # Restart with neither the exported state nor any prepared claim (checkpoint lost).
+    tools.enforcer(tmp_path).restore(None, {})
+    assert tools.sim.daemons == {}
+    assert tools.sim.mode(gpu.uuid) == "DEFAULT"

@@ -48,7 +48,7 @@ from kubeletplugin.config import PluginConfig
 from kubeletplugin.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
 from kubeletplugin.sharing.limits import limits_edits
-from kubeletplugin.sharing.mps import MpsManager
+from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, MpsManager
 from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import TimeSliceConflict, TimeSliceManager
 from kubeletplugin.slices import memory_policy_max
@@ -214,7 +214,13 @@ class SharingEnforcer:
                     self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
                 except (CommandError, TimeSliceConflict) as exc:
                     log.error("cannot resume time-slicing on GPU %s: %s", grant.gpu_uuid, exc)
-        for uuid, mode in modes.items():  # daemons left behind by claims that are gone
+        # Daemons no claim needs: recorded in the checkpoint, or (checkpoint lost) found running
+        # in their pipe directories.
+        mps_gpus = {g.gpu_uuid for _, g in all_grants if g.strategy == STRATEGY_MPS}
+        for uuid in self.mps.directories():
+            if uuid not in mps_gpus and uuid not in modes and self.mps.is_alive(uuid):
+                modes[uuid] = DEFAULT_COMPUTE_MODE
+        for uuid, mode in sorted(modes.items()):
             try:
                 self.mps.cleanup(uuid, mode)
             except CommandError as exc:

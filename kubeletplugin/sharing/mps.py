@@ -100,6 +100,13 @@ class MpsManager:
     def log_dir(self, uuid: str) -> Path:
         return self.root / uuid / "log"
 
+    def directories(self) -> list[str]:
+        """GPU UUIDs that have a directory under the MPS root (daemons may have run there)."""
+        try:
+            return sorted(p.name for p in self.root.iterdir() if (p / "pipe").is_dir())
+        except OSError:
+            return []
+
     def daemon_env(self, uuid: str) -> dict[str, str]:
         """Environment of every control command for GPU ``uuid``."""
         return {
