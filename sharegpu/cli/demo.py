@@ -410,9 +410,14 @@ def run_demo(examples: Path) -> Obj:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger().setLevel(logging.WARNING)
     examples = Path(args.examples) if args.examples else default_examples_dir()
-    data = run_demo(examples)
+    root_logger = logging.getLogger()
+    previous_level = root_logger.level
+    root_logger.setLevel(logging.WARNING)  # the plugin's info logs would drown the report
+    try:
+        data = run_demo(examples)
+    finally:
+        root_logger.setLevel(previous_level)
     emit(data, tables_of(data), resolve_format(args.output))
     ok = all(c["allocated"] and c.get("prepared") for c in data["claims"])
     return EXIT_OK if ok and data["cleanup"]["cdiSpecsLeft"] == 0 else EXIT_FINDINGS
