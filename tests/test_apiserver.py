@@ -329,6 +329,21 @@ def test_slice_update_keeps_immutable_fields(kube_client: ApiClient) -> None:
     assert "spec.nodeName: field is immutable" in body_of(err.value)["message"]
 
 
+def test_device_taints_get_time_added(kube_client: ApiClient) -> None:
+    obj = slice_obj("s")
+    obj["spec"]["devices"][0]["taints"] = [{"key": f"{DRIVER}/unhealthy", "effect": "NoSchedule"}]
+    obj["spec"]["devices"][1]["taints"] = [
+        {"key": f"{DRIVER}/unhealthy", "effect": "NoExecute", "timeAdded": "2026-01-02T03:04:05Z"}
+    ]
+    code, created = request_json(
+        kube_client, "POST", "/apis/resource.k8s.io/v1/resourceslices", obj
+    )
+    assert code == 201, created
+    devices = created["spec"]["devices"]
+    assert devices[0]["taints"][0]["timeAdded"].endswith("Z")
+    assert devices[1]["taints"][0]["timeAdded"] == "2026-01-02T03:04:05Z"
+
+
 def test_generation_bumps_only_on_spec_change(kube_client: ApiClient) -> None:
     res = client.ResourceV1Api(kube_client)
     created = raw(res.create_resource_slice(slice_obj("s"), _preload_content=False))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from api import names
@@ -25,6 +26,8 @@ class ResourceType:
     update); ``validate_update(old, new)`` adds checks that need the old object (immutability).
     ``status_on_create``: whether ``status`` given on create is kept (otherwise it is dropped, as
     the real server does for resources with a status subresource).
+    ``apply_defaults`` fills server-set fields into a fresh copy of the object on create and
+    update (before validation).
     ``allow_unconditional_update``: whether PUT may omit ``metadata.resourceVersion`` (custom
     resources and CRDs require it, like the real server).
     """
@@ -38,6 +41,7 @@ class ResourceType:
     field_labels: frozenset[str] = frozenset()
     validate: Callable[[dict[str, Any]], list[str]] | None = None
     validate_update: Callable[[dict[str, Any], dict[str, Any]], list[str]] | None = None
+    apply_defaults: Callable[[dict[str, Any]], None] | None = None
     status_on_create: bool = False
     allow_unconditional_update: bool = True
     default_status: dict[str, Any] | None = field(default=None, hash=False, compare=False)
@@ -81,6 +85,20 @@ def _lookup(obj: dict[str, Any], path: str) -> Any:
             return None
         current = current.get(part)
     return current
+
+
+def _default_taint_time(obj: dict[str, Any]) -> None:
+    """Device taints get ``timeAdded`` (now) when they lack it, as the real server does."""
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    if not isinstance(devices, list):
+        return
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for device in devices:
+        taints = device.get("taints") if isinstance(device, dict) else None
+        for taint in taints if isinstance(taints, list) else []:
+            if isinstance(taint, dict) and not taint.get("timeAdded"):
+                taint["timeAdded"] = now
 
 
 def _all(
@@ -144,6 +162,7 @@ def default_resources() -> list[ResourceType]:
             field_labels=frozenset({"spec.nodeName", "spec.driver"}),
             validate=validate_resource_slice_object,
             validate_update=_immutable("spec.driver", "spec.pool.name", "spec.nodeName"),
+            apply_defaults=_default_taint_time,
         ),
         ResourceType(
             names.RESOURCE_GROUP,

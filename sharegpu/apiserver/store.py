@@ -286,6 +286,8 @@ class ObjectStore:
                     )
                 meta["name"] = self._generate_name(rt, prefix, meta.get("namespace", ""))
             meta["uid"] = str(uuid.uuid4())
+            if rt.apply_defaults is not None:
+                rt.apply_defaults(new)
             self._validate(rt, new)
             if _key(rt, new) in self._objects[rt.plural]:
                 raise ApiError(
@@ -678,6 +680,8 @@ class ObjectStore:
                 else:
                     meta.pop(f, None)
         new["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
+        if rt.apply_defaults is not None and subresource is None:
+            rt.apply_defaults(new)
         if _without_volatile(new) == _without_volatile(old):
             return old
         if _spec_part(new) != _spec_part(old):
