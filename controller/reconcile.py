@@ -8,7 +8,8 @@ objects, whatever their order. The tracker calls the pieces incrementally
 Rules, stated once:
 
 - A physical GPU is identified by its UUID within a pool: a device's ``parentUUID`` if it has one
-  (partition devices), else its ``uuid``. Only the newest generation of a pool counts.
+  (partition devices), else its ``uuid``. Only one generation of a pool counts: the newest
+  complete one (see :func:`newest_generation`).
 - What an allocation result consumes: its ``consumedCapacity`` if the scheduler recorded one
   (consumable shares); else the device's own ``cores``/``memory`` capacity (whole GPUs and
   partitions); else the counters the device consumes; else the whole GPU. ``adminAccess``
@@ -154,24 +155,32 @@ def _consumed_counters(device: Obj, name: str) -> int | None:
 
 
 def newest_generation(slices: Iterable[Obj], driver: str) -> dict[str, list[Obj]]:
-    """This driver's slices grouped by pool, keeping only each pool's newest generation."""
-    pools: dict[str, list[Obj]] = defaultdict(list)
-    newest: dict[str, int] = {}
+    """This driver's slices grouped by pool: each pool's newest *complete* generation (all
+    ``resourceSliceCount`` slices present), or its newest one when none is complete.
+
+    Preferring a complete generation keeps GPUs in place while a plugin republishes its pool
+    slice by slice, instead of dropping and re-creating their objects.
+    """
+    by_gen: dict[str, dict[int, list[Obj]]] = defaultdict(lambda: defaultdict(list))
     for s in slices:
         spec = s.get("spec") or {}
         if spec.get("driver") != driver:
             continue
         pool = spec.get("pool") or {}
         name = pool.get("name")
-        if not isinstance(name, str):
-            continue
-        gen = int(pool.get("generation") or 0)
-        if gen > newest.get(name, -1):
-            newest[name] = gen
-            pools[name] = []
-        if gen == newest[name]:
-            pools[name].append(s)
-    return {name: sorted(ss, key=_slice_name) for name, ss in pools.items()}
+        if isinstance(name, str):
+            by_gen[name][int(pool.get("generation") or 0)].append(s)
+    chosen: dict[str, list[Obj]] = {}
+    for name, gens in by_gen.items():
+        complete = [g for g, ss in gens.items() if len(ss) >= _slice_count(ss[0])]
+        gen = max(complete) if complete else max(gens)
+        chosen[name] = sorted(gens[gen], key=_slice_name)
+    return chosen
+
+
+def _slice_count(s: Obj) -> int:
+    count = ((s.get("spec") or {}).get("pool") or {}).get("resourceSliceCount")
+    return int(count) if isinstance(count, int) and count > 0 else 1
 
 
 def _slice_name(s: Obj) -> str:

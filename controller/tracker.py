@@ -8,7 +8,8 @@ GPUs, and — only while this replica leads and all informers have synced — wr
 differences:
 
 - create a missing object, then set its status (the status subresource ignores status on
-  create); update ``spec`` when the hardware changed; delete objects whose GPU is gone;
+  create); update ``spec`` when the hardware changed; delete objects whose GPU has been gone
+  for ``delete_grace_s`` (a plugin that republishes its slices does not reset them);
 - write ``status`` only when it differs from what is stored, and at most once per GPU per
   ``write_interval_s`` (later changes wait and are merged into the next write);
 - on a conflict the stored copy is refreshed and the write retried on the next round.
@@ -92,6 +93,7 @@ class Tracker:
         tick_s: float = 0.05,
         watch_timeout_s: int = 300,
         tracer: Tracer | None = None,
+        delete_grace_s: float = 10.0,
     ) -> None:
         self.kube = kube
         self.tracer: Tracer = tracer or NoOpTracer()
@@ -100,6 +102,8 @@ class Tracker:
         self.is_leader = is_leader
         self.write_interval_s = write_interval_s
         self.tick_s = tick_s
+        self.delete_grace_s = delete_grace_s
+        self._missing_since: dict[str, float] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -359,7 +363,15 @@ class Tracker:
                 desired, stored = self._desired.get(name), self._stored.get(name)
                 if not _needs_write(desired, stored):
                     self._unverified.discard(name)
-                elif now - self._last_write.get(name, -1e9) >= self.write_interval_s:
+                    self._missing_since.pop(name, None)
+                    continue
+                if desired is None:
+                    since = self._missing_since.setdefault(name, now)
+                    if now - since < self.delete_grace_s:
+                        continue  # stays unverified: looked at again on the next round
+                else:
+                    self._missing_since.pop(name, None)
+                if now - self._last_write.get(name, -1e9) >= self.write_interval_s:
                     todo.append((name, desired, stored))
         writes = 0
         with self.tracer.start_as_current_span("reconcile") as span:

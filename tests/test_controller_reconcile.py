@@ -175,3 +175,18 @@ def test_objects_validate_against_crd_schema() -> None:
         assert "Fine" in str(exc)
     else:
         raise AssertionError("schema accepted an unknown health value")
+
+
+def test_incomplete_newer_generation_keeps_the_complete_one() -> None:
+    old = h.node_slice("n1", 2, generation=1)
+    new = h.node_slice("n1", 3, generation=2)
+    new["metadata"]["name"] = "n1-new-0"
+    new["spec"]["pool"]["resourceSliceCount"] = 2  # second slice not written yet
+    assert sorted(reconcile([old, new], [], [], h.DRIVER)) == ["n1-gpu-0", "n1-gpu-1"]
+    second = h.node_slice("n1", 0, generation=2, devices=[h.whole_device("n1", 5)])
+    second["metadata"]["name"] = "n1-new-1"
+    second["spec"]["pool"]["resourceSliceCount"] = 2
+    objs = reconcile([old, new, second], [], [], h.DRIVER)
+    assert sorted(objs) == ["n1-gpu-0", "n1-gpu-1", "n1-gpu-2", "n1-gpu-5"]
+    # with no complete generation at all, the newest one is used
+    assert sorted(reconcile([new], [], [], h.DRIVER)) == ["n1-gpu-0", "n1-gpu-1", "n1-gpu-2"]

@@ -32,7 +32,7 @@ def cluster(kube: Kube) -> h.Cluster:
 
 
 def _tracker(kube: Kube, **kwargs: float) -> Tracker:
-    t = Tracker(kube, h.DRIVER, watch_timeout_s=60, **kwargs)  # type: ignore[arg-type]
+    t = Tracker(kube, h.DRIVER, watch_timeout_s=60, delete_grace_s=0.0, **kwargs)  # type: ignore[arg-type]
     t.start()
     return t
 
@@ -181,5 +181,24 @@ def test_status_writes_are_batched_per_gpu(
         assert tracker.flush() == 1
         assert tracker.idle() or apiserver.wait_for(lambda: tracker.flush() == 0 and tracker.idle())
         assert cluster.converged()
+    finally:
+        tracker.stop()
+
+
+def test_deletion_waits_for_the_grace_period(
+    apiserver: KubeAPIServer, kube: Kube, cluster: h.Cluster
+) -> None:
+    tracker = _tracker(kube)
+    tracker.delete_grace_s = 3600.0
+    try:
+        _converge(apiserver, cluster, tracker)
+        cluster.delete_slice(h.node_slice("node-c")["metadata"]["name"])
+        assert apiserver.wait_for(lambda: len(tracker.gpus()) == 16, DEADLINE_S)
+        tracker.flush()
+        assert "node-c-gpu-0" in cluster.stored()
+        assert not tracker.idle()
+        tracker.delete_grace_s = 0.0
+        _converge(apiserver, cluster, tracker)
+        assert "node-c-gpu-0" not in cluster.stored()
     finally:
         tracker.stop()
