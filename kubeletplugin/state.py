@@ -190,7 +190,8 @@ class DeviceState:
                 self._cdi.remove(uid)
         with self._mu:
             self._claims = claims
-        self._persist()
+            change = self._changed()
+        self._persist(change)
         self._started = True
         log.info(
             "device state ready: %d prepared claims (checkpoint %s)", len(claims), loaded.status
@@ -256,12 +257,18 @@ class DeviceState:
 
     # --- Checkpoint ------------------------------------------------------------------------
 
-    def _persist(self) -> None:
-        """Make every in-memory change made so far durable (group commit: a caller whose change
-        was already written by a concurrent caller returns without writing)."""
-        with self._mu:
-            self._changes += 1
-            target = self._changes
+    def _changed(self) -> int:
+        """Caller holds ``_mu`` and has just changed ``_claims``: number that change."""
+        self._changes += 1
+        return self._changes
+
+    def _persist(self, target: int | None = None) -> None:
+        """Make change ``target`` (default: every change so far) durable. Group commit: each
+        write covers every change made before its snapshot, so a caller whose change a
+        concurrent write already covered returns without writing."""
+        if target is None:
+            with self._mu:
+                target = self._changed()
         with self._write_lock:
             if self._written >= target:
                 return
@@ -402,12 +409,12 @@ class DeviceState:
         )
         with self._mu:
             conflict = self._find_conflict(started)
-            if conflict is None:
-                self._claims[ref.uid] = started
-        if conflict is not None:
-            return PrepareOutcome(error=f"{label}: {conflict}")
+            if conflict is not None:
+                return PrepareOutcome(error=f"{label}: {conflict}")
+            self._claims[ref.uid] = started
+            change = self._changed()
         try:
-            self._persist()
+            self._persist(change)
             enforcement = self._enforcer.apply(ref.uid, shares, allocation.configs)
             if len(enforcement.device_edits) != len(shares):
                 raise ShareError(
@@ -446,9 +453,10 @@ class DeviceState:
             # that leaves either without the other is rolled back at the next start.
             with self._mu:
                 self._claims[ref.uid] = completed
+                change = self._changed()
             spec_written = self._io.submit(self._cdi.write, ref.uid, spec_devices)
             try:
-                self._persist()
+                self._persist(change)
             finally:
                 spec_written.result()
         except (ShareError, OSError, ValueError) as exc:
@@ -487,7 +495,8 @@ class DeviceState:
         self._enforcer.release(uid)
         with self._mu:
             self._claims.pop(uid, None)
-        self._persist()
+            change = self._changed()
+        self._persist(change)
 
     def _undo_quietly(self, uid: str) -> None:
         try:
@@ -519,6 +528,7 @@ class DeviceState:
                         self._enforcer.release(ref.uid)
                         with self._mu:
                             self._claims.pop(ref.uid, None)
+                            self._changed()
                         dropped.append(label)
                 outcomes[ref.uid] = UnprepareOutcome()
             except (ShareError, OSError) as exc:
