@@ -96,7 +96,11 @@ def measure(mode: str) -> tuple[list[float], list[float]]:
                 os.replace(tmp_file, health_file)
                 start_times[index] = start
                 name = names.device_name(index)
-                if not server.wait_for(lambda n=name: n in tainted_devices(server), 60, 0.005):
+
+                def done(device: str = name) -> bool:
+                    return device in tainted_devices(server)
+
+                if not server.wait_for(done, 60, 0.005):
                     raise SystemExit(f"{mode}: GPU {index} was not tainted within 60 s")
                 taint_latency.append(time.monotonic() - start)
             for index in range(GPUS):
