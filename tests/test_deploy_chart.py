@@ -231,6 +231,9 @@ def test_controller_runs_unprivileged_with_probes(
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "--leader-elect=true" in container["args"]
+    budget = one(rendered["default"], "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
     assert f"--lease-namespace={NAMESPACE}" in container["args"]
 
 
