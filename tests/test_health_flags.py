@@ -1,0 +1,104 @@
+"""The health flags: defaults, checks, and how they configure the plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubeletplugin.config import ConfigError, parse_config
+from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS
+from kubeletplugin.health.flags import DEFAULT_HEALTH_OPTIONS, build_checker
+from kubeletplugin.health.mockfile import MockHealthChecker
+from kubeletplugin.health.monitor import HealthSettings
+from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
+from kubeletplugin.main import build_plugin
+from sharegpu.apiserver import KubeAPIServer
+
+BASE = ["--node-name", "n1"]
+
+
+def test_defaults() -> None:
+    health = parse_config(BASE, environ={}).health
+    assert health == DEFAULT_HEALTH_OPTIONS
+    assert health.enabled
+    assert health.settings.probe_interval == 5.0
+    assert health.settings.recovery_probes == 3
+    assert health.settings.ignored_xids == DEFAULT_IGNORED_XIDS
+    assert health.settings.taint_effect == "NoSchedule"
+    assert health.mock_health_file is None
+
+
+def test_every_flag_is_applied(tmp_path: Path) -> None:
+    health = parse_config(
+        [
+            *BASE,
+            "--device-backend",
+            "mock",
+            "--health-probe-interval",
+            "0.5",
+            "--health-recovery-probes",
+            "7",
+            "--health-ignore-xids",
+            "13, 94",
+            "--health-taint-effect",
+            "NoExecute",
+            "--mock-health-file",
+            str(tmp_path / "h.yaml"),
+            "--disable-health",
+        ],
+        environ={},
+    ).health
+    assert not health.enabled
+    assert health.settings.probe_interval == 0.5
+    assert health.settings.recovery_probes == 7
+    assert health.settings.ignored_xids == frozenset({13, 94})
+    assert health.settings.taint_effect == "NoExecute"
+    assert health.mock_health_file == tmp_path / "h.yaml"
+    assert parse_config([*BASE, "--health-ignore-xids", ""], environ={}).health.settings == (
+        HealthSettings(ignored_xids=frozenset())
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--health-probe-interval", "0"], "--health-probe-interval must be > 0"),
+        (["--health-recovery-probes", "0"], "--health-recovery-probes must be at least 1"),
+        (["--health-ignore-xids", "13,abc"], "--health-ignore-xids: XID 'abc' is not an integer"),
+        (["--mock-health-file", "h.yaml"], "--mock-health-file needs --device-backend mock"),
+    ],
+)
+def test_bad_flags_name_the_flag(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config([*BASE, *argv], environ={})
+
+
+def test_bad_taint_effect_is_rejected_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_config([*BASE, "--health-taint-effect", "None"], environ={})
+    assert exc.value.code == 2
+    assert "--health-taint-effect" in capsys.readouterr().err
+
+
+def test_checker_follows_the_backend() -> None:
+    assert isinstance(build_checker(DEFAULT_HEALTH_OPTIONS, "nvml"), NvmlHealthChecker)
+    assert isinstance(build_checker(DEFAULT_HEALTH_OPTIONS, "mock"), MockHealthChecker)
+
+
+@pytest.mark.parametrize("disabled", [False, True])
+def test_plugin_gets_a_monitor_unless_disabled(
+    apiserver: KubeAPIServer, tmp_path: Path, disabled: bool
+) -> None:
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    argv = [*BASE, "--kubeconfig", kubeconfig, "--device-backend", "mock", "--mock-gpus", "2"]
+    plugin = build_plugin(parse_config(argv + (["--disable-health"] if disabled else []), {}))
+    try:
+        if disabled:
+            assert plugin.health is None and plugin.health_source is None
+        else:
+            assert plugin.health is not None and plugin.health_source is not None
+            assert plugin.health.taints() == {}
+            assert [d.device_name for d in plugin.health.device_health()] == ["gpu-0", "gpu-1"]
+    finally:
+        plugin.stop()
