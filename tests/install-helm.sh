@@ -22,6 +22,10 @@ if [ -x "$target" ] && "$target" version --short >/dev/null 2>&1; then
   exit 0
 fi
 [ -d "$venv/bin" ] || fail "virtualenv $venv not found (run 'make venv' first)"
+if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    npm >/dev/null) || true
+fi
 command -v npm >/dev/null 2>&1 || fail "npm is not installed (apt-get install npm)"
 
 mkdir -p "$cache"
