@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -155,8 +156,11 @@ def running_node(root: Path) -> Iterator[Node]:
             *("--device-backend", "mock", "--mock-gpus", str(MOCK_GPUS)),
             *("--sharing-mode", names.SHARING_MODE_CONSUMABLE),
             *("--plugin-registry-dir", str(registry), "--plugin-data-dir", str(data)),
-            *("--cdi-dir", str(cdi), "--disable-health"),
+            *("--cdi-dir", str(cdi)),
         ]
+        # The mock health checker makes SIGUSR1 re-read its file; give the handler back after.
+        previous_usr1 = signal.getsignal(signal.SIGUSR1)
+        stack.callback(signal.signal, signal.SIGUSR1, previous_usr1)
         try:
             config = parse_config(flags, environ={})
             plugin = build_plugin(config)
