@@ -140,13 +140,13 @@ def _claims(rng: random.Random) -> list[dict[str, Any]]:
     return objs
 
 
-def _check_node(plugin: PluginProcess, prepared: set[str]) -> None:
+def _check_node(plugin: PluginProcess, prepared: set[str], corrupt_copies: int = 0) -> None:
     """The checkpoint loads, the spec files are exactly the prepared claims, no GPU is held
     exclusively by one claim while another claim holds it too."""
     ckpt_path = plugin.data_dir / "checkpoint.json"
     doc = json.loads(ckpt_path.read_text())
     assert doc["checksum"] == checksum_of(doc)
-    assert not list(plugin.data_dir.glob("checkpoint.json.corrupt-*"))
+    assert len(list(plugin.data_dir.glob("checkpoint.json.corrupt-*"))) == corrupt_copies
     completed = {u for u, c in doc["claims"].items() if c["state"] == "PrepareCompleted"}
     specs = {}
     for path in plugin.cdi_dir.glob("*.json"):
@@ -246,3 +246,34 @@ def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> No
     finally:
         kplugin.close()
         sim.close()
+
+
+def test_garbage_checkpoint_at_start_of_the_real_process(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    apiserver, plugin = env
+    objs = [
+        claim("keep-whole", [result("gpu", "gpu-0")]),
+        claim("keep-share", [result("gpu", "gpu-1", share={"cores": 25, "memory": 2 * GI})]),
+    ]
+    for obj in objs:
+        apiserver.store.put("resourceclaims", obj)
+    refs = [ref(o) for o in objs]
+    plugin.start()
+    with KubeletSim(plugin.registry) as sim:
+        kplugin = plugin.register(sim)
+        first = kplugin.prepare(refs)
+        assert all(r.error == "" for r in first.values())
+        kplugin.close()
+        plugin.stop()
+        (plugin.data_dir / "checkpoint.json").write_bytes(b"\x00garbage{{{")
+        plugin.start()
+        kplugin = plugin.register(sim)
+        # Rebuilt from the spec files: the same answer, and a clean unprepare.
+        assert kplugin.prepare(refs) == first
+        assert len(list(plugin.data_dir.glob("checkpoint.json.corrupt-*"))) == 1
+        assert "corrupt" in plugin.logs[-1].read_text()
+        _check_node(plugin, {r.uid for r in refs}, corrupt_copies=1)
+        assert set(kplugin.unprepare(refs).values()) == {""}
+        _check_node(plugin, set(), corrupt_copies=1)
+        kplugin.close()
