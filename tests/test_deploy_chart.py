@@ -489,3 +489,9 @@ def test_sharegpu_validate_accepts_every_rendered_document(
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("kube_version", "accepted"), [("1.33.5", False), ("1.34.0", True)])
+def test_chart_requires_kubernetes_1_34(helm: str, kube_version: str, accepted: bool) -> None:
+    result = run_helm(helm, "template", RELEASE, str(CHART_DIR), "--kube-version", kube_version)
+    assert (result.returncode == 0) == accepted, result.stderr
