@@ -29,7 +29,11 @@ examples_ns=sharegpu-examples
 log() { printf '\n== %s\n' "$*"; }
 need() { command -v "$1" >/dev/null 2>&1 || { echo "run.sh: $1 is not installed" >&2; exit 1; }; }
 for tool in "$engine" kind kubectl helm; do need "$tool"; done
-if [ "$engine" = podman ]; then export KIND_EXPERIMENTAL_PROVIDER=podman; fi
+if [ "$engine" = podman ]; then
+  export KIND_EXPERIMENTAL_PROVIDER=podman
+  # podman names local images localhost/<name>; the pods must ask for that name.
+  case "$image" in */*) ;; *) image="localhost/$image" ;; esac
+fi
 
 log "building $image"
 "$engine" build -f "$repo/deploy/Dockerfile" -t "$image" "$repo"
@@ -38,7 +42,14 @@ if ! kind get clusters 2>/dev/null | grep -qx "$cluster"; then
   log "creating kind cluster $cluster ($node_image)"
   kind create cluster --name "$cluster" --image "$node_image" --config "$repo/deploy/kind/cluster.yaml"
 fi
-kind load docker-image "$image" --name "$cluster"
+if [ "$engine" = podman ]; then
+  archive="$(mktemp --suffix=.tar)"
+  podman save -o "$archive" "$image"
+  kind load image-archive "$archive" --name "$cluster"
+  rm -f "$archive"
+else
+  kind load docker-image "$image" --name "$cluster"
+fi
 kubectl config use-context "kind-$cluster" >/dev/null
 
 install_chart() {  # $1: sharing mode
