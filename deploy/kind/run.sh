@@ -97,7 +97,7 @@ run_example() {  # $1: example directory name
       done
       kubectl get resourceclaims -n "$examples_ns"
       sed -E "s#^( *image: ).*#\1$example_image#" "$dir"/*.yaml \
-        | kubectl delete -n "$examples_ns" --wait=true -f - >/dev/null
+        | kubectl delete -n "$examples_ns" --cascade=foreground --wait=true -f - >/dev/null
       return 0
     fi
     sleep 2
