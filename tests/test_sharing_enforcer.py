@@ -365,3 +365,22 @@ def test_a_daemon_found_running_without_claims_is_stopped_when_the_checkpoint_is
     tools.enforcer(tmp_path).restore(None, {})
     assert tools.sim.daemons == {}
     assert tools.sim.mode(gpu.uuid) == "DEFAULT"
+
+
+def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record(
+    tmp_path: Path,
+) -> None:
+    from kubeletplugin.sharing.enforcer import Grant
+    from kubeletplugin.slices import memory_policy_max
+
+    tools = Tools.new()
+    gpu = h.gpus()[0]
+    whole = DeviceShare(gpu, "gpu-0", ("gpu",), 100, memory_policy_max(gpu.memory_usable), "s-1")
+    enforcer = tools.enforcer(tmp_path)
+    done = enforcer.apply("claim-a", [whole], [])
+    assert done.device_edits[0].env == ()
+    assert [Grant.from_json(g).strategy for g in done.record["grants"]] == ["Exclusive"]
+    restarted = tools.enforcer(tmp_path)
+    restarted.restore(None, {"claim-a": ([whole], {})})
+    assert [g.strategy for g in restarted.grants()["claim-a"]] == ["Exclusive"]
+    assert tools.fake.argvs() == []

@@ -513,7 +513,7 @@ def _grants_from_record(
             gpu_uuid=d.gpu.uuid,
             device=d.device,
             requests=d.requests,
-            strategy=default_strategy(d.is_share),
+            strategy=default_strategy(d.is_share and not takes_whole_gpu(d)),
             cores=d.cores,
             memory=d.memory,
             limit_cores=d.cores,
