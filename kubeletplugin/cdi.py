@@ -266,6 +266,7 @@ class SpecDevice:
     requests: tuple[str, ...]
     device: str
     gpu_uuid: str
+    gpu_index: int
     gpu_minor: int
     cores: int
     memory: int
@@ -329,9 +330,13 @@ class CdiSpecError(Exception):
 
 
 class NvidiaCdiDetector:
-    """Finds whether the NVIDIA Container Toolkit's CDI spec (kind ``nvidia.com/gpu`` by default)
-    defines a device named by a GPU's UUID, so its ID can be returned as well (the runtime then
-    injects the driver libraries).
+    """Finds the NVIDIA Container Toolkit's CDI device (kind ``nvidia.com/gpu`` by default) of a
+    GPU, so its ID can be returned as well (the runtime then injects the driver libraries).
+
+    The device named by the GPU's UUID is preferred (``--device-name-strategy=uuid``); a spec
+    generated with the default index names gives the device named by the NVML index. An ID is
+    returned only when such a device exists: an ID the runtime cannot resolve fails the
+    container.
 
     Spec directories are scanned on every lookup (the toolkit may be installed after the plugin
     starts); files are parsed again only when their size or mtime changed.
@@ -344,24 +349,28 @@ class NvidiaCdiDetector:
         self._cache: dict[Path, tuple[tuple[int, int], frozenset[str] | None]] = {}
         self._warned = False
 
-    def device_ids(self, gpu_uuid: str) -> tuple[str, ...]:
-        """``(<kind>=<uuid>,)`` if such a device exists on the host, else ``()``."""
+    def device_ids(self, gpu_uuid: str, gpu_index: int) -> tuple[str, ...]:
+        """``(<kind>=<uuid>,)`` or ``(<kind>=<index>,)`` if such a device exists on the host,
+        else ``()``."""
+        names_found: set[str] = set()
         found_kind = False
         with self._lock:
             for path in self._spec_files():
                 devices = self._devices_of(path)
-                if devices is None:
-                    continue
-                found_kind = True
-                if gpu_uuid in devices:
-                    return (qualified_id(self.kind, gpu_uuid),)
+                if devices is not None:
+                    found_kind = True
+                    names_found |= devices
+            for name in (gpu_uuid, str(gpu_index)):
+                if name in names_found:
+                    return (qualified_id(self.kind, name),)
             if found_kind and not self._warned:
                 self._warned = True
                 log.warning(
-                    "CDI spec of kind %s has no device named by GPU UUID %s; generate it with "
-                    "--device-name-strategy=uuid to get the driver libraries injected",
+                    "CDI spec of kind %s has no device named %s or %d; the driver libraries "
+                    "will not be injected",
                     self.kind,
                     gpu_uuid,
+                    gpu_index,
                 )
         return ()
 
@@ -435,7 +444,7 @@ class CdiSpecWriter:
     def cdi_ids(self, device: SpecDevice) -> tuple[str, ...]:
         """IDs to return to kubelet for ``device``: ours, plus the toolkit's when available."""
         ours = qualified_id(self.kind, device.name)
-        extra = self.nvidia.device_ids(device.gpu_uuid) if self.nvidia else ()
+        extra = self.nvidia.device_ids(device.gpu_uuid, device.gpu_index) if self.nvidia else ()
         return (ours, *extra)
 
     def _device_nodes(self, minor: int) -> tuple[DeviceNode, ...]:

@@ -210,7 +210,7 @@ class DeviceState:
                 gpu = self._gpus_by_uuid.get(d.gpu_uuid)
                 ids: tuple[str, ...] = (cdimod.qualified_id(self._cdi.kind, d.name),)
                 if gpu is not None and self._cdi.nvidia is not None:
-                    ids += self._cdi.nvidia.device_ids(gpu.uuid)
+                    ids += self._cdi.nvidia.device_ids(gpu.uuid, gpu.index)
                 records.append(
                     DeviceRecord(
                         requests=d.requests,
@@ -430,6 +430,7 @@ class DeviceState:
                     requests=tuple(dict.fromkeys(r.split("/", 1)[0] for r in s.requests)),
                     device=s.device,
                     gpu_uuid=s.gpu.uuid,
+                    gpu_index=s.gpu.index,
                     gpu_minor=s.gpu.minor,
                     cores=s.cores,
                     memory=s.memory,

@@ -384,9 +384,27 @@ def test_nvidia_toolkit_spec_adds_its_device_id(node: Node, tmp_path: Path) -> N
     out = node.state(claims, nvidia=detector).prepare([ref(c)])[c["metadata"]["uid"]]
     uid = c["metadata"]["uid"]
     assert out.devices[0].cdi_device_ids == (f"{KIND}={uid}-gpu-1", f"nvidia.com/gpu={gpu.uuid}")
-    # No toolkit spec: only our ID.
+
+
+def test_nvidia_toolkit_spec_with_index_names_and_without_the_gpu(tmp_path: Path) -> None:
+    run = tmp_path / "run-cdi"
+    run.mkdir()
+    (run / "nvidia.json").write_text(
+        '{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": ['
+        '{"name": "0", "containerEdits": {"env": ["X=1"]}},'
+        '{"name": "1", "containerEdits": {"env": ["X=1"]}}]}'
+    )
+    (run / "other.json").write_text(
+        '{"cdiVersion": "0.5.0", "kind": "vendor.com/x", "devices": []}'
+    )
+    detector = NvidiaCdiDetector(names.NVIDIA_CTK_CDI_KIND, [tmp_path / "absent", run])
+    assert detector.device_ids("GPU-aaaa", 1) == ("nvidia.com/gpu=1",)
+    assert detector.device_ids("GPU-bbbb", 5) == ()
+    # No toolkit spec at all: only our ID.
     assert (
-        NvidiaCdiDetector(names.NVIDIA_CTK_CDI_KIND, [tmp_path / "absent"]).device_ids(gpu.uuid)
+        NvidiaCdiDetector(names.NVIDIA_CTK_CDI_KIND, [tmp_path / "absent"]).device_ids(
+            "GPU-aaaa", 0
+        )
         == ()
     )
 
