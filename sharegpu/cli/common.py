@@ -168,31 +168,37 @@ def default_node_name() -> str:
 # --- the local node's GPUs and slices -------------------------------------------------------
 
 
-def add_node_flags(parser: argparse.ArgumentParser, default_backend: str) -> None:
-    """Flags that describe this node's GPUs and how the plugin would publish them."""
-    parser.add_argument(
+def add_node_flags(
+    parser: argparse.ArgumentParser,
+    default_backend: str,
+    group: argparse._ArgumentGroup | None = None,
+) -> None:
+    """Flags that describe this node's GPUs and how the plugin would publish them (added to
+    ``group`` when given)."""
+    target = group or parser
+    target.add_argument(
         "--mock",
         type=int,
         metavar="N",
         help=f"use N mock H100-like GPUs (implies --device-backend mock; default "
         f"{DEFAULT_MOCK_GPUS} with the mock backend)",
     )
-    parser.add_argument(
+    target.add_argument(
         "--mock-config", metavar="FILE", help="YAML list of mock GPUs (implies the mock backend)"
     )
-    parser.add_argument(
+    target.add_argument(
         "--device-backend",
         choices=("nvml", "mock"),
         help=f"where GPUs come from (default {default_backend})",
     )
-    parser.add_argument(
+    target.add_argument(
         "--sharing-mode",
         choices=names.SHARING_MODES,
         default=names.SHARING_MODE_CONSUMABLE,
         help="how the plugin publishes the GPUs (default consumable)",
     )
-    parser.add_argument("--node-name", help="node name (default $NODE_NAME, else the host name)")
-    parser.add_argument(
+    target.add_argument("--node-name", help="node name (default $NODE_NAME, else the host name)")
+    target.add_argument(
         "--driver-name",
         default=names.DEFAULT_DRIVER_NAME,
         help=f"DRA driver name (default {names.DEFAULT_DRIVER_NAME})",

@@ -85,7 +85,15 @@ RESOURCE_API: Final = f"/apis/{names.RESOURCE_GROUP_VERSION}"
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help=HELP, description=(__doc__ or "").split("\n\n")[0])
+    p = sub.add_parser(
+        "demo",
+        help=HELP,
+        description="Run the whole driver on this machine without a cluster: an in-process API "
+        "server, the real kubelet plugin on 8 mock H100 GPUs (consumable mode), the examples' "
+        "claims allocated as kube-scheduler would and prepared through the plugin's gRPC socket "
+        "as kubelet would; prints slices, allocations, CDI IDs, enforced limits and GPU usage, "
+        "then cleans everything up.",
+    )
     p.add_argument(
         "--examples",
         metavar="DIR",

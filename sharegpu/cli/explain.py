@@ -53,7 +53,14 @@ RESOURCE_API: Final = f"/apis/{names.RESOURCE_GROUP_VERSION}"
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("explain", help=HELP, description=(__doc__ or "").split("\n\n")[1])
+    p = sub.add_parser(
+        "explain",
+        help=HELP,
+        description="Allocate claims as kube-scheduler would and print the allocation, or for "
+        "each request why every device was rejected. Slices come from --slices files, from the "
+        "cluster of --kubeconfig (with its DeviceClasses and allocated claims), or else from "
+        "this node as the kubelet plugin would publish it (mock backend by default).",
+    )
     p.add_argument(
         "-f",
         "--filename",
@@ -78,7 +85,8 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="claims already allocated (with status.allocation) whose devices are taken",
     )
-    add_node_flags(p, default_backend="mock")
+    offline = p.add_argument_group("this node (used when neither --slices nor --kubeconfig)")
+    add_node_flags(p, default_backend="mock", group=offline)
     add_output_flag(p)
     p.set_defaults(run=run)
 
