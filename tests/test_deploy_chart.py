@@ -137,6 +137,26 @@ def test_rendered_documents_validate_strictly(
     assert errors == []
 
 
+def null_paths(node: Any, path: str = "") -> Iterator[str]:
+    """Paths of null values (an empty key left by a template) in a document."""
+    if node is None:
+        yield path or "<root>"
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from null_paths(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from null_paths(value, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_documents_have_no_empty_keys(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    empty = [f"{d['kind']}{p}" for d in rendered[variant] for p in null_paths(d)]
+    assert empty == []
+
+
 def test_cert_manager_kinds_only_when_enabled(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert not [d for d in rendered["default"] if d["apiVersion"].startswith("cert-manager.io")]
     assert {d["kind"] for d in rendered["cert-manager"] if "cert-manager" in d["apiVersion"]} == {
