@@ -186,6 +186,9 @@ def test_limits_strategy_preloads_the_library_with_per_device_limits(tmp_path: P
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     mounts = claim_mounts(node, c["metadata"]["uid"])[0]
     assert mounts[0]["hostPath"] == LIBRARY and "ro" in mounts[0]["options"]
+    lock_dir = node.data_dir / "limits" / "vgpulock"
+    assert (mounts[1]["hostPath"], mounts[1]["containerPath"]) == (str(lock_dir), "/tmp/vgpulock")
+    assert lock_dir.stat().st_mode & 0o7777 == 0o1777
     assert tools.fake.argvs() == []
 
 

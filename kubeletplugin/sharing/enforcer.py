@@ -135,6 +135,7 @@ class SharingEnforcer:
         self.driver_name = driver_name
         self.limits_library = limits_library
         self.mps = MpsManager(runner, data_dir)
+        self.limits_lock_dir = Path(data_dir) / "limits" / "vgpulock"
         self.timeslice = TimeSliceManager(runner)
         self._grants: dict[str, tuple[Grant, ...]] = {}
         self._lock = threading.Lock()
@@ -354,6 +355,10 @@ class SharingEnforcer:
         """Start or adopt MPS daemons and set intervals; on failure undo this claim's part."""
         started: list[str] = []
         acquired: list[str] = []
+        if any(g.strategy == STRATEGY_LIMITS for g in grants):
+            # Writable by every container user, like /tmp, which the library expects it to be.
+            self.limits_lock_dir.mkdir(parents=True, exist_ok=True)
+            self.limits_lock_dir.chmod(0o1777)
         try:
             for uuid in sorted({g.gpu_uuid for g in grants if g.strategy == STRATEGY_MPS}):
                 if uuid not in self.mps.running():
@@ -435,7 +440,13 @@ class SharingEnforcer:
                 edits.append(self.mps.container_edits(grant.gpu_uuid, cores, memory))
             elif grant.strategy == STRATEGY_LIMITS and self.limits_library:
                 edits.append(
-                    limits_edits(self.limits_library, ordinals[grant.gpu_uuid], memory, cores)
+                    limits_edits(
+                        self.limits_library,
+                        str(self.limits_lock_dir),
+                        ordinals[grant.gpu_uuid],
+                        memory,
+                        cores,
+                    )
                 )
             else:
                 edits.append(ContainerEdits())

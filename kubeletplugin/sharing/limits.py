@@ -8,7 +8,9 @@ The admin installs the library on the node and gives its host path to the plugin
 - ``CUDA_DEVICE_MEMORY_LIMIT_<i>=<N>m`` (MiB, rounded down, never above the share) and
   ``CUDA_DEVICE_SM_LIMIT_<i>=<percent>``, where ``<i>`` is the CUDA ordinal the container sees;
 - ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so that ordinal is well defined: devices are numbered by PCI
-  bus ID among the GPUs the container is given.
+  bus ID among the GPUs the container is given;
+- the node's lock directory (``<plugin-data-dir>/limits/vgpulock``) at ``/tmp/vgpulock``, where
+  the library expects it, shared by all containers of the node so their processes coordinate.
 
 What it cannot do: processes that do not load the library (static binaries, a cleared
 ``LD_PRELOAD``) are not limited, and the library's own accounting decides what counts as memory.
@@ -21,11 +23,16 @@ from typing import Final
 from kubeletplugin.cdi import ContainerEdits, Mount
 
 CONTAINER_LIBRARY_PATH: Final = "/usr/local/sharegpu/lib/libsharegpu-limits.so"
+CONTAINER_LOCK_DIR: Final = "/tmp/vgpulock"
 MIB: Final = 1024 * 1024
 
 
 def limits_edits(
-    library_host_path: str, ordinal: int, memory_bytes: int, sm_percentage: int
+    library_host_path: str,
+    lock_dir_host_path: str,
+    ordinal: int,
+    memory_bytes: int,
+    sm_percentage: int,
 ) -> ContainerEdits:
     """The edits enforcing ``memory_bytes`` and ``sm_percentage`` on CUDA device ``ordinal``."""
     return ContainerEdits(
@@ -40,6 +47,11 @@ def limits_edits(
                 library_host_path,
                 CONTAINER_LIBRARY_PATH,
                 options=("ro", "nosuid", "nodev", "bind"),
+            ),
+            Mount(
+                lock_dir_host_path,
+                CONTAINER_LOCK_DIR,
+                options=("rw", "nosuid", "nodev", "bind"),
             ),
         ),
     )
