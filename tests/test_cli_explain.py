@@ -264,3 +264,31 @@ def test_expected_failures_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as exit_info:
         main(["explain"])
     assert exit_info.value.code == 2
+
+
+def test_first_node_that_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    slices = node_slices(1)
+    other = resource_slice_objects(
+        desired_slices(MockBackend("n2", 1).discover(), names.SHARING_MODE_CONSUMABLE),
+        DRIVER,
+        "n2",
+        None,
+        1,
+    )
+    other[0]["metadata"] = {"name": "n2-slice-0"}
+    big = claim("big", request(capacity={"cores": "70", "memory": "40Gi"}))
+    second = claim("second", request(capacity={"cores": "70", "memory": "40Gi"}))
+    third = claim("third", request(capacity={"cores": "70", "memory": "40Gi"}))
+    f = write(tmp_path / "c.yaml", big, second, third)
+    code, report = explain(capsys, "-f", f, "--slices", write(tmp_path / "s.yaml", *slices, *other))
+    assert code == 1
+    assert report["nodes"] == ["n1", "n2"]
+    placed = [(c["claim"], c.get("node")) for c in report["claims"]]
+    assert placed == [("default/big", "n1"), ("default/second", "n2"), ("default/third", None)]
+    attempts = report["claims"][2]["nodes"]
+    assert [a["node"] for a in attempts] == ["n1", "n2"]
+    for attempt in attempts:
+        [req] = attempt["requests"]
+        assert req["reasons"][0]["reason"] == (
+            "capacity cores: requested 70, available 30 (short 40)"
+        )
