@@ -10,6 +10,7 @@ from health_helpers import (
     RecordingStream,
     RecordingTaints,
     gpus,
+    wait_for,
 )
 
 from api import names, slicerules
@@ -365,3 +366,22 @@ def test_a_crashing_probe_is_an_unhealthy_gpu() -> None:
 def test_settings_are_checked(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         HealthSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_stream_refresh_does_not_wait_for_a_slow_probe_interval() -> None:
+    stream = RecordingStream()
+    m = HealthMonitor(
+        ManualChecker(),
+        DRIVER,
+        NODE,
+        names.SHARING_MODE_EXCLUSIVE,
+        gpus(1),
+        HealthSettings(probe_interval=3600, stream_refresh=0.05),
+        stream=stream,
+    )
+    m.start()
+    try:
+        wait_for(lambda: len(stream.lists) >= 4, 10.0, "refreshed lists")
+    finally:
+        m.stop()
+    assert all(len(lst) == 1 and lst[0].health == Health.HEALTHY for lst in stream.lists)

@@ -11,9 +11,9 @@ answers periodic probes. On every change of a GPU's health it, at once and in th
 2. publishes the complete device list (every published device of every GPU, pool = node
    name) on the health stream.
 
-The health stream list is also refreshed every ``stream_refresh`` seconds with fresh
-``last_updated`` times, so kubelet never sees a stale list (it marks devices Unknown after 30 s
-without news).
+The health stream list is also refreshed every ``stream_refresh`` seconds (whatever the probe
+interval) with ``last_updated`` = the time it is sent, so kubelet never sees a stale list (it
+marks devices Unknown after 30 s without news).
 """
 
 from __future__ import annotations
@@ -217,8 +217,7 @@ class HealthMonitor:
             changed = [g.uuid for g, error in results if self._state.probe(g.uuid, error, now)]
             if changed:
                 self._after_changes(changed)
-            elif now - self._last_stream >= self.settings.stream_refresh:
-                self._emit_locked(force_stream=True)
+        self.refresh_stream()
 
     # --- outputs --------------------------------------------------------------------------
 
@@ -251,10 +250,22 @@ class HealthMonitor:
             log.exception("health probe of GPU %d failed unexpectedly", gpu.index)
             return f"health probe failed: {type(exc).__name__}: {exc}"
 
+    def refresh_stream(self) -> None:
+        """Republish the health list when ``stream_refresh`` passed since the last one."""
+        with self._lock:
+            if self._clock() - self._last_stream >= self.settings.stream_refresh:
+                self._emit_locked(force_stream=True)
+
     def _probe_loop(self) -> None:
+        tick = min(self.settings.probe_interval, self.settings.stream_refresh)
+        next_probe = time.monotonic()
         while not self._stopping.is_set():
-            self.probe_all()
-            self._stopping.wait(self.settings.probe_interval)
+            if time.monotonic() >= next_probe:
+                self.probe_all()
+                next_probe = time.monotonic() + self.settings.probe_interval
+            else:
+                self.refresh_stream()
+            self._stopping.wait(max(0.0, min(tick, next_probe - time.monotonic())))
 
     def _after_changes(self, changed: Sequence[str]) -> None:
         if not changed:
@@ -283,6 +294,9 @@ class HealthMonitor:
         return taints
 
     def _device_health_locked(self) -> list[DeviceHealthStatus]:
+        # The event watch runs continuously, so the plugin vouches for every device's health
+        # at the time the list is sent.
+        sent = int(self._clock())
         result: list[DeviceHealthStatus] = []
         for gpu in self._gpus:
             state = self._state.get(gpu.uuid)
@@ -294,7 +308,7 @@ class HealthMonitor:
                         pool_name=self.node_name,
                         device_name=name,
                         health=health,
-                        last_updated=int(state.checked),
+                        last_updated=sent,
                         message=message,
                     )
                 )
