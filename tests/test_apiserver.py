@@ -411,6 +411,40 @@ def test_claim_status_subresource(kube_client: ApiClient) -> None:
     assert err.value.status == 422
 
 
+def test_claim_requests_are_defaulted(kube_client: ApiClient) -> None:
+    claim = claim_obj("c")
+    claim["spec"]["devices"]["requests"].append(
+        {
+            "name": "any",
+            "firstAvailable": [
+                {"name": "all", "deviceClassName": "x", "allocationMode": "All"},
+                {"name": "one", "deviceClassName": "x", "tolerations": [{"key": "k"}]},
+            ],
+        }
+    )
+    code, created = request_json(
+        kube_client, "POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", claim
+    )
+    assert code == 201, created
+    exact, first = created["spec"]["devices"]["requests"]
+    assert exact["exactly"]["allocationMode"] == "ExactCount" and exact["exactly"]["count"] == 1
+    assert first["firstAvailable"][0] == {
+        "name": "all",
+        "deviceClassName": "x",
+        "allocationMode": "All",
+    }
+    assert first["firstAvailable"][1]["count"] == 1
+    assert first["firstAvailable"][1]["tolerations"] == [{"key": "k", "operator": "Equal"}]
+    # an update that leaves the defaults out is not a change of the immutable spec
+    code, same = request_json(
+        kube_client,
+        "PUT",
+        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c",
+        {**claim, "metadata": created["metadata"]},
+    )
+    assert code == 200, same
+
+
 def test_device_class_and_claim_template(kube_client: ApiClient) -> None:
     res = client.ResourceV1Api(kube_client)
     res.create_device_class(

@@ -101,13 +101,40 @@ def _default_taint_time(obj: dict[str, Any]) -> None:
                 taint["timeAdded"] = now
 
 
-def _all(
-    *checks: Callable[[dict[str, Any], dict[str, Any]], list[str]],
-) -> Callable[[dict[str, Any], dict[str, Any]], list[str]]:
-    def check(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-        return [m for c in checks for m in c(old, new)]
+def _default_device_request(request: Any) -> None:
+    if not isinstance(request, dict):
+        return
+    request.setdefault("allocationMode", "ExactCount")
+    if request["allocationMode"] == "ExactCount":
+        request.setdefault("count", 1)
+    tolerations = request.get("tolerations")
+    for toleration in tolerations if isinstance(tolerations, list) else []:
+        if isinstance(toleration, dict):
+            toleration.setdefault("operator", "Equal")
 
-    return check
+
+def _default_claim_spec(spec: Any) -> None:
+    """``allocationMode`` ExactCount, ``count`` 1 and toleration ``operator`` Equal, as the real
+    server defaults them in every exact request and sub-request."""
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    for request in requests if isinstance(requests, list) else []:
+        if not isinstance(request, dict):
+            continue
+        _default_device_request(request.get("exactly"))
+        subrequests = request.get("firstAvailable")
+        for sub in subrequests if isinstance(subrequests, list) else []:
+            _default_device_request(sub)
+
+
+def _default_claim(obj: dict[str, Any]) -> None:
+    _default_claim_spec(obj.get("spec"))
+
+
+def _default_claim_template(obj: dict[str, Any]) -> None:
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        _default_claim_spec(spec.get("spec"))
 
 
 def default_resources() -> list[ResourceType]:
@@ -172,7 +199,8 @@ def default_resources() -> list[ResourceType]:
             namespaced=True,
             subresources=status,
             validate=resource_schema_validator("ResourceClaim"),
-            validate_update=_all(_immutable("spec")),
+            validate_update=_immutable("spec"),
+            apply_defaults=_default_claim,
         ),
         ResourceType(
             names.RESOURCE_GROUP,
@@ -182,6 +210,7 @@ def default_resources() -> list[ResourceType]:
             namespaced=True,
             validate=resource_schema_validator("ResourceClaimTemplate"),
             validate_update=_immutable("spec"),
+            apply_defaults=_default_claim_template,
         ),
         ResourceType(
             names.RESOURCE_GROUP,
