@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 
+import pytest
 from health_helpers import (
     DBE,
     GPU_UNAVAILABLE,
@@ -151,3 +152,21 @@ def test_ignored_xid_from_nvml_leaves_the_gpu_healthy_and_a_critical_one_taints_
         assert taints.calls[0]["gpu-1"][0]["value"] == "XID-79-GPU-has-fallen-off-the-bus"
     finally:
         mon.stop()
+
+
+def test_real_pynvml_without_the_library_fails_every_probe_with_the_cause() -> None:
+    """This test machine has pynvml but no NVIDIA driver: the probe names that."""
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is a project dependency")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("an NVIDIA driver is present on this machine; covered by the fake tests")
+    g = gpus(1)
+    checker = NvmlHealthChecker()
+    checker.start(g, Events())
+    reason = checker.probe(g[0])
+    checker.stop()
+    assert reason is not None and reason.startswith("NVML unavailable: ")

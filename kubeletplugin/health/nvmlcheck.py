@@ -6,6 +6,7 @@ Invariants:
   one wait timeout because ``nvmlEventSetWait`` is always called with a timeout;
 - event types a GPU does not support are not registered (the probe still covers that GPU);
 - an event whose device cannot be identified counts for every GPU (fail safe);
+- UUIDs are passed to NVML as bytes (old ``pynvml`` versions do not convert ``str``);
 - NVML failures never escape into the caller: registration problems are logged, a failing probe
   is an unhealthy GPU with the NVML error as its reason.
 """
@@ -107,7 +108,7 @@ class NvmlHealthChecker:
     def _register(self, gpu: GpuInfo, wanted: int) -> None:
         nvml = self._module()
         try:
-            handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+            handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid.encode())
             try:
                 supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
             except Exception as exc:
@@ -190,7 +191,7 @@ class NvmlHealthChecker:
             return self._init_error or "NVML is not initialised"
         nvml = self._module()
         try:
-            handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+            handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid.encode())
             nvml.nvmlDeviceGetMemoryInfo(handle)
         except Exception as exc:
             return f"NVML query failed: {exc}"
