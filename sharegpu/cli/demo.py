@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from api import names
-from api.quantity import format_bytes_human, quantity_int
+from api.quantity import format_bytes_human, format_quantity, quantity_int
 from controller.reconcile import reconcile
 from kubeletplugin.cdi import CdiSpecWriter, spec_file_name
 from kubeletplugin.checkpoint import Checkpoint
@@ -79,6 +79,13 @@ DEMO_EXAMPLES: Final = (
 )
 #: Environment variables of a CDI device that state its enforced share.
 LIMIT_PREFIXES: Final = ("CUDA_MPS_", "SHAREGPU_", "NVIDIA_VISIBLE_DEVICES")
+#: The limits the human-readable report shows (JSON has every share variable).
+SHOWN_LIMITS: Final = (
+    "SHAREGPU_CORES",
+    "SHAREGPU_MEMORY",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+)
 SLICE_WAIT_S: Final = 10.0
 SHARE_ID_SEED: Final = 2026
 RESOURCE_API: Final = f"/apis/{names.RESOURCE_GROUP_VERSION}"
@@ -330,6 +337,18 @@ def unprepare_all(node: Node, report: Sequence[Obj]) -> int:
 # --- output -----------------------------------------------------------------------------------
 
 
+def limits_text(limits: Mapping[str, str]) -> str:
+    """The limits a reader compares with the request (:data:`SHOWN_LIMITS`), memory readable."""
+    shown = []
+    for key in SHOWN_LIMITS:
+        if key in limits:
+            value = limits[key]
+            if key == "SHAREGPU_MEMORY" and value.isdigit():
+                value = format_quantity(int(value))
+            shown.append(f"{key}={value}")
+    return " ".join(shown) or "-"
+
+
 def _mem(value: str) -> str:
     return format_bytes_human(quantity_int(value))
 
@@ -357,7 +376,7 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
         if not c.get("prepared"):
             limits.add(c["claim"], "-", f"prepare failed: {c.get('prepareError', '')}")
         for d in c.get("devices", []):
-            text = " ".join(f"{k}={v}" for k, v in sorted(d["limits"].items()))
+            text = limits_text(d["limits"])
             for i, cdi_id in enumerate(d["cdiDeviceIDs"]):
                 limits.add(c["claim"] if i == 0 else "", cdi_id, text if i == 0 else "")
     usage = Table(
