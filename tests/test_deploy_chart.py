@@ -194,19 +194,23 @@ def test_kubelet_plugin_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> 
         "/var/lib/kubelet/plugins/gpu.sharegpu.dev",
         "/var/run/cdi",
         "/dev",
-        "/driver-root",
+        "/nvidia-root",
+        "/etc/cdi",
     } <= mounts
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert {"/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/dev", "/"} <= host_paths
     assert "--sharing-mode=consumable" in container["args"]
     assert "--device-backend=nvml" in container["args"]
-    assert "--driver-root=/driver-root" in container["args"]
+    assert "--driver-root=/nvidia-root" in container["args"]
     assert not [a for a in container["args"] if a.startswith("--limits-library")]
-    # Only the driver libraries copied by the init container go on the library path.
-    assert env["LD_LIBRARY_PATH"]["value"] == "/usr/local/nvidia/lib"
+    # Only the driver files copied by the init container are used; the host's driver root is
+    # mounted into the init container alone.
+    assert env["LD_LIBRARY_PATH"]["value"] == "/nvidia-root/usr/lib64"
     (init,) = pod["initContainers"]
-    assert "libnvidia-ml.so.1" in init["args"][0]
-    assert "/usr/local/nvidia/lib" in {m["mountPath"] for m in init["volumeMounts"]}
+    for name in ("libnvidia-ml.so.1", "libcuda.so.1", "nvidia-smi", "nvidia-cuda-mps-control"):
+        assert name in init["args"][0]
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {"/host-driver-root", "/nvidia-root"}
+    assert "/host-driver-root" not in mounts
 
 
 def test_sharing_mode_and_mock_backend_reach_the_plugin(
@@ -227,7 +231,7 @@ def test_sharing_mode_and_mock_backend_reach_the_plugin(
     assert "--mock-gpus=4" in mock["args"]
     assert "--mock-config=/etc/sharegpu/mock/gpus.yaml" in mock["args"]
     # The mock backend needs neither the host's /dev nor the driver installation.
-    assert not {"/dev", "/driver-root"} & {m["mountPath"] for m in mock["volumeMounts"]}
+    assert not {"/dev", "/nvidia-root"} & {m["mountPath"] for m in mock["volumeMounts"]}
     (mock_pod,) = [
         d["spec"]["template"]["spec"] for d in by_kind(rendered["mock-backend"], "DaemonSet")
     ]
@@ -515,3 +519,55 @@ def test_sharegpu_validate_accepts_every_rendered_document(
 def test_chart_requires_kubernetes_1_34(helm: str, kube_version: str, accepted: bool) -> None:
     result = run_helm(helm, "template", RELEASE, str(CHART_DIR), "--kube-version", kube_version)
     assert (result.returncode == 0) == accepted, result.stderr
+
+
+def run_driver_files_script(
+    rendered: dict[str, list[dict[str, Any]]], host_root: Path, dest: Path
+) -> subprocess.CompletedProcess[str]:
+    """The init container's script, run here with its two directories moved under tmp_path."""
+    (ds,) = by_kind(rendered["default"], "DaemonSet")
+    (init,) = ds["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"] == ["sh", "-c"]
+    script = init["args"][0].replace("/host-driver-root", str(host_root))
+    script = script.replace("/nvidia-root", str(dest))
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+
+
+def test_init_container_copies_only_the_driver_files(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    host = tmp_path / "host"
+    libdir = host / "usr" / "lib" / "x86_64-linux-gnu"
+    bindir = host / "usr" / "bin"
+    libdir.mkdir(parents=True)
+    bindir.mkdir(parents=True)
+    (libdir / "libnvidia-ml.so.580.95.05").write_text("nvml")
+    (libdir / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.580.95.05")
+    (libdir / "libcuda.so.1").write_text("cuda")
+    (libdir / "libc.so.6").write_text("the host's glibc")
+    for tool in ("nvidia-smi", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"):
+        (bindir / tool).write_text(tool)
+    dest = tmp_path / "nvidia-root"
+    result = run_driver_files_script(rendered, host, dest)
+    assert result.returncode == 0, result.stderr
+    copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert copied == [
+        "usr/bin/nvidia-cuda-mps-control",
+        "usr/bin/nvidia-cuda-mps-server",
+        "usr/bin/nvidia-smi",
+        "usr/lib64/libcuda.so.1",
+        "usr/lib64/libnvidia-ml.so.1",
+    ]
+    assert (dest / "usr/lib64/libnvidia-ml.so.1").read_text() == "nvml"  # the file, not a link
+    assert not (dest / "usr/lib64/libnvidia-ml.so.1").is_symlink()
+
+
+def test_init_container_fails_clearly_without_nvml(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    host = tmp_path / "host"
+    (host / "usr" / "bin").mkdir(parents=True)
+    result = run_driver_files_script(rendered, host, tmp_path / "nvidia-root")
+    assert result.returncode == 1
+    assert "libnvidia-ml.so.1 not found under the driver root /" in result.stderr
+    assert "kubeletPlugin.driverRoot" in result.stderr
