@@ -104,6 +104,8 @@ class Inputs:
     allocated: list[Obj] = field(default_factory=list)
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     source: str = ""
+    #: The only node to try (``--node``, or this node when explaining offline); None: all.
+    node: str | None = None
 
 
 def claim_from_template(template: Obj) -> Obj:
@@ -177,6 +179,7 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
     classes += load_objects(args.classes or [], ["DeviceClass"])
     allocated = load_objects(args.allocated or [], ["ResourceClaim"])
     labels: dict[str, dict[str, str]] = {}
+    node: str | None = args.node
     if args.slices:
         slices = load_objects(args.slices, ["ResourceSlice"])
         source = "slices from " + ", ".join(args.slices)
@@ -186,11 +189,11 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
         allocated = live_claims + allocated
         source = f"cluster of {args.kubeconfig}"
     else:
-        args.node_name = args.node_name or args.node
-        local = local_node(args)
+        local = local_node(
+            argparse.Namespace(**{**vars(args), "node_name": args.node_name or node})
+        )
         slices = list(local.slices)
-        if args.node is None:
-            args.node = local.node_name
+        node = local.node_name
         source = (
             f"this node ({local.node_name}): {len(local.gpus)} {local.backend} GPU(s), "
             f"{local.sharing_mode} mode"
@@ -203,7 +206,7 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
         by_name[default["metadata"]["name"]] = default
     own = {_name(c) for c in claims}
     others = [c for c in allocated if _name(c) not in own]
-    return Inputs(claims, slices, by_name, others, labels, source)
+    return Inputs(claims, slices, by_name, others, labels, source, node)
 
 
 def _name(claim: Mapping[str, Any]) -> str:
@@ -215,7 +218,7 @@ def nodes_of(slices: Sequence[Obj], wanted: str | None) -> list[str]:
     """The nodes to try: ``wanted``, else every ``spec.nodeName`` of the slices (sorted)."""
     if wanted:
         return [wanted]
-    found = sorted({str((s.get("spec") or {}).get("nodeName")) for s in slices} - {"None", ""})
+    found = sorted({str(n) for s in slices if (n := (s.get("spec") or {}).get("nodeName"))})
     if not found:
         raise CliError(
             "the slices name no node (allNodes or nodeSelector); choose one with --node",
@@ -418,7 +421,7 @@ def tables_of(report: Sequence[Obj]) -> list[Table]:
 
 def run(args: argparse.Namespace) -> int:
     inputs = gather_inputs(args)
-    nodes = nodes_of(inputs.slices, args.node)
+    nodes = nodes_of(inputs.slices, inputs.node)
     report = explain_claims(inputs, nodes)
     data = {"source": inputs.source, "nodes": list(nodes), "claims": report}
     emit(data, tables_of(report), resolve_format(args.output))
