@@ -29,6 +29,8 @@ from typing import Any
 import yaml
 
 from api import names
+from kubeletplugin.checkpoint import DeviceRecord
+from kubeletplugin.devices import GpuInfo
 from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
 
 log = logging.getLogger(__name__)
@@ -266,7 +268,6 @@ class SpecDevice:
     requests: tuple[str, ...]
     device: str
     gpu_uuid: str
-    gpu_index: int
     gpu_minor: int
     cores: int
     memory: int
@@ -297,29 +298,15 @@ class SpecDevice:
 
 
 @dataclass(frozen=True)
-class RecoveredDevice:
-    """One CDI device read back from a spec file on disk (see :func:`read_claim_specs`)."""
-
-    name: str
-    claim_namespace: str
-    claim_name: str
-    requests: tuple[str, ...]
-    device: str
-    gpu_uuid: str
-    cores: int
-    memory: int
-    share_id: str | None
-    partition: str | None
-    admin_access: bool
-
-
-@dataclass(frozen=True)
 class RecoveredSpec:
-    """A claim spec file found on disk, decoded from its file name and environment."""
+    """A claim spec found on disk, decoded from its file name and environment. ``devices`` are
+    checkpoint records whose ``cdi_device_ids`` hold only this spec's own IDs."""
 
     claim_uid: str
+    namespace: str
+    name: str
     path: Path
-    devices: tuple[RecoveredDevice, ...]
+    devices: tuple[DeviceRecord, ...]
 
 
 class CdiSpecError(Exception):
@@ -441,10 +428,11 @@ class CdiSpecWriter:
     def path_for(self, claim_uid: str) -> Path:
         return self.cdi_dir / spec_file_name(self.driver_name, claim_uid)
 
-    def cdi_ids(self, device: SpecDevice) -> tuple[str, ...]:
-        """IDs to return to kubelet for ``device``: ours, plus the toolkit's when available."""
-        ours = qualified_id(self.kind, device.name)
-        extra = self.nvidia.device_ids(device.gpu_uuid, device.gpu_index) if self.nvidia else ()
+    def cdi_ids(self, name: str, gpu: GpuInfo | None) -> tuple[str, ...]:
+        """IDs to return to kubelet for CDI device ``name`` on ``gpu``: ours, plus the
+        toolkit's when available (``gpu`` None: a GPU the node no longer has)."""
+        ours = qualified_id(self.kind, name)
+        extra = self.nvidia.device_ids(gpu.uuid, gpu.index) if self.nvidia and gpu else ()
         return (ours, *extra)
 
     def _device_nodes(self, minor: int) -> tuple[DeviceNode, ...]:
@@ -503,14 +491,16 @@ class CdiSpecWriter:
             if p.name.startswith(prefix) and p.name.endswith(".json")
         )
 
-    def read_claim_specs(self) -> tuple[list[RecoveredSpec], list[tuple[Path, str]]]:
-        """Decode every claim spec of this driver on disk; returns (specs, [(path, problem)])."""
+    def read_claim_specs(self, pool: str) -> tuple[list[RecoveredSpec], list[tuple[Path, str]]]:
+        """Decode every claim spec of this driver on disk (devices of ``pool``); returns
+        (specs, [(path, problem)])."""
         specs: list[RecoveredSpec] = []
         problems: list[tuple[Path, str]] = []
         for uid in self.list_claim_uids():
             path = self.path_for(uid)
             try:
-                specs.append(decode_spec(uid, path, json.loads(path.read_bytes())))
+                doc = json.loads(path.read_bytes())
+                specs.append(decode_spec(uid, path, doc, self.kind, pool))
             except (OSError, ValueError, CdiSpecError) as exc:
                 problems.append((path, str(exc)))
         return specs, problems
@@ -525,27 +515,29 @@ def _env_map(entries: Iterable[Any]) -> dict[str, str]:
     return env
 
 
-def decode_spec(claim_uid: str, path: Path, doc: Any) -> RecoveredSpec:
+def decode_spec(claim_uid: str, path: Path, doc: Any, kind: str, pool: str) -> RecoveredSpec:
     """Read a claim spec written by :class:`CdiSpecWriter` back into :class:`RecoveredSpec`."""
     if not isinstance(doc, dict) or not isinstance(doc.get("devices"), list):
         raise CdiSpecError(f"{path}: not a CDI spec with a devices list")
-    devices: list[RecoveredDevice] = []
+    claims: set[str] = set()
+    devices: list[DeviceRecord] = []
     for i, d in enumerate(doc["devices"]):
         env = _env_map(((d or {}).get("containerEdits") or {}).get("env") or [])
         try:
-            namespace, name = env[ENV_CLAIM].split("/", 1)
             if env[ENV_CLAIM_UID] != claim_uid:
                 raise CdiSpecError(f"{path}: devices[{i}] belongs to claim {env[ENV_CLAIM_UID]}")
+            claims.add(env[ENV_CLAIM])
+            name = str(d["name"])
             devices.append(
-                RecoveredDevice(
-                    name=str(d["name"]),
-                    claim_namespace=namespace,
-                    claim_name=name,
+                DeviceRecord(
                     requests=tuple(r for r in env[ENV_REQUEST].split(",") if r),
+                    pool=pool,
                     device=env[ENV_DEVICE],
                     gpu_uuid=env[ENV_GPU_UUID],
                     cores=int(env[ENV_CORES]),
                     memory=int(env[ENV_MEMORY]),
+                    cdi_name=name,
+                    cdi_device_ids=(qualified_id(kind, name),),
                     share_id=env.get(ENV_SHARE_ID) or None,
                     partition=env.get(ENV_PARTITION) or None,
                     admin_access=env.get(ENV_ADMIN_ACCESS) == "true",
@@ -555,7 +547,12 @@ def decode_spec(claim_uid: str, path: Path, doc: Any) -> RecoveredSpec:
             raise CdiSpecError(f"{path}: devices[{i}] lacks or garbles {exc}") from exc
     if not devices:
         raise CdiSpecError(f"{path}: no devices")
-    return RecoveredSpec(claim_uid=claim_uid, path=path, devices=tuple(devices))
+    if len(claims) != 1 or "/" not in next(iter(claims)):
+        raise CdiSpecError(f"{path}: {ENV_CLAIM} must name one <namespace>/<name>, got {claims}")
+    namespace, name = next(iter(claims)).split("/", 1)
+    return RecoveredSpec(
+        claim_uid=claim_uid, namespace=namespace, name=name, path=path, devices=tuple(devices)
+    )
 
 
 def default_nvidia_spec_dirs() -> tuple[Path, ...]:

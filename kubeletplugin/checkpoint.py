@@ -314,13 +314,12 @@ class Checkpoint:
         return loaded
 
     def _corrupt(self, problem: str) -> Loaded:
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-        n = 0
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
         while aside.exists():
             n += 1
-            aside = aside.with_name(
-                f"{aside.name.split('.corrupt-')[0]}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{n}"
-            )
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
         try:
             os.replace(self.path, aside)
         except OSError as exc:

@@ -198,42 +198,28 @@ class DeviceState:
         )
 
     def _rebuild_from_specs(self) -> dict[str, ClaimRecord]:
-        specs, problems = self._cdi.read_claim_specs()
+        specs, problems = self._cdi.read_claim_specs(self.node_name)
         for path, problem in problems:
             log.warning("cannot recover claim from %s (%s); removing it", path, problem)
             remove_durably(path)
-        claims: dict[str, ClaimRecord] = {}
-        for spec in specs:
-            first = spec.devices[0]
-            records = []
-            for d in spec.devices:
-                gpu = self._gpus_by_uuid.get(d.gpu_uuid)
-                ids: tuple[str, ...] = (cdimod.qualified_id(self._cdi.kind, d.name),)
-                if gpu is not None and self._cdi.nvidia is not None:
-                    ids += self._cdi.nvidia.device_ids(gpu.uuid, gpu.index)
-                records.append(
-                    DeviceRecord(
-                        requests=d.requests,
-                        pool=self.node_name,
-                        device=d.device,
-                        gpu_uuid=d.gpu_uuid,
-                        cores=d.cores,
-                        memory=d.memory,
-                        cdi_name=d.name,
-                        cdi_device_ids=ids,
-                        share_id=d.share_id,
-                        partition=d.partition,
-                        admin_access=d.admin_access,
-                    )
-                )
-            claims[spec.claim_uid] = ClaimRecord(
+        return {
+            spec.claim_uid: ClaimRecord(
                 uid=spec.claim_uid,
-                namespace=first.claim_namespace,
-                name=first.claim_name,
+                namespace=spec.namespace,
+                name=spec.name,
                 state=STATE_COMPLETED,
-                devices=tuple(records),
+                devices=tuple(
+                    replace(
+                        d,
+                        cdi_device_ids=self._cdi.cdi_ids(
+                            d.cdi_name, self._gpus_by_uuid.get(d.gpu_uuid)
+                        ),
+                    )
+                    for d in spec.devices
+                ),
             )
-        return claims
+            for spec in specs
+        }
 
     def _shares_of(self, rec: ClaimRecord) -> list[DeviceShare]:
         """Device shares of a recorded claim (devices of GPUs no longer present are left out)."""
@@ -430,7 +416,6 @@ class DeviceState:
                     requests=tuple(dict.fromkeys(r.split("/", 1)[0] for r in s.requests)),
                     device=s.device,
                     gpu_uuid=s.gpu.uuid,
-                    gpu_index=s.gpu.index,
                     gpu_minor=s.gpu.minor,
                     cores=s.cores,
                     memory=s.memory,
@@ -445,8 +430,8 @@ class DeviceState:
                 started,
                 state=STATE_COMPLETED,
                 devices=tuple(
-                    replace(rec, cdi_device_ids=self._cdi.cdi_ids(sd))
-                    for rec, sd in zip(records, spec_devices, strict=True)
+                    replace(rec, cdi_device_ids=self._cdi.cdi_ids(rec.cdi_name, s.gpu))
+                    for rec, s in zip(records, shares, strict=True)
                 ),
                 sharing=dict(enforcement.record),
             )
@@ -506,6 +491,7 @@ class DeviceState:
             log.exception("rolling back the failed prepare of claim %s failed", uid)
             with self._mu:
                 self._claims.pop(uid, None)
+                self._changed()
 
     # --- Unprepare -------------------------------------------------------------------------
 

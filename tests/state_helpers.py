@@ -28,21 +28,14 @@ from kubeletplugin.state import DeviceState
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "node-a"
-CDI_SCHEMA_DIR = Path("/work/shared/cdi")
+#: The CDI JSON schema (schema.json + defs.json), kept beside the repository in ../shared/cdi.
+CDI_SCHEMA_DIR = Path(__file__).resolve().parents[2] / "shared" / "cdi"
 GI = 1024**3
-
-
-def _cdi_schema_dir() -> Path:
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent.parent / "shared" / "cdi", CDI_SCHEMA_DIR):
-        if (candidate / "schema.json").exists():
-            return candidate
-    raise FileNotFoundError("CDI schema.json not found next to the repository")
 
 
 def cdi_validator() -> jsonschema.Draft7Validator:
     """A validator for CDI specs: schema.json with its ``defs.json`` references resolved."""
-    directory = _cdi_schema_dir()
+    directory = CDI_SCHEMA_DIR
     schema = json.loads((directory / "schema.json").read_text())
     defs = json.loads((directory / "defs.json").read_text())
     registry: Registry[Any] = Registry().with_resource(

@@ -85,6 +85,15 @@ def test_garbage_checkpoint_is_moved_aside_and_state_rebuilt_from_specs(
     assert node.spec_files() == []
 
 
+def test_repeated_corruption_keeps_every_copy(node: Node) -> None:
+    claims, _ = _prepared(node)
+    for garbage in (b"first", b"second"):
+        (node.data_dir / "checkpoint.json").write_bytes(garbage)
+        assert len(node.state(claims).prepared_claims()) == 2
+    copies = sorted(p.read_bytes() for p in node.data_dir.glob("checkpoint.json.corrupt-*"))
+    assert copies == [b"first", b"second"]
+
+
 def test_tampered_checksum_counts_as_corrupt(node: Node) -> None:
     claims, _ = _prepared(node)
     doc = node.checkpoint()
