@@ -281,12 +281,9 @@ class DeviceState:
         outcomes: dict[str, PrepareOutcome] = {}
         fetched: dict[str, dict[str, Any] | ClaimError] = {}
         for ref in claims:
-            if self._completed_answer(ref.uid) is not None or ref.uid in fetched:
-                continue
-            try:
-                fetched[ref.uid] = self._getter.get_claim(ref.namespace, ref.name)
-            except ClaimError as exc:
-                fetched[ref.uid] = exc
+            # Claims are fetched before any lock; a completed claim needs no fetch.
+            if ref.uid not in fetched and self._completed_answer(ref.uid) is None:
+                fetched[ref.uid] = self._fetch(ref)
         for ref in claims:
             if ref.uid in outcomes:
                 continue
