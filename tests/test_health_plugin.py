@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpc_helpers import FakePreparer, socket_dirs
+from grpc_helpers import socket_dirs
 from health_helpers import wait_for
 from kubeletsim import HealthWatch, KubeletSim, RegisteredPlugin, SimDeviceHealth
 from publisher_helpers import create_node, devices, is_consistent, pool
@@ -28,7 +28,6 @@ from controller.reconcile import reconcile
 from kubeletplugin.config import parse_config
 from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.main import Plugin, build_plugin
-from kubeletplugin.server import PluginServer
 from sharegpu.apiserver import KubeAPIServer
 
 DRIVER = names.DEFAULT_DRIVER_NAME
@@ -91,36 +90,42 @@ class Running:
 def running_plugin(
     apiserver: KubeAPIServer, tmp_path: Path, *flags: str, gpus: int = 2
 ) -> Iterator[Running]:
+    """The daemon from its flags, its own kubelet sockets registered with the simulator."""
     create_node(apiserver, NODE)
     kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
     health_file = tmp_path / "health.yaml"
-    config = parse_config(
-        [
-            "--node-name",
-            NODE,
-            "--kubeconfig",
-            kubeconfig,
-            "--device-backend",
-            "mock",
-            "--mock-gpus",
-            str(gpus),
-            "--mock-health-file",
-            str(health_file),
-            "--health-probe-interval",
-            "0.2",
-            *flags,
-        ],
-        environ={},
-    )
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("0f2b7a52-5d7e-4c1e-9a51-2f4d8c9e6b10\n")
     previous_usr1 = signal.getsignal(signal.SIGUSR1)
-    plugin = build_plugin(config)
-    assert plugin.health is not None and plugin.health_source is not None
-    history = SliceHistory(apiserver)
     with socket_dirs() as dirs:
-        grpc_server = PluginServer(
-            DRIVER, dirs.registry, dirs.data, FakePreparer(), health_source=plugin.health_source
+        config = parse_config(
+            [
+                "--node-name",
+                NODE,
+                "--kubeconfig",
+                kubeconfig,
+                "--device-backend",
+                "mock",
+                "--mock-gpus",
+                str(gpus),
+                "--plugin-registry-dir",
+                str(dirs.registry),
+                "--plugin-data-dir",
+                str(dirs.data),
+                "--cdi-dir",
+                str(tmp_path / "cdi"),
+                "--boot-id-file",
+                str(boot_id),
+                "--mock-health-file",
+                str(health_file),
+                "--health-probe-interval",
+                "0.2",
+                *flags,
+            ],
+            environ={},
         )
-        grpc_server.start()
+        plugin = build_plugin(config)
+        history = SliceHistory(apiserver)
         try:
             plugin.start()
             with KubeletSim(dirs.registry) as kubelet:
@@ -129,7 +134,6 @@ def running_plugin(
                 yield Running(plugin, registered, health_file, history, apiserver)
         finally:
             plugin.stop()
-            grpc_server.stop(grace=1.0)
             history.close()
             signal.signal(signal.SIGUSR1, previous_usr1)
 
