@@ -1,8 +1,8 @@
 """A real container runtime consumes the specs: podman runs a container with the returned CDI ID.
 
 Podman >= 4.6 takes ``--cdi-spec-dir``; older ones (Debian 12 ships 4.3) read only the default
-spec directories, so there the specs are written to ``/var/run/cdi`` (unique claim UIDs, removed by
-the unprepare at the end of each test).
+spec directories, so there the spec file is shown to podman as a copy in ``/var/run/cdi`` (under
+its unique claim-UID name, removed right after the container ran).
 """
 
 from __future__ import annotations
@@ -64,19 +64,28 @@ def _supports_cdi_spec_dir() -> bool:
 
 @pytest.fixture
 def node(tmp_path: Path) -> Node:
-    n = Node(tmp_path)
-    if not _supports_cdi_spec_dir():
-        if os.geteuid() != 0:
-            pytest.skip("this podman reads only /var/run/cdi, which needs root to write")
-        n.cdi_dir = SYSTEM_CDI_DIR
-    return n
+    if not _supports_cdi_spec_dir() and os.geteuid() != 0:
+        pytest.skip("this podman reads CDI specs only from /var/run/cdi, which needs root")
+    return Node(tmp_path)
 
 
-def _run_env(image: str, node: Node, cdi_id: str) -> dict[str, str]:
+def _run_env(image: str, spec: Path, cdi_id: str) -> dict[str, str]:
+    """``env`` inside a container started with ``--device cdi_id`` from ``spec``."""
     args = ["run", "--rm", *RUN_FLAGS]
-    if node.cdi_dir != SYSTEM_CDI_DIR:
-        args += ["--cdi-spec-dir", str(node.cdi_dir)]
-    run = _podman(*args, "--device", cdi_id, image, "env")
+    copied: Path | None = None
+    if _supports_cdi_spec_dir():
+        args += ["--cdi-spec-dir", str(spec.parent)]
+    else:
+        # Only the default directories: show podman the same file there (a unique name, so
+        # nothing else in /var/run/cdi is touched).
+        SYSTEM_CDI_DIR.mkdir(parents=True, exist_ok=True)
+        copied = SYSTEM_CDI_DIR / spec.name
+        shutil.copyfile(spec, copied)
+    try:
+        run = _podman(*args, "--device", cdi_id, image, "env")
+    finally:
+        if copied is not None:
+            copied.unlink(missing_ok=True)
     assert run.returncode == 0, run.stderr
     return dict(line.split("=", 1) for line in run.stdout.splitlines() if "=" in line)
 
@@ -90,13 +99,13 @@ def _prepare_and_run(
     r = ref(obj)
     out = state.prepare([r])[r.uid]
     assert out.error == ""
+    spec = node.cdi_dir / f"k8s.gpu.sharegpu.dev-claim_{r.uid}.json"
     try:
-        doc = assert_valid_cdi(node.cdi_dir / f"k8s.gpu.sharegpu.dev-claim_{r.uid}.json")
-        env = _run_env(image, node, out.devices[0].cdi_device_ids[0])
-        return doc, env
+        doc = assert_valid_cdi(spec)
+        return doc, _run_env(image, spec, out.devices[0].cdi_device_ids[0])
     finally:
         state.unprepare([r])
-        assert not (node.cdi_dir / f"k8s.gpu.sharegpu.dev-claim_{r.uid}.json").exists()
+        assert not spec.exists()
 
 
 def test_share_variables_are_visible_in_the_container(image: str, node: Node) -> None:
