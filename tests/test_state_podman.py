@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from state_helpers import GI, FakeClaims, Node, assert_valid_cdi, claim, ref, result
+from state_helpers import DRIVER, GI, FakeClaims, Node, assert_valid_cdi, claim, gpus, ref, result
+
+from kubeletplugin.enforcement import ShareEnforcer
+from kubeletplugin.sharing.enforcer import build_enforcer
 
 PODMAN = shutil.which("podman")
 BUSYBOX = shutil.which("busybox")
@@ -44,7 +47,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("rootfs")
     (root / "bin").mkdir()
     shutil.copy(BUSYBOX, root / "bin" / "busybox")
-    for applet in ("sh", "env"):
+    for applet in ("sh", "env", "test"):
         os.symlink("busybox", root / "bin" / applet)
     archive = root.parent / "rootfs.tar"
     with tarfile.open(archive, "w") as tar:
@@ -69,8 +72,9 @@ def node(tmp_path: Path) -> Node:
     return Node(tmp_path)
 
 
-def _run_env(image: str, spec: Path, cdi_id: str) -> dict[str, str]:
-    """``env`` inside a container started with ``--device cdi_id`` from ``spec``."""
+def _run_env(image: str, spec: Path, cdi_id: str, probe_dir: str | None = None) -> dict[str, str]:
+    """``env`` inside a container started with ``--device cdi_id`` from ``spec`` (after checking
+    that ``probe_dir`` is a directory there, when given)."""
     args = ["run", "--rm", *RUN_FLAGS]
     copied: Path | None = None
     if _supports_cdi_spec_dir():
@@ -82,7 +86,8 @@ def _run_env(image: str, spec: Path, cdi_id: str) -> dict[str, str]:
         copied = SYSTEM_CDI_DIR / spec.name
         shutil.copyfile(spec, copied)
     try:
-        run = _podman(*args, "--device", cdi_id, image, "env")
+        command = ["env"] if probe_dir is None else ["sh", "-c", f'test -d "{probe_dir}" && env']
+        run = _podman(*args, "--device", cdi_id, image, *command)
     finally:
         if copied is not None:
             copied.unlink(missing_ok=True)
@@ -91,18 +96,22 @@ def _run_env(image: str, spec: Path, cdi_id: str) -> dict[str, str]:
 
 
 def _prepare_and_run(
-    image: str, node: Node, obj: dict[str, Any]
+    image: str,
+    node: Node,
+    obj: dict[str, Any],
+    enforcer: ShareEnforcer | None = None,
+    probe_dir: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     claims = FakeClaims()
     claims.add(obj)
-    state = node.state(claims)
+    state = node.state(claims, enforcer=enforcer)
     r = ref(obj)
     out = state.prepare([r])[r.uid]
     assert out.error == ""
     spec = node.cdi_dir / f"k8s.gpu.sharegpu.dev-claim_{r.uid}.json"
     try:
         doc = assert_valid_cdi(spec)
-        return doc, _run_env(image, spec, out.devices[0].cdi_device_ids[0])
+        return doc, _run_env(image, spec, out.devices[0].cdi_device_ids[0], probe_dir)
     finally:
         state.unprepare([r])
         assert not spec.exists()
@@ -133,3 +142,17 @@ def test_whole_gpu_with_a_uid_starting_with_a_digit(image: str, node: Node) -> N
     assert doc["cdiVersion"] == "0.5.0"
     assert env["SHAREGPU_CORES"] == "100"
     assert "SHAREGPU_SHARE_ID" not in env
+
+
+def test_mps_share_edits_reach_the_container(image: str, node: Node) -> None:
+    # The share enforcer of the mock backend (MPS by default for shares): its mounts and
+    # variables must be accepted by a real runtime.
+    enforcer = build_enforcer("mock", node.data_dir, driver_name=DRIVER)
+    obj = claim("podman-mps", [result("gpu", "gpu-1", share={"cores": 30, "memory": 10 * GI})])
+    gpu_uuid = gpus()[1].uuid
+    pipe = f"/run/sharegpu/mps/{gpu_uuid}/pipe"
+    doc, env = _prepare_and_run(image, node, obj, enforcer=enforcer, probe_dir=pipe)
+    assert doc["devices"][0]["containerEdits"]["mounts"]
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+    assert env["SHAREGPU_CORES"] == "30"
