@@ -173,6 +173,19 @@ def test_status_bodies(kube_client: ApiClient) -> None:
     assert err.value.status == 409 and body_of(err.value)["reason"] == "AlreadyExists"
 
 
+def test_invalid_names_are_rejected(kube_client: ApiClient) -> None:
+    core = client.CoreV1Api(kube_client)
+    for create in (
+        lambda: core.create_node({"metadata": {"name": "Node_1"}}),
+        lambda: core.create_namespace({"metadata": {"name": "a.b"}}),
+        lambda: core.create_namespaced_pod("Bad_NS", pod_obj("p")),
+    ):
+        with pytest.raises(ApiException) as err:
+            create()
+        assert err.value.status == 422
+        assert body_of(err.value)["details"]["causes"][0]["field"].startswith("metadata.")
+
+
 def test_update_with_stale_resource_version_conflicts(kube_client: ApiClient) -> None:
     core = client.CoreV1Api(kube_client)
     node = core.create_node({"metadata": {"name": "n1"}})

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from api.slicerules import is_dns_label, is_dns_subdomain
 from sharegpu.apiserver import selectors
 from sharegpu.apiserver.errors import ApiError
 from sharegpu.apiserver.patch import apply_patch
@@ -286,6 +287,7 @@ class ObjectStore:
                     )
                 meta["name"] = self._generate_name(rt, prefix, meta.get("namespace", ""))
             meta["uid"] = str(uuid.uuid4())
+            self._validate_names(rt, meta)
             if rt.apply_defaults is not None:
                 rt.apply_defaults(new)
             self._validate(rt, new)
@@ -702,6 +704,32 @@ class ObjectStore:
         messages = rt.validate(obj)
         if messages:
             raise self._invalid(rt, obj["metadata"].get("name", ""), messages)
+
+    def _validate_names(self, rt: ResourceType, meta: Mapping[str, Any]) -> None:
+        """Object names are DNS subdomains (namespaces: DNS labels); namespaces DNS labels."""
+        name = meta.get("name")
+        messages = []
+        if rt.plural == "namespaces":
+            if not is_dns_label(name):
+                messages.append(
+                    f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 label must "
+                    "consist of lower case alphanumeric characters or '-', and must start and "
+                    "end with an alphanumeric character"
+                )
+        elif not is_dns_subdomain(name):
+            messages.append(
+                f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must "
+                "consist of lower case alphanumeric characters, '-' or '.', and must start and "
+                "end with an alphanumeric character"
+            )
+        namespace = meta.get("namespace")
+        if rt.namespaced and not is_dns_label(namespace):
+            messages.append(
+                f"metadata.namespace: Invalid value: {namespace!r}: must be a lowercase RFC 1123 "
+                "label"
+            )
+        if messages:
+            raise self._invalid(rt, str(name or ""), messages)
 
     def _check_type(self, rt: ResourceType, obj: Mapping[str, Any]) -> None:
         if not isinstance(obj, Mapping):
