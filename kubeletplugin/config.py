@@ -115,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--nvidia-cdi-kind",
         default=names.NVIDIA_CTK_CDI_KIND,
-        help="CDI kind of the NVIDIA Container Toolkit's spec; where a device named by a GPU's "
-        f"UUID exists, its ID is returned too (default {names.NVIDIA_CTK_CDI_KIND})",
+        help="CDI kind of the NVIDIA Container Toolkit's spec; where it has a device named by a "
+        "GPU's UUID (or else its NVML index), that ID is returned too "
+        f"(default {names.NVIDIA_CTK_CDI_KIND})",
     )
     p.add_argument(
         "--nvidia-cdi-dirs",
