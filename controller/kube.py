@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, cast
 
 from kubernetes import client as k8s_client
@@ -119,8 +119,13 @@ class Kube:
         body: Any = None,
         content_type: str = JSON,
         timeout: float = 30.0,
+        expected: Collection[int] = (),
     ) -> dict[str, Any]:
-        """Send one request and return the decoded JSON answer; raise KubeError on failure."""
+        """Send one request and return the decoded JSON answer; raise KubeError on failure.
+
+        Failures with a status in ``expected`` (e.g. 404 of a lookup) still raise but are not
+        reported to ``on_error``.
+        """
         resp = self._send(method, path, query, body, content_type, timeout)
         try:
             raw = resp.read()
@@ -128,14 +133,20 @@ class Kube:
             self._fail(method, path, 0)
             raise KubeError(0, f"{method} {path}: reading the answer failed: {exc}") from exc
         if not 200 <= resp.status < 300:
-            self._fail(method, path, resp.status)
+            if resp.status not in expected:
+                self._fail(method, path, resp.status)
             message, reason = _status_message(raw)
             raise KubeError(resp.status, f"{method} {path}: {resp.status} {message}", reason)
         return cast(dict[str, Any], json.loads(raw)) if raw else {}
 
-    def get(self, path: str, query: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
-        """GET ``path``."""
-        return self.request("GET", path, query=query)
+    def get(
+        self,
+        path: str,
+        query: Sequence[tuple[str, str]] | None = None,
+        expected: Collection[int] = (),
+    ) -> dict[str, Any]:
+        """GET ``path`` (``expected``: see :meth:`request`)."""
+        return self.request("GET", path, query=query, expected=expected)
 
     def list_all(
         self, path: str, query: Sequence[tuple[str, str]] = (), page_size: int = 500

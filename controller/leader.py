@@ -133,7 +133,7 @@ class LeaderElector:
 
     def _try_acquire_or_renew(self) -> bool:
         try:
-            lease = self.kube.get(self._path(self.name))
+            lease = self.kube.get(self._path(self.name), expected=(404,))
         except KubeError as exc:
             if exc.code != 404:
                 raise

@@ -439,7 +439,7 @@ class Tracker:
 
     def _refetch(self, name: str, path: str) -> None:
         try:
-            fresh: Obj | None = self.kube.get(path)
+            fresh: Obj | None = self.kube.get(path, expected=(404,))
         except KubeError as exc:
             if exc.code != 404:
                 return

@@ -58,6 +58,7 @@ def running(apiserver: KubeAPIServer, tmp_path: Path) -> Iterator[tuple[Controll
     for node in ("n1", "n2"):
         cluster.add_slice(h.node_slice(node, 2))
     cluster.add_claim("a", [h.result("n1", "gpu-1", cores=30, memory="10Gi")])
+    apiserver.inject_fault("create", "gpus", code=500, times=1)  # one failed write, retried
     controller = Controller(args)
     controller.start()
     try:
@@ -86,6 +87,15 @@ def test_metrics_scraped_and_parsed(
     assert samples[("sharegpu_gpu_claims", "n1-gpu-1")] == 1
     assert samples[("sharegpu_gpu_claims", "n1-gpu-0")] == 0
     assert samples[("sharegpu_reconcile_duration_seconds_count", "")] >= 1
+    errors = [
+        s
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+        if s.name == "sharegpu_api_errors_total"
+    ]
+    assert [(e.labels, e.value) for e in errors] == [
+        ({"verb": "post", "resource": "gpus", "code": "500"}, 1.0)
+    ]
 
 
 def test_json_api_and_probes(
