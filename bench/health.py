@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -47,6 +48,10 @@ def measure(mode: str) -> tuple[list[float], list[float]]:
             "nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
         )
         health_file = Path(tmp) / "health.yaml"
+        # Unix socket paths must stay short: a directory directly under /tmp.
+        sockets = Path(tempfile.mkdtemp(prefix="sg-bench-", dir="/tmp"))
+        boot_id = Path(tmp) / "boot_id"
+        boot_id.write_text("0f2b7a52-5d7e-4c1e-9a51-2f4d8c9e6b10\n")
         config = parse_config(
             [
                 "--node-name",
@@ -63,6 +68,14 @@ def measure(mode: str) -> tuple[list[float], list[float]]:
                 mode,
                 "--health-recovery-probes",
                 "1000",
+                "--plugin-registry-dir",
+                str(sockets / "registry"),
+                "--plugin-data-dir",
+                str(sockets / "data"),
+                "--cdi-dir",
+                str(Path(tmp) / "cdi"),
+                "--boot-id-file",
+                str(boot_id),
             ],
             environ={},
         )
@@ -110,6 +123,7 @@ def measure(mode: str) -> tuple[list[float], list[float]]:
         finally:
             subscription.close()
             plugin.stop()
+            shutil.rmtree(sockets, ignore_errors=True)
 
 
 def main() -> None:

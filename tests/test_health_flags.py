@@ -91,7 +91,21 @@ def test_plugin_gets_a_monitor_unless_disabled(
     apiserver: KubeAPIServer, tmp_path: Path, disabled: bool
 ) -> None:
     kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
-    argv = [*BASE, "--kubeconfig", kubeconfig, "--device-backend", "mock", "--mock-gpus", "2"]
+    argv = [
+        *BASE,
+        "--kubeconfig",
+        kubeconfig,
+        "--device-backend",
+        "mock",
+        "--mock-gpus",
+        "2",
+        "--plugin-registry-dir",
+        str(tmp_path / "registry"),
+        "--plugin-data-dir",
+        str(tmp_path / "data"),
+        "--cdi-dir",
+        str(tmp_path / "cdi"),
+    ]
     plugin = build_plugin(parse_config(argv + (["--disable-health"] if disabled else []), {}))
     try:
         if disabled:
