@@ -21,7 +21,10 @@ Checks:
   ``memory`` positive and granted in 256Mi steps (a warning states what the scheduler will
   actually reserve after rounding up);
 - a share with only one of ``cores``/``memory`` gets a warning: the other dimension defaults to
-  the whole GPU, so the share blocks every other share of that GPU.
+  the whole GPU, so the share blocks every other share of that GPU;
+- a claim's own GpuConfig that sets an MPS or Limits override above what the request reserves
+  (``activeThreadPercentage``/``smLimit`` above its cores, ``pinnedMemoryLimit``/
+  ``deviceMemoryLimit`` above its memory) is an error: the plugin would refuse to prepare it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,12 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from api import names
-from api.gpuconfig import GpuConfigError, parse_gpu_config
+from api.gpuconfig import (
+    GpuConfig,
+    GpuConfigError,
+    base_request_name,
+    parse_gpu_config,
+)
 from api.quantity import QuantityError, format_quantity, parse_quantity
 from sharegpu.cel import CelCompileError, compile_selector
 
@@ -284,6 +292,108 @@ def _check_memory(value: Any, where: str) -> list[Finding]:
     return []
 
 
+# --- GpuConfig overrides against the share ------------------------------------------------
+
+
+def _reserved_share(requests: Mapping[str, Any], driver: str) -> tuple[int | None, int | None]:
+    """(cores, memory bytes) a request's capacity asks reserve; None where not asked."""
+    cores: int | None = None
+    memory: int | None = None
+    for key, raw in requests.items():
+        name = _capacity_name(str(key), driver)
+        try:
+            value = parse_quantity(raw)
+        except QuantityError:
+            continue
+        whole = int(value) + (1 if value != int(value) else 0)
+        if name == names.CAP_CORES:
+            cores = whole
+        elif name == names.CAP_MEMORY and whole > 0:
+            memory = reserved_memory(whole)
+    return cores, memory
+
+
+def _applicable_entry(
+    entries: list[Any], request: str, driver: str
+) -> tuple[int, GpuConfig] | None:
+    """Position and decoded config of the claim's last own config entry for ``request``."""
+    found: tuple[int, GpuConfig] | None = None
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            continue
+        opaque = entry.get("opaque")
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
+            continue
+        listed = entry.get("requests") or []
+        if listed and request not in listed and base_request_name(request) not in listed:
+            continue
+        try:
+            found = (i, parse_gpu_config(opaque.get("parameters")))
+        except GpuConfigError:
+            return None  # reported by check_config_entries
+    return found
+
+
+def check_overrides_fit_share(
+    request: str, capacity: Any, entries: Any, path: str, driver: str
+) -> list[Finding]:
+    """Errors for MPS/Limits overrides in the claim's config above the request's share."""
+    if not isinstance(capacity, Mapping) or not isinstance(entries, list):
+        return []
+    cores, memory = _reserved_share(capacity, driver)
+    applicable = _applicable_entry(entries, request, driver)
+    if applicable is None or applicable[1].sharing is None:
+        return []
+    position, config = applicable
+    sharing = config.sharing
+    assert sharing is not None
+    where = f"{path}[{position}].opaque.parameters"
+    checks: list[tuple[str, int | None, int | None, str]] = []
+    if sharing.mps is not None:
+        checks += [
+            (
+                "sharing.mps.activeThreadPercentage",
+                sharing.mps.active_thread_percentage,
+                cores,
+                "cores",
+            ),
+            (
+                "sharing.mps.pinnedMemoryLimit",
+                sharing.mps.pinned_memory_limit_bytes(),
+                memory,
+                "memory",
+            ),
+        ]
+    if sharing.limits is not None:
+        checks += [
+            ("sharing.limits.smLimit", sharing.limits.sm_limit, cores, "cores"),
+            (
+                "sharing.limits.deviceMemoryLimit",
+                sharing.limits.device_memory_limit_bytes(),
+                memory,
+                "memory",
+            ),
+        ]
+    findings: list[Finding] = []
+    for field, value, reserved, what in checks:
+        if value is None or reserved is None or value <= reserved:
+            continue
+        shown = (
+            (str(value), str(reserved))
+            if what == "cores"
+            else (format_quantity(value), format_quantity(reserved))
+        )
+        findings.append(
+            Finding(
+                ERROR,
+                where,
+                f"{field} {shown[0]} is above the {shown[1]} {what} request {request!r} "
+                "reserves; the kubelet plugin would refuse to prepare the claim",
+            )
+        )
+    return findings
+
+
 # --- requests and whole objects --------------------------------------------------------------
 
 
@@ -321,17 +431,29 @@ def check_claim_spec(
         return []
     devices = spec.get("devices") or {}
     findings: list[Finding] = []
+    config_path = f"{path}.devices.config"
+    entries = devices.get("config")
     for i, req in enumerate(devices.get("requests") or []):
         where = f"{path}.devices.requests[{i}]"
         if not isinstance(req, Mapping):
             continue
+        name = str(req.get("name", ""))
+        exact: list[tuple[str, str, Any]] = []
         if "exactly" in req:
-            findings += check_exact_request(req["exactly"], f"{where}.exactly", driver, classes)
+            exact.append((name, f"{where}.exactly", req["exactly"]))
         for j, sub in enumerate(req.get("firstAvailable") or []):
-            findings += check_exact_request(sub, f"{where}.firstAvailable[{j}]", driver, classes)
+            sub_name = f"{name}/{sub.get('name', '')}" if isinstance(sub, Mapping) else name
+            exact.append((sub_name, f"{where}.firstAvailable[{j}]", sub))
         if "deviceClassName" in req:  # v1beta1: the request itself
-            findings += check_exact_request(req, where, driver, classes)
-    findings += check_config_entries(devices.get("config"), f"{path}.devices.config", driver)
+            exact.append((name, where, req))
+        for request_name, sub_path, sub_req in exact:
+            findings += check_exact_request(sub_req, sub_path, driver, classes)
+            if isinstance(sub_req, Mapping) and _request_is_ours(sub_req, driver, classes):
+                capacity = (sub_req.get("capacity") or {}).get("requests")
+                findings += check_overrides_fit_share(
+                    request_name, capacity, entries, config_path, driver
+                )
+    findings += check_config_entries(entries, config_path, driver)
     return findings
 
 

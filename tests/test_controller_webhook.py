@@ -277,6 +277,42 @@ CASES: list[tuple[str, dict[str, Any], bool, list[str], list[str]]] = [
         ["spec.spec.devices.requests[0].exactly.selectors[0]", "'memory'"],
         [],
     ),
+    (
+        "mps override within the share",
+        claim(
+            exactly({"cores": "30", "memory": "4Gi"}),
+            config=gpu_config(
+                {"sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 20}}}
+            ),
+        ),
+        True,
+        [],
+        [],
+    ),
+    (
+        "mps override above the share",
+        claim(
+            exactly({"cores": "30", "memory": "4Gi"}),
+            config=gpu_config(
+                {"sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 60}}}
+            ),
+        ),
+        False,
+        ["spec.devices.config[0].opaque.parameters", "activeThreadPercentage 60 is above the 30"],
+        [],
+    ),
+    (
+        "limits memory above the rounded share",
+        claim(
+            exactly({"cores": "30", "memory": "1000Mi"}),
+            config=gpu_config(
+                {"sharing": {"strategy": "Limits", "limits": {"deviceMemoryLimit": "2Gi"}}}
+            ),
+        ),
+        False,
+        ["deviceMemoryLimit 2Gi is above the 1Gi memory"],
+        ["reserved as 1Gi"],
+    ),
     ("class good", device_class([f"device.driver == '{DRIVER}'"]), True, [], []),
     (
         "class bad config and selector",
