@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from http.server import ThreadingHTTPServer
 from types import FrameType
@@ -32,6 +33,7 @@ from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config
 from kubeletplugin.devices import DeviceBackend, DiscoveryError, GpuInfo
 from kubeletplugin.health.flags import build_health, install_reload_signal
 from kubeletplugin.health.monitor import HealthMonitor
+from kubeletplugin.health.restore import published_unhealthy
 from kubeletplugin.healthservice import HealthSource
 from kubeletplugin.kube import KubeConfigError, KubeRest, load_api_client
 from kubeletplugin.mock import MockBackend
@@ -235,6 +237,11 @@ def build_plugin(config: PluginConfig) -> Plugin:
             config.sharing_mode,
             gpus,
             taints=plugin.publisher,
+        )
+        plugin.health.restore(
+            published_unhealthy(
+                KubeRest(api_client), config.driver_name, config.node_name, time.time()
+            )
         )
         install_reload_signal(plugin.health.checker)
         plugin.add_component(plugin.health)

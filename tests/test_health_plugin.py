@@ -88,10 +88,11 @@ class Running:
 
 @contextmanager
 def running_plugin(
-    apiserver: KubeAPIServer, tmp_path: Path, *flags: str, gpus: int = 2
+    apiserver: KubeAPIServer, tmp_path: Path, *flags: str, gpus: int = 2, new_node: bool = True
 ) -> Iterator[Running]:
     """The daemon from its flags, its own kubelet sockets registered with the simulator."""
-    create_node(apiserver, NODE)
+    if new_node:
+        create_node(apiserver, NODE)
     kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
     health_file = tmp_path / "health.yaml"
     boot_id = tmp_path / "boot_id"
@@ -360,3 +361,25 @@ def test_a_tainted_gpu_in_a_full_slice_is_split_out(
         assert len(devices(slices)) == 100
         assert max(len(s["spec"]["devices"]) for s in slices) <= 64
         assert set(tainted(slices)) == {"gpu-5"}
+
+
+def test_an_unhealthy_gpu_stays_tainted_across_a_plugin_restart(
+    apiserver: KubeAPIServer, tmp_path: Path
+) -> None:
+    with running_plugin(apiserver, tmp_path, "--health-recovery-probes", "1000") as run:
+        write_atomic(run.health_file, "1: {xids: [79]}\n")
+        assert apiserver.wait_for(lambda: "gpu-1" in tainted(pool(apiserver)), DEADLINE)
+        before = tainted(pool(apiserver))
+    with running_plugin(
+        apiserver, tmp_path, "--health-recovery-probes", "3", new_node=False
+    ) as run:
+        # The XID is not repeated: the GPU is unhealthy only because the taint was read back.
+        assert not run.monitor.gpu_health()[run.uuid(1)].healthy
+        watch = run.kubelet_plugin.watch_health()
+        assert by_name(watch.next())["gpu-1"].health == "UNHEALTHY"
+        # Recovery through healthy probes; until then no slice version lost the taint.
+        assert apiserver.wait_for(lambda: tainted(pool(apiserver)) == {}, 3 * DEADLINE)
+        versions = run.history.drain()
+        first_untainted = next(i for i, o in enumerate(versions) if not tainted([o]))
+        assert all(tainted([o]) == before for o in versions[:first_untainted])
+        watch.close()

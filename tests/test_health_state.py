@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from health_helpers import (
     NODE,
@@ -22,6 +24,7 @@ from kubeletplugin.health.events import (
     parse_xid_list,
 )
 from kubeletplugin.health.monitor import HealthMonitor, HealthSettings, devices_by_gpu
+from kubeletplugin.health.restore import PublishedFault, unhealthy_from_slices
 from kubeletplugin.health.state import HealthStateMachine
 from kubeletplugin.health.taints import taint_value, unhealthy_taint
 from kubeletplugin.healthservice import Health
@@ -385,3 +388,38 @@ def test_stream_refresh_does_not_wait_for_a_slow_probe_interval() -> None:
     finally:
         m.stop()
     assert all(len(lst) == 1 and lst[0].health == Health.HEALTHY for lst in stream.lists)
+
+
+def test_published_taints_are_read_back() -> None:
+    taint = unhealthy_taint(DRIVER, "XID 79", T0, "NoSchedule")
+    slices: list[dict[str, Any]] = [
+        {
+            "spec": {
+                "driver": DRIVER,
+                "devices": [{"name": "gpu-0"}, {"name": "gpu-1", "taints": [taint]}],
+            }
+        },
+        {"spec": {"driver": "other.example", "devices": [{"name": "gpu-0", "taints": [taint]}]}},
+        {"spec": {"driver": DRIVER, "sharedCounters": []}},
+    ]
+    assert unhealthy_from_slices(slices, DRIVER, T0 + 100) == {
+        "gpu-1": PublishedFault("XID-79", T0)
+    }
+    odd = {"key": names.unhealthy_taint_key(DRIVER), "effect": "NoSchedule", "timeAdded": "bad"}
+    slices = [{"spec": {"driver": DRIVER, "devices": [{"name": "gpu-0", "taints": [odd]}]}}]
+    (fault,) = unhealthy_from_slices(slices, DRIVER, T0 + 100).values()
+    assert fault == PublishedFault("unhealthy before the plugin restarted", T0 + 100)
+
+
+def test_restore_keeps_the_published_taint_unchanged_until_recovery() -> None:
+    m, _, taints, stream, _ = monitor(recovery_probes=2)
+    published = unhealthy_taint(
+        DRIVER, "XID 79: GPU has fallen off the bus", T0 - 3600, "NoSchedule"
+    )
+    m.restore({"gpu-1": PublishedFault(published["value"], T0 - 3600)})
+    assert taints.calls == [{"gpu-1": [published]}]
+    assert stream.lists[-1][1].health == Health.UNHEALTHY
+    m.probe_all()
+    assert len(taints.calls) == 1
+    m.probe_all()
+    assert taints.calls[-1] == {}

@@ -28,6 +28,7 @@ from typing import Any, Final, Protocol
 from api import names
 from kubeletplugin.devices import GpuInfo
 from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, HealthEvent, event_reason
+from kubeletplugin.health.restore import PublishedFault
 from kubeletplugin.health.state import (
     DEFAULT_FLAP_WINDOW_S,
     DEFAULT_MAX_RECOVERY_FACTOR,
@@ -192,6 +193,18 @@ class HealthMonitor:
         with self._lock:
             self._set_gpus(gpus)
             self._emit_locked(force_stream=True)
+
+    def restore(self, published: Mapping[str, PublishedFault]) -> None:
+        """Start the GPUs whose ``gpu-<index>`` device carries a published unhealthy taint as
+        unhealthy (same reason and time, so the taint is republished unchanged). Call before
+        :meth:`start` and before the publisher's first sync."""
+        with self._lock:
+            changed = []
+            for gpu in self._gpus:
+                fault = published.get(names.device_name(gpu.index))
+                if fault is not None and self._state.fault(gpu.uuid, fault.reason, fault.since):
+                    changed.append(gpu.uuid)
+            self._after_changes(changed)
 
     def handle_event(self, event: HealthEvent) -> None:
         """Apply one checker event (called from the checker's thread)."""

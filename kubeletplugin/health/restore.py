@@ -1,0 +1,72 @@
+"""Unhealthy GPUs survive a plugin restart: read back the taints the node's slices carry.
+
+Without this, a restarted plugin would start with every GPU healthy, publish untainted slices
+and only re-taint a GPU whose probe still fails; a GPU tainted for an XID would silently come
+back. :func:`published_unhealthy` returns, per device, the reason and the time of the unhealthy
+taint found on the API server; :meth:`HealthMonitor.restore` starts those GPUs unhealthy, so
+they recover only through the usual consecutive healthy probes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from api import names
+from kubeletplugin.kube import KubeApiError, KubeRest
+
+log = logging.getLogger(__name__)
+
+SLICES_PATH = f"/apis/{names.RESOURCE_GROUP_VERSION}/resourceslices"
+
+
+@dataclass(frozen=True)
+class PublishedFault:
+    """An unhealthy taint as published: its value and when it was added (Unix seconds)."""
+
+    reason: str
+    since: float
+
+
+def _since(taint: dict[str, Any], default: float) -> float:
+    value = taint.get("timeAdded")
+    if not isinstance(value, str):
+        return default
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return default
+
+
+def unhealthy_from_slices(
+    slices: list[dict[str, Any]], driver_name: str, now: float
+) -> dict[str, PublishedFault]:
+    """Device name -> its published unhealthy taint, for every device of ``slices`` having one."""
+    key = names.unhealthy_taint_key(driver_name)
+    result: dict[str, PublishedFault] = {}
+    for obj in slices:
+        spec = obj.get("spec") or {}
+        if spec.get("driver") != driver_name:
+            continue
+        for device in spec.get("devices") or []:
+            for taint in device.get("taints") or []:
+                if isinstance(taint, dict) and taint.get("key") == key:
+                    reason = str(taint.get("value") or "unhealthy before the plugin restarted")
+                    result[str(device.get("name"))] = PublishedFault(reason, _since(taint, now))
+    return result
+
+
+def published_unhealthy(
+    rest: KubeRest, driver_name: str, node_name: str, now: float
+) -> dict[str, PublishedFault]:
+    """The unhealthy taints of this node's slices; empty (with a warning) when unreadable."""
+    query = [("fieldSelector", f"spec.nodeName={node_name},spec.driver={driver_name}")]
+    try:
+        listing = rest.request("GET", SLICES_PATH, query=query)
+    except KubeApiError as exc:
+        log.warning("cannot read the published taints, GPUs start healthy: %s", exc)
+        return {}
+    items = [i for i in listing.get("items") or [] if isinstance(i, dict)]
+    return unhealthy_from_slices(items, driver_name, now)
