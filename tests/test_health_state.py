@@ -340,12 +340,6 @@ def test_stream_is_refreshed_with_fresh_times_without_changes() -> None:
     assert {d.last_updated for d in stream.lists[-1]} == {int(clock.now)}
 
 
-def test_update_devices_republishes_the_new_list() -> None:
-    m, _, _, stream, _ = monitor(count=2)
-    m.update_devices(gpus(3))
-    assert [d.device_name for d in stream.lists[-1]] == ["gpu-0", "gpu-1", "gpu-2"]
-
-
 def test_a_crashing_probe_is_an_unhealthy_gpu() -> None:
     m, checker, taints, _, _ = monitor()
 

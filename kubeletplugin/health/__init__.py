@@ -12,6 +12,7 @@ from kubeletplugin.health.flags import (
 from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.monitor import HealthChecker, HealthMonitor, HealthSettings
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
+from kubeletplugin.health.restore import PublishedFault, published_unhealthy
 
 __all__ = [
     "DEFAULT_IGNORED_XIDS",
@@ -24,7 +25,9 @@ __all__ = [
     "HealthSettings",
     "MockHealthChecker",
     "NvmlHealthChecker",
+    "PublishedFault",
     "add_health_flags",
     "build_health",
     "health_options",
+    "published_unhealthy",
 ]

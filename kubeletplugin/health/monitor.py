@@ -188,12 +188,6 @@ class HealthMonitor:
 
     # --- inputs ---------------------------------------------------------------------------
 
-    def update_devices(self, gpus: Sequence[GpuInfo]) -> None:
-        """Track a new set of GPUs (new ones start healthy) and republish."""
-        with self._lock:
-            self._set_gpus(gpus)
-            self._emit_locked(force_stream=True)
-
     def restore(self, published: Mapping[str, PublishedFault]) -> None:
         """Start the GPUs whose ``gpu-<index>`` device carries a published unhealthy taint as
         unhealthy (same reason and time, so the taint is republished unchanged). Call before
