@@ -12,7 +12,9 @@ differences:
   for ``delete_grace_s`` (a plugin that republishes its slices does not reset them);
 - write ``status`` only when it differs from what is stored, and at most once per GPU per
   ``write_interval_s`` (later changes wait and are merged into the next write);
-- on a conflict the stored copy is refreshed and the write retried on the next round.
+- on a conflict the stored copy is refreshed and the write retried on the next round;
+- the objects of one round are written by up to ``write_workers`` threads (they are
+  independent), which matters for the first round of a large cluster.
 
 Because the comparison is always against the stored objects (kept current by the GPU informer),
 a restarted or newly elected controller writes nothing when the objects are already right.
@@ -25,6 +27,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from opentelemetry.trace import NoOpTracer, Tracer
@@ -94,6 +97,7 @@ class Tracker:
         watch_timeout_s: int = 300,
         tracer: Tracer | None = None,
         delete_grace_s: float = 10.0,
+        write_workers: int = 4,
     ) -> None:
         self.kube = kube
         self.tracer: Tracer = tracer or NoOpTracer()
@@ -103,6 +107,7 @@ class Tracker:
         self.write_interval_s = write_interval_s
         self.tick_s = tick_s
         self.delete_grace_s = delete_grace_s
+        self.write_workers = write_workers
         self._missing_since: dict[str, float] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -376,14 +381,22 @@ class Tracker:
         writes = 0
         with self.tracer.start_as_current_span("reconcile") as span:
             span.set_attribute("sharegpu.gpus_to_write", len(todo))
-            for name, desired, stored in todo:
-                if self._stop.is_set() or not self.is_leader():
-                    break
-                writes += self._write(name, desired, stored)
+            if len(todo) > 1 and self.write_workers > 1:
+                with ThreadPoolExecutor(
+                    min(self.write_workers, len(todo)), thread_name_prefix="tracker-write"
+                ) as pool:
+                    writes = sum(pool.map(lambda item: self._write_if_leading(*item), todo))
+            else:
+                writes = sum(self._write_if_leading(*item) for item in todo)
             span.set_attribute("sharegpu.writes", writes)
         if self.metrics is not None and todo:
             self.metrics.reconcile_duration.record(time.perf_counter() - start)
         return writes
+
+    def _write_if_leading(self, name: str, desired: GpuObject | None, stored: Obj | None) -> int:
+        if self._stop.is_set() or not self.is_leader():
+            return 0
+        return self._write(name, desired, stored)
 
     def _write(self, name: str, desired: GpuObject | None, stored: Obj | None) -> int:
         """Bring one object in line; returns how many requests changed something."""
