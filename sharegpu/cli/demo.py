@@ -1,8 +1,9 @@
 """``sharegpu demo``: the whole driver on this machine, with no cluster and no GPU.
 
 1. An in-process Kubernetes API server (:mod:`sharegpu.apiserver`) and a Node.
-2. The real kubelet plugin (:func:`kubeletplugin.main.build_plugin`): mock backend with 8
-   H100-like GPUs, consumable mode, its gRPC sockets, checkpoint and CDI directory in one
+2. The real kubelet plugin daemon (:func:`kubeletplugin.main.build_plugin`, started as its
+   ``run`` would): mock backend with 8 H100-like GPUs, consumable mode, slice publisher, health
+   monitor, and its kubelet service (gRPC sockets, checkpoint, CDI specs), all files in one
    temporary directory. Share enforcement is the plugin's own; with the mock backend it drives
    simulated NVIDIA tools, so no real ``nvidia-smi`` or MPS command runs.
 3. The published ResourceSlices, the driver's DeviceClass and the claims of the examples that
@@ -34,18 +35,13 @@ from typing import Any, Final
 from api import names
 from api.quantity import format_bytes_human, format_quantity, quantity_int
 from controller.reconcile import reconcile
-from kubeletplugin.cdi import CdiSpecWriter, spec_file_name
-from kubeletplugin.checkpoint import Checkpoint
-from kubeletplugin.claims import KubeClaimGetter
+from kubeletplugin.cdi import spec_file_name
 from kubeletplugin.config import ConfigError, parse_config
 from kubeletplugin.devices import DiscoveryError
-from kubeletplugin.kube import KubeApiError, KubeRest
+from kubeletplugin.kube import KubeApiError, KubeConfigError, KubeRest
 from kubeletplugin.main import Plugin, build_plugin
 from kubeletplugin.preparer import ClaimRef
 from kubeletplugin.registration import registration_socket_path
-from kubeletplugin.server import PluginServer
-from kubeletplugin.sharing.enforcer import enforcer_for
-from kubeletplugin.state import DeviceState
 from sharegpu.allocator import Allocator, seeded_share_ids
 from sharegpu.apiserver import KubeAPIServer
 from sharegpu.cli.common import (
@@ -171,7 +167,7 @@ def running_node(root: Path) -> Iterator[Node]:
             *("--device-backend", "mock", "--mock-gpus", str(MOCK_GPUS)),
             *("--sharing-mode", names.SHARING_MODE_CONSUMABLE),
             *("--plugin-registry-dir", str(registry), "--plugin-data-dir", str(data)),
-            *("--cdi-dir", str(cdi)),
+            *("--cdi-dir", str(cdi), "--nvidia-cdi-dirs", str(cdi)),
         ]
         # The mock health checker makes SIGUSR1 re-read its file; give the handler back after.
         previous_usr1 = signal.getsignal(signal.SIGUSR1)
@@ -179,28 +175,12 @@ def running_node(root: Path) -> Iterator[Node]:
         try:
             config = parse_config(flags, environ={})
             plugin = build_plugin(config)
-        except (ConfigError, DiscoveryError) as exc:
+        except (ConfigError, DiscoveryError, KubeConfigError) as exc:
             raise CliError(f"cannot start the kubelet plugin: {exc}") from None
         stack.callback(plugin.stop)
         plugin.start()
         if not registration_socket_path(registry, config.driver_name).exists():
-            # The daemon does not serve kubelet itself: assemble its kubelet-facing parts.
-            state = DeviceState(
-                driver_name=config.driver_name,
-                node_name=config.node_name,
-                gpus=plugin.gpus,
-                sharing_mode=config.sharing_mode,
-                claims=KubeClaimGetter(plugin.api_client),
-                cdi=CdiSpecWriter(config.cdi_dir, config.driver_name),
-                checkpoint=Checkpoint(config.plugin_data_dir),
-                enforcer=enforcer_for(config),
-            )
-            state.start()
-            grpc_server = PluginServer(
-                config.driver_name, registry, data, state, health_source=plugin.health_source
-            )
-            grpc_server.start()
-            stack.callback(grpc_server.stop, 1.0)
+            raise CliError("the kubelet plugin started but serves no registration socket")
         kubelet_sim = stack.enter_context(KubeletSim(registry))
         kubelet = kubelet_sim.register(config.driver_name)
         api = server.client()
