@@ -12,6 +12,7 @@ from api.quantity import format_quantity, quantity_int
 from controller.reconcile import reconcile
 from kubeletplugin.mock import default_gpu
 from kubeletplugin.slices import desired_slices, resource_slice_objects
+from sharegpu.allocator import allocate_many, seeded_share_ids
 
 NODE = "worker-1"
 
@@ -75,3 +76,35 @@ def test_health_taint_from_the_plugin() -> None:
     assert objs[names.gpu_object_name(NODE, 3)].status.health == "Unhealthy"
     assert objs[names.gpu_object_name(NODE, 3)].status.health_reason == "Xid79"
     assert objs[names.gpu_object_name(NODE, 0)].status.health == "Healthy"
+
+
+def test_allocations_written_by_the_allocator() -> None:
+    """Claims allocated by the project's allocator (kube-scheduler's semantics) add up."""
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": h.DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{h.DRIVER}'"}}]},
+    }
+    claims = []
+    for i in range(10):
+        c = h.claim(f"c{i}")
+        c["spec"]["devices"]["requests"][0]["exactly"] = {
+            "deviceClassName": h.DRIVER,
+            "capacity": {"requests": {"cores": "30", "memory": "1000Mi"}},
+        }
+        claims.append(c)
+    slices = plugin_slices(names.SHARING_MODE_CONSUMABLE)
+    outcomes = allocate_many(
+        claims, slices, [device_class], node=NODE, share_ids=seeded_share_ids(1)
+    )
+    for c, outcome in zip(claims, outcomes, strict=True):
+        assert outcome.allocation is not None, outcome.error
+        c["status"] = {"allocation": outcome.allocation}
+    objs = reconcile(slices, claims, [], h.DRIVER)
+    # 10 shares of 30 cores: 3 per GPU on the first three GPUs, one on the fourth
+    assert sum(o.status.allocated.cores for o in objs.values()) == 300
+    # memory is reserved in 256Mi steps: 1000Mi becomes 1Gi
+    total = sum(quantity_int(o.status.allocated.memory) for o in objs.values())
+    assert total == 10 * h.GI
+    assert all(o.status.allocated.cores <= 100 for o in objs.values())
