@@ -103,6 +103,14 @@ class Informer:
                     break
                 if exc.code == 410:
                     log.info("%s: watch expired (410 Gone); relisting", self.name)
+                elif exc.code == 404:
+                    log.error(
+                        "%s: the API server does not serve %s (is its CustomResourceDefinition "
+                        "installed?); retrying in %.1fs",
+                        self.name,
+                        self.path,
+                        delay,
+                    )
                 else:
                     log.warning("%s: %s; relisting in %.1fs", self.name, exc.message, delay)
             except Exception:
