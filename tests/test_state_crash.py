@@ -174,14 +174,15 @@ def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> No
         apiserver.store.put("resourceclaims", obj)
     refs = {o["metadata"]["uid"]: ref(o) for o in objs}
     prepared: set[str] = set()
-    kills = lost_calls = 0
+    kills = lost_calls = killed_before = 0
     refusals: list[str] = []
     plugin.start()
     sim = KubeletSim(plugin.registry)
     kplugin = plugin.register(sim)
 
     def call(op: str, r: ClaimRef, kill_after: float | None) -> tuple[str, Any]:
-        """One kubelet call; with ``kill_after`` the plugin is killed while it may run."""
+        """One kubelet call; ``kill_after`` < 0 kills the plugin before it, >= 0 that many
+        seconds after it started (it may or may not have finished by then)."""
         box: dict[str, Any] = {}
 
         def run() -> None:
@@ -193,9 +194,11 @@ def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> No
             except grpc.RpcError as exc:
                 box["rpc_error"] = exc
 
+        if kill_after is not None and kill_after < 0:
+            plugin.kill()  # dead before the call: the call is certainly lost
         t = threading.Thread(target=run)
         t.start()
-        if kill_after is not None:
+        if kill_after is not None and kill_after >= 0:
             time.sleep(kill_after)
             plugin.kill()
         t.join(timeout=60)
@@ -211,7 +214,11 @@ def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> No
                 op, uid = "unprepare", rng.choice(sorted(prepared))
             else:
                 op, uid = "prepare", rng.choice(sorted(candidates))
-            kill_after = rng.uniform(0.0, 0.02) if rng.random() < 0.12 else None
+            # A kill in one call of eight: a third before the call, the rest while it may run.
+            kill_after = None
+            if rng.random() < 0.125:
+                kill_after = -1.0 if rng.random() < 0.34 else rng.uniform(0.0, 0.02)
+                killed_before += kill_after < 0
             outcome, value = call(op, refs[uid], kill_after)
             lost_calls += outcome == "lost"
             # Retry like kubelet until an answer arrives, restarting a killed plugin.
@@ -241,7 +248,8 @@ def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> No
         _check_node(plugin, prepared)
         assert list(plugin.cdi_dir.glob("*.json")) == []
         assert kills >= 5, f"only {kills} kills happened; the seed no longer exercises crashes"
-        assert lost_calls >= 3, f"only {lost_calls} calls were cut off by a kill"
+        assert killed_before >= 2, "the seed no longer kills the plugin before a call"
+        assert lost_calls >= killed_before
         assert any("refusing to hand it out twice" in r for r in refusals)
     finally:
         kplugin.close()
