@@ -35,6 +35,7 @@ from typing import Any
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)
 
+from api.kube import KubeRest
 from api.names import (
     ATTR_INDEX,
     ATTR_PRODUCT_NAME,
@@ -46,7 +47,6 @@ from api.names import (
     gpu_object_name,
 )
 from controller.informer import object_key
-from controller.kube import Kube
 from controller.reconcile import pod_info, reconcile
 from controller.tracker import Tracker, reduce_claim
 
@@ -189,7 +189,7 @@ def in_memory(args: argparse.Namespace) -> None:
     gc.collect()
 
     rss_before = rss_mib()
-    tracker = Tracker(Kube(None), DRIVER)  # not started: its handlers are fed directly
+    tracker = Tracker(KubeRest(None), DRIVER)  # not started: its handlers are fed directly
     start = time.perf_counter()
     for s in slices:
         tracker._on_slice(object_key(s), None, s)
@@ -244,7 +244,7 @@ def through_apiserver(args: argparse.Namespace) -> None:
         del slices, claims, pods
         gc.collect()
         client = server.client()
-        tracker = Tracker(Kube(client), DRIVER)
+        tracker = Tracker(KubeRest(client), DRIVER)
         start = time.perf_counter()
         tracker.start()
         try:
@@ -279,7 +279,7 @@ def through_apiserver(args: argparse.Namespace) -> None:
                     return any(a.get("shareID") == share for a in allocs)
 
                 start = time.perf_counter()
-                Kube(client).request(
+                KubeRest(client).request(
                     "PUT",
                     f"/apis/resource.k8s.io/v1/namespaces/ns-{i % 50}/resourceclaims/"
                     f"claim-{i}/status",

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from api import names
-from kubeletplugin.kube import KubeRest
+from api.kube import KubeRest
 from kubeletplugin.mock import MockBackend
 from kubeletplugin.publisher import SlicePublisher
 from sharegpu.apiserver import KubeAPIServer

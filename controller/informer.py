@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from controller.kube import Kube, KubeError
+from api.kube import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Informer:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeRest,
         path: str,
         handler: Handler,
         *,
@@ -98,12 +98,12 @@ class Informer:
                 rv = self._watch(rv)
                 delay = self.backoff_s
                 continue
-            except KubeError as exc:
+            except KubeApiError as exc:
                 if self._stop.is_set():
                     break
-                if exc.code == 410:
+                if exc.status == 410:
                     log.info("%s: watch expired (410 Gone); relisting", self.name)
-                elif exc.code == 404:
+                elif exc.status == 404:
                     log.error(
                         "%s: the API server does not serve %s (is its CustomResourceDefinition "
                         "installed?); retrying in %.1fs",
@@ -112,7 +112,7 @@ class Informer:
                         delay,
                     )
                 else:
-                    log.warning("%s: %s; relisting in %.1fs", self.name, exc.message, delay)
+                    log.warning("%s: %s; relisting in %.1fs", self.name, exc, delay)
             except Exception:
                 if self._stop.is_set():
                     break
@@ -174,9 +174,6 @@ class Informer:
                 break
             kind = event.get("type")
             obj = event.get("object") or {}
-            if kind == "ERROR":
-                code = int(obj.get("code") or 0)
-                raise KubeError(code, f"watch error {code}: {obj.get('message', '')}")
             new_rv = _rv(obj)
             if kind == "BOOKMARK":
                 rv = new_rv or rv

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.kube import Kube, KubeError, resource_path
+from api.kube import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeRest,
         namespace: str,
         name: str,
         identity: str | None = None,
@@ -94,8 +94,8 @@ class LeaderElector:
         while not self._stop.is_set():
             try:
                 ok = self._try_acquire_or_renew()
-            except KubeError as exc:
-                log.warning("leader election: %s", exc.message)
+            except KubeApiError as exc:
+                log.warning("leader election: %s", exc)
                 ok = False
             now = time.monotonic()
             if ok:
@@ -134,8 +134,8 @@ class LeaderElector:
     def _try_acquire_or_renew(self) -> bool:
         try:
             lease = self.kube.get(self._path(self.name), expected=(404,))
-        except KubeError as exc:
-            if exc.code != 404:
+        except KubeApiError as exc:
+            if exc.status != 404:
                 raise
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
@@ -145,8 +145,8 @@ class LeaderElector:
             }
             try:
                 self.kube.request("POST", self._path(), body=body)
-            except KubeError as create_exc:
-                if create_exc.code == 409:
+            except KubeApiError as create_exc:
+                if create_exc.status == 409:
                     return False
                 raise
             return True
@@ -168,8 +168,8 @@ class LeaderElector:
         lease["spec"] = new_spec
         try:
             updated = self.kube.request("PUT", self._path(self.name), body=lease)
-        except KubeError as exc:
-            if exc.code == 409:
+        except KubeApiError as exc:
+            if exc.status == 409:
                 return False
             raise
         new = updated.get("spec") or new_spec
@@ -188,5 +188,5 @@ class LeaderElector:
             spec["renewTime"] = _now_micro()
             lease["spec"] = spec
             self.kube.request("PUT", self._path(self.name), body=lease)
-        except KubeError as exc:
-            log.warning("leader election: releasing the lease failed: %s", exc.message)
+        except KubeApiError as exc:
+            log.warning("leader election: releasing the lease failed: %s", exc)

@@ -20,17 +20,20 @@ from http.server import ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
+from api.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
 from api.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
 from api.telemetry import Telemetry, parse_address, serve_metrics
 from controller.httpapi import serve_api
-from controller.kube import Kube, KubeError, load_api_client
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics
 from controller.tracker import Tracker
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 
 log = logging.getLogger("controller")
+
+#: Seconds one API request of the tracker or the leader election may take (lists are paged).
+REQUEST_TIMEOUT_S = 30.0
 
 
 def _bool(text: str) -> bool:
@@ -153,14 +156,21 @@ class Controller:
         self.api_server: ThreadingHTTPServer | None = None
 
     def start(self) -> None:
-        """Start every enabled component; raises KubeError, OSError or ValueError."""
+        """Start every enabled component.
+
+        Raises KubeConfigError, KubeApiError, OSError or ValueError.
+        """
         a = self.args
         if not a.disable_webhook and not (a.tls_cert_file and a.tls_key_file):
             raise ValueError(
                 "the webhook needs --tls-cert-file and --tls-key-file (or --disable-webhook)"
             )
         if not a.disable_tracker:
-            kube = Kube(load_api_client(a.kubeconfig), on_error=self.metrics.api_error)
+            kube = KubeRest(
+                load_api_client(a.kubeconfig),
+                on_error=self.metrics.api_error,
+                timeout_s=REQUEST_TIMEOUT_S,
+            )
             is_leader: Callable[[], bool] = lambda: True  # noqa: E731
             if a.leader_elect:
                 self.elector = LeaderElector(kube, a.lease_namespace, a.lease_name)
@@ -227,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         controller.start()
         while not stop.wait(1.0):
             pass
-    except (KubeError, OSError, ValueError, ssl.SSLError) as exc:
-        log.error("cannot start: %s", getattr(exc, "message", None) or exc)
+    except (KubeConfigError, KubeApiError, OSError, ValueError, ssl.SSLError) as exc:
+        log.error("cannot start: %s", exc)
         return 1
     finally:
         controller.stop()

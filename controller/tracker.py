@@ -33,6 +33,7 @@ from typing import Any
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from api.gpu import Allocation, GpuObject
+from api.kube import KubeApiError, KubeRest, resource_path
 from api.names import (
     API_GROUP,
     API_VERSION,
@@ -42,7 +43,6 @@ from api.names import (
     RESOURCE_VERSION,
 )
 from controller.informer import Informer
-from controller.kube import Kube, KubeError, resource_path
 from controller.metrics import ControllerMetrics
 from controller.reconcile import (
     DeviceInfo,
@@ -87,7 +87,7 @@ class Tracker:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeRest,
         driver: str,
         *,
         metrics: ControllerMetrics | None = None,
@@ -433,9 +433,9 @@ class Tracker:
                 )
                 writes += 1
                 self._record(name, stored)
-        except KubeError as exc:
-            log.warning("tracker: writing GPU %s: %s", name, exc.message)
-            if exc.code in (404, 409):
+        except KubeApiError as exc:
+            log.warning("tracker: writing GPU %s: %s", name, exc)
+            if exc.status in (404, 409):
                 self._refetch(name, path)
         finally:
             with self._lock:
@@ -453,8 +453,8 @@ class Tracker:
     def _refetch(self, name: str, path: str) -> None:
         try:
             fresh: Obj | None = self.kube.get(path, expected=(404,))
-        except KubeError as exc:
-            if exc.code != 404:
+        except KubeApiError as exc:
+            if exc.status != 404:
                 return
             fresh = None
         self._record(name, fresh)

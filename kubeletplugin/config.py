@@ -1,7 +1,7 @@
 """The kubelet plugin's settings: every command-line flag, parsed and checked in one place.
 
 Precedence for each setting: the flag, else its environment variable (``DRIVER_NAME``,
-``NODE_NAME``; ``KUBECONFIG`` is read by :mod:`kubeletplugin.kube`), else the default.
+``NODE_NAME``; ``KUBECONFIG`` is read by :mod:`api.kube`), else the default.
 """
 
 from __future__ import annotations

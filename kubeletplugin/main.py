@@ -26,6 +26,7 @@ from typing import Protocol
 import yaml
 from kubernetes import client
 
+from api.kube import KubeConfigError, KubeRest, load_api_client
 from api.logs import configure_logging
 from api.telemetry import Telemetry, serve_metrics
 from kubeletplugin.claimservice import ClaimService
@@ -35,7 +36,6 @@ from kubeletplugin.health.flags import build_health, install_reload_signal
 from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.health.restore import published_unhealthy
 from kubeletplugin.healthservice import HealthSource
-from kubeletplugin.kube import KubeConfigError, KubeRest, load_api_client
 from kubeletplugin.mock import MockBackend
 from kubeletplugin.nvml import NvmlBackend
 from kubeletplugin.publisher import SlicePublisher

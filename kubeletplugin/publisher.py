@@ -24,7 +24,6 @@ Publishes are debounced: at most one sync starts per ``min_interval`` seconds, h
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -33,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from api import names, slicerules
+from api.kube import KubeApiError, KubeRest
 from api.quantity import QuantityError, parse_quantity
 from kubeletplugin.devices import GpuInfo
-from kubeletplugin.kube import KubeApiError, KubeRest, watch_events
 from kubeletplugin.slices import (
     desired_slices,
     node_owner_reference,
@@ -366,7 +365,7 @@ class SlicePublisher:
                 raise SliceRejected(
                     f"{method} {path} rejected by the API server: {exc.message}"
                 ) from None
-            raise _Retry(f"{method} {path}: {exc}") from None
+            raise _Retry(str(exc)) from None
 
     def _owner(self) -> Obj:
         if self._node_uid is None:
@@ -450,12 +449,14 @@ class SlicePublisher:
                 self.request_sync()
                 self._watch_from(version)
                 failures = 0
-            except KubeApiError as exc:
+            except KubeApiError as exc:  # also a dropped connection or a broken stream
+                if self._stopping.is_set():
+                    return
                 failures += 1
                 delay = self.settings.backoff.delay(failures)
                 log.warning("ResourceSlice watch failed, restarting in %.1fs: %s", delay, exc)
                 self._stopping.wait(delay)
-            except Exception as exc:  # dropped connection, broken stream
+            except Exception as exc:  # a bug must not stop watching for good
                 if self._stopping.is_set():
                     return
                 failures += 1
@@ -473,28 +474,22 @@ class SlicePublisher:
         while not self._stopping.is_set():
             query = [
                 *self._selector(),
-                ("watch", "true"),
                 ("resourceVersion", version),
                 ("allowWatchBookmarks", "true"),
                 ("timeoutSeconds", str(self.settings.watch_timeout_seconds)),
             ]
-            response = self._rest.open_watch(
-                SLICES_PATH, query, read_timeout=self.settings.watch_timeout_seconds + 30
+            events = self._rest.watch(
+                SLICES_PATH,
+                query,
+                read_timeout=self.settings.watch_timeout_seconds + 30,
+                register=self._register_watch,
             )
-            self._watch_response = response
             try:
-                if self._stopping.is_set():
-                    return
-                for event in watch_events(response):
+                for event in events:  # an ERROR event (410 Gone, ...) raises: relist
+                    if self._stopping.is_set():
+                        return
                     kind = event.get("type")
                     obj = event.get("object") or {}
-                    if kind == "ERROR":
-                        # 410 Gone and other errors: relist and watch again.
-                        raise KubeApiError(
-                            int(obj.get("code", 0) or 0),
-                            str(obj.get("reason", "")),
-                            str(obj.get("message", json.dumps(obj))),
-                        )
                     new_version = obj.get("metadata", {}).get("resourceVersion")
                     if new_version:
                         version = str(new_version)
@@ -503,4 +498,10 @@ class SlicePublisher:
                         self.request_sync()
             finally:
                 self._watch_response = None
-                response.release_conn()
+                events.close()
+
+    def _register_watch(self, response: Any) -> None:
+        """Keep the open watch response so :meth:`stop` can shut it down."""
+        self._watch_response = response
+        if self._stopping.is_set():
+            response.shutdown()

@@ -6,6 +6,7 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
+from api.kube import KubeApiError, KubeRest, resource_path
 from api.names import (
     ATTR_INDEX,
     ATTR_PARENT_UUID,
@@ -20,7 +21,6 @@ from api.names import (
     partition_device_name,
     unhealthy_taint_key,
 )
-from controller.kube import Kube, KubeError, resource_path
 from controller.reconcile import reconcile
 
 DRIVER = DEFAULT_DRIVER_NAME
@@ -213,7 +213,7 @@ def pods_path(namespace: str = "default", name: str | None = None) -> str:
 class Cluster:
     """Writes slices, claims and pods the way the plugin and kube-scheduler would."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: KubeRest) -> None:
         self.kube = kube
 
     def add_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -291,5 +291,5 @@ class Cluster:
     def converged(self) -> bool:
         try:
             return self.stored() == self.expected()
-        except KubeError:
+        except KubeApiError:
             return False

@@ -7,7 +7,7 @@ from typing import Any
 import kubernetes.client
 
 from api import names
-from kubeletplugin.kube import KubeRest
+from api.kube import KubeRest
 from kubeletplugin.mock import MockBackend
 from kubeletplugin.publisher import Backoff, PublisherSettings, SlicePublisher
 from sharegpu.apiserver import KubeAPIServer

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import controller_helpers as h
 import pytest
 
-from controller.kube import Kube, resource_path
+from api.kube import KubeRest, resource_path
 from controller.leader import LeaderElector
 from controller.tracker import Tracker
 from sharegpu.apiserver import KubeAPIServer
@@ -16,7 +16,7 @@ DEADLINE_S = 30.0
 LEASE_S = 3.0
 
 
-def elector(kube: Kube, name: str, identity: str) -> LeaderElector:
+def elector(kube: KubeRest, name: str, identity: str) -> LeaderElector:
     """An elector with short timings: 3 s lease, 2 s renew deadline, 0.2 s retry."""
     return LeaderElector(
         kube,
@@ -30,14 +30,14 @@ def elector(kube: Kube, name: str, identity: str) -> LeaderElector:
 
 
 @pytest.fixture
-def kube(apiserver: KubeAPIServer) -> Iterator[Kube]:
+def kube(apiserver: KubeAPIServer) -> Iterator[KubeRest]:
     client = apiserver.client()
-    yield Kube(client)
+    yield KubeRest(client)
     client.close()
 
 
 class Replica:
-    def __init__(self, kube: Kube, identity: str) -> None:
+    def __init__(self, kube: KubeRest, identity: str) -> None:
         self.elector = elector(kube, "sharegpu-controller", identity)
         self.tracker = Tracker(kube, h.DRIVER, is_leader=lambda: self.elector.is_leader)
         self.tracker.start()
@@ -48,7 +48,9 @@ class Replica:
         self.tracker.stop()
 
 
-def test_one_leader_writes_and_the_standby_takes_over(apiserver: KubeAPIServer, kube: Kube) -> None:
+def test_one_leader_writes_and_the_standby_takes_over(
+    apiserver: KubeAPIServer, kube: KubeRest
+) -> None:
     cluster = h.Cluster(kube)
     for node in ("n1", "n2"):
         cluster.add_slice(h.node_slice(node, 4))
@@ -81,7 +83,7 @@ def test_one_leader_writes_and_the_standby_takes_over(apiserver: KubeAPIServer, 
             r.stop()
 
 
-def test_renewed_lease_is_never_taken_over(apiserver: KubeAPIServer, kube: Kube) -> None:
+def test_renewed_lease_is_never_taken_over(apiserver: KubeAPIServer, kube: KubeRest) -> None:
     first = elector(kube, "lease", "first")
     second = elector(kube, "lease", "second")
     first.start()
@@ -96,7 +98,7 @@ def test_renewed_lease_is_never_taken_over(apiserver: KubeAPIServer, kube: Kube)
 
 
 def test_abandoned_lease_is_taken_over_after_it_expires(
-    apiserver: KubeAPIServer, kube: Kube
+    apiserver: KubeAPIServer, kube: KubeRest
 ) -> None:
     """A crashed holder never releases; the lease is taken only after its duration passed."""
     path = resource_path("coordination.k8s.io", "v1", "leases", "sharegpu")
@@ -128,6 +130,6 @@ def test_abandoned_lease_is_taken_over_after_it_expires(
     assert kube.get(f"{path}/lease")["spec"].get("holderIdentity", "") == ""
 
 
-def test_invalid_timings_rejected(kube: Kube) -> None:
+def test_invalid_timings_rejected(kube: KubeRest) -> None:
     with pytest.raises(ValueError, match="retry_period_s < renew_deadline_s"):
         LeaderElector(kube, "ns", "x", lease_duration_s=1, renew_deadline_s=2, retry_period_s=0.1)

@@ -18,8 +18,8 @@ import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
 import api.telemetry as telemetry_module
+from api.kube import KubeRest
 from api.telemetry import Telemetry, span_exporter_from_env
-from controller.kube import Kube
 from controller.main import Controller, build_parser
 from controller.reconcile import reconcile
 from controller.status import COLUMNS, gpu_rows
@@ -54,7 +54,7 @@ def running(apiserver: KubeAPIServer, tmp_path: Path) -> Iterator[tuple[Controll
         ]
     )
     client = apiserver.client()
-    cluster = h.Cluster(Kube(client))
+    cluster = h.Cluster(KubeRest(client))
     for node in ("n1", "n2"):
         cluster.add_slice(h.node_slice(node, 2))
     cluster.add_claim("a", [h.result("n1", "gpu-1", cores=30, memory="10Gi")])
@@ -188,7 +188,10 @@ def test_sigterm_shuts_down_cleanly(apiserver: KubeAPIServer, tmp_path: Path) ->
     ("args", "message"),
     [
         (["--disable-tracker"], "needs --tls-cert-file and --tls-key-file"),
-        (["--disable-webhook", "--kubeconfig=/nonexistent/kubeconfig"], "cannot load kubeconfig"),
+        (
+            ["--disable-webhook", "--kubeconfig=/nonexistent/kubeconfig"],
+            "kubeconfig /nonexistent/kubeconfig (from --kubeconfig) does not exist",
+        ),
         (
             ["--disable-tracker", "--tls-cert-file=/nonexistent.crt", "--tls-key-file=/x.key"],
             "cannot load the TLS certificate /nonexistent.crt",

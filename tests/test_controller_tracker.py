@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import controller_helpers as h
 import pytest
 
-from controller.kube import Kube
+from api.kube import KubeRest
 from controller.tracker import Tracker
 from sharegpu.apiserver import KubeAPIServer
 
@@ -17,21 +17,21 @@ NODES = ("node-a", "node-b", "node-c")
 
 
 @pytest.fixture
-def kube(apiserver: KubeAPIServer) -> Iterator[Kube]:
+def kube(apiserver: KubeAPIServer) -> Iterator[KubeRest]:
     client = apiserver.client()
-    yield Kube(client)
+    yield KubeRest(client)
     client.close()
 
 
 @pytest.fixture
-def cluster(kube: Kube) -> h.Cluster:
+def cluster(kube: KubeRest) -> h.Cluster:
     c = h.Cluster(kube)
     for node in NODES:
         c.add_slice(h.node_slice(node, 8))
     return c
 
 
-def _tracker(kube: Kube, **kwargs: float) -> Tracker:
+def _tracker(kube: KubeRest, **kwargs: float) -> Tracker:
     t = Tracker(kube, h.DRIVER, watch_timeout_s=60, delete_grace_s=0.0, **kwargs)  # type: ignore[arg-type]
     t.start()
     return t
@@ -46,7 +46,7 @@ def _converge(apiserver: KubeAPIServer, cluster: h.Cluster, tracker: Tracker) ->
 
 
 def test_three_nodes_of_eight_gpus(
-    apiserver: KubeAPIServer, kube: Kube, cluster: h.Cluster
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
     tracker = _tracker(kube)
     try:
@@ -61,7 +61,7 @@ def test_three_nodes_of_eight_gpus(
 
 
 def test_claims_allocated_deallocated_deleted_and_pods(
-    apiserver: KubeAPIServer, kube: Kube, cluster: h.Cluster
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
     tracker = _tracker(kube)
     try:
@@ -98,7 +98,7 @@ def test_claims_allocated_deallocated_deleted_and_pods(
 
 
 def test_slice_changes_create_update_and_delete_objects(
-    apiserver: KubeAPIServer, kube: Kube, cluster: h.Cluster
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
     tracker = _tracker(kube)
     try:
@@ -117,7 +117,7 @@ def test_slice_changes_create_update_and_delete_objects(
 
 
 def test_restart_gives_same_objects_without_writes(
-    apiserver: KubeAPIServer, kube: Kube, cluster: h.Cluster
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
     cluster.add_claim("a", [h.result("node-a", "gpu-1", cores=10, memory="1Gi")])
     first = _tracker(kube)
@@ -140,7 +140,7 @@ def test_restart_gives_same_objects_without_writes(
 
 
 def test_resyncs_after_dropped_and_expired_watches(
-    apiserver: KubeAPIServer, kube: Kube, cluster: h.Cluster
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
     tracker = _tracker(kube)
     try:
@@ -164,7 +164,7 @@ def test_resyncs_after_dropped_and_expired_watches(
 
 
 def test_status_writes_are_batched_per_gpu(
-    apiserver: KubeAPIServer, kube: Kube, cluster: h.Cluster
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
     """Changes within the write interval are merged into one later write."""
     tracker = Tracker(kube, h.DRIVER, write_interval_s=3600.0)
@@ -186,7 +186,7 @@ def test_status_writes_are_batched_per_gpu(
 
 
 def test_deletion_waits_for_the_grace_period(
-    apiserver: KubeAPIServer, kube: Kube, cluster: h.Cluster
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
     tracker = _tracker(kube)
     tracker.delete_grace_s = 3600.0

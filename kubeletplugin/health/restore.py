@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from api import names
-from kubeletplugin.kube import KubeApiError, KubeRest
+from api.kube import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from api import names
+from api.kube import KubeApiError, KubeConfigError, KubeRest
 from api.quantity import format_bytes_human, format_quantity, quantity_int
 from controller.reconcile import reconcile
 from kubeletplugin.cdi import spec_file_name
 from kubeletplugin.config import ConfigError, parse_config
 from kubeletplugin.devices import DiscoveryError
-from kubeletplugin.kube import KubeApiError, KubeConfigError, KubeRest
 from kubeletplugin.main import Plugin, build_plugin
 from kubeletplugin.preparer import ClaimRef
 from kubeletplugin.registration import registration_socket_path

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import names
+from api.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
 from api.quantity import QuantityError, format_bytes_human, quantity_int
-from kubeletplugin.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
 from sharegpu.allocator import (
     AllocationOutcome,
     Allocator,

@@ -10,8 +10,8 @@ import argparse
 from typing import Any, Final
 
 from api import names
+from api.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
 from controller.status import COLUMNS, gpu_rows
-from kubeletplugin.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
 from sharegpu.cli.common import EXIT_OK, CliError, Obj, add_output_flag
 from sharegpu.cli.output import Table, emit, resolve_format
 

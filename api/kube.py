@@ -1,0 +1,329 @@
+"""Connecting to the Kubernetes API server, and JSON requests and watches against it.
+
+Used by the node daemon, the controller and the CLI, so each rule lives here once:
+
+* Connection settings (:func:`load_api_client`): the ``--kubeconfig`` flag, else the first path
+  in the ``KUBECONFIG`` environment variable, else the in-cluster service account. Failures raise
+  :class:`KubeConfigError` with one line that says which source was tried and why it failed.
+* :class:`KubeRest`: requests through the official client's transport (its auth, TLS, host and
+  read retries). Objects are plain dicts in their JSON shape, because the generated models lag
+  the DRA fields. Every failure, HTTP or transport, raises :class:`KubeApiError`, ``status`` 0
+  when no answer came; an optional ``on_error(verb, resource, status)`` callback sees each
+  unexpected failure (for metrics).
+* :meth:`KubeRest.watch`: the events of a watch stream; an ``ERROR`` event raises
+  :class:`KubeApiError` with the status it carries (410 when the resourceVersion expired).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+#: Environment variable naming a kubeconfig file (first path when it is a list).
+KUBECONFIG_ENV = "KUBECONFIG"
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+#: Seconds a request may take, and a watch may take to answer (its stream has its own limit).
+DEFAULT_TIMEOUT_S = 10.0
+
+#: ``on_error(verb, resource, status)``: verb lower-case (``get``, ``put``, ``watch``).
+ErrorHook = Callable[[str, str, int], None]
+
+
+class KubeConfigError(RuntimeError):
+    """No usable connection settings; the message is one line naming the source and cause."""
+
+
+def kubeconfig_path(flag: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The kubeconfig file to use: the flag, else the first path in ``KUBECONFIG``, else None."""
+    if flag:
+        return flag
+    env = (environ if environ is not None else os.environ).get(KUBECONFIG_ENV, "")
+    paths = [p for p in env.split(os.pathsep) if p]
+    return paths[0] if paths else None
+
+
+def load_api_client(
+    kubeconfig: str | None, environ: Mapping[str, str] | None = None
+) -> client.ApiClient:
+    """An ApiClient from the kubeconfig (flag or ``KUBECONFIG``) or the in-cluster config."""
+    configuration = client.Configuration()
+    path = kubeconfig_path(kubeconfig, environ)
+    if path is not None:
+        source = "--kubeconfig" if kubeconfig else f"${KUBECONFIG_ENV}"
+        if not os.path.isfile(path):
+            raise KubeConfigError(f"kubeconfig {path} (from {source}) does not exist")
+        try:
+            config.load_kube_config(
+                config_file=path, client_configuration=configuration, persist_config=False
+            )
+        except (ConfigException, ValueError, TypeError, KeyError, OSError) as exc:
+            message = str(exc).replace("\n", " ") or type(exc).__name__
+            raise KubeConfigError(
+                f"cannot use kubeconfig {path} (from {source}): {message}"
+            ) from None
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except ConfigException as exc:
+            raise KubeConfigError(
+                "no --kubeconfig, no $KUBECONFIG, and not running in a cluster "
+                f"(in-cluster config: {exc})"
+            ) from None
+    return client.ApiClient(configuration)
+
+
+def resource_path(
+    group: str, version: str, plural: str, namespace: str | None = None, name: str | None = None
+) -> str:
+    """REST path of a collection or object (``group`` empty for the core API)."""
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    if namespace:
+        base += f"/namespaces/{namespace}"
+    base += f"/{plural}"
+    if name:
+        base += f"/{name}"
+    return base
+
+
+class KubeApiError(Exception):
+    """A failed API request.
+
+    ``status`` is the HTTP status (or the ``code`` of a watch ``ERROR`` event), 0 when no answer
+    came; ``reason`` the Status reason (``NotFound``, ``Expired``); ``message`` the server's
+    message, or what went wrong in transport. ``str()`` is one line that also names the request.
+    """
+
+    def __init__(self, status: int, reason: str, message: str, request: str = "") -> None:
+        text = f"HTTP {status} {reason}: {message}" if status else message
+        super().__init__(f"{request}: {text}" if request else text)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def _status_message(body: bytes) -> tuple[str, str]:
+    """(reason, message) of a Kubernetes Status body; the raw text when it is not one."""
+    text = body.decode(errors="replace")
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return "", text.strip()[:500]
+    if not isinstance(status, dict):
+        return "", text.strip()[:500]
+    return str(status.get("reason", "")), str(status.get("message", text.strip()[:500]))
+
+
+def _resource_of(path: str) -> str:
+    """A short resource label (``gpus``, ``leases``) for a REST path, for metrics."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if "namespaces" in parts:
+        i = parts.index("namespaces")
+        parts = parts[:i] + parts[i + 2 :]
+    # /api/v1/<plural>[/name[/sub]] or /apis/<group>/<version>/<plural>[/name[/sub]]
+    rest = parts[2:] if parts and parts[0] == "api" else parts[3:]
+    return rest[0] if rest else "unknown"
+
+
+def _event_lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    """The non-empty lines of a streamed answer, until it ends."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=True):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
+
+
+class KubeRest:
+    """JSON requests and watch streams through an :class:`ApiClient`.
+
+    ``timeout_s`` bounds each request (unless a call gives its own) and the wait for a watch to
+    answer. ``on_error`` sees every failure except statuses a call says it expects.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        on_error: ErrorHook | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.api_client = api_client
+        self.on_error = on_error
+        self.timeout_s = timeout_s
+
+    def _fail(self, verb: str, path: str, status: int) -> None:
+        if self.on_error is not None:
+            self.on_error(verb.lower(), _resource_of(path), status)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] | None,
+        body: Any,
+        content_type: str,
+        timeout: float | tuple[float, float | None],
+        verb: str,
+    ) -> Any:
+        """The urllib3 response of one request; transport failures raise (and are reported)."""
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = self.api_client.param_serialize(
+            method,
+            path,
+            query_params=list(query or ()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        request = f"{verb} {path}"
+        try:
+            return self.api_client.call_api(*params, _request_timeout=timeout).response
+        except client.ApiException as exc:
+            self._fail(verb, path, 0)
+            raise KubeApiError(0, "", f"{request}: {exc.reason}") from None
+        except Exception as exc:  # urllib3, ssl and socket errors: "no answer"
+            self._fail(verb, path, 0)
+            raise KubeApiError(0, "", f"{request}: {type(exc).__name__}: {exc}") from None
+
+    def _http_error(
+        self, response: Any, data: bytes, verb: str, path: str, expected: Collection[int]
+    ) -> KubeApiError:
+        if response.status not in expected:
+            self._fail(verb, path, response.status)
+        reason, message = _status_message(data)
+        return KubeApiError(
+            response.status, reason or str(response.reason), message, f"{verb} {path}"
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+        expected: Collection[int] = (),
+    ) -> dict[str, Any]:
+        """Send one request and return the decoded JSON object of a 2xx answer (``{}`` if empty).
+
+        Failures with a status in ``expected`` (e.g. 404 of a lookup) still raise but are not
+        reported to ``on_error``.
+        """
+        response = self._send(
+            method,
+            path,
+            query,
+            body,
+            content_type,
+            self.timeout_s if timeout is None else timeout,
+            method,
+        )
+        try:
+            data = response.data
+        except Exception as exc:
+            self._fail(method, path, 0)
+            raise KubeApiError(
+                0, "", f"{method} {path}: reading the answer failed: {type(exc).__name__}: {exc}"
+            ) from None
+        finally:
+            response.release_conn()
+        if not 200 <= response.status < 300:
+            raise self._http_error(response, data, method, path, expected)
+        if not data:
+            return {}
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self._fail(method, path, 0)
+            raise KubeApiError(0, "", f"{method} {path}: the answer is not JSON") from None
+        if not isinstance(obj, dict):
+            self._fail(method, path, 0)
+            raise KubeApiError(0, "", f"{method} {path}: the answer is not a JSON object")
+        return obj
+
+    def get(
+        self,
+        path: str,
+        query: Sequence[tuple[str, str]] | None = None,
+        expected: Collection[int] = (),
+    ) -> dict[str, Any]:
+        """GET ``path`` (``expected``: see :meth:`request`)."""
+        return self.request("GET", path, query=query, expected=expected)
+
+    def list_all(
+        self, path: str, query: Sequence[tuple[str, str]] = (), page_size: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All items of a collection (following ``continue``) and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            q = [*query, ("limit", str(page_size))]
+            if token:
+                q.append(("continue", token))
+            page = self.get(path, q)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+
+    def watch(
+        self,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        read_timeout: float | None,
+        register: Callable[[Any], None] | None = None,
+    ) -> Generator[dict[str, Any], None, None]:
+        """Watch events (``{"type", "object"}``) of a collection until the server ends the stream.
+
+        ``watch=true`` is added to ``query``. The request is sent when iteration starts;
+        ``register`` then receives the open urllib3 response, so another thread can stop the
+        watch with ``shutdown()``. An ``ERROR`` event raises :class:`KubeApiError` with its code
+        (not reported to ``on_error``: 410 Gone is routine); a broken stream raises one with
+        status 0. The connection is released when the generator ends or is closed.
+        """
+        q = [*query, ("watch", "true")]
+        response = self._send("GET", path, q, None, JSON, (self.timeout_s, read_timeout), "WATCH")
+        if response.status != 200:
+            data = response.data
+            response.release_conn()
+            raise self._http_error(response, data, "WATCH", path, ())
+        if register is not None:
+            register(response)
+        try:
+            for line in _event_lines(response):
+                event = json.loads(line)
+                if not isinstance(event, dict):
+                    raise ValueError(f"an event is not a JSON object: {line[:200]!r}")
+                if event.get("type") == "ERROR":
+                    obj = event.get("object") or {}
+                    raise KubeApiError(
+                        int(obj.get("code", 0) or 0),
+                        str(obj.get("reason", "")),
+                        str(obj.get("message", json.dumps(obj))),
+                        f"WATCH {path}",
+                    )
+                yield event
+        except KubeApiError:
+            raise
+        except Exception as exc:
+            self._fail("WATCH", path, 0)
+            raise KubeApiError(
+                0, "", f"WATCH {path}: stream broken: {type(exc).__name__}: {exc}"
+            ) from None
+        finally:
+            response.release_conn()
