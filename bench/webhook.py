@@ -28,11 +28,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this file's directory comes first on sys.path, where bench/controller.py
-# would shadow the ``controller`` package.
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 from api.names import DEFAULT_DRIVER_NAME as DRIVER
 
 D = f"device.attributes['{DRIVER}']"

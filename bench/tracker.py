@@ -1,7 +1,7 @@
 """Scale of the GPU tracker: 1,000 nodes x 8 GPUs and 20,000 allocated claims (with pods).
 
-Usage: python bench/controller.py [--nodes 1000] [--claims 20000] [--events 2000]
-                                  [--apiserver] [--api-events 200]
+Usage: python bench/tracker.py [--nodes 1000] [--claims 20000] [--events 2000]
+                               [--apiserver] [--api-events 200]
 
 Phases (each prints its figures):
 
@@ -22,18 +22,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import random
 import statistics
-import sys
 import time
 import uuid
 from typing import Any
-
-# Run as a script, this file's directory comes first on sys.path and its name would shadow the
-# ``controller`` package.
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
 
 from api.kube import KubeRest
 from api.names import (
