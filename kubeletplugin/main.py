@@ -8,7 +8,8 @@ reverse order when SIGTERM or SIGINT arrives. Stopping never deletes slices and 
 unprepares claims: kubelet owns that clean-up.
 
 Exit codes: 0 after a clean stop (or ``--print-slices``), 1 when discovery or the API connection
-fails, 2 for bad flags. Expected failures print one line, never a traceback.
+fails or a directory or socket cannot be created, 2 for bad flags. Expected failures print one
+line, never a traceback.
 """
 
 from __future__ import annotations
@@ -271,4 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         plugin = build_plugin(config)
     except (DiscoveryError, KubeConfigError) as exc:
         return _fail(str(exc), 1)
-    return plugin.run()
+    try:
+        return plugin.run()
+    except OSError as exc:
+        # A directory or socket the daemon cannot create (permissions, a file in the way).
+        return _fail(f"cannot start: {exc}", 1)

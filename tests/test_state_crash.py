@@ -285,3 +285,36 @@ def test_garbage_checkpoint_at_start_of_the_real_process(
         assert set(kplugin.unprepare(refs).values()) == {""}
         _check_node(plugin, set(), corrupt_copies=1)
         kplugin.close()
+
+
+def test_unusable_data_dir_is_one_line_not_a_traceback(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    _, plugin = env
+    blocker = plugin.root / "a-file"
+    blocker.write_text("")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kubeletplugin",
+            "--device-backend=mock",
+            f"--node-name={NODE}",
+            f"--kubeconfig={plugin.kubeconfig}",
+            f"--plugin-registry-dir={plugin.registry}",
+            f"--plugin-data-dir={blocker / 'data'}",
+            f"--cdi-dir={plugin.cdi_dir}",
+            "--disable-health",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert (
+        run.stderr.strip()
+        .splitlines()[-1]
+        .startswith("sharegpu-kubeletplugin: error: cannot start: [Errno 20] Not a directory")
+    )
