@@ -117,3 +117,31 @@ def test_documented_chart_values_exist() -> None:
             if path not in known and not path.endswith(".*"):
                 problems.append(f"{page.name}: {path}")
     assert problems == []
+
+
+#: Flags of other tools the pages show (helm, kubectl, nvidia-smi, ruff, the generators).
+OTHER_TOOLS_FLAGS = {
+    "--namespace",
+    "--set",
+    "--field-selector",
+    "--set-timeslice",
+    "--strict",
+    "--check",
+}
+
+
+def test_documented_daemon_flags_exist() -> None:
+    from controller.main import build_parser as controller_parser
+    from kubeletplugin.config import build_parser as plugin_parser
+
+    known = set(OTHER_TOOLS_FLAGS)
+    for parser in [plugin_parser(), controller_parser(), *subcommand_parsers().values()]:
+        known |= {o for a in parser._actions for o in a.option_strings}
+    problems = [
+        f"{page.name}: {flag}"
+        for page in prose_files()
+        if page.name != "performance.md"  # benchmark script flags
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", code_of(page.read_text()))
+        if flag not in known
+    ]
+    assert problems == []
