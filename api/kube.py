@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Generator, Iterator, Mapping, 
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
@@ -63,7 +64,7 @@ def load_api_client(
             config.load_kube_config(
                 config_file=path, client_configuration=configuration, persist_config=False
             )
-        except (ConfigException, ValueError, TypeError, KeyError, OSError) as exc:
+        except (ConfigException, yaml.YAMLError, ValueError, TypeError, KeyError, OSError) as exc:
             message = str(exc).replace("\n", " ") or type(exc).__name__
             raise KubeConfigError(
                 f"cannot use kubeconfig {path} (from {source}): {message}"
