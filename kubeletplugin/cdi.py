@@ -30,6 +30,7 @@ import yaml
 
 from api import names
 from kubeletplugin.checkpoint import DeviceRecord
+from kubeletplugin.claims import base_request_names
 from kubeletplugin.devices import GpuInfo
 from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
 
@@ -258,41 +259,38 @@ def qualified_id(kind: str, device_name: str) -> str:
 
 @dataclass(frozen=True)
 class SpecDevice:
-    """Everything the spec records about one CDI device of a claim."""
+    """One CDI device of a claim: its checkpoint record, plus what the spec needs besides."""
 
-    #: CDI device name (see :func:`cdi_device_name`).
-    name: str
+    record: DeviceRecord
     claim_namespace: str
     claim_name: str
     claim_uid: str
-    requests: tuple[str, ...]
-    device: str
-    gpu_uuid: str
+    #: Minor number of the GPU's device node (``/dev/nvidia<minor>``).
     gpu_minor: int
-    cores: int
-    memory: int
-    share_id: str | None = None
-    partition: str | None = None
-    admin_access: bool = False
     #: Extra edits from share enforcement (MPS, limits), applied after the base edits.
     extra_edits: ContainerEdits = field(default_factory=ContainerEdits)
 
+    @property
+    def name(self) -> str:
+        return self.record.cdi_name
+
     def env(self) -> tuple[str, ...]:
+        r = self.record
         env = [
-            f"{ENV_VISIBLE_DEVICES}={self.gpu_uuid}",
+            f"{ENV_VISIBLE_DEVICES}={r.gpu_uuid}",
             f"{ENV_CLAIM}={self.claim_namespace}/{self.claim_name}",
             f"{ENV_CLAIM_UID}={self.claim_uid}",
-            f"{ENV_REQUEST}={','.join(self.requests)}",
-            f"{ENV_DEVICE}={self.device}",
-            f"{ENV_GPU_UUID}={self.gpu_uuid}",
-            f"{ENV_CORES}={self.cores}",
-            f"{ENV_MEMORY}={self.memory}",
+            f"{ENV_REQUEST}={','.join(base_request_names(r.requests))}",
+            f"{ENV_DEVICE}={r.device}",
+            f"{ENV_GPU_UUID}={r.gpu_uuid}",
+            f"{ENV_CORES}={r.cores}",
+            f"{ENV_MEMORY}={r.memory}",
         ]
-        if self.share_id:
-            env.append(f"{ENV_SHARE_ID}={self.share_id}")
-        if self.partition:
-            env.append(f"{ENV_PARTITION}={self.partition}")
-        if self.admin_access:
+        if r.share_id:
+            env.append(f"{ENV_SHARE_ID}={r.share_id}")
+        if r.partition:
+            env.append(f"{ENV_PARTITION}={r.partition}")
+        if r.admin_access:
             env.append(f"{ENV_ADMIN_ACCESS}=true")
         return tuple(env)
 

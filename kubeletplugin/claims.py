@@ -15,7 +15,7 @@ claim and the problem; the caller turns it into that claim's per-claim error.
 from __future__ import annotations
 
 import json
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -88,10 +88,10 @@ class AllocationResult:
     consumed_capacity: Mapping[str, str] = field(default_factory=dict)
     admin_access: bool = False
 
-    @property
-    def base_request(self) -> str:
-        """The request name kubelet knows: ``req/sub`` becomes ``req``."""
-        return self.request.split("/", 1)[0]
+
+def base_request_names(requests: Iterable[str]) -> tuple[str, ...]:
+    """The request names kubelet knows, in order without repeats: ``req/sub`` becomes ``req``."""
+    return tuple(dict.fromkeys(r.split("/", 1)[0] for r in requests))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from kubeletplugin.claims import (
     ClaimAllocation,
     ClaimError,
     ClaimGetter,
+    base_request_names,
     extract_allocation,
 )
 from kubeletplugin.devices import GpuInfo
@@ -308,7 +309,7 @@ class DeviceState:
         return PrepareOutcome(
             devices=tuple(
                 PreparedDevice(
-                    request_names=tuple(dict.fromkeys(r.split("/", 1)[0] for r in d.requests)),
+                    request_names=base_request_names(d.requests),
                     pool_name=d.pool,
                     device_name=d.device,
                     cdi_device_ids=d.cdi_device_ids,
@@ -406,22 +407,14 @@ class DeviceState:
                 )
             spec_devices = [
                 SpecDevice(
-                    name=name,
+                    record=rec,
                     claim_namespace=ref.namespace,
                     claim_name=ref.name,
                     claim_uid=ref.uid,
-                    requests=tuple(dict.fromkeys(r.split("/", 1)[0] for r in s.requests)),
-                    device=s.device,
-                    gpu_uuid=s.gpu.uuid,
                     gpu_minor=s.gpu.minor,
-                    cores=s.cores,
-                    memory=s.memory,
-                    share_id=s.share_id,
-                    partition=s.partition,
-                    admin_access=s.admin_access,
                     extra_edits=edits,
                 )
-                for s, name, edits in zip(shares, names, enforcement.device_edits, strict=True)
+                for rec, s, edits in zip(records, shares, enforcement.device_edits, strict=True)
             ]
             completed = replace(
                 started,
