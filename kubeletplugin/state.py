@@ -377,7 +377,7 @@ class DeviceState:
                 cores=s.cores,
                 memory=s.memory,
                 cdi_name=name,
-                cdi_device_ids=(),
+                cdi_device_ids=self._cdi.cdi_ids(name, s.gpu),
                 share_id=s.share_id,
                 partition=s.partition,
                 admin_access=s.admin_access,
@@ -416,15 +416,7 @@ class DeviceState:
                 )
                 for rec, s, edits in zip(records, shares, enforcement.device_edits, strict=True)
             ]
-            completed = replace(
-                started,
-                state=STATE_COMPLETED,
-                devices=tuple(
-                    replace(rec, cdi_device_ids=self._cdi.cdi_ids(rec.cdi_name, s.gpu))
-                    for rec, s in zip(records, shares, strict=True)
-                ),
-                sharing=dict(enforcement.record),
-            )
+            completed = replace(started, state=STATE_COMPLETED, sharing=dict(enforcement.record))
             # The spec file and the PrepareCompleted record are written concurrently: a crash
             # that leaves either without the other is rolled back at the next start.
             with self._mu:
