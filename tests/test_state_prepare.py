@@ -27,6 +27,7 @@ from kubeletplugin.cdi import ContainerEdits, Mount, NvidiaCdiDetector
 from kubeletplugin.claims import DriverConfig
 from kubeletplugin.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.preparer import ClaimRef
+from kubeletplugin.state import KeyedLocks
 
 KIND = names.cdi_kind(DRIVER)
 
@@ -465,3 +466,46 @@ def test_concurrent_prepares_of_one_exclusive_gpu_hand_it_out_once(node: Node) -
     assert len(outs) == n
     assert len(ok) == 1
     assert len(node.spec_files()) == 1
+
+
+def test_a_vanished_spec_file_is_prepared_again(node: Node) -> None:
+    claims = FakeClaims()
+    c = claim("vanish", [result("gpu", "gpu-4")])
+    claims.add(c)
+    state = node.state(claims)
+    uid = c["metadata"]["uid"]
+    first = state.prepare([ref(c)])[uid]
+    (path,) = node.spec_files()
+    path.unlink()
+    gets = claims.gets
+    again = state.prepare([ref(c)])[uid]
+    assert again == first
+    assert claims.gets == gets + 1  # fetched again: the recorded answer was not trusted
+    assert path.exists()
+    assert_valid_cdi(path)
+
+
+def test_keyed_locks_exclude_per_key_and_are_dropped_after_use() -> None:
+    locks = KeyedLocks()
+    inside: dict[str, int] = {"a": 0, "b": 0}
+    most: dict[str, int] = {"a": 0, "b": 0}
+    guard = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def work(key: str) -> None:
+        barrier.wait(timeout=60)
+        for _ in range(200):
+            with locks.hold(key):
+                with guard:
+                    inside[key] += 1
+                    most[key] = max(most[key], inside[key])
+                with guard:
+                    inside[key] -= 1
+
+    threads = [threading.Thread(target=work, args=("ab"[i % 2],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert most == {"a": 1, "b": 1}
+    assert locks._locks == {}
