@@ -31,7 +31,7 @@ from kubeletplugin.preparer import ClaimRef
 from sharegpu.apiserver import KubeAPIServer
 
 SEED = 20261122
-OPERATIONS = 120
+OPERATIONS = 100
 GPUS = 4
 
 
