@@ -31,8 +31,31 @@ SOURCE_FROM_CLAIM = "FromClaim"
 _SOURCE_ORDER = {SOURCE_FROM_CLASS: 0, SOURCE_FROM_CLAIM: 1}
 
 
+#: Why a claim cannot be prepared (the ``reason`` of :class:`ClaimError`, a metrics label).
+REASON_NOT_FOUND = "not_found"
+REASON_API_ERROR = "api_error"
+REASON_REPLACED = "replaced"
+REASON_UNALLOCATED = "unallocated"
+REASON_NO_RESULT = "no_result"
+REASON_UNKNOWN_DEVICE = "unknown_device"
+REASON_INVALID_ALLOCATION = "invalid_allocation"
+#: The GPU is held by another prepared claim (the last line of defence).
+REASON_CONFLICT = "conflict"
+#: Share enforcement refused the claim (config, strategy or capacity).
+REASON_ENFORCEMENT = "enforcement"
+#: A spec file or the checkpoint could not be written.
+REASON_IO = "io"
+#: A bug: logged with its traceback.
+REASON_INTERNAL = "internal"
+
+
 class ClaimError(Exception):
-    """A claim that cannot be prepared; the message is the per-claim error sent to kubelet."""
+    """A claim that cannot be prepared; the message is the per-claim error sent to kubelet and
+    ``reason`` one of the ``REASON_*`` names."""
+
+    def __init__(self, message: str, reason: str = REASON_INVALID_ALLOCATION) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ClaimGetter(Protocol):
@@ -61,18 +84,27 @@ class KubeClaimGetter:
             data = response.data  # type: ignore[attr-defined]
         except ApiException as exc:
             if exc.status == 404:
-                raise ClaimError(f"ResourceClaim {namespace}/{name} not found") from exc
+                raise ClaimError(
+                    f"ResourceClaim {namespace}/{name} not found", REASON_NOT_FOUND
+                ) from exc
             raise ClaimError(
-                f"cannot get ResourceClaim {namespace}/{name}: HTTP {exc.status} {exc.reason}"
+                f"cannot get ResourceClaim {namespace}/{name}: HTTP {exc.status} {exc.reason}",
+                REASON_API_ERROR,
             ) from exc
         except (HTTPError, OSError) as exc:
-            raise ClaimError(f"cannot get ResourceClaim {namespace}/{name}: {exc}") from exc
+            raise ClaimError(
+                f"cannot get ResourceClaim {namespace}/{name}: {exc}", REASON_API_ERROR
+            ) from exc
         try:
             claim = json.loads(data)
         except ValueError as exc:
-            raise ClaimError(f"ResourceClaim {namespace}/{name}: invalid JSON: {exc}") from exc
+            raise ClaimError(
+                f"ResourceClaim {namespace}/{name}: invalid JSON: {exc}", REASON_API_ERROR
+            ) from exc
         if not isinstance(claim, dict):
-            raise ClaimError(f"ResourceClaim {namespace}/{name}: response is not an object")
+            raise ClaimError(
+                f"ResourceClaim {namespace}/{name}: response is not an object", REASON_API_ERROR
+            )
         return claim
 
 
@@ -135,24 +167,30 @@ def extract_allocation(
     if uid != ref.uid:
         raise ClaimError(
             f"{label} was replaced: kubelet asked for UID {ref.uid}, the API server has UID "
-            f"{uid or '(none)'}"
+            f"{uid or '(none)'}",
+            REASON_REPLACED,
         )
     allocation = (claim.get("status") or {}).get("allocation")
     if not isinstance(allocation, Mapping):
-        raise ClaimError(f"{label} (UID {ref.uid}) is not allocated: status.allocation is unset")
+        raise ClaimError(
+            f"{label} (UID {ref.uid}) is not allocated: status.allocation is unset",
+            REASON_UNALLOCATED,
+        )
     devices = allocation.get("devices") or {}
     if not isinstance(devices, Mapping):
         raise ClaimError(f"{label}: status.allocation.devices is not an object")
     results = _read_results(devices.get("results") or [], label, driver_name, pool_name)
     if not results:
         raise ClaimError(
-            f"{label} has no allocation result for driver {driver_name} in pool {pool_name}"
+            f"{label} has no allocation result for driver {driver_name} in pool {pool_name}",
+            REASON_NO_RESULT,
         )
     for result in results:
         if result.device not in published_devices:
             raise ClaimError(
                 f"{label}: request {result.request!r} was allocated device {result.device!r}, "
-                f"which node {pool_name} does not publish"
+                f"which node {pool_name} does not publish",
+                REASON_UNKNOWN_DEVICE,
             )
     configs = _read_configs(devices.get("config") or [], label, driver_name)
     return ClaimAllocation(ref=ref, results=results, configs=configs)

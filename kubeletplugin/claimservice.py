@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from kubernetes import client
 
+from api.telemetry import Telemetry
 from kubeletplugin.cdi import CdiSpecWriter, NvidiaCdiDetector
 from kubeletplugin.checkpoint import Checkpoint
 from kubeletplugin.claims import KubeClaimGetter
@@ -33,6 +34,7 @@ class ClaimService:
         api_client: client.ApiClient,
         enforcer: ShareEnforcer,
         health_source: HealthSource | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         # Device nodes are added only for real GPUs; mock GPUs have none.
         dev_root = config.dev_root if config.device_backend == "nvml" else None
@@ -50,6 +52,7 @@ class ClaimService:
             ),
             checkpoint=Checkpoint(config.plugin_data_dir, boot_id_file=config.boot_id_file),
             enforcer=enforcer,
+            telemetry=telemetry,
         )
         self.server = PluginServer(
             config.driver_name,

@@ -247,7 +247,14 @@ def build_plugin(config: PluginConfig) -> Plugin:
         install_reload_signal(plugin.health.checker)
         plugin.add_component(plugin.health)
     plugin.add_component(
-        ClaimService(config, gpus, api_client, enforcer_for(config), plugin.health_source)
+        ClaimService(
+            config,
+            gpus,
+            api_client,
+            enforcer_for(config),
+            plugin.health_source,
+            plugin.telemetry,
+        )
     )
     return plugin
 

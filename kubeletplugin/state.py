@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from api.telemetry import Telemetry
 from kubeletplugin import cdi as cdimod
 from kubeletplugin.cdi import CdiSpecWriter, SpecDevice
 from kubeletplugin.checkpoint import (
@@ -44,6 +45,10 @@ from kubeletplugin.checkpoint import (
     DeviceRecord,
 )
 from kubeletplugin.claims import (
+    REASON_CONFLICT,
+    REASON_ENFORCEMENT,
+    REASON_INTERNAL,
+    REASON_IO,
     AllocationResult,
     ClaimAllocation,
     ClaimError,
@@ -56,6 +61,7 @@ from kubeletplugin.enforcement import DeviceShare, NoEnforcement, ShareEnforcer,
 from kubeletplugin.fsutil import remove_durably
 from kubeletplugin.preparer import ClaimRef, PreparedDevice, PrepareOutcome, UnprepareOutcome
 from kubeletplugin.shares import NodeDevice, device_share, node_devices
+from kubeletplugin.statemetrics import StateMetrics
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +122,7 @@ class DeviceState:
         cdi: CdiSpecWriter,
         checkpoint: Checkpoint,
         enforcer: ShareEnforcer | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
@@ -134,6 +141,7 @@ class DeviceState:
         self._changes = 0
         self._written = 0
         self._started = False
+        self._metrics = StateMetrics(telemetry, self._count_prepared)
         #: Writes spec files while the calling thread writes the checkpoint.
         self._io = ThreadPoolExecutor(max_workers=32, thread_name_prefix="cdi-write")
 
@@ -265,6 +273,10 @@ class DeviceState:
             self._checkpoint.write(snapshot, self._enforcer.export_state())
             self._written = covered
 
+    def _count_prepared(self) -> int:
+        with self._mu:
+            return sum(1 for rec in self._claims.values() if rec.state == STATE_COMPLETED)
+
     def close(self) -> None:
         """Stop the writer threads (after the gRPC server stopped calling in)."""
         self._io.shutdown(wait=True)
@@ -288,12 +300,20 @@ class DeviceState:
         for ref in claims:
             if ref.uid in outcomes:
                 continue
-            try:
-                outcomes[ref.uid] = self._prepare_claim(ref, fetched.get(ref.uid))
-            except Exception as exc:
-                log.exception("unexpected error preparing claim %s/%s", ref.namespace, ref.name)
-                label = _claim_label(ref.namespace, ref.name, ref.uid)
-                outcomes[ref.uid] = PrepareOutcome(error=f"internal error preparing {label}: {exc}")
+            with self._metrics.prepare(ref) as done:
+                try:
+                    outcomes[ref.uid] = self._prepare_claim(ref, fetched.get(ref.uid))
+                    done(None)
+                except ClaimError as exc:
+                    outcomes[ref.uid] = PrepareOutcome(error=str(exc))
+                    done(exc.reason)
+                except Exception as exc:
+                    log.exception("unexpected error preparing claim %s/%s", ref.namespace, ref.name)
+                    label = _claim_label(ref.namespace, ref.name, ref.uid)
+                    outcomes[ref.uid] = PrepareOutcome(
+                        error=f"internal error preparing {label}: {exc}"
+                    )
+                    done(REASON_INTERNAL)
         return outcomes
 
     def _completed_answer(self, uid: str) -> PrepareOutcome | None:
@@ -334,15 +354,11 @@ class DeviceState:
             if fetched is None:
                 fetched = self._fetch(ref)
             if isinstance(fetched, ClaimError):
-                return PrepareOutcome(error=str(fetched))
-            try:
-                allocation = extract_allocation(
-                    fetched, ref, self.driver_name, self.node_name, self._devices
-                )
-                shares = self._device_shares(allocation)
-            except ClaimError as exc:
-                return PrepareOutcome(error=str(exc))
-            return self._prepare_allocation(allocation, shares)
+                raise fetched
+            allocation = extract_allocation(
+                fetched, ref, self.driver_name, self.node_name, self._devices
+            )
+            return self._prepare_allocation(allocation, self._device_shares(allocation))
 
     def _fetch(self, ref: ClaimRef) -> dict[str, Any] | ClaimError:
         try:
@@ -394,7 +410,7 @@ class DeviceState:
         with self._mu:
             conflict = self._find_conflict(started)
             if conflict is not None:
-                return PrepareOutcome(error=f"{label}: {conflict}")
+                raise ClaimError(f"{label}: {conflict}", REASON_CONFLICT)
             self._claims[ref.uid] = started
             change = self._changed()
         try:
@@ -427,10 +443,11 @@ class DeviceState:
                 self._persist(change)
             finally:
                 spec_written.result()
-        except (ShareError, OSError, ValueError) as exc:
+        except (ShareError, OSError) as exc:
             log.warning("preparing %s failed: %s", label, exc)
             self._undo_quietly(ref.uid)
-            return PrepareOutcome(error=f"{label}: {exc}")
+            reason = REASON_ENFORCEMENT if isinstance(exc, ShareError) else REASON_IO
+            raise ClaimError(f"{label}: {exc}", reason) from exc
         except BaseException:
             self._undo_quietly(ref.uid)
             raise
@@ -488,26 +505,9 @@ class DeviceState:
             if ref.uid in outcomes:
                 continue
             label = _claim_label(ref.namespace, ref.name, ref.uid)
-            try:
-                with self._claim_locks.hold(ref.uid):
-                    self._cdi.remove(ref.uid)
-                    with self._mu:
-                        known = ref.uid in self._claims
-                    if known:
-                        self._enforcer.release(ref.uid)
-                        with self._mu:
-                            self._claims.pop(ref.uid, None)
-                            self._changed()
-                        dropped.append(label)
-                outcomes[ref.uid] = UnprepareOutcome()
-            except (ShareError, OSError) as exc:
-                log.warning("unpreparing %s failed: %s", label, exc)
-                outcomes[ref.uid] = UnprepareOutcome(error=f"{label}: {exc}")
-            except Exception as exc:
-                log.exception("unexpected error unpreparing %s", label)
-                outcomes[ref.uid] = UnprepareOutcome(
-                    error=f"internal error unpreparing {label}: {exc}"
-                )
+            with self._metrics.unprepare(ref) as done:
+                outcomes[ref.uid] = self._unprepare_claim(ref, label, dropped)
+                done(outcomes[ref.uid].error == "")
         if dropped:
             try:
                 self._persist()
@@ -522,3 +522,25 @@ class DeviceState:
             for label in dropped:
                 log.info("unprepared %s", label)
         return outcomes
+
+    def _unprepare_claim(self, ref: ClaimRef, label: str, dropped: list[str]) -> UnprepareOutcome:
+        """Remove the claim's spec file and enforcement and drop its record from memory
+        (appending ``label`` to ``dropped``); the caller persists."""
+        try:
+            with self._claim_locks.hold(ref.uid):
+                self._cdi.remove(ref.uid)
+                with self._mu:
+                    known = ref.uid in self._claims
+                if known:
+                    self._enforcer.release(ref.uid)
+                    with self._mu:
+                        self._claims.pop(ref.uid, None)
+                        self._changed()
+                    dropped.append(label)
+            return UnprepareOutcome()
+        except (ShareError, OSError) as exc:
+            log.warning("unpreparing %s failed: %s", label, exc)
+            return UnprepareOutcome(error=f"{label}: {exc}")
+        except Exception as exc:
+            log.exception("unexpected error unpreparing %s", label)
+            return UnprepareOutcome(error=f"internal error unpreparing {label}: {exc}")

@@ -19,7 +19,7 @@ from api import names
 from api.quantity import format_quantity
 from kubeletplugin.cdi import CdiSpecWriter, NvidiaCdiDetector
 from kubeletplugin.checkpoint import Checkpoint
-from kubeletplugin.claims import ClaimError
+from kubeletplugin.claims import REASON_NOT_FOUND, ClaimError
 from kubeletplugin.devices import GpuInfo
 from kubeletplugin.enforcement import ShareEnforcer
 from kubeletplugin.mock import MockBackend
@@ -135,7 +135,7 @@ class FakeClaims:
         try:
             return copy.deepcopy(self.claims[(namespace, name)])
         except KeyError:
-            raise ClaimError(f"ResourceClaim {namespace}/{name} not found") from None
+            raise ClaimError(f"ResourceClaim {namespace}/{name} not found", REASON_NOT_FOUND) from None
 
 
 @dataclass
