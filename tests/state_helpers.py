@@ -135,7 +135,9 @@ class FakeClaims:
         try:
             return copy.deepcopy(self.claims[(namespace, name)])
         except KeyError:
-            raise ClaimError(f"ResourceClaim {namespace}/{name} not found", REASON_NOT_FOUND) from None
+            raise ClaimError(
+                f"ResourceClaim {namespace}/{name} not found", REASON_NOT_FOUND
+            ) from None
 
 
 @dataclass
