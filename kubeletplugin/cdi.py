@@ -30,9 +30,9 @@ import yaml
 
 from api import names
 from kubeletplugin.checkpoint import DeviceRecord
-from kubeletplugin.claims import base_request_names
 from kubeletplugin.devices import GpuInfo
 from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
+from kubeletplugin.preparer import base_request_names
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ claim and the problem; the caller turns it into that claim's per-claim error.
 from __future__ import annotations
 
 import json
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -119,11 +119,6 @@ class AllocationResult:
     #: ``consumedCapacity`` as written by the scheduler: capacity name -> quantity string.
     consumed_capacity: Mapping[str, str] = field(default_factory=dict)
     admin_access: bool = False
-
-
-def base_request_names(requests: Iterable[str]) -> tuple[str, ...]:
-    """The request names kubelet knows, in order without repeats: ``req/sub`` becomes ``req``."""
-    return tuple(dict.fromkeys(r.split("/", 1)[0] for r in requests))
 
 
 @dataclass(frozen=True)

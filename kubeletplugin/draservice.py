@@ -29,6 +29,7 @@ from kubeletplugin.preparer import (
     PreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
+    base_request_names,
 )
 
 log = logging.getLogger(__name__)
@@ -38,14 +39,6 @@ _Outcome = TypeVar("_Outcome", PrepareOutcome, UnprepareOutcome)
 MISSING_OUTCOME_ERROR = "the driver returned no result for this claim"
 MISSING_UID_ERROR = "kubelet sent a claim without a UID"
 INVALID_OUTCOME_ERROR = "the driver returned a malformed result for this claim"
-
-
-def base_request_names(names: Iterable[str]) -> tuple[str, ...]:
-    """Strip subrequest suffixes (``req/sub`` -> ``req``) and drop duplicates, keeping order."""
-    seen: dict[str, None] = {}
-    for name in names:
-        seen.setdefault(name.split("/", 1)[0], None)
-    return tuple(seen)
 
 
 def _unique_claims(claims: Iterable[ClaimRef]) -> list[ClaimRef]:

@@ -11,7 +11,7 @@ Invariants every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +23,12 @@ class ClaimRef:
     namespace: str
     uid: str
     name: str
+
+
+def base_request_names(requests: Iterable[str]) -> tuple[str, ...]:
+    """The request names kubelet knows, in order without repeats: a subrequest ``req/sub``
+    (DRA's name for an alternative of ``firstAvailable``) becomes its request ``req``."""
+    return tuple(dict.fromkeys(r.split("/", 1)[0] for r in requests))
 
 
 @dataclass(frozen=True)

@@ -53,13 +53,18 @@ from kubeletplugin.claims import (
     ClaimAllocation,
     ClaimError,
     ClaimGetter,
-    base_request_names,
     extract_allocation,
 )
 from kubeletplugin.devices import GpuInfo
 from kubeletplugin.enforcement import DeviceShare, NoEnforcement, ShareEnforcer, ShareError
 from kubeletplugin.fsutil import remove_durably
-from kubeletplugin.preparer import ClaimRef, PreparedDevice, PrepareOutcome, UnprepareOutcome
+from kubeletplugin.preparer import (
+    ClaimRef,
+    PreparedDevice,
+    PrepareOutcome,
+    UnprepareOutcome,
+    base_request_names,
+)
 from kubeletplugin.shares import NodeDevice, device_share, node_devices
 from kubeletplugin.statemetrics import StateMetrics
 
