@@ -3,7 +3,8 @@
 :func:`node_devices` maps every device name the node publishes in a sharing mode to its GPU (and
 partition profile); :func:`device_share` is the one place that turns an allocation result into a
 :class:`DeviceShare` (cores and memory): from ``consumedCapacity`` for consumable-capacity shares,
-from the partition profile for partition devices, the whole GPU otherwise.
+from the partition profile for partition devices (:func:`kubeletplugin.slices.partition_share`,
+the amounts the slice publishes), the whole GPU otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from api.quantity import QuantityError, quantity_int
 from kubeletplugin.claims import AllocationResult, ClaimError
 from kubeletplugin.devices import GpuInfo
 from kubeletplugin.enforcement import DeviceShare
+from kubeletplugin.slices import partition_share
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,6 @@ def node_devices(gpus: Sequence[GpuInfo], sharing_mode: str) -> dict[str, NodeDe
                 name = names.partition_device_name(gpu.index, profile, j)
                 table[name] = NodeDevice(name, gpu, profile)
     return table
-
-
-def partition_share(gpu: GpuInfo, profile: str) -> tuple[int, int]:
-    """(cores, memory bytes) of one ``1/n`` partition of ``profile`` on ``gpu``:
-    ``floor(100/n)`` cores and ``floor(usable/n)`` bytes, the amounts its ResourceSlice device
-    publishes and consumes from the GPU's counters (see ``slices.partition_devices``)."""
-    parts = names.PARTITION_PROFILES[profile]
-    return names.CORES_PER_GPU // parts, gpu.memory_usable // parts
 
 
 def _consumed(

@@ -136,16 +136,21 @@ def counter_set(gpu: GpuInfo) -> Obj:
     }
 
 
-def partition_devices(gpu: GpuInfo) -> list[Obj]:
-    """The partitions of ``gpu`` (KEP-4815): whole, halves, quarters and eighths.
+def partition_share(gpu: GpuInfo, profile: str) -> tuple[int, int]:
+    """(cores, memory bytes) of one ``1/n`` partition of ``profile`` on ``gpu``: ``floor(100/n)``
+    cores and ``floor(usable/n)`` bytes, so any set of partitions that fits the counters fits the
+    GPU. The one rule for both what a partition device publishes and consumes from the counters
+    and what a prepared partition is entitled to (``shares.device_share``)."""
+    parts = names.PARTITION_PROFILES[profile]
+    return names.CORES_PER_GPU // parts, gpu.memory_usable // parts
 
-    A ``1/n`` partition has ``floor(100/n)`` cores and ``floor(usable/n)`` bytes of memory, so
-    any set of partitions that fits the counters fits the GPU.
-    """
+
+def partition_devices(gpu: GpuInfo) -> list[Obj]:
+    """The partitions of ``gpu`` (KEP-4815): whole, halves, quarters and eighths, each with the
+    capacity and counter consumption of :func:`partition_share`."""
     devices: list[Obj] = []
     for profile, parts in names.PARTITION_PROFILES.items():
-        cores = names.CORES_PER_GPU // parts
-        memory = gpu.memory_usable // parts
+        cores, memory = partition_share(gpu, profile)
         for j in range(parts):
             attrs = gpu_attributes(gpu)
             attrs[names.ATTR_PARTITION] = _string(profile)

@@ -10,7 +10,7 @@ from sharing_helpers import GI, LIBRARY, Tools, claim_env, claim_mounts, gpu_con
 
 from api import names
 from kubeletplugin.enforcement import DeviceShare
-from kubeletplugin.shares import partition_share
+from kubeletplugin.slices import partition_share
 
 
 def prepare(state: Any, obj: dict[str, Any]) -> str:
