@@ -11,6 +11,29 @@ when its checkpoint is lost: the spec file name carries the claim UID and the va
 claim, request, device, share and GPU. (Spec or device ``annotations`` would need cdiVersion 0.6.0,
 which podman 4.x rejects, so the specs carry none.)
 
+Several devices in one container: the runtime merges the edits of every CDI device a container
+gets, and for one variable name the device applied last wins. kubelet gives a container every
+device of each request it references (a container names one request of a claim, or the whole
+claim), so the devices of one request always arrive together. Hence two kinds of variables:
+
+- set variables, identical in the edits of every device of a request, so any merge order gives
+  the same value: ``NVIDIA_VISIBLE_DEVICES`` (the distinct GPU UUIDs of the request's devices, in
+  CUDA order: :func:`cuda_order`), ``SHAREGPU_DEVICES``, ``SHAREGPU_GPU_UUIDS``,
+  ``SHAREGPU_CORES_LIST`` and ``SHAREGPU_MEMORY_LIST`` (one comma-separated entry per device, all
+  four in the same order), ``SHAREGPU_CLAIM``, ``SHAREGPU_CLAIM_UID``, ``SHAREGPU_REQUEST``;
+- device variables (``SHAREGPU_DEVICE``, ``SHAREGPU_GPU_UUID``, ``SHAREGPU_CORES``,
+  ``SHAREGPU_MEMORY``, ``SHAREGPU_SHARE_ID``, ``SHAREGPU_PARTITION``, ``SHAREGPU_ADMIN_ACCESS``)
+  describe the one device whose edits carry them (recovery reads them per device). A container
+  given one device sees that device's values; given several, it sees one of them, and reads the
+  set variables instead.
+
+``NVIDIA_VISIBLE_DEVICES`` is per request, not per claim: a container that names one request must
+not see the GPUs of another. A container given several requests of a claim (it names the whole
+claim, or a device serves several requests) still gets every device node, mount and
+``CUDA_DEVICE_*_LIMIT_<i>`` variable it needs, but variables with one name (the set variables,
+``CUDA_MPS_*``) hold one request's values; such a workload should use one request per container.
+A device serving several requests (adminAccess) carries the devices common to all of them.
+
 ``cdiVersion`` is the lowest version the content needs (:func:`minimum_cdi_version`), so runtimes
 with older CDI libraries accept the files.
 """
@@ -56,6 +79,14 @@ ENV_MEMORY = "SHAREGPU_MEMORY"
 ENV_PARTITION = "SHAREGPU_PARTITION"
 #: ``true`` when the allocation has adminAccess; unset otherwise.
 ENV_ADMIN_ACCESS = "SHAREGPU_ADMIN_ACCESS"
+#: Device names of every device the container got with this request, comma-separated.
+ENV_DEVICES = "SHAREGPU_DEVICES"
+#: GPU UUID of each device in ``SHAREGPU_DEVICES`` (same order; a GPU repeats if it holds two).
+ENV_GPU_UUIDS = "SHAREGPU_GPU_UUIDS"
+#: ``SHAREGPU_CORES`` of each device in ``SHAREGPU_DEVICES`` (same order).
+ENV_CORES_LIST = "SHAREGPU_CORES_LIST"
+#: ``SHAREGPU_MEMORY`` of each device in ``SHAREGPU_DEVICES`` (same order).
+ENV_MEMORY_LIST = "SHAREGPU_MEMORY_LIST"
 
 #: Device nodes every container with a GPU needs besides ``nvidia<minor>``.
 CONTROL_DEVICE_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
@@ -254,6 +285,43 @@ def qualified_id(kind: str, device_name: str) -> str:
     return f"{kind}={device_name}"
 
 
+# --- Which devices a container gets together ---------------------------------------------------
+
+
+def cuda_order(gpus: Iterable[GpuInfo]) -> tuple[GpuInfo, ...]:
+    """The distinct ``gpus`` in the order CUDA numbers them under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+    (by PCI bus ID, then NVML index; NVML itself numbers GPUs by PCI bus ID, so this is NVML index
+    order on a real node): the ``i``-th GPU is CUDA device ``i`` in a container given exactly
+    these GPUs."""
+    by_uuid = {g.uuid: g for g in gpus}
+    return tuple(sorted(by_uuid.values(), key=lambda g: (g.pci_bus_id.lower(), g.index)))
+
+
+def given_together(requests_of_devices: Sequence[Iterable[str]]) -> list[tuple[int, ...]]:
+    """For each device of a claim (given by the requests it serves, ``req`` or ``req/sub``): the
+    positions of the devices that every container given this device also gets, itself included.
+
+    kubelet gives a container every device of each request it names, so a device that serves
+    the base requests ``R`` comes with every device whose requests include all of ``R``: for a
+    device of one request, exactly the devices of that request.
+    """
+    bases = [frozenset(base_request_names(r)) for r in requests_of_devices]
+    return [tuple(j for j, other in enumerate(bases) if mine <= other) for mine in bases]
+
+
+def visible_gpus(
+    requests_of_devices: Sequence[Iterable[str]], gpus: Sequence[GpuInfo]
+) -> list[tuple[GpuInfo, ...]]:
+    """For each device (its requests and its GPU, by position): the GPUs a container given it
+    sees, in :func:`cuda_order` (its ``NVIDIA_VISIBLE_DEVICES``; a GPU's position is its CUDA
+    ordinal there)."""
+    if len(requests_of_devices) != len(gpus):
+        raise ValueError("visible_gpus needs one GPU per device")
+    return [
+        cuda_order(gpus[j] for j in together) for together in given_together(requests_of_devices)
+    ]
+
+
 # --- What goes into a spec ---------------------------------------------------------------------
 
 
@@ -265,8 +333,8 @@ class SpecDevice:
     claim_namespace: str
     claim_name: str
     claim_uid: str
-    #: Minor number of the GPU's device node (``/dev/nvidia<minor>``).
-    gpu_minor: int
+    #: The device's GPU (its minor number names the device node ``/dev/nvidia<minor>``).
+    gpu: GpuInfo
     #: Extra edits from share enforcement (MPS, limits), applied after the base edits.
     extra_edits: ContainerEdits = field(default_factory=ContainerEdits)
 
@@ -274,10 +342,15 @@ class SpecDevice:
     def name(self) -> str:
         return self.record.cdi_name
 
-    def env(self) -> tuple[str, ...]:
+    def env(self, together: Sequence[SpecDevice]) -> tuple[str, ...]:
+        """This device's variables; ``together``: the devices a container given this one also
+        gets, itself included (:func:`given_together`), which the set variables describe."""
         r = self.record
+        gpus = cuda_order(d.gpu for d in together)
+        rank = {g.uuid: i for i, g in enumerate(gpus)}
+        ordered = sorted(together, key=lambda d: (rank[d.gpu.uuid], d.name))
         env = [
-            f"{ENV_VISIBLE_DEVICES}={r.gpu_uuid}",
+            f"{ENV_VISIBLE_DEVICES}={','.join(g.uuid for g in gpus)}",
             f"{ENV_CLAIM}={self.claim_namespace}/{self.claim_name}",
             f"{ENV_CLAIM_UID}={self.claim_uid}",
             f"{ENV_REQUEST}={','.join(base_request_names(r.requests))}",
@@ -285,6 +358,10 @@ class SpecDevice:
             f"{ENV_GPU_UUID}={r.gpu_uuid}",
             f"{ENV_CORES}={r.cores}",
             f"{ENV_MEMORY}={r.memory}",
+            f"{ENV_DEVICES}={','.join(d.record.device for d in ordered)}",
+            f"{ENV_GPU_UUIDS}={','.join(d.record.gpu_uuid for d in ordered)}",
+            f"{ENV_CORES_LIST}={','.join(str(d.record.cores) for d in ordered)}",
+            f"{ENV_MEMORY_LIST}={','.join(str(d.record.memory) for d in ordered)}",
         ]
         if r.share_id:
             env.append(f"{ENV_SHARE_ID}={r.share_id}")
@@ -449,18 +526,20 @@ class CdiSpecWriter:
         """The spec document for one claim's devices (``cdiVersion`` computed from content)."""
         if not devices:
             raise ValueError("a CDI spec needs at least one device")
+        together = given_together([d.record.requests for d in devices])
         spec: dict[str, Any] = {
             "kind": self.kind,
             "devices": [
                 {
                     "name": d.name,
                     "containerEdits": ContainerEdits(
-                        env=d.env(), device_nodes=self._device_nodes(d.gpu_minor)
+                        env=d.env([devices[j] for j in together[i]]),
+                        device_nodes=self._device_nodes(d.gpu.minor),
                     )
                     .merged(d.extra_edits)
                     .to_json(),
                 }
-                for d in devices
+                for i, d in enumerate(devices)
             ],
         }
         return {"cdiVersion": minimum_cdi_version(spec), **spec}

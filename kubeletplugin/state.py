@@ -432,7 +432,7 @@ class DeviceState:
                     claim_namespace=ref.namespace,
                     claim_name=ref.name,
                     claim_uid=ref.uid,
-                    gpu_minor=s.gpu.minor,
+                    gpu=s.gpu,
                     extra_edits=edits,
                 )
                 for rec, s, edits in zip(records, shares, enforcement.device_edits, strict=True)

@@ -84,7 +84,11 @@ def test_limits_equal_the_requested_shares(report: dict[str, Any]) -> None:
             assert limits["SHAREGPU_CORES"] == consumed["cores"]
             assert int(limits["SHAREGPU_MEMORY"]) == quantity_int(consumed["memory"])
             assert limits["SHAREGPU_SHARE_ID"] == result["shareID"]
-            assert limits["NVIDIA_VISIBLE_DEVICES"] == limits["SHAREGPU_GPU_UUID"]
+            assert limits["SHAREGPU_GPU_UUID"] in limits["NVIDIA_VISIBLE_DEVICES"].split(",")
+    # Both devices of the count-2 request name both GPUs, so the container sees both.
+    pair = claims["default/two-gpus-one-pcie-root"]["devices"]
+    uuids = ",".join(d["limits"]["SHAREGPU_GPU_UUID"] for d in pair)
+    assert [d["limits"]["NVIDIA_VISIBLE_DEVICES"] for d in pair] == [uuids, uuids]
     small = claims["default/small-share"]["devices"][0]["limits"]
     assert small["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
     assert small["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tarfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +72,11 @@ def node(tmp_path: Path) -> Node:
     return Node(tmp_path)
 
 
-def _run_env(image: str, spec: Path, cdi_id: str, probe_dir: str | None = None) -> dict[str, str]:
-    """``env`` inside a container started with ``--device cdi_id`` from ``spec`` (after checking
-    that ``probe_dir`` is a directory there, when given)."""
+def _run_env(
+    image: str, spec: Path, cdi_ids: Sequence[str], probe_dir: str | None = None
+) -> dict[str, str]:
+    """``env`` inside a container started with ``--device <id>`` for each of ``cdi_ids`` from
+    ``spec`` (after checking that ``probe_dir`` is a directory there, when given)."""
     args = ["run", "--rm", *RUN_FLAGS]
     copied: Path | None = None
     if _supports_cdi_spec_dir():
@@ -87,7 +89,8 @@ def _run_env(image: str, spec: Path, cdi_id: str, probe_dir: str | None = None) 
         shutil.copyfile(spec, copied)
     try:
         command = ["env"] if probe_dir is None else ["sh", "-c", f'test -d "{probe_dir}" && env']
-        run = _podman(*args, "--device", cdi_id, image, *command)
+        devices = [arg for cdi_id in cdi_ids for arg in ("--device", cdi_id)]
+        run = _podman(*args, *devices, image, *command)
     finally:
         if copied is not None:
             copied.unlink(missing_ok=True)
@@ -101,7 +104,10 @@ def _prepare_and_run(
     obj: dict[str, Any],
     enforcer: ShareEnforcer | None = None,
     probe_dir: str | None = None,
+    every_device: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
+    """Prepare ``obj``, run a container with its first CDI device (``every_device``: with all
+    of them, in the order kubelet got them), unprepare; returns the spec and the env."""
     claims = FakeClaims()
     claims.add(obj)
     state = node.state(claims, enforcer=enforcer)
@@ -111,7 +117,8 @@ def _prepare_and_run(
     spec = node.cdi_dir / f"k8s.gpu.sharegpu.dev-claim_{r.uid}.json"
     try:
         doc = assert_valid_cdi(spec)
-        return doc, _run_env(image, spec, out.devices[0].cdi_device_ids[0], probe_dir)
+        devices = out.devices if every_device else out.devices[:1]
+        return doc, _run_env(image, spec, [d.cdi_device_ids[0] for d in devices], probe_dir)
     finally:
         state.unprepare([r])
         assert not spec.exists()
@@ -156,3 +163,21 @@ def test_mps_share_edits_reach_the_container(image: str, node: Node) -> None:
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
     assert env["SHAREGPU_CORES"] == "30"
+
+
+def test_a_container_given_both_devices_of_a_request_sees_both_gpus(image: str, node: Node) -> None:
+    obj = claim(
+        "podman-pair",
+        [
+            result("gpu", "gpu-5", share={"cores": 30, "memory": 10 * GI}),
+            result("gpu", "gpu-2", share={"cores": 20, "memory": 4 * GI}),
+        ],
+    )
+    _, env = _prepare_and_run(image, node, obj, every_device=True)
+    g = gpus()
+    assert env["NVIDIA_VISIBLE_DEVICES"] == f"{g[2].uuid},{g[5].uuid}"
+    assert env["SHAREGPU_DEVICES"] == "gpu-2,gpu-5"
+    assert env["SHAREGPU_GPU_UUIDS"] == f"{g[2].uuid},{g[5].uuid}"
+    assert env["SHAREGPU_CORES_LIST"] == "20,30"
+    assert env["SHAREGPU_MEMORY_LIST"] == f"{4 * GI},{10 * GI}"
+    assert env["SHAREGPU_REQUEST"] == "gpu"

@@ -42,10 +42,11 @@ from api.gpuconfig import (
 )
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
-from kubeletplugin.cdi import ContainerEdits
+from kubeletplugin.cdi import ContainerEdits, visible_gpus
 from kubeletplugin.claims import DriverConfig
 from kubeletplugin.config import PluginConfig
 from kubeletplugin.enforcement import DeviceShare, Enforcement, ShareError
+from kubeletplugin.preparer import base_request_names
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
 from kubeletplugin.sharing.limits import limits_edits
 from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, MpsManager
@@ -418,18 +419,17 @@ class SharingEnforcer:
         self, devices: Sequence[DeviceShare], planned: Sequence[Grant | None]
     ) -> tuple[ContainerEdits, ...]:
         """Per-device edits. Devices of one request on one GPU are injected together and share
-        one set of variables, so each carries the group's total; Limits ordinals number the
-        claim's GPUs by PCI bus ID (the order CUDA_DEVICE_ORDER=PCI_BUS_ID gives)."""
+        one set of variables, so each carries the group's total; a Limits ordinal is the GPU's
+        CUDA ordinal among the GPUs the container sees with the device (``cdi.visible_gpus``:
+        the order of its ``NVIDIA_VISIBLE_DEVICES``, by PCI bus ID as
+        ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` numbers them)."""
         groups: dict[tuple[tuple[str, ...], str, str], list[Grant]] = defaultdict(list)
         for grant in planned:
             if grant is not None:
                 groups[(grant.requests, grant.gpu_uuid, grant.strategy)].append(grant)
-        gpu_order = sorted(
-            {(d.gpu.pci_bus_id.lower(), d.gpu.index, d.gpu.uuid) for d in devices},
-        )
-        ordinals = {uuid: i for i, (_, _, uuid) in enumerate(gpu_order)}
+        visible = visible_gpus([d.requests for d in devices], [d.gpu for d in devices])
         edits: list[ContainerEdits] = []
-        for grant in planned:
+        for i, grant in enumerate(planned):
             if grant is None:
                 edits.append(ContainerEdits())
                 continue
@@ -443,7 +443,7 @@ class SharingEnforcer:
                     limits_edits(
                         self.limits_library,
                         str(self.limits_lock_dir),
-                        ordinals[grant.gpu_uuid],
+                        [g.uuid for g in visible[i]].index(grant.gpu_uuid),
                         memory,
                         cores,
                     )
@@ -485,18 +485,23 @@ def _limits(config: GpuConfig, share: DeviceShare, label: str) -> tuple[int, int
 
 
 def _check_mps_single_gpu_per_request(grants: Sequence[Grant]) -> None:
-    """A container attaches to one MPS daemon, so one request's MPS devices need one GPU."""
+    """A container attaches to one MPS daemon, which exposes one GPU as CUDA device 0, so a
+    request with MPS shares needs all its devices on one GPU (then that GPU is also all its
+    ``NVIDIA_VISIBLE_DEVICES`` lists)."""
     gpus_by_request: dict[str, set[str]] = defaultdict(set)
+    mps_requests: set[str] = set()
     for g in grants:
-        if g.strategy == STRATEGY_MPS:
-            for request in g.requests:
-                gpus_by_request[request.split("/", 1)[0]].add(g.gpu_uuid)
-    for request, gpus in sorted(gpus_by_request.items()):
+        for request in base_request_names(g.requests):
+            gpus_by_request[request].add(g.gpu_uuid)
+            if g.strategy == STRATEGY_MPS:
+                mps_requests.add(request)
+    for request in sorted(mps_requests):
+        gpus = gpus_by_request[request]
         if len(gpus) > 1:
             raise ShareError(
-                f'request "{request}": MPS shares of one request must be on one GPU (got '
-                f"{', '.join(sorted(gpus))}); a container attaches to one MPS daemon; use one "
-                "request per GPU or strategy Limits"
+                f'request "{request}": MPS shares of one request must be on one GPU, with '
+                f"every other device of the request (got {', '.join(sorted(gpus))}); a container "
+                "attaches to one MPS daemon; use one request per GPU or strategy Limits"
             )
 
 

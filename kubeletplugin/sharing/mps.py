@@ -15,7 +15,8 @@ Per GPU (UUID ``U``) the plugin owns ``<data-dir>/mps/U/pipe`` and ``<data-dir>/
 
 Because the daemon is started with only its GPU visible, every client sees that GPU as device 0,
 so a share's pinned memory limit is always ``0=<N>M`` (NVIDIA's ``<ordinal>=<limit>`` format) and a
-container can attach to one MPS daemon (one GPU) at a time.
+container can attach to one MPS daemon (one GPU) at a time. The enforcer keeps the MPS devices of a
+request on one GPU, so that GPU is also the one the request's ``NVIDIA_VISIBLE_DEVICES`` lists.
 
 Deployment note: the daemon runs as a child of the plugin, in the plugin's mount and IPC
 namespaces. Other MPS deployments also give clients the server's ``/dev/shm``; where clients fail
