@@ -42,6 +42,7 @@ from kubeletplugin.nvml import NvmlBackend
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.sharing.enforcer import enforcer_for
 from kubeletplugin.slices import desired_slices, resource_slice_objects
+from kubeletplugin.sockets import SocketPathError
 
 PROG = "sharegpu-kubeletplugin"
 SERVICE_NAME = "sharegpu-kubeletplugin"
@@ -277,10 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(slices_yaml(config, make_backend(config).discover()))
             return 0
         plugin = build_plugin(config)
-    except (DiscoveryError, KubeConfigError) as exc:
+    except (DiscoveryError, KubeConfigError, SocketPathError) as exc:
+        # SocketPathError here: a socket path too long for a unix socket.
         return _fail(str(exc), 1)
     try:
         return plugin.run()
-    except OSError as exc:
+    except (OSError, SocketPathError) as exc:
         # A directory or socket the daemon cannot create (permissions, a file in the way).
         return _fail(f"cannot start: {exc}", 1)

@@ -318,3 +318,52 @@ def test_unusable_data_dir_is_one_line_not_a_traceback(
         .splitlines()[-1]
         .startswith("sharegpu-kubeletplugin: error: cannot start: [Errno 20] Not a directory")
     )
+
+
+def _run_plugin_once(plugin: PluginProcess, registry: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kubeletplugin",
+            "--device-backend=mock",
+            f"--node-name={NODE}",
+            f"--kubeconfig={plugin.kubeconfig}",
+            f"--plugin-registry-dir={registry}",
+            f"--plugin-data-dir={plugin.data_dir}",
+            f"--cdi-dir={plugin.cdi_dir}",
+            f"--nvidia-cdi-dirs={plugin.root / 'no-toolkit'}",
+            "--disable-health",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_non_socket_at_the_registration_path_is_one_line_not_a_traceback(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    _, plugin = env
+    plugin.registry.mkdir()
+    (plugin.registry / f"{DRIVER}-reg.sock").write_text("not a socket")
+    run = _run_plugin_once(plugin, plugin.registry)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("sharegpu-kubeletplugin: error: cannot start: ")
+    assert last.endswith("exists and is not a socket; refusing to replace it")
+
+
+def test_too_long_socket_path_is_one_line_not_a_traceback(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    _, plugin = env
+    registry = plugin.root / ("r" * 120)
+    run = _run_plugin_once(plugin, registry)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("sharegpu-kubeletplugin: error: ")
+    assert "unix sockets allow at most 107" in last
