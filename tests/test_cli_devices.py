@@ -72,6 +72,17 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["devices", "--device-backend", "nvml", "--mock", "2"]) == 2
     assert "--mock and --mock-config need --device-backend mock" in capsys.readouterr().err
     assert main(["devices", "--mock", "2", "--node-name", "Not_A_Name"]) == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "129"])
+def test_mock_count_out_of_range_is_a_usage_error(
+    count: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["devices", "--mock", count, "--node-name", "n1"]) == 2
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first == f"sharegpu devices: error: --mock: must be between 1 and 128, got {count}"
 
 
 def test_console_script_help() -> None:

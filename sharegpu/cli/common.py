@@ -25,7 +25,7 @@ import yaml
 
 from api import names, slicerules
 from kubeletplugin.devices import DeviceBackend, DiscoveryError, GpuInfo
-from kubeletplugin.mock import MockBackend
+from kubeletplugin.mock import MAX_MOCK_GPUS, MockBackend
 from kubeletplugin.nvml import NvmlBackend
 from kubeletplugin.slices import desired_slices, resource_slice_objects
 from sharegpu.cli.output import OUTPUT_FORMATS
@@ -228,10 +228,15 @@ def make_backend(args: argparse.Namespace, node_name: str) -> DeviceBackend:
         if args.mock is not None or args.mock_config is not None:
             raise CliError("--mock and --mock-config need --device-backend mock", EXIT_USAGE)
         return NvmlBackend()
+    if args.mock is not None and not 1 <= args.mock <= MAX_MOCK_GPUS:
+        raise CliError(
+            f"--mock: must be between 1 and {MAX_MOCK_GPUS}, got {args.mock}", EXIT_USAGE
+        )
     config = Path(args.mock_config) if args.mock_config else None
     if config is not None and not config.is_file():
         raise CliError(f"--mock-config {args.mock_config}: no such file")
-    return MockBackend(node_name, args.mock or DEFAULT_MOCK_GPUS, config)
+    count = DEFAULT_MOCK_GPUS if args.mock is None else args.mock
+    return MockBackend(node_name, count, config)
 
 
 def local_node(args: argparse.Namespace) -> LocalNode:
