@@ -401,7 +401,8 @@ class NvidiaCdiDetector:
     container.
 
     Spec directories are scanned on every lookup (the toolkit may be installed after the plugin
-    starts); files are parsed again only when their size or mtime changed.
+    starts); files are parsed again only when their size or mtime changed, and what is
+    remembered about a file is dropped once it is gone.
     """
 
     def __init__(self, kind: str, spec_dirs: Sequence[Path]) -> None:
@@ -417,11 +418,15 @@ class NvidiaCdiDetector:
         names_found: set[str] = set()
         found_kind = False
         with self._lock:
-            for path in self._spec_files():
+            files = self._spec_files()
+            for path in files:
                 devices = self._devices_of(path)
                 if devices is not None:
                     found_kind = True
                     names_found |= devices
+            # Forget files that are gone (transient claim specs come and go in /var/run/cdi).
+            for gone in self._cache.keys() - set(files):
+                del self._cache[gone]
             for name in (gpu_uuid, str(gpu_index)):
                 if name in names_found:
                     return (qualified_id(self.kind, name),)

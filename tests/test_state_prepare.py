@@ -410,6 +410,27 @@ def test_nvidia_toolkit_spec_with_index_names_and_without_the_gpu(tmp_path: Path
     )
 
 
+def test_nvidia_detector_forgets_spec_files_that_are_gone(tmp_path: Path) -> None:
+    # The detector scans /var/run/cdi, where every prepared claim's transient spec comes and
+    # goes: what it remembers about files must not grow with the claims the node ever had.
+    run = tmp_path / "run-cdi"
+    run.mkdir()
+    (run / "nvidia.json").write_text(
+        '{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": ['
+        '{"name": "GPU-aaaa", "containerEdits": {"env": ["X=1"]}}]}'
+    )
+    detector = NvidiaCdiDetector(names.NVIDIA_CTK_CDI_KIND, [run])
+    for round_ in range(3):
+        transient = [run / f"k8s.gpu.sharegpu.dev-claim_{round_}-{i}.json" for i in range(20)]
+        for path in transient:
+            path.write_text('{"cdiVersion": "0.5.0", "kind": "k8s.gpu.sharegpu.dev/claim"}')
+        assert detector.device_ids("GPU-aaaa", 0) == ("nvidia.com/gpu=GPU-aaaa",)
+        for path in transient:
+            path.unlink()
+    assert detector.device_ids("GPU-aaaa", 0) == ("nvidia.com/gpu=GPU-aaaa",)
+    assert set(detector._cache) == {run / "nvidia.json"}
+
+
 def test_32_concurrent_prepares(node: Node) -> None:
     n = 32
     barrier = threading.Barrier(n)
