@@ -68,8 +68,13 @@ class LeaderElector:
 
     @property
     def is_leader(self) -> bool:
-        """Whether this process holds the lease right now."""
-        return self._leader.is_set()
+        """Whether this process holds the lease right now.
+
+        Bounded by time as well: false once ``renew_deadline_s`` has passed since the start of
+        the last successful renewal, even while a renewal request is still hanging (a stalled
+        API connection must not keep a replica writing after another may have taken over).
+        """
+        return self._leader.is_set() and time.monotonic() - self._last_renew < self.renew_deadline_s
 
     def wait_for_leadership(self, timeout: float | None = None) -> bool:
         """Block until this process leads (or ``timeout``)."""
@@ -85,13 +90,16 @@ class LeaderElector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)
-        if self.is_leader:
+        if self._leader.is_set():
             self._release()
             self._set_leader(False)
 
     def run(self) -> None:
         """Try to acquire or renew every ``retry_period_s`` until stopped."""
         while not self._stop.is_set():
+            # The lease counts from before the request: the server may have stored the renewal
+            # at any moment of it, and a standby measures the lease from when it sees it.
+            attempt = time.monotonic()
             try:
                 ok = self._try_acquire_or_renew()
             except KubeApiError as exc:
@@ -99,15 +107,15 @@ class LeaderElector:
                 ok = False
             now = time.monotonic()
             if ok:
-                self._last_renew = now
+                self._last_renew = attempt
                 self._set_leader(True)
-            elif self.is_leader and now - self._last_renew >= self.renew_deadline_s:
+            elif self._leader.is_set() and now - self._last_renew >= self.renew_deadline_s:
                 log.warning("leader election: could not renew for %.0fs", self.renew_deadline_s)
                 self._set_leader(False)
             self._stop.wait(self.retry_period_s)
 
     def _set_leader(self, leading: bool) -> None:
-        if leading == self.is_leader:
+        if leading == self._leader.is_set():
             return
         if leading:
             self._leader.set()

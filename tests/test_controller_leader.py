@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import controller_helpers as h
 import pytest
@@ -133,3 +135,51 @@ def test_abandoned_lease_is_taken_over_after_it_expires(
 def test_invalid_timings_rejected(kube: KubeRest) -> None:
     with pytest.raises(ValueError, match="retry_period_s < renew_deadline_s"):
         LeaderElector(kube, "ns", "x", lease_duration_s=1, renew_deadline_s=2, retry_period_s=0.1)
+
+
+class StallingKube(KubeRest):
+    """A client whose requests hang (as over a stalled connection) once ``stall`` is set."""
+
+    def __init__(self, inner: KubeRest) -> None:
+        super().__init__(inner.api_client)
+        self.stall = threading.Event()
+        self.release = threading.Event()
+        self.stalled = threading.Event()
+
+    def _wait(self) -> None:
+        if self.stall.is_set():
+            self.stalled.set()
+            self.release.wait(DEADLINE_S)
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self._wait()
+        return super().get(*args, **kwargs)
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        self._wait()
+        return super().request(*args, **kwargs)
+
+
+def test_leadership_ends_at_the_renew_deadline_even_while_a_renewal_hangs(
+    kube: KubeRest,
+) -> None:
+    """A replica whose renewal request hangs must stop counting as leader after the renew
+    deadline (2 s), before a standby may take over (3 s), not when the request returns."""
+    stalling = StallingKube(kube)
+    leader = elector(stalling, "lease", "stalled")
+    leader.start()
+    try:
+        assert leader.wait_for_leadership(DEADLINE_S)
+        stalling.stall.set()
+        assert stalling.stalled.wait(DEADLINE_S)
+        # polled while the renewal request is still blocked in ``_wait``
+        gave_up = threading.Event()
+        for _ in range(int(DEADLINE_S / 0.05)):
+            if not leader.is_leader:
+                break
+            gave_up.wait(0.05)
+        assert not leader.is_leader
+    finally:
+        stalling.stall.clear()
+        stalling.release.set()
+        leader.stop()
