@@ -190,9 +190,16 @@ class DeviceState:
                     uid,
                 )
                 rollback.add(uid)
+        # Only the claims that stay prepared: resuming enforcement for a claim about to be
+        # rolled back would start daemons just to stop them. Whatever a rolled-back claim left
+        # running is a leftover the enforcer cleans up when no remaining claim needs it.
         self._enforcer.restore(
             loaded.sharing,
-            {uid: (self._shares_of(rec), rec.sharing) for uid, rec in claims.items()},
+            {
+                uid: (self._shares_of(rec), rec.sharing)
+                for uid, rec in claims.items()
+                if uid not in rollback
+            },
         )
         for uid in sorted(rollback):
             self._cdi.remove(uid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -387,3 +388,47 @@ def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record
     restarted.restore(None, {"claim-a": ([whole], {})})
     assert [g.strategy for g in restarted.grants()["claim-a"]] == ["Exclusive"]
     assert tools.fake.argvs() == []
+
+
+def test_a_prepare_interrupted_before_enforcement_runs_no_command_at_restart(
+    tmp_path: Path,
+) -> None:
+    # The plugin recorded PrepareStarted for a share and died before enforcing anything: at
+    # the next start the claim is rolled back, which must not start (and stop) an MPS daemon
+    # or touch the GPU's compute mode on its behalf.
+    from kubeletplugin.checkpoint import STATE_STARTED, checksum_of
+
+    node, claims, tools = h.Node(tmp_path), h.FakeClaims(), Tools.new()
+    c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    uid = c["metadata"]["uid"]
+    assert prepare(node.state(claims), c) == ""
+    doc = node.checkpoint()
+    doc["claims"][uid]["state"] = STATE_STARTED
+    doc["checksum"] = checksum_of(doc)
+    (node.data_dir / "checkpoint.json").write_text(json.dumps(doc))
+    (node.cdi_dir / f"k8s.{h.DRIVER}-claim_{uid}.json").unlink()
+
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert uid not in restarted.prepared_claims()
+    assert tools.fake.argvs() == []
+    assert tools.sim.daemons_started == 0
+    # Kubelet's retry prepares it for real.
+    assert prepare(restarted, c) == ""
+    assert tools.sim.daemons_started == 1
+
+
+def test_the_daemon_of_a_claim_rolled_back_at_restart_is_stopped(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    uid = c["metadata"]["uid"]
+    assert prepare(state, c) == "" and len(tools.sim.daemons) == 1
+    # The spec file is gone: the claim is rolled back at the next start and its daemon,
+    # which no other claim needs, is stopped with the compute mode restored.
+    (node.cdi_dir / f"k8s.{h.DRIVER}-claim_{uid}.json").unlink()
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert uid not in restarted.prepared_claims()
+    assert tools.sim.daemons == {}
+    assert tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
+    assert node.checkpoint()["sharing"]["mps"] == {}
