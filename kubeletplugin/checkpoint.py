@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubeletplugin.fsutil import atomic_write, remove_stale_temp_files
+from kubeletplugin.fsutil import atomic_write, make_private_dirs, remove_stale_temp_files
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ class Checkpoint:
     def load(self) -> Loaded:
         """Load the file. Never raises for a missing, corrupt or newer file: a corrupt or
         unreadable one is moved aside to ``checkpoint.json.corrupt-<timestamp>``."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.path.parent)
         remove_stale_temp_files(self.path.parent, self.path.name)
         try:
             raw = self.path.read_bytes()
@@ -367,5 +367,5 @@ class Checkpoint:
     def write(self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]) -> None:
         """Atomically and durably replace the file with ``claims`` and ``sharing``."""
         data = self.serialize(claims, sharing)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.path.parent)
         atomic_write(self.path, data, mode=0o600)

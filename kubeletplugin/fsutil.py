@@ -8,11 +8,15 @@ with ``.tmp``, so runtimes that load ``*.json`` from the same directory never pi
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
 
 TEMP_SUFFIX = ".tmp"
+#: Mode of the directories the plugin creates for its sockets and state (kubelet and the plugin
+#: run as root; nobody else needs to enter them).
+PRIVATE_DIR_MODE = 0o750
 
 
 def temp_prefix(path: Path) -> str:
@@ -73,3 +77,27 @@ def remove_stale_temp_files(directory: Path, name_prefix: str) -> list[Path]:
                 entry.unlink()
                 removed.append(entry)
     return removed
+
+
+def make_private_dirs(directory: Path, mode: int = PRIVATE_DIR_MODE) -> None:
+    """Create ``directory`` and its missing parents with exactly ``mode`` (not filtered by the
+    umask); directories that already exist (such as kubelet's) are left as they are. Raises
+    NotADirectoryError when something other than a directory is in the way."""
+    missing: list[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    if not current.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(current))
+    for created in reversed(missing):
+        try:
+            created.mkdir(mode=mode)
+        except FileExistsError:
+            if not created.is_dir():
+                raise NotADirectoryError(
+                    errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(created)
+                ) from None
+            continue
+        # mkdir's mode is filtered by the umask; set it exactly.
+        os.chmod(created, mode)

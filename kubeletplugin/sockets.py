@@ -18,9 +18,11 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubeletplugin.fsutil import PRIVATE_DIR_MODE, make_private_dirs
+
 log = logging.getLogger(__name__)
 
-DIR_MODE = 0o750
+DIR_MODE = PRIVATE_DIR_MODE
 SOCKET_MODE = 0o600
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
@@ -81,19 +83,9 @@ class UnixSocketPath:
 
 
 def _make_dirs(directory: Path) -> None:
-    missing: list[Path] = []
-    current = directory
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    if not current.is_dir():
-        raise SocketPathError(f"{current} is not a directory; cannot create sockets below it")
-    for created in reversed(missing):
-        try:
-            created.mkdir(mode=DIR_MODE)
-        except FileExistsError:
-            if not created.is_dir():
-                raise SocketPathError(f"{created} exists and is not a directory") from None
-            continue
-        # mkdir's mode is filtered by the umask; set it exactly.
-        os.chmod(created, DIR_MODE)
+    try:
+        make_private_dirs(directory, DIR_MODE)
+    except NotADirectoryError as err:
+        raise SocketPathError(
+            f"{err.filename} is not a directory; cannot create sockets below it"
+        ) from None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +225,29 @@ def test_missing_boot_id_file_is_not_fatal(node: Node, tmp_path: Path) -> None:
     assert cp.boot_id == ""
     cp.write({}, {})
     assert cp.load().status == "loaded"
+
+
+def test_the_data_dir_is_created_private_like_the_socket_dirs(tmp_path: Path) -> None:
+    # The daemon loads the checkpoint before it binds the DRA socket in the same directory, so
+    # the checkpoint creates the data dir: with the socket directories' mode 0750, whatever the
+    # umask, leaving an existing directory as it is.
+    data = tmp_path / "plugins" / "gpu.sharegpu.dev"
+    old = os.umask(0o022)
+    try:
+        Checkpoint(data, boot_id_file=tmp_path / "no-such-file").load()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(data.stat().st_mode) == 0o750
+    assert stat.S_IMODE(data.parent.stat().st_mode) == 0o750
+    existing = tmp_path / "existing"
+    existing.mkdir(mode=0o755)
+    existing.chmod(0o755)
+    Checkpoint(existing, boot_id_file=tmp_path / "no-such-file").write({}, {})
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o755
+
+
+def test_a_file_in_place_of_the_data_dir_is_an_os_error_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(NotADirectoryError, match="a-file"):
+        Checkpoint(blocker / "data", boot_id_file=tmp_path / "no-such-file").load()
