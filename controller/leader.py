@@ -86,13 +86,17 @@ class LeaderElector:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop campaigning and release the lease if held."""
+        """Stop campaigning and release the lease if held.
+
+        Leadership ends before the release: once the lease is free a standby may take it at
+        once, and this process must not count as leader by then.
+        """
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)
         if self._leader.is_set():
-            self._release()
             self._set_leader(False)
+            self._release()
 
     def run(self) -> None:
         """Try to acquire or renew every ``retry_period_s`` until stopped."""

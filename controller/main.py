@@ -201,16 +201,17 @@ class Controller:
             )
             self._stoppers.append(_closer(api))
             log.info("JSON API on http://%s:%d/api/v1/gpus", *api.server_address[:2])
+        if self.elector is not None:
+            self.elector.start()
+            self._stoppers.append(self.elector.stop)
         if tracker is not None:
             tracker.start()
             self._stoppers.append(tracker.stop)
             log.info("tracking GPUs of driver %s", a.driver_name)
-        if self.elector is not None:
-            self.elector.start()
-            self._stoppers.append(self.elector.stop)
 
     def stop(self) -> None:
-        """Stop in reverse start order (the lease is released before the tracker stops)."""
+        """Stop in reverse start order: the tracker (and its writes) stops before the lease is
+        released, so a standby that takes the lease over never writes beside it."""
         while self._stoppers:
             stopper = self._stoppers.pop()
             try:

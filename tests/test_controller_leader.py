@@ -183,3 +183,35 @@ def test_leadership_ends_at_the_renew_deadline_even_while_a_renewal_hangs(
         stalling.stall.clear()
         stalling.release.set()
         leader.stop()
+
+
+class ReleaseWatchingKube(KubeRest):
+    """Records, at the moment the lease is released, whether the elector still leads."""
+
+    def __init__(self, inner: KubeRest) -> None:
+        super().__init__(inner.api_client)
+        self.elector: LeaderElector | None = None
+        self.leading_at_release: list[bool] = []
+
+    def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        body = kwargs.get("body")
+        releasing = (
+            method == "PUT"
+            and isinstance(body, dict)
+            and (body.get("spec") or {}).get("holderIdentity") == ""
+        )
+        if releasing and self.elector is not None:
+            self.leading_at_release.append(self.elector.is_leader)
+        return super().request(method, path, *args, **kwargs)
+
+
+def test_leadership_ends_before_the_lease_is_released(kube: KubeRest) -> None:
+    """Once released, a standby may take the lease at once; this replica must not lead then."""
+    watching = ReleaseWatchingKube(kube)
+    leader = watching.elector = elector(watching, "lease", "leaving")
+    leader.start()
+    try:
+        assert leader.wait_for_leadership(DEADLINE_S)
+    finally:
+        leader.stop()
+    assert watching.leading_at_release == [False]

@@ -20,9 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 import api.telemetry as telemetry_module
 from api.kube import KubeRest
 from api.telemetry import Telemetry, span_exporter_from_env
+from controller.leader import LeaderElector
 from controller.main import Controller, build_parser
 from controller.reconcile import reconcile
 from controller.status import COLUMNS, gpu_rows
+from controller.tracker import Tracker
 from sharegpu.apiserver import KubeAPIServer
 
 DEADLINE_S = 30.0
@@ -96,6 +98,43 @@ def test_metrics_scraped_and_parsed(
     assert [(e.labels, e.value) for e in errors] == [
         ({"verb": "post", "resource": "gpus", "code": "500"}, 1.0)
     ]
+
+
+def test_tracker_stops_before_the_lease_is_released(
+    apiserver: KubeAPIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby may take a released lease at once: no write of this replica may follow."""
+    order: list[str] = []
+    tracker_stop, release = Tracker.stop, LeaderElector._release
+
+    def stop_tracker(self: Tracker) -> None:
+        tracker_stop(self)
+        order.append("tracker stopped")
+
+    def release_lease(self: LeaderElector) -> None:
+        order.append("lease released")
+        release(self)
+
+    monkeypatch.setattr(Tracker, "stop", stop_tracker)
+    monkeypatch.setattr(LeaderElector, "_release", release_lease)
+    args = build_parser().parse_args(
+        [
+            f"--kubeconfig={apiserver.write_kubeconfig(tmp_path / 'kubeconfig')}",
+            "--disable-webhook",
+            "--metrics-address=",
+            "--api-address=",
+            "--leader-elect=true",
+            "--lease-namespace=sharegpu",
+        ]
+    )
+    controller = Controller(args)
+    controller.start()
+    try:
+        assert controller.elector is not None
+        assert controller.elector.wait_for_leadership(DEADLINE_S)
+    finally:
+        controller.stop()
+    assert order == ["tracker stopped", "lease released"]
 
 
 def test_json_api_and_probes(
