@@ -193,10 +193,6 @@ class ContainerEdits:
 OLDEST_CDI_VERSION = "0.3.0"
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def _edits_of(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     edits = [d.get("containerEdits") or {} for d in spec.get("devices") or []]
     edits.append(spec.get("containerEdits") or {})
@@ -635,8 +631,3 @@ def decode_spec(claim_uid: str, path: Path, doc: Any, kind: str, pool: str) -> R
     return RecoveredSpec(
         claim_uid=claim_uid, namespace=namespace, name=name, path=path, devices=tuple(devices)
     )
-
-
-def default_nvidia_spec_dirs() -> tuple[Path, ...]:
-    """Where runtimes look for CDI specs, static first (``/etc/cdi``, ``/var/run/cdi``)."""
-    return (Path("/etc/cdi"), Path("/var/run/cdi"))

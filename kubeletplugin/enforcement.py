@@ -55,11 +55,6 @@ class DeviceShare:
         """True for consumable-capacity shares and partitions (enforcement applies)."""
         return self.share_id is not None or self.partition is not None
 
-    @property
-    def is_exclusive_gpu(self) -> bool:
-        """True when this allocation takes the whole physical GPU for one claim."""
-        return not self.is_share and not self.admin_access
-
 
 class ShareError(Exception):
     """A share that cannot be enforced; the message becomes the claim's per-claim error."""

@@ -144,7 +144,6 @@ def plan_sync(
     driver_name: str,
     node_name: str,
     owner: Obj | None,
-    min_generation: int = 0,
 ) -> SyncPlan:
     """Compare the pool on the server with the desired slice contents (Go helper semantics)."""
     ours = [
@@ -187,7 +186,6 @@ def plan_sync(
     generation = highest
     if missing or len(changed) > 1 or highest == 0:
         generation = highest + 1
-    generation = max(generation, min_generation)
     if generation != highest:
         changed = sorted(by_index)
     update = [(by_index[i], spec_for(i, generation)) for i in sorted(changed)]
