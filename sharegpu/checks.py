@@ -71,6 +71,85 @@ _MEMBER_REF = re.compile(
 _IN_REF = re.compile(rf"{_STRING}\s+in\s+device\s*\.\s*(attributes|capacity)\s*\[\s*{_STRING}\s*\]")
 
 
+#: Functions (and namespaces) of Kubernetes' CEL environment that :mod:`sharegpu.cel` does not
+#: implement: the URL, IP and CIDR libraries, sets, format, strings.quote, the standard
+#: ``type``/``timestamp``/``duration`` functions, optional values and the two-variable
+#: comprehensions. Kubernetes accepts selectors that use them, so they are reported as not
+#: checked (a warning) and never refused.
+UNIMPLEMENTED_CEL_NAMES: Final = frozenset(
+    {
+        # URL library
+        "url",
+        "isURL",
+        "getScheme",
+        "getHost",
+        "getHostname",
+        "getPort",
+        "getEscapedPath",
+        "getQuery",
+        # IP and CIDR libraries
+        "ip",
+        "isIP",
+        "isCanonical",
+        "family",
+        "isUnspecified",
+        "isLoopback",
+        "isLinkLocalMulticast",
+        "isLinkLocalUnicast",
+        "isGlobalUnicast",
+        "cidr",
+        "isCIDR",
+        "containsIP",
+        "containsCIDR",
+        "masked",
+        "prefixLength",
+        # sets, format, strings.quote
+        "sets",
+        "format",
+        "quote",
+        # standard functions: types, timestamps, durations
+        "type",
+        "timestamp",
+        "duration",
+        "getFullYear",
+        "getMonth",
+        "getDate",
+        "getDayOfMonth",
+        "getDayOfWeek",
+        "getDayOfYear",
+        "getHours",
+        "getMinutes",
+        "getSeconds",
+        "getMilliseconds",
+        # optional values
+        "optional",
+        "hasValue",
+        "orValue",
+        "value",
+        # comprehensions
+        "existsOne",
+        "transformList",
+        "transformMap",
+        "transformMapEntry",
+    }
+)
+_UNDECLARED = re.compile(r"undeclared reference to '([A-Za-z_][A-Za-z0-9_]*)'")
+_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+#: ``x.?field`` and ``m[?key]``: optional-field syntax, which the parser here does not know.
+_OPTIONAL_SYNTAX = re.compile(r"\.\s*\?|\[\s*\?")
+
+
+def unimplemented_cel(exc: CelCompileError) -> str | None:
+    """What of Kubernetes' CEL a compile error stems from (None: a real compile error)."""
+    undeclared = _UNDECLARED.search(exc.message)
+    if undeclared is not None and undeclared.group(1) in UNIMPLEMENTED_CEL_NAMES:
+        return f"the function {undeclared.group(1)!r}"
+    code = _STRING_LITERAL.sub("''", exc.expression)
+    if exc.message.startswith("syntax error") and _OPTIONAL_SYNTAX.search(code):
+        return "optional-field syntax (.? or [?])"
+    return None
+
+
 @dataclass(frozen=True)
 class Finding:
     """One problem: ``path`` is the field path in the object (``spec.devices.requests[0]...``)."""
@@ -163,6 +242,16 @@ def check_selector(expression: Any, path: str, driver: str) -> list[Finding]:
         compile_selector(expression)
     except CelCompileError as exc:
         where = f"{exc.line}:{exc.column}: " if exc.line is not None else ""
+        unchecked = unimplemented_cel(exc)
+        if unchecked is not None:
+            return [
+                Finding(
+                    WARNING,
+                    path,
+                    f"not checked: the selector uses {unchecked} of Kubernetes' CEL, which "
+                    f"this check does not implement ({where}{exc.message})",
+                )
+            ]
         return [Finding(ERROR, path, f"CEL compile error: {where}{exc.message}")]
     findings: list[Finding] = []
     seen: set[tuple[str, str]] = set()
