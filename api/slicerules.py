@@ -57,6 +57,17 @@ _SEMVER_RE = re.compile(
 )
 
 
+def utf8_length(value: str) -> int:
+    """Length in bytes, as the API server measures string and version attribute values."""
+    return len(value.encode("utf-8"))
+
+
+def truncate_utf8(value: str, max_bytes: int) -> str:
+    """The longest prefix of ``value`` whose UTF-8 encoding is at most ``max_bytes`` bytes
+    (never ending in a partial character)."""
+    return value.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+
+
 def is_dns_label(value: object) -> bool:
     """RFC 1123 label: lowercase alphanumerics and ``-``, ≤63, alphanumeric at both ends."""
     return (
@@ -394,19 +405,20 @@ def _validate_attributes(
         elif kind == "string":
             if not isinstance(v, str):
                 msgs.add(f"{apath}.string", f"must be a string, got {v!r}")
-            elif len(v) > MAX_STRING_ATTRIBUTE_LENGTH:
+            elif utf8_length(v) > MAX_STRING_ATTRIBUTE_LENGTH:
                 msgs.add(
                     f"{apath}.string",
                     f"Too long: may not be more than {MAX_STRING_ATTRIBUTE_LENGTH} bytes "
-                    f"(got {len(v)})",
+                    f"(got {utf8_length(v)})",
                 )
         elif kind == "version":
             if not isinstance(v, str):
                 msgs.add(f"{apath}.version", f"must be a string, got {v!r}")
-            elif len(v) > MAX_VERSION_LENGTH:
+            elif utf8_length(v) > MAX_VERSION_LENGTH:
                 msgs.add(
                     f"{apath}.version",
-                    f"Too long: may not be more than {MAX_VERSION_LENGTH} bytes (got {len(v)})",
+                    f"Too long: may not be more than {MAX_VERSION_LENGTH} bytes "
+                    f"(got {utf8_length(v)})",
                 )
             elif not is_strict_semver(v):
                 msgs.add(

@@ -44,7 +44,7 @@ def memory_policy_max(usable: int) -> int:
 
 
 def _string(value: str) -> Obj:
-    return {"string": value[: slicerules.MAX_STRING_ATTRIBUTE_LENGTH]}
+    return {"string": slicerules.truncate_utf8(value, slicerules.MAX_STRING_ATTRIBUTE_LENGTH)}
 
 
 def _version(gpu: GpuInfo, what: str, raw: str) -> Obj | None:

@@ -813,3 +813,14 @@ def test_device_count_limits(count: int) -> None:
     assert (sr.validate_resource_slice(tainted) == []) == (
         count <= sr.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
     )
+
+
+def test_string_attribute_limit_counts_utf8_bytes_like_the_api_server() -> None:
+    # 40 characters, 80 bytes: the API server (Go's len) counts bytes.
+    value = "é" * 40
+    obj = good_slice(devices=[device("gpu-0", attributes={"s": {"string": value}})])
+    assert sr.validate_resource_slice(obj) == [
+        "spec.devices[0].attributes[s].string: Too long: may not be more than 64 bytes (got 80)"
+    ]
+    assert sr.truncate_utf8(value, 64) == "é" * 32
+    assert sr.truncate_utf8("a" + "é" * 40, 64) == "a" + "é" * 31

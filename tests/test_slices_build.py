@@ -261,3 +261,13 @@ def test_print_without_owner() -> None:
         desired_slices([], names.SHARING_MODE_CONSUMABLE), DRIVER, "n", None, 1
     )
     assert "ownerReferences" not in obj["metadata"]
+
+
+def test_long_non_ascii_strings_are_cut_to_64_bytes() -> None:
+    [gpu] = MockBackend("node-a", count=1).discover()
+    gpu = dataclasses.replace(gpu, product_name="NVIDIA H100 \u2013 " + "ü" * 60)
+    [content] = desired_slices([gpu], names.SHARING_MODE_EXCLUSIVE)
+    name = content["devices"][0]["attributes"][names.ATTR_PRODUCT_NAME]["string"]
+    assert len(name.encode()) <= 64 and name.startswith("NVIDIA H100 \u2013 ü")
+    [obj] = resource_slice_objects([content], DRIVER, "node-a", "uid-1", 1)
+    assert validate_resource_slice(obj) == []
