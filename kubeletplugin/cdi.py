@@ -398,12 +398,17 @@ class NvidiaCdiDetector:
 
     Spec directories are scanned on every lookup (the toolkit may be installed after the plugin
     starts); files are parsed again only when their size or mtime changed, and what is
-    remembered about a file is dropped once it is gone.
+    remembered about a file is dropped once it is gone. Files whose names start with one of
+    ``skip_prefixes`` (this driver's own claim specs, which come and go with every claim in
+    ``/var/run/cdi``) are never looked at.
     """
 
-    def __init__(self, kind: str, spec_dirs: Sequence[Path]) -> None:
+    def __init__(
+        self, kind: str, spec_dirs: Sequence[Path], skip_prefixes: Sequence[str] = ()
+    ) -> None:
         self.kind = kind
         self.spec_dirs = tuple(spec_dirs)
+        self.skip_prefixes = tuple(skip_prefixes)
         self._lock = threading.Lock()
         self._cache: dict[Path, tuple[tuple[int, int], frozenset[str] | None]] = {}
         self._warned = False
@@ -444,7 +449,12 @@ class NvidiaCdiDetector:
                 entries = sorted(directory.iterdir())
             except OSError:
                 continue
-            files.extend(p for p in entries if p.suffix in (".json", ".yaml", ".yml"))
+            files.extend(
+                p
+                for p in entries
+                if p.suffix in (".json", ".yaml", ".yml")
+                and not p.name.startswith(self.skip_prefixes)
+            )
         return files
 
     def _devices_of(self, path: Path) -> frozenset[str] | None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from kubernetes import client
 
 from api.telemetry import Telemetry
-from kubeletplugin.cdi import CdiSpecWriter, NvidiaCdiDetector
+from kubeletplugin.cdi import CdiSpecWriter, NvidiaCdiDetector, spec_file_prefix
 from kubeletplugin.checkpoint import Checkpoint
 from kubeletplugin.claims import KubeClaimGetter
 from kubeletplugin.config import PluginConfig
@@ -48,7 +48,11 @@ class ClaimService:
                 config.cdi_dir,
                 config.driver_name,
                 dev_root=dev_root,
-                nvidia=NvidiaCdiDetector(config.nvidia_cdi_kind, config.nvidia_cdi_dirs),
+                nvidia=NvidiaCdiDetector(
+                    config.nvidia_cdi_kind,
+                    config.nvidia_cdi_dirs,
+                    skip_prefixes=(spec_file_prefix(config.driver_name),),
+                ),
             ),
             checkpoint=Checkpoint(config.plugin_data_dir, boot_id_file=config.boot_id_file),
             enforcer=enforcer,

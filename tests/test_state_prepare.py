@@ -431,6 +431,23 @@ def test_nvidia_detector_forgets_spec_files_that_are_gone(tmp_path: Path) -> Non
     assert set(detector._cache) == {run / "nvidia.json"}
 
 
+def test_nvidia_detector_never_reads_this_drivers_claim_specs(tmp_path: Path) -> None:
+    # Prepares look the toolkit's spec up in /var/run/cdi, beside every claim spec of this
+    # driver: those are skipped by name, never stat'ed or read on the prepare path.
+    run = tmp_path / "run-cdi"
+    run.mkdir()
+    (run / "nvidia.json").write_text(
+        '{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": ['
+        '{"name": "GPU-aaaa", "containerEdits": {"env": ["X=1"]}}]}'
+    )
+    prefix = f"k8s.{DRIVER}-claim_"
+    for i in range(5):
+        (run / f"{prefix}{i}.json").write_text("{}")
+    detector = NvidiaCdiDetector(names.NVIDIA_CTK_CDI_KIND, [run], skip_prefixes=(prefix,))
+    assert detector.device_ids("GPU-aaaa", 0) == ("nvidia.com/gpu=GPU-aaaa",)
+    assert set(detector._cache) == {run / "nvidia.json"}
+
+
 def test_32_concurrent_prepares(node: Node) -> None:
     n = 32
     barrier = threading.Barrier(n)
@@ -530,3 +547,29 @@ def test_keyed_locks_exclude_per_key_and_are_dropped_after_use() -> None:
         t.join(timeout=60)
     assert most == {"a": 1, "b": 1}
     assert locks._locks == {}
+
+
+def test_the_daemon_skips_its_own_claim_specs_when_looking_for_the_toolkit(
+    tmp_path: Path,
+) -> None:
+    from kubernetes import client
+
+    from kubeletplugin.claimservice import ClaimService
+    from kubeletplugin.config import parse_config
+    from kubeletplugin.enforcement import NoEnforcement
+
+    config = parse_config(
+        [
+            "--device-backend=mock",
+            "--node-name=n1",
+            f"--cdi-dir={tmp_path / 'cdi'}",
+            f"--plugin-data-dir={tmp_path / 'data'}",
+            f"--plugin-registry-dir={tmp_path / 'reg'}",
+        ],
+        {},
+    )
+    with client.ApiClient() as api:
+        service = ClaimService(config, gpus(), api, NoEnforcement())
+    detector = service.state._cdi.nvidia
+    assert detector is not None
+    assert detector.skip_prefixes == (f"k8s.{config.driver_name}-claim_",)
