@@ -192,6 +192,16 @@ def _run(args: list[str], **kwargs: Any) -> subprocess.Popen[str]:
     )
 
 
+def _communicate(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """``communicate`` with the deadline; a process that overruns it is killed, not left."""
+    try:
+        return proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_sigterm_shuts_down_cleanly(apiserver: KubeAPIServer, tmp_path: Path) -> None:
     kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
     proc = _run(
@@ -239,7 +249,7 @@ def test_sigterm_shuts_down_cleanly(apiserver: KubeAPIServer, tmp_path: Path) ->
 )
 def test_expected_errors_without_traceback(args: list[str], message: str) -> None:
     proc = _run([*args, "--metrics-address=", "--api-address="])
-    _, err = proc.communicate(timeout=DEADLINE_S)
+    _, err = _communicate(proc)
     assert proc.returncode == 1
     assert message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
@@ -247,7 +257,7 @@ def test_expected_errors_without_traceback(args: list[str], message: str) -> Non
 
 def test_bad_flag_values_are_usage_errors() -> None:
     proc = _run(["--leader-elect=maybe"])
-    _, err = proc.communicate(timeout=DEADLINE_S)
+    _, err = _communicate(proc)
     assert proc.returncode == 2 and "expected true or false" in err
 
 
