@@ -109,7 +109,7 @@ class KubeApiError(Exception):
         self.message = message
 
 
-def _status_message(body: bytes) -> tuple[str, str]:
+def status_message(body: bytes) -> tuple[str, str]:
     """(reason, message) of a Kubernetes Status body; the raw text when it is not one."""
     text = body.decode(errors="replace")
     try:
@@ -203,7 +203,7 @@ class KubeRest:
     ) -> KubeApiError:
         if response.status not in expected:
             self._fail(verb, path, response.status)
-        reason, message = _status_message(data)
+        reason, message = status_message(data)
         return KubeApiError(
             response.status, reason or str(response.reason), message, f"{verb} {path}"
         )

@@ -23,6 +23,7 @@ from kubernetes.client import ApiClient, ResourceV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from api.kube import status_message
 from kubeletplugin.preparer import ClaimRef
 
 #: Config sources as the API server writes them in ``status.allocation.devices.config[].source``.
@@ -87,10 +88,10 @@ class KubeClaimGetter:
                 raise ClaimError(
                     f"ResourceClaim {namespace}/{name} not found", REASON_NOT_FOUND
                 ) from exc
-            raise ClaimError(
-                f"cannot get ResourceClaim {namespace}/{name}: HTTP {exc.status} {exc.reason}",
-                REASON_API_ERROR,
-            ) from exc
+            text = f"cannot get ResourceClaim {namespace}/{name}: HTTP {exc.status} {exc.reason}"
+            body = exc.body if isinstance(exc.body, bytes | str) else b""
+            _, message = status_message(body.encode() if isinstance(body, str) else body)
+            raise ClaimError(f"{text}: {message}" if message else text, REASON_API_ERROR) from exc
         except (HTTPError, OSError) as exc:
             raise ClaimError(
                 f"cannot get ResourceClaim {namespace}/{name}: {exc}", REASON_API_ERROR

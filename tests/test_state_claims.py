@@ -120,6 +120,24 @@ def test_kube_claim_getter_reports_server_errors(
         KubeClaimGetter(kube_client, timeout_seconds=2).get_claim("default", "x")
 
 
+def test_kube_claim_getter_keeps_the_servers_message(
+    apiserver: KubeAPIServer, kube_client: kubernetes.client.ApiClient
+) -> None:
+    # An admin reading the per-claim error needs the API server's reason, e.g. the RBAC rule
+    # that is missing, not only the status line.
+    from sharegpu.apiserver import Fault
+
+    message = (
+        'resourceclaims.resource.k8s.io "x" is forbidden: User "system:serviceaccount:'
+        'sharegpu:plugin" cannot get resource "resourceclaims"'
+    )
+    apiserver.faults.add(Fault("get", "resourceclaims", code=403, message=message))
+    with pytest.raises(ClaimError) as info:
+        KubeClaimGetter(kube_client).get_claim("default", "x")
+    assert str(info.value) == (f"cannot get ResourceClaim default/x: HTTP 403 Forbidden: {message}")
+    assert info.value.reason == "api_error"
+
+
 @pytest.mark.parametrize(
     ("spec", "version"),
     [
