@@ -44,6 +44,7 @@ from api.gpuconfig import (
 )
 from api.quantity import QuantityError, format_quantity, parse_quantity
 from sharegpu.cel import CelCompileError, compile_selector
+from sharegpu.cel.environment import NESTED_TOO_DEEPLY
 
 Severity = Literal["error", "warning"]
 ERROR: Final = "error"
@@ -140,13 +141,21 @@ _OPTIONAL_SYNTAX = re.compile(r"\.\s*\?|\[\s*\?")
 
 
 def unimplemented_cel(exc: CelCompileError) -> str | None:
-    """What of Kubernetes' CEL a compile error stems from (None: a real compile error)."""
+    """Why a compile error may not be one in Kubernetes (None: a real compile error)."""
+    if exc.message == NESTED_TOO_DEEPLY:
+        return "the selector is nested deeper than this check follows"
     undeclared = _UNDECLARED.search(exc.message)
     if undeclared is not None and undeclared.group(1) in UNIMPLEMENTED_CEL_NAMES:
-        return f"the function {undeclared.group(1)!r}"
+        return (
+            f"the selector uses the function {undeclared.group(1)!r} of Kubernetes' CEL, "
+            "which this check does not implement"
+        )
     code = _STRING_LITERAL.sub("''", exc.expression)
     if exc.message.startswith("syntax error") and _OPTIONAL_SYNTAX.search(code):
-        return "optional-field syntax (.? or [?])"
+        return (
+            "the selector uses optional-field syntax (.? or [?]) of Kubernetes' CEL, which "
+            "this check does not implement"
+        )
     return None
 
 
@@ -248,8 +257,7 @@ def check_selector(expression: Any, path: str, driver: str) -> list[Finding]:
                 Finding(
                     WARNING,
                     path,
-                    f"not checked: the selector uses {unchecked} of Kubernetes' CEL, which "
-                    f"this check does not implement ({where}{exc.message})",
+                    f"not checked: {unchecked} ({where}{exc.message})",
                 )
             ]
         return [Finding(ERROR, path, f"CEL compile error: {where}{exc.message}")]

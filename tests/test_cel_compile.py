@@ -61,6 +61,22 @@ def test_too_long_expression_is_rejected() -> None:
     assert err is not None and "longer than 10240 bytes" in err.message
 
 
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "(" * 3000 + "true" + ")" * 3000,
+        "!" * 5000 + "true",
+        "[" * 2000 + "]" * 2000 + " == []",
+        "1" + " + 1" * 2000 + " > 0",
+    ],
+    ids=["parentheses", "negations", "lists", "sum"],
+)
+def test_deep_nesting_is_a_compile_error_not_a_crash(expression: str) -> None:
+    """Under the 10 KiB limit, yet deeper than a recursive compiler can follow."""
+    err = compile_error(expression)
+    assert err is not None and err.message == "expression is nested too deeply"
+
+
 def test_compile_once_and_cache() -> None:
     clear_cache()
     expression = "device.driver == 'gpu.sharegpu.dev'"

@@ -252,6 +252,13 @@ CASES: list[tuple[str, dict[str, Any], bool, list[str], list[str]]] = [
         ["not checked", "optional-field syntax"],
     ),
     (
+        "cel nested deeper than the local parser follows",
+        claim(exactly(selectors=["(" * 60 + f"{D}.productName == 'H100'" + ")" * 60])),
+        True,
+        [],
+        ["not checked", "nested deeper"],
+    ),
+    (
         "cel unknown function",
         claim(exactly(selectors=[f"{D}.productName.bogus()"])),
         False,

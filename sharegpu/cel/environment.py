@@ -20,6 +20,8 @@ from .values import type_name
 
 #: Kubernetes rejects selector expressions longer than this many bytes.
 MAX_EXPRESSION_BYTES = 10 * 1024
+#: The compile error of an expression nested deeper than the parser here can follow.
+NESTED_TOO_DEEPLY = "expression is nested too deeply"
 #: How many compiled expressions the cache keeps.
 CACHE_SIZE = 4096
 
@@ -94,7 +96,11 @@ def _compile(expression: str) -> SelectorProgram:
         raise CelCompileError(
             expression[:80] + "...", f"expression longer than {MAX_EXPRESSION_BYTES} bytes"
         )
-    root, references = compile_tree(expression, parse(expression), _VARIABLES)
+    try:
+        root, references = compile_tree(expression, parse(expression), _VARIABLES)
+    except RecursionError:
+        # Kubernetes' parser stops at a fixed nesting depth too: a compile error, not a crash.
+        raise CelCompileError(expression[:80] + "...", NESTED_TOO_DEEPLY) from None
     if root.type not in ("bool", "dyn"):
         raise CelCompileError(
             expression, f"must evaluate to bool, but evaluates to {root.type}", 1, 1
