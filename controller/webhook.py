@@ -221,7 +221,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"not found\n", "text/plain")
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        raw_length = self.headers.get("Content-Length") or "0"
+        length = int(raw_length) if raw_length.isdigit() else -1
         if length <= 0 or length > _MAX_BODY:
             self._send(400, b'{"error":"missing or oversized body"}')
             return
@@ -229,11 +230,20 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(length))
             answer = self.admission.review(body, expected)
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
-            if self.admission.metrics is not None:
-                self.admission.metrics.review("unknown", "error")
-            self._send(400, json.dumps({"error": str(exc)}).encode())
+            self._failed(400, str(exc))
+            return
+        except Exception:
+            # A defect in a check: logged where an operator sees it, answered so the API
+            # server applies the webhook's failurePolicy at once instead of a dropped connection.
+            log.exception("webhook: reviewing a request to %s failed", self.path)
+            self._failed(500, "internal error while reviewing the object")
             return
         self._send(200, json.dumps(answer, separators=(",", ":")).encode())
+
+    def _failed(self, code: int, message: str) -> None:
+        if self.admission.metrics is not None:
+            self.admission.metrics.review("unknown", "error")
+        self._send(code, json.dumps({"error": message}).encode())
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook %s", format % args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import ssl
 import uuid
 from collections.abc import Iterator, Sequence
@@ -391,6 +392,48 @@ def test_malformed_reviews_and_unknown_paths(endpoint: Endpoint) -> None:
     assert status == 400 and "AdmissionReview" in answer["error"]
     status, _ = endpoint.call("POST", "/validate/pods", {"kind": "AdmissionReview"})
     assert status == 404
+
+
+def test_bad_content_length_is_a_bad_request(endpoint: Endpoint) -> None:
+    conn = http.client.HTTPSConnection(
+        "localhost", endpoint.server.port, context=endpoint.context, timeout=30
+    )
+    try:
+        conn.putrequest("POST", "/validate/resourceclaims")
+        conn.putheader("Content-Length", "lots")
+        conn.endheaders()
+        resp = conn.getresponse()
+        assert resp.status == 400 and b"missing or oversized body" in resp.read()
+    finally:
+        conn.close()
+
+
+def test_a_failing_check_is_logged_and_answered_500(
+    endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(self: AdmissionHandler, kind: str, obj: dict[str, Any]) -> list[Any]:
+        raise RuntimeError("a defect in a check")
+
+    monkeypatch.setattr(AdmissionHandler, "findings", broken)
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u1",
+            "kind": {"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
+            "operation": "CREATE",
+            "object": claim(exactly()),
+        },
+    }
+    with caplog.at_level(logging.ERROR, logger="controller.webhook"):
+        status, answer = endpoint.call("POST", "/validate/resourceclaims", body)
+    assert status == 500 and answer == {"error": "internal error while reviewing the object"}
+    assert any(
+        r.levelno == logging.ERROR and "a defect in a check" in (r.exc_text or "")
+        for r in caplog.records
+    )
+    text = endpoint.telemetry.scrape().decode()
+    assert 'sharegpu_webhook_reviews_total{kind="unknown",result="error"} 1.0' in text
 
 
 def test_health_endpoints(endpoint: Endpoint) -> None:
