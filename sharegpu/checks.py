@@ -243,24 +243,27 @@ def referenced_names(expression: str, driver: str) -> list[tuple[str, str]]:
     return refs
 
 
-def check_selector(expression: Any, path: str, driver: str) -> list[Finding]:
-    """Compile errors and unknown names of a CEL selector that mentions this driver."""
-    if not isinstance(expression, str) or not selector_mentions_driver(expression, driver):
-        return []
+def compile_findings(expression: str, path: str) -> list[Finding]:
+    """The compile error of a CEL selector, if any: an error, or a not-checked warning where
+    Kubernetes' CEL accepts what the compiler here does not (:func:`unimplemented_cel`)."""
     try:
         compile_selector(expression)
     except CelCompileError as exc:
         where = f"{exc.line}:{exc.column}: " if exc.line is not None else ""
         unchecked = unimplemented_cel(exc)
         if unchecked is not None:
-            return [
-                Finding(
-                    WARNING,
-                    path,
-                    f"not checked: {unchecked} ({where}{exc.message})",
-                )
-            ]
+            return [Finding(WARNING, path, f"not checked: {unchecked} ({where}{exc.message})")]
         return [Finding(ERROR, path, f"CEL compile error: {where}{exc.message}")]
+    return []
+
+
+def check_selector(expression: Any, path: str, driver: str) -> list[Finding]:
+    """Compile errors and unknown names of a CEL selector that mentions this driver."""
+    if not isinstance(expression, str) or not selector_mentions_driver(expression, driver):
+        return []
+    compiled = compile_findings(expression, path)
+    if compiled:
+        return compiled
     findings: list[Finding] = []
     seen: set[tuple[str, str]] = set()
     for kind, name in referenced_names(expression, driver):

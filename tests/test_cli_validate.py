@@ -208,3 +208,22 @@ def test_missing_file_and_bad_yaml(tmp_path: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert err.startswith(f"sharegpu validate: error: {bad}: line 2, column 4: invalid YAML")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "cidr('10.0.0.0/8').containsIP(ip(device.attributes['net.example.com'].address))",
+        "device.attributes['gpu.sharegpu.dev'].?productName.orValue('') == 'H100'",
+    ],
+    ids=["another-driver", "this-driver"],
+)
+def test_kubernetes_cel_not_implemented_here_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], expr: str
+) -> None:
+    """Kubernetes accepts these selectors: they are reported as not checked, never refused."""
+    code, report = run_validate(capsys, write(tmp_path / "c.yaml", claim("c", selector(expr))))
+    [(name, severity, path, message)] = findings(report)
+    assert (code, name, severity) == (0, "c", "warning")
+    assert path == "spec.devices.requests[0].exactly.selectors[0].cel.expression"
+    assert message.startswith("not checked: the selector uses ")

@@ -31,7 +31,6 @@ from kubernetes_validate.utils import all_versions
 from api import names
 from api.gpuconfig import GpuConfigError, parse_gpu_config
 from sharegpu import checks
-from sharegpu.cel import CelCompileError, compile_selector
 from sharegpu.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -156,15 +155,8 @@ def foreign_selector_findings(obj: Obj, driver: str) -> list[checks.Finding]:
     :func:`sharegpu.checks.check_selector`'s)."""
     findings = []
     for path, expr in _selectors(obj.get("spec"), "spec"):
-        if checks.selector_mentions_driver(expr, driver):
-            continue
-        try:
-            compile_selector(expr)
-        except CelCompileError as exc:
-            where = f"{exc.line}:{exc.column}: " if exc.line is not None else ""
-            findings.append(
-                checks.Finding(checks.ERROR, path, f"CEL compile error: {where}{exc.message}")
-            )
+        if not checks.selector_mentions_driver(expr, driver):
+            findings += checks.compile_findings(expr, path)
     return findings
 
 
