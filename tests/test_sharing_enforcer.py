@@ -432,3 +432,40 @@ def test_the_daemon_of_a_claim_rolled_back_at_restart_is_stopped(tmp_path: Path)
     assert tools.sim.daemons == {}
     assert tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
     assert node.checkpoint()["sharing"]["mps"] == {}
+
+
+def test_a_daemon_that_died_while_the_plugin_runs_is_started_again_for_the_next_share(
+    tmp_path: Path,
+) -> None:
+    # Without a daemon, a CUDA client that cannot reach MPS runs without it: no limits. A new
+    # share on the GPU must not be handed out attached to a dead daemon.
+    import subprocess
+    import sys
+
+    from kubeletplugin.sharing.mps import PID_FILE
+
+    node, claims, tools, state = setup(tmp_path)
+    first = h.claim("a", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    second = h.claim("b", [h.result("gpu", "gpu-0", share={"cores": 20, "memory": 5 * GI})])
+    live = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 10, "memory": 2 * GI})])
+    claims.add(first, second, live)
+    assert prepare(state, first) == "" and tools.sim.daemons_started == 1
+    # While the daemon lives, attaching another share runs no command at all.
+    tools.fake.clear()
+    assert prepare(state, live) == "" and tools.fake.argvs() == []
+    assert state.unprepare([h.ref(live)])[live["metadata"]["uid"]].error == ""
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    uuid = h.gpus()[0].uuid
+    tools.sim.kill_daemons()
+    (node.data_dir / "mps" / uuid / "pipe" / PID_FILE).write_text(gone.stdout)
+    assert prepare(state, second) == ""
+    assert tools.sim.daemons_started == 2 and len(tools.sim.daemons) == 1
+    assert tools.sim.mode(uuid) == "EXCLUSIVE_PROCESS"
+    outcomes = state.unprepare([h.ref(first), h.ref(second)])
+    assert [o.error for o in outcomes.values()] == ["", ""]
+    assert tools.sim.daemons == {} and tools.sim.mode(uuid) == "DEFAULT"

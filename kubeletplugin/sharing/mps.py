@@ -10,6 +10,9 @@ Per GPU (UUID ``U``) the plugin owns ``<data-dir>/mps/U/pipe`` and ``<data-dir>/
 - adopt: a daemon whose pid file names a live process, or whose control socket exists, and that
   answers ``get_server_list`` is taken over instead of started again (a daemon is never started
   twice for one GPU);
+- restart: an owned daemon whose pid file names a dead process and that no longer answers
+  ``get_server_list`` is started again (keeping the remembered compute mode) before another
+  share is attached to it;
 - stop: ``quit`` on the control's stdin with the same environment, then the remembered compute
   mode is restored.
 
@@ -132,7 +135,15 @@ class MpsManager:
         with self._lock:
             known = self._daemons.get(uuid)
         if known is not None:
-            return known
+            if not self._looks_dead(uuid) or self.is_alive(uuid):
+                return known
+            # A client that cannot reach a daemon runs without MPS, i.e. without limits: start
+            # a new daemon rather than attach another share to a dead one.
+            log.warning("the MPS control daemon of GPU %s has died; starting it again", uuid)
+            daemon = self._start(uuid, known.previous_compute_mode)
+            with self._lock:
+                self._daemons[uuid] = daemon
+            return daemon
         if self.is_alive(uuid):
             daemon = MpsDaemon(
                 uuid,
@@ -211,6 +222,17 @@ class MpsManager:
                 ),
             )
         self.stop(uuid)
+
+    def _looks_dead(self, uuid: str) -> bool:
+        """Cheap check of an owned daemon (no command run): True when its pid file names a
+        process that no longer exists, or when neither its pid file nor its control socket is
+        left in the pipe directory (a daemon of another PID namespace looks dead too, so the
+        caller confirms with :meth:`is_alive`)."""
+        pipe = self.pipe_dir(uuid)
+        pid_file = pipe / PID_FILE
+        if pid_file.exists():
+            return not _pid_alive(pid_file)
+        return not (pipe / CONTROL_SOCKET).exists()
 
     def is_alive(self, uuid: str) -> bool:
         """True when a daemon for ``uuid`` exists (pid file of a live process or control
