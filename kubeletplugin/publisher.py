@@ -229,7 +229,6 @@ class SlicePublisher:
         self._synced_version = -1
         self._desired_version = 0
         self.last_error: str | None = None
-        self.syncs = 0
 
     # --- entry points for other parts ----------------------------------------------------
 
@@ -379,7 +378,6 @@ class SlicePublisher:
 
     def sync_once(self) -> None:
         """One reconcile pass; raises on failure (the sync loop retries)."""
-        self.syncs += 1
         contents = self.desired_contents()
         problems = self._validate(contents)
         if problems:
