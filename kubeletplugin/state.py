@@ -498,11 +498,19 @@ class DeviceState:
     def _undo_quietly(self, uid: str) -> None:
         try:
             self._undo(uid)
+        except (ShareError, OSError) as exc:
+            # Expected (a full disk, a command that failed): the next start or call retries.
+            log.error("rolling back the failed prepare of claim %s failed: %s", uid, exc)
+            self._forget(uid)
         except Exception:
             log.exception("rolling back the failed prepare of claim %s failed", uid)
-            with self._mu:
-                self._claims.pop(uid, None)
-                self._changed()
+            self._forget(uid)
+
+    def _forget(self, uid: str) -> None:
+        """Drop ``uid``'s record from memory; the next checkpoint write makes it durable."""
+        with self._mu:
+            self._claims.pop(uid, None)
+            self._changed()
 
     # --- Unprepare -------------------------------------------------------------------------
 

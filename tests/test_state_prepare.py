@@ -573,3 +573,29 @@ def test_the_daemon_skips_its_own_claim_specs_when_looking_for_the_toolkit(
     detector = service.state._cdi.nvidia
     assert detector is not None
     assert detector.skip_prefixes == (f"k8s.{config.driver_name}-claim_",)
+
+
+def test_a_full_disk_fails_the_claim_with_one_log_line_and_no_traceback(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The checkpoint cannot be written (ENOSPC): the prepare fails per claim, and the rollback,
+    # which cannot write the checkpoint either, is logged without a traceback (an expected
+    # condition on a node whose disk is full).
+    import errno
+
+    claims = FakeClaims()
+    c = claim("full", [result("gpu", "gpu-0")])
+    claims.add(c)
+    state = node.state(claims)
+
+    def no_space(*_: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    state._checkpoint.write = no_space  # type: ignore[method-assign]
+    with caplog.at_level("WARNING"):
+        out = state.prepare([ref(c)])[c["metadata"]["uid"]]
+    assert "No space left on device" in out.error
+    assert c["metadata"]["uid"] not in state.prepared_claims()
+    assert node.spec_files() == []
+    assert [r.exc_info for r in caplog.records if r.exc_info] == []
+    assert any("rolling back" in r.getMessage() for r in caplog.records)
