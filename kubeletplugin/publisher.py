@@ -365,13 +365,16 @@ class SlicePublisher:
             raise _Retry(str(exc)) from None
 
     def _owner(self) -> Obj:
-        if self._node_uid is None:
-            node = self._call("GET", f"/api/v1/nodes/{self.node_name}")
-            uid = node.get("metadata", {}).get("uid")
-            if not isinstance(uid, str) or not uid:
-                raise _Retry(f"Node {self.node_name} has no metadata.uid")
-            self._node_uid = uid
-        return node_owner_reference(self.node_name, self._node_uid)
+        """The ownerReference to the Node, read at every sync: a Node deleted and registered
+        again has a new UID, and slices naming the old one are garbage-collected."""
+        node = self._call("GET", f"/api/v1/nodes/{self.node_name}")
+        uid = node.get("metadata", {}).get("uid")
+        if not isinstance(uid, str) or not uid:
+            raise _Retry(f"Node {self.node_name} has no metadata.uid")
+        if self._node_uid is not None and uid != self._node_uid:
+            log.info("Node %s was recreated (UID %s, was %s)", self.node_name, uid, self._node_uid)
+        self._node_uid = uid
+        return node_owner_reference(self.node_name, uid)
 
     def _selector(self) -> list[tuple[str, str]]:
         return [("fieldSelector", f"spec.nodeName={self.node_name},spec.driver={self.driver_name}")]

@@ -217,6 +217,34 @@ def test_waits_for_the_node(apiserver: KubeAPIServer, kube_client: object) -> No
         publisher.stop()
 
 
+def test_a_recreated_node_owns_the_republished_slices(
+    apiserver: KubeAPIServer, kube_client: object
+) -> None:
+    # A Node deleted and registered again (same name, new UID): the garbage collector deletes
+    # the slices owned by the old UID, and slices published again with that UID would be
+    # deleted again, forever. They must name the new Node.
+    old_uid = create_node(apiserver)
+    publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 1)  # type: ignore[arg-type]
+    publisher.start()
+    try:
+        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        apiserver.store.delete_now("nodes", NODE)
+        new_uid = create_node(apiserver)
+        assert new_uid != old_uid
+        for s in pool(apiserver):  # what the garbage collector does
+            apiserver.store.delete_now("resourceslices", s["metadata"]["name"])
+
+        def owned_by_new_node() -> bool:
+            slices = pool(apiserver)
+            return is_consistent(slices, 1) and all(
+                [r["uid"] for r in s["metadata"]["ownerReferences"]] == [new_uid] for s in slices
+            )
+
+        assert apiserver.wait_for(owned_by_new_node, DEADLINE)
+    finally:
+        publisher.stop()
+
+
 def test_bursts_of_changes_are_debounced(apiserver: KubeAPIServer, kube_client: object) -> None:
     create_node(apiserver)
     settings = dataclasses.replace(FAST, min_interval=1.0)
