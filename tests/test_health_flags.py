@@ -64,6 +64,9 @@ def test_every_flag_is_applied(tmp_path: Path) -> None:
     ("argv", "message"),
     [
         (["--health-probe-interval", "0"], "--health-probe-interval must be > 0"),
+        # NaN compares false with everything: it slipped through and made the probe loop spin.
+        (["--health-probe-interval", "nan"], "--health-probe-interval must be a finite number"),
+        (["--health-probe-interval", "inf"], "--health-probe-interval must be a finite number"),
         (["--health-recovery-probes", "0"], "--health-recovery-probes must be at least 1"),
         (["--health-ignore-xids", "13,abc"], "--health-ignore-xids: XID 'abc' is not an integer"),
         (["--mock-health-file", "h.yaml"], "--mock-health-file needs --device-backend mock"),

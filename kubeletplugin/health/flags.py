@@ -7,6 +7,7 @@ the wiring (:func:`build_health`): the plugin's config and main module only call
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import threading
 from collections.abc import Sequence
@@ -96,6 +97,11 @@ def health_options(args: argparse.Namespace, device_backend: str) -> HealthOptio
     """Check the health flags; raise :class:`HealthFlagError` naming the bad one."""
     if args.mock_health_file is not None and device_backend != "mock":
         raise HealthFlagError("--mock-health-file needs --device-backend mock")
+    if not math.isfinite(args.health_probe_interval):
+        raise HealthFlagError(
+            f"--health-probe-interval must be a finite number of seconds, "
+            f"got {args.health_probe_interval}"
+        )
     if args.health_probe_interval <= 0:
         raise HealthFlagError(
             f"--health-probe-interval must be > 0 seconds, got {args.health_probe_interval}"
