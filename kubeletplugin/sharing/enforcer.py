@@ -17,6 +17,14 @@ Allocations with adminAccess are neither counted nor enforced. ``release`` stops
 daemon after its last MPS share and restores its time-slice interval after its last holder; a
 failed stop is retried on every later call. ``export_state``/``restore`` carry daemons and
 intervals across plugin restarts; each claim's grants travel in its checkpoint record.
+
+A prepare interrupted after it drove the node but before its checkpoint record (and the exported
+state) was written leaves changes no checkpoint mentions. Both kinds leave a per-GPU mark on disk
+before the GPU is changed: a daemon's pipe directory (created before the compute mode is set, gone
+once a stop restored it) and a time-slice marker. ``restore`` undoes every marked GPU that no
+surviving claim uses that way: the daemon is stopped if it still runs and the compute mode set
+back (to ``DEFAULT`` when the checkpoint does not know the previous one), the interval set back
+to ``Default``.
 """
 
 from __future__ import annotations
@@ -51,7 +59,11 @@ from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
 from kubeletplugin.sharing.limits import limits_edits
 from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, MpsManager
 from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
-from kubeletplugin.sharing.timeslice import TimeSliceConflict, TimeSliceManager
+from kubeletplugin.sharing.timeslice import (
+    DEFAULT_INTERVAL,
+    TimeSliceConflict,
+    TimeSliceManager,
+)
 from kubeletplugin.slices import memory_policy_max
 
 log = logging.getLogger(__name__)
@@ -137,7 +149,7 @@ class SharingEnforcer:
         self.limits_library = limits_library
         self.mps = MpsManager(runner, data_dir)
         self.limits_lock_dir = Path(data_dir) / "limits" / "vgpulock"
-        self.timeslice = TimeSliceManager(runner)
+        self.timeslice = TimeSliceManager(runner, Path(data_dir) / "timeslice")
         self._grants: dict[str, tuple[Grant, ...]] = {}
         self._lock = threading.Lock()
         self._gpu_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -216,21 +228,28 @@ class SharingEnforcer:
                     self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
                 except (CommandError, TimeSliceConflict) as exc:
                     log.error("cannot resume time-slicing on GPU %s: %s", grant.gpu_uuid, exc)
-        # Daemons no claim needs: recorded in the checkpoint, or (checkpoint lost) found running
-        # in their pipe directories.
+        # Daemons no claim needs: recorded in the checkpoint, or left in their pipe directories
+        # (checkpoint lost, or a prepare interrupted before its record): running or not, the
+        # GPU's compute mode may still be EXCLUSIVE_PROCESS.
         mps_gpus = {g.gpu_uuid for _, g in all_grants if g.strategy == STRATEGY_MPS}
         for uuid in self.mps.directories():
-            if uuid not in mps_gpus and uuid not in modes and self.mps.is_alive(uuid):
+            if uuid not in mps_gpus and uuid not in modes:
                 modes[uuid] = DEFAULT_COMPUTE_MODE
         for uuid, mode in sorted(modes.items()):
             try:
                 self.mps.cleanup(uuid, mode)
             except CommandError as exc:
                 log.error("cannot stop the leftover MPS daemon of GPU %s: %s", uuid, exc)
+        # Intervals no claim holds: recorded in the checkpoint, or only marked (a prepare
+        # interrupted before its record); a GPU a surviving claim holds keeps its setting.
+        for uuid in self.timeslice.marked():
+            self.timeslice.adopt(uuid, DEFAULT_INTERVAL)
         for uuid in self.timeslice.gpus():
             if not self.timeslice.holders(uuid):
-                with contextlib.suppress(CommandError):
+                try:
                     self.timeslice.release(uuid, "")
+                except CommandError as exc:
+                    log.error("cannot restore the time-slice interval of GPU %s: %s", uuid, exc)
 
     # --- views for tests, the demo and the CLI ---
 
@@ -369,7 +388,7 @@ class SharingEnforcer:
                 if grant.strategy == STRATEGY_TIME_SLICING and grant.gpu_uuid not in acquired:
                     self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
                     acquired.append(grant.gpu_uuid)
-        except (CommandError, TimeSliceConflict) as exc:
+        except (CommandError, TimeSliceConflict, OSError) as exc:
             for uuid in acquired:
                 with contextlib.suppress(CommandError):
                     self.timeslice.release(uuid, claim_uid)
