@@ -166,10 +166,11 @@ class Controller:
                 "the webhook needs --tls-cert-file and --tls-key-file (or --disable-webhook)"
             )
         if not a.disable_tracker:
+            api_client = load_api_client(a.kubeconfig)
+            # Closed last: the tracker and the lease still use it while they stop.
+            self._stoppers.append(api_client.close)
             kube = KubeRest(
-                load_api_client(a.kubeconfig),
-                on_error=self.metrics.api_error,
-                timeout_s=REQUEST_TIMEOUT_S,
+                api_client, on_error=self.metrics.api_error, timeout_s=REQUEST_TIMEOUT_S
             )
             is_leader: Callable[[], bool] = lambda: True  # noqa: E731
             if a.leader_elect:

@@ -137,6 +137,29 @@ def test_tracker_stops_before_the_lease_is_released(
     assert order == ["tracker stopped", "lease released"]
 
 
+def test_stop_closes_the_api_client(apiserver: KubeAPIServer, tmp_path: Path) -> None:
+    """An in-process controller that stops closes its pooled connections to the API server."""
+    args = build_parser().parse_args(
+        [
+            f"--kubeconfig={apiserver.write_kubeconfig(tmp_path / 'kubeconfig')}",
+            "--disable-webhook",
+            "--metrics-address=",
+            "--api-address=",
+            "--leader-elect=true",
+            "--lease-namespace=sharegpu",
+        ]
+    )
+    controller = Controller(args)
+    controller.start()
+    try:
+        assert controller.tracker is not None and controller.tracker.wait_synced(DEADLINE_S)
+        pools = controller.tracker.kube.api_client.rest_client.pool_manager.pools
+        assert len(pools) > 0
+    finally:
+        controller.stop()
+    assert len(pools) == 0
+
+
 def test_json_api_and_probes(
     apiserver: KubeAPIServer, running: tuple[Controller, h.Cluster]
 ) -> None:
