@@ -145,3 +145,12 @@ def test_human_tables(report: dict[str, Any]) -> None:
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in text
     assert "default/large-share, default/small-share" in text
     assert "CDI specs left after unprepare  0" in text
+
+
+def test_examples_dir_prefers_the_environment_then_the_source_tree() -> None:
+    from sharegpu.cli.demo import EXAMPLES_ENV, default_examples_dir
+
+    source_tree = Path(__file__).resolve().parents[1] / "examples"
+    assert default_examples_dir({}) == source_tree
+    assert default_examples_dir({EXAMPLES_ENV: "/srv/examples"}) == Path("/srv/examples")
+    assert default_examples_dir({EXAMPLES_ENV: ""}) == source_tree

@@ -55,3 +55,11 @@ def test_image_contains_every_python_package_and_runs_unprivileged() -> None:
     for package in packages:
         assert f"COPY {package} ./{package}" in dockerfile, package
     assert re.search(r"^USER 65532:65532$", dockerfile, re.MULTILINE)
+
+
+def test_image_ships_the_examples_where_the_demo_looks_for_them() -> None:
+    from sharegpu.cli.demo import IMAGE_EXAMPLES_DIR
+
+    dockerfile = (KIND_DIR.parent / "Dockerfile").read_text()
+    assert f"COPY examples {IMAGE_EXAMPLES_DIR}" in dockerfile
+    assert "!examples/" in (KIND_DIR.parent / "Dockerfile.dockerignore").read_text()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -100,15 +101,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--examples",
         metavar="DIR",
-        help="examples directory (default: the examples/ of this source tree)",
+        help="examples directory (default: $SHAREGPU_EXAMPLES, else examples/ of the source tree, "
+        "else /usr/share/sharegpu/examples in the container image)",
     )
     add_output_flag(p)
     p.set_defaults(run=run)
 
 
-def default_examples_dir() -> Path:
-    """``examples/`` next to the ``sharegpu`` package (the source tree)."""
-    return Path(__file__).resolve().parents[2] / "examples"
+#: Where the container image installs the examples.
+IMAGE_EXAMPLES_DIR = Path("/usr/share/sharegpu/examples")
+#: Environment variable naming the examples directory; it wins over the defaults.
+EXAMPLES_ENV = "SHAREGPU_EXAMPLES"
+
+
+def default_examples_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The examples directory: ``$SHAREGPU_EXAMPLES`` if set, else ``examples/`` of the source
+    tree when the package runs from one, else the copy installed in the container image."""
+    env = os.environ if environ is None else environ
+    if env.get(EXAMPLES_ENV):
+        return Path(env[EXAMPLES_ENV])
+    source_tree = Path(__file__).resolve().parents[2] / "examples"
+    return source_tree if source_tree.is_dir() else IMAGE_EXAMPLES_DIR
 
 
 def demo_claims(examples: Path) -> list[tuple[str, Obj]]:
