@@ -1101,3 +1101,24 @@ def test_dry_run_stores_nothing(apiserver: KubeAPIServer, kube_client: ApiClient
     core.delete_node("n1", dry_run="All")
     assert apiserver.store.resource_version == rv
     assert apiserver.store.get("nodes", "n1") is not None
+
+
+def test_json_patch_follows_pointers_and_names_a_missing_path() -> None:
+    from sharegpu.apiserver.errors import ApiError
+    from sharegpu.apiserver.patch import json_patch
+
+    doc = {"spec": {"items": [{"a/b": 1}, {"c": 2}]}}
+    patched = json_patch(
+        doc,
+        [
+            {"op": "test", "path": "/spec/items/0/a~1b", "value": 1},
+            {"op": "copy", "from": "/spec/items/1/c", "path": "/spec/copied"},
+            {"op": "replace", "path": "/spec/items/1/c", "value": 3},
+        ],
+    )
+    assert patched == {"spec": {"items": [{"a/b": 1}, {"c": 3}], "copied": 2}}
+    for bad in ("/spec/items/5/c", "/spec/nothing/x", "/spec/items/x"):
+        with pytest.raises(ApiError) as err:
+            json_patch(doc, [{"op": "replace", "path": bad, "value": 0}])
+        assert err.value.code == 422
+        assert repr(bad) in err.value.message

@@ -41,21 +41,10 @@ def _pointer(path: str) -> list[str]:
     return [_unescape(t) for t in path[1:].split("/")]
 
 
-def _resolve_parent(doc: Any, tokens: list[str], path: str) -> tuple[Any, str]:
+def _walk(doc: Any, tokens: list[str], path: str) -> Any:
+    """The value ``tokens`` lead to in ``doc``; a 422 naming ``path`` if any step is missing."""
     current = doc
-    for token in tokens[:-1]:
-        if isinstance(current, dict) and token in current:
-            current = current[token]
-        elif isinstance(current, list) and token.isdigit() and int(token) < len(current):
-            current = current[int(token)]
-        else:
-            raise ApiError(422, f"json patch: path {path!r} does not exist")
-    return current, tokens[-1]
-
-
-def _get(doc: Any, path: str) -> Any:
-    current = doc
-    for token in _pointer(path):
+    for token in tokens:
         if isinstance(current, dict) and token in current:
             current = current[token]
         elif isinstance(current, list) and token.isdigit() and int(token) < len(current):
@@ -63,6 +52,14 @@ def _get(doc: Any, path: str) -> Any:
         else:
             raise ApiError(422, f"json patch: path {path!r} does not exist")
     return current
+
+
+def _resolve_parent(doc: Any, tokens: list[str], path: str) -> tuple[Any, str]:
+    return _walk(doc, tokens[:-1], path), tokens[-1]
+
+
+def _get(doc: Any, path: str) -> Any:
+    return _walk(doc, _pointer(path), path)
 
 
 def _remove(doc: Any, path: str) -> Any:
