@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import kubernetes.client
@@ -39,6 +41,24 @@ def make_publisher(
     return SlicePublisher(
         KubeRest(client), DRIVER, NODE, mode, MockBackend(NODE, count=gpus).discover(), settings
     )
+
+
+@contextmanager
+def running_publisher(
+    server: KubeAPIServer,
+    client: Any,
+    mode: str = names.SHARING_MODE_CONSUMABLE,
+    gpus: int = 8,
+    settings: PublisherSettings = FAST,
+) -> Iterator[SlicePublisher]:
+    """Create the Node, start a publisher for it on ``server``, and stop it on exit."""
+    create_node(server)
+    publisher = make_publisher(client, mode, gpus, settings)
+    publisher.start()
+    try:
+        yield publisher
+    finally:
+        publisher.stop()
 
 
 def pool(server: KubeAPIServer, driver: str = DRIVER) -> list[dict[str, Any]]:

@@ -6,7 +6,14 @@ import logging
 import threading
 
 import pytest
-from publisher_helpers import DEADLINE, create_node, is_consistent, make_publisher, pool
+from publisher_helpers import (
+    DEADLINE,
+    create_node,
+    is_consistent,
+    make_publisher,
+    pool,
+    running_publisher,
+)
 
 from api import names
 from kubeletplugin.publisher import Backoff
@@ -43,10 +50,7 @@ def test_retries_until_published(
 
 
 def test_update_conflict_is_retried(apiserver: KubeAPIServer, kube_client: object) -> None:
-    create_node(apiserver)
-    publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 8)  # type: ignore[arg-type]
-    publisher.start()
-    try:
+    with running_publisher(apiserver, kube_client, names.SHARING_MODE_CONSUMABLE, 8) as publisher:
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
         fault = apiserver.inject_fault("update", "resourceslices", code=409, times=2)
         taint = {"key": "gpu.sharegpu.dev/unhealthy", "value": "x", "effect": "NoSchedule"}
@@ -55,32 +59,22 @@ def test_update_conflict_is_retried(apiserver: KubeAPIServer, kube_client: objec
             lambda: "taints" in pool(apiserver)[0]["spec"]["devices"][1], DEADLINE
         )
         assert fault.hits == 2
-    finally:
-        publisher.stop()
 
 
 def test_delete_precondition_conflict_is_retried(
     apiserver: KubeAPIServer, kube_client: object
 ) -> None:
-    create_node(apiserver)
-    publisher = make_publisher(kube_client, names.SHARING_MODE_PARTITIONS, 16)  # type: ignore[arg-type]
-    publisher.start()
-    try:
+    with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 16) as publisher:
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 6), DEADLINE)
         fault = apiserver.inject_fault("delete", "resourceslices", code=409, times=2)
         publisher.update_devices([])
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
         assert pool(apiserver)[0]["spec"]["devices"] == []
         assert fault.hits == 2
-    finally:
-        publisher.stop()
 
 
 def test_dropped_watch_then_wipe(apiserver: KubeAPIServer, kube_client: object) -> None:
-    create_node(apiserver)
-    publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 8)  # type: ignore[arg-type]
-    publisher.start()
-    try:
+    with running_publisher(apiserver, kube_client, names.SHARING_MODE_CONSUMABLE, 8):
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
         assert apiserver.wait_for(lambda: apiserver.open_watches() == 1, DEADLINE)
         watch_fault = apiserver.inject_fault("watch", "resourceslices", code=500, times=2)
@@ -90,15 +84,10 @@ def test_dropped_watch_then_wipe(apiserver: KubeAPIServer, kube_client: object) 
         for s in pool(apiserver):
             apiserver.store.delete_now("resourceslices", s["metadata"]["name"])
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
-    finally:
-        publisher.stop()
 
 
 def test_expired_watch_relists(apiserver: KubeAPIServer, kube_client: object) -> None:
-    create_node(apiserver)
-    publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 1)  # type: ignore[arg-type]
-    publisher.start()
-    try:
+    with running_publisher(apiserver, kube_client, names.SHARING_MODE_CONSUMABLE, 1):
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
         assert apiserver.wait_for(lambda: apiserver.open_watches() == 1, DEADLINE)
         lists = apiserver.request_count("list", "resourceslices")
@@ -110,8 +99,6 @@ def test_expired_watch_relists(apiserver: KubeAPIServer, kube_client: object) ->
         for s in pool(apiserver):
             apiserver.store.delete_now("resourceslices", s["metadata"]["name"])
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
-    finally:
-        publisher.stop()
 
 
 def test_rejected_slice_is_logged_and_retried(

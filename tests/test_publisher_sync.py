@@ -15,6 +15,7 @@ from publisher_helpers import (
     is_consistent,
     make_publisher,
     pool,
+    running_publisher,
 )
 
 from api import names
@@ -69,24 +70,16 @@ def test_publishes_pool(
 
 
 def test_republishes_after_wipe(apiserver: KubeAPIServer, kube_client: object) -> None:
-    create_node(apiserver)
-    publisher = make_publisher(kube_client, names.SHARING_MODE_PARTITIONS, 8)  # type: ignore[arg-type]
-    publisher.start()
-    try:
+    with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 8):
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 3), DEADLINE)
         for _ in range(2):  # kubelet wipes on start and after a disconnect
             for s in pool(apiserver):
                 apiserver.store.delete_now("resourceslices", s["metadata"]["name"])
             assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 3), DEADLINE)
-    finally:
-        publisher.stop()
 
 
 def test_partial_wipe_and_foreign_edit(apiserver: KubeAPIServer, kube_client: object) -> None:
-    create_node(apiserver)
-    publisher = make_publisher(kube_client, names.SHARING_MODE_PARTITIONS, 8)  # type: ignore[arg-type]
-    publisher.start()
-    try:
+    with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 8):
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 3), DEADLINE)
         first, second, _ = pool(apiserver)
         apiserver.store.delete_now("resourceslices", second["metadata"]["name"])
@@ -101,17 +94,12 @@ def test_partial_wipe_and_foreign_edit(apiserver: KubeAPIServer, kube_client: ob
         assert apiserver.wait_for(restored, DEADLINE)
         # a missing slice and a changed one: the generation was bumped
         assert pool(apiserver)[0]["spec"]["pool"]["generation"] == 2
-    finally:
-        publisher.stop()
 
 
 def test_device_change_deletes_obsolete_and_bumps_generation(
     apiserver: KubeAPIServer, kube_client: object
 ) -> None:
-    create_node(apiserver)
-    publisher = make_publisher(kube_client, names.SHARING_MODE_PARTITIONS, 16)  # type: ignore[arg-type]
-    publisher.start()
-    try:
+    with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 16) as publisher:
         # 2 counter slices + 4 device slices
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 6), DEADLINE)
         publisher.update_devices(MockBackend(NODE, count=2).discover())
@@ -121,8 +109,6 @@ def test_device_change_deletes_obsolete_and_bumps_generation(
         assert len(devices(slices)) == 30
         # shrinking deleted the obsolete slices first, never created new ones
         assert apiserver.request_count("create", "resourceslices") == 6
-    finally:
-        publisher.stop()
 
 
 def test_taints_update_in_place_and_resplit(apiserver: KubeAPIServer, kube_client: object) -> None:
