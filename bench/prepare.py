@@ -41,15 +41,15 @@ import kubernetes.config
 
 from api import names
 from api.quantity import format_quantity
-from kubeletplugin.cdi import CdiSpecWriter
-from kubeletplugin.checkpoint import Checkpoint
-from kubeletplugin.claims import KubeClaimGetter
+from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.fsutil import atomic_write
-from kubeletplugin.grpcapi.gen import dra_v1_pb2, dra_v1_pb2_grpc
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.server import PluginServer
-from kubeletplugin.state import DeviceState
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.kubelet.grpcapi.gen import dra_v1_pb2, dra_v1_pb2_grpc
+from kubeletplugin.kubelet.server import PluginServer
+from kubeletplugin.prepare.cdi import CdiSpecWriter
+from kubeletplugin.prepare.checkpoint import Checkpoint
+from kubeletplugin.prepare.claims import KubeClaimGetter
+from kubeletplugin.prepare.state import DeviceState
+from sharegpu.local.apiserver import KubeAPIServer
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "bench-node"

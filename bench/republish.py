@@ -16,10 +16,10 @@ import time
 from typing import Any
 
 from api import names
-from api.kube import KubeRest
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.publisher import SlicePublisher
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.publish.publisher import SlicePublisher
+from sharegpu.kube.rest import KubeRest
+from sharegpu.local.apiserver import KubeAPIServer
 
 NODE = "bench-node"
 

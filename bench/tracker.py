@@ -28,7 +28,6 @@ import time
 import uuid
 from typing import Any
 
-from api.kube import KubeRest
 from api.names import (
     ATTR_INDEX,
     ATTR_PRODUCT_NAME,
@@ -39,9 +38,10 @@ from api.names import (
     device_name,
     gpu_object_name,
 )
-from controller.informer import object_key
 from controller.reconcile import pod_info, reconcile
 from controller.tracker import Tracker, reduce_claim
+from sharegpu.kube.informer import object_key
+from sharegpu.kube.rest import KubeRest
 
 DRIVER = DEFAULT_DRIVER_NAME
 GI = 1024**3
@@ -221,7 +221,7 @@ def in_memory(args: argparse.Namespace) -> None:
 
 
 def through_apiserver(args: argparse.Namespace) -> None:
-    from sharegpu.apiserver import KubeAPIServer
+    from sharegpu.local.apiserver import KubeAPIServer
 
     slices, claims, pods = inputs(args.nodes, args.claims)
     with KubeAPIServer(history_size=10_000) as server:

@@ -3,7 +3,7 @@
 Usage: python bench/webhook.py [--rate 200] [--seconds 10] [--cpu 0]
 
 The webhook server (the real ``WebhookServer``: HTTPS with a trustme certificate, the real
-checks of ``sharegpu.checks``) runs in its own process pinned to one CPU (``--cpu``). This
+checks of ``sharegpu.admission.checks``) runs in its own process pinned to one CPU (``--cpu``). This
 process sends AdmissionReviews open-loop at ``--rate`` per second over one keep-alive HTTPS
 connection, cycling through a mix of claims, templates and device classes (good ones, ones
 with warnings, ones denied; CEL selectors included), and records for each review the time

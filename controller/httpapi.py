@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from api.gpu import GpuObject
-from api.telemetry import parse_address
+from sharegpu.kube.telemetry import parse_address
 
 log = logging.getLogger(__name__)
 

@@ -20,15 +20,15 @@ from http.server import ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from api.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
-from api.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
-from api.telemetry import Telemetry, parse_address, serve_metrics
 from controller.httpapi import serve_api
-from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics
 from controller.tracker import Tracker
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
+from sharegpu.kube.leader import LeaderElector
+from sharegpu.kube.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
+from sharegpu.kube.telemetry import Telemetry, parse_address, serve_metrics
 
 log = logging.getLogger("controller")
 

@@ -22,7 +22,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from api.gpu import HEALTHY, GpuObject
 from api.quantity import quantity_int
-from api.telemetry import SECONDS_BUCKETS, Telemetry
+from sharegpu.kube.telemetry import SECONDS_BUCKETS, Telemetry
 
 GpuSource = Callable[[], Iterable[GpuObject]]
 

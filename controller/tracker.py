@@ -33,7 +33,6 @@ from typing import Any
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from api.gpu import Allocation, GpuObject
-from api.kube import KubeApiError, KubeRest, resource_path
 from api.names import (
     API_GROUP,
     API_VERSION,
@@ -42,7 +41,6 @@ from api.names import (
     RESOURCE_GROUP,
     RESOURCE_VERSION,
 )
-from controller.informer import Informer
 from controller.metrics import ControllerMetrics
 from controller.reconcile import (
     DeviceInfo,
@@ -55,6 +53,8 @@ from controller.reconcile import (
     pool_hardware,
     reserved_pods,
 )
+from sharegpu.kube.informer import Informer
+from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ Endpoints (POST, ``Content-Type: application/json``)::
 
 plus ``GET /healthz`` (the process serves) and ``GET /readyz`` (a certificate is loaded).
 
-Every check is a function of :mod:`sharegpu.checks` (shared with ``sharegpu validate``):
+Every check is a function of :mod:`sharegpu.admission.checks` (shared with ``sharegpu validate``):
 errors deny the object with one message listing each ``path: problem``; warnings are returned
 as AdmissionReview ``warnings`` (kubectl prints them) and the object is allowed. DELETE and
 objects of other kinds are allowed unchecked.
@@ -37,9 +37,8 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from api.telemetry import parse_address
 from controller.metrics import ControllerMetrics
-from sharegpu.checks import (
+from sharegpu.admission.checks import (
     Finding,
     check_device_class,
     check_resource_claim,
@@ -47,6 +46,7 @@ from sharegpu.checks import (
     errors,
     warnings,
 )
+from sharegpu.kube.telemetry import parse_address
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ Sources, so the reference cannot drift from what runs:
 - ``GpuConfig``: the JSON Schema generated from the pydantic models (``api.schema``);
 - the ``GPU`` object: the pydantic models of ``api.gpu``;
 - device attributes and capacities: the devices the plugin publishes for its default mock GPU, per
-  sharing mode (``kubeletplugin.slices``);
+  sharing mode (``kubeletplugin.devices.slices``);
 - Helm values: ``deploy/helm/sharegpu/values.schema.json`` with defaults from ``values.yaml``.
 
 Usage: ``python docs/gen_config_reference.py`` rewrites the file; ``--check`` exits 1 when the
@@ -278,8 +278,8 @@ def _value_text(value: Mapping[str, Any]) -> tuple[str, str]:
 
 def devices_section() -> list[str]:
     from api.names import DEFAULT_DRIVER_NAME, SHARING_MODES
-    from kubeletplugin.mock import default_gpu
-    from kubeletplugin.slices import consumable_device, exclusive_device, partition_devices
+    from kubeletplugin.devices.mock import default_gpu
+    from kubeletplugin.devices.slices import consumable_device, exclusive_device, partition_devices
 
     devices_of: dict[str, Callable[[Any], list[dict[str, Any]]]] = {
         "consumable": lambda g: [consumable_device(g)],

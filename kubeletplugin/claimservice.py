@@ -12,16 +12,16 @@ from collections.abc import Sequence
 
 from kubernetes import client
 
-from api.telemetry import Telemetry
-from kubeletplugin.cdi import CdiSpecWriter, NvidiaCdiDetector, spec_file_prefix
-from kubeletplugin.checkpoint import Checkpoint
-from kubeletplugin.claims import KubeClaimGetter
 from kubeletplugin.config import PluginConfig
-from kubeletplugin.devices import GpuInfo
-from kubeletplugin.enforcement import ShareEnforcer
-from kubeletplugin.healthservice import HealthSource
-from kubeletplugin.server import PluginServer
-from kubeletplugin.state import DeviceState
+from kubeletplugin.kubelet.healthservice import HealthSource
+from kubeletplugin.kubelet.server import PluginServer
+from kubeletplugin.model import GpuInfo
+from kubeletplugin.prepare.cdi import CdiSpecWriter, NvidiaCdiDetector, spec_file_prefix
+from kubeletplugin.prepare.checkpoint import Checkpoint
+from kubeletplugin.prepare.claims import KubeClaimGetter
+from kubeletplugin.prepare.state import DeviceState
+from kubeletplugin.sharing.enforcement import ShareEnforcer
+from sharegpu.kube.telemetry import Telemetry
 
 
 class ClaimService:

@@ -1,7 +1,7 @@
 """The kubelet plugin's settings: every command-line flag, parsed and checked in one place.
 
 Precedence for each setting: the flag, else its environment variable (``DRIVER_NAME``,
-``NODE_NAME``; ``KUBECONFIG`` is read by :mod:`api.kube`), else the default.
+``NODE_NAME``; ``KUBECONFIG`` is read by :mod:`sharegpu.kube.rest`), else the default.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from api import names, slicerules
-from api.logs import LOG_FORMATS, LOG_LEVELS
-from api.telemetry import parse_address
+from api import names
 from kubeletplugin.health.flags import (
     DEFAULT_HEALTH_OPTIONS,
     HealthFlagError,
@@ -23,6 +21,9 @@ from kubeletplugin.health.flags import (
     add_health_flags,
     health_options,
 )
+from sharegpu.kube import slicerules
+from sharegpu.kube.logs import LOG_FORMATS, LOG_LEVELS
+from sharegpu.kube.telemetry import parse_address
 
 DEFAULT_PLUGIN_REGISTRY_DIR: Final = Path("/var/lib/kubelet/plugins_registry")
 #: ``--plugin-data-dir`` defaults to this directory plus the driver name.

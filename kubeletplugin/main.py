@@ -1,7 +1,8 @@
 """Entry point of ``sharegpu-kubeletplugin``: flags -> discovery -> the running daemon.
 
 The daemon is a :class:`Plugin`: the discovered GPUs, an API client, the
-:class:`~kubeletplugin.publisher.SlicePublisher` and any further :class:`Component` (the kubelet
+:class:`~kubeletplugin.publish.publisher.SlicePublisher` and any further :class:`Component` (the
+kubelet
 gRPC server, the health monitor, ...). Components are added in :func:`build_plugin` with
 :meth:`Plugin.add_component`; they start in the order added, after the publisher, and stop in
 reverse order when SIGTERM or SIGINT arrives. Stopping never deletes slices and never
@@ -27,22 +28,23 @@ from typing import Protocol
 import yaml
 from kubernetes import client
 
-from api.kube import KubeConfigError, KubeRest, load_api_client
-from api.logs import configure_logging
-from api.telemetry import Telemetry, serve_metrics
 from kubeletplugin.claimservice import ClaimService
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
-from kubeletplugin.devices import DeviceBackend, DiscoveryError, GpuInfo
+from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.nvml import NvmlBackend
+from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.health.flags import build_health, install_reload_signal
 from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.health.restore import published_unhealthy
-from kubeletplugin.healthservice import HealthSource
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.nvml import NvmlBackend
-from kubeletplugin.publisher import SlicePublisher
-from kubeletplugin.sharing.enforcer import enforcer_for
-from kubeletplugin.slices import desired_slices, resource_slice_objects
-from kubeletplugin.sockets import SocketPathError
+from kubeletplugin.kubelet.healthservice import HealthSource
+from kubeletplugin.kubelet.sockets import SocketPathError
+from kubeletplugin.model import GpuInfo
+from kubeletplugin.publish.publisher import SlicePublisher
+from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
+from sharegpu.kube.logs import configure_logging
+from sharegpu.kube.rest import KubeConfigError, KubeRest, load_api_client
+from sharegpu.kube.telemetry import Telemetry, serve_metrics
 
 PROG = "sharegpu-kubeletplugin"
 SERVICE_NAME = "sharegpu-kubeletplugin"
@@ -63,6 +65,18 @@ def make_backend(config: PluginConfig) -> DeviceBackend:
     if config.device_backend == "mock":
         return MockBackend(config.node_name, count=config.mock_gpus, config_file=config.mock_config)
     return NvmlBackend()
+
+
+def enforcer_for(config: PluginConfig) -> SharingEnforcer:
+    """The enforcer the daemon passes to ``DeviceState`` (``--device-backend``,
+    ``--plugin-data-dir``, ``--driver-root``, ``--limits-library``)."""
+    return build_enforcer(
+        config.device_backend,
+        config.plugin_data_dir,
+        driver_name=config.driver_name,
+        driver_root=str(config.driver_root),
+        limits_library=None if config.limits_library is None else str(config.limits_library),
+    )
 
 
 def describe_gpus(gpus: Sequence[GpuInfo]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import kubernetes.client
 import pytest
 
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.local.apiserver import KubeAPIServer
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
-from api.kube import KubeApiError, KubeRest, resource_path
 from api.names import (
     ATTR_INDEX,
     ATTR_PARENT_UUID,
@@ -22,6 +21,7 @@ from api.names import (
     unhealthy_taint_key,
 )
 from controller.reconcile import reconcile
+from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 DRIVER = DEFAULT_DRIVER_NAME
 GI = 1024**3

@@ -11,9 +11,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubeletplugin.healthservice import HealthSource
-from kubeletplugin.preparer import ClaimRef, PreparedDevice, PrepareOutcome, UnprepareOutcome
-from kubeletplugin.server import PluginServer
+from kubeletplugin.kubelet.healthservice import HealthSource
+from kubeletplugin.kubelet.preparer import (
+    ClaimRef,
+    PreparedDevice,
+    PrepareOutcome,
+    UnprepareOutcome,
+)
+from kubeletplugin.kubelet.server import PluginServer
 
 DRIVER = "gpu.sharegpu.dev"
 

@@ -9,10 +9,10 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kubeletplugin.devices import GpuInfo
+from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.health.events import HealthEvent
-from kubeletplugin.healthservice import DeviceHealthStatus
-from kubeletplugin.mock import MockBackend
+from kubeletplugin.kubelet.healthservice import DeviceHealthStatus
+from kubeletplugin.model import GpuInfo
 
 NODE = "n1"
 

@@ -1,12 +1,12 @@
-"""A kubelet simulator for the tests: :mod:`sharegpu.kubeletclient` under its test-suite name.
+"""A kubelet simulator for the tests: :mod:`sharegpu.local.kubelet` under its test-suite name.
 
 Import with ``from kubeletsim import KubeletSim`` (pytest puts tests/ on sys.path); see
-:mod:`sharegpu.kubeletclient` for the API.
+:mod:`sharegpu.local.kubelet` for the API.
 """
 
 from __future__ import annotations
 
-from sharegpu.kubeletclient import (
+from sharegpu.local.kubelet import (
     CALL_TIMEOUT_S,
     KUBELET_VERSIONS,
     HealthWatch,

@@ -9,10 +9,10 @@ from typing import Any
 import kubernetes.client
 
 from api import names
-from api.kube import KubeRest
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.publisher import Backoff, PublisherSettings, SlicePublisher
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.publish.publisher import Backoff, PublisherSettings, SlicePublisher
+from sharegpu.kube.rest import KubeRest
+from sharegpu.local.apiserver import KubeAPIServer
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "n1"

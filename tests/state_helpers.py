@@ -17,14 +17,14 @@ from referencing import Registry, Resource
 
 from api import names
 from api.quantity import format_quantity
-from kubeletplugin.cdi import CdiSpecWriter, NvidiaCdiDetector
-from kubeletplugin.checkpoint import Checkpoint
-from kubeletplugin.claims import REASON_NOT_FOUND, ClaimError
-from kubeletplugin.devices import GpuInfo
-from kubeletplugin.enforcement import ShareEnforcer
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.preparer import ClaimRef
-from kubeletplugin.state import DeviceState
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.model import GpuInfo
+from kubeletplugin.prepare.cdi import CdiSpecWriter, NvidiaCdiDetector
+from kubeletplugin.prepare.checkpoint import Checkpoint
+from kubeletplugin.prepare.claims import REASON_NOT_FOUND, ClaimError
+from kubeletplugin.prepare.state import DeviceState
+from kubeletplugin.sharing.enforcement import ShareEnforcer
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "node-a"

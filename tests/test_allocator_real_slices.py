@@ -9,8 +9,8 @@ from allocator_helpers import DRIVER, claim, device_class, exactly, share
 
 from api import names
 from api.quantity import format_quantity, quantity_int
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.slices import desired_slices, memory_policy_max, resource_slice_objects
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.slices import desired_slices, memory_policy_max, resource_slice_objects
 from sharegpu.allocator import allocate_many, seeded_share_ids
 
 CLASSES = [device_class()]

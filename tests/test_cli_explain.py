@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from api import names
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from sharegpu.allocator import allocate_many
-from sharegpu.apiserver import KubeAPIServer
 from sharegpu.cli import main
 from sharegpu.cli.common import default_device_class
+from sharegpu.local.apiserver import KubeAPIServer
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "n1"

@@ -10,12 +10,12 @@ import pytest
 
 from api import names
 from controller.reconcile import reconcile
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from sharegpu.allocator import allocate_many
-from sharegpu.apiserver import KubeAPIServer, default_resources
 from sharegpu.cli import main
 from sharegpu.cli.common import default_device_class
+from sharegpu.local.apiserver import KubeAPIServer, default_resources
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 Obj = dict[str, Any]

@@ -9,10 +9,10 @@ from typing import Any
 import controller_helpers as h
 import pytest
 
-from api.kube import KubeRest, resource_path
-from controller.leader import LeaderElector
 from controller.tracker import Tracker
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.kube.leader import LeaderElector
+from sharegpu.kube.rest import KubeRest, resource_path
+from sharegpu.local.apiserver import KubeAPIServer
 
 DEADLINE_S = 30.0
 LEASE_S = 3.0

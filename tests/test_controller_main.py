@@ -17,15 +17,15 @@ import pytest
 import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
-import api.telemetry as telemetry_module
-from api.kube import KubeRest
-from api.telemetry import Telemetry, span_exporter_from_env
-from controller.leader import LeaderElector
+import sharegpu.kube.telemetry as telemetry_module
 from controller.main import Controller, build_parser
 from controller.reconcile import reconcile
 from controller.status import COLUMNS, gpu_rows
 from controller.tracker import Tracker
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.kube.leader import LeaderElector
+from sharegpu.kube.rest import KubeRest
+from sharegpu.kube.telemetry import Telemetry, span_exporter_from_env
+from sharegpu.local.apiserver import KubeAPIServer
 
 DEADLINE_S = 30.0
 

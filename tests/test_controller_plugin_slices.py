@@ -10,8 +10,8 @@ import pytest
 from api import names
 from api.quantity import format_quantity, quantity_int
 from controller.reconcile import reconcile
-from kubeletplugin.mock import default_gpu
-from kubeletplugin.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.mock import default_gpu
+from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from sharegpu.allocator import allocate_many, seeded_share_ids
 
 NODE = "worker-1"

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import controller_helpers as h
 import pytest
 
-from api.kube import KubeRest
 from controller.tracker import Tracker
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.kube.rest import KubeRest
+from sharegpu.local.apiserver import KubeAPIServer
 
 DEADLINE_S = 30.0  # generous: a loaded 2-core machine; convergence normally takes well under 2 s
 NODES = ("node-a", "node-b", "node-c")

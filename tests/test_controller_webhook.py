@@ -15,10 +15,10 @@ import pytest
 import trustme
 
 from api.names import DEFAULT_DRIVER_NAME as DRIVER
-from api.telemetry import Telemetry
 from controller.metrics import ControllerMetrics
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
-from sharegpu.checks import reserved_memory
+from sharegpu.admission.checks import reserved_memory
+from sharegpu.kube.telemetry import Telemetry
 
 
 class Endpoint:

@@ -38,8 +38,8 @@ from deploy_helpers import (
 )
 
 from api.names import DEFAULT_DRIVER_NAME
-from kubeletplugin.mock import default_gpu
-from kubeletplugin.slices import consumable_device, partition_devices
+from kubeletplugin.devices.mock import default_gpu
+from kubeletplugin.devices.slices import consumable_device, partition_devices
 from sharegpu.cel import compile_selector, device_activation
 
 NAMESPACE = "sharegpu-system"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kubeletplugin.devices import DiscoveryError
-from kubeletplugin.mock import H100_MEMORY_TOTAL, MockBackend, mock_uuid
+from kubeletplugin.devices.backend import DiscoveryError
+from kubeletplugin.devices.mock import H100_MEMORY_TOTAL, MockBackend, mock_uuid
 
 
 def test_default_gpus_look_like_h100() -> None:

@@ -15,8 +15,8 @@ from discovery_helpers import (
     h100,
 )
 
-from kubeletplugin.devices import DiscoveryError
-from kubeletplugin.nvml import (
+from kubeletplugin.devices.backend import DiscoveryError
+from kubeletplugin.devices.nvml import (
     MEMORY_V1_NOTE,
     NvmlBackend,
     cuda_version_string,

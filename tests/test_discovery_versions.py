@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kubeletplugin.versions import VersionError, to_semver
+from kubeletplugin.devices.versions import VersionError, to_semver
 
 #: The semver 2.0.0 grammar (semver.org), used as an independent check.
 SEMVER = re.compile(

@@ -24,8 +24,8 @@ from deploy_helpers import EXAMPLES_DIR, KUBERNETES_VERSIONS, load_documents, va
 
 from api.gpuconfig import GpuConfigError, parse_gpu_config
 from api.names import DEFAULT_DRIVER_NAME
-from kubeletplugin.mock import default_gpu, gpu_from_entry
-from kubeletplugin.slices import (
+from kubeletplugin.devices.mock import default_gpu, gpu_from_entry
+from kubeletplugin.devices.slices import (
     consumable_device,
     desired_slices,
     partition_devices,

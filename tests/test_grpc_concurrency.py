@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from grpc_helpers import DRIVER, FakePreparer, one_device, running_server, socket_dirs
 from kubeletsim import KubeletSim
 
-from kubeletplugin.preparer import ClaimRef, PrepareOutcome
+from kubeletplugin.kubelet.preparer import ClaimRef, PrepareOutcome
 
 CALLS = 32
 # Generous: on a loaded machine the 32 calls still arrive well within this.

@@ -8,14 +8,14 @@ import pytest
 from grpc_helpers import DRIVER, Dirs, FakePreparer, one_device, running_server, socket_dirs
 from kubeletsim import KubeletSim, RegisteredPlugin, SimDevice
 
-from kubeletplugin.draservice import INVALID_OUTCOME_ERROR, MISSING_OUTCOME_ERROR
-from kubeletplugin.preparer import (
+from kubeletplugin.kubelet.draservice import INVALID_OUTCOME_ERROR, MISSING_OUTCOME_ERROR
+from kubeletplugin.kubelet.preparer import (
     ClaimRef,
     PreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
-    base_request_names,
 )
+from kubeletplugin.model import base_request_names
 
 V1 = "v1.DRAPlugin"
 V1BETA1 = "v1beta1.DRAPlugin"

@@ -9,8 +9,8 @@ from types import ModuleType
 import pytest
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 
-from kubeletplugin.grpcapi import generate
-from kubeletplugin.grpcapi.gen import (
+from kubeletplugin.kubelet.grpcapi import generate
+from kubeletplugin.kubelet.grpcapi.gen import (
     dra_v1_pb2,
     dra_v1beta1_pb2,
     drahealth_v1alpha1_pb2,

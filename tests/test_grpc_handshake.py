@@ -9,9 +9,9 @@ import pytest
 from grpc_helpers import DRIVER, Dirs, FakePreparer, running_server, socket_dirs
 from kubeletsim import KubeletSim, RegistrationRejected
 
-from kubeletplugin.healthservice import HealthBroadcaster
-from kubeletplugin.preparer import ClaimRef
-from kubeletplugin.registration import RegistrationStatus
+from kubeletplugin.kubelet.healthservice import HealthBroadcaster
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.kubelet.registration import RegistrationStatus
 
 
 @pytest.fixture

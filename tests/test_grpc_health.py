@@ -11,7 +11,7 @@ import pytest
 from grpc_helpers import DRIVER, Dirs, running_server, socket_dirs
 from kubeletsim import KubeletSim, SimDeviceHealth
 
-from kubeletplugin.healthservice import (
+from kubeletplugin.kubelet.healthservice import (
     DeviceHealthStatus,
     Health,
     HealthBroadcaster,

@@ -12,8 +12,8 @@ import pytest
 from grpc_helpers import DRIVER, Dirs, FakePreparer, running_server, socket_dirs
 from kubeletsim import KubeletSim
 
-from kubeletplugin.server import PluginServer
-from kubeletplugin.sockets import SocketPathError, UnixSocketPath
+from kubeletplugin.kubelet.server import PluginServer
+from kubeletplugin.kubelet.sockets import SocketPathError, UnixSocketPath
 
 
 @pytest.fixture

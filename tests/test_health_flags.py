@@ -13,7 +13,7 @@ from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.monitor import HealthSettings
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.main import build_plugin
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.local.apiserver import KubeAPIServer
 
 BASE = ["--node-name", "n1"]
 

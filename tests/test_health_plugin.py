@@ -22,13 +22,14 @@ from health_helpers import wait_for
 from kubeletsim import HealthWatch, KubeletSim, RegisteredPlugin, SimDeviceHealth
 from publisher_helpers import create_node, devices, is_consistent, pool
 
-from api import names, slicerules
+from api import names
 from api.gpu import HEALTHY, UNHEALTHY
 from controller.reconcile import reconcile
 from kubeletplugin.config import parse_config
 from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.main import Plugin, build_plugin
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.kube import slicerules
+from sharegpu.local.apiserver import KubeAPIServer
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "n1"

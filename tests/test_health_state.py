@@ -15,7 +15,7 @@ from health_helpers import (
     wait_for,
 )
 
-from api import names, slicerules
+from api import names
 from kubeletplugin.health.events import (
     DEFAULT_IGNORED_XIDS,
     EventKind,
@@ -27,7 +27,8 @@ from kubeletplugin.health.monitor import HealthMonitor, HealthSettings, devices_
 from kubeletplugin.health.restore import PublishedFault, unhealthy_from_slices
 from kubeletplugin.health.state import HealthStateMachine
 from kubeletplugin.health.taints import taint_value, unhealthy_taint
-from kubeletplugin.healthservice import Health
+from kubeletplugin.kubelet.healthservice import Health
+from sharegpu.kube import slicerules
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 T0 = 1_800_000_000.0

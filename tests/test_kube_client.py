@@ -1,4 +1,5 @@
-"""api.kube: where the connection settings come from, and the JSON request and watch client."""
+"""sharegpu.kube.rest: where the connection settings come from, and the JSON request and watch
+client."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import kubernetes.client
 import pytest
 
-from api.kube import (
+from sharegpu.kube.rest import (
     KubeApiError,
     KubeConfigError,
     KubeRest,
@@ -16,7 +17,7 @@ from api.kube import (
     load_api_client,
     resource_path,
 )
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.local.apiserver import KubeAPIServer
 
 NODES = resource_path("", "v1", "nodes")
 

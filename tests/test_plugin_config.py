@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from publisher_helpers import DEADLINE, create_node, is_consistent, pool
 
-from api.telemetry import Telemetry
 from kubeletplugin.config import ConfigError, PluginConfig, parse_config
+from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.main import Plugin
-from kubeletplugin.mock import MockBackend
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.kube.telemetry import Telemetry
+from sharegpu.local.apiserver import KubeAPIServer
 
 
 def test_defaults() -> None:

@@ -16,8 +16,8 @@ from publisher_helpers import (
 )
 
 from api import names
-from kubeletplugin.publisher import Backoff
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.publish.publisher import Backoff
+from sharegpu.local.apiserver import KubeAPIServer
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_rejected_slice_is_logged_and_retried(
         "create", "resourceslices", code=422, times=2, message="spec.devices: Too many"
     )
     publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 8)  # type: ignore[arg-type]
-    with caplog.at_level(logging.ERROR, logger="kubeletplugin.publisher"):
+    with caplog.at_level(logging.ERROR, logger="kubeletplugin.publish.publisher"):
         publisher.start()
         try:
             assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
@@ -128,7 +128,7 @@ def test_invalid_desired_slices_are_not_sent(
     publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 2)  # type: ignore[arg-type]
     bad = {"key": "not a key!", "value": "x", "effect": "Sometimes"}
     publisher.set_taints({"gpu-0": [bad]})
-    with caplog.at_level(logging.ERROR, logger="kubeletplugin.publisher"):
+    with caplog.at_level(logging.ERROR, logger="kubeletplugin.publish.publisher"):
         publisher.start()
         try:
             assert apiserver.wait_for(lambda: publisher.last_error is not None, DEADLINE)

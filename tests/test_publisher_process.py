@@ -13,8 +13,8 @@ import yaml
 from publisher_helpers import DEADLINE, NODE, create_node, devices, is_consistent, pool
 
 from api import names
-from api.slicerules import validate_resource_slice
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.kube.slicerules import validate_resource_slice
+from sharegpu.local.apiserver import KubeAPIServer
 
 EXPECTED = {
     names.SHARING_MODE_CONSUMABLE: (1, 8),

@@ -19,9 +19,9 @@ from publisher_helpers import (
 )
 
 from api import names
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.slices import desired_slices, slice_generate_name
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.slices import desired_slices, slice_generate_name
+from sharegpu.local.apiserver import KubeAPIServer
 
 #: (mode, GPUs) -> slices expected: counter slices of 8 sets, device slices of 4 GPUs x 15.
 EXPECTED_SLICES = {

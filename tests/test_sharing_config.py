@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kubeletplugin.config import ConfigError, parse_config
+from kubeletplugin.main import enforcer_for
 from kubeletplugin.runner import FakeRunner, HostRunner
-from kubeletplugin.sharing.enforcer import enforcer_for
 
 
 def test_defaults_run_driver_tools_from_the_host_root() -> None:

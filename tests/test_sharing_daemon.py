@@ -16,7 +16,7 @@ from state_helpers import cdi_validator as cdi_schema
 from kubeletplugin.config import parse_config
 from kubeletplugin.main import build_plugin
 from kubeletplugin.sharing.mps import PID_FILE
-from sharegpu.apiserver import KubeAPIServer
+from sharegpu.local.apiserver import KubeAPIServer
 
 
 def test_daemon_enforces_a_30_core_10gi_share(apiserver: KubeAPIServer) -> None:

@@ -10,8 +10,8 @@ import state_helpers as h
 from sharing_helpers import GI, LIBRARY, Tools, claim_env, claim_mounts, gpu_config
 
 from api import names
-from kubeletplugin.enforcement import DeviceShare
-from kubeletplugin.slices import partition_share
+from kubeletplugin.devices.slices import partition_share
+from kubeletplugin.sharing.enforcement import DeviceShare
 
 
 def prepare(state: Any, obj: dict[str, Any]) -> str:
@@ -374,8 +374,8 @@ def test_a_daemon_found_running_without_claims_is_stopped_when_the_checkpoint_is
 def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record(
     tmp_path: Path,
 ) -> None:
+    from kubeletplugin.devices.slices import memory_policy_max
     from kubeletplugin.sharing.enforcer import Grant
-    from kubeletplugin.slices import memory_policy_max
 
     tools = Tools.new()
     gpu = h.gpus()[0]
@@ -396,7 +396,7 @@ def test_a_prepare_interrupted_before_enforcement_runs_no_command_at_restart(
     # The plugin recorded PrepareStarted for a share and died before enforcing anything: at
     # the next start the claim is rolled back, which must not start (and stop) an MPS daemon
     # or touch the GPU's compute mode on its behalf.
-    from kubeletplugin.checkpoint import STATE_STARTED, checksum_of
+    from kubeletplugin.prepare.checkpoint import STATE_STARTED, checksum_of
 
     node, claims, tools = h.Node(tmp_path), h.FakeClaims(), Tools.new()
     c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])

@@ -11,7 +11,7 @@ from grpc_helpers import Dirs, running_server, socket_dirs
 from kubeletsim import KubeletSim
 from sharing_helpers import GI, Tools, claim_env
 
-from kubeletplugin.preparer import ClaimRef
+from kubeletplugin.kubelet.preparer import ClaimRef
 
 # (cores, memory GiB) per share: distinct, summing to exactly the GPU's 100 cores.
 TWO_SHARES = [(30, 10), (70, 40)]

@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 from sharing_helpers import GI, LIBRARY, Tools
 
 from api import names
-from kubeletplugin.claims import DriverConfig
-from kubeletplugin.devices import GpuInfo
-from kubeletplugin.enforcement import DeviceShare, ShareError
-from kubeletplugin.mock import MockBackend
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.model import DriverConfig, GpuInfo
+from kubeletplugin.sharing.enforcement import DeviceShare, ShareError
 
 GPUS: list[GpuInfo] = MockBackend("prop-node", 2).discover()
 COMPATIBLE = {

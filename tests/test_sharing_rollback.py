@@ -11,10 +11,10 @@ import pytest
 import state_helpers as h
 from sharing_helpers import GI, Tools, gpu_config
 
-from kubeletplugin.checkpoint import STATE_STARTED
-from kubeletplugin.claims import DriverConfig
-from kubeletplugin.enforcement import DeviceShare, Enforcement, ShareError
+from kubeletplugin.model import DriverConfig
+from kubeletplugin.prepare.checkpoint import STATE_STARTED
 from kubeletplugin.runner import CommandResult, RecordedCall
+from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mps import CONTROL_SOCKET, PID_FILE
 from kubeletplugin.sharing.timeslice import TimeSliceManager

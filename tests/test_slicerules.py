@@ -1,4 +1,4 @@
-"""Table-driven tests of the ResourceSlice rules in api.slicerules."""
+"""Table-driven tests of the ResourceSlice rules in sharegpu.kube.slicerules."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api import slicerules as sr
+from sharegpu.kube import slicerules as sr
 
 Obj = dict[str, Any]
 DRIVER = "gpu.sharegpu.dev"
@@ -774,7 +774,7 @@ def test_pool_disagreeing_slice_counts_and_pools() -> None:
 
 @pytest.mark.parametrize("name", sorted(VALID))
 def test_valid_slices_also_pass_the_official_schema(name: str) -> None:
-    from sharegpu.apiserver.validation import schema_validator
+    from sharegpu.local.apiserver.validation import schema_validator
 
     assert schema_validator("resource.k8s.io/v1", "ResourceSlice")(VALID[name]()) == []
 

@@ -11,15 +11,15 @@ import pytest
 
 from api import names
 from api.quantity import parse_quantity
-from api.slicerules import validate_pool, validate_resource_slice
-from kubeletplugin.mock import MockBackend
-from kubeletplugin.slices import (
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.slices import (
     desired_slices,
     memory_policy_max,
     resource_slice_objects,
     slice_generate_name,
     slice_index,
 )
+from sharegpu.kube.slicerules import validate_pool, validate_resource_slice
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 MI = 2**20

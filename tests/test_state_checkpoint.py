@@ -12,7 +12,7 @@ import pytest
 from state_helpers import DRIVER, GI, FakeClaims, Node, assert_valid_cdi, claim, ref, result
 from test_state_prepare import RecordingEnforcer
 
-from kubeletplugin.checkpoint import (
+from kubeletplugin.prepare.checkpoint import (
     CHECKPOINT_VERSION,
     STATE_STARTED,
     Checkpoint,

@@ -8,9 +8,9 @@ import kubernetes.client
 import pytest
 from state_helpers import DRIVER, GI, NODE, claim, ref, result
 
-from kubeletplugin.cdi import cdi_device_name, minimum_cdi_version
-from kubeletplugin.claims import ClaimError, KubeClaimGetter, extract_allocation
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.prepare.cdi import cdi_device_name, minimum_cdi_version
+from kubeletplugin.prepare.claims import ClaimError, KubeClaimGetter, extract_allocation
+from sharegpu.local.apiserver import KubeAPIServer
 
 DEVICES = {"gpu-0", "gpu-1"}
 
@@ -125,7 +125,7 @@ def test_kube_claim_getter_keeps_the_servers_message(
 ) -> None:
     # An admin reading the per-claim error needs the API server's reason, e.g. the RBAC rule
     # that is missing, not only the status line.
-    from sharegpu.apiserver import Fault
+    from sharegpu.local.apiserver import Fault
 
     message = (
         'resourceclaims.resource.k8s.io "x" is forbidden: User "system:serviceaccount:'

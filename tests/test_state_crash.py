@@ -26,9 +26,9 @@ import pytest
 from kubeletsim import KubeletSim, RegisteredPlugin
 from state_helpers import DRIVER, GI, NODE, assert_valid_cdi, claim, ref, result
 
-from kubeletplugin.checkpoint import checksum_of
-from kubeletplugin.preparer import ClaimRef
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.prepare.checkpoint import checksum_of
+from sharegpu.local.apiserver import KubeAPIServer
 
 SEED = 20261122
 OPERATIONS = 100

@@ -15,12 +15,12 @@ import pytest
 from kubeletsim import KubeletSim
 from state_helpers import DRIVER, GI, NODE, Node, assert_valid_cdi, claim, gpus, ref, result
 
-from kubeletplugin.cdi import CdiSpecWriter
-from kubeletplugin.checkpoint import Checkpoint
-from kubeletplugin.claims import KubeClaimGetter
-from kubeletplugin.server import PluginServer
-from kubeletplugin.state import DeviceState
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.kubelet.server import PluginServer
+from kubeletplugin.prepare.cdi import CdiSpecWriter
+from kubeletplugin.prepare.checkpoint import Checkpoint
+from kubeletplugin.prepare.claims import KubeClaimGetter
+from kubeletplugin.prepare.state import DeviceState
+from sharegpu.local.apiserver import KubeAPIServer
 
 
 class Plugin:

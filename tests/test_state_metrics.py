@@ -13,14 +13,14 @@ from kubeletsim import KubeletSim
 from prometheus_client.parser import text_string_to_metric_families
 from state_helpers import DRIVER, GI, NODE, FakeClaims, Node, claim, gpus, ref, result
 
-from api.telemetry import Telemetry
-from kubeletplugin.cdi import CdiSpecWriter
-from kubeletplugin.checkpoint import Checkpoint
 from kubeletplugin.config import parse_config
+from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.main import build_plugin
-from kubeletplugin.preparer import ClaimRef
-from kubeletplugin.state import DeviceState
-from sharegpu.apiserver import KubeAPIServer
+from kubeletplugin.prepare.cdi import CdiSpecWriter
+from kubeletplugin.prepare.checkpoint import Checkpoint
+from kubeletplugin.prepare.state import DeviceState
+from sharegpu.kube.telemetry import Telemetry
+from sharegpu.local.apiserver import KubeAPIServer
 
 
 @pytest.fixture

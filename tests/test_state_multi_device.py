@@ -14,7 +14,7 @@ import pytest
 from sharing_helpers import LIBRARY, Tools, claim_env, gpu_config
 from state_helpers import GI, FakeClaims, Node, assert_valid_cdi, claim, gpus, ref, result
 
-from kubeletplugin.cdi import cuda_order, given_together, visible_gpus
+from kubeletplugin.containeredits import cuda_order, given_together, visible_gpus
 
 
 def merged_env(envs: Iterable[Mapping[str, str]]) -> dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from state_helpers import DRIVER, GI, FakeClaims, Node, assert_valid_cdi, claim, gpus, ref, result
 
-from kubeletplugin.enforcement import ShareEnforcer
+from kubeletplugin.sharing.enforcement import ShareEnforcer
 from kubeletplugin.sharing.enforcer import build_enforcer
 
 PODMAN = shutil.which("podman")

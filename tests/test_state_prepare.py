@@ -23,11 +23,12 @@ from state_helpers import (
 )
 
 from api import names
-from kubeletplugin.cdi import ContainerEdits, Mount, NvidiaCdiDetector
-from kubeletplugin.claims import DriverConfig
-from kubeletplugin.enforcement import DeviceShare, Enforcement, ShareError
-from kubeletplugin.preparer import ClaimRef
-from kubeletplugin.state import KeyedLocks
+from kubeletplugin.containeredits import ContainerEdits, Mount
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.model import DriverConfig
+from kubeletplugin.prepare.cdi import NvidiaCdiDetector
+from kubeletplugin.prepare.state import KeyedLocks
+from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 
 KIND = names.cdi_kind(DRIVER)
 
@@ -556,7 +557,7 @@ def test_the_daemon_skips_its_own_claim_specs_when_looking_for_the_toolkit(
 
     from kubeletplugin.claimservice import ClaimService
     from kubeletplugin.config import parse_config
-    from kubeletplugin.enforcement import NoEnforcement
+    from kubeletplugin.sharing.enforcement import NoEnforcement
 
     config = parse_config(
         [

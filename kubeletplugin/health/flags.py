@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from kubeletplugin.devices import GpuInfo
 from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, parse_xid_list
 from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.monitor import (
@@ -28,7 +27,8 @@ from kubeletplugin.health.monitor import (
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.state import DEFAULT_RECOVERY_PROBES
 from kubeletplugin.health.taints import DEFAULT_TAINT_EFFECT, TAINT_EFFECTS
-from kubeletplugin.healthservice import HealthBroadcaster
+from kubeletplugin.kubelet.healthservice import HealthBroadcaster
+from kubeletplugin.model import GpuInfo
 
 
 class HealthFlagError(ValueError):

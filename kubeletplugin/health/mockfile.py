@@ -27,9 +27,9 @@ from typing import Any, Final
 
 import yaml
 
-from kubeletplugin.devices import GpuInfo
 from kubeletplugin.health.events import EventKind, HealthEvent
 from kubeletplugin.health.monitor import EventHandler
+from kubeletplugin.model import GpuInfo
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from api import names
-from kubeletplugin.devices import GpuInfo
+from kubeletplugin.devices.slices import desired_slices
 from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, HealthEvent, event_reason
 from kubeletplugin.health.restore import PublishedFault
 from kubeletplugin.health.state import (
@@ -37,8 +37,8 @@ from kubeletplugin.health.state import (
     HealthStateMachine,
 )
 from kubeletplugin.health.taints import DEFAULT_TAINT_EFFECT, TAINT_EFFECTS, unhealthy_taint
-from kubeletplugin.healthservice import DeviceHealthStatus, Health
-from kubeletplugin.slices import desired_slices
+from kubeletplugin.kubelet.healthservice import DeviceHealthStatus, Health
+from kubeletplugin.model import GpuInfo
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, Final
 
-from kubeletplugin.devices import GpuInfo
 from kubeletplugin.health.events import EventKind, HealthEvent
 from kubeletplugin.health.monitor import EventHandler
+from kubeletplugin.model import GpuInfo
 
 log = logging.getLogger(__name__)
 

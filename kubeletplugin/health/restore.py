@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from api import names
-from api.kube import KubeApiError, KubeRest
+from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
 

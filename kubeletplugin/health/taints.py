@@ -12,7 +12,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from api import names, slicerules
+from api import names
+from sharegpu.kube import slicerules
 
 TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute")
 DEFAULT_TAINT_EFFECT: Final = "NoSchedule"

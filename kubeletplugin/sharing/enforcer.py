@@ -1,6 +1,7 @@
 """The share enforcer: GpuConfig strategies turned into node state and per-device container edits.
 
-Implements the state module's :class:`~kubeletplugin.enforcement.ShareEnforcer` seam. Per claim:
+Implements the state module's :class:`~kubeletplugin.sharing.enforcement.ShareEnforcer` seam. Per
+claim:
 
 1. every device's GpuConfig is resolved with :func:`api.gpuconfig.resolve_config` (DeviceClass
    configs, then the claim's; default MPS for a share, Exclusive for a whole GPU);
@@ -50,12 +51,11 @@ from api.gpuconfig import (
 )
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
-from kubeletplugin.cdi import ContainerEdits, visible_gpus
-from kubeletplugin.claims import DriverConfig
-from kubeletplugin.config import PluginConfig
-from kubeletplugin.enforcement import DeviceShare, Enforcement, ShareError
-from kubeletplugin.preparer import base_request_names
+from kubeletplugin.containeredits import ContainerEdits, visible_gpus
+from kubeletplugin.devices.slices import memory_policy_max
+from kubeletplugin.model import DriverConfig, base_request_names
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
+from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.sharing.limits import limits_edits
 from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, MpsManager
 from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
@@ -64,7 +64,6 @@ from kubeletplugin.sharing.timeslice import (
     TimeSliceConflict,
     TimeSliceManager,
 )
-from kubeletplugin.slices import memory_policy_max
 
 log = logging.getLogger(__name__)
 
@@ -439,7 +438,8 @@ class SharingEnforcer:
     ) -> tuple[ContainerEdits, ...]:
         """Per-device edits. Devices of one request on one GPU are injected together and share
         one set of variables, so each carries the group's total; a Limits ordinal is the GPU's
-        CUDA ordinal among the GPUs the container sees with the device (``cdi.visible_gpus``:
+        CUDA ordinal among the GPUs the container sees with the device
+        (``containeredits.visible_gpus``:
         the order of its ``NVIDIA_VISIBLE_DEVICES``, by PCI bus ID as
         ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` numbers them)."""
         groups: dict[tuple[tuple[str, ...], str, str], list[Grant]] = defaultdict(list)
@@ -575,15 +575,3 @@ def build_enforcer(
     else:
         runner = HostRunner(driver_root)
     return SharingEnforcer(runner, data_dir, driver_name=driver_name, limits_library=limits_library)
-
-
-def enforcer_for(config: PluginConfig) -> SharingEnforcer:
-    """The enforcer the daemon passes to ``DeviceState`` (``--device-backend``,
-    ``--plugin-data-dir``, ``--driver-root``, ``--limits-library``)."""
-    return build_enforcer(
-        config.device_backend,
-        config.plugin_data_dir,
-        driver_name=config.driver_name,
-        driver_root=str(config.driver_root),
-        limits_library=None if config.limits_library is None else str(config.limits_library),
-    )

@@ -9,7 +9,7 @@ The admin installs the library on the node and gives its host path to the plugin
   ``CUDA_DEVICE_SM_LIMIT_<i>=<percent>``, where ``<i>`` is the CUDA ordinal the container sees;
 - ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so that ordinal is well defined: devices are numbered by PCI
   bus ID among the GPUs the container is given, the order of its ``NVIDIA_VISIBLE_DEVICES``
-  (``cdi.visible_gpus``);
+  (``containeredits.visible_gpus``);
 - the node's lock directory (``<plugin-data-dir>/limits/vgpulock``) at ``/tmp/vgpulock``, where
   the library expects it, shared by all containers of the node so their processes coordinate.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from kubeletplugin.cdi import ContainerEdits, Mount
+from kubeletplugin.containeredits import ContainerEdits, Mount
 
 CONTAINER_LIBRARY_PATH: Final = "/usr/local/sharegpu/lib/libsharegpu-limits.so"
 CONTAINER_LOCK_DIR: Final = "/tmp/vgpulock"

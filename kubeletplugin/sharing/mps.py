@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from kubeletplugin.cdi import ContainerEdits, Mount
+from kubeletplugin.containeredits import ContainerEdits, Mount
 from kubeletplugin.runner import MPS_CONTROL, NVIDIA_SMI, CommandError, Runner
 
 log = logging.getLogger(__name__)

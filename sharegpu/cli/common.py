@@ -23,12 +23,14 @@ from typing import Any, Final
 
 import yaml
 
-from api import names, slicerules
-from kubeletplugin.devices import DeviceBackend, DiscoveryError, GpuInfo
-from kubeletplugin.mock import MAX_MOCK_GPUS, MockBackend
-from kubeletplugin.nvml import NvmlBackend
-from kubeletplugin.slices import desired_slices, resource_slice_objects
+from api import names
+from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
+from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MockBackend
+from kubeletplugin.devices.nvml import NvmlBackend
+from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+from kubeletplugin.model import GpuInfo
 from sharegpu.cli.output import OUTPUT_FORMATS
+from sharegpu.kube import slicerules
 
 Obj = dict[str, Any]
 

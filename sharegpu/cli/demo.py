@@ -1,6 +1,6 @@
 """``sharegpu demo``: the whole driver on this machine, with no cluster and no GPU.
 
-1. An in-process Kubernetes API server (:mod:`sharegpu.apiserver`) and a Node.
+1. An in-process Kubernetes API server (:mod:`sharegpu.local.apiserver`) and a Node.
 2. The real kubelet plugin daemon (:func:`kubeletplugin.main.build_plugin`, started as its
    ``run`` would): mock backend with 8 H100-like GPUs, consumable mode, slice publisher, health
    monitor, and its kubelet service (gRPC sockets, checkpoint, CDI specs), all files in one
@@ -11,7 +11,7 @@
 4. Each claim allocated in turn with :mod:`sharegpu.allocator` as kube-scheduler would, its
    ``status.allocation`` written to the API server.
 5. Each claim prepared through the plugin's real DRA socket by a kubelet-side client
-   (:mod:`sharegpu.kubeletclient`, registration handshake first); the enforced limits are read
+   (:mod:`sharegpu.local.kubelet`, registration handshake first); the enforced limits are read
    back from the CDI spec the plugin wrote.
 6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`).
 7. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
@@ -34,17 +34,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from api import names
-from api.kube import KubeApiError, KubeConfigError, KubeRest
 from api.quantity import format_bytes_human, format_quantity, quantity_int
 from controller.reconcile import reconcile
-from kubeletplugin.cdi import spec_file_name
 from kubeletplugin.config import ConfigError, parse_config
-from kubeletplugin.devices import DiscoveryError
+from kubeletplugin.devices.backend import DiscoveryError
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.kubelet.registration import registration_socket_path
 from kubeletplugin.main import Plugin, build_plugin
-from kubeletplugin.preparer import ClaimRef
-from kubeletplugin.registration import registration_socket_path
+from kubeletplugin.prepare.cdi import spec_file_name
 from sharegpu.allocator import Allocator, seeded_share_ids
-from sharegpu.apiserver import KubeAPIServer
 from sharegpu.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -59,7 +57,9 @@ from sharegpu.cli.common import (
 )
 from sharegpu.cli.explain import allocation_rows, claim_from_template, consumed_text, describe
 from sharegpu.cli.output import Table, emit, resolve_format
-from sharegpu.kubeletclient import KubeletSim, RegisteredPlugin
+from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest
+from sharegpu.local.apiserver import KubeAPIServer
+from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin
 
 HELP = "run the whole driver locally: mock GPUs, the real plugin, allocation, prepare"
 NODE_NAME: Final = "demo-node"

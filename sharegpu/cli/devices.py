@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from api.quantity import format_bytes_human, format_quantity
-from kubeletplugin.devices import GpuInfo
+from kubeletplugin.model import GpuInfo
 from sharegpu.cli.common import (
     EXIT_OK,
     LocalNode,

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import names
-from api.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from sharegpu.allocator import (
     AllocationOutcome,
@@ -45,6 +44,7 @@ from sharegpu.cli.common import (
     local_node,
 )
 from sharegpu.cli.output import Table, emit, resolve_format
+from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
 
 HELP = "explain where a claim would be allocated, or why each device is rejected"
 #: Share IDs in explanations are reproducible (they are not written anywhere).

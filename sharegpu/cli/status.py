@@ -10,10 +10,10 @@ import argparse
 from typing import Any, Final
 
 from api import names
-from api.kube import KubeApiError, KubeConfigError, KubeRest, load_api_client
 from controller.status import COLUMNS, gpu_rows
 from sharegpu.cli.common import EXIT_OK, CliError, Obj, add_output_flag
 from sharegpu.cli.output import Table, emit, resolve_format
+from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
 
 HELP = "show every GPU's model, health, allocated cores and memory, claims and pods"
 GPUS_PATH: Final = f"/apis/{names.GROUP_VERSION}/{names.GPU_PLURAL}"

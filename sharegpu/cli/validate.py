@@ -5,7 +5,8 @@ Per object, in this order:
 1. the official schema of its kind (``kubernetes-validate``, strict: unknown fields are errors)
    for ``--kubernetes-version``; a kind without a schema is an error, except this project's own
    API group (``resource.sharegpu.dev``);
-2. this driver's rules, through :func:`sharegpu.checks.check_object` (the admission webhook's
+2. this driver's rules, through :func:`sharegpu.admission.checks.check_object` (the admission
+webhook's
    checks): GpuConfig parameters, CEL selectors that name the driver (compile errors, unknown
    attribute or capacity names with a did-you-mean), capacity requests, half-specified shares;
 3. CEL compile errors of the other selectors (other drivers' expressions must compile too);
@@ -30,7 +31,7 @@ from kubernetes_validate.utils import all_versions
 
 from api import names
 from api.gpuconfig import GpuConfigError, parse_gpu_config
-from sharegpu import checks
+from sharegpu.admission import checks
 from sharegpu.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -152,7 +153,7 @@ def _selectors(node: Any, path: str) -> Iterable[tuple[str, str]]:
 
 def foreign_selector_findings(obj: Obj, driver: str) -> list[checks.Finding]:
     """CEL compile errors of selectors that do not name this driver (those that do are
-    :func:`sharegpu.checks.check_selector`'s)."""
+    :func:`sharegpu.admission.checks.check_selector`'s)."""
     findings = []
     for path, expr in _selectors(obj.get("spec"), "spec"):
         if not checks.selector_mentions_driver(expr, driver):

@@ -1,0 +1,182 @@
+"""A mock GPU backend for tests, demos and clusters without GPUs.
+
+By default it reports ``count`` GPUs that look like an NVIDIA H100 80GB HBM3 in a two-socket
+server: the first half of the GPUs on PCIe root ``pci0000:00`` / NUMA node 0, the second half on
+``pci0000:80`` / NUMA node 1. UUIDs are derived from the node name and index (uuid5), so they
+are stable across restarts of the plugin on the same node and differ between nodes.
+
+``config_file`` replaces the defaults with a YAML list of GPUs; each entry may set any
+:class:`~kubeletplugin.devices.backend.GpuInfo` field (snake_case or camelCase keys); fields it
+leaves out
+take the default H100 value for that index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from api.quantity import QuantityError, quantity_int
+from kubeletplugin.devices.backend import DiscoveryError
+from kubeletplugin.model import GpuInfo
+
+MIB: Final = 1024 * 1024
+#: What NVML reports for an H100 80GB HBM3.
+H100_PRODUCT_NAME: Final = "NVIDIA H100 80GB HBM3"
+H100_MEMORY_TOTAL: Final = 81559 * MIB
+#: Memory reserved by the driver and firmware (NVML memory info v2 ``reserved``).
+H100_MEMORY_RESERVED: Final = 527 * MIB
+DEFAULT_DRIVER_VERSION: Final = "580.95.05"
+DEFAULT_CUDA_DRIVER_VERSION: Final = "13.0"
+#: Largest number of mock GPUs; keeps the generated PCI bus IDs distinct and valid.
+MAX_MOCK_GPUS: Final = 128
+#: Namespace of the mock UUIDs (uuid5 of the node name and index under it).
+MOCK_UUID_NAMESPACE: Final = uuid.UUID("6f1d3c2e-5a0b-4c8e-9d47-2b1e0f6a9c31")
+
+_FIELDS: Final = {f.name: f for f in dataclasses.fields(GpuInfo)}
+_INT_FIELDS: Final = {"index", "minor"}
+_BYTES_FIELDS: Final = {"memory_total", "memory_reserved", "memory_usable"}
+_OPTIONAL_INT_FIELDS: Final = {"numa_node"}
+_OPTIONAL_STR_FIELDS: Final = {"pcie_root", "mig_mode"}
+
+
+def mock_uuid(node_name: str, index: int) -> str:
+    """Stable GPU UUID for GPU ``index`` of ``node_name``: ``GPU-xxxxxxxx-xxxx-...``."""
+    return f"GPU-{uuid.uuid5(MOCK_UUID_NAMESPACE, f'{node_name}/{index}')}"
+
+
+def default_gpu(node_name: str, index: int, count: int) -> GpuInfo:
+    """The default mock GPU ``index`` of ``count`` on ``node_name`` (an H100 80GB HBM3)."""
+    half = (count + 1) // 2
+    socket, position = (0, index) if index < half else (1, index - half)
+    bus = (0x10 if socket == 0 else 0x90) + position
+    return GpuInfo(
+        index=index,
+        minor=index,
+        uuid=mock_uuid(node_name, index),
+        product_name=H100_PRODUCT_NAME,
+        brand="Nvidia",
+        architecture="Hopper",
+        cuda_compute_capability="9.0",
+        driver_version=DEFAULT_DRIVER_VERSION,
+        cuda_driver_version=DEFAULT_CUDA_DRIVER_VERSION,
+        pci_bus_id=f"0000:{bus:02x}:00.0",
+        memory_total=H100_MEMORY_TOTAL,
+        memory_reserved=H100_MEMORY_RESERVED,
+        memory_usable=H100_MEMORY_TOTAL - H100_MEMORY_RESERVED,
+        pcie_root="pci0000:00" if socket == 0 else "pci0000:80",
+        numa_node=socket,
+        memory_info_version="v2",
+        mig_mode="Disabled",
+    )
+
+
+def _snake(key: str) -> str:
+    """``cudaComputeCapability`` -> ``cuda_compute_capability``; snake_case keys unchanged."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+
+
+def _convert(where: str, name: str, value: Any) -> Any:
+    """Check and convert one config value for GpuInfo field ``name``."""
+    if name in _INT_FIELDS or (name in _OPTIONAL_INT_FIELDS and value is not None):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DiscoveryError(f"{where}: field {name!r} must be an integer, got {value!r}")
+        return value
+    if name in _BYTES_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise DiscoveryError(
+                f"{where}: field {name!r} must be bytes or a quantity such as '80Gi', got {value!r}"
+            )
+        try:
+            return quantity_int(value)
+        except QuantityError as exc:
+            raise DiscoveryError(f"{where}: field {name!r}: {exc}") from None
+    if name == "notes":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise DiscoveryError(f"{where}: field 'notes' must be a list of strings")
+        return tuple(value)
+    if name in _OPTIONAL_STR_FIELDS | _OPTIONAL_INT_FIELDS and value is None:
+        return None
+    if not isinstance(value, str):
+        raise DiscoveryError(
+            f"{where}: field {name!r} must be a string (quote numbers such as versions in "
+            f"YAML), got {value!r}"
+        )
+    return value
+
+
+def gpu_from_entry(node_name: str, position: int, count: int, entry: Any) -> GpuInfo:
+    """Build a GpuInfo from config entry number ``position`` (0-based) of ``count``."""
+    where = f"mock GPU entry {position}"
+    if not isinstance(entry, dict):
+        raise DiscoveryError(f"{where}: expected a mapping of GPU fields, got {entry!r}")
+    values: dict[str, Any] = {}
+    for key, value in entry.items():
+        name = _snake(str(key))
+        if name not in _FIELDS:
+            allowed = ", ".join(sorted(_FIELDS))
+            raise DiscoveryError(f"{where}: unknown field {key!r} (allowed: {allowed})")
+        if name in values:
+            raise DiscoveryError(f"{where}: field {key!r} given twice")
+        values[name] = _convert(where, name, value)
+    index = values.get("index", position)
+    base = dataclasses.asdict(default_gpu(node_name, index, count))
+    base["notes"] = tuple(base["notes"])
+    base.update(values)
+    if "memory_usable" not in values:
+        base["memory_usable"] = base["memory_total"] - base["memory_reserved"]
+    elif base["memory_usable"] != base["memory_total"] - base["memory_reserved"]:
+        raise DiscoveryError(
+            f"{where}: memory_usable must equal memory_total - memory_reserved "
+            f"({base['memory_total']} - {base['memory_reserved']})"
+        )
+    if base["memory_usable"] <= 0:
+        raise DiscoveryError(f"{where}: usable memory must be positive")
+    return GpuInfo(**base)
+
+
+def load_mock_config(node_name: str, path: Path) -> list[GpuInfo]:
+    """Read a YAML list of GPUs; raise :class:`DiscoveryError` naming the entry and field."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise DiscoveryError(f"cannot read mock config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise DiscoveryError(
+            f"mock config {path} is not valid YAML: {exc}".replace("\n", " ")
+        ) from None
+    if not isinstance(data, list) or not data:
+        raise DiscoveryError(f"mock config {path} must be a non-empty YAML list of GPUs")
+    gpus = [gpu_from_entry(node_name, i, len(data), entry) for i, entry in enumerate(data)]
+    for what, key in (("index", "index"), ("UUID", "uuid"), ("PCI bus ID", "pci_bus_id")):
+        seen: set[object] = set()
+        for gpu in gpus:
+            value = getattr(gpu, key)
+            if value in seen:
+                raise DiscoveryError(f"mock config {path}: duplicate GPU {what} {value!r}")
+            seen.add(value)
+    return sorted(gpus, key=lambda g: g.index)
+
+
+class MockBackend:
+    """Reports default H100-like GPUs, or the GPUs of a YAML config file."""
+
+    name = "mock"
+
+    def __init__(self, node_name: str, count: int = 8, config_file: Path | None = None) -> None:
+        if config_file is None and not 1 <= count <= MAX_MOCK_GPUS:
+            raise DiscoveryError(f"--mock-gpus must be between 1 and {MAX_MOCK_GPUS}, got {count}")
+        self.node_name = node_name
+        self.count = count
+        self.config_file = config_file
+
+    def discover(self) -> list[GpuInfo]:
+        """The mock GPUs, ordered by index."""
+        if self.config_file is not None:
+            return load_mock_config(self.node_name, self.config_file)
+        return [default_gpu(self.node_name, i, self.count) for i in range(self.count)]

@@ -1,0 +1,338 @@
+"""The ResourceSlices a node publishes, computed from its GPUs (pure functions, no I/O).
+
+One pool per node (pool name = node name). :func:`desired_slices` returns the content of each
+slice (``devices`` or ``sharedCounters``, never both) already split so that every slice obeys
+the limits in :mod:`sharegpu.kube.slicerules`; :func:`resource_slice_objects` wraps the content
+into full
+``resource.k8s.io/v1`` ResourceSlice objects with the pool's generation and slice count.
+
+Invariants:
+- the output is a deterministic function of the input (same GPUs -> same slices, same order);
+- device names are unique in the pool; the devices of one GPU stay in one slice;
+- every ``consumesCounters`` entry names a counter set published in the same pool;
+- memory capacities are the GPU's usable memory (total - reserved), in bytes.
+
+Kubernetes versions: every slice validates against the strict ``resource.k8s.io/v1`` schemas of
+1.34 and 1.36. The 1.34 schema already has ``allowMultipleAllocations``, ``requestPolicy``,
+``sharedCounters``, ``consumesCounters`` and ``taints``, but their feature gates
+(DRAConsumableCapacity, DRAPartitionableDevices, DRADeviceTaints) are alpha and off by default
+there, and an API server with a gate off silently drops the field. ``exclusive`` mode works on
+1.34+; ``consumable`` and ``partitions`` need 1.36 (gates beta and on) or the gates enabled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from api import names
+from api.quantity import format_quantity
+from kubeletplugin.devices.versions import VersionError, to_semver
+from kubeletplugin.model import GpuInfo
+from sharegpu.kube import slicerules
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+#: Characters that ``generateName`` adds to a name prefix.
+GENERATED_SUFFIX_LENGTH: Final = 5
+
+
+def memory_policy_max(usable: int) -> int:
+    """Largest multiple of 256Mi that is not above ``usable`` (default and max of a request)."""
+    return usable - usable % names.MEMORY_STEP_BYTES
+
+
+def _string(value: str) -> Obj:
+    return {"string": slicerules.truncate_utf8(value, slicerules.MAX_STRING_ATTRIBUTE_LENGTH)}
+
+
+def _version(gpu: GpuInfo, what: str, raw: str) -> Obj | None:
+    try:
+        return {"version": to_semver(raw)}
+    except VersionError as exc:
+        log.warning("GPU %d: %s attribute left out: %s", gpu.index, what, exc)
+        return None
+
+
+def gpu_attributes(gpu: GpuInfo) -> Obj:
+    """The attributes of the device standing for ``gpu``.
+
+    Names without a domain are implicitly in the driver's domain (Kubernetes qualifies them with
+    ``spec.driver``); the PCI attributes use the standard ``resource.kubernetes.io`` names.
+    """
+    attrs: Obj = {
+        names.ATTR_UUID: _string(gpu.uuid),
+        names.ATTR_PRODUCT_NAME: _string(gpu.product_name),
+        names.ATTR_BRAND: _string(gpu.brand),
+        names.ATTR_ARCHITECTURE: _string(gpu.architecture),
+        names.ATTR_INDEX: {"int": gpu.index},
+        names.ATTR_MINOR: {"int": gpu.minor},
+    }
+    for attr, raw in (
+        (names.ATTR_CUDA_COMPUTE_CAPABILITY, gpu.cuda_compute_capability),
+        (names.ATTR_DRIVER_VERSION, gpu.driver_version),
+        (names.ATTR_CUDA_DRIVER_VERSION, gpu.cuda_driver_version),
+    ):
+        value = _version(gpu, attr, raw)
+        if value is not None:
+            attrs[attr] = value
+    attrs[names.ATTR_PCI_BUS_ID] = _string(gpu.pci_bus_id)
+    if gpu.pcie_root is not None:
+        attrs[names.ATTR_PCIE_ROOT] = _string(gpu.pcie_root)
+    if gpu.numa_node is not None:
+        attrs[names.ATTR_NUMA_NODE] = {"int": gpu.numa_node}
+    return attrs
+
+
+def _capacity(cores: int, memory: int) -> Obj:
+    return {
+        names.CAP_CORES: {"value": format_quantity(cores)},
+        names.CAP_MEMORY: {"value": format_quantity(memory)},
+    }
+
+
+def consumable_device(gpu: GpuInfo) -> Obj:
+    """The whole GPU as a device that several claims can share (KEP-5075 consumable capacity).
+
+    A request without capacity asks gets the defaults, i.e. the whole GPU.
+    """
+    memory_max = memory_policy_max(gpu.memory_usable)
+    step = format_quantity(names.MEMORY_STEP_BYTES)
+    capacity = _capacity(names.CORES_PER_GPU, gpu.memory_usable)
+    capacity[names.CAP_CORES]["requestPolicy"] = {
+        "default": format_quantity(names.CORES_PER_GPU),
+        "validRange": {"min": "1", "max": format_quantity(names.CORES_PER_GPU), "step": "1"},
+    }
+    capacity[names.CAP_MEMORY]["requestPolicy"] = {
+        "default": format_quantity(memory_max),
+        "validRange": {"min": step, "max": format_quantity(memory_max), "step": step},
+    }
+    return {
+        "name": names.device_name(gpu.index),
+        "attributes": gpu_attributes(gpu),
+        "capacity": capacity,
+        "allowMultipleAllocations": True,
+    }
+
+
+def exclusive_device(gpu: GpuInfo) -> Obj:
+    """The whole GPU as a device for one claim at a time."""
+    return {
+        "name": names.device_name(gpu.index),
+        "attributes": gpu_attributes(gpu),
+        "capacity": _capacity(names.CORES_PER_GPU, gpu.memory_usable),
+    }
+
+
+def counter_set(gpu: GpuInfo) -> Obj:
+    """The shared counter set ``gpu-<index>-counters`` that the partitions of ``gpu`` consume."""
+    return {
+        "name": names.counter_set_name(gpu.index),
+        "counters": {
+            names.CAP_CORES: {"value": format_quantity(names.CORES_PER_GPU)},
+            names.CAP_MEMORY: {"value": format_quantity(gpu.memory_usable)},
+        },
+    }
+
+
+def partition_share(gpu: GpuInfo, profile: str) -> tuple[int, int]:
+    """(cores, memory bytes) of one ``1/n`` partition of ``profile`` on ``gpu``: ``floor(100/n)``
+    cores and ``floor(usable/n)`` bytes, so any set of partitions that fits the counters fits the
+    GPU. The one rule for both what a partition device publishes and consumes from the counters
+    and what a prepared partition is entitled to (``shares.device_share``)."""
+    parts = names.PARTITION_PROFILES[profile]
+    return names.CORES_PER_GPU // parts, gpu.memory_usable // parts
+
+
+def partition_devices(gpu: GpuInfo) -> list[Obj]:
+    """The partitions of ``gpu`` (KEP-4815): whole, halves, quarters and eighths, each with the
+    capacity and counter consumption of :func:`partition_share`."""
+    devices: list[Obj] = []
+    for profile, parts in names.PARTITION_PROFILES.items():
+        cores, memory = partition_share(gpu, profile)
+        for j in range(parts):
+            attrs = gpu_attributes(gpu)
+            attrs[names.ATTR_PARTITION] = _string(profile)
+            attrs[names.ATTR_PARENT_UUID] = _string(gpu.uuid)
+            name = (
+                names.device_name(gpu.index)
+                if parts == 1
+                else names.partition_device_name(gpu.index, profile, j)
+            )
+            devices.append(
+                {
+                    "name": name,
+                    "attributes": attrs,
+                    "capacity": _capacity(cores, memory),
+                    "consumesCounters": [
+                        {
+                            "counterSet": names.counter_set_name(gpu.index),
+                            "counters": {
+                                names.CAP_CORES: {"value": format_quantity(cores)},
+                                names.CAP_MEMORY: {"value": format_quantity(memory)},
+                            },
+                        }
+                    ],
+                }
+            )
+    return devices
+
+
+def _devices_of(gpu: GpuInfo, sharing_mode: str) -> list[Obj]:
+    if sharing_mode == names.SHARING_MODE_CONSUMABLE:
+        return [consumable_device(gpu)]
+    if sharing_mode == names.SHARING_MODE_EXCLUSIVE:
+        return [exclusive_device(gpu)]
+    if sharing_mode == names.SHARING_MODE_PARTITIONS:
+        return partition_devices(gpu)
+    allowed = ", ".join(names.SHARING_MODES)
+    raise ValueError(f"unknown sharing mode {sharing_mode!r} (allowed: {allowed})")
+
+
+def _apply_taints(
+    gpu: GpuInfo, devices: list[Obj], taints: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> None:
+    """Put the taints of ``gpu-<i>`` on every device of that GPU, plus each device's own."""
+    whole = list(taints.get(names.device_name(gpu.index), ()))
+    for device in devices:
+        own = (
+            [] if device["name"] == names.device_name(gpu.index) else taints.get(device["name"], ())
+        )
+        combined = [dict(t) for t in [*whole, *own]]
+        if combined:
+            device["taints"] = combined[: slicerules.MAX_TAINTS_PER_DEVICE]
+
+
+def _limited(device: Obj) -> bool:
+    """True when the device puts its slice under the lower device limit."""
+    return bool(device.get("taints") or device.get("consumesCounters"))
+
+
+def _pack(groups: Iterable[list[Obj]]) -> list[list[Obj]]:
+    """Pack device groups (one per GPU) into slices without splitting a group that fits."""
+    slices: list[list[Obj]] = []
+    current: list[Obj] = []
+    for group in groups:
+        for chunk in _split_group(group):
+            candidate = current + chunk
+            limit = (
+                slicerules.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
+                if any(_limited(d) for d in candidate)
+                else slicerules.MAX_DEVICES_PER_SLICE
+            )
+            if current and len(candidate) > limit:
+                slices.append(current)
+                current = list(chunk)
+            else:
+                current = candidate
+    if current:
+        slices.append(current)
+    return slices
+
+
+def _split_group(group: list[Obj]) -> list[list[Obj]]:
+    """A group larger than the restricted limit is cut into chunks (never the case for GPUs)."""
+    size = slicerules.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
+    return [group[i : i + size] for i in range(0, len(group), size)] or [[]]
+
+
+def desired_slices(
+    gpus: Sequence[GpuInfo],
+    sharing_mode: str,
+    taints: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> list[Obj]:
+    """The content of every slice of the node's pool, in publishing order.
+
+    Each element is ``{"devices": [...]}`` or ``{"sharedCounters": [...]}``. Counter slices
+    come first (at most ``MAX_SHARED_COUNTER_SETS_PER_SLICE`` sets each), then device slices.
+    ``taints`` maps a device name to its taints; a taint on ``gpu-<i>`` also applies to every
+    partition of GPU ``i``. With no GPUs the pool is one empty slice, which shows that the
+    driver is alive.
+    """
+    taints = taints or {}
+    groups: list[list[Obj]] = []
+    for gpu in sorted(gpus, key=lambda g: g.index):
+        devices = _devices_of(gpu, sharing_mode)
+        _apply_taints(gpu, devices, taints)
+        groups.append(devices)
+    result: list[Obj] = []
+    if sharing_mode == names.SHARING_MODE_PARTITIONS:
+        sets = [counter_set(gpu) for gpu in sorted(gpus, key=lambda g: g.index)]
+        per = slicerules.MAX_SHARED_COUNTER_SETS_PER_SLICE
+        result += [{"sharedCounters": sets[i : i + per]} for i in range(0, len(sets), per)]
+    result += [{"devices": devices} for devices in _pack(groups)]
+    return result or [{"devices": []}]
+
+
+def slice_generate_name(index: int, driver_name: str, node_name: str) -> str:
+    """``generateName`` of slice ``index``: ``<4 hex digits>-<driver>-<node>-``.
+
+    Truncated so that the generated name (5 random characters added) stays a DNS subdomain.
+    """
+    limit = slicerules.MAX_DNS_SUBDOMAIN_LENGTH - GENERATED_SUFFIX_LENGTH - 1
+    prefix = f"{index:04x}-{driver_name}-{node_name}"[:limit]
+    return prefix.rstrip(".-") + "-"
+
+
+def slice_index(name: str) -> int | None:
+    """Index encoded in a slice name by :func:`slice_generate_name`; None for other names."""
+    head, sep, _ = name.partition("-")
+    if not sep or len(head) != 4:
+        return None
+    try:
+        return int(head, 16)
+    except ValueError:
+        return None
+
+
+def node_owner_reference(node_name: str, node_uid: str) -> Obj:
+    """Controller ownerReference to the Node, so its slices are garbage-collected with it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": node_name,
+        "uid": node_uid,
+        "controller": True,
+    }
+
+
+def slice_spec(content: Obj, driver_name: str, node_name: str, generation: int, count: int) -> Obj:
+    """``spec`` of one slice of the pool: driver, pool, nodeName and the content."""
+    spec: Obj = {
+        "driver": driver_name,
+        "pool": {"name": node_name, "generation": generation, "resourceSliceCount": count},
+        "nodeName": node_name,
+    }
+    spec.update(content)
+    return spec
+
+
+def resource_slice_objects(
+    contents: Sequence[Obj],
+    driver_name: str,
+    node_name: str,
+    node_uid: str | None,
+    generation: int,
+) -> list[Obj]:
+    """Full ResourceSlice objects for ``contents`` (as from :func:`desired_slices`).
+
+    ``node_uid`` None leaves out the ownerReference (used by ``--print-slices``, where no API
+    server is asked for the Node).
+    """
+    objects = []
+    for index, content in enumerate(contents):
+        metadata: Obj = {"generateName": slice_generate_name(index, driver_name, node_name)}
+        if node_uid is not None:
+            metadata["ownerReferences"] = [node_owner_reference(node_name, node_uid)]
+        objects.append(
+            {
+                "apiVersion": names.RESOURCE_GROUP_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": metadata,
+                "spec": slice_spec(content, driver_name, node_name, generation, len(contents)),
+            }
+        )
+    return objects

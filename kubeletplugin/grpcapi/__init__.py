@@ -1,2 +1,0 @@
-"""Kubelet-facing gRPC API: the .proto sources (``proto/``) and the Python code generated from
-them (``gen/``, produced by :mod:`kubeletplugin.grpcapi.generate`; never edited by hand)."""

@@ -1,0 +1,3 @@
+"""Python modules generated from ``kubeletplugin/kubelet/grpcapi/proto`` by
+``python -m kubeletplugin.kubelet.grpcapi.generate``. Do not edit; regenerate.
+"""

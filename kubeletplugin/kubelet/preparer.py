@@ -1,0 +1,68 @@
+"""The contract between the thin gRPC layer and the state module that prepares claims.
+
+The gRPC servicers (v1 and v1beta1) translate requests into :class:`ClaimRef` lists, call a
+:class:`ClaimPreparer`, and translate :class:`PrepareOutcome` / :class:`UnprepareOutcome` back.
+Invariants every implementation keeps:
+
+- every requested claim UID gets exactly one outcome (kubelet retries missing ones);
+- a per-claim failure is an outcome with ``error`` set, never an exception;
+- calls are idempotent and may run concurrently for different claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """What kubelet sends about a claim: no allocation data, so it must be fetched."""
+
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One allocated device of a prepared claim, as returned to kubelet.
+
+    ``request_names`` are base request names (``req/sub`` -> ``req``); ``cdi_device_ids`` are fully
+    qualified CDI IDs (``vendor/class=name``); ``share_id`` is set for consumable-capacity shares
+    (sent to v1 kubelets only).
+    """
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PrepareOutcome:
+    """Result of preparing one claim: devices, or a non-empty ``error``."""
+
+    devices: tuple[PreparedDevice, ...] = field(default=())
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class UnprepareOutcome:
+    """Result of unpreparing one claim: empty ``error`` on success (also for unknown claims)."""
+
+    error: str = ""
+
+
+class ClaimPreparer(Protocol):
+    """Prepares and unprepares claims; implemented by the state module."""
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
+        """Prepare ``claims``; returns one outcome per claim UID."""
+        ...
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareOutcome]:
+        """Unprepare ``claims``; returns one outcome per claim UID."""
+        ...

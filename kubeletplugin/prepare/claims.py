@@ -1,0 +1,251 @@
+"""Fetching ResourceClaims and reading this driver's part of their allocation.
+
+Kubelet sends only a claim's namespace, name and UID; the allocation lives in the ResourceClaim's
+``status.allocation``, so every prepare GETs the claim (``resource.k8s.io/v1``) and keeps:
+
+- the results of this driver in this node's pool (other drivers' and other pools' results ignored);
+- the opaque configs of this driver: DeviceClass configs (``FromClass``) first, then the claim's
+  (``FromClaim``), each group in the order the API server stored it (later entries win when the
+  config decoder merges them).
+
+Everything that makes a claim unpreparable raises :class:`ClaimError` with a message that names the
+claim and the problem; the caller turns it into that claim's per-claim error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Container, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubernetes.client import ApiClient, ResourceV1Api
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.model import DriverConfig
+from sharegpu.kube.rest import status_message
+
+#: Config sources as the API server writes them in ``status.allocation.devices.config[].source``.
+SOURCE_FROM_CLASS = "FromClass"
+SOURCE_FROM_CLAIM = "FromClaim"
+_SOURCE_ORDER = {SOURCE_FROM_CLASS: 0, SOURCE_FROM_CLAIM: 1}
+
+
+#: Why a claim cannot be prepared (the ``reason`` of :class:`ClaimError`, a metrics label).
+REASON_NOT_FOUND = "not_found"
+REASON_API_ERROR = "api_error"
+REASON_REPLACED = "replaced"
+REASON_UNALLOCATED = "unallocated"
+REASON_NO_RESULT = "no_result"
+REASON_UNKNOWN_DEVICE = "unknown_device"
+REASON_INVALID_ALLOCATION = "invalid_allocation"
+#: The GPU is held by another prepared claim (the last line of defence).
+REASON_CONFLICT = "conflict"
+#: Share enforcement refused the claim (config, strategy or capacity).
+REASON_ENFORCEMENT = "enforcement"
+#: A spec file or the checkpoint could not be written.
+REASON_IO = "io"
+#: A bug: logged with its traceback.
+REASON_INTERNAL = "internal"
+
+
+class ClaimError(Exception):
+    """A claim that cannot be prepared; the message is the per-claim error sent to kubelet and
+    ``reason`` one of the ``REASON_*`` names."""
+
+    def __init__(self, message: str, reason: str = REASON_INVALID_ALLOCATION) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ClaimGetter(Protocol):
+    """Reads a ResourceClaim as a plain dict in its JSON shape."""
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """Return the claim; raise :class:`ClaimError` when it is missing or unreadable."""
+        ...
+
+
+class KubeClaimGetter:
+    """:class:`ClaimGetter` over the Kubernetes API (``GET resource.k8s.io/v1`` ResourceClaim).
+
+    The raw JSON is used instead of the generated models, which lag the DRA fields.
+    """
+
+    def __init__(self, api_client: ApiClient, timeout_seconds: float = 10.0) -> None:
+        self._api = ResourceV1Api(api_client)
+        self._timeout = timeout_seconds
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            response = self._api.read_namespaced_resource_claim(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout
+            )
+            data = response.data  # type: ignore[attr-defined]
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ClaimError(
+                    f"ResourceClaim {namespace}/{name} not found", REASON_NOT_FOUND
+                ) from exc
+            text = f"cannot get ResourceClaim {namespace}/{name}: HTTP {exc.status} {exc.reason}"
+            body = exc.body if isinstance(exc.body, bytes | str) else b""
+            _, message = status_message(body.encode() if isinstance(body, str) else body)
+            raise ClaimError(f"{text}: {message}" if message else text, REASON_API_ERROR) from exc
+        except (HTTPError, OSError) as exc:
+            raise ClaimError(
+                f"cannot get ResourceClaim {namespace}/{name}: {exc}", REASON_API_ERROR
+            ) from exc
+        try:
+            claim = json.loads(data)
+        except ValueError as exc:
+            raise ClaimError(
+                f"ResourceClaim {namespace}/{name}: invalid JSON: {exc}", REASON_API_ERROR
+            ) from exc
+        if not isinstance(claim, dict):
+            raise ClaimError(
+                f"ResourceClaim {namespace}/{name}: response is not an object", REASON_API_ERROR
+            )
+        return claim
+
+
+@dataclass(frozen=True)
+class AllocationResult:
+    """One ``status.allocation.devices.results[]`` entry of this driver on this node."""
+
+    request: str
+    pool: str
+    device: str
+    share_id: str | None = None
+    #: ``consumedCapacity`` as written by the scheduler: capacity name -> quantity string.
+    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
+    admin_access: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimAllocation:
+    """This driver's part of one claim's allocation on this node."""
+
+    ref: ClaimRef
+    results: tuple[AllocationResult, ...]
+    configs: tuple[DriverConfig, ...]
+
+
+def _claim_label(ref: ClaimRef) -> str:
+    return f"ResourceClaim {ref.namespace}/{ref.name}"
+
+
+def extract_allocation(
+    claim: Mapping[str, Any],
+    ref: ClaimRef,
+    driver_name: str,
+    pool_name: str,
+    published_devices: Container[str],
+) -> ClaimAllocation:
+    """Read this driver's results and configs from ``claim`` for the claim kubelet named in ``ref``.
+
+    Raises :class:`ClaimError` when the claim was replaced (UID differs), is not allocated, has no
+    result for this driver in ``pool_name``, or names a device this node does not publish.
+    """
+    label = _claim_label(ref)
+    metadata = claim.get("metadata") or {}
+    uid = metadata.get("uid", "")
+    if uid != ref.uid:
+        raise ClaimError(
+            f"{label} was replaced: kubelet asked for UID {ref.uid}, the API server has UID "
+            f"{uid or '(none)'}",
+            REASON_REPLACED,
+        )
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not isinstance(allocation, Mapping):
+        raise ClaimError(
+            f"{label} (UID {ref.uid}) is not allocated: status.allocation is unset",
+            REASON_UNALLOCATED,
+        )
+    devices = allocation.get("devices") or {}
+    if not isinstance(devices, Mapping):
+        raise ClaimError(f"{label}: status.allocation.devices is not an object")
+    results = _read_results(devices.get("results") or [], label, driver_name, pool_name)
+    if not results:
+        raise ClaimError(
+            f"{label} has no allocation result for driver {driver_name} in pool {pool_name}",
+            REASON_NO_RESULT,
+        )
+    for result in results:
+        if result.device not in published_devices:
+            raise ClaimError(
+                f"{label}: request {result.request!r} was allocated device {result.device!r}, "
+                f"which node {pool_name} does not publish",
+                REASON_UNKNOWN_DEVICE,
+            )
+    configs = _read_configs(devices.get("config") or [], label, driver_name)
+    return ClaimAllocation(ref=ref, results=results, configs=configs)
+
+
+def _read_results(
+    raw: Any, label: str, driver_name: str, pool_name: str
+) -> tuple[AllocationResult, ...]:
+    if not isinstance(raw, list):
+        raise ClaimError(f"{label}: status.allocation.devices.results is not a list")
+    results: list[AllocationResult] = []
+    for i, entry in enumerate(raw):
+        path = f"status.allocation.devices.results[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ClaimError(f"{label}: {path} is not an object")
+        if entry.get("driver") != driver_name or entry.get("pool") != pool_name:
+            continue
+        request, device = entry.get("request"), entry.get("device")
+        if not isinstance(request, str) or not request:
+            raise ClaimError(f"{label}: {path}.request must be a non-empty string")
+        if not isinstance(device, str) or not device:
+            raise ClaimError(f"{label}: {path}.device must be a non-empty string")
+        share_id = entry.get("shareID")
+        if share_id is not None and (not isinstance(share_id, str) or not share_id):
+            raise ClaimError(f"{label}: {path}.shareID must be a non-empty string")
+        consumed = entry.get("consumedCapacity") or {}
+        if not isinstance(consumed, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str | int) for k, v in consumed.items()
+        ):
+            raise ClaimError(f"{label}: {path}.consumedCapacity must map names to quantities")
+        results.append(
+            AllocationResult(
+                request=request,
+                pool=pool_name,
+                device=device,
+                share_id=share_id,
+                consumed_capacity={k: str(v) for k, v in consumed.items()},
+                admin_access=entry.get("adminAccess") is True,
+            )
+        )
+    return tuple(results)
+
+
+def _read_configs(raw: Any, label: str, driver_name: str) -> tuple[DriverConfig, ...]:
+    if not isinstance(raw, list):
+        raise ClaimError(f"{label}: status.allocation.devices.config is not a list")
+    configs: list[DriverConfig] = []
+    for i, entry in enumerate(raw):
+        path = f"status.allocation.devices.config[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ClaimError(f"{label}: {path} is not an object")
+        opaque = entry.get("opaque")
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
+            continue
+        source = entry.get("source")
+        if source not in _SOURCE_ORDER:
+            raise ClaimError(
+                f"{label}: {path}.source is {source!r}; allowed: "
+                f"{SOURCE_FROM_CLASS}, {SOURCE_FROM_CLAIM}"
+            )
+        requests = entry.get("requests") or []
+        if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
+            raise ClaimError(f"{label}: {path}.requests must be a list of request names")
+        configs.append(
+            DriverConfig(
+                source=source, requests=tuple(requests), parameters=opaque.get("parameters")
+            )
+        )
+    # Stable sort: class configs first, each group in its stored order.
+    configs.sort(key=lambda c: _SOURCE_ORDER[c.source])
+    return tuple(configs)

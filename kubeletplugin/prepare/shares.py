@@ -1,0 +1,102 @@
+"""Which devices this node publishes, and what each allocation result is entitled to.
+
+:func:`node_devices` maps every device name the node publishes in a sharing mode to its GPU (and
+partition profile); :func:`device_share` is the one place that turns an allocation result into a
+:class:`DeviceShare` (cores and memory): from ``consumedCapacity`` for consumable-capacity shares,
+from the partition profile for partition devices
+(:func:`kubeletplugin.devices.slices.partition_share`,
+the amounts the slice publishes), the whole GPU otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from api import names
+from api.quantity import QuantityError, quantity_int
+from kubeletplugin.devices.slices import partition_share
+from kubeletplugin.model import GpuInfo
+from kubeletplugin.prepare.claims import AllocationResult, ClaimError
+from kubeletplugin.sharing.enforcement import DeviceShare
+
+
+@dataclass(frozen=True)
+class NodeDevice:
+    """A device the node publishes: a whole GPU (``partition`` None) or a partition of one."""
+
+    name: str
+    gpu: GpuInfo
+    partition: str | None = None
+
+
+def node_devices(gpus: Sequence[GpuInfo], sharing_mode: str) -> dict[str, NodeDevice]:
+    """Every device name published in ``sharing_mode``, in publishing order."""
+    if sharing_mode not in names.SHARING_MODES:
+        raise ValueError(
+            f"unknown sharing mode {sharing_mode!r}; allowed: {', '.join(names.SHARING_MODES)}"
+        )
+    table: dict[str, NodeDevice] = {}
+    for gpu in gpus:
+        whole = names.device_name(gpu.index)
+        table[whole] = NodeDevice(whole, gpu)
+        if sharing_mode != names.SHARING_MODE_PARTITIONS:
+            continue
+        for profile, parts in names.PARTITION_PROFILES.items():
+            if parts == 1:
+                continue
+            for j in range(parts):
+                name = names.partition_device_name(gpu.index, profile, j)
+                table[name] = NodeDevice(name, gpu, profile)
+    return table
+
+
+def _consumed(
+    consumed: Mapping[str, str], capacity: str, driver_name: str, label: str
+) -> int | None:
+    for key in (capacity, names.qualify(driver_name, capacity)):
+        if key in consumed:
+            try:
+                return quantity_int(consumed[key])
+            except QuantityError as exc:
+                raise ClaimError(f"{label}: consumedCapacity.{key}: {exc}") from exc
+    return None
+
+
+def device_share(
+    results: Sequence[AllocationResult], device: NodeDevice, driver_name: str, claim_label: str
+) -> DeviceShare:
+    """The share that ``results`` (one or more results of a claim naming the same device and
+    shareID) grant on ``device``'s GPU (see the module docstring)."""
+    if not results:
+        raise ValueError("device_share needs at least one allocation result")
+    result = results[0]
+    gpu = device.gpu
+    label = f"{claim_label}: request {result.request!r} on {result.device}"
+    if device.partition is not None:
+        cores, memory = partition_share(gpu, device.partition)
+    elif result.share_id is not None:
+        # The scheduler records every capacity in consumedCapacity; a missing one counts whole.
+        got_cores = _consumed(result.consumed_capacity, names.CAP_CORES, driver_name, label)
+        got_memory = _consumed(result.consumed_capacity, names.CAP_MEMORY, driver_name, label)
+        cores = names.CORES_PER_GPU if got_cores is None else got_cores
+        memory = gpu.memory_usable if got_memory is None else got_memory
+    else:
+        cores, memory = names.CORES_PER_GPU, gpu.memory_usable
+    if not 1 <= cores <= names.CORES_PER_GPU:
+        raise ClaimError(f"{label}: consumed cores {cores} outside 1..{names.CORES_PER_GPU}")
+    if not 0 < memory <= gpu.memory_usable:
+        raise ClaimError(
+            f"{label}: consumed memory {memory} bytes outside 1..{gpu.memory_usable} "
+            f"(the GPU's usable memory)"
+        )
+    return DeviceShare(
+        gpu=gpu,
+        device=result.device,
+        requests=tuple(dict.fromkeys(r.request for r in results)),
+        cores=cores,
+        memory=memory,
+        share_id=result.share_id,
+        partition=device.partition,
+        admin_access=all(r.admin_access for r in results),
+    )
