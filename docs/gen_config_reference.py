@@ -13,7 +13,7 @@ Sources, so the reference cannot drift from what runs:
 - Helm values: ``deploy/helm/sharegpu/values.schema.json`` with defaults from ``values.yaml``.
 
 Usage: ``python docs/gen_config_reference.py`` rewrites the file; ``--check`` exits 1 when the
-committed file differs (tests/test_docs.py runs the check).
+committed file differs (tests/docs/test_docs.py runs the check).
 """
 
 from __future__ import annotations

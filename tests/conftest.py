@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import kubernetes.client
 import pytest
 
+from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
 
 
@@ -23,5 +24,15 @@ def kube_client(apiserver: KubeAPIServer) -> Iterator[kubernetes.client.ApiClien
     client = apiserver.client()
     try:
         yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def kube(apiserver: KubeAPIServer) -> Iterator[KubeRest]:
+    """A :class:`KubeRest` client for :func:`apiserver`, its ApiClient closed after the test."""
+    client = apiserver.client()
+    try:
+        yield KubeRest(client)
     finally:
         client.close()

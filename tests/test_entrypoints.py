@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.parametrize("module", ["kubeletplugin", "controller", "sharegpu"])
 def test_module_prints_help(module: str) -> None:

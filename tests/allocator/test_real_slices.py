@@ -1,0 +1,89 @@
+"""Allocation against the slices the kubelet plugin really builds (mock GPUs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api import names
+from api.quantity import format_quantity, quantity_int
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.slices import desired_slices, memory_policy_max, resource_slice_objects
+from sharegpu.allocator import allocate_many, seeded_share_ids
+from tests.allocator.helpers import DRIVER, claim, device_class, exactly, share
+
+CLASSES = [device_class()]
+
+
+def published(mode: str, gpus: int = 8) -> tuple[list[dict[str, Any]], int]:
+    discovered = MockBackend("n1", gpus).discover()
+    objects = resource_slice_objects(desired_slices(discovered, mode), DRIVER, "n1", None, 1)
+    for i, obj in enumerate(objects):
+        obj["metadata"]["name"] = obj["metadata"]["generateName"] + f"{i:05d}"
+    return objects, discovered[0].memory_usable
+
+
+def test_consumable_mode_shares_and_defaults() -> None:
+    slices, usable = published(names.SHARING_MODE_CONSUMABLE)
+    claims = [
+        share("a", cores="30", memory="10Gi"),
+        share("b", cores="50", memory="20Gi"),
+        claim("whole", [exactly()]),
+    ]
+    outs = allocate_many(claims, slices, CLASSES, node="n1", share_ids=seeded_share_ids(2))
+    results = [o.allocation["devices"]["results"][0] for o in outs if o.allocation]
+    assert [r["device"] for r in results] == ["gpu-0", "gpu-0", "gpu-1"]
+    assert results[0]["consumedCapacity"] == {"cores": "30", "memory": "10Gi"}
+    assert results[2]["consumedCapacity"] == {
+        "cores": "100",
+        "memory": format_quantity(memory_policy_max(usable)),
+    }
+
+
+def test_consumable_mode_rejects_more_memory_than_a_gpu_has() -> None:
+    slices, usable = published(names.SHARING_MODE_CONSUMABLE, 2)
+    out = allocate_many([share("big", memory="200Gi")], slices, CLASSES, node="n1")[0]
+    assert not out.ok
+    for rej in out.reports[0].rejections:
+        assert rej.kind == "capacity-short"
+        assert quantity_int(rej.details["available"]) == usable
+
+
+def test_partitions_mode_halves_fill_a_gpu() -> None:
+    slices, _ = published(names.SHARING_MODE_PARTITIONS, 2)
+    half = [f"device.attributes['{DRIVER}'].partition == 'half'"]
+    quarter = [f"device.attributes['{DRIVER}'].partition == 'quarter'"]
+    claims = [claim(f"h{i}", [exactly(selectors=half)]) for i in range(5)]
+    claims.append(claim("q", [exactly(selectors=quarter)]))
+    outs = allocate_many(claims, slices, CLASSES, node="n1")
+    got = [o.allocation["devices"]["results"][0]["device"] if o.ok else None for o in outs]
+    assert got == ["gpu-0-half-0", "gpu-0-half-1", "gpu-1-half-0", "gpu-1-half-1", None, None]
+    assert {r.kind for r in outs[4].reports[0].rejections} == {
+        "already-allocated",
+        "selector-false",
+    }
+    quarter_kinds = {r.kind for r in outs[5].reports[0].rejections if "quarter" in r.device.device}
+    assert quarter_kinds == {"counter-short"}
+
+
+@pytest.mark.parametrize("mode", [names.SHARING_MODE_EXCLUSIVE])
+def test_exclusive_mode_whole_gpus(mode: str) -> None:
+    slices, _ = published(mode, 2)
+    outs = allocate_many(
+        [claim(f"x{i}", [exactly()]) for i in range(3)], slices, CLASSES, node="n1"
+    )
+    assert [o.ok for o in outs] == [True, True, False]
+    assert [r.kind for r in outs[2].reports[0].rejections] == ["already-allocated"] * 2
+
+
+def test_selectors_on_published_attributes() -> None:
+    slices, _ = published(names.SHARING_MODE_CONSUMABLE, 2)
+    selectors = [
+        f"device.attributes['{DRIVER}'].productName.contains('H100')",
+        f"device.attributes['{DRIVER}'].cudaComputeCapability.isGreaterThan(semver('8.0.0'))",
+        f"device.capacity['{DRIVER}'].memory.compareTo(quantity('40Gi')) >= 0",
+        "'pcieRoot' in device.attributes['resource.kubernetes.io'] || true",
+    ]
+    outs = allocate_many([claim("sel", [exactly(selectors=selectors)])], slices, CLASSES, node="n1")
+    assert outs[0].ok, outs[0].to_dict()

@@ -1,0 +1,195 @@
+"""The tracker against the in-process API server: GPU objects converge on what the pure
+reconcile says, through claim, pod and slice changes, restarts and broken watches."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.tracker import Tracker
+from sharegpu.kube.rest import KubeRest
+from sharegpu.local.apiserver import KubeAPIServer
+from tests.controller import helpers as h
+
+DEADLINE_S = 30.0  # generous: a loaded 2-core machine; convergence normally takes well under 2 s
+NODES = ("node-a", "node-b", "node-c")
+
+
+@pytest.fixture
+def cluster(kube: KubeRest) -> h.Cluster:
+    c = h.Cluster(kube)
+    for node in NODES:
+        c.add_slice(h.node_slice(node, 8))
+    return c
+
+
+def _tracker(kube: KubeRest, **kwargs: float) -> Tracker:
+    t = Tracker(kube, h.DRIVER, watch_timeout_s=60, delete_grace_s=0.0, **kwargs)  # type: ignore[arg-type]
+    t.start()
+    return t
+
+
+def _converge(apiserver: KubeAPIServer, cluster: h.Cluster, tracker: Tracker) -> None:
+    ok = apiserver.wait_for(lambda: tracker.idle() and cluster.converged(), DEADLINE_S, 0.05)
+    if not ok:
+        stored, expected = cluster.stored(), cluster.expected()
+        diff = sorted(n for n in set(stored) | set(expected) if stored.get(n) != expected.get(n))
+        raise AssertionError(f"GPU objects did not converge: differing {diff[:5]}")
+
+
+def test_three_nodes_of_eight_gpus(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        stored = cluster.stored()
+        assert len(stored) == 24
+        assert stored["node-b-gpu-7"]["spec"]["uuid"] == h.gpu_uuid("node-b", 7)
+        assert stored["node-b-gpu-7"]["status"]["coresSummary"] == "0/100"
+        assert {g.name for g in tracker.gpus("node-c")} == {f"node-c-gpu-{i}" for i in range(8)}
+    finally:
+        tracker.stop()
+
+
+def test_claims_allocated_deallocated_deleted_and_pods(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        cluster.add_claim("share-1", [h.result("node-a", "gpu-0", cores=30, memory="10Gi")])
+        cluster.add_claim("share-2", [h.result("node-a", "gpu-0", cores=20, memory="4Gi")])
+        cluster.add_claim("whole", [h.result("node-b", "gpu-3")], namespace="team")
+        cluster.add_claim("pending")
+        _converge(apiserver, cluster, tracker)
+        gpu = cluster.stored()["node-a-gpu-0"]["status"]
+        assert gpu["coresSummary"] == "50/100" and gpu["memorySummary"] == "14Gi/80Gi"
+        assert cluster.stored()["node-b-gpu-3"]["status"]["allocatable"]["cores"] == 0
+
+        # a pod appears and the claim is reserved for it: containers show up
+        uid = cluster.add_pod(h.pod("trainer", "share-1", {"main": None, "logger": None}))
+        cluster.set_status(
+            "share-1",
+            [h.result("node-a", "gpu-0", cores=30, memory="10Gi", share_id=None)],
+            pods=[("trainer", uid)],
+        )
+        _converge(apiserver, cluster, tracker)
+        allocs = cluster.stored()["node-a-gpu-0"]["status"]["allocations"]
+        pods = next(a["pods"] for a in allocs if a["claimName"] == "share-1")
+        assert pods == [{"name": "trainer", "uid": uid, "containers": ["logger", "main"]}]
+
+        cluster.set_status("share-2", None)  # deallocated
+        cluster.delete_claim("whole", namespace="team")  # deleted
+        _converge(apiserver, cluster, tracker)
+        stored = cluster.stored()
+        assert stored["node-a-gpu-0"]["status"]["coresSummary"] == "30/100"
+        assert stored["node-b-gpu-3"]["status"]["claimCount"] == 0
+    finally:
+        tracker.stop()
+
+
+def test_slice_changes_create_update_and_delete_objects(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        devices = [h.whole_device("node-a", i) for i in range(9)]
+        devices[2] = h.whole_device("node-a", 2, unhealthy="Xid79-GpuFellOffTheBus")
+        cluster.replace_slice(h.node_slice("node-a", generation=2, devices=devices))
+        cluster.delete_slice(h.node_slice("node-c")["metadata"]["name"])
+        _converge(apiserver, cluster, tracker)
+        stored = cluster.stored()
+        assert "node-a-gpu-8" in stored and not any(n.startswith("node-c") for n in stored)
+        assert stored["node-a-gpu-2"]["status"]["health"] == "Unhealthy"
+        assert stored["node-a-gpu-2"]["status"]["healthReason"] == "Xid79-GpuFellOffTheBus"
+    finally:
+        tracker.stop()
+
+
+def test_restart_gives_same_objects_without_writes(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    cluster.add_claim("a", [h.result("node-a", "gpu-1", cores=10, memory="1Gi")])
+    first = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, first)
+    finally:
+        first.stop()
+    before = cluster.stored()
+    apiserver.reset_counters()
+    second = _tracker(kube)
+    try:
+        assert second.wait_synced(DEADLINE_S)
+        assert apiserver.wait_for(second.idle, DEADLINE_S)
+        assert second.flush() == 0
+        assert cluster.stored() == before
+        assert apiserver.write_count("gpus") == 0
+        assert second.writes == 0
+    finally:
+        second.stop()
+
+
+def test_resyncs_after_dropped_and_expired_watches(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        relists = sum(i.relists for i in tracker.informers)
+        # every watch fails with 410 Gone for a while, and the open ones are cut
+        fault = apiserver.inject_fault("watch", code=410, times=8, message="too old")
+        apiserver.drop_watches()
+        cluster.add_claim("during-outage", [h.result("node-c", "gpu-5", cores=5, memory="1Gi")])
+        cluster.delete_slice(h.node_slice("node-b")["metadata"]["name"])
+        _converge(apiserver, cluster, tracker)
+        assert fault.hits > 0
+        assert sum(i.relists for i in tracker.informers) > relists
+        assert cluster.stored()["node-c-gpu-5"]["status"]["coresSummary"] == "5/100"
+        # a cut connection alone resumes from the last resourceVersion
+        apiserver.drop_watches()
+        cluster.add_claim("after-drop", [h.result("node-c", "gpu-6", cores=7, memory="1Gi")])
+        _converge(apiserver, cluster, tracker)
+    finally:
+        tracker.stop()
+
+
+def test_status_writes_are_batched_per_gpu(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    """Changes within the write interval are merged into one later write."""
+    tracker = Tracker(kube, h.DRIVER, write_interval_s=3600.0)
+    for informer in tracker.informers:  # informers only: this test drives flush() itself
+        informer.start()
+    try:
+        assert tracker.wait_synced(DEADLINE_S)
+        assert tracker.flush() > 0  # creates the objects
+        cluster.add_claim("x", [h.result("node-a", "gpu-0", cores=1, memory="256Mi")])
+        assert apiserver.wait_for(lambda: bool(tracker.gpus()[0].status.allocations), DEADLINE_S)
+        assert tracker.flush() == 0, "a second write within the interval"
+        assert not tracker.idle()
+        tracker.write_interval_s = 0.0
+        assert tracker.flush() == 1
+        assert tracker.idle() or apiserver.wait_for(lambda: tracker.flush() == 0 and tracker.idle())
+        assert cluster.converged()
+    finally:
+        tracker.stop()
+
+
+def test_deletion_waits_for_the_grace_period(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    tracker = _tracker(kube)
+    tracker.delete_grace_s = 3600.0
+    try:
+        _converge(apiserver, cluster, tracker)
+        cluster.delete_slice(h.node_slice("node-c")["metadata"]["name"])
+        assert apiserver.wait_for(lambda: len(tracker.gpus()) == 16, DEADLINE_S)
+        tracker.flush()
+        assert "node-c-gpu-0" in cluster.stored()
+        assert not tracker.idle()
+        tracker.delete_grace_s = 0.0
+        _converge(apiserver, cluster, tracker)
+        assert "node-c-gpu-0" not in cluster.stored()
+    finally:
+        tracker.stop()

@@ -1,0 +1,575 @@
+"""The Helm chart: lint, render with several value sets, validate every rendered object.
+
+Every rendered document is validated strictly (unknown fields are errors) against the schemas of
+Kubernetes 1.34 and 1.36. Kinds without a Kubernetes schema fail, except this project's GPU CRD
+kind and cert-manager's kinds when cert-manager is enabled. The DeviceClass field
+``extendedResourceName`` is part of the resource.k8s.io/v1 schema from 1.34 on (alpha there, behind
+the DRAExtendedResource gate; beta in 1.36), so it is checked against both versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime
+import io
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+
+from api.names import DEFAULT_DRIVER_NAME
+from kubeletplugin.devices.mock import default_gpu
+from kubeletplugin.devices.slices import consumable_device, partition_devices
+from sharegpu.cel import compile_selector, device_activation
+from tests.deploy.helpers import (
+    CERT_MANAGER_GROUPS,
+    CHART_DIR,
+    KUBERNETES_VERSIONS,
+    OWN_GROUPS,
+    REPO_ROOT,
+    api_group,
+    helm_binary,
+    load_documents,
+    run_helm,
+    validation_errors,
+)
+
+pytestmark = pytest.mark.helm
+
+NAMESPACE = "sharegpu-system"
+H100_MOCK = default_gpu("node-a", 0, 1)
+RELEASE = "sharegpu"
+
+#: Value sets the chart must render cleanly with: name -> helm --set arguments.
+VARIANTS: dict[str, list[str]] = {
+    "default": [],
+    "cert-manager": ["controller.webhook.certManager.enabled=true"],
+    "cert-manager-issuer": [
+        "controller.webhook.certManager.enabled=true",
+        "controller.webhook.certManager.issuerRef.name=cluster-ca",
+        "controller.webhook.certManager.issuerRef.kind=ClusterIssuer",
+    ],
+    "partitions": ["kubeletPlugin.sharingMode=partitions"],
+    "exclusive": ["kubeletPlugin.sharingMode=exclusive"],
+    "extended-resource": ["deviceClasses.extendedResource.enabled=true"],
+    "mock-backend": [
+        "kubeletPlugin.deviceBackend=mock",
+        "kubeletPlugin.mock.gpus=4",
+        "kubeletPlugin.mock.config=- productName: NVIDIA A100-SXM4-40GB",
+    ],
+    "class-config": ["deviceClasses.gpu.config.sharing.strategy=MPS"],
+    "limits-library": ["kubeletPlugin.enforcement.limitsLibrary=/opt/hami/libvgpu.so"],
+    "health-noexecute": [
+        "kubeletPlugin.health.taintEffect=NoExecute",
+        "kubeletPlugin.health.ignoreXids=13\\,31",
+    ],
+    "health-off": ["kubeletPlugin.health.enabled=false"],
+    "no-webhook": ["controller.webhook.enabled=false", "metricsService.enabled=false"],
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    path = helm_binary()
+    if path is None:
+        pytest.fail("helm not found: run `bash tests/install-helm.sh` (make test does)")
+    return path
+
+
+def render(helm: str, set_args: list[str]) -> list[dict[str, Any]]:
+    """The chart's documents for the given ``--set`` arguments; fails the test on helm errors."""
+    args = ["template", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE]
+    for item in set_args:
+        args += ["--set-string" if "mock.config" in item else "--set", item]
+    result = run_helm(helm, *args)
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return load_documents(result.stdout)
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = by_kind(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: str) -> dict[str, list[dict[str, Any]]]:
+    return {name: render(helm, set_args) for name, set_args in VARIANTS.items()}
+
+
+def containers(docs: list[dict[str, Any]], kind: str) -> Iterator[dict[str, Any]]:
+    for doc in by_kind(docs, kind):
+        yield from doc["spec"]["template"]["spec"]["containers"]
+
+
+#: Value sets also linted (every variant is rendered and validated).
+LINT_VARIANTS = ("default", "cert-manager", "partitions", "extended-resource", "mock-backend")
+
+
+@pytest.mark.parametrize("variant", LINT_VARIANTS)
+def test_helm_lint_passes(helm: str, variant: str) -> None:
+    args = ["lint", "--strict", str(CHART_DIR), "--namespace", NAMESPACE]
+    for item in VARIANTS[variant]:
+        args += ["--set-string" if "mock.config" in item else "--set", item]
+    result = run_helm(helm, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_documents_validate_strictly(
+    rendered: dict[str, list[dict[str, Any]]], variant: str, version: str
+) -> None:
+    allowed = OWN_GROUPS | (CERT_MANAGER_GROUPS if "cert-manager" in variant else frozenset())
+    docs = rendered[variant]
+    assert docs, "the chart rendered nothing"
+    errors = [err for doc in docs for err in validation_errors(doc, version, allowed)]
+    assert errors == []
+
+
+def null_paths(node: Any, path: str = "") -> Iterator[str]:
+    """Paths of null values (an empty key left by a template) in a document."""
+    if node is None:
+        yield path or "<root>"
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from null_paths(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from null_paths(value, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_documents_have_no_empty_keys(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    empty = [f"{d['kind']}{p}" for d in rendered[variant] for p in null_paths(d)]
+    assert empty == []
+
+
+def test_cert_manager_kinds_only_when_enabled(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert not [d for d in rendered["default"] if d["apiVersion"].startswith("cert-manager.io")]
+    assert {d["kind"] for d in rendered["cert-manager"] if "cert-manager" in d["apiVersion"]} == {
+        "Issuer",
+        "Certificate",
+    }
+    # With an existing issuer the chart creates no Issuer of its own.
+    issuer_kinds = [d["kind"] for d in rendered["cert-manager-issuer"] if d["kind"] == "Issuer"]
+    assert issuer_kinds == []
+    cert = one(rendered["cert-manager-issuer"], "Certificate")
+    assert cert["spec"]["issuerRef"] == {
+        "name": "cluster-ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
+
+
+def test_kubelet_plugin_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    ds = one(rendered["default"], "DaemonSet")
+    spec = ds["spec"]
+    assert spec["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
+    pod = spec["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["tolerations"]
+    (container,) = pod["containers"]
+    assert container["securityContext"]["privileged"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins/gpu.sharegpu.dev",
+        "/var/run/cdi",
+        "/dev",
+        "/nvidia-root",
+        "/etc/cdi",
+    } <= mounts
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert {"/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/dev", "/"} <= host_paths
+    assert "--sharing-mode=consumable" in container["args"]
+    assert "--device-backend=nvml" in container["args"]
+    assert "--driver-root=/nvidia-root" in container["args"]
+    assert not [a for a in container["args"] if a.startswith("--limits-library")]
+    # Only the driver files copied by the init container are used; the host's driver root is
+    # mounted into the init container alone.
+    assert env["LD_LIBRARY_PATH"]["value"] == "/nvidia-root/usr/lib64"
+    (init,) = pod["initContainers"]
+    for name in ("libnvidia-ml.so.1", "libcuda.so.1", "nvidia-smi", "nvidia-cuda-mps-control"):
+        assert name in init["args"][0]
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {"/host-driver-root", "/nvidia-root"}
+    assert "/host-driver-root" not in mounts
+
+
+def test_sharing_mode_and_mock_backend_reach_the_plugin(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    (partitions,) = containers(rendered["partitions"], "DaemonSet")
+    assert "--sharing-mode=partitions" in partitions["args"]
+    (limits,) = containers(rendered["limits-library"], "DaemonSet")
+    assert "--limits-library=/opt/hami/libvgpu.so" in limits["args"]
+    (noexecute,) = containers(rendered["health-noexecute"], "DaemonSet")
+    assert {"--health-taint-effect=NoExecute", "--health-ignore-xids=13,31"} <= set(
+        noexecute["args"]
+    )
+    (health_off,) = containers(rendered["health-off"], "DaemonSet")
+    assert "--disable-health" in health_off["args"]
+    (mock,) = containers(rendered["mock-backend"], "DaemonSet")
+    assert "--device-backend=mock" in mock["args"]
+    assert "--mock-gpus=4" in mock["args"]
+    assert "--mock-config=/etc/sharegpu/mock/gpus.yaml" in mock["args"]
+    # The mock backend needs neither the host's /dev nor the driver installation.
+    assert not {"/dev", "/nvidia-root"} & {m["mountPath"] for m in mock["volumeMounts"]}
+    (mock_pod,) = [
+        d["spec"]["template"]["spec"] for d in by_kind(rendered["mock-backend"], "DaemonSet")
+    ]
+    assert "initContainers" not in mock_pod
+    config_map = one(rendered["mock-backend"], "ConfigMap")
+    assert "NVIDIA A100-SXM4-40GB" in config_map["data"]["gpus.yaml"]
+
+
+def test_controller_runs_unprivileged_with_probes(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    deployment = one(rendered["default"], "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "--leader-elect=true" in container["args"]
+    budget = one(rendered["default"], "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert f"--lease-namespace={NAMESPACE}" in container["args"]
+
+
+def rules_of(docs: list[dict[str, Any]], kind: str, name_suffix: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) triples granted by the role of that kind and name suffix."""
+    (role,) = [d for d in by_kind(docs, kind) if d["metadata"]["name"].endswith(name_suffix)]
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def triples(group: str, resources: list[str], verbs: list[str]) -> set[tuple[str, str, str]]:
+    return {(group, r, v) for r in resources for v in verbs}
+
+
+def test_rbac_grants_exactly_what_the_code_uses(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["default"]
+    assert rules_of(docs, "ClusterRole", "kubelet-plugin") == (
+        triples("resource.k8s.io", ["resourceclaims"], ["get"])
+        | triples(
+            "resource.k8s.io", ["resourceslices"], ["list", "watch", "create", "update", "delete"]
+        )
+        | triples("", ["nodes"], ["get"])
+    )
+    assert rules_of(docs, "ClusterRole", "controller") == (
+        triples("resource.k8s.io", ["resourceslices", "resourceclaims"], ["list", "watch"])
+        | triples("", ["pods"], ["list", "watch"])
+        | triples(
+            "resource.sharegpu.dev",
+            ["gpus"],
+            ["get", "list", "watch", "create", "update", "delete"],
+        )
+        | triples("resource.sharegpu.dev", ["gpus/status"], ["update"])
+    )
+    assert rules_of(docs, "Role", "leader-election") == triples(
+        "coordination.k8s.io", ["leases"], ["get", "create", "update"]
+    )
+    # Nothing grants secrets, wildcard verbs or wildcard resources.
+    for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            assert "secrets" not in rule["resources"]
+
+
+def test_resourceslice_policy_binds_writes_to_the_plugins_node(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["default"]
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    spec = policy["spec"]
+    (condition,) = spec["matchConditions"]
+    plugin_sa = one(
+        [d for d in docs if "kubelet-plugin" in d["metadata"]["name"]], "ServiceAccount"
+    )
+    expected_user = f"system:serviceaccount:{NAMESPACE}:{plugin_sa['metadata']['name']}"
+    assert expected_user in condition["expression"]
+    variables = " ".join(v["expression"] for v in spec["variables"])
+    assert "authentication.kubernetes.io/node-name" in variables
+    assert "spec.?nodeName" in variables
+    assert set(spec["matchConstraints"]["resourceRules"][0]["operations"]) == {
+        "CREATE",
+        "UPDATE",
+        "DELETE",
+    }
+
+
+def _verify_signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> None:
+    key = issuer.public_key()
+    assert cert.signature_hash_algorithm is not None
+    if isinstance(key, rsa.RSAPublicKey):
+        key.verify(
+            cert.signature,
+            cert.tbs_certificate_bytes,
+            padding.PKCS1v15(),
+            cert.signature_hash_algorithm,
+        )
+    else:
+        assert isinstance(key, ec.EllipticCurvePublicKey)
+        key.verify(
+            cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm)
+        )
+
+
+def test_self_signed_webhook_certificate_matches_the_ca_bundle(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["default"]
+    secret = one(docs, "Secret")
+    webhook = one(docs, "ValidatingWebhookConfiguration")
+    bundles = {w["clientConfig"]["caBundle"] for w in webhook["webhooks"]}
+    assert bundles == {secret["data"]["ca.crt"]}
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    serving = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    _verify_signed_by(serving, ca)
+    service = next(
+        d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-webhook")
+    )
+    san = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{service['metadata']['name']}.{NAMESPACE}.svc" in san.get_values_for_type(x509.DNSName)
+    assert serving.not_valid_after_utc > datetime.datetime.now(datetime.UTC)
+
+
+def test_webhook_policy_and_cert_manager_injection(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    default = one(rendered["default"], "ValidatingWebhookConfiguration")
+    assert {w["failurePolicy"] for w in default["webhooks"]} == {"Ignore"}
+    resources = {r for w in default["webhooks"] for rule in w["rules"] for r in rule["resources"]}
+    assert resources == {"resourceclaims", "resourceclaimtemplates", "deviceclasses"}
+    managed = one(rendered["cert-manager"], "ValidatingWebhookConfiguration")
+    cert = one(rendered["cert-manager"], "Certificate")
+    injected = managed["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert injected == f"{NAMESPACE}/{cert['metadata']['name']}"
+    assert all("caBundle" not in w["clientConfig"] for w in managed["webhooks"])
+    assert not by_kind(rendered["cert-manager"], "Secret")
+
+
+def test_device_classes(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (gpu,) = by_kind(rendered["default"], "DeviceClass")
+    assert gpu["metadata"]["name"] == "gpu.sharegpu.dev"
+    assert gpu["spec"]["selectors"] == [
+        {"cel": {"expression": 'device.driver == "gpu.sharegpu.dev"'}}
+    ]
+    classes = {
+        d["metadata"]["name"]: d for d in by_kind(rendered["extended-resource"], "DeviceClass")
+    }
+    extended = classes["extended.gpu.sharegpu.dev"]
+    assert extended["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    (configured,) = by_kind(rendered["class-config"], "DeviceClass")
+    (config,) = configured["spec"]["config"]
+    assert config["opaque"]["driver"] == "gpu.sharegpu.dev"
+    assert config["opaque"]["parameters"] == {
+        "apiVersion": "resource.sharegpu.dev/v1alpha1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "MPS"},
+    }
+
+
+def test_device_class_selectors_compile_and_select_whole_gpus(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    classes = {
+        d["metadata"]["name"]: d for d in by_kind(rendered["extended-resource"], "DeviceClass")
+    }
+    gpu = H100_MOCK
+    for name, devices, expected in [
+        ("gpu.sharegpu.dev", [consumable_device(gpu)], ["gpu-0"]),
+        ("gpu.sharegpu.dev", partition_devices(gpu), [d["name"] for d in partition_devices(gpu)]),
+        ("extended.gpu.sharegpu.dev", [consumable_device(gpu)], ["gpu-0"]),
+        ("extended.gpu.sharegpu.dev", partition_devices(gpu), ["gpu-0"]),
+    ]:
+        programs = [
+            compile_selector(s["cel"]["expression"]) for s in classes[name]["spec"]["selectors"]
+        ]
+        chosen = [
+            d["name"]
+            for d in devices
+            if all(p.evaluate(device_activation(DEFAULT_DRIVER_NAME, d)) for p in programs)
+        ]
+        assert chosen == expected, name
+
+
+def test_gpu_crd_is_rendered_with_keep_policy(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    crd = one(rendered["default"], "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "gpus.resource.sharegpu.dev"
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_chart_crd_copy_matches_the_generated_crd() -> None:
+    generated = REPO_ROOT / "deploy" / "crds" / "gpus.resource.sharegpu.dev.yaml"
+    copy = CHART_DIR / "files" / "gpus.resource.sharegpu.dev.yaml"
+    assert generated.exists(), f"{generated} is missing: run `python -m api.crd`"
+    assert copy.read_text() == generated.read_text(), (
+        f"{copy} differs from {generated}: run `bash deploy/helm/sync-crds.sh`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("set_arg", "message"),
+    [
+        ("kubeletPlugin.sharingMode=shared", "/kubeletPlugin/sharingMode"),
+        ("kubeletPlugin.deviceBackend=cuda", "/kubeletPlugin/deviceBackend"),
+        ("kubeletPlugin.updateStrategy.rollingUpdate.maxSurge=1", "maxSurge"),
+        ("controller.webhook.failurePolicy=Retry", "/controller/webhook/failurePolicy"),
+        ("controller.leaderElection.enabled=false", "/controller/leaderElection/enabled"),
+        ("kubeletPlugin.unknownKey=1", "unknownKey"),
+    ],
+)
+def test_values_schema_rejects_bad_values(helm: str, set_arg: str, message: str) -> None:
+    result = run_helm(helm, "template", RELEASE, str(CHART_DIR), "--set", set_arg)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def plugin_parser() -> argparse.ArgumentParser:
+    """The kubelet plugin's flag parser."""
+    from kubeletplugin.config import build_parser
+
+    return build_parser()
+
+
+def accepts(parser: argparse.ArgumentParser, args: list[str]) -> str:
+    """'' when the parser accepts ``args``, else what argparse printed."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(args)
+    except SystemExit:
+        return err.getvalue().strip() or "rejected"
+    return ""
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_flags_are_accepted_by_the_daemons(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    from controller.main import build_parser as controller_parser
+
+    for container in containers(rendered[variant], "DaemonSet"):
+        assert container["command"] == ["sharegpu-kubeletplugin"]
+        assert accepts(plugin_parser(), container["args"]) == ""
+    for container in containers(rendered[variant], "Deployment"):
+        assert container["command"] == ["sharegpu-controller"]
+        assert accepts(controller_parser(), container["args"]) == ""
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_sharegpu_validate_accepts_every_rendered_document(
+    rendered: dict[str, list[dict[str, Any]]], version: str, tmp_path: Path
+) -> None:
+    """`sharegpu validate` (schemas, GpuConfigs, CEL) on every variant; cert-manager's kinds are
+    left out because no Kubernetes schema describes them."""
+    files = []
+    for variant, docs in sorted(rendered.items()):
+        path = tmp_path / f"{variant}.yaml"
+        kept = [d for d in docs if api_group(d) not in CERT_MANAGER_GROUPS]
+        path.write_text(yaml.safe_dump_all(kept))
+        files += ["-f", str(path)]
+    result = subprocess.run(
+        [sys.executable, "-m", "sharegpu", "validate", *files, "--kubernetes-version", version],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("kube_version", "accepted"), [("1.33.5", False), ("1.34.0", True)])
+def test_chart_requires_kubernetes_1_34(helm: str, kube_version: str, accepted: bool) -> None:
+    result = run_helm(helm, "template", RELEASE, str(CHART_DIR), "--kube-version", kube_version)
+    assert (result.returncode == 0) == accepted, result.stderr
+
+
+def run_driver_files_script(
+    rendered: dict[str, list[dict[str, Any]]], host_root: Path, dest: Path
+) -> subprocess.CompletedProcess[str]:
+    """The init container's script, run here with its two directories moved under tmp_path."""
+    (ds,) = by_kind(rendered["default"], "DaemonSet")
+    (init,) = ds["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"] == ["sh", "-c"]
+    script = init["args"][0].replace("/host-driver-root", str(host_root))
+    script = script.replace("/nvidia-root", str(dest))
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
+
+
+def test_init_container_copies_only_the_driver_files(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    host = tmp_path / "host"
+    libdir = host / "usr" / "lib" / "x86_64-linux-gnu"
+    bindir = host / "usr" / "bin"
+    libdir.mkdir(parents=True)
+    bindir.mkdir(parents=True)
+    (libdir / "libnvidia-ml.so.580.95.05").write_text("nvml")
+    (libdir / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.580.95.05")
+    (libdir / "libcuda.so.1").write_text("cuda")
+    (libdir / "libc.so.6").write_text("the host's glibc")
+    for tool in ("nvidia-smi", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"):
+        (bindir / tool).write_text(tool)
+    dest = tmp_path / "nvidia-root"
+    result = run_driver_files_script(rendered, host, dest)
+    assert result.returncode == 0, result.stderr
+    copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert copied == [
+        "usr/bin/nvidia-cuda-mps-control",
+        "usr/bin/nvidia-cuda-mps-server",
+        "usr/bin/nvidia-smi",
+        "usr/lib64/libcuda.so.1",
+        "usr/lib64/libnvidia-ml.so.1",
+    ]
+    assert (dest / "usr/lib64/libnvidia-ml.so.1").read_text() == "nvml"  # the file, not a link
+    assert not (dest / "usr/lib64/libnvidia-ml.so.1").is_symlink()
+
+
+def test_init_container_fails_clearly_without_nvml(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    host = tmp_path / "host"
+    (host / "usr" / "bin").mkdir(parents=True)
+    result = run_driver_files_script(rendered, host, tmp_path / "nvidia-root")
+    assert result.returncode == 1
+    assert "libnvidia-ml.so.1 not found under the driver root /" in result.stderr
+    assert "kubeletPlugin.driverRoot" in result.stderr

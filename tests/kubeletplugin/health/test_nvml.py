@@ -1,0 +1,172 @@
+"""The NVML health checker against a fake pynvml: event registration, waits, probes, stop."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+
+from api import names
+from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, EventKind, HealthEvent
+from kubeletplugin.health.monitor import HealthMonitor, HealthSettings
+from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
+from tests.kubeletplugin.health.helpers import (
+    DBE,
+    GPU_UNAVAILABLE,
+    NVML_ERROR_GPU_IS_LOST,
+    XID,
+    FakeEventNvml,
+    NVMLError,
+    RecordingTaints,
+    gpus,
+    wait_for,
+)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.q: queue.Queue[HealthEvent] = queue.Queue()
+
+    def __call__(self, event: HealthEvent) -> None:
+        self.q.put(event)
+
+    def next(self) -> HealthEvent:
+        return self.q.get(timeout=10)
+
+
+def started(fake: FakeEventNvml, count: int = 2) -> tuple[NvmlHealthChecker, Events]:
+    checker = NvmlHealthChecker(fake.module(), wait_timeout_ms=50)
+    events = Events()
+    checker.start(gpus(count), events)
+    return checker, events
+
+
+def test_registers_the_wanted_events_on_every_gpu() -> None:
+    g = gpus(2)
+    fake = FakeEventNvml([x.uuid for x in g])
+    checker, _ = started(fake)
+    try:
+        assert fake.registered == {x.uuid: XID | DBE | GPU_UNAVAILABLE for x in g}
+        assert checker.registered == fake.registered
+    finally:
+        checker.stop()
+
+
+def test_registers_only_supported_events_and_without_the_gpu_lost_constant() -> None:
+    g = gpus(2)
+    fake = FakeEventNvml([x.uuid for x in g], supported=XID)
+    checker = NvmlHealthChecker(fake.module(with_unavailable_constant=False), 50)
+    checker.start(g, Events())
+    try:
+        assert fake.registered == {x.uuid: XID for x in g}
+    finally:
+        checker.stop()
+
+
+def test_gpu_without_any_supported_event_is_left_to_the_probe() -> None:
+    g = gpus(1)
+    fake = FakeEventNvml([g[0].uuid], supported=0x0004)
+    checker, _ = started(fake, 1)
+    try:
+        assert fake.registered == {}
+        assert checker.probe(g[0]) is None
+    finally:
+        checker.stop()
+
+
+def test_events_become_health_events() -> None:
+    g = gpus(2)
+    fake = FakeEventNvml([x.uuid for x in g])
+    checker, events = started(fake)
+    try:
+        fake.push(g[1].uuid, XID, 79)
+        assert events.next() == HealthEvent(g[1].uuid, EventKind.XID, xid=79)
+        fake.push(g[0].uuid, DBE)
+        assert events.next() == HealthEvent(g[0].uuid, EventKind.DOUBLE_BIT_ECC)
+        fake.push(g[0].uuid, GPU_UNAVAILABLE)
+        event = events.next()
+        assert (event.uuid, event.kind) == (g[0].uuid, EventKind.GPU_LOST)
+        fake.push(None, XID, 48)
+        assert events.next() == HealthEvent(None, EventKind.XID, xid=48)
+    finally:
+        checker.stop()
+
+
+def test_wait_uses_a_timeout_and_stop_ends_the_thread() -> None:
+    g = gpus(1)
+    fake = FakeEventNvml([g[0].uuid])
+    checker, _ = started(fake, 1)
+    wait_for(lambda: fake.waits >= 3, what="several timed-out waits")
+    checker.stop()
+    assert not any(t.name == "nvml-events" for t in threading.enumerate())
+    assert fake.freed and fake.shut_down
+    assert fake.calls.count("nvmlInit") == 1
+
+
+def test_probe_reports_the_nvml_error() -> None:
+    g = gpus(2)
+    fake = FakeEventNvml([x.uuid for x in g])
+    checker, _ = started(fake)
+    try:
+        fake.lost.add(g[1].uuid)
+        assert checker.probe(g[0]) is None
+        assert checker.probe(g[1]) == "NVML query failed: GPU is lost"
+        fake.uuids.remove(g[0].uuid)
+        assert checker.probe(g[0]) == "NVML query failed: GPU is lost"
+    finally:
+        checker.stop()
+
+
+def test_nvml_init_failure_makes_every_probe_fail() -> None:
+    g = gpus(1)
+    fake = FakeEventNvml([g[0].uuid])
+    fake.init_error = NVMLError(NVML_ERROR_GPU_IS_LOST)
+    checker, _ = started(fake, 1)
+    assert checker.probe(g[0]) == "NVML unavailable: GPU is lost"
+    checker.stop()
+    assert not fake.shut_down
+
+
+def test_ignored_xid_from_nvml_leaves_the_gpu_healthy_and_a_critical_one_taints_it() -> None:
+    g = gpus(2)
+    fake = FakeEventNvml([x.uuid for x in g])
+    taints = RecordingTaints()
+    mon = HealthMonitor(
+        NvmlHealthChecker(fake.module(), wait_timeout_ms=50),
+        names.DEFAULT_DRIVER_NAME,
+        "n1",
+        names.SHARING_MODE_CONSUMABLE,
+        g,
+        HealthSettings(probe_interval=3600),
+        taints=taints,
+    )
+    mon.start()
+    try:
+        for xid in sorted(DEFAULT_IGNORED_XIDS):
+            fake.push(g[0].uuid, XID, xid)
+        fake.push(g[1].uuid, XID, 79)
+        wait_for(lambda: bool(taints.calls), what="a taint")
+        wait_for(lambda: fake.events.empty(), what="all events consumed")
+        assert taints.calls == [{"gpu-1": taints.calls[0]["gpu-1"]}]
+        assert taints.calls[0]["gpu-1"][0]["value"] == "XID-79-GPU-has-fallen-off-the-bus"
+    finally:
+        mon.stop()
+
+
+def test_real_pynvml_without_the_library_fails_every_probe_with_the_cause() -> None:
+    """This test machine has pynvml but no NVIDIA driver: the probe names that."""
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is a project dependency")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("an NVIDIA driver is present on this machine; covered by the fake tests")
+    g = gpus(1)
+    checker = NvmlHealthChecker()
+    checker.start(g, Events())
+    reason = checker.probe(g[0])
+    checker.stop()
+    assert reason is not None and reason.startswith("NVML unavailable: ")

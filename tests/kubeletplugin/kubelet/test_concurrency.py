@@ -1,0 +1,44 @@
+"""Prepares of different claims run in parallel: the gRPC layer does not serialise them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from kubeletplugin.kubelet.preparer import ClaimRef, PrepareOutcome
+from sharegpu.local.kubelet import KubeletSim
+from tests.kubeletplugin.kubelet.helpers import (
+    DRIVER,
+    FakePreparer,
+    one_device,
+    running_server,
+    socket_dirs,
+)
+
+CALLS = 32
+# Generous: on a loaded machine the 32 calls still arrive well within this.
+BARRIER_TIMEOUT_S = 60.0
+
+
+def test_32_prepares_are_in_the_preparer_at_the_same_time() -> None:
+    barrier = threading.Barrier(CALLS, timeout=BARRIER_TIMEOUT_S)
+
+    def wait_for_all(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
+        # Breaks (BrokenBarrierError -> per-claim error) unless all 32 calls are inside at once.
+        barrier.wait()
+        return {c.uid: one_device(c) for c in claims}
+
+    preparer = FakePreparer(prepare_fn=wait_for_all)
+    claims = [ClaimRef("ns", f"uid-{i}", f"c{i}") for i in range(CALLS)]
+    with (
+        socket_dirs() as dirs,
+        running_server(dirs, preparer, max_workers=CALLS),
+        KubeletSim(dirs.registry) as kubelet,
+        ThreadPoolExecutor(CALLS) as pool,
+    ):
+        plugin = kubelet.register(DRIVER)
+        results = list(pool.map(lambda c: plugin.prepare([c]), claims))
+    assert not barrier.broken
+    assert [r[c.uid].error for r, c in zip(results, claims, strict=True)] == [""] * CALLS
+    assert len(preparer.prepare_calls) == CALLS

@@ -1,0 +1,241 @@
+"""DRAPlugin v1 and v1beta1 round trips through the real sockets with a fake preparer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from kubeletplugin.kubelet.draservice import INVALID_OUTCOME_ERROR, MISSING_OUTCOME_ERROR
+from kubeletplugin.kubelet.preparer import (
+    ClaimRef,
+    PreparedDevice,
+    PrepareOutcome,
+    UnprepareOutcome,
+)
+from kubeletplugin.model import base_request_names
+from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimDevice
+from tests.kubeletplugin.kubelet.helpers import (
+    DRIVER,
+    Dirs,
+    FakePreparer,
+    one_device,
+    running_server,
+)
+
+V1 = "v1.DRAPlugin"
+V1BETA1 = "v1beta1.DRAPlugin"
+VERSIONS = [V1, V1BETA1]
+SHARE = "7f2c9e4a-1b3d-4c5e-8f6a-0b1c2d3e4f50"
+
+
+def _claims(n: int) -> list[ClaimRef]:
+    return [ClaimRef("team-a", f"uid-{i}", f"claim-{i}") for i in range(n)]
+
+
+def _sharing(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
+    return {
+        c.uid: PrepareOutcome(
+            devices=(
+                PreparedDevice(
+                    request_names=("gpu/h100", "gpu/a100", "other"),
+                    pool_name="node-1",
+                    device_name="gpu-3",
+                    cdi_device_ids=(
+                        f"k8s.gpu.sharegpu.dev/claim={c.uid}-gpu-3-{SHARE[:8]}",
+                        "nvidia.com/gpu=GPU-1234",
+                    ),
+                    share_id=SHARE,
+                ),
+                PreparedDevice(
+                    request_names=(),
+                    pool_name="node-1",
+                    device_name="gpu-4",
+                    cdi_device_ids=(f"k8s.gpu.sharegpu.dev/claim={c.uid}-gpu-4",),
+                ),
+            )
+        )
+        for c in claims
+    }
+
+
+def _plugin(dirs: Dirs, kubelet: KubeletSim) -> RegisteredPlugin:
+    return kubelet.register(DRIVER)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_prepare_round_trip(dirs: Dirs, version: str) -> None:
+    preparer = FakePreparer(prepare_fn=_sharing)
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        results = _plugin(dirs, kubelet).prepare(_claims(2), version=version)
+    assert preparer.prepare_calls == [_claims(2)]
+    expected_share = SHARE if version == V1 else None
+    for claim in _claims(2):
+        assert results[claim.uid].error == ""
+        assert results[claim.uid].devices == (
+            SimDevice(
+                request_names=("gpu", "other"),
+                pool_name="node-1",
+                device_name="gpu-3",
+                cdi_device_ids=(
+                    f"k8s.gpu.sharegpu.dev/claim={claim.uid}-gpu-3-{SHARE[:8]}",
+                    "nvidia.com/gpu=GPU-1234",
+                ),
+                share_id=expected_share,
+            ),
+            SimDevice(
+                request_names=(),
+                pool_name="node-1",
+                device_name="gpu-4",
+                cdi_device_ids=(f"k8s.gpu.sharegpu.dev/claim={claim.uid}-gpu-4",),
+                share_id=None,
+            ),
+        )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_unprepare_round_trip(dirs: Dirs, version: str) -> None:
+    preparer = FakePreparer(
+        unprepare_fn=lambda claims: {
+            c.uid: UnprepareOutcome(error="busy" if c.uid == "uid-1" else "") for c in claims
+        }
+    )
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        errors = _plugin(dirs, kubelet).unprepare(_claims(3), version=version)
+    assert errors == {"uid-0": "", "uid-1": "busy", "uid-2": ""}
+    assert preparer.unprepare_calls == [_claims(3)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_per_claim_error_drops_devices(dirs: Dirs, version: str) -> None:
+    def fn(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
+        return {
+            c.uid: PrepareOutcome(devices=one_device(c).devices, error="claim was replaced")
+            if c.uid == "uid-1"
+            else one_device(c)
+            for c in claims
+        }
+
+    with running_server(dirs, FakePreparer(prepare_fn=fn)), KubeletSim(dirs.registry) as kubelet:
+        results = _plugin(dirs, kubelet).prepare(_claims(3), version=version)
+    assert results["uid-1"].error == "claim was replaced"
+    assert results["uid-1"].devices == ()
+    assert [len(results[u].devices) for u in ("uid-0", "uid-2")] == [1, 1]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_preparer_exception_becomes_error_for_every_claim(dirs: Dirs, version: str) -> None:
+    def boom(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
+        raise OSError("checkpoint disk is full")
+
+    def boom_unprepare(claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareOutcome]:
+        raise ValueError("bad state")
+
+    preparer = FakePreparer(prepare_fn=boom, unprepare_fn=boom_unprepare)
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        plugin = _plugin(dirs, kubelet)
+        results = plugin.prepare(_claims(3), version=version)
+        errors = plugin.unprepare(_claims(3), version=version)
+    assert {uid: r.error for uid, r in results.items()} == {
+        f"uid-{i}": "prepare failed: OSError: checkpoint disk is full" for i in range(3)
+    }
+    assert all(r.devices == () for r in results.values())
+    assert errors == {f"uid-{i}": "unprepare failed: ValueError: bad state" for i in range(3)}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_claim_answered_even_when_preparer_forgets_some(dirs: Dirs, version: str) -> None:
+    def forgetful(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
+        out = {c.uid: one_device(c) for c in claims if c.uid != "uid-2"}
+        out["uid-unasked"] = one_device(ClaimRef("x", "uid-unasked", "x"))
+        return out
+
+    preparer = FakePreparer(prepare_fn=forgetful, unprepare_fn=lambda claims: {})
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        plugin = _plugin(dirs, kubelet)
+        results = plugin.prepare(_claims(4), version=version)
+        errors = plugin.unprepare(_claims(2), version=version)
+    assert set(results) == {"uid-0", "uid-1", "uid-2", "uid-3"}
+    assert results["uid-2"].error == MISSING_OUTCOME_ERROR
+    assert results["uid-3"].error == ""
+    assert errors == {"uid-0": MISSING_OUTCOME_ERROR, "uid-1": MISSING_OUTCOME_ERROR}
+
+
+def test_malformed_outcomes_become_per_claim_errors(dirs: Dirs) -> None:
+    def sloppy(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
+        bad_names = PreparedDevice(
+            request_names="gpu",  # type: ignore[arg-type]
+            pool_name="node-1",
+            device_name="gpu-0",
+            cdi_device_ids=("k8s.gpu.sharegpu.dev/claim=x",),
+        )
+        return {
+            "uid-0": {"devices": []},  # type: ignore[dict-item]
+            "uid-1": PrepareOutcome(devices=(bad_names,)),
+            "uid-2": one_device(claims[2]),
+        }
+
+    def sloppy_unprepare(claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareOutcome]:
+        return {"uid-0": UnprepareOutcome(error=42)}  # type: ignore[arg-type]
+
+    preparer = FakePreparer(prepare_fn=sloppy, unprepare_fn=sloppy_unprepare)
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        plugin = _plugin(dirs, kubelet)
+        results = plugin.prepare(_claims(3))
+        errors = plugin.unprepare(_claims(1))
+    assert results["uid-0"].error.startswith(INVALID_OUTCOME_ERROR + ": TypeError: expected a")
+    assert results["uid-1"].error == (
+        f"{INVALID_OUTCOME_ERROR}: TypeError: request_names must be a sequence of strings, "
+        "not a string"
+    )
+    assert results["uid-2"].error == "" and len(results["uid-2"].devices) == 1
+    assert errors == {
+        "uid-0": f"{INVALID_OUTCOME_ERROR}: TypeError: error must be a string, got int"
+    }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_empty_claim_list_does_not_reach_the_preparer(dirs: Dirs, version: str) -> None:
+    preparer = FakePreparer()
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        plugin = _plugin(dirs, kubelet)
+        assert plugin.prepare([], version=version) == {}
+        assert plugin.unprepare([], version=version) == {}
+    assert preparer.prepare_calls == [] and preparer.unprepare_calls == []
+
+
+def test_duplicate_and_uidless_claims(dirs: Dirs) -> None:
+    preparer = FakePreparer()
+    claims = [ClaimRef("ns", "uid-0", "a"), ClaimRef("ns", "uid-0", "a"), ClaimRef("ns", "", "b")]
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        results = _plugin(dirs, kubelet).prepare(claims)
+    assert preparer.prepare_calls == [[ClaimRef("ns", "uid-0", "a")]]
+    assert results["uid-0"].error == ""
+    assert results[""].error == "kubelet sent a claim without a UID"
+
+
+def test_huge_batch(dirs: Dirs) -> None:
+    claims = _claims(2000)
+    preparer = FakePreparer(prepare_fn=_sharing)
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        plugin = _plugin(dirs, kubelet)
+        results = plugin.prepare(claims)
+        errors = plugin.unprepare(claims)
+    assert set(results) == {c.uid for c in claims}
+    assert all(r.error == "" and len(r.devices) == 2 for r in results.values())
+    assert results["uid-1999"].devices[0].share_id == SHARE
+    assert set(errors) == {c.uid for c in claims} and not any(errors.values())
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        ([], ()),
+        (["gpu"], ("gpu",)),
+        (["gpu/h100"], ("gpu",)),
+        (["gpu/h100", "gpu/a100", "nic", "gpu"], ("gpu", "nic")),
+        (["b/x", "a"], ("b", "a")),
+    ],
+)
+def test_base_request_names(names: list[str], expected: tuple[str, ...]) -> None:
+    assert base_request_names(names) == expected

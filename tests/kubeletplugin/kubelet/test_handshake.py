@@ -1,0 +1,83 @@
+"""Kubelet registration handshake over the real sockets."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kubeletplugin.kubelet.healthservice import HealthBroadcaster
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.kubelet.registration import RegistrationStatus
+from sharegpu.local.kubelet import KubeletSim, RegistrationRejected
+from tests.kubeletplugin.kubelet.helpers import (
+    DRIVER,
+    Dirs,
+    FakePreparer,
+    running_server,
+)
+
+
+def test_get_info_advertises_driver_endpoint_and_versions(dirs: Dirs) -> None:
+    with running_server(dirs) as server, KubeletSim(dirs.registry) as kubelet:
+        assert kubelet.registration_sockets() == [dirs.registry / f"{DRIVER}-reg.sock"]
+        info = kubelet.get_info(DRIVER)
+        assert info.type == "DRAPlugin"
+        assert info.name == DRIVER
+        assert info.endpoint == str(dirs.data / "dra.sock")
+        assert info.endpoint == str(server.dra_socket.path)
+        assert info.supported_versions == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+def test_health_service_is_advertised_when_enabled(dirs: Dirs) -> None:
+    with running_server(dirs, health_source=HealthBroadcaster()), KubeletSim(dirs.registry) as k:
+        assert k.get_info(DRIVER).supported_versions == (
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1alpha1.DRAResourceHealth",
+        )
+
+
+def test_full_handshake_picks_v1_and_reports_success(dirs: Dirs) -> None:
+    with running_server(dirs) as server, KubeletSim(dirs.registry) as kubelet:
+        plugin = kubelet.register(DRIVER)
+        assert plugin.version == "v1.DRAPlugin"
+        assert server.registration.wait_registered(timeout=10)
+        assert server.registration.status == RegistrationStatus(registered=True, error="")
+        assert plugin.prepare([ClaimRef("ns", "uid-1", "c1")])["uid-1"].error == ""
+
+
+def test_older_kubelet_gets_v1beta1(dirs: Dirs) -> None:
+    with running_server(dirs), KubeletSim(dirs.registry, supported=["v1beta1.DRAPlugin"]) as k:
+        plugin = k.register(DRIVER)
+        assert plugin.version == "v1beta1.DRAPlugin"
+        assert plugin.prepare([ClaimRef("ns", "uid-1", "c1")])["uid-1"].error == ""
+
+
+def test_rejected_registration_is_logged_and_server_keeps_serving(
+    dirs: Dirs, caplog: pytest.LogCaptureFixture
+) -> None:
+    with running_server(dirs) as server, KubeletSim(dirs.registry, supported=["v9.DRAPlugin"]) as k:
+        with caplog.at_level(logging.ERROR), pytest.raises(RegistrationRejected):
+            k.register(DRIVER)
+        status = server.registration.status
+        assert status is not None and not status.registered
+        assert "none of the plugin's versions" in status.error
+        assert any("rejected the registration" in r.getMessage() for r in caplog.records)
+        assert any(status.error in r.getMessage() for r in caplog.records)
+        # Kubelet retries, this time successfully (e.g. after an upgrade).
+        k.supported = ("v1.DRAPlugin",)
+        k.register(DRIVER)
+        assert server.registration.wait_registered(timeout=10)
+
+
+def test_kubelet_restart_registers_again_on_the_same_sockets(dirs: Dirs) -> None:
+    preparer = FakePreparer()
+    with running_server(dirs, preparer) as server:
+        for _ in range(3):  # each simulated kubelet lifetime repeats the whole handshake
+            with KubeletSim(dirs.registry) as kubelet:
+                plugin = kubelet.register(DRIVER)
+                result = plugin.prepare([ClaimRef("ns", "uid-1", "c1")])
+                assert result["uid-1"].error == ""
+        assert len(preparer.prepare_calls) == 3
+        assert server.registration.status == RegistrationStatus(registered=True, error="")

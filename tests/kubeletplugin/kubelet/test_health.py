@@ -1,0 +1,154 @@
+"""The v1alpha1 DRAResourceHealth stream, fed by a fake source and by HealthBroadcaster."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+
+import grpc
+import pytest
+
+from kubeletplugin.kubelet.healthservice import (
+    DeviceHealthStatus,
+    Health,
+    HealthBroadcaster,
+    HealthSubscription,
+)
+from sharegpu.local.kubelet import KubeletSim, SimDeviceHealth
+from tests.kubeletplugin.kubelet.helpers import DRIVER, Dirs, running_server
+
+GPU0_OK = DeviceHealthStatus("node-1", "gpu-0", Health.HEALTHY, 1700000000)
+GPU1_OK = DeviceHealthStatus("node-1", "gpu-1", Health.HEALTHY, 1700000000, timeout_seconds=60)
+GPU1_BAD = DeviceHealthStatus(
+    "node-1", "gpu-1", Health.UNHEALTHY, 1700000042, message="XID 79: GPU has fallen off the bus"
+)
+
+
+def _sim(d: DeviceHealthStatus) -> SimDeviceHealth:
+    return SimDeviceHealth(
+        pool_name=d.pool_name,
+        device_name=d.device_name,
+        health=d.health.name,
+        last_updated_time=d.last_updated,
+        health_check_timeout_seconds=d.timeout_seconds,
+        message=d.message,
+    )
+
+
+class FakeSubscription:
+    """Yields what the test pushes; records when the servicer closes it."""
+
+    def __init__(self) -> None:
+        self.items: queue.Queue[Sequence[DeviceHealthStatus] | None] = queue.Queue()
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[Sequence[DeviceHealthStatus]]:
+        return self
+
+    def __next__(self) -> Sequence[DeviceHealthStatus]:
+        item = self.items.get()
+        if item is None:
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self.closed.set()
+        self.items.put(None)
+
+
+class FakeHealthSource:
+    def __init__(self) -> None:
+        self.subscriptions: queue.Queue[FakeSubscription] = queue.Queue()
+
+    def subscribe(self) -> HealthSubscription:
+        sub = FakeSubscription()
+        self.subscriptions.put(sub)
+        return sub
+
+
+def test_stream_delivers_complete_lists_and_closes_on_disconnect(dirs: Dirs) -> None:
+    source = FakeHealthSource()
+    with running_server(dirs, health_source=source), KubeletSim(dirs.registry) as kubelet:
+        plugin = kubelet.register(DRIVER)
+        watch = plugin.watch_health()
+        sub = source.subscriptions.get(timeout=10)
+        sub.items.put([GPU0_OK, GPU1_OK])
+        assert watch.next() == [_sim(GPU0_OK), _sim(GPU1_OK)]
+        sub.items.put([GPU0_OK, GPU1_BAD])
+        assert watch.next() == [_sim(GPU0_OK), _sim(GPU1_BAD)]
+        watch.close()
+        assert sub.closed.wait(timeout=10)
+
+
+def test_source_ending_ends_the_stream(dirs: Dirs) -> None:
+    source = FakeHealthSource()
+    with running_server(dirs, health_source=source), KubeletSim(dirs.registry) as kubelet:
+        watch = kubelet.register(DRIVER).watch_health()
+        source.subscriptions.get(timeout=10).items.put(None)
+        with pytest.raises(EOFError):
+            watch.next()
+
+
+def test_broadcaster_stream_survives_disconnect_and_reconnect(dirs: Dirs) -> None:
+    broadcaster = HealthBroadcaster()
+    broadcaster.publish([GPU0_OK, GPU1_OK])
+    with running_server(dirs, health_source=broadcaster), KubeletSim(dirs.registry) as kubelet:
+        plugin = kubelet.register(DRIVER)
+        first = plugin.watch_health()
+        assert first.next() == [_sim(GPU0_OK), _sim(GPU1_OK)]
+        broadcaster.publish([GPU0_OK, GPU1_BAD])
+        assert first.next() == [_sim(GPU0_OK), _sim(GPU1_BAD)]
+        first.close()
+        # Kubelet reconnects (e.g. after its restart): the new stream starts with the current list.
+        second = plugin.watch_health()
+        assert second.next() == [_sim(GPU0_OK), _sim(GPU1_BAD)]
+        broadcaster.publish([GPU0_OK, GPU1_OK])
+        assert second.next() == [_sim(GPU0_OK), _sim(GPU1_OK)]
+        # Prepares still work while a stream is open.
+        assert plugin.prepare([]) == {}
+        second.close()
+
+
+def test_server_stop_ends_open_streams(dirs: Dirs) -> None:
+    broadcaster = HealthBroadcaster()
+    broadcaster.publish([GPU0_OK])
+    with KubeletSim(dirs.registry) as kubelet:
+        with running_server(dirs, health_source=broadcaster):
+            watch = kubelet.register(DRIVER).watch_health()
+            assert watch.next() == [_sim(GPU0_OK)]
+        with pytest.raises((grpc.RpcError, EOFError)):
+            watch.next(timeout=30)
+
+
+def test_broadcaster_resends_latest_list_after_interval() -> None:
+    broadcaster = HealthBroadcaster(resend_interval_s=0.05)
+    sub = broadcaster.subscribe()
+    broadcaster.publish([GPU0_OK])
+    assert next(sub) == (GPU0_OK,)
+    assert next(sub) == (GPU0_OK,)  # unchanged: resent once the interval passes
+    broadcaster.publish([GPU1_BAD])
+    assert next(sub) == (GPU1_BAD,)
+    sub.close()
+    with pytest.raises(StopIteration):
+        next(sub)
+
+
+def test_broadcaster_close_wakes_blocked_subscribers() -> None:
+    broadcaster = HealthBroadcaster()
+    sub = broadcaster.subscribe()
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.extend(sub))
+    reader.start()
+    broadcaster.publish([GPU0_OK])
+    broadcaster.close()
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    assert got in ([], [(GPU0_OK,)])
+    with pytest.raises(StopIteration):
+        next(broadcaster.subscribe())
+
+
+def test_broadcaster_rejects_bad_interval() -> None:
+    with pytest.raises(ValueError, match="resend_interval_s must be > 0"):
+        HealthBroadcaster(resend_interval_s=0)

@@ -1,0 +1,379 @@
+"""Crash safety of the real plugin process: kill -9 at random points of a long prepare/unprepare
+loop, restart, retry like kubelet, and check the node after every step.
+
+The "scheduler" here deliberately hands some whole GPUs to two claims (a stale decision), so
+"no GPU handed out twice" is checked against claims that really conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.prepare.checkpoint import checksum_of
+from sharegpu.local.apiserver import KubeAPIServer
+from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin
+from tests.kubeletplugin.prepare.helpers import (
+    DRIVER,
+    GI,
+    NODE,
+    assert_valid_cdi,
+    claim,
+    ref,
+    result,
+)
+
+pytestmark = pytest.mark.process
+
+SEED = 20261122
+OPERATIONS = 100
+GPUS = 4
+
+
+@dataclass
+class PluginProcess:
+    """``python -m kubeletplugin`` with the mock backend, restartable, killable with SIGKILL."""
+
+    root: Path
+    kubeconfig: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    logs: list[Path] = field(default_factory=list)
+
+    @property
+    def registry(self) -> Path:
+        return self.root / "reg"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.root / f"plugin-{self.starts}.log"
+        self.logs.append(log)
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kubeletplugin",
+                    "--device-backend=mock",
+                    f"--mock-gpus={GPUS}",
+                    f"--node-name={NODE}",
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--plugin-registry-dir={self.registry}",
+                    f"--plugin-data-dir={self.data_dir}",
+                    f"--cdi-dir={self.cdi_dir}",
+                    f"--boot-id-file={self.root / 'boot_id'}",
+                    f"--nvidia-cdi-dirs={self.root / 'no-toolkit'}",
+                    "--disable-health",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def register(self, sim: KubeletSim) -> RegisteredPlugin:
+        """Wait until the plugin answers registration (as kubelet's watcher would)."""
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                tail = self.logs[-1].read_text()[-3000:]
+                raise AssertionError(f"plugin exited with {self.proc.returncode}:\n{tail}")
+            try:
+                return sim.register(DRIVER, timeout=2)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+@pytest.fixture
+def env() -> Iterator[tuple[KubeAPIServer, PluginProcess]]:
+    root = Path(tempfile.mkdtemp(prefix="sgcr-", dir="/tmp"))
+    (root / "boot_id").write_text("3c9e1c7e-7d7b-4c42-9a4c-0d9b1f0e0c11\n")
+    with KubeAPIServer() as apiserver:
+        kubeconfig = root / "kubeconfig"
+        apiserver.write_kubeconfig(kubeconfig)
+        plugin = PluginProcess(root, kubeconfig)
+        try:
+            yield apiserver, plugin
+        finally:
+            plugin.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _claims(rng: random.Random) -> list[dict[str, Any]]:
+    """Whole GPUs (two claims per GPU: conflicting allocations) and small shares."""
+    objs = []
+    for i in range(GPUS):
+        for n in range(2):
+            objs.append(claim(f"whole-{i}-{n}", [result("gpu", f"gpu-{i}")]))
+    for n in range(8):
+        gpu = rng.randrange(GPUS)
+        share = {"cores": rng.choice([5, 10, 20]), "memory": rng.choice([1, 2, 4]) * GI}
+        objs.append(claim(f"share-{n}", [result("gpu", f"gpu-{gpu}", share=share)]))
+    return objs
+
+
+def _check_node(plugin: PluginProcess, prepared: set[str], corrupt_copies: int = 0) -> None:
+    """The checkpoint loads, the spec files are exactly the prepared claims, no GPU is held
+    exclusively by one claim while another claim holds it too."""
+    ckpt_path = plugin.data_dir / "checkpoint.json"
+    doc = json.loads(ckpt_path.read_text())
+    assert doc["checksum"] == checksum_of(doc)
+    assert len(list(plugin.data_dir.glob("checkpoint.json.corrupt-*"))) == corrupt_copies
+    completed = {u for u, c in doc["claims"].items() if c["state"] == "PrepareCompleted"}
+    specs = {}
+    for path in plugin.cdi_dir.glob("*.json"):
+        uid = path.name.removeprefix(f"k8s.{DRIVER}-claim_").removesuffix(".json")
+        specs[uid] = assert_valid_cdi(path)
+    assert set(specs) == prepared
+    assert completed == prepared
+    holders: dict[str, list[tuple[str, bool]]] = {}
+    for uid, spec in specs.items():
+        for dev in spec["devices"]:
+            env = dict(e.split("=", 1) for e in dev["containerEdits"]["env"])
+            holders.setdefault(env["SHAREGPU_GPU_UUID"], []).append(
+                (uid, "SHAREGPU_SHARE_ID" not in env)
+            )
+    for gpu, held in holders.items():
+        exclusive = [uid for uid, whole in held if whole]
+        assert not exclusive or len(held) == 1, f"GPU {gpu} handed out twice: {held}"
+
+
+def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> None:
+    apiserver, plugin = env
+    rng = random.Random(SEED)
+    objs = _claims(rng)
+    for obj in objs:
+        apiserver.store.put("resourceclaims", obj)
+    refs = {o["metadata"]["uid"]: ref(o) for o in objs}
+    prepared: set[str] = set()
+    kills = lost_calls = killed_before = 0
+    refusals: list[str] = []
+    plugin.start()
+    sim = KubeletSim(plugin.registry)
+    kplugin = plugin.register(sim)
+
+    def call(op: str, r: ClaimRef, kill_after: float | None) -> tuple[str, Any]:
+        """One kubelet call; ``kill_after`` < 0 kills the plugin before it, >= 0 that many
+        seconds after it started (it may or may not have finished by then)."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                if op == "prepare":
+                    box["result"] = kplugin.prepare([r])[r.uid].error
+                else:
+                    box["result"] = kplugin.unprepare([r])[r.uid]
+            except grpc.RpcError as exc:
+                box["rpc_error"] = exc
+
+        if kill_after is not None and kill_after < 0:
+            plugin.kill()  # dead before the call: the call is certainly lost
+        t = threading.Thread(target=run)
+        t.start()
+        if kill_after is not None and kill_after >= 0:
+            time.sleep(kill_after)
+            plugin.kill()
+        t.join(timeout=60)
+        assert not t.is_alive()
+        if "rpc_error" in box:
+            return "lost", box["rpc_error"]
+        return "done", box["result"]
+
+    try:
+        for step in range(OPERATIONS):
+            candidates = [u for u in refs if u not in prepared]
+            if prepared and (not candidates or rng.random() < 0.45):
+                op, uid = "unprepare", rng.choice(sorted(prepared))
+            else:
+                op, uid = "prepare", rng.choice(sorted(candidates))
+            # A kill in one call of eight: a third before the call, the rest while it may run.
+            kill_after = None
+            if rng.random() < 0.125:
+                kill_after = -1.0 if rng.random() < 0.34 else rng.uniform(0.0, 0.02)
+                killed_before += kill_after < 0
+            outcome, value = call(op, refs[uid], kill_after)
+            lost_calls += outcome == "lost"
+            # Retry like kubelet until an answer arrives, restarting a killed plugin.
+            while outcome == "lost" or (plugin.proc is not None and plugin.proc.poll() is not None):
+                if plugin.proc is not None and plugin.proc.poll() is not None:
+                    kills += 1
+                    kplugin.close()
+                    plugin.start()
+                    kplugin = plugin.register(sim)
+                if outcome == "lost":
+                    outcome, value = call(op, refs[uid], None)
+            if op == "prepare":
+                if value == "":
+                    prepared.add(uid)
+                else:
+                    refusals.append(value)
+                    assert "refusing to hand it out twice" in value or "exceed" in value, value
+            else:
+                assert value == "", value
+                prepared.discard(uid)
+            _check_node(plugin, prepared)
+            assert step < OPERATIONS
+        # Kubelet unprepares everything at the end.
+        errors = kplugin.unprepare([refs[u] for u in sorted(prepared)])
+        assert set(errors.values()) <= {""}
+        prepared.clear()
+        _check_node(plugin, prepared)
+        assert list(plugin.cdi_dir.glob("*.json")) == []
+        assert kills >= 5, f"only {kills} kills happened; the seed no longer exercises crashes"
+        assert killed_before >= 2, "the seed no longer kills the plugin before a call"
+        assert lost_calls >= killed_before
+        assert any("refusing to hand it out twice" in r for r in refusals)
+    finally:
+        kplugin.close()
+        sim.close()
+
+
+def test_garbage_checkpoint_at_start_of_the_real_process(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    apiserver, plugin = env
+    objs = [
+        claim("keep-whole", [result("gpu", "gpu-0")]),
+        claim("keep-share", [result("gpu", "gpu-1", share={"cores": 25, "memory": 2 * GI})]),
+    ]
+    for obj in objs:
+        apiserver.store.put("resourceclaims", obj)
+    refs = [ref(o) for o in objs]
+    plugin.start()
+    with KubeletSim(plugin.registry) as sim:
+        kplugin = plugin.register(sim)
+        first = kplugin.prepare(refs)
+        assert all(r.error == "" for r in first.values())
+        kplugin.close()
+        plugin.stop()
+        (plugin.data_dir / "checkpoint.json").write_bytes(b"\x00garbage{{{")
+        plugin.start()
+        kplugin = plugin.register(sim)
+        # Rebuilt from the spec files: the same answer, and a clean unprepare.
+        assert kplugin.prepare(refs) == first
+        assert len(list(plugin.data_dir.glob("checkpoint.json.corrupt-*"))) == 1
+        assert "corrupt" in plugin.logs[-1].read_text()
+        _check_node(plugin, {r.uid for r in refs}, corrupt_copies=1)
+        assert set(kplugin.unprepare(refs).values()) == {""}
+        _check_node(plugin, set(), corrupt_copies=1)
+        kplugin.close()
+
+
+def test_unusable_data_dir_is_one_line_not_a_traceback(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    _, plugin = env
+    blocker = plugin.root / "a-file"
+    blocker.write_text("")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kubeletplugin",
+            "--device-backend=mock",
+            f"--node-name={NODE}",
+            f"--kubeconfig={plugin.kubeconfig}",
+            f"--plugin-registry-dir={plugin.registry}",
+            f"--plugin-data-dir={blocker / 'data'}",
+            f"--cdi-dir={plugin.cdi_dir}",
+            "--disable-health",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert (
+        run.stderr.strip()
+        .splitlines()[-1]
+        .startswith("sharegpu-kubeletplugin: error: cannot start: [Errno 20] Not a directory")
+    )
+
+
+def _run_plugin_once(plugin: PluginProcess, registry: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kubeletplugin",
+            "--device-backend=mock",
+            f"--node-name={NODE}",
+            f"--kubeconfig={plugin.kubeconfig}",
+            f"--plugin-registry-dir={registry}",
+            f"--plugin-data-dir={plugin.data_dir}",
+            f"--cdi-dir={plugin.cdi_dir}",
+            f"--nvidia-cdi-dirs={plugin.root / 'no-toolkit'}",
+            "--disable-health",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_non_socket_at_the_registration_path_is_one_line_not_a_traceback(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    _, plugin = env
+    plugin.registry.mkdir()
+    (plugin.registry / f"{DRIVER}-reg.sock").write_text("not a socket")
+    run = _run_plugin_once(plugin, plugin.registry)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("sharegpu-kubeletplugin: error: cannot start: ")
+    assert last.endswith("exists and is not a socket; refusing to replace it")
+
+
+def test_too_long_socket_path_is_one_line_not_a_traceback(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    _, plugin = env
+    registry = plugin.root / ("r" * 120)
+    run = _run_plugin_once(plugin, registry)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("sharegpu-kubeletplugin: error: ")
+    assert "unix sockets allow at most 107" in last

@@ -1,0 +1,477 @@
+"""Shares enforced through DeviceState: CDI edits, strategies, conflicts, capacity, restarts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from api import names
+from kubeletplugin.devices.slices import partition_share
+from kubeletplugin.sharing.enforcement import DeviceShare
+from tests.kubeletplugin.prepare import helpers as h
+from tests.kubeletplugin.sharing.helpers import (
+    GI,
+    LIBRARY,
+    Tools,
+    claim_env,
+    claim_mounts,
+    gpu_config,
+)
+
+
+def prepare(state: Any, obj: dict[str, Any]) -> str:
+    """Prepare one claim; returns its per-claim error ("" on success)."""
+    return str(state.prepare([h.ref(obj)])[obj["metadata"]["uid"]].error)
+
+
+def setup(tmp_path: Path, **kwargs: Any) -> tuple[h.Node, h.FakeClaims, Tools, Any]:
+    node, claims, tools = h.Node(tmp_path), h.FakeClaims(), Tools.new()
+    library = kwargs.pop("limits_library", None)
+    state = node.state(claims, enforcer=tools.enforcer(node.data_dir, library), **kwargs)
+    return node, claims, tools, state
+
+
+def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    c = h.claim("train", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    assert prepare(state, c) == ""
+    uuid = h.gpus()[0].uuid
+    [env] = claim_env(node, c["metadata"]["uid"])
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"/run/sharegpu/mps/{uuid}/pipe"
+    assert env["CUDA_MPS_LOG_DIRECTORY"] == f"/run/sharegpu/mps/{uuid}/log"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+    [mounts] = claim_mounts(node, c["metadata"]["uid"])
+    assert [m["hostPath"] for m in mounts] == [
+        str(node.data_dir / "mps" / uuid / "pipe"),
+        str(node.data_dir / "mps" / uuid / "log"),
+    ]
+    assert tools.fake.argvs() == [
+        ("nvidia-smi", "-i", uuid, "--query-gpu=compute_mode", "--format=csv,noheader"),
+        ("nvidia-smi", "-i", uuid, "-c", "EXCLUSIVE_PROCESS"),
+        ("nvidia-cuda-mps-control", "-d"),
+        ("nvidia-cuda-mps-control",),  # get_server_list: the daemon answers
+    ]
+    assert node.checkpoint()["sharing"]["mps"] == {uuid: {"previousComputeMode": "DEFAULT"}}
+    tools.fake.clear()
+    assert state.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
+    assert tools.fake.argvs() == [
+        ("nvidia-cuda-mps-control",),
+        ("nvidia-smi", "-i", uuid, "-c", "DEFAULT"),
+    ]
+    assert tools.sim.daemons == {} and node.spec_files() == []
+
+
+def test_one_daemon_serves_every_share_of_a_gpu(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    a = h.claim("a", [h.result("gpu", "gpu-3", share={"cores": 25, "memory": 20 * GI})])
+    b = h.claim("b", [h.result("gpu", "gpu-3", share={"cores": 50, "memory": 40 * GI})])
+    claims.add(a, b)
+    assert prepare(state, a) == "" and prepare(state, b) == ""
+    assert tools.sim.daemons_started == 1
+    env_a, env_b = (
+        claim_env(node, a["metadata"]["uid"])[0],
+        claim_env(node, b["metadata"]["uid"])[0],
+    )
+    assert (
+        env_a["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"],
+        env_b["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"],
+    ) == (
+        "25",
+        "50",
+    )
+    assert env_a["CUDA_MPS_PIPE_DIRECTORY"] == env_b["CUDA_MPS_PIPE_DIRECTORY"]
+    state.unprepare([h.ref(a)])
+    assert len(tools.sim.daemons) == 1  # b still uses it
+    state.unprepare([h.ref(b)])
+    assert tools.sim.daemons == {}
+    assert tools.sim.mode(h.gpus()[3].uuid) == "DEFAULT"
+
+
+def test_whole_gpu_is_exclusive_without_commands_or_limits(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    c = h.claim("whole", [h.result("gpu", "gpu-1")])
+    claims.add(c)
+    assert prepare(state, c) == ""
+    [env] = claim_env(node, c["metadata"]["uid"])
+    assert not [k for k in env if k.startswith("CUDA_")]
+    assert tools.fake.argvs() == []
+
+
+def test_partition_device_is_enforced_as_its_counters(tmp_path: Path) -> None:
+    node, claims, _, state = setup(tmp_path, sharing_mode=names.SHARING_MODE_PARTITIONS)
+    c = h.claim("half", [h.result("gpu", "gpu-2-half-1")])
+    q = h.claim("quarter", [h.result("gpu", "gpu-2-quarter-0")])
+    claims.add(c, q)
+    assert prepare(state, c) == "" and prepare(state, q) == ""
+    gpu = h.gpus()[2]
+    _, half_memory = partition_share(gpu, "half")
+    _, quarter_memory = partition_share(gpu, "quarter")
+    [env] = claim_env(node, c["metadata"]["uid"])
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={half_memory // 2**20}M"
+    [env_q] = claim_env(node, q["metadata"]["uid"])
+    assert env_q["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env_q["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={quarter_memory // 2**20}M"
+
+
+def test_mps_overrides_below_the_share(tmp_path: Path) -> None:
+    node, claims, _, state = setup(tmp_path)
+    config = gpu_config(
+        {"strategy": "MPS", "mps": {"activeThreadPercentage": 20, "pinnedMemoryLimit": "5Gi"}}
+    )
+    c = h.claim(
+        "c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})], configs=[config]
+    )
+    claims.add(c)
+    assert prepare(state, c) == ""
+    [env] = claim_env(node, c["metadata"]["uid"])
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "20"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5120M"
+
+
+def test_overrides_above_the_share_are_per_claim_errors(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    cores = gpu_config({"strategy": "MPS", "mps": {"activeThreadPercentage": 40}})
+    memory = gpu_config({"strategy": "MPS", "mps": {"pinnedMemoryLimit": "12Gi"}})
+    share = {"cores": 30, "memory": 10 * GI}
+    a = h.claim("a", [h.result("gpu", "gpu-0", share=share)], configs=[cores])
+    b = h.claim("b", [h.result("gpu", "gpu-0", share=share)], configs=[memory])
+    claims.add(a, b)
+    assert prepare(state, a).endswith(
+        'device gpu-0 (request "gpu"): sharing.mps.activeThreadPercentage 40 is above the '
+        "share's 30 cores"
+    )
+    assert prepare(state, b).endswith(
+        'device gpu-0 (request "gpu"): sharing.mps.pinnedMemoryLimit 12Gi is above the '
+        "share's memory 10Gi"
+    )
+    assert tools.fake.argvs() == [] and node.spec_files() == []
+
+
+def test_invalid_config_is_a_per_claim_error(tmp_path: Path) -> None:
+    node, claims, _, state = setup(tmp_path)
+    c = h.claim(
+        "c",
+        [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})],
+        configs=[gpu_config({"strategy": "Mps"})],
+    )
+    claims.add(c)
+    uid = c["metadata"]["uid"]
+    assert prepare(state, c) == (
+        f'ResourceClaim default/c (UID {uid}): device gpu-0 (request "gpu"): invalid '
+        "GpuConfig: config[0]: sharing.strategy: must be one of Exclusive, TimeSlicing, MPS, "
+        'Limits (got "Mps")'
+    )
+    assert node.spec_files() == []
+
+
+def test_limits_strategy_preloads_the_library_with_per_device_limits(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path, limits_library=LIBRARY)
+    config = gpu_config({"strategy": "Limits"})
+    c = h.claim(
+        "c",
+        [
+            h.result("gpu", "gpu-5", share={"cores": 40, "memory": 16 * GI}),
+            h.result("gpu", "gpu-4", share={"cores": 10, "memory": 8 * GI}),
+        ],
+        configs=[config],
+    )
+    claims.add(c)
+    assert prepare(state, c) == ""
+    env5, env4 = claim_env(node, c["metadata"]["uid"])
+    # Ordinals follow PCI bus ID order: gpu-4 sorts before gpu-5.
+    assert env4["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"
+    assert env4["CUDA_DEVICE_SM_LIMIT_0"] == "10"
+    assert env5["CUDA_DEVICE_MEMORY_LIMIT_1"] == "16384m"
+    assert env5["CUDA_DEVICE_SM_LIMIT_1"] == "40"
+    for env in (env4, env5):
+        assert env["LD_PRELOAD"] == "/usr/local/sharegpu/lib/libsharegpu-limits.so"
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    mounts = claim_mounts(node, c["metadata"]["uid"])[0]
+    assert mounts[0]["hostPath"] == LIBRARY and "ro" in mounts[0]["options"]
+    lock_dir = node.data_dir / "limits" / "vgpulock"
+    assert (mounts[1]["hostPath"], mounts[1]["containerPath"]) == (str(lock_dir), "/tmp/vgpulock")
+    assert lock_dir.stat().st_mode & 0o7777 == 0o1777
+    assert tools.fake.argvs() == []
+
+
+def test_limits_without_a_library_is_a_per_claim_error(tmp_path: Path) -> None:
+    _, claims, _, state = setup(tmp_path)
+    c = h.claim(
+        "c",
+        [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})],
+        configs=[gpu_config({"strategy": "Limits"})],
+    )
+    claims.add(c)
+    assert prepare(state, c).endswith(
+        'device gpu-0 (request "gpu"): strategy Limits needs an interception library, and this '
+        "node's plugin has none configured (--limits-library)"
+    )
+
+
+def test_time_slicing_whole_gpu_set_and_restored(tmp_path: Path) -> None:
+    _, claims, tools, state = setup(tmp_path)
+    c = h.claim(
+        "c",
+        [h.result("gpu", "gpu-6")],
+        configs=[gpu_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Medium"}})],
+    )
+    claims.add(c)
+    assert prepare(state, c) == ""
+    uuid = h.gpus()[6].uuid
+    assert tools.fake.argvs() == [("nvidia-smi", "compute-policy", "-i", uuid, "--set-timeslice=2")]
+    state.unprepare([h.ref(c)])
+    assert tools.fake.argvs()[1:] == [
+        ("nvidia-smi", "compute-policy", "-i", uuid, "--set-timeslice=0")
+    ]
+
+
+def test_second_claim_with_another_interval_gets_an_error(tmp_path: Path) -> None:
+    _, claims, tools, state = setup(tmp_path)
+    share = {"cores": 50, "memory": 20 * GI}
+    long = gpu_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})
+    short = gpu_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Short"}})
+    a = h.claim("a", [h.result("gpu", "gpu-0", share=share)], configs=[long])
+    b = h.claim("b", [h.result("gpu", "gpu-0", share=share)], configs=[short])
+    claims.add(a, b)
+    assert prepare(state, a) == ""
+    uuid = h.gpus()[0].uuid
+    assert prepare(state, b).endswith(
+        f"device gpu-0: time-slice interval Short conflicts with interval Long already used on "
+        f"GPU {uuid} by claim {a['metadata']['uid']}"
+    )
+    assert tools.sim.timeslices[uuid] == 3
+
+
+def test_mps_and_time_slicing_cannot_share_a_gpu(tmp_path: Path) -> None:
+    _, claims, _, state = setup(tmp_path)
+    share = {"cores": 50, "memory": 20 * GI}
+    a = h.claim("a", [h.result("gpu", "gpu-0", share=share)])
+    b = h.claim(
+        "b",
+        [h.result("gpu", "gpu-0", share=share)],
+        configs=[gpu_config({"strategy": "TimeSlicing"})],
+    )
+    claims.add(a, b)
+    assert prepare(state, a) == ""
+    assert prepare(state, b).endswith(
+        f"device gpu-0: strategy TimeSlicing cannot share GPU {h.gpus()[0].uuid} with strategy "
+        f"MPS already used there by claim {a['metadata']['uid']}"
+    )
+
+
+def test_time_slicing_and_limits_coexist(tmp_path: Path) -> None:
+    _, claims, _, state = setup(tmp_path, limits_library=LIBRARY)
+    share = {"cores": 50, "memory": 20 * GI}
+    a = h.claim(
+        "a", [h.result("gpu", "gpu-0", share=share)], configs=[gpu_config({"strategy": "Limits"})]
+    )
+    b = h.claim(
+        "b",
+        [h.result("gpu", "gpu-0", share=share)],
+        configs=[gpu_config({"strategy": "TimeSlicing"})],
+    )
+    claims.add(a, b)
+    assert prepare(state, a) == "" and prepare(state, b) == ""
+
+
+def test_sum_of_shares_never_exceeds_the_gpu(tmp_path: Path) -> None:
+    _, claims, _, state = setup(tmp_path)
+    a = h.claim("a", [h.result("gpu", "gpu-0", share={"cores": 60, "memory": 10 * GI})])
+    b = h.claim("b", [h.result("gpu", "gpu-0", share={"cores": 60, "memory": 10 * GI})])
+    claims.add(a, b)
+    assert prepare(state, a) == ""
+    error = prepare(state, b)
+    assert "cannot hold this claim's 60 cores and 10Gi: other claims already hold 60 of 100 " in (
+        error
+    )
+
+
+def test_mps_shares_of_one_request_on_two_gpus_are_refused(tmp_path: Path) -> None:
+    _, claims, _, state = setup(tmp_path)
+    share = {"cores": 10, "memory": 4 * GI}
+    c = h.claim("c", [h.result("gpu", "gpu-0", share=share), h.result("gpu", "gpu-1", share=share)])
+    claims.add(c)
+    assert 'request "gpu": MPS shares of one request must be on one GPU' in prepare(state, c)
+
+
+def test_admin_access_is_neither_counted_nor_enforced(tmp_path: Path) -> None:
+    node, claims, _, state = setup(tmp_path)
+    a = h.claim("a", [h.result("gpu", "gpu-0", share={"cores": 100, "memory": 10 * GI})])
+    mon = h.claim("mon", [h.result("gpu", "gpu-0", admin=True)])
+    claims.add(a, mon)
+    assert prepare(state, a) == "" and prepare(state, mon) == ""
+    [env] = claim_env(node, mon["metadata"]["uid"])
+    assert not [k for k in env if k.startswith("CUDA_MPS")]
+
+
+def test_daemons_are_adopted_after_a_plugin_restart(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    assert prepare(state, c) == ""
+    tools.fake.clear()
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert tools.fake.argvs() == [("nvidia-cuda-mps-control",)]  # get_server_list
+    assert tools.sim.daemons_started == 1
+    assert restarted.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
+    assert tools.sim.daemons == {} and tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
+
+
+def test_daemons_that_died_are_started_again_after_a_restart(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    assert prepare(state, c) == ""
+    tools.sim.kill_daemons()
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert tools.sim.daemons_started == 2
+    restarted.unprepare([h.ref(c)])
+    assert tools.sim.daemons == {} and tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
+
+
+def test_time_slicing_survives_a_restart(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    config = gpu_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})
+    c = h.claim("c", [h.result("gpu", "gpu-0")], configs=[config])
+    claims.add(c)
+    assert prepare(state, c) == ""
+    uuid = h.gpus()[0].uuid
+    tools.sim.timeslices[uuid] = 0  # e.g. reset behind the plugin's back
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert tools.sim.timeslices[uuid] == 3
+    restarted.unprepare([h.ref(c)])
+    assert tools.sim.timeslices[uuid] == 0
+
+
+def test_restart_after_the_last_claim_left_mid_release_stops_the_daemon(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    assert prepare(state, c) == ""
+    tools.fake.on("nvidia-cuda-mps-control", stdin="quit\n", returncode=1, once=True)
+    error = state.unprepare([h.ref(c)])[c["metadata"]["uid"]].error
+    assert "cannot stop the MPS daemon" in error
+    # The plugin restarts; the claim is still recorded (unprepare failed) and kubelet retries.
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert restarted.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
+    assert tools.sim.daemons == {} and tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
+
+
+def test_a_daemon_found_running_without_claims_is_stopped_when_the_checkpoint_is_lost(
+    tmp_path: Path,
+) -> None:
+    tools = Tools.new()
+    first = tools.enforcer(tmp_path)
+    gpu = h.gpus()[0]
+    share = DeviceShare(gpu, "gpu-0", ("gpu",), 30, 10 * GI, share_id="s-1")
+    first.apply("claim-a", [share], [])
+    assert len(tools.sim.daemons) == 1
+    # Restart with neither the exported state nor any prepared claim (checkpoint lost).
+    tools.enforcer(tmp_path).restore(None, {})
+    assert tools.sim.daemons == {}
+    assert tools.sim.mode(gpu.uuid) == "DEFAULT"
+
+
+def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record(
+    tmp_path: Path,
+) -> None:
+    from kubeletplugin.devices.slices import memory_policy_max
+    from kubeletplugin.sharing.enforcer import Grant
+
+    tools = Tools.new()
+    gpu = h.gpus()[0]
+    whole = DeviceShare(gpu, "gpu-0", ("gpu",), 100, memory_policy_max(gpu.memory_usable), "s-1")
+    enforcer = tools.enforcer(tmp_path)
+    done = enforcer.apply("claim-a", [whole], [])
+    assert done.device_edits[0].env == ()
+    assert [Grant.from_json(g).strategy for g in done.record["grants"]] == ["Exclusive"]
+    restarted = tools.enforcer(tmp_path)
+    restarted.restore(None, {"claim-a": ([whole], {})})
+    assert [g.strategy for g in restarted.grants()["claim-a"]] == ["Exclusive"]
+    assert tools.fake.argvs() == []
+
+
+def test_a_prepare_interrupted_before_enforcement_runs_no_command_at_restart(
+    tmp_path: Path,
+) -> None:
+    # The plugin recorded PrepareStarted for a share and died before enforcing anything: at
+    # the next start the claim is rolled back, which must not start (and stop) an MPS daemon
+    # or touch the GPU's compute mode on its behalf.
+    from kubeletplugin.prepare.checkpoint import STATE_STARTED, checksum_of
+
+    node, claims, tools = h.Node(tmp_path), h.FakeClaims(), Tools.new()
+    c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    uid = c["metadata"]["uid"]
+    assert prepare(node.state(claims), c) == ""
+    doc = node.checkpoint()
+    doc["claims"][uid]["state"] = STATE_STARTED
+    doc["checksum"] = checksum_of(doc)
+    (node.data_dir / "checkpoint.json").write_text(json.dumps(doc))
+    (node.cdi_dir / f"k8s.{h.DRIVER}-claim_{uid}.json").unlink()
+
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert uid not in restarted.prepared_claims()
+    assert tools.fake.argvs() == []
+    assert tools.sim.daemons_started == 0
+    # Kubelet's retry prepares it for real.
+    assert prepare(restarted, c) == ""
+    assert tools.sim.daemons_started == 1
+
+
+def test_the_daemon_of_a_claim_rolled_back_at_restart_is_stopped(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    uid = c["metadata"]["uid"]
+    assert prepare(state, c) == "" and len(tools.sim.daemons) == 1
+    # The spec file is gone: the claim is rolled back at the next start and its daemon,
+    # which no other claim needs, is stopped with the compute mode restored.
+    (node.cdi_dir / f"k8s.{h.DRIVER}-claim_{uid}.json").unlink()
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert uid not in restarted.prepared_claims()
+    assert tools.sim.daemons == {}
+    assert tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
+    assert node.checkpoint()["sharing"]["mps"] == {}
+
+
+def test_a_daemon_that_died_while_the_plugin_runs_is_started_again_for_the_next_share(
+    tmp_path: Path,
+) -> None:
+    # Without a daemon, a CUDA client that cannot reach MPS runs without it: no limits. A new
+    # share on the GPU must not be handed out attached to a dead daemon.
+    import subprocess
+    import sys
+
+    from kubeletplugin.sharing.mps import PID_FILE
+
+    node, claims, tools, state = setup(tmp_path)
+    first = h.claim("a", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    second = h.claim("b", [h.result("gpu", "gpu-0", share={"cores": 20, "memory": 5 * GI})])
+    live = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 10, "memory": 2 * GI})])
+    claims.add(first, second, live)
+    assert prepare(state, first) == "" and tools.sim.daemons_started == 1
+    # While the daemon lives, attaching another share runs no command at all.
+    tools.fake.clear()
+    assert prepare(state, live) == "" and tools.fake.argvs() == []
+    assert state.unprepare([h.ref(live)])[live["metadata"]["uid"]].error == ""
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    uuid = h.gpus()[0].uuid
+    tools.sim.kill_daemons()
+    (node.data_dir / "mps" / uuid / "pipe" / PID_FILE).write_text(gone.stdout)
+    assert prepare(state, second) == ""
+    assert tools.sim.daemons_started == 2 and len(tools.sim.daemons) == 1
+    assert tools.sim.mode(uuid) == "EXCLUSIVE_PROCESS"
+    outcomes = state.unprepare([h.ref(first), h.ref(second)])
+    assert [o.error for o in outcomes.values()] == ["", ""]
+    assert tools.sim.daemons == {} and tools.sim.mode(uuid) == "DEFAULT"

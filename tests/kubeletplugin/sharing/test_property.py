@@ -1,0 +1,234 @@
+"""Property: for random sequences of share prepares and unprepares, the enforcer accepts exactly
+what fits (capacity and compatible strategies), the per-GPU sum never exceeds the GPU, a GPU's
+MPS daemon and compute mode follow its MPS shares, and everything is restored at the end."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from api import names
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.model import DriverConfig, GpuInfo
+from kubeletplugin.sharing.enforcement import DeviceShare, ShareError
+from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools
+
+GPUS: list[GpuInfo] = MockBackend("prop-node", 2).discover()
+COMPATIBLE = {
+    "MPS": {"MPS"},
+    "TimeSlicing": {"TimeSlicing", "Limits"},
+    "Limits": {"TimeSlicing", "Limits"},
+    "Exclusive": set(),
+}
+
+
+@dataclass(frozen=True)
+class Prepare:
+    claim: int
+    gpu: int
+    cores: int
+    memory_gi: int
+    strategy: str | None  # None: the default (MPS for a share, Exclusive for a whole GPU)
+    interval: str
+
+
+@dataclass(frozen=True)
+class Unprepare:
+    claim: int
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The plugin restarts: a new enforcer restores from the exported state and records."""
+
+
+prepares = st.builds(
+    Prepare,
+    claim=st.integers(0, 7),
+    gpu=st.integers(0, len(GPUS) - 1),
+    cores=st.integers(1, 100),
+    memory_gi=st.integers(1, 80),
+    strategy=st.sampled_from([None, None, "MPS", "TimeSlicing", "Limits", "Exclusive"]),
+    interval=st.sampled_from(["Default", "Long"]),
+)
+operations = st.lists(
+    st.one_of(
+        prepares, prepares, st.builds(Unprepare, claim=st.integers(0, 7)), st.builds(Restart)
+    ),
+    min_size=5,
+    max_size=40,
+)
+
+
+def share_of(op: Prepare, whole: bool) -> DeviceShare:
+    """A consumable share, or (``whole``) a whole-GPU allocation."""
+    gpu = GPUS[op.gpu]
+    memory = min(op.memory_gi * GI, gpu.memory_usable)
+    if whole:
+        return DeviceShare(gpu, names.device_name(gpu.index), ("gpu",), 100, gpu.memory_usable)
+    return DeviceShare(
+        gpu,
+        names.device_name(gpu.index),
+        ("gpu",),
+        op.cores,
+        memory,
+        share_id=f"00000000-0000-0000-0000-{op.claim:012d}",
+    )
+
+
+def configs_of(op: Prepare) -> list[DriverConfig]:
+    if op.strategy is None:
+        return []
+    sharing: dict[str, object] = {"strategy": op.strategy}
+    if op.strategy == "TimeSlicing":
+        sharing["timeSlicing"] = {"interval": op.interval}
+    params = {"apiVersion": names.GROUP_VERSION, "kind": "GpuConfig", "sharing": sharing}
+    return [DriverConfig(source="FromClaim", requests=(), parameters=params)]
+
+
+@dataclass(frozen=True)
+class Held:
+    gpu: str
+    strategy: str
+    interval: str | None
+    cores: int
+    memory: int
+
+
+def fits(model: dict[int, Held], claim: int, new: Held, usable: int) -> bool:
+    others = [h for c, h in model.items() if c != claim and h.gpu == new.gpu]
+    for other in others:
+        if other.strategy not in COMPATIBLE[new.strategy]:
+            return False
+        if new.strategy == other.strategy == "TimeSlicing" and new.interval != other.interval:
+            return False
+    cores = sum(h.cores for h in others) + new.cores
+    memory = sum(h.memory for h in others) + new.memory
+    return cores <= 100 and memory <= usable
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    ops=operations,
+    whole=st.lists(st.sampled_from([False, False, False, True]), min_size=8, max_size=8),
+)
+def test_random_prepares_and_unprepares_keep_every_invariant(
+    ops: list[Prepare | Unprepare | Restart], whole: list[bool]
+) -> None:
+    tools = Tools.new()
+    with tempfile.TemporaryDirectory() as tmp:
+        enforcer = tools.enforcer(Path(tmp), limits_library=LIBRARY)
+        model: dict[int, Held] = {}
+        prepared: dict[str, tuple[list[DeviceShare], Mapping[str, Any]]] = {}
+        for op in ops:
+            if isinstance(op, Restart):
+                state = enforcer.export_state()
+                enforcer = tools.enforcer(Path(tmp), limits_library=LIBRARY)
+                enforcer.restore(state, prepared)
+            elif isinstance(op, Unprepare):
+                uid = f"claim-{op.claim}"
+                enforcer.release(uid)
+                model.pop(op.claim, None)
+                prepared.pop(uid, None)
+            else:
+                uid = f"claim-{op.claim}"
+                share = share_of(op, whole[op.claim])
+                strategy = op.strategy or ("MPS" if share.is_share else "Exclusive")
+                new = Held(
+                    share.gpu.uuid,
+                    strategy,
+                    op.interval if strategy == "TimeSlicing" else None,
+                    share.cores,
+                    share.memory,
+                )
+                # A repeated prepare of a held claim replaces it (the enforcer releases first).
+                model.pop(op.claim, None)
+                prepared.pop(uid, None)
+                expected = fits(model, op.claim, new, share.gpu.memory_usable)
+                try:
+                    done = enforcer.apply(uid, [share], configs_of(op))
+                    prepared[uid] = ([share], done.record)
+                    accepted = True
+                except ShareError:
+                    accepted = False
+                assert accepted == expected, (op, model)
+                event(f"{strategy} {'accepted' if accepted else 'refused'}")
+                if accepted:
+                    model[op.claim] = new
+            check_invariants(enforcer, tools, model)
+        for claim in range(8):
+            enforcer.release(f"claim-{claim}")
+        assert tools.sim.daemons == {}
+        assert all(tools.sim.mode(g.uuid) == "DEFAULT" for g in GPUS)
+        assert all(v == 0 for v in tools.sim.timeslices.values())
+        assert enforcer.export_state() == {"version": 1, "mps": {}, "timeSlicing": {}}
+
+
+def check_invariants(enforcer: object, tools: Tools, model: dict[int, Held]) -> None:
+    from kubeletplugin.sharing.enforcer import SharingEnforcer
+
+    assert isinstance(enforcer, SharingEnforcer)
+    usage = enforcer.usage()
+    for gpu in GPUS:
+        cores, memory = usage.get(gpu.uuid, (0, 0))
+        assert cores <= 100 and memory <= gpu.memory_usable
+        mps_held = any(h.gpu == gpu.uuid and h.strategy == "MPS" for h in model.values())
+        daemon_running = gpu.uuid in tools.sim.daemons.values()
+        assert daemon_running == mps_held
+        assert (tools.sim.mode(gpu.uuid) == "EXCLUSIVE_PROCESS") == mps_held
+        intervals = {h.interval for h in model.values() if h.gpu == gpu.uuid and h.interval}
+        expected_slice = {"Default": 0, "Long": 3}[intervals.pop()] if intervals else 0
+        assert tools.sim.timeslices.get(gpu.uuid, 0) == expected_slice
+    assert sum(c for c, _ in usage.values()) == sum(h.cores for h in model.values())
+
+
+def test_concurrent_prepares_start_one_daemon_per_gpu_and_never_overbook() -> None:
+    import threading
+
+    tools = Tools.new()
+    with tempfile.TemporaryDirectory() as tmp:
+        enforcer = tools.enforcer(Path(tmp))
+        accepted: list[str] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(32)
+
+        def worker(i: int) -> None:
+            gpu = GPUS[i % len(GPUS)]
+            share = DeviceShare(
+                gpu,
+                names.device_name(gpu.index),
+                ("gpu",),
+                7,
+                GI,
+                share_id=f"00000000-0000-0000-0000-{i:012d}",
+            )
+            barrier.wait(timeout=30)
+            try:
+                enforcer.apply(f"claim-{i}", [share], [])
+            except ShareError:
+                return
+            with lock:
+                accepted.append(f"claim-{i}")
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        # 16 claims of 7 cores per GPU: 14 fit (98 cores), 2 are refused on each GPU.
+        assert len(accepted) == 28
+        assert tools.sim.daemons_started == len(GPUS)
+        assert all(cores == 98 for cores, _ in enforcer.usage().values())
+        for uid in accepted:
+            enforcer.release(uid)
+        assert tools.sim.daemons == {}

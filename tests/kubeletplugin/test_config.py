@@ -1,0 +1,132 @@
+"""Plugin flags (defaults, environment fallbacks, checks) and the daemon's component lifecycle."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kubeletplugin.config import ConfigError, PluginConfig, parse_config
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.main import Plugin
+from sharegpu.kube.telemetry import Telemetry
+from sharegpu.local.apiserver import KubeAPIServer
+from tests.kubeletplugin.publish.helpers import DEADLINE, create_node, is_consistent, pool
+
+
+def test_defaults() -> None:
+    config = parse_config(["--node-name", "n1"], environ={})
+    assert config == PluginConfig(
+        driver_name="gpu.sharegpu.dev",
+        node_name="n1",
+        kubeconfig=None,
+        plugin_registry_dir=Path("/var/lib/kubelet/plugins_registry"),
+        plugin_data_dir=Path("/var/lib/kubelet/plugins/gpu.sharegpu.dev"),
+        cdi_dir=Path("/var/run/cdi"),
+        sharing_mode="consumable",
+        metrics_address=None,
+        log_format="text",
+        log_level="info",
+        device_backend="nvml",
+        mock_gpus=8,
+        mock_config=None,
+        print_slices=False,
+    )
+
+
+def test_environment_fallbacks_and_flag_precedence() -> None:
+    env = {"NODE_NAME": "env-node", "DRIVER_NAME": "gpu.example.com"}
+    config = parse_config([], environ=env)
+    assert (config.node_name, config.driver_name) == ("env-node", "gpu.example.com")
+    assert config.plugin_data_dir == Path("/var/lib/kubelet/plugins/gpu.example.com")
+    config = parse_config(["--node-name", "flag-node", "--driver-name", "d.example"], environ=env)
+    assert (config.node_name, config.driver_name) == ("flag-node", "d.example")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "--node-name is required"),
+        (["--node-name", "n1", "--driver-name", "Bad_Driver"], "--driver-name 'Bad_Driver'"),
+        (["--node-name", "n1", "--metrics-address", "nowhere"], "--metrics-address: invalid"),
+        (["--node-name", "n1", "--device-backend", "mock", "--mock-gpus", "0"], "--mock-gpus"),
+        (["--node-name", "n1", "--mock-config", "x.yaml"], "--mock-config needs"),
+    ],
+)
+def test_bad_flags(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(argv, environ={})
+
+
+class Recorder:
+    def __init__(self, name: str, events: list[str], fail: bool = False) -> None:
+        self.name, self.events, self.fail = name, events, fail
+
+    def start(self) -> None:
+        if self.fail:
+            raise RuntimeError(f"{self.name} cannot start")
+        self.events.append(f"start {self.name}")
+
+    def stop(self) -> None:
+        self.events.append(f"stop {self.name}")
+
+
+def make_plugin(server: KubeAPIServer, *flags: str) -> Plugin:
+    config = parse_config(["--node-name", "n1", "--device-backend", "mock", *flags], environ={})
+    backend = MockBackend("n1", count=2)
+    return Plugin(config, backend, backend.discover(), server.client(), Telemetry("test"))
+
+
+def test_components_start_in_order_and_stop_in_reverse(apiserver: KubeAPIServer) -> None:
+    create_node(apiserver)
+    events: list[str] = []
+    plugin = make_plugin(apiserver)
+    plugin.add_component(Recorder("grpc", events))
+    plugin.add_component(Recorder("health", events))
+    plugin.start()
+    try:
+        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        with pytest.raises(RuntimeError, match="before the plugin starts"):
+            plugin.add_component(Recorder("late", events))
+    finally:
+        plugin.stop()
+    assert events == ["start grpc", "start health", "stop health", "stop grpc"]
+    plugin.stop()  # idempotent
+    assert events == ["start grpc", "start health", "stop health", "stop grpc"]
+
+
+def test_failed_start_stops_what_started(apiserver: KubeAPIServer) -> None:
+    create_node(apiserver)
+    events: list[str] = []
+    plugin = make_plugin(apiserver)
+    plugin.add_component(Recorder("grpc", events))
+    plugin.add_component(Recorder("broken", events, fail=True))
+    with pytest.raises(RuntimeError, match="broken cannot start"):
+        plugin.start()
+    assert events == ["start grpc", "stop grpc"]
+    plugin.stop()
+
+
+def test_run_returns_zero_on_request_stop(apiserver: KubeAPIServer) -> None:
+    create_node(apiserver)
+    plugin = make_plugin(apiserver)
+    plugin.request_stop()
+    assert plugin.run() == 0
+
+
+def test_metrics_endpoint(apiserver: KubeAPIServer) -> None:
+    create_node(apiserver)
+    plugin = make_plugin(apiserver, "--metrics-address", "127.0.0.1:0")
+    counter = plugin.telemetry.meter.create_counter("sharegpu_test_events")
+    counter.add(3)
+    plugin.start()
+    try:
+        assert plugin.metrics_endpoint is not None and plugin.metrics_endpoint.port
+        url = f"http://127.0.0.1:{plugin.metrics_endpoint.port}/metrics"
+        with urllib.request.urlopen(url, timeout=DEADLINE) as response:
+            body = response.read().decode()
+        assert "sharegpu_test_events_total 3.0" in body
+    finally:
+        plugin.stop()
+    assert plugin.metrics_endpoint.port is None
