@@ -21,6 +21,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy api kubeletplugin controller sharegpu

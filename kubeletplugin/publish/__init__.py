@@ -1,0 +1,1 @@
+"""Publishing the node's ResourceSlices and keeping them published (:mod:`.publisher`)."""
