@@ -1,6 +1,6 @@
 """The kubelet side of a DRA plugin: a gRPC client over the plugin's real unix sockets.
 
-Used by ``sharegpu demo`` and by the tests (``tests/kubeletsim.py`` re-exports it).
+Used by ``sharegpu demo`` and by the tests.
 
 API::
 
@@ -114,7 +114,7 @@ class HealthWatch:
         stub = drahealth_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
         self._call = stub.NodeWatchResources(drahealth_v1alpha1_pb2.NodeWatchResourcesRequest())
         self._updates: queue.Queue[list[SimDeviceHealth] | BaseException] = queue.Queue()
-        self._thread = threading.Thread(target=self._read, name="kubeletsim-health", daemon=True)
+        self._thread = threading.Thread(target=self._read, name="kubelet-sim-health", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
