@@ -1,0 +1,63 @@
+"""The layer contracts in pyproject.toml cover the whole tree, so no package escapes the rule.
+
+``lint-imports`` (part of ``make lint``) checks the imports against the contracts; these tests
+check the contracts themselves: a new package under ``sharegpu/`` or ``kubeletplugin/`` that no
+layer names would otherwise be free to import anything.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+from tests.paths import REPO_ROOT
+
+
+def _importlinter() -> dict[str, Any]:
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    section: dict[str, Any] = config["tool"]["importlinter"]
+    return section
+
+
+def _contract(contract_id: str) -> dict[str, Any]:
+    contracts = {c["id"]: c for c in _importlinter()["contracts"]}
+    return contracts[contract_id]
+
+
+def _layer_names(layers: list[str]) -> set[str]:
+    return {name.strip() for layer in layers for name in layer.replace(":", "|").split("|")}
+
+
+def _packages(parent: str) -> set[str]:
+    return {
+        f"{parent}.{p.name}"
+        for p in (REPO_ROOT / parent).iterdir()
+        if p.is_dir() and (p / "__init__.py").exists()
+    }
+
+
+def test_root_packages_are_the_four_top_level_folders() -> None:
+    assert sorted(_importlinter()["root_packages"]) == [
+        "api",
+        "controller",
+        "kubeletplugin",
+        "sharegpu",
+    ]
+
+
+def test_every_sharegpu_package_and_both_daemons_have_a_top_level_layer() -> None:
+    named = _layer_names(_contract("top-level-layers")["layers"])
+    assert _packages("sharegpu") | {"api", "kubeletplugin", "controller"} == named
+
+
+def test_the_node_plugin_contract_names_every_module_and_package() -> None:
+    contract = _contract("kubeletplugin-stages")
+    assert contract["containers"] == ["kubeletplugin"]
+    assert contract["exhaustive"] is True
+    named = {f"kubeletplugin.{n}" for n in _layer_names(contract["layers"])}
+    modules = {
+        f"kubeletplugin.{p.stem}"
+        for p in (REPO_ROOT / "kubeletplugin").glob("*.py")
+        if p.stem not in {"__init__", "__main__"}
+    }
+    assert modules | _packages("kubeletplugin") == named
