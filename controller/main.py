@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
+from api.version import VERSION
 from controller.httpapi import serve_api
 from controller.metrics import ControllerMetrics
 from controller.tracker import Tracker
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="sharegpu controller: admission webhook, per-GPU allocation tracking "
         "(GPU objects), JSON API and Prometheus metrics.",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     env = os.environ.get
     p.add_argument(
         "--kubeconfig",

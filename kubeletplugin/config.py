@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from api import names
+from api.version import VERSION
 from kubeletplugin.health.flags import (
     DEFAULT_HEALTH_OPTIONS,
     HealthFlagError,
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="sharegpu node daemon: discovers GPUs, publishes ResourceSlices, "
         "and prepares claims for kubelet.",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     p.add_argument(
         "--driver-name",
         help=f"DRA driver name (env {ENV_DRIVER_NAME}; default {names.DEFAULT_DRIVER_NAME})",

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from api.version import VERSION
 from sharegpu.cli import demo, devices, explain, status, validate
 from sharegpu.cli.common import EXIT_OK, EXIT_USAGE, CliError
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="sharegpu: shared NVIDIA GPUs for Kubernetes DRA. Inspect this node's GPUs, "
         "check manifests, explain allocations, show GPU usage, or run the whole driver locally.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (devices, validate, explain, status, demo):
         module.add_parser(sub)

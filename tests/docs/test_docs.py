@@ -29,7 +29,7 @@ def generator() -> ModuleType:
 
 
 def markdown_files() -> list[Path]:
-    files = [*DOCS.glob("*.md"), REPO_ROOT / "README.md", *REPO_ROOT.glob("examples/**/*.md")]
+    files = [*DOCS.glob("*.md"), *REPO_ROOT.glob("*.md"), *REPO_ROOT.glob("examples/**/*.md")]
     return sorted(files)
 
 
