@@ -42,6 +42,7 @@ import kubernetes.config
 from api import names
 from api.quantity import format_quantity
 from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.fsutil import atomic_write
 from kubeletplugin.kubelet.grpcapi.gen import dra_v1_pb2, dra_v1_pb2_grpc
 from kubeletplugin.kubelet.server import PluginServer
@@ -217,8 +218,7 @@ def serve(kind: str, root: Path, cdi_dir: Path, kubeconfig: Path) -> None:
         state = DeviceState(
             driver_name=DRIVER,
             node_name=NODE,
-            gpus=MockBackend(NODE, 8).discover(),
-            sharing_mode=names.SHARING_MODE_CONSUMABLE,
+            devices=node_devices(MockBackend(NODE, 8).discover(), names.SHARING_MODE_CONSUMABLE),
             claims=KubeClaimGetter(client),
             cdi=CdiSpecWriter(cdi_dir, DRIVER),
             checkpoint=Checkpoint(root / "data"),

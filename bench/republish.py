@@ -17,6 +17,7 @@ from typing import Any
 
 from api import names
 from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.publish.publisher import SlicePublisher
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
@@ -41,8 +42,7 @@ def measure(mode: str, rounds: int) -> list[float]:
             KubeRest(client),
             names.DEFAULT_DRIVER_NAME,
             NODE,
-            mode,
-            MockBackend(NODE).discover(),
+            node_devices(MockBackend(NODE).discover(), mode),
         )
         publisher.start()
         try:

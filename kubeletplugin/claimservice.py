@@ -8,14 +8,12 @@ deregisters) and leaves every prepared claim and spec file in place.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from kubernetes import client
 
 from kubeletplugin.config import PluginConfig
+from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.kubelet.healthservice import HealthSource
 from kubeletplugin.kubelet.server import PluginServer
-from kubeletplugin.model import GpuInfo
 from kubeletplugin.prepare.cdi import CdiSpecWriter, NvidiaCdiDetector, spec_file_prefix
 from kubeletplugin.prepare.checkpoint import Checkpoint
 from kubeletplugin.prepare.claims import KubeClaimGetter
@@ -30,7 +28,7 @@ class ClaimService:
     def __init__(
         self,
         config: PluginConfig,
-        gpus: Sequence[GpuInfo],
+        devices: NodeDevices,
         api_client: client.ApiClient,
         enforcer: ShareEnforcer,
         health_source: HealthSource | None = None,
@@ -41,8 +39,7 @@ class ClaimService:
         self.state = DeviceState(
             driver_name=config.driver_name,
             node_name=config.node_name,
-            gpus=gpus,
-            sharing_mode=config.sharing_mode,
+            devices=devices,
             claims=KubeClaimGetter(api_client),
             cdi=CdiSpecWriter(
                 config.cdi_dir,

@@ -34,10 +34,13 @@ from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.nvml import NvmlBackend
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
-from kubeletplugin.health.flags import build_health, install_reload_signal
-from kubeletplugin.health.monitor import HealthMonitor
+from kubeletplugin.devices.table import NodeDevices, node_devices
+from kubeletplugin.health.flags import HealthOptions
+from kubeletplugin.health.mockfile import MockHealthChecker
+from kubeletplugin.health.monitor import HealthChecker, HealthMonitor, TaintSink
+from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.restore import published_unhealthy
-from kubeletplugin.kubelet.healthservice import HealthSource
+from kubeletplugin.kubelet.healthservice import HealthBroadcaster, HealthSource
 from kubeletplugin.kubelet.sockets import SocketPathError
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.publish.publisher import SlicePublisher
@@ -79,6 +82,48 @@ def enforcer_for(config: PluginConfig) -> SharingEnforcer:
     )
 
 
+def install_reload_signal(checker: HealthChecker) -> bool:
+    """Make SIGUSR1 re-read the mock health file; True when installed.
+
+    Only the main thread can install signal handlers; elsewhere (tests) nothing happens.
+    """
+    if not isinstance(checker, MockHealthChecker):
+        return False
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: checker.reload())
+    return True
+
+
+def build_checker(options: HealthOptions, device_backend: str) -> HealthChecker:
+    """NVML events and probes for real GPUs; the health file for the mock backend."""
+    if device_backend == "mock":
+        return MockHealthChecker(options.mock_health_file)
+    return NvmlHealthChecker()
+
+
+def build_health(
+    options: HealthOptions,
+    device_backend: str,
+    driver_name: str,
+    node_name: str,
+    devices: NodeDevices,
+    taints: TaintSink | None,
+) -> tuple[HealthMonitor, HealthBroadcaster]:
+    """The monitor (not started) and the broadcaster to pass as ``PluginServer``'s source."""
+    broadcaster = HealthBroadcaster()
+    monitor = HealthMonitor(
+        build_checker(options, device_backend),
+        driver_name,
+        node_name,
+        devices,
+        options.settings,
+        taints=taints,
+        stream=broadcaster,
+    )
+    return monitor, broadcaster
+
+
 def describe_gpus(gpus: Sequence[GpuInfo]) -> None:
     """Log what discovery found, including its fallbacks."""
     for gpu in gpus:
@@ -99,7 +144,7 @@ def describe_gpus(gpus: Sequence[GpuInfo]) -> None:
 def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
     """The ResourceSlices that would be published, as a YAML stream (no owner: no Node known)."""
     objects = resource_slice_objects(
-        desired_slices(gpus, config.sharing_mode),
+        desired_slices(node_devices(gpus, config.sharing_mode)),
         config.driver_name,
         config.node_name,
         node_uid=None,
@@ -135,7 +180,8 @@ class MetricsEndpoint:
 class Plugin:
     """The running daemon.
 
-    For other components: ``config``, ``gpus`` (NVML order), ``backend``, ``api_client`` (share
+    For other components: ``config``, ``gpus`` (NVML order), ``devices`` (the node's device
+    table, shared by the publisher, prepare and health), ``backend``, ``api_client`` (share
     it), ``telemetry`` (create instruments on ``telemetry.meter``) and ``publisher`` (call
     ``publisher.set_taints(...)`` / ``publisher.update_devices(...)`` to republish).
     """
@@ -153,13 +199,17 @@ class Plugin:
         self.gpus: tuple[GpuInfo, ...] = tuple(gpus)
         self.api_client = api_client
         self.telemetry = telemetry
+        #: The node's device table, computed once: the publisher, prepare and health share it.
+        self.devices = node_devices(gpus, config.sharing_mode)
         self.publisher = SlicePublisher(
-            KubeRest(api_client), config.driver_name, config.node_name, config.sharing_mode, gpus
+            KubeRest(api_client), config.driver_name, config.node_name, self.devices
         )
         #: Set by :func:`build_plugin` unless ``--disable-health``: the GPU health monitor and
         #: the kubelet health-stream source to give ``PluginServer(health_source=...)``.
         self.health: HealthMonitor | None = None
         self.health_source: HealthSource | None = None
+        #: Set by :func:`build_plugin`: prepare (the state module) and the kubelet gRPC server.
+        self.claims: ClaimService | None = None
         self._components: list[Component] = []
         self.metrics_endpoint: MetricsEndpoint | None = None
         if config.metrics_address:
@@ -250,8 +300,7 @@ def build_plugin(config: PluginConfig) -> Plugin:
             config.device_backend,
             config.driver_name,
             config.node_name,
-            config.sharing_mode,
-            gpus,
+            plugin.devices,
             taints=plugin.publisher,
         )
         plugin.health.restore(
@@ -261,16 +310,15 @@ def build_plugin(config: PluginConfig) -> Plugin:
         )
         install_reload_signal(plugin.health.checker)
         plugin.add_component(plugin.health)
-    plugin.add_component(
-        ClaimService(
-            config,
-            gpus,
-            api_client,
-            enforcer_for(config),
-            plugin.health_source,
-            plugin.telemetry,
-        )
+    plugin.claims = ClaimService(
+        config,
+        plugin.devices,
+        api_client,
+        enforcer_for(config),
+        plugin.health_source,
+        plugin.telemetry,
     )
+    plugin.add_component(plugin.claims)
     return plugin
 
 

@@ -1,9 +1,9 @@
 """The ResourceSlices a node publishes, computed from its GPUs (pure functions, no I/O).
 
-One pool per node (pool name = node name). :func:`desired_slices` returns the content of each
-slice (``devices`` or ``sharedCounters``, never both) already split so that every slice obeys
-the limits in :mod:`sharegpu.kube.slicerules`; :func:`resource_slice_objects` wraps the content
-into full
+One pool per node (pool name = node name). :func:`desired_slices` renders the content of each
+slice (``devices`` or ``sharedCounters``, never both) from the node's device table
+(:mod:`kubeletplugin.devices.table`), already split so that every slice obeys the limits in
+:mod:`sharegpu.kube.slicerules`; :func:`resource_slice_objects` wraps the content into full
 ``resource.k8s.io/v1`` ResourceSlice objects with the pool's generation and slice count.
 
 Invariants:
@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from api import names
 from api.quantity import format_quantity
+from kubeletplugin.devices.table import NodeDevice, NodeDevices, node_devices
 from kubeletplugin.devices.versions import VersionError, to_semver
 from kubeletplugin.model import GpuInfo
 from sharegpu.kube import slicerules
@@ -147,47 +148,46 @@ def partition_share(gpu: GpuInfo, profile: str) -> tuple[int, int]:
     return names.CORES_PER_GPU // parts, gpu.memory_usable // parts
 
 
-def partition_devices(gpu: GpuInfo) -> list[Obj]:
-    """The partitions of ``gpu`` (KEP-4815): whole, halves, quarters and eighths, each with the
+def partition_device(device: NodeDevice) -> Obj:
+    """One partition device of ``device.gpu`` (KEP-4815): its profile's attributes, and the
     capacity and counter consumption of :func:`partition_share`."""
-    devices: list[Obj] = []
-    for profile, parts in names.PARTITION_PROFILES.items():
-        cores, memory = partition_share(gpu, profile)
-        for j in range(parts):
-            attrs = gpu_attributes(gpu)
-            attrs[names.ATTR_PARTITION] = _string(profile)
-            attrs[names.ATTR_PARENT_UUID] = _string(gpu.uuid)
-            name = (
-                names.device_name(gpu.index)
-                if parts == 1
-                else names.partition_device_name(gpu.index, profile, j)
-            )
-            devices.append(
-                {
-                    "name": name,
-                    "attributes": attrs,
-                    "capacity": _capacity(cores, memory),
-                    "consumesCounters": [
-                        {
-                            "counterSet": names.counter_set_name(gpu.index),
-                            "counters": {
-                                names.CAP_CORES: {"value": format_quantity(cores)},
-                                names.CAP_MEMORY: {"value": format_quantity(memory)},
-                            },
-                        }
-                    ],
-                }
-            )
-    return devices
+    if device.profile is None:
+        raise ValueError(f"device {device.name} has no partition profile")
+    gpu = device.gpu
+    cores, memory = partition_share(gpu, device.profile)
+    attrs = gpu_attributes(gpu)
+    attrs[names.ATTR_PARTITION] = _string(device.profile)
+    attrs[names.ATTR_PARENT_UUID] = _string(gpu.uuid)
+    return {
+        "name": device.name,
+        "attributes": attrs,
+        "capacity": _capacity(cores, memory),
+        "consumesCounters": [
+            {
+                "counterSet": names.counter_set_name(gpu.index),
+                "counters": {
+                    names.CAP_CORES: {"value": format_quantity(cores)},
+                    names.CAP_MEMORY: {"value": format_quantity(memory)},
+                },
+            }
+        ],
+    }
 
 
-def _devices_of(gpu: GpuInfo, sharing_mode: str) -> list[Obj]:
+def partition_devices(gpu: GpuInfo) -> list[Obj]:
+    """Every partition device of ``gpu`` (whole, halves, quarters, eighths) as published."""
+    table = node_devices([gpu], names.SHARING_MODE_PARTITIONS)
+    return [partition_device(d) for d in table]
+
+
+def device_object(device: NodeDevice, sharing_mode: str) -> Obj:
+    """The slice entry of one device of the table in ``sharing_mode``."""
     if sharing_mode == names.SHARING_MODE_CONSUMABLE:
-        return [consumable_device(gpu)]
+        return consumable_device(device.gpu)
     if sharing_mode == names.SHARING_MODE_EXCLUSIVE:
-        return [exclusive_device(gpu)]
+        return exclusive_device(device.gpu)
     if sharing_mode == names.SHARING_MODE_PARTITIONS:
-        return partition_devices(gpu)
+        return partition_device(device)
     allowed = ", ".join(names.SHARING_MODES)
     raise ValueError(f"unknown sharing mode {sharing_mode!r} (allowed: {allowed})")
 
@@ -240,11 +240,11 @@ def _split_group(group: list[Obj]) -> list[list[Obj]]:
 
 
 def desired_slices(
-    gpus: Sequence[GpuInfo],
-    sharing_mode: str,
+    devices: NodeDevices,
     taints: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> list[Obj]:
-    """The content of every slice of the node's pool, in publishing order.
+    """The content of every slice of the node's pool, in publishing order, rendered from the
+    node's device table.
 
     Each element is ``{"devices": [...]}`` or ``{"sharedCounters": [...]}``. Counter slices
     come first (at most ``MAX_SHARED_COUNTER_SETS_PER_SLICE`` sets each), then device slices.
@@ -254,16 +254,16 @@ def desired_slices(
     """
     taints = taints or {}
     groups: list[list[Obj]] = []
-    for gpu in sorted(gpus, key=lambda g: g.index):
-        devices = _devices_of(gpu, sharing_mode)
-        _apply_taints(gpu, devices, taints)
-        groups.append(devices)
+    for gpu in devices.gpus:
+        group = [device_object(d, devices.sharing_mode) for d in devices.of_gpu(gpu)]
+        _apply_taints(gpu, group, taints)
+        groups.append(group)
     result: list[Obj] = []
-    if sharing_mode == names.SHARING_MODE_PARTITIONS:
-        sets = [counter_set(gpu) for gpu in sorted(gpus, key=lambda g: g.index)]
+    if devices.sharing_mode == names.SHARING_MODE_PARTITIONS:
+        sets = [counter_set(gpu) for gpu in devices.gpus]
         per = slicerules.MAX_SHARED_COUNTER_SETS_PER_SLICE
         result += [{"sharedCounters": sets[i : i + per]} for i in range(0, len(sets), per)]
-    result += [{"devices": devices} for devices in _pack(groups)]
+    result += [{"devices": group} for group in _pack(groups)]
     return result or [{"devices": []}]
 
 

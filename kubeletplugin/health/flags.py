@@ -1,34 +1,23 @@
-"""The health flags of ``sharegpu-kubeletplugin`` and the objects they configure.
-
-One place for the flags (:func:`add_health_flags`), their checks (:func:`health_options`) and
-the wiring (:func:`build_health`): the plugin's config and main module only call these.
+"""The health flags of ``sharegpu-kubeletplugin``: one place for the flags
+(:func:`add_health_flags`) and their checks (:func:`health_options`), which give plain data
+(:class:`HealthOptions`). The objects they configure are built in :mod:`kubeletplugin.main`.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import signal
-import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, parse_xid_list
-from kubeletplugin.health.mockfile import MockHealthChecker
-from kubeletplugin.health.monitor import (
+from kubeletplugin.health.settings import (
     DEFAULT_PROBE_INTERVAL_S,
-    HealthChecker,
-    HealthMonitor,
     HealthSettings,
-    TaintSink,
 )
-from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.state import DEFAULT_RECOVERY_PROBES
 from kubeletplugin.health.taints import DEFAULT_TAINT_EFFECT, TAINT_EFFECTS
-from kubeletplugin.kubelet.healthservice import HealthBroadcaster
-from kubeletplugin.model import GpuInfo
 
 
 class HealthFlagError(ValueError):
@@ -121,47 +110,3 @@ def health_options(args: argparse.Namespace, device_backend: str) -> HealthOptio
         taint_effect=args.health_taint_effect,
     )
     return HealthOptions(not args.disable_health, settings, args.mock_health_file)
-
-
-def install_reload_signal(checker: HealthChecker) -> bool:
-    """Make SIGUSR1 re-read the mock health file; True when installed.
-
-    Only the main thread can install signal handlers; elsewhere (tests) nothing happens.
-    """
-    if not isinstance(checker, MockHealthChecker):
-        return False
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    signal.signal(signal.SIGUSR1, lambda _signum, _frame: checker.reload())
-    return True
-
-
-def build_checker(options: HealthOptions, device_backend: str) -> HealthChecker:
-    """NVML events and probes for real GPUs; the health file for the mock backend."""
-    if device_backend == "mock":
-        return MockHealthChecker(options.mock_health_file)
-    return NvmlHealthChecker()
-
-
-def build_health(
-    options: HealthOptions,
-    device_backend: str,
-    driver_name: str,
-    node_name: str,
-    sharing_mode: str,
-    gpus: Sequence[GpuInfo],
-    taints: TaintSink | None,
-) -> tuple[HealthMonitor, HealthBroadcaster]:
-    """The monitor (not started) and the broadcaster to pass as ``PluginServer``'s source."""
-    broadcaster = HealthBroadcaster()
-    monitor = HealthMonitor(
-        build_checker(options, device_backend),
-        driver_name,
-        node_name,
-        sharing_mode,
-        gpus,
-        options.settings,
-        taints=taints,
-        stream=broadcaster,
-    )
-    return monitor, broadcaster

@@ -22,29 +22,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from api import names
-from kubeletplugin.devices.slices import desired_slices
-from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, HealthEvent, event_reason
+from kubeletplugin.devices.table import NodeDevices
+from kubeletplugin.health.events import HealthEvent, event_reason
 from kubeletplugin.health.restore import PublishedFault
+from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.health.state import (
-    DEFAULT_FLAP_WINDOW_S,
-    DEFAULT_MAX_RECOVERY_FACTOR,
-    DEFAULT_RECOVERY_PROBES,
     GpuHealth,
     HealthStateMachine,
 )
-from kubeletplugin.health.taints import DEFAULT_TAINT_EFFECT, TAINT_EFFECTS, unhealthy_taint
+from kubeletplugin.health.taints import unhealthy_taint
 from kubeletplugin.kubelet.healthservice import DeviceHealthStatus, Health
 from kubeletplugin.model import GpuInfo
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROBE_INTERVAL_S: Final = 5.0
-#: Below kubelet's 30 s staleness timeout, with margin.
-DEFAULT_STREAM_REFRESH_S: Final = 20.0
 #: Longest message kubelet keeps (it truncates longer ones).
 MAX_MESSAGE_LENGTH: Final = 1024
 
@@ -81,48 +75,6 @@ class HealthListSink(Protocol):
     def publish(self, devices: Sequence[DeviceHealthStatus]) -> None: ...
 
 
-@dataclass(frozen=True)
-class HealthSettings:
-    """Timing and policy of the monitor (validated on construction)."""
-
-    probe_interval: float = DEFAULT_PROBE_INTERVAL_S
-    recovery_probes: int = DEFAULT_RECOVERY_PROBES
-    ignored_xids: frozenset[int] = field(default=DEFAULT_IGNORED_XIDS)
-    taint_effect: str = DEFAULT_TAINT_EFFECT
-    flap_window: float = DEFAULT_FLAP_WINDOW_S
-    max_recovery_factor: int = DEFAULT_MAX_RECOVERY_FACTOR
-    stream_refresh: float = DEFAULT_STREAM_REFRESH_S
-
-    def __post_init__(self) -> None:
-        if self.probe_interval <= 0:
-            raise ValueError(f"probe interval must be > 0 seconds, got {self.probe_interval}")
-        if self.recovery_probes < 1:
-            raise ValueError(f"recovery probes must be >= 1, got {self.recovery_probes}")
-        if self.taint_effect not in TAINT_EFFECTS:
-            raise ValueError(
-                f"taint effect {self.taint_effect!r} is not one of {', '.join(TAINT_EFFECTS)}"
-            )
-        if self.stream_refresh <= 0:
-            raise ValueError(f"stream refresh must be > 0 seconds, got {self.stream_refresh}")
-
-
-def devices_by_gpu(gpus: Sequence[GpuInfo], sharing_mode: str) -> dict[str, list[str]]:
-    """GPU UUID -> names of the devices published for it (partitions included), in order.
-
-    Derived from the slices themselves, so the health stream names exactly the published
-    devices whatever the sharing mode.
-    """
-    by_uuid = {gpu.uuid: gpu for gpu in gpus}
-    result: dict[str, list[str]] = {gpu.uuid: [] for gpu in sorted(gpus, key=lambda g: g.index)}
-    for content in desired_slices(gpus, sharing_mode):
-        for device in content.get("devices") or []:
-            attrs = device.get("attributes") or {}
-            uuid = (attrs.get(names.ATTR_UUID) or {}).get("string")
-            if uuid in by_uuid:
-                result[uuid].append(device["name"])
-    return result
-
-
 class HealthMonitor:
     """Turns checker events and probes into taints and health-stream lists.
 
@@ -134,8 +86,7 @@ class HealthMonitor:
         checker: HealthChecker,
         driver_name: str,
         node_name: str,
-        sharing_mode: str,
-        gpus: Sequence[GpuInfo],
+        devices: NodeDevices,
         settings: HealthSettings | None = None,
         taints: TaintSink | None = None,
         stream: HealthListSink | None = None,
@@ -145,7 +96,7 @@ class HealthMonitor:
         self.checker = checker
         self.driver_name = driver_name
         self.node_name = node_name
-        self.sharing_mode = sharing_mode
+        self.sharing_mode = devices.sharing_mode
         self._taint_sink = taints
         self._stream = stream
         self._clock = clock
@@ -163,7 +114,7 @@ class HealthMonitor:
         self._thread: threading.Thread | None = None
         #: Number of health changes seen (for logs and tests).
         self.changes = 0
-        self._set_gpus(gpus)
+        self._set_devices(devices)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -245,9 +196,11 @@ class HealthMonitor:
 
     # --- internals ------------------------------------------------------------------------
 
-    def _set_gpus(self, gpus: Sequence[GpuInfo]) -> None:
-        self._gpus = tuple(sorted(gpus, key=lambda g: g.index))
-        self._devices = devices_by_gpu(self._gpus, self.sharing_mode)
+    def _set_devices(self, devices: NodeDevices) -> None:
+        self.devices = devices
+        self._gpus = devices.gpus
+        #: GPU UUID -> names of its published devices (the health stream lists every one).
+        self._devices = devices.names_by_gpu()
         self._state.set_gpus([g.uuid for g in self._gpus], self._clock())
 
     def _probe(self, gpu: GpuInfo) -> str | None:

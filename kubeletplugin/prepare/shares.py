@@ -11,44 +11,13 @@ the amounts the slice publishes), the whole GPU otherwise.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from api import names
 from api.quantity import QuantityError, quantity_int
 from kubeletplugin.devices.slices import partition_share
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.devices.table import NodeDevice
 from kubeletplugin.prepare.claims import AllocationResult, ClaimError
 from kubeletplugin.sharing.enforcement import DeviceShare
-
-
-@dataclass(frozen=True)
-class NodeDevice:
-    """A device the node publishes: a whole GPU (``partition`` None) or a partition of one."""
-
-    name: str
-    gpu: GpuInfo
-    partition: str | None = None
-
-
-def node_devices(gpus: Sequence[GpuInfo], sharing_mode: str) -> dict[str, NodeDevice]:
-    """Every device name published in ``sharing_mode``, in publishing order."""
-    if sharing_mode not in names.SHARING_MODES:
-        raise ValueError(
-            f"unknown sharing mode {sharing_mode!r}; allowed: {', '.join(names.SHARING_MODES)}"
-        )
-    table: dict[str, NodeDevice] = {}
-    for gpu in gpus:
-        whole = names.device_name(gpu.index)
-        table[whole] = NodeDevice(whole, gpu)
-        if sharing_mode != names.SHARING_MODE_PARTITIONS:
-            continue
-        for profile, parts in names.PARTITION_PROFILES.items():
-            if parts == 1:
-                continue
-            for j in range(parts):
-                name = names.partition_device_name(gpu.index, profile, j)
-                table[name] = NodeDevice(name, gpu, profile)
-    return table
 
 
 def _consumed(

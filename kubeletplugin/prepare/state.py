@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.fsutil import remove_durably
 from kubeletplugin.kubelet.preparer import (
     ClaimRef,
@@ -39,7 +40,7 @@ from kubeletplugin.kubelet.preparer import (
     PrepareOutcome,
     UnprepareOutcome,
 )
-from kubeletplugin.model import GpuInfo, base_request_names
+from kubeletplugin.model import base_request_names
 from kubeletplugin.prepare import cdi as cdimod
 from kubeletplugin.prepare.cdi import CdiSpecWriter, SpecDevice
 from kubeletplugin.prepare.checkpoint import (
@@ -63,7 +64,7 @@ from kubeletplugin.prepare.claims import (
     extract_allocation,
 )
 from kubeletplugin.prepare.metrics import StateMetrics
-from kubeletplugin.prepare.shares import NodeDevice, device_share, node_devices
+from kubeletplugin.prepare.shares import device_share
 from kubeletplugin.sharing.enforcement import DeviceShare, NoEnforcement, ShareEnforcer, ShareError
 from sharegpu.kube.telemetry import Telemetry
 
@@ -120,8 +121,7 @@ class DeviceState:
         *,
         driver_name: str,
         node_name: str,
-        gpus: Sequence[GpuInfo],
-        sharing_mode: str,
+        devices: NodeDevices,
         claims: ClaimGetter,
         cdi: CdiSpecWriter,
         checkpoint: Checkpoint,
@@ -130,8 +130,9 @@ class DeviceState:
     ) -> None:
         self.driver_name = driver_name
         self.node_name = node_name
-        self._devices: dict[str, NodeDevice] = node_devices(gpus, sharing_mode)
-        self._gpus_by_uuid = {g.uuid: g for g in gpus}
+        #: The node's device table (shared with the publisher and health; never changed here).
+        self._devices = devices
+        self._gpus_by_uuid = {g.uuid: g for g in devices.gpus}
         self._getter = claims
         self._cdi = cdi
         self._checkpoint = checkpoint
@@ -148,6 +149,11 @@ class DeviceState:
         self._metrics = StateMetrics(telemetry, self._count_prepared)
         #: Writes spec files while the calling thread writes the checkpoint.
         self._io = ThreadPoolExecutor(max_workers=32, thread_name_prefix="cdi-write")
+
+    @property
+    def devices(self) -> NodeDevices:
+        """The node's device table that allocation results are resolved through."""
+        return self._devices
 
     # --- Startup ---------------------------------------------------------------------------
 

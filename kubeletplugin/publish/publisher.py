@@ -41,7 +41,7 @@ from kubeletplugin.devices.slices import (
     slice_index,
     slice_spec,
 )
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.devices.table import NodeDevices
 from sharegpu.kube import slicerules
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
@@ -204,20 +204,15 @@ class SlicePublisher:
         rest: KubeRest,
         driver_name: str,
         node_name: str,
-        sharing_mode: str,
-        gpus: Sequence[GpuInfo] = (),
+        devices: NodeDevices,
         settings: PublisherSettings | None = None,
     ) -> None:
-        if sharing_mode not in names.SHARING_MODES:
-            raise ValueError(
-                f"unknown sharing mode {sharing_mode!r} (allowed: {', '.join(names.SHARING_MODES)})"
-            )
         self._rest = rest
         self.driver_name = driver_name
         self.node_name = node_name
-        self.sharing_mode = sharing_mode
+        self.sharing_mode = devices.sharing_mode
         self.settings = settings or PublisherSettings()
-        self._gpus: tuple[GpuInfo, ...] = tuple(gpus)
+        self._devices = devices
         self._taints: dict[str, list[dict[str, Any]]] = {}
         self._cond = threading.Condition()
         self._dirty = True
@@ -233,11 +228,23 @@ class SlicePublisher:
 
     # --- entry points for other parts ----------------------------------------------------
 
-    def update_devices(self, gpus: Sequence[GpuInfo]) -> None:
-        """Publish a new set of GPUs (after the next debounce interval)."""
+    def update_devices(self, devices: NodeDevices) -> None:
+        """Publish a new device table (after the next debounce interval); its sharing mode
+        must be the publisher's."""
+        if devices.sharing_mode != self.sharing_mode:
+            raise ValueError(
+                f"sharing mode {devices.sharing_mode!r} differs from the published "
+                f"{self.sharing_mode!r}"
+            )
         with self._cond:
-            self._gpus = tuple(gpus)
+            self._devices = devices
             self._mark_changed()
+
+    @property
+    def devices(self) -> NodeDevices:
+        """The device table being published."""
+        with self._cond:
+            return self._devices
 
     def set_taints(self, taints: Taints) -> None:
         """Replace the per-device taints (device name -> taints; ``gpu-<i>`` covers partitions)."""
@@ -254,8 +261,8 @@ class SlicePublisher:
     def desired_contents(self) -> list[Obj]:
         """The slice contents that would be published now."""
         with self._cond:
-            gpus, taints = self._gpus, dict(self._taints)
-        return desired_slices(gpus, self.sharing_mode, taints)
+            devices, taints = self._devices, dict(self._taints)
+        return desired_slices(devices, taints)
 
     def _mark_changed(self) -> None:
         self._desired_version += 1

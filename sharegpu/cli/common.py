@@ -28,6 +28,7 @@ from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
 from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MockBackend
 from kubeletplugin.devices.nvml import NvmlBackend
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.model import GpuInfo
 from sharegpu.cli.output import OUTPUT_FORMATS
 from sharegpu.kube import slicerules
@@ -255,7 +256,7 @@ def local_node(args: argparse.Namespace) -> LocalNode:
     except DiscoveryError as exc:
         raise CliError(str(exc)) from None
     objects = resource_slice_objects(
-        desired_slices(gpus, args.sharing_mode), args.driver_name, node, None, 1
+        desired_slices(node_devices(gpus, args.sharing_mode)), args.driver_name, node, None, 1
     )
     for obj in objects:
         obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"

@@ -10,6 +10,7 @@ from api import names
 from api.quantity import format_quantity, quantity_int
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices, memory_policy_max, resource_slice_objects
+from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import allocate_many, seeded_share_ids
 from tests.allocator.helpers import DRIVER, claim, device_class, exactly, share
 
@@ -18,7 +19,9 @@ CLASSES = [device_class()]
 
 def published(mode: str, gpus: int = 8) -> tuple[list[dict[str, Any]], int]:
     discovered = MockBackend("n1", gpus).discover()
-    objects = resource_slice_objects(desired_slices(discovered, mode), DRIVER, "n1", None, 1)
+    objects = resource_slice_objects(
+        desired_slices(node_devices(discovered, mode)), DRIVER, "n1", None, 1
+    )
     for i, obj in enumerate(objects):
         obj["metadata"]["name"] = obj["metadata"]["generateName"] + f"{i:05d}"
     return objects, discovered[0].memory_usable

@@ -12,6 +12,7 @@ import yaml
 from api import names
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import allocate_many
 from sharegpu.cli import main
 from sharegpu.cli.common import default_device_class
@@ -57,7 +58,9 @@ def explain(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Obj]:
 
 def node_slices(gpus: int = 8) -> list[Obj]:
     objects = resource_slice_objects(
-        desired_slices(MockBackend(NODE, gpus).discover(), names.SHARING_MODE_CONSUMABLE),
+        desired_slices(
+            node_devices(MockBackend(NODE, gpus).discover(), names.SHARING_MODE_CONSUMABLE)
+        ),
         DRIVER,
         NODE,
         None,
@@ -269,7 +272,9 @@ def test_expected_failures_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 def test_first_node_that_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     slices = node_slices(1)
     other = resource_slice_objects(
-        desired_slices(MockBackend("n2", 1).discover(), names.SHARING_MODE_CONSUMABLE),
+        desired_slices(
+            node_devices(MockBackend("n2", 1).discover(), names.SHARING_MODE_CONSUMABLE)
+        ),
         DRIVER,
         "n2",
         None,

@@ -12,6 +12,7 @@ from api import names
 from controller.reconcile import reconcile
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import allocate_many
 from sharegpu.cli import main
 from sharegpu.cli.common import default_device_class
@@ -23,7 +24,9 @@ Obj = dict[str, Any]
 
 def node_slices(node: str, gpus: int) -> list[Obj]:
     objects = resource_slice_objects(
-        desired_slices(MockBackend(node, gpus).discover(), names.SHARING_MODE_CONSUMABLE),
+        desired_slices(
+            node_devices(MockBackend(node, gpus).discover(), names.SHARING_MODE_CONSUMABLE)
+        ),
         DRIVER,
         node,
         None,

@@ -11,6 +11,7 @@ from api.quantity import format_quantity, quantity_int
 from controller.reconcile import reconcile
 from kubeletplugin.devices.mock import default_gpu
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import allocate_many, seeded_share_ids
 from tests.controller import helpers as h
 
@@ -19,7 +20,9 @@ NODE = "worker-1"
 
 def plugin_slices(mode: str, taints: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     gpus = [default_gpu(NODE, i, 4) for i in range(4)]
-    objs = resource_slice_objects(desired_slices(gpus, mode, taints), h.DRIVER, NODE, None, 3)
+    objs = resource_slice_objects(
+        desired_slices(node_devices(gpus, mode), taints), h.DRIVER, NODE, None, 3
+    )
     for i, obj in enumerate(objs):  # the API server would name them from generateName
         obj["metadata"]["name"] = f"{obj['metadata']['generateName']}{i}"
     return objs

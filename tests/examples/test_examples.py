@@ -30,6 +30,7 @@ from kubeletplugin.devices.slices import (
     partition_devices,
     resource_slice_objects,
 )
+from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import AllocationOutcome, allocate_many
 from sharegpu.cel import CelCompileError, CelEvalError, compile_selector, device_activation
 from tests.deploy.helpers import (
@@ -233,7 +234,7 @@ GPU_CLASS = {
 def node_slices(sharing_mode: str, gpus: int = 8) -> list[dict[str, Any]]:
     """The ResourceSlices the plugin publishes for ``gpus`` default mock GPUs on one node."""
     infos = [default_gpu(NODE, i, gpus) for i in range(gpus)]
-    contents = desired_slices(infos, sharing_mode)
+    contents = desired_slices(node_devices(infos, sharing_mode))
     objects = resource_slice_objects(contents, DEFAULT_DRIVER_NAME, NODE, None, 1)
     for obj in objects:  # the API server completes generateName
         obj["metadata"]["name"] = obj["metadata"]["generateName"] + "x"

@@ -19,6 +19,7 @@ from kubeletplugin.devices.slices import (
     slice_generate_name,
     slice_index,
 )
+from kubeletplugin.devices.table import node_devices
 from sharegpu.kube.slicerules import validate_pool, validate_resource_slice
 
 DRIVER = names.DEFAULT_DRIVER_NAME
@@ -32,7 +33,9 @@ VERSIONS = ("1.34", "1.36")
 
 def objects(gpu_count: int, mode: str, taints: Mapping[str, Any] | None = None) -> list[Any]:
     gpus = MockBackend("node-a", count=gpu_count).discover()
-    return resource_slice_objects(desired_slices(gpus, mode, taints), DRIVER, "node-a", "uid-1", 3)
+    return resource_slice_objects(
+        desired_slices(node_devices(gpus, mode), taints), DRIVER, "node-a", "uid-1", 3
+    )
 
 
 def devices_of(slices: list[Any]) -> list[Any]:
@@ -223,21 +226,21 @@ def test_taints_lower_the_device_limit_and_cover_partitions() -> None:
 
 def test_junk_versions_are_left_out() -> None:
     gpu = dataclasses.replace(MockBackend("n").discover()[0], driver_version="N/A")
-    (content,) = desired_slices([gpu], names.SHARING_MODE_EXCLUSIVE)
+    (content,) = desired_slices(node_devices([gpu], names.SHARING_MODE_EXCLUSIVE))
     assert "driverVersion" not in content["devices"][0]["attributes"]
     assert content["devices"][0]["attributes"]["cudaDriverVersion"] == {"version": "13.0.0"}
 
 
 def test_unknown_topology_is_left_out() -> None:
     gpu = dataclasses.replace(MockBackend("n").discover()[0], numa_node=None, pcie_root=None)
-    (content,) = desired_slices([gpu], names.SHARING_MODE_CONSUMABLE)
+    (content,) = desired_slices(node_devices([gpu], names.SHARING_MODE_CONSUMABLE))
     attrs = content["devices"][0]["attributes"]
     assert "numaNode" not in attrs and "resource.kubernetes.io/pcieRoot" not in attrs
 
 
 def test_no_gpus_is_one_empty_slice() -> None:
     slices = resource_slice_objects(
-        desired_slices([], names.SHARING_MODE_CONSUMABLE), DRIVER, "n", "u", 1
+        desired_slices(node_devices([], names.SHARING_MODE_CONSUMABLE)), DRIVER, "n", "u", 1
     )
     assert [s["spec"]["devices"] for s in slices] == [[]]
     assert_valid(slices)
@@ -245,7 +248,7 @@ def test_no_gpus_is_one_empty_slice() -> None:
 
 def test_unknown_mode() -> None:
     with pytest.raises(ValueError, match="unknown sharing mode 'shared'"):
-        desired_slices(MockBackend("n").discover(), "shared")
+        desired_slices(node_devices(MockBackend("n").discover(), "shared"))
 
 
 def test_names() -> None:
@@ -258,7 +261,7 @@ def test_names() -> None:
 
 def test_print_without_owner() -> None:
     (obj,) = resource_slice_objects(
-        desired_slices([], names.SHARING_MODE_CONSUMABLE), DRIVER, "n", None, 1
+        desired_slices(node_devices([], names.SHARING_MODE_CONSUMABLE)), DRIVER, "n", None, 1
     )
     assert "ownerReferences" not in obj["metadata"]
 
@@ -266,7 +269,7 @@ def test_print_without_owner() -> None:
 def test_long_non_ascii_strings_are_cut_to_64_bytes() -> None:
     [gpu] = MockBackend("node-a", count=1).discover()
     gpu = dataclasses.replace(gpu, product_name="NVIDIA H100 \u2013 " + "ü" * 60)
-    [content] = desired_slices([gpu], names.SHARING_MODE_EXCLUSIVE)
+    [content] = desired_slices(node_devices([gpu], names.SHARING_MODE_EXCLUSIVE))
     name = content["devices"][0]["attributes"][names.ATTR_PRODUCT_NAME]["string"]
     assert len(name.encode()) <= 64 and name.startswith("NVIDIA H100 \u2013 ü")
     [obj] = resource_slice_objects([content], DRIVER, "node-a", "uid-1", 1)

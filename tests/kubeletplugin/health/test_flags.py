@@ -8,11 +8,11 @@ import pytest
 
 from kubeletplugin.config import ConfigError, parse_config
 from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS
-from kubeletplugin.health.flags import DEFAULT_HEALTH_OPTIONS, build_checker
+from kubeletplugin.health.flags import DEFAULT_HEALTH_OPTIONS
 from kubeletplugin.health.mockfile import MockHealthChecker
-from kubeletplugin.health.monitor import HealthSettings
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
-from kubeletplugin.main import build_plugin
+from kubeletplugin.health.settings import HealthSettings
+from kubeletplugin.main import build_checker, build_plugin
 from sharegpu.local.apiserver import KubeAPIServer
 
 BASE = ["--node-name", "n1"]

@@ -8,9 +8,11 @@ import threading
 import pytest
 
 from api import names
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, EventKind, HealthEvent
-from kubeletplugin.health.monitor import HealthMonitor, HealthSettings
+from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
+from kubeletplugin.health.settings import HealthSettings
 from tests.kubeletplugin.health.helpers import (
     DBE,
     GPU_UNAVAILABLE,
@@ -136,8 +138,7 @@ def test_ignored_xid_from_nvml_leaves_the_gpu_healthy_and_a_critical_one_taints_
         NvmlHealthChecker(fake.module(), wait_timeout_ms=50),
         names.DEFAULT_DRIVER_NAME,
         "n1",
-        names.SHARING_MODE_CONSUMABLE,
-        g,
+        node_devices(g, names.SHARING_MODE_CONSUMABLE),
         HealthSettings(probe_interval=3600),
         taints=taints,
     )

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from api import names
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.health.events import (
     DEFAULT_IGNORED_XIDS,
     EventKind,
@@ -14,8 +15,9 @@ from kubeletplugin.health.events import (
     event_reason,
     parse_xid_list,
 )
-from kubeletplugin.health.monitor import HealthMonitor, HealthSettings, devices_by_gpu
+from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.health.restore import PublishedFault, unhealthy_from_slices
+from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.health.state import HealthStateMachine
 from kubeletplugin.health.taints import taint_value, unhealthy_taint
 from kubeletplugin.kubelet.healthservice import Health
@@ -211,8 +213,7 @@ def monitor(
         checker,
         DRIVER,
         NODE,
-        mode,
-        gpus(count),
+        node_devices(gpus(count), mode),
         HealthSettings(probe_interval=3600, **settings),  # type: ignore[arg-type]
         taints=taints,
         stream=stream,
@@ -221,13 +222,13 @@ def monitor(
     return m, checker, taints, stream, clock
 
 
-def test_devices_by_gpu_lists_every_partition() -> None:
+def test_device_table_lists_every_partition_by_gpu() -> None:
     g = gpus(2)
-    by_gpu = devices_by_gpu(g, names.SHARING_MODE_PARTITIONS)
+    by_gpu = node_devices(g, names.SHARING_MODE_PARTITIONS).names_by_gpu()
     assert by_gpu[g[1].uuid][0] == "gpu-1"
     assert len(by_gpu[g[1].uuid]) == 1 + 2 + 4 + 8
     assert all(n == "gpu-1" or n.startswith("gpu-1-") for n in by_gpu[g[1].uuid])
-    assert devices_by_gpu(g, names.SHARING_MODE_EXCLUSIVE) == {
+    assert node_devices(g, names.SHARING_MODE_EXCLUSIVE).names_by_gpu() == {
         g[0].uuid: ["gpu-0"],
         g[1].uuid: ["gpu-1"],
     }
@@ -255,7 +256,9 @@ def test_xid_taints_the_gpu_and_marks_all_its_partitions_on_the_stream() -> None
         assert len(latest) == 30
         assert {d.pool_name for d in latest} == {NODE}
         bad = {d.device_name for d in latest if d.health == Health.UNHEALTHY}
-        assert bad == {n for n in devices_by_gpu(gpus(2), names.SHARING_MODE_PARTITIONS)[uuid1]}
+        assert bad == {
+            n for n in node_devices(gpus(2), names.SHARING_MODE_PARTITIONS).names_by_gpu()[uuid1]
+        }
         assert {d.message for d in latest if d.health == Health.UNHEALTHY} == {
             "XID 79: GPU has fallen off the bus"
         }
@@ -372,8 +375,7 @@ def test_stream_refresh_does_not_wait_for_a_slow_probe_interval() -> None:
         ManualChecker(),
         DRIVER,
         NODE,
-        names.SHARING_MODE_EXCLUSIVE,
-        gpus(1),
+        node_devices(gpus(1), names.SHARING_MODE_EXCLUSIVE),
         HealthSettings(probe_interval=3600, stream_refresh=0.05),
         stream=stream,
     )

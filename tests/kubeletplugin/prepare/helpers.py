@@ -18,6 +18,7 @@ from referencing import Registry, Resource
 from api import names
 from api.quantity import format_quantity
 from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.prepare.cdi import CdiSpecWriter, NvidiaCdiDetector
@@ -177,8 +178,7 @@ class Node:
         state = DeviceState(
             driver_name=DRIVER,
             node_name=NODE,
-            gpus=gpu_list if gpu_list is not None else gpus(),
-            sharing_mode=sharing_mode,
+            devices=node_devices(gpu_list if gpu_list is not None else gpus(), sharing_mode),
             claims=claims,
             cdi=CdiSpecWriter(self.cdi_dir, DRIVER, dev_root=dev_root, nvidia=nvidia),
             checkpoint=Checkpoint(self.data_dir, boot_id_file=self.boot_id_file),

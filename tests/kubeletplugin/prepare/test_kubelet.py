@@ -13,6 +13,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.server import PluginServer
 from kubeletplugin.prepare.cdi import CdiSpecWriter
 from kubeletplugin.prepare.checkpoint import Checkpoint
@@ -43,8 +44,7 @@ class Plugin:
         self.state = DeviceState(
             driver_name=DRIVER,
             node_name=NODE,
-            gpus=gpus(),
-            sharing_mode="consumable",
+            devices=node_devices(gpus(), "consumable"),
             claims=KubeClaimGetter(client),
             cdi=CdiSpecWriter(self.node.cdi_dir, DRIVER),
             checkpoint=Checkpoint(self.node.data_dir, boot_id_file=self.node.boot_id_file),

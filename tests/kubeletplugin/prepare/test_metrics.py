@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubeletplugin.config import parse_config
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.main import build_plugin
 from kubeletplugin.prepare.cdi import CdiSpecWriter
@@ -63,8 +64,7 @@ def test_prepare_metrics_by_result_and_reason(tmp_path: Path, telemetry: Telemet
     state = DeviceState(
         driver_name=DRIVER,
         node_name=NODE,
-        gpus=gpus(),
-        sharing_mode="consumable",
+        devices=node_devices(gpus(), "consumable"),
         claims=claims,
         cdi=CdiSpecWriter(node.cdi_dir, DRIVER),
         checkpoint=Checkpoint(node.data_dir, boot_id_file=node.boot_id_file),

@@ -11,6 +11,7 @@ import pytest
 
 from api import names
 from kubeletplugin.containeredits import ContainerEdits, Mount
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.model import DriverConfig
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector
@@ -565,7 +566,7 @@ def test_the_daemon_skips_its_own_claim_specs_when_looking_for_the_toolkit(
         {},
     )
     with client.ApiClient() as api:
-        service = ClaimService(config, gpus(), api, NoEnforcement())
+        service = ClaimService(config, node_devices(gpus(), "consumable"), api, NoEnforcement())
     detector = service.state._cdi.nvidia
     assert detector is not None
     assert detector.skip_prefixes == (f"k8s.{config.driver_name}-claim_",)

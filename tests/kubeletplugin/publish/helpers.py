@@ -10,6 +10,7 @@ import kubernetes.client
 
 from api import names
 from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.publish.publisher import Backoff, PublisherSettings, SlicePublisher
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
@@ -39,7 +40,11 @@ def make_publisher(
     settings: PublisherSettings = FAST,
 ) -> SlicePublisher:
     return SlicePublisher(
-        KubeRest(client), DRIVER, NODE, mode, MockBackend(NODE, count=gpus).discover(), settings
+        KubeRest(client),
+        DRIVER,
+        NODE,
+        node_devices(MockBackend(NODE, count=gpus).discover(), mode),
+        settings,
     )
 
 

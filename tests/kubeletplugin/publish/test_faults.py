@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from api import names
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.publish.publisher import Backoff
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.kubeletplugin.publish.helpers import (
@@ -67,7 +68,7 @@ def test_delete_precondition_conflict_is_retried(
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 16) as publisher:
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 6), DEADLINE)
         fault = apiserver.inject_fault("delete", "resourceslices", code=409, times=2)
-        publisher.update_devices([])
+        publisher.update_devices(node_devices([], names.SHARING_MODE_PARTITIONS))
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
         assert pool(apiserver)[0]["spec"]["devices"] == []
         assert fault.hits == 2

@@ -9,6 +9,7 @@ import pytest
 from api import names
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices, slice_generate_name
+from kubeletplugin.devices.table import node_devices
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,
@@ -49,7 +50,7 @@ def test_publishes_pool(
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), expected), DEADLINE)
         assert publisher.wait_synced(DEADLINE)
         slices = pool(apiserver)
-        want = desired_slices(MockBackend(NODE, count=count).discover(), mode)
+        want = desired_slices(node_devices(MockBackend(NODE, count=count).discover(), mode))
         assert [d["name"] for d in devices(slices)] == [
             d["name"] for c in want for d in c.get("devices", [])
         ]
@@ -102,7 +103,9 @@ def test_device_change_deletes_obsolete_and_bumps_generation(
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 16) as publisher:
         # 2 counter slices + 4 device slices
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 6), DEADLINE)
-        publisher.update_devices(MockBackend(NODE, count=2).discover())
+        publisher.update_devices(
+            node_devices(MockBackend(NODE, count=2).discover(), names.SHARING_MODE_PARTITIONS)
+        )
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 2), DEADLINE)
         slices = pool(apiserver)
         assert {s["spec"]["pool"]["generation"] for s in slices} == {2}
