@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from api import names
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.model import DriverConfig, GpuInfo
 from kubeletplugin.sharing.enforcement import DeviceShare, ShareError
+from kubeletplugin.sharing.enforcer import takes_whole_gpu
 from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools
 
 GPUS: list[GpuInfo] = MockBackend("prop-node", 2).discover()
@@ -122,6 +123,11 @@ def fits(model: dict[int, Held], claim: int, new: Held, usable: int) -> bool:
     ops=operations,
     whole=st.lists(st.sampled_from([False, False, False, True]), min_size=8, max_size=8),
 )
+# A share as large as the GPU is enforced as the whole GPU (Exclusive, no MPS daemon).
+@example(
+    ops=[Prepare(claim=0, gpu=0, cores=100, memory_gi=79, strategy=None, interval="Default")],
+    whole=[False] * 8,
+)
 def test_random_prepares_and_unprepares_keep_every_invariant(
     ops: list[Prepare | Unprepare | Restart], whole: list[bool]
 ) -> None:
@@ -143,7 +149,8 @@ def test_random_prepares_and_unprepares_keep_every_invariant(
             else:
                 uid = f"claim-{op.claim}"
                 share = share_of(op, whole[op.claim])
-                strategy = op.strategy or ("MPS" if share.is_share else "Exclusive")
+                shared = share.is_share and not takes_whole_gpu(share)
+                strategy = op.strategy or ("MPS" if shared else "Exclusive")
                 new = Held(
                     share.gpu.uuid,
                     strategy,
