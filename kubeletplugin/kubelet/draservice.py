@@ -6,7 +6,8 @@ into answers kubelet can use. It guarantees, whatever the preparer returns or ra
 - every requested claim UID gets exactly one entry (a missing one would be retried forever);
 - a preparer exception becomes a per-claim ``error`` for every claim of the call, never a
   gRPC-level error (kubelet ignores a response that comes with a gRPC error);
-- request names are base names (``req/sub`` -> ``req``), duplicates removed, order kept;
+- request names are answered as base names (``req/sub`` -> ``req``), duplicates removed, order
+  kept: the preparer answers with the names as allocated and they are reduced here, once;
 - ``share_id`` is sent only by the v1 servicer (v1beta1 has no such field);
 - a malformed outcome (wrong types) becomes a per-claim error instead of failing the call.
 
@@ -26,7 +27,6 @@ from kubeletplugin.kubelet.grpcapi.gen import dra_v1_pb2, dra_v1beta1_pb2
 from kubeletplugin.kubelet.preparer import (
     ClaimPreparer,
     ClaimRef,
-    PreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
 )
@@ -72,7 +72,7 @@ class DraService:
                 }
             outcomes.update(self._complete(valid, returned, PrepareOutcome, "prepare"))
         return {
-            uid: _checked(uid, outcome, PrepareOutcome, _normalise)
+            uid: _checked(uid, outcome, PrepareOutcome, _validate)
             for uid, outcome in outcomes.items()
         }
 
@@ -90,7 +90,7 @@ class DraService:
                 }
             outcomes.update(self._complete(valid, returned, UnprepareOutcome, "unprepare"))
         return {
-            uid: _checked(uid, outcome, UnprepareOutcome, _normalise_unprepare)
+            uid: _checked(uid, outcome, UnprepareOutcome, _validate_unprepare)
             for uid, outcome in outcomes.items()
         }
 
@@ -128,11 +128,11 @@ def _checked(
     uid: str,
     outcome: _Outcome,
     outcome_type: type[_Outcome],
-    normalise: Callable[[_Outcome], _Outcome],
+    validate: Callable[[_Outcome], _Outcome],
 ) -> _Outcome:
-    """``normalise(outcome)``, or a per-claim error when the outcome is malformed."""
+    """``validate(outcome)``, or a per-claim error when the outcome is malformed."""
     try:
-        return normalise(outcome)
+        return validate(outcome)
     except (AttributeError, TypeError, ValueError) as err:
         log.error(
             "the driver returned a malformed outcome for claim %s: %r (%s)", uid, outcome, err
@@ -158,28 +158,25 @@ def _string(value: str | None, what: str) -> str:
     return value
 
 
-def _normalise(outcome: PrepareOutcome) -> PrepareOutcome:
-    """Copy with checked types, base request names, and no devices next to an error."""
+def _validate(outcome: PrepareOutcome) -> PrepareOutcome:
+    """``outcome`` itself when its types are right (devices dropped next to an error); raises
+    TypeError naming the bad field otherwise. Nothing is copied: the servicer reads the
+    preparer's device records when it writes the response."""
     if not isinstance(outcome, PrepareOutcome):
         raise TypeError(f"expected a PrepareOutcome, got {type(outcome).__name__}")
     error = _string(outcome.error, "error")
     if error:
-        return PrepareOutcome(error=error)
-    return PrepareOutcome(
-        devices=tuple(
-            PreparedDevice(
-                request_names=base_request_names(_strings(d.request_names, "request_names")),
-                pool_name=_string(d.pool_name, "pool_name"),
-                device_name=_string(d.device_name, "device_name"),
-                cdi_device_ids=_strings(d.cdi_device_ids, "cdi_device_ids"),
-                share_id=_string(d.share_id, "share_id") or None,
-            )
-            for d in outcome.devices
-        )
-    )
+        return outcome if not outcome.devices else PrepareOutcome(error=error)
+    for d in outcome.devices:
+        _strings(d.request_names, "request_names")
+        _string(d.pool_name, "pool_name")
+        _string(d.device_name, "device_name")
+        _strings(d.cdi_device_ids, "cdi_device_ids")
+        _string(d.share_id, "share_id")
+    return outcome
 
 
-def _normalise_unprepare(outcome: UnprepareOutcome) -> UnprepareOutcome:
+def _validate_unprepare(outcome: UnprepareOutcome) -> UnprepareOutcome:
     if not isinstance(outcome, UnprepareOutcome):
         raise TypeError(f"expected an UnprepareOutcome, got {type(outcome).__name__}")
     return UnprepareOutcome(error=_string(outcome.error, "error"))
@@ -210,7 +207,7 @@ class _DraServicer:
                 continue
             for device in outcome.devices:
                 item = entry.devices.add(
-                    request_names=device.request_names,
+                    request_names=base_request_names(device.request_names),
                     pool_name=device.pool_name,
                     device_name=device.device_name,
                     cdi_device_ids=device.cdi_device_ids,

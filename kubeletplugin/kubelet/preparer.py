@@ -25,14 +25,35 @@ class ClaimRef:
     name: str
 
 
-@dataclass(frozen=True)
-class PreparedDevice:
-    """One allocated device of a prepared claim, as returned to kubelet.
+class PreparedDevice(Protocol):
+    """One allocated device of a prepared claim, as the gRPC layer answers it to kubelet.
 
-    ``request_names`` are base request names (``req/sub`` -> ``req``); ``cdi_device_ids`` are fully
-    qualified CDI IDs (``vendor/class=name``); ``share_id`` is set for consumable-capacity shares
-    (sent to v1 kubelets only).
+    A preparer answers with its own record type (read-only attributes suffice). ``request_names``
+    are the requests the device serves as allocated (``req``, or ``req/sub`` for an alternative
+    of ``firstAvailable``): the gRPC layer reduces them to base names, in this one place.
+    ``cdi_device_ids`` are fully qualified CDI IDs (``vendor/class=name``); ``share_id`` is set
+    for consumable-capacity shares (sent to v1 kubelets only).
     """
+
+    @property
+    def request_names(self) -> Sequence[str]: ...
+
+    @property
+    def pool_name(self) -> str: ...
+
+    @property
+    def device_name(self) -> str: ...
+
+    @property
+    def cdi_device_ids(self) -> Sequence[str]: ...
+
+    @property
+    def share_id(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class PlainPreparedDevice:
+    """A :class:`PreparedDevice` for preparers without a record type of their own."""
 
     request_names: tuple[str, ...]
     pool_name: str

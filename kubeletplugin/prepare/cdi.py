@@ -54,7 +54,7 @@ import yaml
 from api import names
 from kubeletplugin.containeredits import ContainerEdits, DeviceNode, cuda_order, given_together
 from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
-from kubeletplugin.model import GpuInfo, base_request_names
+from kubeletplugin.model import GpuInfo
 from kubeletplugin.prepare.checkpoint import DeviceRecord
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ class SpecDevice:
             f"{ENV_VISIBLE_DEVICES}={','.join(g.uuid for g in gpus)}",
             f"{ENV_CLAIM}={self.claim_namespace}/{self.claim_name}",
             f"{ENV_CLAIM_UID}={self.claim_uid}",
-            f"{ENV_REQUEST}={','.join(base_request_names(r.requests))}",
+            f"{ENV_REQUEST}={','.join(r.base_requests)}",
             f"{ENV_DEVICE}={r.device}",
             f"{ENV_GPU_UUID}={r.gpu_uuid}",
             f"{ENV_CORES}={r.cores}",

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeletplugin.fsutil import atomic_write, make_private_dirs, remove_stale_temp_files
+from kubeletplugin.model import base_request_names
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,14 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class DeviceRecord:
-    """One prepared CDI device of a claim: the share it grants and the IDs returned to kubelet."""
+    """One prepared device (share) of a claim: the one record of it. The state module makes it
+    once per allocated device; the checkpoint stores it (:meth:`to_json`), the CDI writer renders
+    it, and the gRPC layer answers kubelet with it (it is a ``PreparedDevice`` of the kubelet
+    kit: ``request_names``, ``pool_name``, ``device_name``, ``cdi_device_ids``, ``share_id``).
+
+    ``requests`` are the requests served as allocated (``req`` or ``req/sub``); ``base_requests``
+    their base names, computed once here; ``extra`` keeps fields of newer checkpoint versions.
+    """
 
     requests: tuple[str, ...]
     pool: str
@@ -88,6 +96,23 @@ class DeviceRecord:
     partition: str | None = None
     admin_access: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: ``requests`` reduced to base names (``req/sub`` -> ``req``), in order without repeats.
+    base_requests: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_requests", base_request_names(self.requests))
+
+    @property
+    def request_names(self) -> tuple[str, ...]:
+        return self.requests
+
+    @property
+    def pool_name(self) -> str:
+        return self.pool
+
+    @property
+    def device_name(self) -> str:
+        return self.device
 
     def to_json(self) -> dict[str, Any]:
         return {

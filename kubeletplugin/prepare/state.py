@@ -36,11 +36,9 @@ from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.fsutil import remove_durably
 from kubeletplugin.kubelet.preparer import (
     ClaimRef,
-    PreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
 )
-from kubeletplugin.model import base_request_names
 from kubeletplugin.prepare import cdi as cdimod
 from kubeletplugin.prepare.cdi import CdiSpecWriter, SpecDevice
 from kubeletplugin.prepare.checkpoint import (
@@ -342,19 +340,10 @@ class DeviceState:
             return None
         return self._outcome(rec)
 
-    def _outcome(self, rec: ClaimRecord) -> PrepareOutcome:
-        return PrepareOutcome(
-            devices=tuple(
-                PreparedDevice(
-                    request_names=base_request_names(d.requests),
-                    pool_name=d.pool,
-                    device_name=d.device,
-                    cdi_device_ids=d.cdi_device_ids,
-                    share_id=d.share_id,
-                )
-                for d in rec.devices
-            )
-        )
+    @staticmethod
+    def _outcome(rec: ClaimRecord) -> PrepareOutcome:
+        """The answer to kubelet: the claim's device records themselves."""
+        return PrepareOutcome(devices=rec.devices)
 
     def _prepare_claim(
         self, ref: ClaimRef, fetched: dict[str, Any] | ClaimError | None

@@ -14,7 +14,7 @@ from pathlib import Path
 from kubeletplugin.kubelet.healthservice import HealthSource
 from kubeletplugin.kubelet.preparer import (
     ClaimRef,
-    PreparedDevice,
+    PlainPreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
 )
@@ -32,7 +32,7 @@ def one_device(
     """A successful outcome with one device whose names derive from the claim."""
     return PrepareOutcome(
         devices=(
-            PreparedDevice(
+            PlainPreparedDevice(
                 request_names=(request,),
                 pool_name="node-1",
                 device_name="gpu-0",

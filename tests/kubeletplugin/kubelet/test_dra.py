@@ -9,7 +9,7 @@ import pytest
 from kubeletplugin.kubelet.draservice import INVALID_OUTCOME_ERROR, MISSING_OUTCOME_ERROR
 from kubeletplugin.kubelet.preparer import (
     ClaimRef,
-    PreparedDevice,
+    PlainPreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
 )
@@ -37,7 +37,7 @@ def _sharing(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
     return {
         c.uid: PrepareOutcome(
             devices=(
-                PreparedDevice(
+                PlainPreparedDevice(
                     request_names=("gpu/h100", "gpu/a100", "other"),
                     pool_name="node-1",
                     device_name="gpu-3",
@@ -47,7 +47,7 @@ def _sharing(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
                     ),
                     share_id=SHARE,
                 ),
-                PreparedDevice(
+                PlainPreparedDevice(
                     request_names=(),
                     pool_name="node-1",
                     device_name="gpu-4",
@@ -163,7 +163,7 @@ def test_every_claim_answered_even_when_preparer_forgets_some(dirs: Dirs, versio
 
 def test_malformed_outcomes_become_per_claim_errors(dirs: Dirs) -> None:
     def sloppy(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
-        bad_names = PreparedDevice(
+        bad_names = PlainPreparedDevice(
             request_names="gpu",  # type: ignore[arg-type]
             pool_name="node-1",
             device_name="gpu-0",

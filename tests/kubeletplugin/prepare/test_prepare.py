@@ -101,10 +101,13 @@ def test_two_requests_in_one_claim_and_subrequest_names(node: Node) -> None:
     claims.add(c)
     out = node.state(claims).prepare([ref(c)])[c["metadata"]["uid"]]
     assert out.error == ""
+    # The answer carries the names as allocated; the gRPC layer reduces them to base names
+    # ("infer") for kubelet, and the record computed those once for the CDI variables.
     assert [(d.request_names, d.device_name) for d in out.devices] == [
         (("train",), "gpu-1"),
-        (("infer",), "gpu-2"),
+        (("infer/small",), "gpu-2"),
     ]
+    assert [d.base_requests for d in out.devices] == [("train",), ("infer",)]
     doc = assert_valid_cdi(node.spec_files()[0])
     assert len(doc["devices"]) == 2
     assert spec_env(doc, 1)["SHAREGPU_REQUEST"] == "infer"
