@@ -7,10 +7,11 @@ entry for this driver. This module is the single place that
   out-of-range values raise one :class:`GpuConfigError` whose ``messages`` name the field path and
   the allowed values, e.g. ``sharing.strategy: must be one of Exclusive, TimeSlicing, MPS, Limits
   (got "Mps")``;
-- decides which configuration applies to an allocated device (:func:`resolve_config`): DeviceClass
+- decodes this driver's config entries of an object once (:func:`decode_driver_configs`, the one
+  JSON parse the kubelet plugin, the admission webhook and the CLI share) and decides which
+  configuration applies to an allocated device (:meth:`DriverConfigs.resolve`): DeviceClass
   entries first, then the claim's, the last applicable entry wins as a whole (no field merging);
-  entries for other drivers are ignored. The kubelet plugin, the admission webhook and the CLI all
-  call it, so the precedence rule exists once;
+  entries for other drivers are ignored, so the precedence rule exists once;
 - holds the defaults: a whole-GPU allocation is ``Exclusive``; a share (a result with a shareID, or
   a partition device) is ``MPS``.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Annotated, Any, Final, Literal, get_args, get_origin
 
@@ -365,6 +367,8 @@ def default_config(shared: bool) -> GpuConfig:
 
 SOURCE_FROM_CLASS: Final = "FromClass"
 SOURCE_FROM_CLAIM: Final = "FromClaim"
+#: Precedence of config sources: DeviceClass configs before the claim's.
+_SOURCE_ORDER: Final = {SOURCE_FROM_CLASS: 0, SOURCE_FROM_CLAIM: 1}
 
 
 def config_entries_from(
@@ -383,64 +387,128 @@ def base_request_name(request_name: str) -> str:
     return request_name.split("/", 1)[0]
 
 
-def _applies(entry: Mapping[str, Any], request_name: str) -> bool:
-    requests = entry.get("requests") or []
+def _applies(requests: Sequence[str], request_name: str) -> bool:
+    """Whether an entry listing ``requests`` (empty: every request) applies to
+    ``request_name`` (listing ``req`` also covers ``req/sub``)."""
     return not requests or request_name in requests or base_request_name(request_name) in requests
 
 
-def driver_configs(
-    config_entries: Sequence[Mapping[str, Any]], driver: str
-) -> list[tuple[int, Mapping[str, Any], GpuConfig]]:
-    """Every entry for ``driver`` in precedence order (FromClass before FromClaim, then given
-    order), decoded: ``(position in config_entries, entry, config)``.
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One of this driver's config entries, decoded once.
 
-    Raises :class:`GpuConfigError` with every problem of every entry for ``driver``, each
-    prefixed with the entry's position (``config[1]: sharing.mps: ...``).
+    ``position`` is the entry's index in the list it came from (messages name it as
+    ``config[position]``); ``requests`` are those it applies to (empty: every request).
     """
-    decoded: list[tuple[int, Mapping[str, Any], GpuConfig]] = []
-    problems: list[str] = []
+
+    position: int
+    source: str | None
+    requests: tuple[str, ...]
+    config: GpuConfig
+
+    def applies_to(self, request_name: str) -> bool:
+        return _applies(self.requests, request_name)
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One of this driver's config entries whose ``parameters`` are not a valid GpuConfig;
+    ``messages`` are :class:`GpuConfigError`'s, not yet prefixed with the position."""
+
+    position: int
+    requests: tuple[str, ...]
+    messages: tuple[str, ...]
+
+    def applies_to(self, request_name: str) -> bool:
+        return _applies(self.requests, request_name)
+
+
+@dataclass(frozen=True)
+class DriverConfigs:
+    """This driver's opaque config entries of one object, each decoded once
+    (:func:`decode_driver_configs`).
+
+    ``entries`` are in precedence order: FromClass before FromClaim, each group in the order
+    given (entries without a source count as the claim's). ``problems`` are in the order given.
+    """
+
+    entries: tuple[ConfigEntry, ...] = ()
+    problems: tuple[ConfigProblem, ...] = ()
+
+    def error(self) -> GpuConfigError | None:
+        """Every problem as one error, each message prefixed with ``config[<position>]: ``."""
+        if not self.problems:
+            return None
+        return GpuConfigError(
+            [f"config[{p.position}]: {m}" for p in self.problems for m in p.messages]
+        )
+
+    def resolve(self, request_name: str, *, shared: bool = False) -> GpuConfig:
+        """The GpuConfig that applies to a device allocated for ``request_name``: the last
+        applicable entry wins as a whole (no field merging); none applies: the default for a
+        share or a whole GPU. A missing strategy is filled with :func:`default_strategy`.
+
+        Raises :class:`GpuConfigError` (:meth:`error`) when any entry is invalid: a claim with
+        a broken config is refused whatever request it concerns.
+        """
+        error = self.error()
+        if error is not None:
+            raise error
+        chosen: GpuConfig | None = None
+        for entry in self.entries:
+            if entry.applies_to(request_name):
+                chosen = entry.config
+        if chosen is None:
+            return default_config(shared)
+        if chosen.strategy is not None:
+            return chosen
+        sharing = (chosen.sharing or Sharing()).model_copy(
+            update={"strategy": default_strategy(shared)}
+        )
+        return chosen.model_copy(update={"sharing": sharing})
+
+
+def decode_driver_configs(config_entries: Sequence[Any], driver: str) -> DriverConfigs:
+    """Decode ``driver``'s entries of a ``config[]`` list, each once: the one JSON parse shared
+    by the admission webhook, ``sharegpu validate``/``explain`` and the kubelet plugin.
+
+    ``config_entries`` have the shape of ``status.allocation.devices.config[]`` (or a class's or
+    claim's ``config[]``): ``{source?: FromClass|FromClaim, requests?: [...], opaque?: {driver,
+    parameters}}``. Entries that are not objects, or belong to other drivers, are skipped;
+    pure and deterministic.
+    """
+    decoded: list[ConfigEntry] = []
+    problems: list[ConfigProblem] = []
     for position, entry in enumerate(config_entries):
+        if not isinstance(entry, Mapping):
+            continue
         opaque = entry.get("opaque")
         if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
             continue
+        listed = entry.get("requests") or []
+        requests = (
+            tuple(r for r in listed if isinstance(r, str)) if isinstance(listed, list) else ()
+        )
         try:
             config = parse_gpu_config(opaque.get("parameters"))
         except GpuConfigError as exc:
-            problems.extend(exc.prefixed(f"config[{position}]: ").messages)
+            problems.append(ConfigProblem(position, requests, exc.messages))
             continue
-        decoded.append((position, entry, config))
-    if problems:
-        raise GpuConfigError(problems)
-    decoded.sort(key=lambda item: 0 if item[1].get("source") == SOURCE_FROM_CLASS else 1)
-    return decoded
+        source = entry.get("source")
+        decoded.append(
+            ConfigEntry(position, source if isinstance(source, str) else None, requests, config)
+        )
+    decoded.sort(key=lambda e: _SOURCE_ORDER.get(e.source or SOURCE_FROM_CLAIM, 1))
+    return DriverConfigs(tuple(decoded), tuple(problems))
 
 
 def resolve_config(
-    config_entries: Sequence[Mapping[str, Any]],
+    config_entries: Sequence[Any],
     request_name: str,
     driver: str,
     *,
     shared: bool = False,
 ) -> GpuConfig:
-    """The GpuConfig that applies to a device allocated for ``request_name``.
-
-    ``config_entries`` have the shape of ``status.allocation.devices.config[]``:
-    ``{source?: FromClass|FromClaim, requests?: [...], opaque?: {driver, parameters}}``.
-    Precedence: FromClass entries before FromClaim entries, then the given order; the last
-    applicable entry wins as a whole. An entry with ``requests`` applies only to those requests
-    (listing ``req`` also covers ``req/sub``). Entries of other drivers are ignored. A missing
-    strategy is filled with :func:`default_strategy` (``shared``: the device is a share).
-    Deterministic and side-effect free; raises :class:`GpuConfigError` for invalid entries.
-    """
-    chosen: GpuConfig | None = None
-    for _, entry, config in driver_configs(config_entries, driver):
-        if _applies(entry, request_name):
-            chosen = config
-    if chosen is None:
-        return default_config(shared)
-    if chosen.strategy is not None:
-        return chosen
-    sharing = (chosen.sharing or Sharing()).model_copy(
-        update={"strategy": default_strategy(shared)}
-    )
-    return chosen.model_copy(update={"sharing": sharing})
+    """:meth:`DriverConfigs.resolve` of :func:`decode_driver_configs` in one call (for callers
+    that resolve a single request)."""
+    return decode_driver_configs(config_entries, driver).resolve(request_name, shared=shared)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,16 +39,6 @@ class GpuInfo:
     mig_mode: str | None = None
     #: Notes about fallbacks taken during discovery (shown by ``sharegpu devices``).
     notes: tuple[str, ...] = field(default=())
-
-
-@dataclass(frozen=True)
-class DriverConfig:
-    """One opaque config entry for this driver (``parameters`` not yet decoded)."""
-
-    source: str
-    #: Requests the entry applies to (``req`` or ``req/sub``); empty means every request.
-    requests: tuple[str, ...]
-    parameters: Any
 
 
 def base_request_names(requests: Iterable[str]) -> tuple[str, ...]:

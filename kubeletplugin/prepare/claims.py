@@ -23,15 +23,9 @@ from kubernetes.client import ApiClient, ResourceV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from api.gpuconfig import SOURCE_FROM_CLAIM, SOURCE_FROM_CLASS, DriverConfigs, decode_driver_configs
 from kubeletplugin.kubelet.preparer import ClaimRef
-from kubeletplugin.model import DriverConfig
 from sharegpu.kube.rest import status_message
-
-#: Config sources as the API server writes them in ``status.allocation.devices.config[].source``.
-SOURCE_FROM_CLASS = "FromClass"
-SOURCE_FROM_CLAIM = "FromClaim"
-_SOURCE_ORDER = {SOURCE_FROM_CLASS: 0, SOURCE_FROM_CLAIM: 1}
-
 
 #: Why a claim cannot be prepared (the ``reason`` of :class:`ClaimError`, a metrics label).
 REASON_NOT_FOUND = "not_found"
@@ -129,7 +123,7 @@ class ClaimAllocation:
 
     ref: ClaimRef
     results: tuple[AllocationResult, ...]
-    configs: tuple[DriverConfig, ...]
+    configs: DriverConfigs
 
 
 def _claim_label(ref: ClaimRef) -> str:
@@ -221,10 +215,12 @@ def _read_results(
     return tuple(results)
 
 
-def _read_configs(raw: Any, label: str, driver_name: str) -> tuple[DriverConfig, ...]:
+def _read_configs(raw: Any, label: str, driver_name: str) -> DriverConfigs:
+    """This driver's config entries, checked for shape and decoded once
+    (:func:`api.gpuconfig.decode_driver_configs`; invalid GpuConfigs are kept as problems, so the
+    share enforcer refuses the devices they concern with the decoder's messages)."""
     if not isinstance(raw, list):
         raise ClaimError(f"{label}: status.allocation.devices.config is not a list")
-    configs: list[DriverConfig] = []
     for i, entry in enumerate(raw):
         path = f"status.allocation.devices.config[{i}]"
         if not isinstance(entry, Mapping):
@@ -233,7 +229,7 @@ def _read_configs(raw: Any, label: str, driver_name: str) -> tuple[DriverConfig,
         if not isinstance(opaque, Mapping) or opaque.get("driver") != driver_name:
             continue
         source = entry.get("source")
-        if source not in _SOURCE_ORDER:
+        if source not in (SOURCE_FROM_CLASS, SOURCE_FROM_CLAIM):
             raise ClaimError(
                 f"{label}: {path}.source is {source!r}; allowed: "
                 f"{SOURCE_FROM_CLASS}, {SOURCE_FROM_CLAIM}"
@@ -241,11 +237,4 @@ def _read_configs(raw: Any, label: str, driver_name: str) -> tuple[DriverConfig,
         requests = entry.get("requests") or []
         if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
             raise ClaimError(f"{label}: {path}.requests must be a list of request names")
-        configs.append(
-            DriverConfig(
-                source=source, requests=tuple(requests), parameters=opaque.get("parameters")
-            )
-        )
-    # Stable sort: class configs first, each group in its stored order.
-    configs.sort(key=lambda c: _SOURCE_ORDER[c.source])
-    return tuple(configs)
+    return decode_driver_configs(raw, driver_name)

@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from api.gpuconfig import DriverConfigs
 from kubeletplugin.containeredits import ContainerEdits
-from kubeletplugin.model import DriverConfig, GpuInfo
+from kubeletplugin.model import GpuInfo
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class ShareEnforcer(Protocol):
     """Turns device shares into enforced limits. See the module docstring for the call order."""
 
     def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: Sequence[DriverConfig]
+        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
     ) -> Enforcement:
         """Enforce ``devices`` for ``claim_uid`` (``configs``: this driver's configs in precedence
         order, DeviceClass first); raise :class:`ShareError` for an unenforceable request."""
@@ -104,7 +105,7 @@ class NoEnforcement:
     """The enforcer for whole GPUs: nothing to add (exclusive GPUs need no limits), no state."""
 
     def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: Sequence[DriverConfig]
+        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
     ) -> Enforcement:
         return Enforcement(device_edits=tuple(ContainerEdits() for _ in devices))
 

@@ -3,8 +3,8 @@
 Implements the state module's :class:`~kubeletplugin.sharing.enforcement.ShareEnforcer` seam. Per
 claim:
 
-1. every device's GpuConfig is resolved with :func:`api.gpuconfig.resolve_config` (DeviceClass
-   configs, then the claim's; default MPS for a share, Exclusive for a whole GPU);
+1. every device's GpuConfig is resolved with :meth:`api.gpuconfig.DriverConfigs.resolve`
+   (DeviceClass configs, then the claim's; default MPS for a share, Exclusive for a whole GPU);
 2. overrides are checked against the share (never above its cores or memory) and ``Limits`` needs
    a configured interception library;
 3. under the locks of the GPUs involved, the claim is checked against the other claims on those
@@ -44,16 +44,16 @@ from api.gpuconfig import (
     STRATEGY_LIMITS,
     STRATEGY_MPS,
     STRATEGY_TIME_SLICING,
+    DriverConfigs,
     GpuConfig,
     GpuConfigError,
     default_strategy,
-    resolve_config,
 )
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
 from kubeletplugin.devices.slices import memory_policy_max
-from kubeletplugin.model import DriverConfig, base_request_names
+from kubeletplugin.model import base_request_names
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.sharing.limits import limits_edits
@@ -156,21 +156,13 @@ class SharingEnforcer:
     # --- the seam ---
 
     def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: Sequence[DriverConfig]
+        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
     ) -> Enforcement:
         with self._lock:
             known = claim_uid in self._grants
         if known:
             self.release(claim_uid)
-        entries = [
-            {
-                "source": c.source,
-                "requests": list(c.requests),
-                "opaque": {"driver": self.driver_name, "parameters": c.parameters},
-            }
-            for c in configs
-        ]
-        planned = [None if d.admin_access else self._plan(d, entries) for d in devices]
+        planned = [None if d.admin_access else self._plan(d, configs) for d in devices]
         grants = [g for g in planned if g is not None]
         _check_mps_single_gpu_per_request(grants)
         uuids = sorted({g.gpu_uuid for g in grants})
@@ -268,14 +260,11 @@ class SharingEnforcer:
 
     # --- planning ---
 
-    def _plan(self, share: DeviceShare, entries: list[dict[str, Any]]) -> Grant:
+    def _plan(self, share: DeviceShare, configs: DriverConfigs) -> Grant:
         label = _label(share)
         shared = share.is_share and not takes_whole_gpu(share)
         try:
-            resolved = [
-                resolve_config(entries, request, self.driver_name, shared=shared)
-                for request in share.requests
-            ]
+            resolved = [configs.resolve(request, shared=shared) for request in share.requests]
         except GpuConfigError as exc:
             raise ShareError(f"{label}: invalid GpuConfig: {exc}") from None
         if not resolved:

@@ -36,12 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from api import names
-from api.gpuconfig import (
-    GpuConfig,
-    GpuConfigError,
-    base_request_name,
-    parse_gpu_config,
-)
+from api.gpuconfig import GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity
 from sharegpu.cel import CelCompileError, compile_selector
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
@@ -203,19 +198,13 @@ def _did_you_mean(name: str, known: Iterable[str]) -> str:
 
 def check_config_entries(entries: Any, path: str, driver: str) -> list[Finding]:
     """GpuConfig parameters of this driver's ``config[]`` entries (DeviceClass or claim)."""
-    findings: list[Finding] = []
     if not isinstance(entries, list):
-        return findings
-    for i, entry in enumerate(entries):
-        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
-            continue
-        where = f"{path}[{i}].opaque.parameters"
-        try:
-            parse_gpu_config(opaque.get("parameters"))
-        except GpuConfigError as exc:
-            findings.extend(Finding(ERROR, where, message) for message in exc.messages)
-    return findings
+        return []
+    return [
+        Finding(ERROR, f"{path}[{problem.position}].opaque.parameters", message)
+        for problem in decode_driver_configs(entries, driver).problems
+        for message in problem.messages
+    ]
 
 
 # --- CEL selectors ---------------------------------------------------------------------------
@@ -416,22 +405,16 @@ def _reserved_share(requests: Mapping[str, Any], driver: str) -> tuple[int | Non
 def _applicable_entry(
     entries: list[Any], request: str, driver: str
 ) -> tuple[int, GpuConfig] | None:
-    """Position and decoded config of the claim's last own config entry for ``request``."""
-    found: tuple[int, GpuConfig] | None = None
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, Mapping):
-            continue
-        opaque = entry.get("opaque")
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
-            continue
-        listed = entry.get("requests") or []
-        if listed and request not in listed and base_request_name(request) not in listed:
-            continue
-        try:
-            found = (i, parse_gpu_config(opaque.get("parameters")))
-        except GpuConfigError:
-            return None  # reported by check_config_entries
-    return found
+    """Position and decoded config of the claim's last own config entry for ``request``; None
+    when none applies or an applicable entry is invalid (check_config_entries reports it)."""
+    decoded = decode_driver_configs(entries, driver)
+    if any(p.applies_to(request) for p in decoded.problems):
+        return None
+    applicable = [e for e in decoded.entries if e.applies_to(request)]
+    if not applicable:
+        return None
+    last = max(applicable, key=lambda e: e.position)
+    return last.position, last.config
 
 
 def check_overrides_fit_share(

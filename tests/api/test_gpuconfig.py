@@ -10,9 +10,11 @@ import pytest
 
 from api import schema
 from api.gpuconfig import (
+    DriverConfigs,
     GpuConfig,
     GpuConfigError,
     config_entries_from,
+    decode_driver_configs,
     parse_gpu_config,
     resolve_config,
 )
@@ -378,3 +380,46 @@ def test_every_gpuconfig_example_in_the_docs_is_valid() -> None:
     assert configs, "the docs show no GpuConfig example"
     for config in configs:
         parse_gpu_config(config)
+
+
+def test_entries_are_decoded_once_in_precedence_order_with_their_positions() -> None:
+    entries = [
+        entry("TimeSlicing", requests=["gpu"]),
+        "not an object",
+        entry("Limits", source="FromClass"),
+        {"opaque": {"driver": "gpu.nvidia.com", "parameters": {}}},
+        entry("MPS", source="FromClass", requests=["gpu/small"]),
+    ]
+    decoded = decode_driver_configs(entries, DRIVER)
+    assert decoded.problems == ()
+    assert [(e.position, e.source, e.requests, e.config.strategy) for e in decoded.entries] == [
+        (2, "FromClass", (), "Limits"),
+        (4, "FromClass", ("gpu/small",), "MPS"),
+        (0, "FromClaim", ("gpu",), "TimeSlicing"),
+    ]
+    # One decoded list answers every request: the claim's entry for "gpu" wins over the class's.
+    assert decoded.resolve("gpu/small").strategy == "TimeSlicing"
+    assert decoded.resolve("other").strategy == "Limits"
+
+
+def test_problems_keep_their_entry_and_refuse_every_request() -> None:
+    entries = [entry("MPS"), entry("Mps", requests=["other"])]
+    decoded = decode_driver_configs(entries, DRIVER)
+    (problem,) = decoded.problems
+    assert (problem.position, problem.requests) == (1, ("other",))
+    assert problem.applies_to("other") and not problem.applies_to("gpu")
+    error = decoded.error()
+    assert error is not None
+    assert error.messages == (
+        "config[1]: sharing.strategy: must be one of Exclusive, TimeSlicing, MPS, Limits"
+        ' (got "Mps")',
+    )
+    with pytest.raises(GpuConfigError) as info:
+        decoded.resolve("gpu")
+    assert info.value.messages == error.messages
+
+
+def test_no_entries_resolve_to_the_defaults() -> None:
+    assert DriverConfigs().error() is None
+    assert DriverConfigs().resolve("gpu").strategy == "Exclusive"
+    assert DriverConfigs().resolve("gpu", shared=True).strategy == "MPS"

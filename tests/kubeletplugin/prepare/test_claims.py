@@ -7,6 +7,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
+from api.names import GROUP_VERSION
 from kubeletplugin.prepare.cdi import cdi_device_name, minimum_cdi_version
 from kubeletplugin.prepare.claims import ClaimError, KubeClaimGetter, extract_allocation
 from sharegpu.local.apiserver import KubeAPIServer
@@ -35,10 +36,11 @@ def test_results_of_this_driver_and_pool_only() -> None:
 
 def test_config_order_class_first_then_claim_stored_order_kept() -> None:
     def cfg(source: str, n: int, driver: str = DRIVER) -> dict[str, Any]:
+        parameters = {"apiVersion": GROUP_VERSION, "kind": "GpuConfig"} if n != 3 else n
         return {
             "source": source,
             "requests": [f"r{n}"],
-            "opaque": {"driver": driver, "parameters": n},
+            "opaque": {"driver": driver, "parameters": parameters},
         }
 
     c = claim(
@@ -53,12 +55,16 @@ def test_config_order_class_first_then_claim_stored_order_kept() -> None:
         ],
     )
     alloc = extract_allocation(c, ref(c), DRIVER, NODE, DEVICES)
-    assert [(x.source, x.parameters, x.requests) for x in alloc.configs] == [
-        ("FromClass", 2, ("r2",)),
-        ("FromClass", 5, ("r5",)),
-        ("FromClaim", 1, ("r1",)),
-        ("FromClaim", 3, ("r3",)),
+    # Decoded once: this driver's entries in precedence order (positions are the claim's), and
+    # an invalid GpuConfig kept as a problem for the enforcer to refuse the devices it concerns.
+    assert [(e.source, e.position, e.requests) for e in alloc.configs.entries] == [
+        ("FromClass", 1, ("r2",)),
+        ("FromClass", 4, ("r5",)),
+        ("FromClaim", 0, ("r1",)),
     ]
+    (problem,) = alloc.configs.problems
+    assert (problem.position, problem.requests) == (2, ("r3",))
+    assert problem.messages == ("(root): must be an object (got a number)",)
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from api import names
+from api.gpuconfig import DriverConfigs
 from kubeletplugin.containeredits import ContainerEdits, Mount
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
-from kubeletplugin.model import DriverConfig
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector
 from kubeletplugin.prepare.state import KeyedLocks
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
@@ -32,6 +32,15 @@ from tests.kubeletplugin.prepare.helpers import (
 )
 
 KIND = names.cdi_kind(DRIVER)
+
+
+def gpu_config(strategy: str) -> dict[str, Any]:
+    """GpuConfig parameters naming ``strategy``."""
+    return {
+        "apiVersion": names.GROUP_VERSION,
+        "kind": "GpuConfig",
+        "sharing": {"strategy": strategy},
+    }
 
 
 def test_exclusive_whole_gpu(node: Node) -> None:
@@ -119,21 +128,25 @@ def test_other_drivers_results_and_configs_are_ignored(node: Node) -> None:
         "mixed",
         [result("nic", "eth0", driver="net.example.com"), result("gpu", "gpu-0")],
         configs=[
-            {"source": "FromClaim", "requests": [], "opaque": {"driver": DRIVER, "parameters": 2}},
+            {
+                "source": "FromClaim",
+                "requests": [],
+                "opaque": {"driver": DRIVER, "parameters": gpu_config("TimeSlicing")},
+            },
             {"source": "FromClass", "opaque": {"driver": "net.example.com", "parameters": {}}},
             {
                 "source": "FromClass",
                 "requests": ["gpu"],
-                "opaque": {"driver": DRIVER, "parameters": 1},
+                "opaque": {"driver": DRIVER, "parameters": gpu_config("Exclusive")},
             },
         ],
     )
     claims.add(c)
-    seen: list[Sequence[DriverConfig]] = []
+    seen: list[DriverConfigs] = []
 
     class Recorder(RecordingEnforcer):
         def apply(
-            self, claim_uid: str, devices: Sequence[DeviceShare], configs: Sequence[DriverConfig]
+            self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
         ) -> Enforcement:
             seen.append(configs)
             return super().apply(claim_uid, devices, configs)
@@ -142,9 +155,11 @@ def test_other_drivers_results_and_configs_are_ignored(node: Node) -> None:
     assert out.error == ""
     assert [d.device_name for d in out.devices] == ["gpu-0"]
     (configs,) = seen
-    assert [(cfg.source, cfg.requests, cfg.parameters) for cfg in configs] == [
-        ("FromClass", ("gpu",), 1),
-        ("FromClaim", (), 2),
+    # Decoded once, this driver's only, DeviceClass entries first; positions are the claim's.
+    assert configs.problems == ()
+    assert [(e.position, e.source, e.requests, e.config.strategy) for e in configs.entries] == [
+        (2, "FromClass", ("gpu",), "Exclusive"),
+        (0, "FromClaim", (), "TimeSlicing"),
     ]
 
 
@@ -290,7 +305,7 @@ class RecordingEnforcer:
         self.restored: tuple[Any, Mapping[str, Any]] | None = None
 
     def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: Sequence[DriverConfig]
+        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
     ) -> Enforcement:
         self.calls.append(("apply", claim_uid))
         if claim_uid == self.fail_for:

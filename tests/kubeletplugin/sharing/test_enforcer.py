@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from api import names
+from api.gpuconfig import DriverConfigs
 from kubeletplugin.devices.slices import partition_share
 from kubeletplugin.sharing.enforcement import DeviceShare
 from tests.kubeletplugin.prepare import helpers as h
@@ -369,7 +370,7 @@ def test_a_daemon_found_running_without_claims_is_stopped_when_the_checkpoint_is
     first = tools.enforcer(tmp_path)
     gpu = h.gpus()[0]
     share = DeviceShare(gpu, "gpu-0", ("gpu",), 30, 10 * GI, share_id="s-1")
-    first.apply("claim-a", [share], [])
+    first.apply("claim-a", [share], DriverConfigs())
     assert len(tools.sim.daemons) == 1
     # Restart with neither the exported state nor any prepared claim (checkpoint lost).
     tools.enforcer(tmp_path).restore(None, {})
@@ -387,7 +388,7 @@ def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record
     gpu = h.gpus()[0]
     whole = DeviceShare(gpu, "gpu-0", ("gpu",), 100, memory_policy_max(gpu.memory_usable), "s-1")
     enforcer = tools.enforcer(tmp_path)
-    done = enforcer.apply("claim-a", [whole], [])
+    done = enforcer.apply("claim-a", [whole], DriverConfigs())
     assert done.device_edits[0].env == ()
     assert [Grant.from_json(g).strategy for g in done.record["grants"]] == ["Exclusive"]
     restarted = tools.enforcer(tmp_path)

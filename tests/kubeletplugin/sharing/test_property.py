@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from api import names
+from api.gpuconfig import DriverConfigs, decode_driver_configs
 from kubeletplugin.devices.mock import MockBackend
-from kubeletplugin.model import DriverConfig, GpuInfo
+from kubeletplugin.model import GpuInfo
 from kubeletplugin.sharing.enforcement import DeviceShare, ShareError
 from kubeletplugin.sharing.enforcer import takes_whole_gpu
 from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools
@@ -83,14 +84,18 @@ def share_of(op: Prepare, whole: bool) -> DeviceShare:
     )
 
 
-def configs_of(op: Prepare) -> list[DriverConfig]:
+def configs_of(op: Prepare) -> DriverConfigs:
     if op.strategy is None:
-        return []
+        return DriverConfigs()
     sharing: dict[str, object] = {"strategy": op.strategy}
     if op.strategy == "TimeSlicing":
         sharing["timeSlicing"] = {"interval": op.interval}
     params = {"apiVersion": names.GROUP_VERSION, "kind": "GpuConfig", "sharing": sharing}
-    return [DriverConfig(source="FromClaim", requests=(), parameters=params)]
+    entry = {
+        "source": "FromClaim",
+        "opaque": {"driver": names.DEFAULT_DRIVER_NAME, "parameters": params},
+    }
+    return decode_driver_configs([entry], names.DEFAULT_DRIVER_NAME)
 
 
 @dataclass(frozen=True)
@@ -221,7 +226,7 @@ def test_concurrent_prepares_start_one_daemon_per_gpu_and_never_overbook() -> No
             )
             barrier.wait(timeout=30)
             try:
-                enforcer.apply(f"claim-{i}", [share], [])
+                enforcer.apply(f"claim-{i}", [share], DriverConfigs())
             except ShareError:
                 return
             with lock:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kubeletplugin.model import DriverConfig
+from api.gpuconfig import DriverConfigs, decode_driver_configs
 from kubeletplugin.prepare.checkpoint import STATE_STARTED
 from kubeletplugin.runner import CommandResult, RecordedCall
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
@@ -34,7 +34,7 @@ class CrashAfterApply:
         self.on_disk: bytes | None = None
 
     def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: Sequence[DriverConfig]
+        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
     ) -> Enforcement:
         done = self.inner.apply(claim_uid, devices, configs)
         if claim_uid == self.claim_uid:
@@ -222,9 +222,7 @@ def test_an_interval_whose_marker_cannot_be_written_is_not_set(tmp_path: Path) -
     enforcer = tools.enforcer(tmp_path)
     gpu = h.gpus()[0]
     share = DeviceShare(gpu, "gpu-0", ("gpu",), 30, 10 * GI, share_id="s-1")
-    config = DriverConfig(
-        source="FromClaim", requests=(), parameters=TIME_SLICING_LONG["opaque"]["parameters"]
-    )
+    config = decode_driver_configs([TIME_SLICING_LONG], h.DRIVER)
     with pytest.raises(ShareError, match="cannot enforce the share"):
-        enforcer.apply("claim-a", [share], [config])
+        enforcer.apply("claim-a", [share], config)
     assert tools.fake.argvs() == [] and enforcer.timeslice.gpus() == []
