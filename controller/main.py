@@ -12,13 +12,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import ssl
-import threading
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
-from types import FrameType
-from typing import Any
 
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
 from api.version import VERSION
@@ -27,6 +23,7 @@ from controller.metrics import ControllerMetrics
 from controller.tracker import Tracker
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 from sharegpu.kube.leader import LeaderElector
+from sharegpu.kube.lifecycle import Lifecycle
 from sharegpu.kube.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
 from sharegpu.kube.telemetry import Telemetry, parse_address, serve_metrics
@@ -150,7 +147,11 @@ class Controller:
         self.args = args
         self.telemetry = Telemetry("sharegpu-controller")
         self.metrics = ControllerMetrics(self.telemetry)
-        self._stoppers: list[Callable[[], None]] = [self.telemetry.shutdown]
+        #: Reverse stop order: the tracker (and its writes) stops before the lease is released,
+        #: so a standby that takes the lease over never writes beside it; the API client and
+        #: the telemetry close last.
+        self.lifecycle = Lifecycle()
+        self.lifecycle.running("telemetry", self.telemetry.shutdown)
         self.tracker: Tracker | None = None
         self.elector: LeaderElector | None = None
         self.webhook: WebhookServer | None = None
@@ -170,7 +171,7 @@ class Controller:
         if not a.disable_tracker:
             api_client = load_api_client(a.kubeconfig)
             # Closed last: the tracker and the lease still use it while they stop.
-            self._stoppers.append(api_client.close)
+            self.lifecycle.running("API client", api_client.close)
             kube = KubeRest(
                 api_client, on_error=self.metrics.api_error, timeout_s=REQUEST_TIMEOUT_S
             )
@@ -188,13 +189,13 @@ class Controller:
             self.metrics.set_gpu_source(self.tracker.gpus)
         if a.metrics_address:
             server = self.metrics_server = serve_metrics(self.telemetry, a.metrics_address)
-            self._stoppers.append(_closer(server))
+            self.lifecycle.running("metrics server", _closer(server))
             log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
         if not a.disable_webhook:
             certs = CertificateReloader(a.tls_cert_file, a.tls_key_file)
             admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class)
             self.webhook = WebhookServer(a.webhook_address, admission, certs).start()
-            self._stoppers.append(self.webhook.stop)
+            self.lifecycle.running("webhook", self.webhook.stop)
             log.info("webhook on https://%s:%d", *self.webhook.server_address[:2])
         tracker = self.tracker
         if a.api_address:
@@ -202,51 +203,30 @@ class Controller:
             api = self.api_server = serve_api(
                 a.api_address, tracker.gpus if tracker else None, ready
             )
-            self._stoppers.append(_closer(api))
+            self.lifecycle.running("JSON API", _closer(api))
             log.info("JSON API on http://%s:%d/api/v1/gpus", *api.server_address[:2])
         if self.elector is not None:
-            self.elector.start()
-            self._stoppers.append(self.elector.stop)
+            self.lifecycle.add(self.elector)
         if tracker is not None:
-            tracker.start()
-            self._stoppers.append(tracker.stop)
+            self.lifecycle.add(tracker)
+        self.lifecycle.start()
+        if tracker is not None:
             log.info("tracking GPUs of driver %s", a.driver_name)
 
     def stop(self) -> None:
-        """Stop in reverse start order: the tracker (and its writes) stops before the lease is
-        released, so a standby that takes the lease over never writes beside it."""
-        while self._stoppers:
-            stopper = self._stoppers.pop()
-            try:
-                stopper()
-            except Exception as exc:  # keep stopping the rest
-                log.warning("shutdown: %s", exc)
+        """Stop in reverse start order (idempotent, never raises)."""
+        self.lifecycle.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the controller until SIGTERM/SIGINT; returns the process exit code."""
     args = build_parser().parse_args(argv)
     configure_logging(args.log_format, args.log_level)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s; shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    previous: dict[int, Any] = {
-        sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
-    }
     controller = Controller(args)
     try:
-        controller.start()
-        while not stop.wait(1.0):
-            pass
+        controller.lifecycle.run(start=controller.start)
     except (KubeConfigError, KubeApiError, OSError, ValueError, ssl.SSLError) as exc:
         log.error("cannot start: %s", exc)
         return 1
-    finally:
-        controller.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     log.info("stopped")
     return 0

@@ -22,8 +22,6 @@ import threading
 import time
 from collections.abc import Sequence
 from http.server import ThreadingHTTPServer
-from types import FrameType
-from typing import Protocol
 
 import yaml
 from kubernetes import client
@@ -45,6 +43,7 @@ from kubeletplugin.kubelet.sockets import SocketPathError
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.publish.publisher import SlicePublisher
 from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
+from sharegpu.kube.lifecycle import Component, Lifecycle
 from sharegpu.kube.logs import configure_logging
 from sharegpu.kube.rest import KubeConfigError, KubeRest, load_api_client
 from sharegpu.kube.telemetry import Telemetry, serve_metrics
@@ -53,14 +52,6 @@ PROG = "sharegpu-kubeletplugin"
 SERVICE_NAME = "sharegpu-kubeletplugin"
 
 log = logging.getLogger(__name__)
-
-
-class Component(Protocol):
-    """A part of the running daemon. ``start`` returns once it runs; ``stop`` is idempotent."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
 
 
 def make_backend(config: PluginConfig) -> DeviceBackend:
@@ -210,75 +201,44 @@ class Plugin:
         self.health_source: HealthSource | None = None
         #: Set by :func:`build_plugin`: prepare (the state module) and the kubelet gRPC server.
         self.claims: ClaimService | None = None
-        self._components: list[Component] = []
+        #: Components start in the order added and stop in reverse; the API client and the
+        #: telemetry are closed last.
+        self.lifecycle = Lifecycle()
+        self.lifecycle.running("API client", api_client.close)
+        self.lifecycle.running("telemetry", telemetry.shutdown)
         self.metrics_endpoint: MetricsEndpoint | None = None
         if config.metrics_address:
             self.metrics_endpoint = MetricsEndpoint(telemetry, config.metrics_address)
-            self._components.append(self.metrics_endpoint)
-        self._components.append(self.publisher)
-        self._started: list[Component] = []
-        self._stop_requested = threading.Event()
-        self._lock = threading.Lock()
+            self.lifecycle.add(self.metrics_endpoint)
+        self.lifecycle.add(self.publisher)
 
     def add_component(self, component: Component) -> None:
         """Run ``component`` with the daemon (call before :meth:`start`)."""
-        if self._started:
-            raise RuntimeError("components must be added before the plugin starts")
-        self._components.append(component)
+        self.lifecycle.add(component)
 
     def start(self) -> None:
-        """Start every component in order; on a failure, stop those already started."""
-        with self._lock:
-            for component in self._components:
-                try:
-                    component.start()
-                except BaseException:
-                    self._stop_started()
-                    raise
-                self._started.append(component)
+        """Start every component in order; on a failure, stop those already running."""
+        self.lifecycle.start()
 
     def stop(self) -> None:
-        """Stop the started components in reverse order (idempotent, never raises)."""
-        with self._lock:
-            self._stop_started()
-        self.telemetry.shutdown()
-        self.api_client.close()
-
-    def _stop_started(self) -> None:
-        while self._started:
-            component = self._started.pop()
-            try:
-                component.stop()
-            except Exception:
-                log.exception("stopping %s failed", type(component).__name__)
+        """Stop everything in reverse order (idempotent, never raises)."""
+        self.lifecycle.stop()
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to return (safe from signal handlers and other threads)."""
-        self._stop_requested.set()
+        self.lifecycle.request_stop()
 
     def run(self) -> int:
         """Start, wait for SIGTERM/SIGINT (or :meth:`request_stop`), stop; returns 0."""
-
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("received %s, stopping", signal.Signals(signum).name)
-            self.request_stop()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            self.start()
-            log.info(
+        self.lifecycle.run(
+            on_started=lambda: log.info(
                 "running: driver %s, node %s, %d GPUs, sharing mode %s",
                 self.config.driver_name,
                 self.config.node_name,
                 len(self.gpus),
                 self.config.sharing_mode,
             )
-            while not self._stop_requested.wait(1.0):
-                pass
-        finally:
-            self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        )
         log.info("stopped")
         return 0
 

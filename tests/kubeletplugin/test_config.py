@@ -87,7 +87,7 @@ def test_components_start_in_order_and_stop_in_reverse(apiserver: KubeAPIServer)
     plugin.start()
     try:
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
-        with pytest.raises(RuntimeError, match="before the plugin starts"):
+        with pytest.raises(RuntimeError, match="before the daemon starts"):
             plugin.add_component(Recorder("late", events))
     finally:
         plugin.stop()
