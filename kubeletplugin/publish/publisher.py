@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import names
@@ -43,6 +43,7 @@ from kubeletplugin.devices.slices import (
 )
 from kubeletplugin.devices.table import NodeDevices
 from sharegpu.kube import slicerules
+from sharegpu.kube.informer import Backoff, Informer
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
@@ -56,31 +57,24 @@ SERVER_DEFAULTED_FIELDS: Final = frozenset({"timeAdded"})
 
 
 @dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff: ``initial * factor**n`` seconds, at most ``cap``."""
-
-    initial: float = 0.5
-    factor: float = 2.0
-    cap: float = 30.0
-
-    def delay(self, failures: int) -> float:
-        """Delay after ``failures`` consecutive failures (``failures >= 1``)."""
-        return float(min(self.cap, self.initial * self.factor ** max(0, failures - 1)))
-
-
-@dataclass(frozen=True)
 class PublisherSettings:
     """Timing of the publisher; the defaults suit production, tests shorten them."""
 
     #: At most one sync starts per this many seconds.
     min_interval: float = 1.0
-    backoff: Backoff = Backoff()
+    backoff: Backoff = field(default_factory=Backoff)
     #: Retry delay after the API server rejected a slice (422).
     invalid_retry: float = 60.0
     #: Full resync even without events, in case a watch missed something.
     resync_period: float = 300.0
     #: Server-side timeout of each watch request.
     watch_timeout_seconds: int = 300
+
+
+def _resource_version(obj: Obj) -> str:
+    """What the informer keeps of a slice: its resourceVersion (the publisher lists the slices
+    itself when it syncs, so the watch only needs to notice changes)."""
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
 class SliceRejected(Exception):
@@ -219,7 +213,19 @@ class SlicePublisher:
         self._not_before = 0.0
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._watch_response: Any = None
+        #: Watches this node's and driver's slices: any change by someone else (kubelet wiping
+        #: them, an admin editing one) and every relist after a broken watch asks for a sync.
+        self._informer = Informer(
+            rest,
+            SLICES_PATH,
+            lambda _key, _old, _new: self.request_sync(),
+            name="resourceslices",
+            query=self._selector(),
+            transform=_resource_version,
+            watch_timeout_s=self.settings.watch_timeout_seconds,
+            backoff=self.settings.backoff,
+            on_relist=self.request_sync,
+        )
         self._node_uid: str | None = None
         self._generation = 0
         self._synced_version = -1
@@ -272,26 +278,21 @@ class SlicePublisher:
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the sync and watch threads; returns at once."""
+        """Start the sync thread and the slice informer; returns at once."""
         if self._threads:
             raise RuntimeError("SlicePublisher already started")
-        for target, name in ((self._sync_loop, "slice-sync"), (self._watch_loop, "slice-watch")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        thread = threading.Thread(target=self._sync_loop, name="slice-sync", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        self._informer.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the threads. Slices stay published (kubelet removes them when it must)."""
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
-        response = self._watch_response
-        if response is not None:
-            try:
-                response.shutdown()
-            except Exception as exc:  # the stream may already be closed
-                log.debug("closing the slice watch: %s", exc)
         deadline = time.monotonic() + timeout
+        self._informer.stop(timeout)
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._threads = []
@@ -444,71 +445,3 @@ class SlicePublisher:
         for obj in objects:
             problems += slicerules.validate_resource_slice(obj)
         return problems
-
-    # --- watch loop -----------------------------------------------------------------------
-
-    def _watch_loop(self) -> None:
-        failures = 0
-        while not self._stopping.is_set():
-            try:
-                listing = self._rest.request("GET", SLICES_PATH, query=self._selector())
-                version = str(listing.get("metadata", {}).get("resourceVersion", ""))
-                self.request_sync()
-                self._watch_from(version)
-                failures = 0
-            except KubeApiError as exc:  # also a dropped connection or a broken stream
-                if self._stopping.is_set():
-                    return
-                failures += 1
-                delay = self.settings.backoff.delay(failures)
-                log.warning("ResourceSlice watch failed, restarting in %.1fs: %s", delay, exc)
-                self._stopping.wait(delay)
-            except Exception as exc:  # a bug must not stop watching for good
-                if self._stopping.is_set():
-                    return
-                failures += 1
-                delay = self.settings.backoff.delay(failures)
-                log.warning(
-                    "ResourceSlice watch dropped, restarting in %.1fs: %s: %s",
-                    delay,
-                    type(exc).__name__,
-                    exc,
-                )
-                self._stopping.wait(delay)
-
-    def _watch_from(self, version: str) -> None:
-        """Follow the watch from ``version`` until it ends, expires or is stopped."""
-        while not self._stopping.is_set():
-            query = [
-                *self._selector(),
-                ("resourceVersion", version),
-                ("allowWatchBookmarks", "true"),
-                ("timeoutSeconds", str(self.settings.watch_timeout_seconds)),
-            ]
-            events = self._rest.watch(
-                SLICES_PATH,
-                query,
-                read_timeout=self.settings.watch_timeout_seconds + 30,
-                register=self._register_watch,
-            )
-            try:
-                for event in events:  # an ERROR event (410 Gone, ...) raises: relist
-                    if self._stopping.is_set():
-                        return
-                    kind = event.get("type")
-                    obj = event.get("object") or {}
-                    new_version = obj.get("metadata", {}).get("resourceVersion")
-                    if new_version:
-                        version = str(new_version)
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        log.debug("ResourceSlice %s %s", obj.get("metadata", {}).get("name"), kind)
-                        self.request_sync()
-            finally:
-                self._watch_response = None
-                events.close()
-
-    def _register_watch(self, response: Any) -> None:
-        """Keep the open watch response so :meth:`stop` can shut it down."""
-        self._watch_response = response
-        if self._stopping.is_set():
-            response.shutdown()

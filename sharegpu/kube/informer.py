@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sharegpu.kube.rest import KubeApiError, KubeRest
@@ -36,6 +37,19 @@ def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff: ``initial * factor**n`` seconds, at most ``cap``."""
+
+    initial: float = 0.5
+    factor: float = 2.0
+    cap: float = 30.0
+
+    def delay(self, failures: int) -> float:
+        """Delay after ``failures`` consecutive failures (``failures >= 1``)."""
+        return float(min(self.cap, self.initial * self.factor ** max(0, failures - 1)))
+
+
 class Informer:
     """Keeps ``store`` (key -> transformed object) in step with one API collection."""
 
@@ -49,7 +63,8 @@ class Informer:
         query: Sequence[tuple[str, str]] = (),
         transform: Callable[[Obj], Any] | None = None,
         watch_timeout_s: int = 300,
-        backoff_s: float = 0.5,
+        backoff: Backoff = Backoff(),
+        on_relist: Callable[[], None] | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -58,7 +73,9 @@ class Informer:
         self.query = list(query)
         self.transform = transform or (lambda o: o)
         self.watch_timeout_s = watch_timeout_s
-        self.backoff_s = backoff_s
+        self.backoff = backoff
+        #: Called after every (re)list, once the handler has seen its differences.
+        self.on_relist = on_relist
         self.store: dict[str, Any] = {}
         self._versions: dict[str, str] = {}
         self.synced = threading.Event()
@@ -90,17 +107,19 @@ class Informer:
     def run(self) -> None:
         """List, then watch, until stopped."""
         rv = ""
-        delay = self.backoff_s
+        failures = 0
         while not self._stop.is_set():
             try:
                 if not rv:
                     rv = self._relist()
                 rv = self._watch(rv)
-                delay = self.backoff_s
+                failures = 0
                 continue
             except KubeApiError as exc:
                 if self._stop.is_set():
                     break
+                failures += 1
+                delay = self.backoff.delay(failures)
                 if exc.status == 410:
                     log.info("%s: watch expired (410 Gone); relisting", self.name)
                 elif exc.status == 404:
@@ -116,10 +135,11 @@ class Informer:
             except Exception:
                 if self._stop.is_set():
                     break
+                failures += 1
+                delay = self.backoff.delay(failures)
                 log.exception("%s: unexpected error; relisting in %.1fs", self.name, delay)
             rv = ""
             self._stop.wait(delay)
-            delay = min(delay * 2, 30.0)
 
     def _relist(self) -> str:
         items, rv = self.kube.list_all(self.path, self.query)
@@ -132,6 +152,8 @@ class Informer:
         for key in [k for k in self.store if k not in seen]:
             self._apply(key, None)
         self.synced.set()
+        if self.on_relist is not None:
+            self.on_relist()
         return rv
 
     def _apply(self, key: str, obj: Obj | None) -> None:

@@ -11,7 +11,8 @@ import kubernetes.client
 from api import names
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.table import node_devices
-from kubeletplugin.publish.publisher import Backoff, PublisherSettings, SlicePublisher
+from kubeletplugin.publish.publisher import PublisherSettings, SlicePublisher
+from sharegpu.kube.informer import Backoff
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
 

@@ -9,7 +9,7 @@ import pytest
 
 from api import names
 from kubeletplugin.devices.table import node_devices
-from kubeletplugin.publish.publisher import Backoff
+from sharegpu.kube.informer import Backoff
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,
