@@ -14,18 +14,16 @@ claim and the problem; the caller turns it into that claim's per-claim error.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes.client import ApiClient, ResourceV1Api
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
+from kubernetes.client import ApiClient
 
 from api.gpuconfig import SOURCE_FROM_CLAIM, SOURCE_FROM_CLASS, DriverConfigs, decode_driver_configs
+from api.names import RESOURCE_GROUP, RESOURCE_VERSION
 from kubeletplugin.kubelet.preparer import ClaimRef
-from sharegpu.kube.rest import status_message
+from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 #: Why a claim cannot be prepared (the ``reason`` of :class:`ClaimError`, a metrics label).
 REASON_NOT_FOUND = "not_found"
@@ -63,45 +61,28 @@ class ClaimGetter(Protocol):
 
 
 class KubeClaimGetter:
-    """:class:`ClaimGetter` over the Kubernetes API (``GET resource.k8s.io/v1`` ResourceClaim).
+    """:class:`ClaimGetter` over the Kubernetes API (``GET resource.k8s.io/v1`` ResourceClaim),
+    through the same JSON client the controller and the publisher use (:class:`KubeRest`).
 
     The raw JSON is used instead of the generated models, which lag the DRA fields.
     """
 
     def __init__(self, api_client: ApiClient, timeout_seconds: float = 10.0) -> None:
-        self._api = ResourceV1Api(api_client)
-        self._timeout = timeout_seconds
+        self._rest = KubeRest(api_client, timeout_s=timeout_seconds)
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        path = resource_path(RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaims", namespace, name)
         try:
-            response = self._api.read_namespaced_resource_claim(
-                name, namespace, _preload_content=False, _request_timeout=self._timeout
-            )
-            data = response.data  # type: ignore[attr-defined]
-        except ApiException as exc:
+            return self._rest.get(path, expected=(404,))
+        except KubeApiError as exc:
             if exc.status == 404:
                 raise ClaimError(
                     f"ResourceClaim {namespace}/{name} not found", REASON_NOT_FOUND
                 ) from exc
-            text = f"cannot get ResourceClaim {namespace}/{name}: HTTP {exc.status} {exc.reason}"
-            body = exc.body if isinstance(exc.body, bytes | str) else b""
-            _, message = status_message(body.encode() if isinstance(body, str) else body)
-            raise ClaimError(f"{text}: {message}" if message else text, REASON_API_ERROR) from exc
-        except (HTTPError, OSError) as exc:
-            raise ClaimError(
-                f"cannot get ResourceClaim {namespace}/{name}: {exc}", REASON_API_ERROR
-            ) from exc
-        try:
-            claim = json.loads(data)
-        except ValueError as exc:
-            raise ClaimError(
-                f"ResourceClaim {namespace}/{name}: invalid JSON: {exc}", REASON_API_ERROR
-            ) from exc
-        if not isinstance(claim, dict):
-            raise ClaimError(
-                f"ResourceClaim {namespace}/{name}: response is not an object", REASON_API_ERROR
-            )
-        return claim
+            text = f"cannot get ResourceClaim {namespace}/{name}"
+            if exc.status:
+                text += f": HTTP {exc.status} {exc.reason}"
+            raise ClaimError(f"{text}: {exc.message}", REASON_API_ERROR) from exc
 
 
 @dataclass(frozen=True)
