@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class LeaderElector:
         renew_deadline_s: float = 10.0,
         retry_period_s: float = 2.0,
         on_change: Callable[[bool], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not retry_period_s < renew_deadline_s < lease_duration_s:
             raise ValueError("need retry_period_s < renew_deadline_s < lease_duration_s")
@@ -59,6 +60,8 @@ class LeaderElector:
         self.renew_deadline_s = renew_deadline_s
         self.retry_period_s = retry_period_s
         self.on_change = on_change
+        #: Measures the lease, the renew deadline and the retry period.
+        self._clock = clock
         self._leader = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -74,7 +77,10 @@ class LeaderElector:
         the last successful renewal, even while a renewal request is still hanging (a stalled
         API connection must not keep a replica writing after another may have taken over).
         """
-        return self._leader.is_set() and time.monotonic() - self._last_renew < self.renew_deadline_s
+        return (
+            self._leader.is_set()
+            and self._clock.monotonic() - self._last_renew < self.renew_deadline_s
+        )
 
     def wait_for_leadership(self, timeout: float | None = None) -> bool:
         """Block until this process leads (or ``timeout``)."""
@@ -103,20 +109,20 @@ class LeaderElector:
         while not self._stop.is_set():
             # The lease counts from before the request: the server may have stored the renewal
             # at any moment of it, and a standby measures the lease from when it sees it.
-            attempt = time.monotonic()
+            attempt = self._clock.monotonic()
             try:
                 ok = self._try_acquire_or_renew()
             except KubeApiError as exc:
                 log.warning("leader election: %s", exc)
                 ok = False
-            now = time.monotonic()
+            now = self._clock.monotonic()
             if ok:
                 self._last_renew = attempt
                 self._set_leader(True)
             elif self._leader.is_set() and now - self._last_renew >= self.renew_deadline_s:
                 log.warning("leader election: could not renew for %.0fs", self.renew_deadline_s)
                 self._set_leader(False)
-            self._stop.wait(self.retry_period_s)
+            self._clock.wait(self._stop, self.retry_period_s)
 
     def _set_leader(self, leading: bool) -> None:
         if leading == self._leader.is_set():
@@ -165,7 +171,7 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, str(spec.get("renewTime", "")))
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if record != self._observed:
             self._observed = record
             self._observed_at = now

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from controller.tracker import Tracker
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock, FakeClock
 from sharegpu.kube.leader import LeaderElector
 from sharegpu.kube.rest import KubeRest, resource_path
 from sharegpu.local.apiserver import KubeAPIServer
@@ -17,7 +18,10 @@ DEADLINE_S = 30.0
 LEASE_S = 3.0
 
 
-def elector(kube: KubeRest, name: str, identity: str) -> LeaderElector:
+RETRY_S = 0.2
+
+
+def elector(kube: KubeRest, name: str, identity: str, clock: Clock = SYSTEM_CLOCK) -> LeaderElector:
     """An elector with short timings: 3 s lease, 2 s renew deadline, 0.2 s retry."""
     return LeaderElector(
         kube,
@@ -26,8 +30,18 @@ def elector(kube: KubeRest, name: str, identity: str) -> LeaderElector:
         identity,
         lease_duration_s=LEASE_S,
         renew_deadline_s=2.0,
-        retry_period_s=0.2,
+        retry_period_s=RETRY_S,
+        clock=clock,
     )
+
+
+def run_for(clock: FakeClock, electors: int, seconds: float) -> None:
+    """Drive ``electors`` running electors through ``seconds`` of the fake clock, one retry
+    period at a time: each step starts once every elector waits again after its round."""
+    for _ in range(round(seconds / RETRY_S)):
+        assert clock.wait_for_waiters(electors)
+        assert clock.advance(RETRY_S)
+    assert clock.wait_for_waiters(electors)
 
 
 class Replica:
@@ -78,13 +92,17 @@ def test_one_leader_writes_and_the_standby_takes_over(
 
 
 def test_renewed_lease_is_never_taken_over(apiserver: KubeAPIServer, kube: KubeRest) -> None:
-    first = elector(kube, "lease", "first")
-    second = elector(kube, "lease", "second")
+    clock = FakeClock()
+    first = elector(kube, "lease", "first", clock)
+    second = elector(kube, "lease", "second", clock)
     first.start()
     try:
-        assert first.wait_for_leadership(DEADLINE_S)
+        assert clock.wait_for_waiters(1)
+        assert first.is_leader
         second.start()
-        assert not second.wait_for_leadership(LEASE_S * 1.5)
+        # 1.5 lease durations of renewals every retry period, each seen by the standby
+        run_for(clock, 2, LEASE_S * 1.5)
+        assert not second.is_leader
         assert first.is_leader
     finally:
         second.stop()
@@ -111,12 +129,15 @@ def test_abandoned_lease_is_taken_over_after_it_expires(
             },
         },
     )
-    successor = elector(kube, "lease", "successor")
+    clock = FakeClock()
+    successor = elector(kube, "lease", "successor", clock)
     successor.start()
     try:
         # it must watch the record unchanged for 3 s of its own clock first
-        assert not successor.wait_for_leadership(1.5)
-        assert successor.wait_for_leadership(DEADLINE_S)
+        run_for(clock, 1, LEASE_S / 2)
+        assert not successor.is_leader
+        run_for(clock, 1, LEASE_S / 2 + 2 * RETRY_S)
+        assert successor.is_leader
         spec = kube.get(f"{path}/lease")["spec"]
         assert spec["holderIdentity"] == "successor" and spec["leaseTransitions"] == 5
     finally:

@@ -1,0 +1,97 @@
+"""The time source of code that waits: the system's monotonic clock, or a fake one in tests.
+
+A component that takes a :class:`Clock` reads the time with :meth:`Clock.monotonic` and sleeps
+with :meth:`Clock.wait` (an ``Event.wait`` on that clock), so a test can drive it through
+minutes of its time in milliseconds, step by step, instead of sleeping and hoping a busy machine
+kept up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Final, Protocol
+
+
+class Clock(Protocol):
+    """Monotonic time in seconds, and waiting on it."""
+
+    def monotonic(self) -> float: ...
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Like ``event.wait(timeout)`` with ``timeout`` on this clock: True once ``event`` is
+        set, False when ``timeout`` seconds of this clock passed first."""
+        ...
+
+
+class SystemClock:
+    """The process's monotonic clock."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        return event.wait(timeout)
+
+
+SYSTEM_CLOCK: Final = SystemClock()
+
+#: How often a waiter on a :class:`FakeClock` looks at its event (real seconds).
+_POLL_S: Final = 0.005
+
+
+class FakeClock:
+    """A clock that moves only when :meth:`advance` is called (tests).
+
+    :meth:`wait` returns when its event is set or when the clock was advanced past its deadline.
+    :meth:`advance` returns once every waiter it woke has left :meth:`wait`, and
+    :meth:`wait_for_waiters` once the driven threads wait again, so a test steps the clock one
+    observed step at a time. Both bound their real waiting by ``timeout``.
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._cond = threading.Condition()
+        #: Deadlines of the threads now inside :meth:`wait` (one entry per thread).
+        self._deadlines: list[float] = []
+
+    def monotonic(self) -> float:
+        with self._cond:
+            return self._now
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        with self._cond:
+            deadline = self._now + timeout
+            self._deadlines.append(deadline)
+            self._cond.notify_all()
+            try:
+                while not event.is_set() and self._now < deadline:
+                    self._cond.wait(_POLL_S)
+                return event.is_set()
+            finally:
+                self._deadlines.remove(deadline)
+                self._cond.notify_all()
+
+    def advance(self, seconds: float, timeout: float = 10.0) -> bool:
+        """Move the clock forward; True once every waiter whose deadline passed has woken."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            self._now += seconds
+            self._cond.notify_all()
+            while any(d <= self._now for d in self._deadlines):
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def wait_for_waiters(self, count: int, timeout: float = 10.0) -> bool:
+        """Block (real time, at most ``timeout``) until ``count`` threads wait on the clock."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while len(self._deadlines) < count:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True

@@ -1,0 +1,46 @@
+"""The fake clock the tests drive time-dependent components with."""
+
+from __future__ import annotations
+
+import threading
+
+from sharegpu.kube.clock import SYSTEM_CLOCK, FakeClock
+
+
+def test_a_waiter_wakes_only_when_the_clock_passes_its_deadline() -> None:
+    clock = FakeClock()
+    event = threading.Event()
+    results: list[bool] = []
+    waiter = threading.Thread(target=lambda: results.append(clock.wait(event, 5.0)))
+    waiter.start()
+    assert clock.wait_for_waiters(1)
+    assert clock.advance(4.9)
+    assert results == [] and clock.wait_for_waiters(1)
+    assert clock.advance(0.1)
+    waiter.join(10)
+    assert results == [False]
+    assert clock.monotonic() == 1005.0
+
+
+def test_a_set_event_ends_the_wait_at_once() -> None:
+    clock = FakeClock()
+    event = threading.Event()
+    results: list[bool] = []
+    waiter = threading.Thread(target=lambda: results.append(clock.wait(event, 3600.0)))
+    waiter.start()
+    assert clock.wait_for_waiters(1)
+    event.set()
+    waiter.join(10)
+    assert results == [True]
+
+
+def test_waiting_for_absent_waiters_gives_up_after_its_real_timeout() -> None:
+    assert not FakeClock().wait_for_waiters(1, timeout=0.05)
+
+
+def test_the_system_clock_is_monotonic_and_waits_on_the_event() -> None:
+    event = threading.Event()
+    event.set()
+    before = SYSTEM_CLOCK.monotonic()
+    assert SYSTEM_CLOCK.wait(event, 10.0)
+    assert SYSTEM_CLOCK.monotonic() >= before
