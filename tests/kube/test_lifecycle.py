@@ -7,21 +7,7 @@ import threading
 import pytest
 
 from sharegpu.kube.lifecycle import Lifecycle
-
-
-class Recorder:
-    def __init__(self, name: str, events: list[str], fail_start: bool = False) -> None:
-        self.name = name
-        self.events = events
-        self.fail_start = fail_start
-
-    def start(self) -> None:
-        if self.fail_start:
-            raise RuntimeError(f"{self.name} cannot start")
-        self.events.append(f"start {self.name}")
-
-    def stop(self) -> None:
-        self.events.append(f"stop {self.name}")
+from tests.kube.helpers import Recorder
 
 
 def test_components_start_in_order_and_stop_in_reverse_after_running_ones() -> None:

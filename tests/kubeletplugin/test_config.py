@@ -12,6 +12,7 @@ from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.main import Plugin
 from sharegpu.kube.telemetry import Telemetry
 from sharegpu.local.apiserver import KubeAPIServer
+from tests.kube.helpers import Recorder
 from tests.kubeletplugin.publish.helpers import DEADLINE, create_node, is_consistent, pool
 
 
@@ -59,19 +60,6 @@ def test_bad_flags(argv: list[str], message: str) -> None:
         parse_config(argv, environ={})
 
 
-class Recorder:
-    def __init__(self, name: str, events: list[str], fail: bool = False) -> None:
-        self.name, self.events, self.fail = name, events, fail
-
-    def start(self) -> None:
-        if self.fail:
-            raise RuntimeError(f"{self.name} cannot start")
-        self.events.append(f"start {self.name}")
-
-    def stop(self) -> None:
-        self.events.append(f"stop {self.name}")
-
-
 def make_plugin(server: KubeAPIServer, *flags: str) -> Plugin:
     config = parse_config(["--node-name", "n1", "--device-backend", "mock", *flags], environ={})
     backend = MockBackend("n1", count=2)
@@ -101,7 +89,7 @@ def test_failed_start_stops_what_started(apiserver: KubeAPIServer) -> None:
     events: list[str] = []
     plugin = make_plugin(apiserver)
     plugin.add_component(Recorder("grpc", events))
-    plugin.add_component(Recorder("broken", events, fail=True))
+    plugin.add_component(Recorder("broken", events, fail_start=True))
     with pytest.raises(RuntimeError, match="broken cannot start"):
         plugin.start()
     assert events == ["start grpc", "stop grpc"]
