@@ -53,6 +53,7 @@ from controller.reconcile import (
     pool_hardware,
     reserved_pods,
 )
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.informer import Informer
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
@@ -98,6 +99,7 @@ class Tracker:
         tracer: Tracer | None = None,
         delete_grace_s: float = 10.0,
         write_workers: int = 4,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.kube = kube
         self.tracer: Tracer = tracer or NoOpTracer()
@@ -108,6 +110,8 @@ class Tracker:
         self.tick_s = tick_s
         self.delete_grace_s = delete_grace_s
         self.write_workers = write_workers
+        #: Measures the write interval and the deletion grace period.
+        self._clock = clock
         self._missing_since: dict[str, float] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -362,7 +366,7 @@ class Tracker:
             self._was_leader = leading
             if not leading or not self._unverified:
                 return 0
-            now = time.monotonic()
+            now = self._clock.monotonic()
             todo: list[tuple[str, GpuObject | None, Obj | None]] = []
             for name in sorted(self._unverified):
                 desired, stored = self._desired.get(name), self._stored.get(name)
@@ -439,7 +443,7 @@ class Tracker:
                 self._refetch(name, path)
         finally:
             with self._lock:
-                self._last_write[name] = time.monotonic()
+                self._last_write[name] = self._clock.monotonic()
                 self.writes += writes
         return writes
 

@@ -3,9 +3,12 @@ reconcile says, through claim, pod and slice changes, restarts and broken watche
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from controller.tracker import Tracker
+from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
@@ -22,8 +25,8 @@ def cluster(kube: KubeRest) -> h.Cluster:
     return c
 
 
-def _tracker(kube: KubeRest, **kwargs: float) -> Tracker:
-    t = Tracker(kube, h.DRIVER, watch_timeout_s=60, delete_grace_s=0.0, **kwargs)  # type: ignore[arg-type]
+def _tracker(kube: KubeRest, **kwargs: Any) -> Tracker:
+    t = Tracker(kube, h.DRIVER, **{"watch_timeout_s": 60, "delete_grace_s": 0.0, **kwargs})
     t.start()
     return t
 
@@ -157,8 +160,9 @@ def test_resyncs_after_dropped_and_expired_watches(
 def test_status_writes_are_batched_per_gpu(
     apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
-    """Changes within the write interval are merged into one later write."""
-    tracker = Tracker(kube, h.DRIVER, write_interval_s=3600.0)
+    """Changes within the write interval (1 s) are merged into one later write."""
+    clock = FakeClock()
+    tracker = Tracker(kube, h.DRIVER, clock=clock)
     for informer in tracker.informers:  # informers only: this test drives flush() itself
         informer.start()
     try:
@@ -168,7 +172,9 @@ def test_status_writes_are_batched_per_gpu(
         assert apiserver.wait_for(lambda: bool(tracker.gpus()[0].status.allocations), DEADLINE_S)
         assert tracker.flush() == 0, "a second write within the interval"
         assert not tracker.idle()
-        tracker.write_interval_s = 0.0
+        clock.advance(0.9)
+        assert tracker.flush() == 0
+        clock.advance(0.2)
         assert tracker.flush() == 1
         assert tracker.idle() or apiserver.wait_for(lambda: tracker.flush() == 0 and tracker.idle())
         assert cluster.converged()
@@ -179,8 +185,8 @@ def test_status_writes_are_batched_per_gpu(
 def test_deletion_waits_for_the_grace_period(
     apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
-    tracker = _tracker(kube)
-    tracker.delete_grace_s = 3600.0
+    clock = FakeClock()
+    tracker = _tracker(kube, delete_grace_s=10.0, clock=clock)
     try:
         _converge(apiserver, cluster, tracker)
         cluster.delete_slice(h.node_slice("node-c")["metadata"]["name"])
@@ -188,7 +194,10 @@ def test_deletion_waits_for_the_grace_period(
         tracker.flush()
         assert "node-c-gpu-0" in cluster.stored()
         assert not tracker.idle()
-        tracker.delete_grace_s = 0.0
+        clock.advance(9.9)
+        tracker.flush()
+        assert "node-c-gpu-0" in cluster.stored()
+        clock.advance(0.2)
         _converge(apiserver, cluster, tracker)
         assert "node-c-gpu-0" not in cluster.stored()
     finally:
