@@ -1,7 +1,7 @@
-"""What the plugin knows about one physical GPU, and the backend interface that discovers GPUs.
+"""The backend interface that discovers the node's GPUs.
 
-Backends (NVML, mock) return :class:`GpuInfo` records in NVML index order. Everything downstream
-(slices, prepare, health) works from these records only.
+Backends (NVML, mock) return :class:`~kubeletplugin.model.GpuInfo` records in NVML index order.
+Everything downstream (the device table, slices, prepare, health) works from these records only.
 """
 
 from __future__ import annotations
