@@ -43,6 +43,7 @@ from kubeletplugin.devices.slices import (
 )
 from kubeletplugin.devices.table import NodeDevices
 from sharegpu.kube import slicerules
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.informer import Backoff, Informer
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
@@ -200,12 +201,15 @@ class SlicePublisher:
         node_name: str,
         devices: NodeDevices,
         settings: PublisherSettings | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._rest = rest
         self.driver_name = driver_name
         self.node_name = node_name
         self.sharing_mode = devices.sharing_mode
         self.settings = settings or PublisherSettings()
+        #: Measures the debounce interval, retry delays and the resync period.
+        self._clock = clock
         self._devices = devices
         self._taints: dict[str, list[dict[str, Any]]] = {}
         self._cond = threading.Condition()
@@ -225,6 +229,7 @@ class SlicePublisher:
             watch_timeout_s=self.settings.watch_timeout_seconds,
             backoff=self.settings.backoff,
             on_relist=self.request_sync,
+            clock=clock,
         )
         self._node_uid: str | None = None
         self._generation = 0
@@ -321,19 +326,19 @@ class SlicePublisher:
         while not self._stopping.is_set():
             with self._cond:
                 while not self._stopping.is_set():
-                    now = time.monotonic()
+                    now = self._clock.monotonic()
                     if now - last_sync >= self.settings.resync_period:
                         self._dirty = True
                     start_at = max(self._not_before, last_sync + self.settings.min_interval)
                     if self._dirty and now >= start_at:
                         break
                     wait = start_at - now if self._dirty else self.settings.resync_period
-                    self._cond.wait(max(0.01, min(wait, 1.0)))
+                    self._clock.wait_condition(self._cond, max(0.01, min(wait, 1.0)))
                 if self._stopping.is_set():
                     return
                 self._dirty = False
                 version = self._desired_version
-            last_sync = time.monotonic()
+            last_sync = self._clock.monotonic()
             try:
                 self.sync_once()
             except _Retry as exc:
@@ -360,7 +365,7 @@ class SlicePublisher:
         with self._cond:
             self.last_error = message
             self._dirty = True
-            self._not_before = time.monotonic() + delay
+            self._not_before = self._clock.monotonic() + delay
             self._cond.notify_all()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Obj:

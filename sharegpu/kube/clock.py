@@ -23,6 +23,12 @@ class Clock(Protocol):
         set, False when ``timeout`` seconds of this clock passed first."""
         ...
 
+    def wait_condition(self, cond: threading.Condition, timeout: float) -> bool:
+        """Like ``cond.wait(timeout)`` (the caller holds ``cond``) with ``timeout`` on this
+        clock: True when notified, False when the time passed. Callers re-check their state
+        after it returns, as with any condition wait."""
+        ...
+
 
 class SystemClock:
     """The process's monotonic clock."""
@@ -32,6 +38,9 @@ class SystemClock:
 
     def wait(self, event: threading.Event, timeout: float) -> bool:
         return event.wait(timeout)
+
+    def wait_condition(self, cond: threading.Condition, timeout: float) -> bool:
+        return cond.wait(timeout)
 
 
 SYSTEM_CLOCK: Final = SystemClock()
@@ -69,6 +78,21 @@ class FakeClock:
                     self._cond.wait(_POLL_S)
                 return event.is_set()
             finally:
+                self._deadlines.remove(deadline)
+                self._cond.notify_all()
+
+    def wait_condition(self, cond: threading.Condition, timeout: float) -> bool:
+        with self._cond:
+            deadline = self._now + timeout
+            self._deadlines.append(deadline)
+            self._cond.notify_all()
+        try:
+            while self.monotonic() < deadline:
+                if cond.wait(_POLL_S):
+                    return True
+            return False
+        finally:
+            with self._cond:
                 self._deadlines.remove(deadline)
                 self._cond.notify_all()
 

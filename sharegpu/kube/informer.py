@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Informer:
         watch_timeout_s: int = 300,
         backoff: Backoff = Backoff(),
         on_relist: Callable[[], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -76,6 +78,8 @@ class Informer:
         self.backoff = backoff
         #: Called after every (re)list, once the handler has seen its differences.
         self.on_relist = on_relist
+        #: Measures the back-off between relists.
+        self._clock = clock
         self.store: dict[str, Any] = {}
         self._versions: dict[str, str] = {}
         self.synced = threading.Event()
@@ -139,7 +143,7 @@ class Informer:
                 delay = self.backoff.delay(failures)
                 log.exception("%s: unexpected error; relisting in %.1fs", self.name, delay)
             rv = ""
-            self._stop.wait(delay)
+            self._clock.wait(self._stop, delay)
 
     def _relist(self) -> str:
         items, rv = self.kube.list_all(self.path, self.query)

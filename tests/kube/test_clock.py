@@ -44,3 +44,26 @@ def test_the_system_clock_is_monotonic_and_waits_on_the_event() -> None:
     before = SYSTEM_CLOCK.monotonic()
     assert SYSTEM_CLOCK.wait(event, 10.0)
     assert SYSTEM_CLOCK.monotonic() >= before
+
+
+def test_a_condition_wait_ends_when_notified_or_when_the_clock_passes_its_deadline() -> None:
+    clock = FakeClock()
+    cond = threading.Condition()
+    results: list[bool] = []
+
+    def waiter() -> None:
+        with cond:
+            results.append(clock.wait_condition(cond, 2.0))
+
+    first = threading.Thread(target=waiter)
+    first.start()
+    assert clock.wait_for_waiters(1)
+    with cond:
+        cond.notify_all()
+    first.join(10)
+    second = threading.Thread(target=waiter)
+    second.start()
+    assert clock.wait_for_waiters(1)
+    assert clock.advance(2.0)
+    second.join(10)
+    assert results == [True, False]

@@ -12,6 +12,7 @@ from api import names
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.publish.publisher import PublisherSettings, SlicePublisher
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.informer import Backoff
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
@@ -39,6 +40,7 @@ def make_publisher(
     mode: str = names.SHARING_MODE_CONSUMABLE,
     gpus: int = 8,
     settings: PublisherSettings = FAST,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> SlicePublisher:
     return SlicePublisher(
         KubeRest(client),
@@ -46,6 +48,7 @@ def make_publisher(
         NODE,
         node_devices(MockBackend(NODE, count=gpus).discover(), mode),
         settings,
+        clock,
     )
 
 

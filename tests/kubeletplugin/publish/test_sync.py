@@ -10,6 +10,8 @@ from api import names
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices, slice_generate_name
 from kubeletplugin.devices.table import node_devices
+from kubeletplugin.publish.publisher import SlicePublisher
+from sharegpu.kube.clock import FakeClock
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,
@@ -234,25 +236,41 @@ def test_a_recreated_node_owns_the_republished_slices(
         publisher.stop()
 
 
+def _settle(publisher: SlicePublisher, clock: FakeClock) -> None:
+    """Let the publisher's own writes, seen on its watch, end in a no-op sync: step its clock
+    one debounce interval at a time until it has published everything (bounded)."""
+    for _ in range(20):
+        if publisher.wait_synced(0.2):
+            return
+        assert clock.advance(1.0)
+    raise AssertionError("the publisher never settled")
+
+
 def test_bursts_of_changes_are_debounced(apiserver: KubeAPIServer, kube_client: object) -> None:
+    """With the production debounce interval (1 s of the publisher's clock), a burst of changes
+    within it is one write, made once the interval has passed."""
     create_node(apiserver)
+    clock = FakeClock()
     settings = dataclasses.replace(FAST, min_interval=1.0)
-    publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 8, settings)  # type: ignore[arg-type]
+    publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 8, settings, clock)  # type: ignore[arg-type]
     publisher.start()
     try:
         assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
-        assert publisher.wait_synced(DEADLINE)
+        _settle(publisher, clock)
         updates = apiserver.request_count("update", "resourceslices")
         for n in range(20):  # a flapping device
             taint = {"key": f"{DRIVER}/unhealthy", "value": f"flap-{n}", "effect": "NoSchedule"}
             publisher.set_taints({"gpu-0": [taint]} if n % 2 == 0 else {})
         final = {"key": f"{DRIVER}/unhealthy", "value": "final", "effect": "NoSchedule"}
         publisher.set_taints({"gpu-0": [final]})
+        assert not publisher.wait_synced(0.2), "published before the debounce interval passed"
+        assert apiserver.request_count("update", "resourceslices") == updates
+        assert clock.advance(1.0)
         assert apiserver.wait_for(
             lambda: devices(pool(apiserver))[0].get("taints", [{}])[0].get("value") == "final",
             DEADLINE,
         )
-        assert publisher.wait_synced(DEADLINE)
-        assert apiserver.request_count("update", "resourceslices") - updates <= 2
+        _settle(publisher, clock)
+        assert apiserver.request_count("update", "resourceslices") - updates == 1
     finally:
         publisher.stop()
