@@ -9,7 +9,9 @@ into answers kubelet can use. It guarantees, whatever the preparer returns or ra
 - request names are answered as base names (``req/sub`` -> ``req``), duplicates removed, order
   kept: the preparer answers with the names as allocated and they are reduced here, once;
 - ``share_id`` is sent only by the v1 servicer (v1beta1 has no such field);
-- a malformed outcome (wrong types) becomes a per-claim error instead of failing the call.
+- a malformed outcome (wrong types) becomes a per-claim error instead of failing the call;
+- a claim reference that cannot name a claim (a UID with ``/`` or ``..``, a namespace or name
+  that is no DNS name) gets a per-claim error and never reaches the preparer.
 
 The layer holds no lock: concurrent calls reach the preparer concurrently.
 """
@@ -29,6 +31,7 @@ from kubeletplugin.kubelet.preparer import (
     ClaimRef,
     PrepareOutcome,
     UnprepareOutcome,
+    claim_ref_problem,
 )
 from kubeletplugin.model import base_request_names
 
@@ -38,6 +41,7 @@ _Outcome = TypeVar("_Outcome", PrepareOutcome, UnprepareOutcome)
 
 MISSING_OUTCOME_ERROR = "the driver returned no result for this claim"
 MISSING_UID_ERROR = "kubelet sent a claim without a UID"
+INVALID_REFERENCE_ERROR = "kubelet sent an invalid claim reference"
 INVALID_OUTCOME_ERROR = "the driver returned a malformed result for this claim"
 
 
@@ -99,10 +103,15 @@ class DraService:
         claims: Sequence[ClaimRef], outcome_type: type[_Outcome]
     ) -> tuple[list[ClaimRef], dict[str, _Outcome]]:
         unique = _unique_claims(claims)
-        invalid: dict[str, _Outcome] = {
-            c.uid: outcome_type(error=MISSING_UID_ERROR) for c in unique if not c.uid
-        }
-        return [c for c in unique if c.uid], invalid
+        invalid: dict[str, _Outcome] = {}
+        for c in unique:
+            problem = claim_ref_problem(c) if c.uid else None
+            if not c.uid:
+                invalid[c.uid] = outcome_type(error=MISSING_UID_ERROR)
+            elif problem is not None:
+                log.warning("kubelet sent an invalid claim reference: %s", problem)
+                invalid[c.uid] = outcome_type(error=f"{INVALID_REFERENCE_ERROR}: {problem}")
+        return [c for c in unique if c.uid not in invalid], invalid
 
     @staticmethod
     def _complete(

@@ -6,14 +6,26 @@ Invariants every implementation keeps:
 
 - every requested claim UID gets exactly one outcome (kubelet retries missing ones);
 - a per-claim failure is an outcome with ``error`` set, never an exception;
-- calls are idempotent and may run concurrently for different claims.
+- calls are idempotent and may run concurrently for different claims;
+- a preparer only ever sees references that pass :func:`claim_ref_problem` (the gRPC layer
+  answers the others with a per-claim error), so a claim UID is safe inside a file name.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
+
+from sharegpu.kube.slicerules import is_dns_label, is_dns_subdomain
+
+#: A claim UID as the API server assigns it (a UUID) or a test writes it: letters, digits and
+#: ``-``, starting with a letter or digit, at most 128 characters. No ``/``, ``.`` or NUL, so a
+#: UID can never lead a path built from it out of its directory.
+CLAIM_UID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+#: How much of a rejected value an error message shows.
+_SHOWN: Final = 64
 
 
 @dataclass(frozen=True)
@@ -23,6 +35,27 @@ class ClaimRef:
     namespace: str
     uid: str
     name: str
+
+
+def _show(value: str) -> str:
+    return repr(value if len(value) <= _SHOWN else value[:_SHOWN] + "...")
+
+
+def is_claim_uid(value: str) -> bool:
+    """Whether ``value`` has the shape of a claim UID (:data:`CLAIM_UID_PATTERN`)."""
+    return CLAIM_UID_PATTERN.fullmatch(value) is not None
+
+
+def claim_ref_problem(ref: ClaimRef) -> str | None:
+    """Why ``ref`` cannot name a ResourceClaim, or None: the UID must match
+    :data:`CLAIM_UID_PATTERN`, the namespace be a DNS label and the name a DNS subdomain."""
+    if not is_claim_uid(ref.uid):
+        return f"uid {_show(ref.uid)} is not a UID (letters, digits and '-', at most 128)"
+    if not is_dns_label(ref.namespace):
+        return f"namespace {_show(ref.namespace)} is not a DNS label"
+    if not is_dns_subdomain(ref.name):
+        return f"name {_show(ref.name)} is not a DNS subdomain"
+    return None
 
 
 class PreparedDevice(Protocol):

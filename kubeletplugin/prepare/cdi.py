@@ -54,6 +54,7 @@ import yaml
 from api import names
 from kubeletplugin.containeredits import ContainerEdits, DeviceNode, cuda_order, given_together
 from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
+from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.prepare.checkpoint import DeviceRecord
 
@@ -382,6 +383,10 @@ class CdiSpecWriter:
             log.info("removed temporary file of an interrupted CDI write: %s", path)
 
     def path_for(self, claim_uid: str) -> Path:
+        """The claim's spec file: always directly inside ``cdi_dir`` (ValueError for a UID that
+        is not one; the gRPC layer refuses those before they get here)."""
+        if not is_claim_uid(claim_uid):
+            raise ValueError(f"refusing a spec path for the claim UID {claim_uid!r}")
         return self.cdi_dir / spec_file_name(self.driver_name, claim_uid)
 
     def cdi_ids(self, name: str, gpu: GpuInfo | None) -> tuple[str, ...]:
@@ -433,29 +438,39 @@ class CdiSpecWriter:
         return path
 
     def remove(self, claim_uid: str) -> bool:
-        """Delete the claim's spec if present; returns whether it existed."""
+        """Delete the claim's spec if present; returns whether it existed. A string that is no
+        claim UID has no spec (none is ever written for it): nothing is touched."""
+        if not is_claim_uid(claim_uid):
+            return False
         return remove_durably(self.path_for(claim_uid))
 
-    def list_claim_uids(self) -> list[str]:
-        """UIDs of every claim spec of this driver in the directory."""
+    def _claim_spec_files(self) -> list[tuple[str, Path]]:
+        """(UID, path) of every file named like a claim spec of this driver, by UID."""
         prefix = spec_file_prefix(self.driver_name)
         try:
             entries = list(self.cdi_dir.iterdir())
         except FileNotFoundError:
             return []
         return sorted(
-            p.name[len(prefix) : -len(".json")]
+            (p.name[len(prefix) : -len(".json")], p)
             for p in entries
             if p.name.startswith(prefix) and p.name.endswith(".json")
         )
+
+    def list_claim_uids(self) -> list[str]:
+        """UIDs of every claim spec of this driver in the directory (files whose name holds no
+        claim UID are not claim specs of ours)."""
+        return [uid for uid, _ in self._claim_spec_files() if is_claim_uid(uid)]
 
     def read_claim_specs(self, pool: str) -> tuple[list[RecoveredSpec], list[tuple[Path, str]]]:
         """Decode every claim spec of this driver on disk (devices of ``pool``); returns
         (specs, [(path, problem)])."""
         specs: list[RecoveredSpec] = []
         problems: list[tuple[Path, str]] = []
-        for uid in self.list_claim_uids():
-            path = self.path_for(uid)
+        for uid, path in self._claim_spec_files():
+            if not is_claim_uid(uid):
+                problems.append((path, f"{uid!r} in the file name is not a claim UID"))
+                continue
             try:
                 doc = json.loads(path.read_bytes())
                 specs.append(decode_spec(uid, path, doc, self.kind, pool))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeletplugin.fsutil import atomic_write, make_private_dirs, remove_stale_temp_files
+from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.model import base_request_names
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,8 @@ class ClaimRecord:
     @classmethod
     def from_json(cls, uid: str, raw: Any) -> ClaimRecord:
         where = f"claims[{uid}]"
+        if not is_claim_uid(uid):
+            raise CheckpointError(f"claims[{uid!r}]: the key is not a claim UID")
         if not isinstance(raw, dict):
             raise CheckpointError(f"{where} is not an object")
         state = raw.get("state")

@@ -6,12 +6,17 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from kubeletplugin.kubelet.draservice import INVALID_OUTCOME_ERROR, MISSING_OUTCOME_ERROR
+from kubeletplugin.kubelet.draservice import (
+    INVALID_OUTCOME_ERROR,
+    INVALID_REFERENCE_ERROR,
+    MISSING_OUTCOME_ERROR,
+)
 from kubeletplugin.kubelet.preparer import (
     ClaimRef,
     PlainPreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
+    claim_ref_problem,
 )
 from kubeletplugin.model import base_request_names
 from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimDevice
@@ -239,3 +244,42 @@ def test_huge_batch(dirs: Dirs) -> None:
 )
 def test_base_request_names(names: list[str], expected: tuple[str, ...]) -> None:
     assert base_request_names(names) == expected
+
+
+HOSTILE_REFS = [
+    (ClaimRef("team-a", "x/../../victim", "claim"), "uid 'x/../../victim' is not a UID"),
+    (ClaimRef("team-a", "..", "claim"), "uid '..' is not a UID"),
+    (ClaimRef("team-a", "a.b", "claim"), "uid 'a.b' is not a UID"),
+    (ClaimRef("team-a", "uid\x00", "claim"), "is not a UID"),
+    (ClaimRef("team-a", "u" * 129, "claim"), "is not a UID"),
+    (ClaimRef("Team_A", "uid-9", "claim"), "namespace 'Team_A' is not a DNS label"),
+    (ClaimRef("team-a", "uid-9", "../claim"), "name '../claim' is not a DNS subdomain"),
+]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("hostile", "problem"), HOSTILE_REFS)
+def test_invalid_claim_references_never_reach_the_preparer(
+    dirs: Dirs, version: str, hostile: ClaimRef, problem: str
+) -> None:
+    preparer = FakePreparer()
+    good = _claims(1)
+    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
+        plugin = _plugin(dirs, kubelet)
+        prepared = plugin.prepare([hostile, *good], version=version)
+        unprepared = plugin.unprepare([hostile, *good], version=version)
+    for error in (prepared[hostile.uid].error, unprepared[hostile.uid]):
+        assert error.startswith(f"{INVALID_REFERENCE_ERROR}: ") and problem in error
+    assert prepared[hostile.uid].devices == ()
+    assert prepared["uid-0"].error == "" and unprepared["uid-0"] == ""
+    assert preparer.prepare_calls == [good] and preparer.unprepare_calls == [good]
+
+
+def test_claim_reference_rules() -> None:
+    uuid = "6f1c1b0e-7f0a-4b51-9a51-0f8c2f1b9e4d"
+    assert claim_ref_problem(ClaimRef("default", uuid, "c")) is None
+    long_name = ".".join(["a" * 63] * 3 + ["a" * 61])  # 253 characters, the limit
+    assert claim_ref_problem(ClaimRef("default", "uid-1", long_name)) is None
+    assert claim_ref_problem(ClaimRef("default", "uid-1", long_name + "a")) is not None
+    shown = claim_ref_problem(ClaimRef("default", "/" * 500, "c"))
+    assert shown is not None and len(shown) < 150

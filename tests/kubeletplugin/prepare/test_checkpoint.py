@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kubeletplugin.prepare.cdi import spec_file_prefix
 from kubeletplugin.prepare.checkpoint import (
     CHECKPOINT_VERSION,
     STATE_STARTED,
@@ -255,3 +256,26 @@ def test_a_file_in_place_of_the_data_dir_is_an_os_error_naming_it(tmp_path: Path
     blocker.write_text("")
     with pytest.raises(NotADirectoryError, match="a-file"):
         Checkpoint(blocker / "data", boot_id_file=tmp_path / "no-such-file").load()
+
+
+@pytest.mark.parametrize("reboot", [False, True])
+def test_a_checkpoint_key_that_is_no_claim_uid_touches_nothing_outside_the_cdi_dir(
+    node: Node, reboot: bool
+) -> None:
+    """A tampered checkpoint naming ``../../victim`` as a claim: the entry is rolled back (or
+    dropped after a reboot) without building a path from it, and the start does not fail."""
+    claims, objs = _prepared(node)
+    victim = node.cdi_dir.parent / "victim.json"
+    victim.write_text("keep me")
+    # With this directory, <cdi-dir>/<prefix>x/../../victim.json resolves to the victim.
+    (node.cdi_dir / f"{spec_file_prefix(DRIVER)}x").mkdir(parents=True)
+    doc = node.checkpoint()
+    uid = objs[0]["metadata"]["uid"]
+    doc["claims"]["x/../../victim"] = doc["claims"][uid]
+    _rewrite(node, doc)
+    if reboot:
+        node.boot_id_file.write_text("another-boot\n")
+    state = node.state(claims)
+    assert victim.read_text() == "keep me"
+    assert "x/../../victim" not in state.prepared_claims()
+    assert "x/../../victim" not in node.checkpoint()["claims"]

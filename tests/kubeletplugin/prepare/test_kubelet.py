@@ -14,8 +14,9 @@ import kubernetes.client
 import pytest
 
 from kubeletplugin.devices.table import node_devices
+from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.kubelet.server import PluginServer
-from kubeletplugin.prepare.cdi import CdiSpecWriter
+from kubeletplugin.prepare.cdi import CdiSpecWriter, spec_file_prefix
 from kubeletplugin.prepare.checkpoint import Checkpoint
 from kubeletplugin.prepare.claims import KubeClaimGetter
 from kubeletplugin.prepare.state import DeviceState
@@ -152,4 +153,23 @@ def test_32_concurrent_prepares_over_the_socket(plugin: Plugin, apiserver: KubeA
         assert len(plugin.node.spec_files()) == n
         errors = kplugin.unprepare([ref(o) for o in objs])
         assert set(errors.values()) == {""}
+    assert plugin.node.spec_files() == []
+
+
+@pytest.mark.parametrize("version", ["v1.DRAPlugin", "v1beta1.DRAPlugin"])
+def test_a_claim_uid_with_a_path_in_it_touches_nothing_outside_the_cdi_dir(
+    plugin: Plugin, version: str
+) -> None:
+    """Unprepare (and prepare) of ``x/../../victim`` used to delete ``<cdi-dir>/../victim.json``."""
+    victim = plugin.node.cdi_dir.parent / "victim.json"
+    victim.write_text("keep me")
+    # With this directory, <cdi-dir>/<prefix>x/../../victim.json resolves to the victim.
+    (plugin.node.cdi_dir / f"{spec_file_prefix(DRIVER)}x").mkdir(parents=True)
+    hostile = ClaimRef("default", "x/../../victim", "c")
+    with KubeletSim(plugin.registry) as sim, sim.register(DRIVER) as kplugin:
+        errors = kplugin.unprepare([hostile], version=version)
+        prepared = kplugin.prepare([hostile], version=version)
+    assert errors[hostile.uid].startswith("kubelet sent an invalid claim reference: uid")
+    assert prepared[hostile.uid].error.startswith("kubelet sent an invalid claim reference")
+    assert victim.read_text() == "keep me"
     assert plugin.node.spec_files() == []
