@@ -22,6 +22,7 @@ import shlex
 import subprocess
 import tempfile
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,8 +213,13 @@ class _Rule:
     once: bool
 
 
+#: How many calls a :class:`FakeRunner` remembers: the mock backend runs one for the daemon's
+#: whole life, so its record is bounded (tests look at far fewer).
+FAKE_RUNNER_HISTORY: Final = 1000
+
+
 class FakeRunner:
-    """Records every command and answers from scripted rules (thread-safe).
+    """Records the last ``history`` commands and answers from scripted rules (thread-safe).
 
     A call is answered by the most recently added rule whose command matches, whose ``prefix``
     starts the argument list and whose ``stdin`` (when given) equals the call's stdin; ``once``
@@ -222,8 +228,9 @@ class FakeRunner:
     exactly as :class:`HostRunner` does.
     """
 
-    def __init__(self) -> None:
-        self.calls: list[RecordedCall] = []
+    def __init__(self, history: int = FAKE_RUNNER_HISTORY) -> None:
+        #: The most recent calls, oldest first (at most ``history``).
+        self.calls: deque[RecordedCall] = deque(maxlen=history)
         self._rules: list[_Rule] = []
         self._lock = threading.Lock()
 

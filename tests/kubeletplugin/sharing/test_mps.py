@@ -253,6 +253,6 @@ def test_a_daemon_that_never_answers_is_quit_and_the_mode_restored(tmp_path: Pat
     assert f"the MPS control daemon of GPU {U} did not answer within 0.3s of starting" in str(
         info.value
     )
-    assert [c.stdin for c in fake.calls[-2:]] == ["quit\n", None]
+    assert [c.stdin for c in list(fake.calls)[-2:]] == ["quit\n", None]
     assert fake.argvs()[-1] == ("nvidia-smi", "-i", U, "-c", "DEFAULT")
     assert sim.daemons == {} and sim.mode(U) == "DEFAULT" and mps.running() == {}

@@ -136,3 +136,11 @@ def test_driver_root_libraries_come_first_on_the_library_path(tmp_path: Path) ->
     other = tmp_path / "no-libs"
     script(other, "usr/bin/tool", 'echo "[$LD_LIBRARY_PATH]"')
     assert HostRunner(other, base_env={}).run("tool").stdout == "[]\n"
+
+
+def test_the_fake_runner_remembers_only_its_recent_calls() -> None:
+    """The mock backend's runner lives as long as the daemon: its record stays bounded."""
+    fake = FakeRunner(history=3)
+    for i in range(10):
+        fake.run("nvidia-smi", ["-i", str(i)])
+    assert fake.argvs() == [("nvidia-smi", "-i", str(i)) for i in (7, 8, 9)]
