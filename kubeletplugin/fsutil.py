@@ -19,6 +19,26 @@ TEMP_SUFFIX = ".tmp"
 PRIVATE_DIR_MODE = 0o750
 
 
+#: The longest file name Linux file systems take.
+_NAME_MAX = 255
+
+
+def child_path(root: Path, name: str) -> Path:
+    """``root / name`` where ``name`` must be one plain path component: not empty, not ``.`` or
+    ``..``, no ``/`` or NUL, at most 255 bytes. Every path built from a name that came from
+    outside (a checkpoint, a GPU UUID, a claim UID) goes through here, so it stays under
+    ``root``; anything else raises ValueError."""
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\0" in name
+        or len(name.encode("utf-8", "surrogateescape")) > _NAME_MAX
+    ):
+        raise ValueError(f"refusing {name!r} as a file name under {root}")
+    return root / name
+
+
 def temp_prefix(path: Path) -> str:
     """Prefix of the temporary files :func:`atomic_write` creates for ``path``."""
     return f".{path.name}."

@@ -314,6 +314,8 @@ class Checkpoint:
                 raise CheckpointError("sharing is not an object")
         except (ValueError, CheckpointError) as exc:
             return self._corrupt(str(exc))
+        except RecursionError:
+            return self._corrupt("JSON nested too deeply")
         if version > CHECKPOINT_VERSION:
             log.info(
                 "checkpoint %s has format version %d (this plugin writes %d); "

@@ -32,12 +32,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from api.names import CORES_PER_GPU
 from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.fsutil import remove_durably
 from kubeletplugin.kubelet.preparer import (
     ClaimRef,
     PrepareOutcome,
     UnprepareOutcome,
+    claim_ref_problem,
+    is_claim_uid,
 )
 from kubeletplugin.prepare import cdi as cdimod
 from kubeletplugin.prepare.cdi import CdiSpecWriter, SpecDevice
@@ -47,6 +50,7 @@ from kubeletplugin.prepare.checkpoint import (
     STATE_COMPLETED,
     STATE_STARTED,
     Checkpoint,
+    CheckpointError,
     ClaimRecord,
     DeviceRecord,
 )
@@ -160,18 +164,26 @@ class DeviceState:
         consistent state. Never raises for a bad checkpoint."""
         self._cdi.ensure_dir()
         loaded = self._checkpoint.load()
-        claims = dict(loaded.claims)
+        recorded = dict(loaded.claims)
         if loaded.status == LOAD_REBOOTED:
             for uid in loaded.stale_claim_uids:
-                self._cdi.remove(uid)
+                if is_claim_uid(uid):
+                    self._cdi.remove(uid)
         elif loaded.status == LOAD_CORRUPT:
-            claims = self._rebuild_from_specs()
+            recorded = self._rebuild_from_specs()
             log.warning(
                 "rebuilt %d prepared claims from the CDI spec files after a corrupt checkpoint",
-                len(claims),
+                len(recorded),
             )
-        rollback = set(loaded.bad_claims)
-        for uid, problem in loaded.bad_claims.items():
+        bad_claims = dict(loaded.bad_claims)
+        claims: dict[str, ClaimRecord] = {}
+        for uid, rec in recorded.items():
+            try:
+                claims[uid] = self._revalidated(rec)
+            except CheckpointError as exc:
+                bad_claims[uid] = str(exc)
+        rollback = set(bad_claims)
+        for uid, problem in bad_claims.items():
             log.warning(
                 "checkpoint entry of claim %s cannot be decoded (%s); rolling it back", uid, problem
             )
@@ -203,6 +215,7 @@ class DeviceState:
                 for uid, rec in claims.items()
                 if uid not in rollback
             },
+            node_gpus=tuple(self._gpus_by_uuid),
         )
         for uid in sorted(rollback):
             self._cdi.remove(uid)
@@ -220,6 +233,45 @@ class DeviceState:
         log.info(
             "device state ready: %d prepared claims (checkpoint %s)", len(claims), loaded.status
         )
+
+    def _revalidated(self, rec: ClaimRecord) -> ClaimRecord:
+        """``rec`` (read from the checkpoint or a spec file) checked against the node's device
+        table and the fixed vocabularies, with every derived field derived again: the CDI names
+        and the IDs answered to kubelet are rebuilt from the claim UID, device and share ID,
+        never replayed from the file. CheckpointError names the first field that does not fit.
+        """
+        where = f"claims[{rec.uid}]"
+        problem = claim_ref_problem(ClaimRef(namespace=rec.namespace, uid=rec.uid, name=rec.name))
+        if problem is not None:
+            raise CheckpointError(f"{where}: {problem}")
+        devices = []
+        for i, d in enumerate(rec.devices):
+            at = f"{where}.devices[{i}]"
+            node_device = self._devices.get(d.device)
+            if node_device is None:
+                raise CheckpointError(f"{at}.device {d.device!r} is not a device of this node")
+            gpu = node_device.gpu
+            if d.gpu_uuid != gpu.uuid:
+                raise CheckpointError(
+                    f"{at}.gpuUUID {d.gpu_uuid!r} is not the GPU of device {d.device} ({gpu.uuid})"
+                )
+            if d.pool != self.node_name:
+                raise CheckpointError(f"{at}.pool {d.pool!r} is not this node's pool")
+            if d.partition != node_device.partition:
+                raise CheckpointError(
+                    f"{at}.partition {d.partition!r} is not device {d.device}'s "
+                    f"({node_device.partition!r})"
+                )
+            if not 0 <= d.cores <= CORES_PER_GPU:
+                raise CheckpointError(f"{at}.cores {d.cores} is outside 0..{CORES_PER_GPU}")
+            if not 0 <= d.memory <= gpu.memory_total:
+                raise CheckpointError(f"{at}.memory {d.memory} is outside 0..{gpu.memory_total}")
+            try:
+                name = cdimod.cdi_device_name(rec.uid, d.device, d.share_id)
+            except ValueError as exc:
+                raise CheckpointError(f"{at}.shareID: {exc}") from None
+            devices.append(replace(d, cdi_name=name, cdi_device_ids=self._cdi.cdi_ids(name, gpu)))
+        return replace(rec, devices=tuple(devices))
 
     def _rebuild_from_specs(self) -> dict[str, ClaimRecord]:
         specs, problems = self._cdi.read_claim_specs(self.node_name)

@@ -19,7 +19,7 @@ concurrently, from different threads):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -94,10 +94,15 @@ class ShareEnforcer(Protocol):
         self,
         state: Mapping[str, Any] | None,
         prepared: Mapping[str, tuple[Sequence[DeviceShare], Mapping[str, Any]]],
+        *,
+        node_gpus: Collection[str],
     ) -> None:
         """Resume after a restart: ``state`` is the last exported state (None when it was lost:
         first start, reboot, corrupt checkpoint); ``prepared`` maps each prepared claim UID to
-        its device shares and its ``record``."""
+        its device shares and its ``record``. ``state`` and ``record`` come from a file: only
+        entries for ``node_gpus`` (the UUIDs of the node's GPUs) and for the claim's own shares
+        are acted on, every value is checked against its vocabulary, the rest is logged and
+        ignored."""
         ...
 
 
@@ -119,5 +124,7 @@ class NoEnforcement:
         self,
         state: Mapping[str, Any] | None,
         prepared: Mapping[str, tuple[Sequence[DeviceShare], Mapping[str, Any]]],
+        *,
+        node_gpus: Collection[str],
     ) -> None:
         return None

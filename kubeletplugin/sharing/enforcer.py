@@ -34,7 +34,7 @@ import contextlib
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -61,6 +61,7 @@ from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, MpsManager
 from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import (
     DEFAULT_INTERVAL,
+    TIMESLICE_VALUES,
     TimeSliceConflict,
     TimeSliceManager,
 )
@@ -197,10 +198,19 @@ class SharingEnforcer:
         self,
         state: Mapping[str, Any] | None,
         prepared: Mapping[str, tuple[Sequence[DeviceShare], Mapping[str, Any]]],
+        *,
+        node_gpus: Collection[str],
     ) -> None:
         state = state if isinstance(state, Mapping) else {}
-        modes = MpsManager.previous_modes(_mapping(state.get("mps")))
-        intervals = TimeSliceManager.intervals(_mapping(state.get("timeSlicing")))
+        known = frozenset(node_gpus)
+        modes = _on_node(
+            MpsManager.previous_modes(_mapping(state.get("mps"))), known, "MPS compute mode"
+        )
+        intervals = _on_node(
+            TimeSliceManager.intervals(_mapping(state.get("timeSlicing"))),
+            known,
+            "time-slice interval",
+        )
         with self._lock:
             for claim_uid, (devices, record) in prepared.items():
                 self._grants[claim_uid] = _grants_from_record(devices, record)
@@ -224,7 +234,9 @@ class SharingEnforcer:
         # GPU's compute mode may still be EXCLUSIVE_PROCESS.
         mps_gpus = {g.gpu_uuid for _, g in all_grants if g.strategy == STRATEGY_MPS}
         for uuid in self.mps.directories():
-            if uuid not in mps_gpus and uuid not in modes:
+            if uuid not in known:
+                log.warning("ignoring the MPS directory of %r: this node has no such GPU", uuid)
+            elif uuid not in mps_gpus and uuid not in modes:
                 modes[uuid] = DEFAULT_COMPUTE_MODE
         for uuid, mode in sorted(modes.items()):
             try:
@@ -234,7 +246,10 @@ class SharingEnforcer:
         # Intervals no claim holds: recorded in the checkpoint, or only marked (a prepare
         # interrupted before its record); a GPU a surviving claim holds keeps its setting.
         for uuid in self.timeslice.marked():
-            self.timeslice.adopt(uuid, DEFAULT_INTERVAL)
+            if uuid in known:
+                self.timeslice.adopt(uuid, DEFAULT_INTERVAL)
+            else:
+                log.warning("ignoring the time-slice marker of %r: this node has no such GPU", uuid)
         for uuid in self.timeslice.gpus():
             if not self.timeslice.holders(uuid):
                 try:
@@ -521,16 +536,51 @@ def _mapping(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
 
 
+def _on_node(found: dict[str, str], known: frozenset[str], what: str) -> dict[str, str]:
+    """The entries of ``found`` (by GPU UUID, from a checkpoint) for GPUs this node has; the
+    others are logged and dropped, never acted on."""
+    for uuid in sorted(set(found) - known):
+        log.warning("ignoring the recorded %s of %r: this node has no such GPU", what, uuid)
+    return {uuid: value for uuid, value in found.items() if uuid in known}
+
+
+def _grant_problem(grant: Grant, devices: Sequence[DeviceShare]) -> str | None:
+    """Why a grant read from a checkpoint cannot be the grant of one of ``devices`` (the
+    claim's shares, resolved through the node's device table); None when it can."""
+    share = next(
+        (d for d in devices if d.device == grant.device and d.gpu.uuid == grant.gpu_uuid), None
+    )
+    if share is None:
+        return f"device {grant.device!r} of GPU {grant.gpu_uuid!r} is not one of the claim's"
+    if grant.strategy not in _COMPATIBLE:
+        return f"strategy {grant.strategy!r} is none of {', '.join(sorted(_COMPATIBLE))}"
+    if grant.interval is not None and grant.interval not in TIMESLICE_VALUES:
+        return f"time-slice interval {grant.interval!r} is none of {', '.join(TIMESLICE_VALUES)}"
+    if not (0 <= grant.limit_cores <= grant.cores == share.cores):
+        return f"cores {grant.cores}/{grant.limit_cores} do not fit the share's {share.cores}"
+    if not (0 <= grant.limit_memory <= grant.memory == share.memory):
+        return f"memory {grant.memory}/{grant.limit_memory} does not fit the share's {share.memory}"
+    return None
+
+
 def _grants_from_record(
     devices: Sequence[DeviceShare], record: Mapping[str, Any]
 ) -> tuple[Grant, ...]:
-    """A claim's grants from its checkpoint record; without a usable record (lost checkpoint,
-    rebuilt from CDI files) they are derived from the shares with the default strategies."""
+    """A claim's grants from its checkpoint record, each checked against the claim's shares and
+    the fixed vocabularies; without a usable record (lost checkpoint, rebuilt from CDI files, or
+    a record that fails a check) they are derived from the shares with the default strategies."""
     raw = record.get("grants") if isinstance(record, Mapping) else None
     if isinstance(raw, list):
         try:
-            return tuple(Grant.from_json(g) for g in raw)
-        except (KeyError, TypeError, ValueError) as exc:
+            grants = tuple(Grant.from_json(g) for g in raw)
+            problems = [p for g in grants if (p := _grant_problem(g, devices)) is not None]
+            if not problems:
+                return grants
+            log.warning(
+                "enforcement record does not match the claim (%s), using default strategies",
+                "; ".join(problems),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             log.warning("unreadable enforcement record, using default strategies: %s", exc)
     return tuple(
         Grant(

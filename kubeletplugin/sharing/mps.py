@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from kubeletplugin.containeredits import ContainerEdits, Mount
+from kubeletplugin.fsutil import child_path
 from kubeletplugin.runner import MPS_CONTROL, NVIDIA_SMI, CommandError, Runner
 
 log = logging.getLogger(__name__)
@@ -99,10 +100,10 @@ class MpsManager:
     # --- paths and environment ---
 
     def pipe_dir(self, uuid: str) -> Path:
-        return self.root / uuid / "pipe"
+        return child_path(self.root, uuid) / "pipe"
 
     def log_dir(self, uuid: str) -> Path:
-        return self.root / uuid / "log"
+        return child_path(self.root, uuid) / "log"
 
     def directories(self) -> list[str]:
         """GPU UUIDs that have a directory under the MPS root (daemons may have run there)."""
@@ -209,7 +210,20 @@ class MpsManager:
 
     def cleanup(self, uuid: str, previous_compute_mode: str) -> None:
         """Stop a daemon no share needs any more (found in a checkpoint after a restart), if it
-        still runs, and restore ``previous_compute_mode``; never starts anything."""
+        still runs, and restore ``previous_compute_mode``; never starts anything.
+
+        The mode is restored only while the GPU is in ``EXCLUSIVE_PROCESS``, the mode the plugin
+        sets for MPS: a recorded mode never changes a GPU the plugin did not switch."""
+        current = self.query_compute_mode(uuid)
+        if current != EXCLUSIVE_PROCESS and previous_compute_mode != current:
+            log.info(
+                "GPU %s is in compute mode %s, not %s: leaving it (the checkpoint says %s)",
+                uuid,
+                current,
+                EXCLUSIVE_PROCESS,
+                previous_compute_mode,
+            )
+            previous_compute_mode = current
         with self._lock:
             self._daemons.setdefault(
                 uuid,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from api.gpuconfig import TimeSliceInterval
-from kubeletplugin.fsutil import TEMP_SUFFIX, atomic_write, fsync_dir, remove_durably
+from kubeletplugin.fsutil import TEMP_SUFFIX, atomic_write, child_path, fsync_dir, remove_durably
 from kubeletplugin.runner import NVIDIA_SMI, Runner
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class TimeSliceManager:
         if not self.marker_dir.is_dir():
             self.marker_dir.mkdir(parents=True, exist_ok=True)
             fsync_dir(self.marker_dir.parent)
-        atomic_write(self.marker_dir / uuid, f"{interval}\n".encode())
+        atomic_write(child_path(self.marker_dir, uuid), f"{interval}\n".encode())
 
     def _unmark(self, uuid: str) -> None:
         """Drop the marker of a GPU back at ``Default``; a marker that stays only makes the next
@@ -170,6 +170,6 @@ class TimeSliceManager:
         if self.marker_dir is None:
             return
         try:
-            remove_durably(self.marker_dir / uuid)
+            remove_durably(child_path(self.marker_dir, uuid))
         except OSError as exc:
             log.warning("cannot remove the time-slice marker of GPU %s: %s", uuid, exc)

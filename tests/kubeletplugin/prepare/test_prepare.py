@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -329,7 +329,9 @@ class RecordingEnforcer:
     def export_state(self) -> dict[str, Any]:
         return {"active": sorted(self.active)}
 
-    def restore(self, state: Any, prepared: Mapping[str, Any]) -> None:
+    def restore(
+        self, state: Any, prepared: Mapping[str, Any], *, node_gpus: Collection[str]
+    ) -> None:
         self.restored = (state, prepared)
         self.active = set((state or {}).get("active", []))
 

@@ -373,7 +373,7 @@ def test_a_daemon_found_running_without_claims_is_stopped_when_the_checkpoint_is
     first.apply("claim-a", [share], DriverConfigs())
     assert len(tools.sim.daemons) == 1
     # Restart with neither the exported state nor any prepared claim (checkpoint lost).
-    tools.enforcer(tmp_path).restore(None, {})
+    tools.enforcer(tmp_path).restore(None, {}, node_gpus=[g.uuid for g in h.gpus()])
     assert tools.sim.daemons == {}
     assert tools.sim.mode(gpu.uuid) == "DEFAULT"
 
@@ -392,7 +392,7 @@ def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record
     assert done.device_edits[0].env == ()
     assert [Grant.from_json(g).strategy for g in done.record["grants"]] == ["Exclusive"]
     restarted = tools.enforcer(tmp_path)
-    restarted.restore(None, {"claim-a": ([whole], {})})
+    restarted.restore(None, {"claim-a": ([whole], {})}, node_gpus=[gpu.uuid])
     assert [g.strategy for g in restarted.grants()["claim-a"]] == ["Exclusive"]
     assert tools.fake.argvs() == []
 

@@ -15,6 +15,9 @@ from kubeletplugin.sharing.timeslice import TimeSliceConflict, TimeSliceManager
 U = "GPU-11111111-2222-3333-4444-555555555555"
 
 
+QUERY_MODE = ("nvidia-smi", "-i", U, "--query-gpu=compute_mode", "--format=csv,noheader")
+
+
 def tools() -> tuple[SimulatedNvidiaTools, FakeRunner]:
     sim = SimulatedNvidiaTools()
     return sim, sim.install(FakeRunner())
@@ -148,8 +151,25 @@ def test_cleanup_of_a_gone_daemon_only_restores_the_mode(tmp_path: Path) -> None
     sim.compute_modes[U] = "EXCLUSIVE_PROCESS"
     mps = MpsManager(fake, tmp_path)
     mps.cleanup(U, "DEFAULT")
-    assert fake.argvs() == [("nvidia-cuda-mps-control",), ("nvidia-smi", "-i", U, "-c", "DEFAULT")]
-    assert fake.calls[0].stdin == "quit\n"
+    assert fake.argvs() == [
+        QUERY_MODE,
+        ("nvidia-cuda-mps-control",),
+        ("nvidia-smi", "-i", U, "-c", "DEFAULT"),
+    ]
+    assert fake.calls[1].stdin == "quit\n"
+    assert sim.mode(U) == "DEFAULT"
+
+
+@pytest.mark.parametrize("recorded", ["PROHIBITED", "EXCLUSIVE_THREAD"])
+def test_cleanup_never_switches_a_gpu_the_plugin_did_not_switch(
+    tmp_path: Path, recorded: str
+) -> None:
+    # A checkpoint naming a mode for a GPU in DEFAULT (no daemon of ours put it in
+    # EXCLUSIVE_PROCESS) must not change the GPU: the recorded mode is only restored over ours.
+    sim, fake = tools()
+    mps = MpsManager(fake, tmp_path)
+    mps.cleanup(U, recorded)
+    assert ("nvidia-smi", "-i", U, "-c", recorded) not in fake.argvs()
     assert sim.mode(U) == "DEFAULT"
 
 

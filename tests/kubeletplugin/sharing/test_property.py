@@ -145,7 +145,7 @@ def test_random_prepares_and_unprepares_keep_every_invariant(
             if isinstance(op, Restart):
                 state = enforcer.export_state()
                 enforcer = tools.enforcer(Path(tmp), limits_library=LIBRARY)
-                enforcer.restore(state, prepared)
+                enforcer.restore(state, prepared, node_gpus=[g.uuid for g in GPUS])
             elif isinstance(op, Unprepare):
                 uid = f"claim-{op.claim}"
                 enforcer.release(uid)

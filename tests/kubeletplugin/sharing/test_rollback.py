@@ -3,7 +3,7 @@ record: the next start rolls the claim back and undoes what no checkpoint record
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,10 @@ class CrashAfterApply:
         self,
         state: Mapping[str, Any] | None,
         prepared: Mapping[str, tuple[Sequence[DeviceShare], Mapping[str, Any]]],
+        *,
+        node_gpus: Collection[str],
     ) -> None:
-        self.inner.restore(state, prepared)
+        self.inner.restore(state, prepared, node_gpus=node_gpus)
 
 
 def prepare(state: Any, obj: dict[str, Any]) -> str:
@@ -180,7 +182,8 @@ def test_a_compute_mode_changed_for_an_interrupted_prepare_is_restored(
         # quit fails; no pid file or socket, so nothing else to ask
         "never-started": [("nvidia-cuda-mps-control",)],
     }[daemon]
-    assert tools.fake.argvs() == [*probes, ("nvidia-smi", "-i", uuid, "-c", "DEFAULT")]
+    query = ("nvidia-smi", "-i", uuid, "--query-gpu=compute_mode", "--format=csv,noheader")
+    assert tools.fake.argvs() == [query, *probes, ("nvidia-smi", "-i", uuid, "-c", "DEFAULT")]
     assert tools.sim.mode(uuid) == "DEFAULT" and tools.sim.daemons == {}
     assert not pipe.exists()
     # A prepare that never set an interval leaves no time-slice marker behind.

@@ -1,0 +1,206 @@
+"""A checkpoint written by someone else: every field is checked against the node's device table
+and fixed vocabularies at start, derived fields are derived again, and nothing outside the
+plugin's directories is touched. Each case here was a finding of an adversarial review."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubeletplugin.prepare.checkpoint import checksum_of
+from tests.kubeletplugin.prepare import helpers as h
+from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config
+
+MPS = gpu_config({"strategy": "MPS"})
+
+
+def _prepare(node: h.Node, n: int, **kw: Any) -> tuple[h.FakeClaims, list[dict[str, Any]]]:
+    claims = h.FakeClaims()
+    objs = [
+        h.claim(
+            f"c{i}",
+            [h.result("gpu", "gpu-0", share={"cores": 10, "memory": GI})],
+            configs=kw.pop("configs", ()) if i == 0 else (),
+        )
+        for i in range(n)
+    ]
+    claims.add(*objs)
+    outs = node.state(claims, **kw).prepare([h.ref(o) for o in objs])
+    assert all(o.error == "" for o in outs.values()), outs
+    return claims, objs
+
+
+def _tamper(node: h.Node, change: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite the checkpoint with ``change`` applied and a matching checksum (the checksum
+    detects torn writes, not an attacker)."""
+    doc = node.checkpoint()
+    change(doc)
+    doc["checksum"] = checksum_of(doc)
+    (node.data_dir / "checkpoint.json").write_text(json.dumps(doc))
+
+
+def _victim(root: Path) -> Path:
+    """A directory outside the plugin's dirs with a file and a ``pipe`` subdirectory."""
+    victim = root / "victim"
+    (victim / "pipe").mkdir(parents=True)
+    (victim / "pipe" / "keep").write_text("keep me")
+    (victim / "keep").write_text("keep me")
+    return victim
+
+
+def _intact(victim: Path) -> bool:
+    return (victim / "keep").read_text() == "keep me" and (
+        victim / "pipe" / "keep"
+    ).read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("gpuUUID", "VICTIM"),
+        ("gpuUUID", "../../victim"),
+        ("gpuUUID", h.gpus()[1].uuid),  # a real GPU, but not the device's
+        ("device", "../victim"),
+        ("device", "gpu-99"),
+        ("pool", "another-node"),
+        ("partition", "half-0"),
+        ("cores", 1000),
+        ("cores", -1),
+        ("memory", 10**30),
+        ("shareID", "../../x"),
+    ],
+)
+def test_a_device_record_that_does_not_fit_the_node_rolls_its_claim_back(
+    node: h.Node, field: str, value: Any
+) -> None:
+    claims, objs = _prepare(node, 2)
+    victim = _victim(node.root)
+    uid, other = (o["metadata"]["uid"] for o in objs)
+    value = str(victim) if value == "VICTIM" else value
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["claims"][uid]["devices"][0][field] = value
+
+    _tamper(node, change)
+    state = node.state(claims)
+    assert uid not in state.prepared_claims()
+    assert other in state.prepared_claims()
+    assert _intact(victim)
+    # The rolled-back claim's spec is gone; kubelet's retry prepares it again.
+    assert [p for p in node.spec_files() if uid in p.name] == []
+    assert state.prepare([h.ref(objs[0])])[uid].error == ""
+
+
+def test_recorded_cdi_ids_are_derived_again_never_replayed(node: h.Node) -> None:
+    claims, objs = _prepare(node, 1)
+    uid = objs[0]["metadata"]["uid"]
+    honest = node.checkpoint()["claims"][uid]["devices"][0]
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["claims"][uid]["devices"][0]["cdiDeviceIds"] = ["nvidia.com/gpu=all"]
+        doc["claims"][uid]["devices"][0]["cdiName"] = "all"
+
+    _tamper(node, change)
+    state = node.state(claims)
+    (device,) = state.prepare([h.ref(objs[0])])[uid].devices
+    assert tuple(device.cdi_device_ids) == tuple(honest["cdiDeviceIds"])
+    assert node.checkpoint()["claims"][uid]["devices"][0]["cdiDeviceIds"] == honest["cdiDeviceIds"]
+
+
+@pytest.mark.parametrize(("namespace", "name"), [("../x", "c0"), ("default", "a/b"), ("", "c0")])
+def test_a_recorded_claim_reference_that_is_no_kubernetes_name_is_rolled_back(
+    node: h.Node, namespace: str, name: str
+) -> None:
+    claims, objs = _prepare(node, 1)
+    uid = objs[0]["metadata"]["uid"]
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["claims"][uid].update(namespace=namespace, name=name)
+
+    _tamper(node, change)
+    assert uid not in node.state(claims).prepared_claims()
+
+
+def test_deeply_nested_checkpoint_is_corrupt_not_a_crash(node: h.Node) -> None:
+    claims, objs = _prepare(node, 1)
+    path = node.data_dir / "checkpoint.json"
+    path.write_bytes(b'{"sharing":' + b'{"a":' * 5000 + b"1" + b"}" * 5001)
+    state = node.state(claims)  # no RecursionError
+    assert len(list(node.data_dir.glob("checkpoint.json.corrupt-*"))) == 1
+    # Rebuilt from the spec files, as for any corrupt checkpoint.
+    assert objs[0]["metadata"]["uid"] in state.prepared_claims()
+
+
+def test_recorded_mps_state_for_a_path_instead_of_a_gpu_touches_nothing(node: h.Node) -> None:
+    tools = Tools.new()
+    claims, _ = _prepare(node, 1, enforcer=tools.enforcer(node.data_dir), configs=[MPS])
+    victim = _victim(node.root)
+    tools.fake.clear()
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["sharing"]["mps"][str(victim)] = {"previousComputeMode": "DEFAULT"}
+        doc["sharing"]["mps"]["../../victim"] = {"previousComputeMode": "DEFAULT"}
+        doc["sharing"]["timeSlicing"][str(victim)] = {"interval": "Long"}
+
+    _tamper(node, change)
+    node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert _intact(victim)
+    assert not any(str(victim) in arg or "victim" in arg for a in tools.fake.argvs() for arg in a)
+
+
+def test_a_recorded_compute_mode_never_switches_a_gpu_no_claim_uses(node: h.Node) -> None:
+    tools = Tools.new()
+    claims, _ = _prepare(node, 1, enforcer=tools.enforcer(node.data_dir), configs=[MPS])
+    idle = h.gpus()[3].uuid
+    tools.fake.clear()
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["sharing"]["mps"][idle] = {"previousComputeMode": "PROHIBITED"}
+
+    _tamper(node, change)
+    node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert ("nvidia-smi", "-i", idle, "-c", "PROHIBITED") not in tools.fake.argvs()
+    assert tools.sim.mode(idle) == "DEFAULT"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("gpu_uuid", "VICTIM"),
+        ("gpu_uuid", h.gpus()[2].uuid),
+        ("strategy", "Root"),
+        ("interval", "Forever"),
+        ("limit_cores", 1000),
+        ("memory", 10**30),
+    ],
+)
+def test_an_enforcement_record_that_does_not_fit_the_claim_is_replaced_by_defaults(
+    node: h.Node, field: str, value: Any
+) -> None:
+    tools = Tools.new()
+    claims, objs = _prepare(node, 1, enforcer=tools.enforcer(node.data_dir), configs=[MPS])
+    victim = _victim(node.root)
+    uid = objs[0]["metadata"]["uid"]
+    value = str(victim) if value == "VICTIM" else value
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["claims"][uid]["sharing"]["grants"][0][field] = value
+
+    _tamper(node, change)
+    tools.fake.clear()
+    enforcer = tools.enforcer(node.data_dir)
+    state = node.state(claims, enforcer=enforcer)
+    assert uid in state.prepared_claims()
+    (grant,) = enforcer.grants()[uid]
+    assert grant.gpu_uuid == h.gpus()[0].uuid
+    assert grant.strategy == "MPS" and grant.cores == 10 and grant.memory == GI
+    assert grant.interval is None
+    assert _intact(victim)
+    assert not any("victim" in arg for a in tools.fake.argvs() for arg in a)
+    # The only MPS daemon is the claim's GPU's, under the plugin's data dir.
+    assert [Path(pipe).parent.name for pipe in tools.sim.daemons] == [h.gpus()[0].uuid]
+    assert all(Path(pipe).is_relative_to(node.data_dir) for pipe in tools.sim.daemons)
