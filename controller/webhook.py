@@ -46,6 +46,7 @@ from sharegpu.admission.checks import (
     errors,
     warnings,
 )
+from sharegpu.kube import jsonbody
 from sharegpu.kube.telemetry import parse_address
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, b'{"error":"missing or oversized body"}')
             return
         try:
-            body = json.loads(self.rfile.read(length))
+            body = jsonbody.decode(self.rfile.read(length))
             answer = self.admission.review(body, expected)
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             self._failed(400, str(exc))

@@ -419,10 +419,16 @@ class DeviceState:
             return self._prepare_allocation(allocation, self._device_shares(allocation))
 
     def _fetch(self, ref: ClaimRef) -> dict[str, Any] | ClaimError:
+        """The claim, or the error that fails only this claim (never the other claims of the
+        same call, whatever the getter raises)."""
         try:
             return self._getter.get_claim(ref.namespace, ref.name)
         except ClaimError as exc:
             return exc
+        except Exception as exc:
+            log.exception("unexpected error getting claim %s/%s", ref.namespace, ref.name)
+            label = _claim_label(ref.namespace, ref.name, ref.uid)
+            return ClaimError(f"cannot get {label}: {type(exc).__name__}: {exc}", REASON_INTERNAL)
 
     def _device_shares(self, allocation: ClaimAllocation) -> list[DeviceShare]:
         """One share per distinct (device, shareID) of the claim, in result order."""

@@ -26,6 +26,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from sharegpu.kube import jsonbody
+
 #: Environment variable naming a kubeconfig file (first path when it is a list).
 KUBECONFIG_ENV = "KUBECONFIG"
 JSON = "application/json"
@@ -113,7 +115,7 @@ def status_message(body: bytes) -> tuple[str, str]:
     """(reason, message) of a Kubernetes Status body; the raw text when it is not one."""
     text = body.decode(errors="replace")
     try:
-        status = json.loads(text)
+        status = jsonbody.decode(text)
     except ValueError:
         return "", text.strip()[:500]
     if not isinstance(status, dict):
@@ -247,7 +249,10 @@ class KubeRest:
         if not data:
             return {}
         try:
-            obj = json.loads(data)
+            obj = jsonbody.decode(data)
+        except jsonbody.NestingError as exc:
+            self._fail(method, path, 0)
+            raise KubeApiError(0, "", f"{method} {path}: {exc}") from None
         except ValueError:
             self._fail(method, path, 0)
             raise KubeApiError(0, "", f"{method} {path}: the answer is not JSON") from None
@@ -307,7 +312,7 @@ class KubeRest:
             register(response)
         try:
             for line in _event_lines(response):
-                event = json.loads(line)
+                event = jsonbody.decode(line)
                 if not isinstance(event, dict):
                     raise ValueError(f"an event is not a JSON object: {line[:200]!r}")
                 if event.get("type") == "ERROR":

@@ -43,6 +43,18 @@ class Endpoint:
         finally:
             conn.close()
 
+    def call_raw(self, path: str, data: bytes) -> tuple[int, Any]:
+        """POST ``data`` as it is (for bodies no Python object can be dumped to)."""
+        conn = http.client.HTTPSConnection(
+            "localhost", self.server.port, context=self.context, timeout=30
+        )
+        try:
+            conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+        finally:
+            conn.close()
+
     def review(self, obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
         resource = {
             "ResourceClaim": "resourceclaims",
@@ -392,6 +404,29 @@ def test_malformed_reviews_and_unknown_paths(endpoint: Endpoint) -> None:
     assert status == 400 and "AdmissionReview" in answer["error"]
     status, _ = endpoint.call("POST", "/validate/pods", {"kind": "AdmissionReview"})
     assert status == 404
+
+
+def test_a_deeply_nested_foreign_config_keeps_the_denial(endpoint: Endpoint) -> None:
+    """Another driver's opaque config nested 3,000 deep (the API server accepts 10,000) used to
+    turn the denial of the claim into an HTTP 500; it is reviewed like any other claim."""
+    foreign = {"opaque": {"driver": "other.example.com", "parameters": "DEEP"}}
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-deep",
+            "kind": {"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
+            "operation": "CREATE",
+            "object": claim(exactly({"cores": "1000"}), config=[foreign]),
+        },
+    }
+    deep = '{"a":' * 3000 + "1" + "}" * 3000
+    data = json.dumps(body).replace('"DEEP"', deep).encode()
+    status, answer = endpoint.call_raw("/validate/resourceclaims", data)
+    assert status == 200, answer
+    response = answer["response"]
+    assert response["uid"] == "u-deep" and response["allowed"] is False
+    assert "cores" in response["status"]["message"]
 
 
 def test_bad_content_length_is_a_bad_request(endpoint: Endpoint) -> None:

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 import kubernetes.client
 import yaml
 
+from sharegpu.kube import jsonbody
 from sharegpu.local.apiserver import selectors
 from sharegpu.local.apiserver.errors import ApiError, success_status
 from sharegpu.local.apiserver.faults import (
@@ -187,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if "yaml" in content_type:
                 return yaml.safe_load(raw)
-            return json.loads(raw)
+            return jsonbody.decode(raw)
         except (ValueError, yaml.YAMLError) as exc:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
 

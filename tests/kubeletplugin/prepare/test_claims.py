@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client
@@ -11,7 +15,16 @@ from api.names import GROUP_VERSION
 from kubeletplugin.prepare.cdi import cdi_device_name, minimum_cdi_version
 from kubeletplugin.prepare.claims import ClaimError, KubeClaimGetter, extract_allocation
 from sharegpu.local.apiserver import KubeAPIServer
-from tests.kubeletplugin.prepare.helpers import DRIVER, GI, NODE, claim, ref, result
+from tests.kubeletplugin.prepare.helpers import (
+    DRIVER,
+    GI,
+    NODE,
+    FakeClaims,
+    Node,
+    claim,
+    ref,
+    result,
+)
 
 DEVICES = {"gpu-0", "gpu-1"}
 
@@ -196,3 +209,75 @@ def test_cdi_device_names() -> None:
     assert cdi_device_name(uid, "gpu-0", share) == f"{uid}-gpu-0-{share}"
     with pytest.raises(ValueError, match="invalid CDI device name"):
         cdi_device_name(uid, "gpu 0", None)
+
+
+class _RawClaims(http.server.ThreadingHTTPServer):
+    """Serves fixed raw bodies by claim name: JSON no Python object could be dumped to."""
+
+    bodies: dict[str, bytes]
+
+
+class _RawHandler(http.server.BaseHTTPRequestHandler):
+    server: _RawClaims
+
+    def do_GET(self) -> None:
+        body = self.server.bodies.get(self.path.rsplit("/", 1)[-1])
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "application/json")
+        data = body if body is not None else b'{"kind":"Status","code":404,"reason":"NotFound"}'
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def test_a_foreign_config_nested_as_deep_as_kubernetes_allows_fails_no_claim(
+    tmp_path: Path,
+) -> None:
+    """Another driver's opaque config nested 5,000 deep (the API server accepts 10,000): the
+    claim that carries it and an innocent claim of the same call are both prepared."""
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    foreign = {"opaque": {"driver": "other.example.com", "parameters": "DEEP"}}
+    carrier = claim("carrier", [result("a", "gpu-0", share={"cores": 10, "memory": GI})])
+    carrier["status"]["allocation"]["devices"]["config"] = [foreign]
+    innocent = claim("innocent", [result("a", "gpu-1", share={"cores": 10, "memory": GI})])
+    server = _RawClaims(("127.0.0.1", 0), _RawHandler)
+    server.bodies = {
+        "carrier": json.dumps(carrier).replace('"DEEP"', deep).encode(),
+        "innocent": json.dumps(innocent).encode(),
+    }
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        configuration = kubernetes.client.Configuration(
+            host=f"http://127.0.0.1:{server.server_port}"
+        )
+        getter = KubeClaimGetter(kubernetes.client.ApiClient(configuration), timeout_seconds=5)
+        state = Node(tmp_path).state(getter)  # type: ignore[arg-type]
+        outcomes = state.prepare([ref(carrier), ref(innocent)])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert {uid: o.error for uid, o in outcomes.items()} == {
+        carrier["metadata"]["uid"]: "",
+        innocent["metadata"]["uid"]: "",
+    }
+
+
+class _ExplodingClaims(FakeClaims):
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        if name == "bad":
+            raise RecursionError("maximum recursion depth exceeded while decoding")
+        return super().get_claim(namespace, name)
+
+
+def test_whatever_fetching_one_claim_raises_fails_only_that_claim(tmp_path: Path) -> None:
+    claims = _ExplodingClaims()
+    good = claim("good", [result("a", "gpu-0", share={"cores": 10, "memory": GI})])
+    bad = claim("bad", [result("a", "gpu-1", share={"cores": 10, "memory": GI})])
+    claims.add(good, bad)
+    outcomes = Node(tmp_path).state(claims).prepare([ref(bad), ref(good)])
+    assert outcomes[good["metadata"]["uid"]].error == ""
+    error = outcomes[bad["metadata"]["uid"]].error
+    assert error.startswith("cannot get ResourceClaim default/bad") and "RecursionError" in error
