@@ -150,13 +150,36 @@ def to_response(devices: Sequence[DeviceHealthStatus]) -> Any:
     )
 
 
-class HealthServicer:
-    """Serves ``NodeWatchResources``: one subscription per stream, closed when the stream ends."""
+#: Health streams served at once. Kubelet keeps one per plugin; the server reserves exactly this
+#: many extra workers for them, so open streams can never take a worker a prepare needs.
+MAX_HEALTH_STREAMS = 4
 
-    def __init__(self, source: HealthSource) -> None:
+
+class HealthServicer:
+    """Serves ``NodeWatchResources``: one subscription per stream, closed when the stream ends.
+
+    Invariant: at most ``max_streams`` streams are open at once; a stream beyond that is
+    refused at once with ``RESOURCE_EXHAUSTED`` (it never waits for a slot, so it never holds a
+    worker either)."""
+
+    def __init__(self, source: HealthSource, max_streams: int = MAX_HEALTH_STREAMS) -> None:
         self._source = source
+        self.max_streams = max_streams
+        self._slots = threading.BoundedSemaphore(max_streams)
 
     def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if not self._slots.acquire(blocking=False):
+            log.warning("refusing a device health stream: %d are open already", self.max_streams)
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"at most {self.max_streams} device health streams may be open at once",
+            )
+        try:
+            yield from self._serve(context)
+        finally:
+            self._slots.release()
+
+    def _serve(self, context: grpc.ServicerContext) -> Iterator[Any]:
         subscription = self._source.subscribe()
         # Runs when the client goes away or the server stops, waking a blocked __next__.
         context.add_callback(subscription.close)

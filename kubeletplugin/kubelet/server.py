@@ -27,7 +27,7 @@ from kubeletplugin.kubelet.grpcapi.gen import (
     drahealth_v1alpha1_pb2_grpc,
     pluginregistration_v1_pb2_grpc,
 )
-from kubeletplugin.kubelet.healthservice import HealthServicer, HealthSource
+from kubeletplugin.kubelet.healthservice import MAX_HEALTH_STREAMS, HealthServicer, HealthSource
 from kubeletplugin.kubelet.preparer import ClaimPreparer
 from kubeletplugin.kubelet.registration import (
     RegistrationServicer,
@@ -39,8 +39,9 @@ from kubeletplugin.kubelet.sockets import SocketPathError, UnixSocketPath
 log = logging.getLogger(__name__)
 
 DRA_SOCKET_NAME = "dra.sock"
-# Long-lived health streams get their own workers so they never starve prepares.
-HEALTH_STREAM_WORKERS = 4
+# Long-lived health streams get their own workers (one per stream the health servicer allows)
+# so they never starve prepares.
+HEALTH_STREAM_WORKERS = MAX_HEALTH_STREAMS
 REGISTRATION_WORKERS = 2
 
 

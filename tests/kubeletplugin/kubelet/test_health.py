@@ -152,3 +152,44 @@ def test_broadcaster_close_wakes_blocked_subscribers() -> None:
 def test_broadcaster_rejects_bad_interval() -> None:
     with pytest.raises(ValueError, match="resend_interval_s must be > 0"):
         HealthBroadcaster(resend_interval_s=0)
+
+
+def test_open_health_streams_never_starve_prepares(dirs: Dirs) -> None:
+    """40 streams beyond the limit (a client that keeps opening them) are refused at once with
+    RESOURCE_EXHAUSTED; the allowed ones keep streaming and a prepare is still answered."""
+    from kubeletplugin.kubelet.healthservice import MAX_HEALTH_STREAMS
+
+    broadcaster = HealthBroadcaster()
+    broadcaster.publish([GPU0_OK])
+    with (
+        running_server(dirs, health_source=broadcaster, max_workers=2),
+        KubeletSim(dirs.registry) as kubelet,
+    ):
+        plugin = kubelet.register(DRIVER)
+        allowed = [plugin.watch_health() for _ in range(MAX_HEALTH_STREAMS)]
+        for watch in allowed:
+            assert watch.next() == [_sim(GPU0_OK)]
+        refused = [plugin.watch_health() for _ in range(40)]
+        for watch in refused:
+            with pytest.raises(grpc.RpcError) as info:
+                watch.next(timeout=30)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert f"at most {MAX_HEALTH_STREAMS}" in str(info.value.details())
+        # Both prepare workers are free although every stream slot is taken.
+        assert plugin.prepare([]) == {}
+        assert plugin.prepare([]) == {}
+        broadcaster.publish([GPU1_BAD])
+        for watch in allowed:
+            assert watch.next() == [_sim(GPU1_BAD)]
+        # A closed stream frees its slot for the next one.
+        allowed[0].close()
+        deadline = 50
+        for _ in range(deadline):
+            again = plugin.watch_health()
+            try:
+                assert again.next(timeout=30) == [_sim(GPU1_BAD)]
+                break
+            except grpc.RpcError:
+                continue
+        else:
+            pytest.fail("a freed stream slot was never reused")
