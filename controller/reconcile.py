@@ -22,6 +22,7 @@ Rules, stated once:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -47,6 +48,8 @@ from api.names import (
     unhealthy_taint_key,
 )
 from api.quantity import QuantityError, format_bytes_human, format_quantity, quantity_int
+
+log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
 _DEVICE_INDEX = re.compile(r"^gpu-(\d+)(?:-|$)")
@@ -154,22 +157,46 @@ def _consumed_counters(device: Obj, name: str) -> int | None:
     return total
 
 
+def node_pool(s: Obj, driver: str) -> str | None:
+    """The pool a slice of ``driver`` counts for, or None when it counts for none.
+
+    This driver's plugin names its pool after its node and publishes it with ``nodeName`` set,
+    so a pool is identified by driver + node: a slice whose pool name is not its ``nodeName``
+    (a plugin writing for another node's pool) is never counted, whatever its generation. The
+    chart's ValidatingAdmissionPolicy refuses such writes; this keeps the GPU objects right
+    where that policy is not installed.
+    """
+    spec = s.get("spec") or {}
+    if spec.get("driver") != driver:
+        return None
+    name = (spec.get("pool") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    if spec.get("nodeName") != name:
+        log.warning(
+            "ignoring ResourceSlice %s: its pool %r is not its node %r",
+            _slice_name(s),
+            name,
+            spec.get("nodeName"),
+        )
+        return None
+    return name
+
+
 def newest_generation(slices: Iterable[Obj], driver: str) -> dict[str, list[Obj]]:
-    """This driver's slices grouped by pool: each pool's newest *complete* generation (all
-    ``resourceSliceCount`` slices present), or its newest one when none is complete.
+    """This driver's slices grouped by pool (driver + node, see :func:`node_pool`): each pool's
+    newest *complete* generation (all ``resourceSliceCount`` slices present), or its newest one
+    when none is complete.
 
     Preferring a complete generation keeps GPUs in place while a plugin republishes its pool
     slice by slice, instead of dropping and re-creating their objects.
     """
     by_gen: dict[str, dict[int, list[Obj]]] = defaultdict(lambda: defaultdict(list))
     for s in slices:
-        spec = s.get("spec") or {}
-        if spec.get("driver") != driver:
-            continue
-        pool = spec.get("pool") or {}
-        name = pool.get("name")
-        if isinstance(name, str):
-            by_gen[name][int(pool.get("generation") or 0)].append(s)
+        name = node_pool(s, driver)
+        if name is not None:
+            generation = (s.get("spec") or {}).get("pool", {}).get("generation")
+            by_gen[name][generation if isinstance(generation, int) else 0].append(s)
     chosen: dict[str, list[Obj]] = {}
     for name, gens in by_gen.items():
         complete = [g for g, ss in gens.items() if len(ss) >= _slice_count(ss[0])]

@@ -192,3 +192,16 @@ def test_incomplete_newer_generation_keeps_the_complete_one() -> None:
     assert sorted(objs) == ["n1-gpu-0", "n1-gpu-1", "n1-gpu-2", "n1-gpu-5"]
     # with no complete generation at all, the newest one is used
     assert sorted(reconcile([new], [], [], h.DRIVER)) == ["n1-gpu-0", "n1-gpu-1", "n1-gpu-2"]
+
+
+def test_a_slice_for_another_nodes_pool_never_replaces_its_gpus() -> None:
+    """A plugin on n1 writing a newer generation of pool n2 (nodeName n1): n2's GPU objects stay
+    the ones n2 publishes, and the forged devices appear nowhere."""
+    real = h.node_slice("n2", 2, generation=1)
+    forged = h.node_slice("n1", 4, generation=7)
+    forged["metadata"]["name"] = "forged"
+    forged["spec"]["pool"]["name"] = "n2"
+    assert forged["spec"]["nodeName"] == "n1"
+    objs = reconcile([real, forged], [], [], h.DRIVER)
+    assert sorted(objs) == ["n2-gpu-0", "n2-gpu-1"]
+    assert {o.spec.uuid for o in objs.values()} == {h.gpu_uuid("n2", 0), h.gpu_uuid("n2", 1)}

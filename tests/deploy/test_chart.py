@@ -325,9 +325,28 @@ def test_resourceslice_policy_binds_writes_to_the_plugins_node(
     )
     expected_user = f"system:serviceaccount:{NAMESPACE}:{plugin_sa['metadata']['name']}"
     assert expected_user in condition["expression"]
-    variables = " ".join(v["expression"] for v in spec["variables"])
-    assert "authentication.kubernetes.io/node-name" in variables
-    assert "spec.?nodeName" in variables
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "authentication.kubernetes.io/node-name" in variables["nodeNameClaim"]
+    assert variables["sliceNodeName"] == "variables.slice.spec.?nodeName.orValue('')"
+    assert variables["slicePool"] == "variables.slice.spec.?pool.?name.orValue('')"
+    assert variables["sliceDriver"] == "variables.slice.spec.?driver.orValue('')"
+    # An update must also start from a slice of this plugin's node, pool and driver.
+    stored = variables["storedSliceIsOwn"]
+    for field in (
+        "oldObject.spec.?nodeName",
+        "oldObject.spec.?pool.?name",
+        "oldObject.spec.?driver",
+    ):
+        assert field in stored
+    assert '"gpu.sharegpu.dev"' in stored
+    validations = [v["expression"] for v in spec["validations"]]
+    assert validations == [
+        "variables.userNodeName != ''",
+        "variables.userNodeName == variables.sliceNodeName",
+        "variables.slicePool == variables.userNodeName",
+        'variables.sliceDriver == "gpu.sharegpu.dev"',
+        "variables.storedSliceIsOwn",
+    ]
     assert set(spec["matchConstraints"]["resourceRules"][0]["operations"]) == {
         "CREATE",
         "UPDATE",
