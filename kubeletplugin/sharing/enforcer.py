@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -53,6 +54,7 @@ from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
 from kubeletplugin.devices.slices import memory_policy_max
+from kubeletplugin.fsutil import child_path
 from kubeletplugin.model import base_request_names
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
@@ -148,7 +150,8 @@ class SharingEnforcer:
         self.driver_name = driver_name
         self.limits_library = limits_library
         self.mps = MpsManager(runner, data_dir)
-        self.limits_lock_dir = Path(data_dir) / "limits" / "vgpulock"
+        #: Parent of the per-claim lock directories of the Limits strategy (see limits.py).
+        self.limits_lock_root = Path(data_dir) / "limits" / "vgpulock"
         self.timeslice = TimeSliceManager(runner, Path(data_dir) / "timeslice")
         self._grants: dict[str, tuple[Grant, ...]] = {}
         self._lock = threading.Lock()
@@ -172,13 +175,15 @@ class SharingEnforcer:
             self._drive_node(claim_uid, grants)
             with self._lock:
                 self._grants[claim_uid] = tuple(grants)
-        edits = self._edits(devices, planned)
+        edits = self._edits(claim_uid, devices, planned)
         return Enforcement(device_edits=edits, record={"grants": [g.to_json() for g in grants]})
 
     def release(self, claim_uid: str) -> None:
         with self._lock:
             grants = self._grants.pop(claim_uid, ())
             mps_owned = set(self.mps.running())
+        if any(g.strategy == STRATEGY_LIMITS for g in grants):
+            self._remove_lock_dir(claim_uid)
         uuids = sorted({g.gpu_uuid for g in grants} | mps_owned | set(self.timeslice.gpus()))
         problems: list[str] = []
         with self._locked(uuids):
@@ -243,6 +248,11 @@ class SharingEnforcer:
                 self.mps.cleanup(uuid, mode)
             except CommandError as exc:
                 log.error("cannot stop the leftover MPS daemon of GPU %s: %s", uuid, exc)
+        # Lock directories of claims that are not prepared any more (the checkpoint decides).
+        with self._lock:
+            prepared_claims = set(self._grants)
+        for leftover in self._lock_dir_claims() - prepared_claims:
+            self._remove_lock_dir(leftover)
         # Intervals no claim holds: recorded in the checkpoint, or only marked (a prepare
         # interrupted before its record); a GPU a surviving claim holds keeps its setting.
         for uuid in self.timeslice.marked():
@@ -256,6 +266,15 @@ class SharingEnforcer:
                     self.timeslice.release(uuid, "")
                 except CommandError as exc:
                     log.error("cannot restore the time-slice interval of GPU %s: %s", uuid, exc)
+
+    def _lock_dir_claims(self) -> set[str]:
+        """Claim UIDs with a Limits lock directory (plain directories only)."""
+        try:
+            return {
+                p.name for p in self.limits_lock_root.iterdir() if p.is_dir() and not p.is_symlink()
+            }
+        except OSError:
+            return set()
 
     # --- views for tests, the demo and the CLI ---
 
@@ -379,9 +398,7 @@ class SharingEnforcer:
         started: list[str] = []
         acquired: list[str] = []
         if any(g.strategy == STRATEGY_LIMITS for g in grants):
-            # Writable by every container user, like /tmp, which the library expects it to be.
-            self.limits_lock_dir.mkdir(parents=True, exist_ok=True)
-            self.limits_lock_dir.chmod(0o1777)
+            self._make_lock_dir(claim_uid)
         try:
             for uuid in sorted({g.gpu_uuid for g in grants if g.strategy == STRATEGY_MPS}):
                 if uuid not in self.mps.running():
@@ -437,8 +454,29 @@ class SharingEnforcer:
 
     # --- container edits ---
 
+    def lock_dir(self, claim_uid: str) -> Path:
+        """The Limits lock directory of one claim: only that claim's containers mount it."""
+        return child_path(self.limits_lock_root, claim_uid)
+
+    def _make_lock_dir(self, claim_uid: str) -> None:
+        # The parent is the plugin's; the claim's own directory is writable by every user of
+        # the claim's containers, like the /tmp the library expects it to be.
+        self.limits_lock_root.mkdir(parents=True, exist_ok=True)
+        self.limits_lock_root.chmod(0o755)
+        directory = self.lock_dir(claim_uid)
+        directory.mkdir(exist_ok=True)
+        directory.chmod(0o1777)
+
+    def _remove_lock_dir(self, claim_uid: str) -> None:
+        try:
+            shutil.rmtree(self.lock_dir(claim_uid))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            log.warning("cannot remove the Limits lock directory of claim %s: %s", claim_uid, exc)
+
     def _edits(
-        self, devices: Sequence[DeviceShare], planned: Sequence[Grant | None]
+        self, claim_uid: str, devices: Sequence[DeviceShare], planned: Sequence[Grant | None]
     ) -> tuple[ContainerEdits, ...]:
         """Per-device edits. Devices of one request on one GPU are injected together and share
         one set of variables, so each carries the group's total; a Limits ordinal is the GPU's
@@ -465,7 +503,7 @@ class SharingEnforcer:
                 edits.append(
                     limits_edits(
                         self.limits_library,
-                        str(self.limits_lock_dir),
+                        str(self.lock_dir(claim_uid)),
                         [g.uuid for g in visible[i]].index(grant.gpu_uuid),
                         memory,
                         cores,

@@ -194,10 +194,33 @@ def test_limits_strategy_preloads_the_library_with_per_device_limits(tmp_path: P
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     mounts = claim_mounts(node, c["metadata"]["uid"])[0]
     assert mounts[0]["hostPath"] == LIBRARY and "ro" in mounts[0]["options"]
-    lock_dir = node.data_dir / "limits" / "vgpulock"
+    lock_dir = node.data_dir / "limits" / "vgpulock" / c["metadata"]["uid"]
     assert (mounts[1]["hostPath"], mounts[1]["containerPath"]) == (str(lock_dir), "/tmp/vgpulock")
     assert lock_dir.stat().st_mode & 0o7777 == 0o1777
+    assert lock_dir.parent.stat().st_mode & 0o7777 == 0o755
     assert tools.fake.argvs() == []
+
+
+def test_each_claim_gets_its_own_limits_lock_directory_removed_at_unprepare(
+    tmp_path: Path,
+) -> None:
+    """Containers of different claims (tenants) never share a writable host directory."""
+    node, claims, _, state = setup(tmp_path, limits_library=LIBRARY)
+    config = gpu_config({"strategy": "Limits"})
+    a = h.claim(
+        "a", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": GI})], configs=[config]
+    )
+    b = h.claim(
+        "b", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": GI})], configs=[config]
+    )
+    claims.add(a, b)
+    assert prepare(state, a) == "" and prepare(state, b) == ""
+    dir_a = claim_mounts(node, a["metadata"]["uid"])[0][1]["hostPath"]
+    dir_b = claim_mounts(node, b["metadata"]["uid"])[0][1]["hostPath"]
+    assert dir_a != dir_b
+    assert Path(dir_a).parent == Path(dir_b).parent == node.data_dir / "limits" / "vgpulock"
+    assert not state.unprepare([h.ref(a)])[a["metadata"]["uid"]].error
+    assert not Path(dir_a).exists() and Path(dir_b).is_dir()
 
 
 def test_limits_without_a_library_is_a_per_claim_error(tmp_path: Path) -> None:
@@ -476,3 +499,17 @@ def test_a_daemon_that_died_while_the_plugin_runs_is_started_again_for_the_next_
     outcomes = state.unprepare([h.ref(first), h.ref(second)])
     assert [o.error for o in outcomes.values()] == ["", ""]
     assert tools.sim.daemons == {} and tools.sim.mode(uuid) == "DEFAULT"
+
+
+def test_a_restart_removes_lock_directories_of_claims_no_longer_prepared(tmp_path: Path) -> None:
+    node, claims, tools, state = setup(tmp_path, limits_library=LIBRARY)
+    config = gpu_config({"strategy": "Limits"})
+    kept = h.claim(
+        "kept", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": GI})], configs=[config]
+    )
+    claims.add(kept)
+    assert prepare(state, kept) == ""
+    root = node.data_dir / "limits" / "vgpulock"
+    (root / "0b6c2f04-0000-4000-8000-000000000000").mkdir()  # left by a claim rolled back
+    node.state(claims, enforcer=tools.enforcer(node.data_dir, LIBRARY))
+    assert sorted(p.name for p in root.iterdir()) == [kept["metadata"]["uid"]]
