@@ -353,7 +353,10 @@ def share_edits(
     """
     container_pipe = f"{CONTAINER_MPS_ROOT}/{uuid}/pipe"
     container_log = f"{CONTAINER_MPS_ROOT}/{uuid}/log"
+    # Clients talk to the daemon through the pipe directory; only the daemon and its server
+    # write the log directory, so clients (possibly of other tenants) get it read-only.
     options = ("rbind", "rw", "nosuid", "nodev")
+    log_options = ("rbind", "ro", "nosuid", "nodev", "noexec")
     return ContainerEdits(
         env=(
             f"CUDA_MPS_PIPE_DIRECTORY={container_pipe}",
@@ -363,7 +366,7 @@ def share_edits(
         ),
         mounts=(
             Mount(str(pipe_dir), container_pipe, options=options),
-            Mount(str(log_dir), container_log, options=options),
+            Mount(str(log_dir), container_log, options=log_options),
         ),
     )
 

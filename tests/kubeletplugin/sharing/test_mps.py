@@ -204,6 +204,10 @@ def test_share_edits_follow_nvidias_formats() -> None:
         ("/d/pipe", f"/run/sharegpu/mps/{U}/pipe"),
         ("/d/log", f"/run/sharegpu/mps/{U}/log"),
     ]
+    pipe, log = edits.mounts
+    assert "rw" in pipe.options
+    # Only the daemon writes its logs: a client (of any tenant) cannot tamper with them.
+    assert "ro" in log.options and "rw" not in log.options
 
 
 # --- time-slicing ------------------------------------------------------------------------------
