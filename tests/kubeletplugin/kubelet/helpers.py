@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kubeletplugin.kubelet.healthservice import HealthSource
 from kubeletplugin.kubelet.preparer import (
+    ClaimPreparer,
     ClaimRef,
     PlainPreparedDevice,
     PrepareOutcome,
@@ -89,7 +90,7 @@ def socket_dirs() -> Iterator[Dirs]:
 @contextmanager
 def running_server(
     dirs: Dirs,
-    preparer: FakePreparer | None = None,
+    preparer: ClaimPreparer | None = None,
     health_source: HealthSource | None = None,
     max_workers: int = 32,
 ) -> Iterator[PluginServer]:
