@@ -5,12 +5,16 @@ plugin's directories is touched. Each case here was a finding of an adversarial 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from kubeletplugin.devices.table import node_devices
 from kubeletplugin.prepare.checkpoint import checksum_of
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config
@@ -204,3 +208,76 @@ def test_an_enforcement_record_that_does_not_fit_the_claim_is_replaced_by_defaul
     # The only MPS daemon is the claim's GPU's, under the plugin's data dir.
     assert [Path(pipe).parent.name for pipe in tools.sim.daemons] == [h.gpus()[0].uuid]
     assert all(Path(pipe).is_relative_to(node.data_dir) for pipe in tools.sim.daemons)
+
+
+JSON = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=False),
+        st.text(max_size=20),
+        st.sampled_from(["../../victim", "/", "VICTIM", "nvidia.com/gpu=all", "PROHIBITED"]),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path inside a JSON document."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found += _paths(v, (*prefix, i))
+    return found
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_field_of_a_checkpoint_replaced_by_any_json_never_breaks_a_start(
+    data: st.DataObject,
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        node = h.Node(root)
+        tools = Tools.new()
+        claims, _ = _prepare(node, 2, enforcer=tools.enforcer(node.data_dir), configs=[MPS])
+        victim = _victim(root)
+        doc = node.checkpoint()
+        path = data.draw(st.sampled_from([p for p in _paths(doc) if p and p[0] != "checksum"]))
+        value = data.draw(
+            st.one_of(
+                JSON,
+                st.sampled_from(
+                    ["VICTIM", "../../victim", h.gpus()[5].uuid, "gpu-99", "gpu-1", 10**30, -1]
+                ),
+            )
+        )
+        value = str(victim) if value == "VICTIM" else value
+
+        def change(d: dict[str, Any]) -> None:
+            target: Any = d
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+
+        _tamper(node, change)
+        state = node.state(claims, enforcer=tools.enforcer(node.data_dir))  # never raises
+        assert _intact(victim)
+        for file in root.rglob("*"):
+            if not file.is_dir():
+                assert any(
+                    file.is_relative_to(d)
+                    for d in (victim, node.cdi_dir, node.data_dir, node.boot_id_file)
+                ), file
+        table = node_devices(h.gpus(), "consumable")
+        for rec in state.prepared_claims().values():
+            for d in rec.devices:
+                assert d.device in table and table[d.device].gpu.uuid == d.gpu_uuid
+                assert 0 <= d.cores <= 100 and 0 <= d.memory <= table[d.device].gpu.memory_total
