@@ -592,3 +592,43 @@ def test_init_container_fails_clearly_without_nvml(
     assert result.returncode == 1
     assert "libnvidia-ml.so.1 not found under the driver root /" in result.stderr
     assert "kubeletPlugin.driverRoot" in result.stderr
+
+
+def _policy_ports(policy: dict[str, Any]) -> dict[str, list[Any]]:
+    """Port name -> the ``from`` of the rule that opens it (absent ``from``: open to all)."""
+    opened: dict[str, list[Any]] = {}
+    for rule in policy["spec"].get("ingress") or []:
+        for port in rule.get("ports") or []:
+            opened[port["port"]] = rule.get("from", ["<everyone>"])
+    return opened
+
+
+@pytest.mark.parametrize("variant", ["default", "mock-backend", "cert-manager"])
+def test_every_port_of_every_workload_has_a_network_policy(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    docs = rendered[variant]
+    policies = by_kind(docs, "NetworkPolicy")
+    for kind in ("Deployment", "DaemonSet"):
+        for workload in by_kind(docs, kind):
+            labels = workload["spec"]["template"]["metadata"]["labels"]
+            (policy,) = [
+                p
+                for p in policies
+                if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+            ]
+            assert policy["spec"]["policyTypes"] == ["Ingress"]
+            opened = _policy_ports(policy)
+            for container in workload["spec"]["template"]["spec"]["containers"]:
+                for port in container.get("ports") or []:
+                    assert port["name"] in opened, (workload["metadata"]["name"], port["name"])
+            # Only the webhook is open to every source; everything else names its peers.
+            for name, peers in opened.items():
+                assert (peers == ["<everyone>"]) == (name == "webhook"), (name, peers)
+
+
+def test_network_policies_close_ports_with_no_peers(helm: str) -> None:
+    docs = render(helm, ["networkPolicy.metricsFrom=null", "networkPolicy.apiFrom=null"])
+    for policy in by_kind(docs, "NetworkPolicy"):
+        assert set(_policy_ports(policy)) <= {"webhook"}
+    assert not by_kind(render(helm, ["networkPolicy.enabled=false"]), "NetworkPolicy")
