@@ -1,13 +1,12 @@
-"""What several ``sharegpu`` commands share: errors, flags, manifest loading, the local node.
+"""What several ``sharegpu`` commands share: errors, flags, the driver's defaults, the local node.
 
 Invariants:
 
 - Expected problems (a missing file, bad YAML, no GPU, an unreachable API server) raise
   :class:`CliError`; ``sharegpu`` prints its one-line message and exits with its ``code``
   (1; 2 for usage errors). Nothing expected reaches the user as a traceback.
-- Manifests are plain dicts in their JSON shape. :func:`load_manifests` reads files and
-  directories (recursively: ``*.yaml``, ``*.yml``, ``*.json``), multi-document streams, YAML
-  lists and ``kind: *List`` objects, and remembers where each object came from.
+- Manifests are plain dicts in their JSON shape, read by the one bounded loader,
+  :mod:`sharegpu.cli.loading`.
 """
 
 from __future__ import annotations
@@ -15,13 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-
-import yaml
 
 from api import names
 from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
@@ -39,7 +35,6 @@ EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1
 EXIT_USAGE: Final = 2
 
-MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
 DEFAULT_MOCK_GPUS: Final = 8
 #: Node name used when neither ``--node-name`` nor ``$NODE_NAME`` nor a usable host name is set.
 FALLBACK_NODE_NAME: Final = "local-node"
@@ -64,89 +59,6 @@ def add_output_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# --- manifests ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """One object of a manifest file; ``document`` counts from 1 within the file."""
-
-    file: str
-    document: int
-    obj: Obj
-
-    @property
-    def kind(self) -> str:
-        return str(self.obj.get("kind") or "?")
-
-    @property
-    def name(self) -> str:
-        md = self.obj.get("metadata") or {}
-        if not isinstance(md, dict):
-            return "?"
-        return str(md.get("name") or md.get("generateName") or "?")
-
-    @property
-    def label(self) -> str:
-        """``KIND/NAME``."""
-        return f"{self.kind}/{self.name}"
-
-
-def manifest_files(paths: Iterable[str]) -> list[Path]:
-    """The files named, with directories expanded recursively (sorted); missing paths fail."""
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            files += sorted(
-                p for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES
-            )
-        elif path.is_file() or raw == "-":
-            files.append(path)
-        else:
-            raise CliError(f"{raw}: no such file or directory")
-    return files
-
-
-def _expand(doc: Any, file: str, number: int) -> list[Manifest]:
-    if doc is None:
-        return []
-    if isinstance(doc, list):
-        return [m for item in doc for m in _expand(item, file, number)]
-    if not isinstance(doc, dict):
-        raise CliError(f"{file}: document {number}: expected a mapping, got {type(doc).__name__}")
-    if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-        return [m for item in doc["items"] for m in _expand(item, file, number)]
-    return [Manifest(file, number, doc)]
-
-
-def read_manifest_file(path: Path) -> list[Manifest]:
-    """Every object of one file (``-``: standard input)."""
-    name = str(path)
-    try:
-        text = sys.stdin.read() if name == "-" else path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CliError(f"{name}: cannot read: {exc}") from None
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise CliError(f"{name}:{where}: invalid YAML: {problem}") from None
-    return [m for i, doc in enumerate(docs, start=1) for m in _expand(doc, name, i)]
-
-
-def load_manifests(paths: Iterable[str]) -> list[Manifest]:
-    """All objects of the files and directories named (see the module docstring)."""
-    return [m for f in manifest_files(paths) for m in read_manifest_file(f)]
-
-
-def load_objects(paths: Iterable[str], kinds: Sequence[str] | None = None) -> list[Obj]:
-    """The objects of ``paths`` (only those of ``kinds`` when given)."""
-    return [m.obj for m in load_manifests(paths) if kinds is None or m.kind in kinds]
-
-
 # --- the driver's defaults ------------------------------------------------------------------
 
 
@@ -158,6 +70,13 @@ def default_device_class(driver: str = names.DEFAULT_DRIVER_NAME) -> Obj:
         "metadata": {"name": driver},
         "spec": {"selectors": [{"cel": {"expression": f"device.driver == {driver!r}"}}]},
     }
+
+
+def chart_device_class_names(driver: str = names.DEFAULT_DRIVER_NAME) -> tuple[str, ...]:
+    """The names the Helm chart gives its DeviceClasses by default: the class of every device of
+    the driver (:func:`default_device_class`, named like the driver) and the extended-resource
+    class ``extended.<driver>`` (``deviceClasses.*.name`` empty in the chart's values)."""
+    return (default_device_class(driver)["metadata"]["name"], f"extended.{driver}")
 
 
 def default_node_name() -> str:

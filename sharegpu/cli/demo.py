@@ -47,15 +47,14 @@ from sharegpu.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     CliError,
-    Manifest,
     Obj,
     add_output_flag,
     compact_names,
     default_device_class,
-    load_manifests,
     slice_summary,
 )
 from sharegpu.cli.explain import allocation_rows, claim_from_template, consumed_text, describe
+from sharegpu.cli.loading import Manifest, load_manifests
 from sharegpu.cli.output import Table, emit, resolve_format
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest
 from sharegpu.local.apiserver import KubeAPIServer

@@ -9,6 +9,9 @@ allocator (:mod:`sharegpu.allocator`, kube-scheduler's semantics); each sees the
 With several nodes a claim goes to the first node (sorted by name) where it fits.
 
 Reasons are grouped: devices that fail a request for the same reason share one line.
+
+Every file is read by the bounded loader (:mod:`sharegpu.cli.loading`); ``--slices`` files, which
+may be a dump of a whole cluster, with its larger :data:`~sharegpu.cli.loading.SLICE_LIMITS`.
 """
 
 from __future__ import annotations
@@ -39,10 +42,9 @@ from sharegpu.cli.common import (
     add_output_flag,
     compact_names,
     default_device_class,
-    load_manifests,
-    load_objects,
     local_node,
 )
+from sharegpu.cli.loading import SLICE_LIMITS, load_manifests, load_objects
 from sharegpu.cli.output import Table, emit, resolve_format
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
 
@@ -181,7 +183,7 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
     labels: dict[str, dict[str, str]] = {}
     node: str | None = args.node
     if args.slices:
-        slices = load_objects(args.slices, ["ResourceSlice"])
+        slices = load_objects(args.slices, ["ResourceSlice"], SLICE_LIMITS)
         source = "slices from " + ", ".join(args.slices)
     elif args.kubeconfig:
         slices, live_classes, live_claims, labels = cluster_inputs(args.kubeconfig, args.node)

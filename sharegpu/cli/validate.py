@@ -1,18 +1,25 @@
 """``sharegpu validate``: offline checks of the manifests a user is about to apply.
 
+The files are read by the bounded loader (:mod:`sharegpu.cli.loading`): a file or directory
+without any object, or input beyond its limits (size, documents, objects, nesting, alias
+expansion), fails with one line and exit code 1 before any check runs.
+
 Per object, in this order:
 
 1. the official schema of its kind (``kubernetes-validate``, strict: unknown fields are errors)
    for ``--kubernetes-version``; a kind without a schema is an error, except this project's own
    API group (``resource.sharegpu.dev``);
 2. this driver's rules, through :func:`sharegpu.admission.checks.check_object` (the admission
-webhook's
-   checks): GpuConfig parameters, CEL selectors that name the driver (compile errors, unknown
-   attribute or capacity names with a did-you-mean), capacity requests, half-specified shares;
+   webhook's checks): GpuConfig parameters, CEL selectors that name the driver (compile errors,
+   unknown attribute or capacity names with a did-you-mean), capacity requests, half-specified
+   shares;
 3. CEL compile errors of the other selectors (other drivers' expressions must compile too);
 4. a standalone ``GpuConfig`` document is decoded with the plugin's own parser;
 5. pods and pod templates (Deployment, Job, ...): every claim a container uses is defined in
-   ``spec.resourceClaims``, and each entry names exactly one claim or template.
+   ``spec.resourceClaims``, and each entry names exactly one claim or template;
+6. the checks across objects of :mod:`sharegpu.cli.crosschecks` (warnings): near-miss class,
+   claim and template names, opaque configs no driver reads, memory larger than every known
+   GPU, capacity requests that Kubernetes 1.34/1.35 drops without DRAConsumableCapacity.
 
 DeviceClasses in the checked files whose selectors name the driver count as the driver's classes
 for the requests that use them. Errors make the exit code 1; warnings alone keep it 0.
@@ -32,24 +39,23 @@ from kubernetes_validate.utils import all_versions
 from api import names
 from api.gpuconfig import GpuConfigError, parse_gpu_config
 from sharegpu.admission import checks
+from sharegpu.cli import crosschecks
 from sharegpu.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
-    Manifest,
     Obj,
     add_output_flag,
-    load_manifests,
 )
+from sharegpu.cli.loading import Manifest, load_manifests
 from sharegpu.cli.output import emit, resolve_format
 
 HELP = "check DeviceClass, ResourceClaim(Template) and Pod manifests offline"
 DEFAULT_KUBERNETES_VERSION: Final = "1.36"
-#: Kinds whose pod spec lives at ``spec.template.spec`` / ``spec.jobTemplate.spec.template.spec``.
-_POD_TEMPLATE_KINDS: Final = frozenset(
-    {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController"}
-)
+#: Longest finding message; schema messages quote the offending value, which may be large.
+MAX_MESSAGE_CHARS: Final = 400
+_GATE = re.compile(r"([A-Za-z][A-Za-z0-9]*)=(true|false)")
 
 
 def add_parser(sub: Any) -> None:
@@ -71,6 +77,14 @@ def add_parser(sub: Any) -> None:
         "--driver-name",
         default=names.DEFAULT_DRIVER_NAME,
         help=f"DRA driver name (default {names.DEFAULT_DRIVER_NAME})",
+    )
+    p.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="GATES",
+        help="feature gates of the cluster, as kube-apiserver takes them (NAME=true|false,...); "
+        f"{crosschecks.CONSUMABLE_CAPACITY_GATE}=true stops the warning that Kubernetes "
+        "1.34/1.35 drops capacity requests",
     )
     add_output_flag(p)
     p.set_defaults(run=run)
@@ -102,6 +116,14 @@ class FileFinding:
 # --- the individual checks -------------------------------------------------------------------
 
 
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text``, with its middle cut out when longer than ``limit`` (both ends stay readable)."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 5) // 2
+    return f"{text[:keep]} ... {text[-keep:]}"
+
+
 def _json_path(parts: Iterable[Any]) -> str:
     text = ""
     for part in parts:
@@ -127,7 +149,9 @@ def schema_findings(obj: Obj, version: str) -> list[checks.Finding]:
     except kubernetes_validate.ValidationError as err:
         return [
             checks.Finding(
-                checks.ERROR, _json_path(err.path), f"schema (Kubernetes {version}): {err.message}"
+                checks.ERROR,
+                _json_path(err.path),
+                f"schema (Kubernetes {version}): {shorten(err.message)}",
             )
         ]
     return []
@@ -170,25 +194,10 @@ def gpu_config_findings(obj: Obj) -> list[checks.Finding]:
     return []
 
 
-def _pod_spec(obj: Obj) -> tuple[str, Any] | None:
-    kind = obj.get("kind")
-    spec = obj.get("spec") or {}
-    if kind == "Pod":
-        return "spec", spec
-    if kind == "PodTemplate":
-        return "template.spec", (obj.get("template") or {}).get("spec")
-    if kind == "CronJob":
-        job = (spec.get("jobTemplate") or {}).get("spec") or {}
-        return "spec.jobTemplate.spec.template.spec", (job.get("template") or {}).get("spec")
-    if kind in _POD_TEMPLATE_KINDS:
-        return "spec.template.spec", (spec.get("template") or {}).get("spec")
-    return None
-
-
 def pod_claim_findings(obj: Obj) -> list[checks.Finding]:
     """Claims used by containers are defined by the pod, each by exactly one source."""
-    located = _pod_spec(obj)
-    if located is None or not isinstance(located[1], Mapping):
+    located = crosschecks.pod_spec(obj)
+    if located is None:
         return []
     base, spec = located
     findings: list[checks.Finding] = []
@@ -235,31 +244,34 @@ def driver_classes(manifests: Sequence[Manifest], driver: str) -> list[str]:
     ]
 
 
-def validate_manifest(
-    manifest: Manifest, driver: str, version: str, classes: Sequence[str] = ()
-) -> list[checks.Finding]:
+def validate_manifest(manifest: Manifest, ctx: crosschecks.Context) -> list[checks.Finding]:
     """Every finding of one object (see the module docstring)."""
     obj = manifest.obj
     if not obj.get("apiVersion") or not obj.get("kind"):
         return [checks.Finding(checks.ERROR, "<root>", "apiVersion and kind are required")]
-    findings = schema_findings(obj, version)
-    findings += checks.check_object(obj, driver, classes)
-    findings += foreign_selector_findings(obj, driver)
+    findings = schema_findings(obj, ctx.version)
+    findings += checks.check_object(obj, ctx.driver, ctx.classes)
+    findings += foreign_selector_findings(obj, ctx.driver)
     if obj.get("kind") == "GpuConfig":
         findings += gpu_config_findings(obj)
     findings += pod_claim_findings(obj)
+    findings += crosschecks.cross_findings(obj, ctx)
     return findings
 
 
 def validate_paths(
-    paths: Sequence[str], driver: str, version: str
+    paths: Sequence[str], driver: str, version: str, gates: Mapping[str, bool] | None = None
 ) -> tuple[int, list[FileFinding]]:
     """``(number of objects, findings)`` for the files and directories named."""
     manifests = load_manifests(paths)
-    classes = driver_classes(manifests, driver)
-    found = [
-        FileFinding(m, f) for m in manifests for f in validate_manifest(m, driver, version, classes)
-    ]
+    parsed = _major_minor(version)
+    drops = parsed is not None and crosschecks.drops_capacity(
+        parsed, (gates or {}).get(crosschecks.CONSUMABLE_CAPACITY_GATE)
+    )
+    ctx = crosschecks.Context.of(
+        manifests, driver, version, drops, driver_classes(manifests, driver)
+    )
+    found = [FileFinding(m, f) for m in manifests for f in validate_manifest(m, ctx)]
     return len(manifests), found
 
 
@@ -282,9 +294,25 @@ def check_version(version: str) -> str:
     return version.removeprefix("v")
 
 
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``A=true,B=false`` -> ``{"A": True, "B": False}``; anything else is a usage error."""
+    gates: dict[str, bool] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        m = _GATE.fullmatch(item)
+        if m is None:
+            raise CliError(
+                f"--feature-gates {text}: {item!r} is not NAME=true or NAME=false", EXIT_USAGE
+            )
+        gates[m.group(1)] = m.group(2) == "true"
+    return gates
+
+
 def run(args: argparse.Namespace) -> int:
     version = check_version(str(args.kubernetes_version))
-    count, found = validate_paths(args.filename, args.driver_name, version)
+    gates = parse_feature_gates(str(args.feature_gates))
+    count, found = validate_paths(args.filename, args.driver_name, version, gates)
     errors = [f for f in found if f.finding.severity == checks.ERROR]
     warnings = [f for f in found if f.finding.severity == checks.WARNING]
     data = {

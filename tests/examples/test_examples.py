@@ -208,6 +208,8 @@ def test_sharegpu_validate_accepts_every_example_without_warnings(version: str) 
             version,
             "-o",
             "json",
+            # The capacity examples need DRAConsumableCapacity, off by default before 1.36.
+            *(["--feature-gates", "DRAConsumableCapacity=true"] if version < "1.36" else []),
         ],
         capture_output=True,
         text=True,

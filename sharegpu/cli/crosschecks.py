@@ -1,0 +1,501 @@
+"""Checks of ``sharegpu validate`` that need more than one object, or what only the CLI knows.
+
+The admission webhook judges one object at a time (:mod:`sharegpu.admission.checks`). These
+checks also see every object of the validated files, the Kubernetes version and feature gates
+checked against, and the GPU models this project knows, and catch manifests that would pass
+admission and then fail quietly: a pod left Pending, a config the plugin never reads.
+
+- names: a ``deviceClassName``, or a pod's ``resourceClaimTemplateName``/``resourceClaimName``,
+  that nothing known defines but that is a near miss (:func:`near_miss`) of a name that is:
+  for classes, the DeviceClasses of the files and the chart's (:func:`chart_device_class_names`);
+  for claims and templates, those of the files. A name far from every known one is left alone:
+  the cluster may define it.
+- opaque configs (claims and DeviceClasses): a ``driver`` that is a near miss of this driver's
+  name (``gpu.sharegpu.com``); in a claim, a config for this driver whose requests use no
+  DeviceClass known to be this driver's (:func:`is_ours`), and a config for another driver whose
+  requests all do: in both cases the driver that allocates those devices ignores the config.
+- memory: a memory request of this driver larger than every GPU model this project knows
+  (:func:`known_gpus`) grants, decided by the allocator's own capacity rule
+  (:func:`sharegpu.allocator.capacity.consumed_amount`, the one ``sharegpu explain`` applies)
+  against the device the kubelet plugin publishes for that model. For ``firstAvailable`` only
+  when every subrequest is too large: a larger first choice with a smaller fallback is normal.
+- feature gates: capacity requests checked against Kubernetes 1.34 or 1.35, where the
+  ``DRAConsumableCapacity`` gate is alpha and off by default (beta and on from 1.36), unless
+  ``--feature-gates DRAConsumableCapacity=true`` says the cluster enables it: with the gate off
+  the API server drops ``capacity.requests`` and the request gets a whole device.
+
+Every finding here is a warning: each may be intended (a class defined only in the cluster,
+another driver, a GPU model this project does not know, a gate enabled by hand). Objects of any
+shape are accepted; parts that are not the expected type are skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from api import names
+from api.quantity import QuantityError, format_bytes_human, quantity_int
+from kubeletplugin.devices.mock import default_gpu
+from kubeletplugin.devices.slices import consumable_device, memory_policy_max
+from kubeletplugin.model import GpuInfo
+from sharegpu.admission import checks
+from sharegpu.allocator.capacity import PolicyViolation, consumed_amount
+from sharegpu.cli.common import chart_device_class_names
+from sharegpu.cli.loading import Manifest
+
+#: The feature gate that makes the API server keep ``capacity.requests`` of a device request.
+CONSUMABLE_CAPACITY_GATE: Final = "DRAConsumableCapacity"
+#: First Kubernetes version with ``capacity.requests`` in the schema (gate alpha, off) and first
+#: with the gate beta and on by default.
+CONSUMABLE_CAPACITY_ALPHA: Final = (1, 34)
+CONSUMABLE_CAPACITY_ON: Final = (1, 36)
+#: Kinds whose pod spec lives at ``spec.template.spec``.
+POD_TEMPLATE_KINDS: Final = frozenset(
+    {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController"}
+)
+#: Longest Kubernetes object name (a DNS subdomain); longer names are never near misses.
+MAX_NAME_LENGTH: Final = 253
+#: Work one validate run spends on did-you-mean hints at most, in cells of the edit-distance
+#: band (:func:`comparison_cost`; about a second), so that hundreds of distinct, nearly equal
+#: long names cannot make it slow. Typical names cost about 100 cells per comparison.
+MAX_NAME_WORK: Final = 1_000_000
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _warning(path: str, message: str) -> checks.Finding:
+    return checks.Finding(checks.WARNING, path, message)
+
+
+# --- near misses ------------------------------------------------------------------------------
+
+
+def max_edits(known: str) -> int:
+    """Edits allowed for a near miss of ``known``: 1 per 5 characters, between 1 and 3."""
+    return max(1, min(3, len(known) // 5))
+
+
+def edit_distance(a: str, b: str, bound: int) -> int:
+    """Levenshtein distance of ``a`` and ``b`` when it is at most ``bound``, else ``bound + 1``.
+
+    Only the diagonal band of width ``2 * bound + 1`` is computed, and the computation stops as
+    soon as a whole row exceeds the bound, so the cost is O(bound * length) at most."""
+    if abs(len(a) - len(b)) > bound:
+        return bound + 1
+    over = bound + 1
+    previous = [j if j <= bound else over for j in range(len(b) + 1)]
+    for i in range(1, len(a) + 1):
+        current = [over] * (len(b) + 1)
+        if i <= bound:
+            current[0] = i
+        for j in range(max(1, i - bound), min(len(b), i + bound) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost, over)
+        if min(current) > bound:
+            return over
+        previous = current
+    return min(previous[len(b)], over)
+
+
+def comparison_cost(name: str, edits: int) -> int:
+    """Cells :func:`edit_distance` computes at most for ``name`` and a band of ``edits``."""
+    return (2 * edits + 1) * (len(name) + 1)
+
+
+@dataclass
+class ComparisonBudget:
+    """What is left of :data:`MAX_NAME_WORK` for one run."""
+
+    left: int = MAX_NAME_WORK
+
+
+def near_miss(
+    name: str, known: Iterable[str], budget: ComparisonBudget | None = None
+) -> str | None:
+    """The known name closest to ``name`` when it differs by at most :func:`max_edits` edits
+    (ties: the first in sorted order); None when ``name`` is known, longer than a Kubernetes
+    name, or nothing is that close. Candidates whose length alone rules them out cost nothing;
+    each other one costs :func:`comparison_cost` of ``budget``, and none is made once the
+    budget cannot pay for it."""
+    candidates = sorted(set(known))
+    if name in candidates or len(name) > MAX_NAME_LENGTH:
+        return None
+    best: tuple[int, str] | None = None
+    for candidate in candidates:
+        edits = max_edits(candidate)
+        if abs(len(name) - len(candidate)) > edits:
+            continue
+        if budget is not None:
+            cost = comparison_cost(name, edits)
+            if budget.left < cost:
+                break
+            budget.left -= cost
+        distance = edit_distance(name, candidate, edits)
+        if distance <= edits and (best is None or distance < best[0]):
+            best = (distance, candidate)
+    return best[1] if best else None
+
+
+# --- requests --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Request:
+    """One ``exactly`` request, ``firstAvailable`` subrequest or flat v1beta1 request.
+
+    ``name`` is the name configs use (``req`` or ``req/sub``); ``index`` is the position of the
+    top-level request; ``first_available`` marks subrequests."""
+
+    name: str
+    index: int
+    path: str
+    spec: Mapping[str, Any]
+    first_available: bool = False
+
+
+def claim_spec(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """``(path, ResourceClaimSpec)`` of a ResourceClaim or ResourceClaimTemplate."""
+    if obj.get("kind") == "ResourceClaim":
+        return "spec", _map(obj.get("spec"))
+    if obj.get("kind") == "ResourceClaimTemplate":
+        return "spec.spec", _map(_map(obj.get("spec")).get("spec"))
+    return None
+
+
+def requests_of(spec: Mapping[str, Any], base: str) -> list[Request]:
+    """Every request of a ResourceClaimSpec, in order."""
+    out: list[Request] = []
+    for i, req in enumerate(_list(_map(spec.get("devices")).get("requests"))):
+        if not isinstance(req, Mapping):
+            continue
+        name = str(req.get("name", ""))
+        where = f"{base}.devices.requests[{i}]"
+        if isinstance(req.get("exactly"), Mapping):
+            out.append(Request(name, i, f"{where}.exactly", req["exactly"]))
+        for j, sub in enumerate(_list(req.get("firstAvailable"))):
+            if isinstance(sub, Mapping):
+                sub_name = f"{name}/{sub.get('name', '')}"
+                out.append(Request(sub_name, i, f"{where}.firstAvailable[{j}]", sub, True))
+        if "deviceClassName" in req:  # v1beta1: the request itself
+            out.append(Request(name, i, where, req))
+    return out
+
+
+def class_name(request: Request) -> str | None:
+    value = request.spec.get("deviceClassName")
+    return value if isinstance(value, str) and value else None
+
+
+def is_ours(request: Request, driver: str, classes: Iterable[str]) -> bool:
+    """Whether the request is allocated from this driver's devices, as far as the files tell:
+    its DeviceClass is the driver's (:func:`sharegpu.admission.checks.is_driver_class`), or one
+    of its own selectors names the driver."""
+    if checks.is_driver_class(class_name(request), driver, classes):
+        return True
+    for selector in _list(request.spec.get("selectors")):
+        expr = _map(_map(selector).get("cel")).get("expression")
+        if isinstance(expr, str) and checks.selector_mentions_driver(expr, driver):
+            return True
+    return False
+
+
+def capacity_requests(request: Request) -> Mapping[str, Any]:
+    return _map(_map(request.spec.get("capacity")).get("requests"))
+
+
+# --- what the checks know ---------------------------------------------------------------------
+
+
+def known_gpus() -> tuple[GpuInfo, ...]:
+    """The GPU models this project knows: the mock backend's default (an H100 80GB HBM3)."""
+    return (default_gpu("validate", 0, 1),)
+
+
+@functools.cache
+def _published_memory() -> tuple[tuple[GpuInfo, Mapping[str, Any]], ...]:
+    """Per known GPU (smallest first), the ``memory`` capacity the kubelet plugin publishes for
+    it in consumable mode (value and request policy)."""
+    gpus = sorted(known_gpus(), key=lambda g: g.memory_usable)
+    return tuple((g, consumable_device(g)["capacity"][names.CAP_MEMORY]) for g in gpus)
+
+
+def pod_spec(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """``(path, pod spec)`` of a Pod, PodTemplate, CronJob or workload with a pod template."""
+    kind = obj.get("kind")
+    spec = _map(obj.get("spec"))
+    if kind == "Pod":
+        return "spec", spec
+    if kind == "PodTemplate":
+        return "template.spec", _map(_map(obj.get("template")).get("spec"))
+    if kind == "CronJob":
+        job = _map(_map(spec.get("jobTemplate")).get("spec"))
+        return "spec.jobTemplate.spec.template.spec", _map(_map(job.get("template")).get("spec"))
+    if kind in POD_TEMPLATE_KINDS:
+        return "spec.template.spec", _map(_map(spec.get("template")).get("spec"))
+    return None
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything the checks know beyond the object itself."""
+
+    driver: str
+    version: str
+    #: Whether the API server of ``version`` drops capacity requests (:func:`drops_capacity`).
+    drops_capacity: bool
+    #: DeviceClasses of the files that are the driver's.
+    classes: tuple[str, ...]
+    #: Names defined by the files (and, for classes, by the chart).
+    class_names: frozenset[str]
+    template_names: frozenset[str]
+    claim_names: frozenset[str]
+    #: Shared by every did-you-mean of the run; results are memoized per (what, name).
+    budget: ComparisonBudget = field(default_factory=ComparisonBudget)
+    hints: dict[tuple[str, str], str | None] = field(default_factory=dict)
+
+    def near_miss(self, what: str, name: str, known: frozenset[str]) -> str | None:
+        """:func:`near_miss` of a ``what`` (``DeviceClass``, ...) name, memoized."""
+        key = (what, name)
+        if key not in self.hints:
+            self.hints[key] = near_miss(name, known, self.budget)
+        return self.hints[key]
+
+    @classmethod
+    def of(
+        cls,
+        manifests: Sequence[Manifest],
+        driver: str,
+        version: str,
+        drops_capacity: bool,
+        classes: Sequence[str],
+    ) -> Context:
+        def defined(kind: str) -> frozenset[str]:
+            return frozenset(m.name for m in manifests if m.kind == kind)
+
+        return cls(
+            driver=driver,
+            version=version,
+            drops_capacity=drops_capacity,
+            classes=tuple(classes),
+            class_names=defined("DeviceClass") | set(chart_device_class_names(driver)),
+            template_names=defined("ResourceClaimTemplate"),
+            claim_names=defined("ResourceClaim"),
+        )
+
+
+def drops_capacity(version: tuple[int, int], gate: bool | None) -> bool:
+    """Whether an API server of Kubernetes ``version`` drops ``capacity.requests``: in 1.34 and
+    1.35, unless the DRAConsumableCapacity gate is enabled (``gate``: the value set with
+    ``--feature-gates``, None when not set). Before 1.34 the field is not in the schema at all,
+    which the schema check reports."""
+    if not CONSUMABLE_CAPACITY_ALPHA <= version < CONSUMABLE_CAPACITY_ON:
+        return False
+    return gate is not True
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def name_findings(
+    path: str, what: str, name: Any, known: frozenset[str], where: str, ctx: Context
+) -> list[checks.Finding]:
+    """A did-you-mean warning for a reference ``name`` that is a near miss of a known one."""
+    if not isinstance(name, str):
+        return []
+    match = ctx.near_miss(what, name, known)
+    if match is None:
+        return []
+    return [_warning(path, f"{what} {name!r} is not defined {where}; did you mean {match!r}?")]
+
+
+def class_name_findings(requests: Sequence[Request], ctx: Context) -> list[checks.Finding]:
+    """Near misses of DeviceClass names."""
+    where = "in the checked files or by the sharegpu chart"
+    return [
+        f
+        for r in requests
+        for f in name_findings(
+            f"{r.path}.deviceClassName", "DeviceClass", class_name(r), ctx.class_names, where, ctx
+        )
+    ]
+
+
+def pod_reference_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.Finding]:
+    """Near misses of the claim and template names a pod's ``resourceClaims`` use."""
+    located = pod_spec(obj)
+    if located is None:
+        return []
+    base, spec = located
+    findings: list[checks.Finding] = []
+    for i, entry in enumerate(_list(spec.get("resourceClaims"))):
+        entry = _map(entry)
+        for key, what, known in (
+            ("resourceClaimTemplateName", "ResourceClaimTemplate", ctx.template_names),
+            ("resourceClaimName", "ResourceClaim", ctx.claim_names),
+        ):
+            findings += name_findings(
+                f"{base}.resourceClaims[{i}].{key}",
+                what,
+                entry.get(key),
+                known,
+                "in the checked files",
+                ctx,
+            )
+    return findings
+
+
+def _applies(entry: Mapping[str, Any], request: str) -> bool:
+    """Whether a config entry applies to a request (``req`` also covers ``req/sub``)."""
+    wanted = [r for r in _list(entry.get("requests")) if isinstance(r, str)]
+    return not wanted or request in wanted or request.partition("/")[0] in wanted
+
+
+def _request_list(requests: Sequence[Request]) -> str:
+    shown = ", ".join(
+        f"{r.name!r} (DeviceClass {class_name(r)!r})" if class_name(r) else repr(r.name)
+        for r in requests
+    )
+    return f"request {shown}" if len(requests) == 1 else f"requests {shown}"
+
+
+def config_findings(
+    entries: Any, path: str, requests: Sequence[Request] | None, ctx: Context
+) -> list[checks.Finding]:
+    """Opaque configs that their driver never reads (``requests`` None: a DeviceClass's)."""
+    driver = ctx.driver
+    findings: list[checks.Finding] = []
+    for i, entry in enumerate(_list(entries)):
+        entry = _map(entry)
+        named = _map(entry.get("opaque")).get("driver")
+        if not isinstance(named, str):
+            continue
+        where = f"{path}[{i}].opaque.driver"
+        if named != driver and near_miss(named, [driver]) is not None:
+            findings.append(
+                _warning(
+                    where,
+                    f"config for driver {named!r}, which {driver} ignores; "
+                    f"did you mean {driver!r}?",
+                )
+            )
+            continue
+        targeted = [r for r in requests or () if _applies(entry, r.name)]
+        if not targeted:
+            continue
+        ours = [r for r in targeted if is_ours(r, driver, ctx.classes)]
+        if named == driver and not ours:
+            findings.append(
+                _warning(
+                    where,
+                    f"config for {driver}, but no request it applies to "
+                    f"({_request_list(targeted)}) uses a DeviceClass known to be {driver}'s "
+                    "(named like the driver, or defined in the checked files with a selector "
+                    f"that names it): unless that class selects {driver} devices, no driver "
+                    "reads this config",
+                )
+            )
+        elif named != driver and len(ours) == len(targeted):
+            findings.append(
+                _warning(
+                    where,
+                    f"config for driver {named!r} applies only to {_request_list(targeted)}, "
+                    f"allocated from {driver} devices: {named} never sees it and {driver} "
+                    "ignores other drivers' configs",
+                )
+            )
+    return findings
+
+
+def _too_large(raw: Any) -> PolicyViolation | None:
+    """The violation on the largest known GPU when ``raw`` fits none of them, else None."""
+    try:
+        requested = quantity_int(raw)
+    except QuantityError:
+        return None  # sharegpu.admission.checks reports it
+    if requested <= 0:
+        return None
+    violation: PolicyViolation | None = None
+    for gpu, capacity in _published_memory():
+        where = f"{gpu.product_name}: capacity[{names.CAP_MEMORY}]"
+        consumed = consumed_amount(names.CAP_MEMORY, capacity, requested, where)
+        if not isinstance(consumed, PolicyViolation):
+            return None
+        violation = consumed
+    return violation
+
+
+def memory_findings(requests: Sequence[Request], ctx: Context) -> list[checks.Finding]:
+    """This driver's memory requests that no known GPU model can grant."""
+    largest = _published_memory()[-1][0]
+    too_large: list[tuple[Request, str, str]] = []  # (request, capacity key, why)
+    for r in requests:
+        if not is_ours(r, ctx.driver, ctx.classes):
+            continue
+        for key, raw in capacity_requests(r).items():
+            if str(key) not in (names.CAP_MEMORY, names.qualify(ctx.driver, names.CAP_MEMORY)):
+                continue
+            violation = _too_large(raw)
+            if violation is not None:
+                too_large.append((r, str(key), violation.message()))
+    # firstAvailable: a subrequest that is not too large is a fallback for the others
+    refused = {id(r) for r, _, _ in too_large}
+    fits = {r.index for r in requests if r.first_available and id(r) not in refused}
+    return [
+        _warning(
+            f"{r.path}.capacity.requests[{key}]",
+            f"memory {capacity_requests(r)[key]} is more than any GPU model this driver knows "
+            f"grants: the largest, {largest.product_name}, grants at most "
+            f"{format_bytes_human(memory_policy_max(largest.memory_usable))} ({message}); on "
+            "nodes without a larger GPU the claim is never allocated (sharegpu explain shows "
+            "why)",
+        )
+        for r, key, message in too_large
+        if r.index not in fits
+    ]
+
+
+def gate_findings(requests: Sequence[Request], ctx: Context) -> list[checks.Finding]:
+    """Capacity requests the API server of ``ctx.version`` drops (DRAConsumableCapacity off)."""
+    if not ctx.drops_capacity:
+        return []
+    return [
+        _warning(
+            f"{r.path}.capacity.requests",
+            f"Kubernetes {ctx.version} drops capacity requests unless the "
+            f"{CONSUMABLE_CAPACITY_GATE} feature gate is enabled (alpha and off by default in "
+            "1.34 and 1.35, beta and on by default from 1.36): the request would get a whole "
+            "device; enable the gate on the API server and scheduler (then pass "
+            f"--feature-gates {CONSUMABLE_CAPACITY_GATE}=true here), or use sharegpu's "
+            "partitions mode, which needs no capacity requests",
+        )
+        for r in requests
+        if capacity_requests(r)
+    ]
+
+
+def cross_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.Finding]:
+    """Every finding of this module for one object (see the module docstring)."""
+    findings = pod_reference_findings(obj, ctx)
+    if obj.get("kind") == "DeviceClass":
+        config = _map(obj.get("spec")).get("config")
+        return findings + config_findings(config, "spec.config", None, ctx)
+    located = claim_spec(obj)
+    if located is None:
+        return findings
+    base, spec = located
+    requests = requests_of(spec, base)
+    findings += class_name_findings(requests, ctx)
+    config = _map(spec.get("devices")).get("config")
+    findings += config_findings(config, f"{base}.devices.config", requests, ctx)
+    findings += memory_findings(requests, ctx)
+    findings += gate_findings(requests, ctx)
+    return findings

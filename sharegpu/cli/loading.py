@@ -1,0 +1,424 @@
+"""The one manifest loader of the ``sharegpu`` commands (``validate``, ``explain``, ``demo``).
+
+It reads files and directories (recursively: ``*.yaml``, ``*.yml``, ``*.json``), ``-`` for
+standard input, multi-document streams, YAML lists and ``kind: *List`` objects, and remembers
+where each object came from (:class:`Manifest`).
+
+Every byte it reads comes from the user, so it is bounded here, at the edge, before any check
+sees an object. The bounds (:class:`Limits`) are checked in one linear pass over the parser's
+event stream (libyaml's parser when PyYAML has it; neither parser recurses), before a single
+node is composed or constructed, so a hostile file costs time proportional to its size, and
+the checks downstream (schemas, CEL, pod walks, which recurse and copy) only ever see small,
+shallow, finite objects:
+
+- bytes: each file, and all files of one call together;
+- files: how many manifest files the directories of one call expand to;
+- documents: YAML documents per file; objects: objects of one call (after List expansion);
+- nesting: collections inside collections, at most :attr:`Limits.depth` levels (Kubernetes
+  objects are shallow: a Deployment with resource claims is about 10 levels deep);
+- expanded nodes: nodes of all files of one call, counting what every alias stands for (see
+  below), which bounds the work of every check after loading;
+- integer literals: at most :data:`MAX_INT_CHARS` characters (int64 needs 20; a huge literal
+  would otherwise cost quadratic time to convert, or fail inside PyYAML).
+
+Aliases: anchors and aliases stay allowed, because real manifests use them (``<<: *defaults``
+for repeated blocks); what is bounded is what they expand to. During the event pass every
+anchored node records its expanded size (its nodes, with the expansion of the aliases inside
+it) and its height; an alias adds its anchor's size to the node count and its height to the
+current depth. So a "billion laughs" document is refused however it is built (a few aliases
+nested deeply or many shallow ones), after reading only its own text; counting aliases alone
+would not bound it (n doubling aliases expand to 2^n nodes). An alias to a collection that
+contains the alias (a recursive document) is refused outright: JSON cannot express it.
+
+Invariants:
+
+- every problem with the input (missing or unreadable file, invalid YAML, a limit exceeded, a
+  named file or directory without any Kubernetes object) raises :class:`CliError` with one line
+  naming the file, the problem and, for limits, the limit; exit code 1, like every other expected
+  failure of the commands (2 stays reserved for usage errors);
+- a path named on the command line yields at least one YAML document that is not empty (a file
+  of only comments or ``---`` separators, or a directory without such a file, is an error); an
+  empty ``kind: List`` is a document, so it passes with no objects;
+- objects are plain dicts in their JSON shape.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from sharegpu.cli.common import CliError, Obj
+
+try:
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # PyYAML built without libyaml: the same rules, parsed in pure Python
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
+
+MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
+MIB: Final = 1024 * 1024
+#: Longest integer literal accepted (characters, sign and base prefix included).
+MAX_INT_CHARS: Final = 100
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one call of :func:`load_manifests` (see the module docstring)."""
+
+    #: Bytes of one file.
+    file_bytes: int = 4 * MIB
+    #: Bytes of all files of the call together.
+    total_bytes: int = 16 * MIB
+    #: Manifest files of the call (after expanding directories).
+    files: int = 1000
+    #: YAML documents of one file.
+    documents: int = 1000
+    #: Objects of the call, after expanding YAML lists and ``kind: *List``.
+    objects: int = 1000
+    #: YAML nodes of all files of the call, counting each alias as the nodes it stands for.
+    nodes: int = 500_000
+    #: Collections nested in collections (aliases count with the depth they expand to).
+    depth: int = 100
+
+
+#: Limits for manifests a user writes: claims, classes, pods, configs.
+MANIFEST_LIMITS: Final = Limits()
+#: Limits for ResourceSlices dumped from a cluster (``explain --slices``): a node publishes up
+#: to 15 devices per GPU in ``partitions`` mode, so a dump of many nodes is larger; nesting,
+#: aliases and integers are bounded the same way.
+SLICE_LIMITS: Final = replace(
+    MANIFEST_LIMITS,
+    file_bytes=64 * MIB,
+    total_bytes=64 * MIB,
+    documents=10_000,
+    objects=10_000,
+    nodes=4_000_000,
+)
+
+
+def _size(n: int) -> str:
+    """``4 MiB`` / ``20.3 MiB`` / ``512 bytes``."""
+    if n < MIB:
+        return f"{n} bytes"
+    mib = n / MIB
+    return f"{mib:.0f} MiB" if mib == int(mib) else f"{mib:.1f} MiB"
+
+
+def _limit_error(where: str, problem: str, limit: str) -> CliError:
+    return CliError(f"{where}: {problem} (limit: {limit})")
+
+
+# --- objects ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One object of a manifest file; ``document`` counts from 1 within the file."""
+
+    file: str
+    document: int
+    obj: Obj
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj.get("kind") or "?")
+
+    @property
+    def name(self) -> str:
+        md = self.obj.get("metadata") or {}
+        if not isinstance(md, dict):
+            return "?"
+        return str(md.get("name") or md.get("generateName") or "?")
+
+    @property
+    def label(self) -> str:
+        """``KIND/NAME``."""
+        return f"{self.kind}/{self.name}"
+
+
+def _expand(doc: Any, file: str, number: int) -> list[Manifest]:
+    if doc is None:
+        return []
+    if isinstance(doc, list):
+        return [m for item in doc for m in _expand(item, file, number)]
+    if not isinstance(doc, dict):
+        raise CliError(f"{file}: document {number}: expected a mapping, got {type(doc).__name__}")
+    if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+        return [m for item in doc["items"] for m in _expand(item, file, number)]
+    return [Manifest(file, number, doc)]
+
+
+# --- YAML -------------------------------------------------------------------------------------
+
+
+class _Refused(yaml.constructor.ConstructorError):
+    """Valid YAML beyond a limit, found while constructing."""
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    text = str(node.value)
+    if len(text) > MAX_INT_CHARS:
+        raise _Refused(
+            None,
+            None,
+            f"integer of {len(text)} characters (limit: {MAX_INT_CHARS} characters)",
+            node.start_mark,
+        )
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+class _Loader(_SafeLoader):
+    """PyYAML's safe loader (libyaml's parser when available) with bounded integer literals."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
+def _where(name: str, mark: Any) -> str:
+    if mark is None:
+        return name
+    return f"{name}: line {mark.line + 1}, column {mark.column + 1}"
+
+
+@dataclass
+class _Open:
+    """A collection whose end event has not come yet."""
+
+    anchor: str | None
+    #: The file's node count before this collection.
+    start: int
+    #: Levels of collections from this one down (1: no collection inside).
+    height: int = 1
+
+
+@dataclass
+class _Budget:
+    """What one call of :func:`load_manifests` has used of its limits."""
+
+    limits: Limits
+    bytes: int = 0
+    objects: int = 0
+    nodes: int = 0
+
+
+@dataclass
+class _EventPass:
+    """The bounds of one file, checked event by event (no recursion, nothing constructed)."""
+
+    name: str
+    budget: _Budget
+    documents: int = 0
+    stack: list[_Open] = field(default_factory=list)
+    #: Anchor -> (expanded nodes, collection height) of the current document.
+    anchors: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def run(self, text: str) -> None:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.DocumentStartEvent):
+                self.documents += 1
+                self.anchors.clear()
+                if self.documents > self.budget.limits.documents:
+                    limit = self.budget.limits.documents
+                    raise _limit_error(
+                        _where(self.name, event.start_mark),
+                        f"more than {limit} YAML documents",
+                        f"{limit} per file",
+                    )
+            elif isinstance(event, yaml.CollectionStartEvent):
+                self._enter(event.start_mark, 1)
+                self.stack.append(_Open(event.anchor, self.budget.nodes))
+                self._add(1, event.start_mark, None)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                done = self.stack.pop()
+                self._child(done.height)
+                if done.anchor is not None:
+                    self.anchors[done.anchor] = (self.budget.nodes - done.start, done.height)
+            elif isinstance(event, yaml.ScalarEvent):
+                self._add(1, event.start_mark, None)
+                if event.anchor is not None:
+                    self.anchors[event.anchor] = (1, 0)
+            elif isinstance(event, yaml.AliasEvent):
+                self._alias(event)
+
+    def _alias(self, event: yaml.AliasEvent) -> None:
+        anchor = str(event.anchor)
+        where = _where(self.name, event.start_mark)
+        if any(o.anchor == anchor for o in self.stack):
+            raise CliError(
+                f"{where}: alias *{anchor} refers to a collection that contains it; a recursive "
+                "document has no JSON form"
+            )
+        found = self.anchors.get(anchor)
+        if found is None:
+            raise CliError(f"{where}: invalid YAML: found undefined alias *{anchor}")
+        size, height = found
+        self._enter(event.start_mark, height, anchor)
+        self._child(height)
+        self._add(size, event.start_mark, anchor)
+
+    def _enter(self, mark: Any, height: int, alias: str | None = None) -> None:
+        """Refuse a node of ``height`` collection levels at the current depth beyond the limit."""
+        limit = self.budget.limits.depth
+        if len(self.stack) + height > limit:
+            through = f" (through alias *{alias})" if alias else ""
+            raise _depth_error(_where(self.name, mark), limit, through)
+
+    def _child(self, height: int) -> None:
+        if self.stack:
+            self.stack[-1].height = max(self.stack[-1].height, height + 1)
+
+    def _add(self, count: int, mark: Any, alias: str | None) -> None:
+        self.budget.nodes += count
+        limit = self.budget.limits.nodes
+        if self.budget.nodes <= limit:
+            return
+        problem = (
+            f"alias *{alias} expands the input to more than {limit} YAML nodes"
+            if alias
+            else f"more than {limit} YAML nodes"
+        )
+        raise _limit_error(
+            _where(self.name, mark), problem, f"{limit} nodes for all files, aliases expanded"
+        )
+
+
+def _depth_error(where: str, limit: int, through: str = "") -> CliError:
+    return _limit_error(where, f"nested more than {limit} levels deep{through}", f"{limit} levels")
+
+
+#: libyaml's own nesting bound (1000 levels), reached while it scans ahead of the events.
+_LIBYAML_NESTING: Final = "exceeded maximum nesting depth"
+
+
+def _yaml_error(name: str, exc: yaml.YAMLError, limits: Limits) -> CliError:
+    mark = getattr(exc, "problem_mark", None)
+    where = _where(name, mark)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if problem == _LIBYAML_NESTING:
+        return _depth_error(where, limits.depth)
+    if isinstance(exc, _Refused):
+        return CliError(f"{where}: {problem}")
+    return CliError(f"{where}: invalid YAML: {problem}")
+
+
+def parse_documents(text: str, name: str, limits: Limits = MANIFEST_LIMITS) -> list[Any]:
+    """The YAML documents of ``text`` (``None`` for empty ones), within ``limits``."""
+    return _parse(text, name, _Budget(limits))
+
+
+def _parse(text: str, name: str, budget: _Budget) -> list[Any]:
+    try:
+        _EventPass(name, budget).run(text)
+        return list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as exc:
+        raise _yaml_error(name, exc, budget.limits) from None
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+def _read(path: Path, budget: _Budget) -> str:
+    """The text of one file (``-``: standard input), within the byte limits."""
+    name = str(path)
+    limit = budget.limits.file_bytes
+    try:
+        if name == "-":
+            stream = getattr(sys.stdin, "buffer", None)
+            raw = stream.read(limit + 1) if stream else sys.stdin.read(limit + 1).encode()
+        else:
+            size = path.stat().st_size
+            if size > limit:
+                raise _limit_error(name, f"too large: {_size(size)}", f"{_size(limit)} per file")
+            with path.open("rb") as f:
+                raw = f.read(limit + 1)
+    except OSError as exc:
+        raise CliError(f"{name}: cannot read: {exc}") from None
+    if len(raw) > limit:
+        raise _limit_error(name, f"too large: more than {_size(limit)}", f"{_size(limit)} per file")
+    budget.bytes += len(raw)
+    if budget.bytes > budget.limits.total_bytes:
+        total = _size(budget.limits.total_bytes)
+        raise _limit_error(
+            name,
+            f"too much input: the files read so far total more than {total}",
+            f"{total} for all files",
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{name}: cannot read: {exc}") from None
+
+
+def manifest_files(raw: str, limits: Limits = MANIFEST_LIMITS) -> list[Path]:
+    """The files one path names: itself, or a directory's manifest files (recursive, sorted).
+
+    A missing path, or a directory with more than ``limits.files`` manifest files, fails."""
+    path = Path(raw)
+    if path.is_dir():
+        found: list[Path] = []
+        for p in path.rglob("*"):
+            if p.suffix in MANIFEST_SUFFIXES and p.is_file():
+                found.append(p)
+                if len(found) > limits.files:
+                    raise _limit_error(
+                        raw, f"more than {limits.files} manifest files", f"{limits.files} files"
+                    )
+        return sorted(found)
+    if path.is_file() or raw == "-":
+        return [path]
+    raise CliError(f"{raw}: no such file or directory")
+
+
+def _read_file(path: Path, budget: _Budget) -> tuple[list[Manifest], int]:
+    """Every object of one file, and how many of its documents are not empty."""
+    name = str(path)
+    docs = _parse(_read(path, budget), name, budget)
+    manifests = [m for i, doc in enumerate(docs, start=1) for m in _expand(doc, name, i)]
+    budget.objects += len(manifests)
+    limit = budget.limits.objects
+    if budget.objects > limit:
+        raise _limit_error(name, f"more than {limit} objects", f"{limit} objects for all files")
+    return manifests, sum(doc is not None for doc in docs)
+
+
+def _why_empty(raw: str, files: Sequence[Path]) -> str:
+    if raw == "-":
+        return "standard input is empty or holds only comments"
+    if not Path(raw).is_dir():
+        return "the file is empty or holds only comments"
+    if not files:
+        return "the directory has no *.yaml, *.yml or *.json file"
+    return "its files are empty or hold only comments"
+
+
+def load_manifests(paths: Iterable[str], limits: Limits = MANIFEST_LIMITS) -> list[Manifest]:
+    """All objects of the files and directories named (see the module docstring)."""
+    budget = _Budget(limits)
+    out: list[Manifest] = []
+    files = 0
+    for raw in paths:
+        documents = 0
+        files_here = manifest_files(raw, limits)
+        for path in files_here:
+            files += 1
+            if files > limits.files:
+                raise _limit_error(
+                    raw, f"more than {limits.files} manifest files", f"{limits.files} files"
+                )
+            manifests, count = _read_file(path, budget)
+            out += manifests
+            documents += count
+        if documents == 0:
+            raise CliError(f"no Kubernetes objects found in {raw}: {_why_empty(raw, files_here)}")
+    return out
+
+
+def load_objects(
+    paths: Iterable[str], kinds: Sequence[str] | None = None, limits: Limits = MANIFEST_LIMITS
+) -> list[Obj]:
+    """The objects of ``paths`` (only those of ``kinds`` when given)."""
+    return [m.obj for m in load_manifests(paths, limits) if kinds is None or m.kind in kinds]
