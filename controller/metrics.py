@@ -8,8 +8,10 @@ GPU objects the tracker computes; nothing is stored twice. Prometheus names (aft
 - ``sharegpu_gpu_claims``: distinct claims on the GPU
 - ``sharegpu_gpu_healthy``: 1 or 0
   (all with labels ``gpu``, ``node``, ``uuid``, ``model``)
-- ``sharegpu_webhook_reviews_total{kind, result}``: result ``allowed``, ``warned``, ``denied``
-  or ``error``
+- ``sharegpu_webhook_reviews_total{kind, result}``: ``kind`` is ``ResourceClaim``,
+  ``ResourceClaimTemplate``, ``DeviceClass``, ``other`` (any other kind) or ``unknown`` (a review
+  whose kind could not be read); ``result`` is ``allowed``, ``warned``, ``denied`` or ``error``.
+  Both come from these fixed sets whatever a client sends, so the series stay at most 20
 - ``sharegpu_reconcile_duration_seconds``: histogram of one tracker flush
 - ``sharegpu_api_errors_total{verb, resource, code}``: failed Kubernetes API calls
 """
@@ -17,6 +19,7 @@ GPU objects the tracker computes; nothing is stored twice. Prometheus names (aft
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Final, Literal
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
@@ -25,6 +28,25 @@ from api.quantity import quantity_int
 from sharegpu.kube.telemetry import SECONDS_BUCKETS, Telemetry
 
 GpuSource = Callable[[], Iterable[GpuObject]]
+
+#: The kinds the admission webhook checks: the values of the reviews' ``kind`` label besides
+#: :data:`OTHER_KIND` and :data:`UNKNOWN_KIND`.
+REVIEWED_KINDS: Final = frozenset({"ResourceClaim", "ResourceClaimTemplate", "DeviceClass"})
+#: The ``kind`` label of a review of any other kind.
+OTHER_KIND: Final = "other"
+#: The ``kind`` label of a review whose kind could not be read.
+UNKNOWN_KIND: Final = "unknown"
+#: The outcome of one admission review.
+ReviewResult = Literal["allowed", "warned", "denied", "error"]
+REVIEW_RESULTS: Final[frozenset[str]] = frozenset({"allowed", "warned", "denied", "error"})
+
+
+def review_kind_label(kind: object) -> str:
+    """The ``kind`` label for a review of ``kind``: one of :data:`REVIEWED_KINDS`,
+    :data:`OTHER_KIND` for any other non-empty string, :data:`UNKNOWN_KIND` otherwise."""
+    if isinstance(kind, str) and kind:
+        return kind if kind in REVIEWED_KINDS else OTHER_KIND
+    return UNKNOWN_KIND
 
 
 class ControllerMetrics:
@@ -78,9 +100,12 @@ class ControllerMetrics:
 
         return observe
 
-    def review(self, kind: str, result: str) -> None:
-        """Count one admission review of ``kind`` with ``result``."""
-        self.webhook_reviews.add(1, {"kind": kind, "result": result})
+    def review(self, kind: object, result: ReviewResult) -> None:
+        """Count one admission review of ``kind`` (any value: the label is
+        :func:`review_kind_label` of it) with ``result``."""
+        if result not in REVIEW_RESULTS:
+            raise ValueError(f"unknown review result {result!r}")
+        self.webhook_reviews.add(1, {"kind": review_kind_label(kind), "result": result})
 
     def api_error(self, verb: str, resource: str, code: int | str) -> None:
         """Count one failed API request (code 0 or text for connection errors)."""

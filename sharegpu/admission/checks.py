@@ -25,19 +25,28 @@ Checks:
 - a claim's own GpuConfig that sets an MPS or Limits override above what the request reserves
   (``activeThreadPercentage``/``smLimit`` above its cores, ``pinnedMemoryLimit``/
   ``deviceMemoryLimit`` above its memory) is an error: the plugin would refuse to prepare it.
+
+Before any rule, the object's shape is checked (:mod:`sharegpu.admission.shape`): a field the
+rules read that has the wrong JSON type, or a list, selector or parameters beyond Kubernetes'
+limits, is an error marked ``malformed`` with its path, and the rules are not run. So every
+check accepts any decoded JSON value and returns findings; it raises only on a defect. The
+work of one object is bounded too: the distinct selectors naming the driver, which are the
+ones compiled, may total at most :data:`MAX_SELECTORS_PER_OBJECT` expressions and
+:data:`MAX_SELECTOR_BYTES_PER_OBJECT` bytes; beyond that the object is refused unchecked.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from api import names
-from api.gpuconfig import GpuConfig, decode_driver_configs
+from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity
+from sharegpu.admission import shape
 from sharegpu.cel import CelCompileError, compile_selector
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
 
@@ -55,6 +64,14 @@ KNOWN_ATTRIBUTES: Final = frozenset(
 KNOWN_CAPACITIES: Final = frozenset(
     value for key, value in vars(names).items() if key.startswith("CAP_") and isinstance(value, str)
 )
+
+#: Unknown capacities of one request reported each (the rest are counted in one finding).
+MAX_UNKNOWN_CAPACITIES: Final = 8
+#: At most this many distinct selectors naming the driver are compiled for one object.
+MAX_SELECTORS_PER_OBJECT: Final = 64
+#: At most this many bytes of distinct selectors naming the driver are compiled for one object
+#: (compiling takes up to about 0.1 ms per byte, so about two seconds at most).
+MAX_SELECTOR_BYTES_PER_OBJECT: Final = 16 * 1024
 
 _STRING = r"""(?:'([^'\\]*)'|"([^"\\]*)")"""
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -156,11 +173,16 @@ def unimplemented_cel(exc: CelCompileError) -> str | None:
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem: ``path`` is the field path in the object (``spec.devices.requests[0]...``)."""
+    """One problem: ``path`` is the field path in the object (``spec.devices.requests[0]...``).
+
+    ``malformed`` marks an error about the object's shape (a field of the wrong JSON type, or
+    beyond one of Kubernetes' limits): no API server sends such an object.
+    """
 
     severity: Severity
     path: str
     message: str
+    malformed: bool = False
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
@@ -179,7 +201,11 @@ def warnings(findings: Iterable[Finding]) -> list[Finding]:
 def is_driver_class(class_name: str | None, driver: str, classes: Iterable[str] = ()) -> bool:
     """Whether a DeviceClass name is this driver's: listed in ``classes``, or named like the
     driver (``gpu.sharegpu.dev``, ``gpu.sharegpu.dev-shared``, ...)."""
-    return bool(class_name) and (class_name in set(classes) or driver in str(class_name))
+    if not isinstance(class_name, str) or not class_name:
+        return False
+    return driver in class_name or class_name in (
+        classes if isinstance(classes, (set, frozenset)) else set(classes)
+    )
 
 
 def _did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -196,13 +222,18 @@ def _did_you_mean(name: str, known: Iterable[str]) -> str:
 # --- GpuConfig -------------------------------------------------------------------------------
 
 
-def check_config_entries(entries: Any, path: str, driver: str) -> list[Finding]:
-    """GpuConfig parameters of this driver's ``config[]`` entries (DeviceClass or claim)."""
+def check_config_entries(
+    entries: Any, path: str, driver: str, decoded: DriverConfigs | None = None
+) -> list[Finding]:
+    """GpuConfig parameters of this driver's ``config[]`` entries (DeviceClass or claim);
+    ``decoded`` is :func:`decode_driver_configs` of ``entries`` when the caller has it."""
     if not isinstance(entries, list):
         return []
+    if decoded is None:
+        decoded = decode_driver_configs(entries, driver)
     return [
         Finding(ERROR, f"{path}[{problem.position}].opaque.parameters", message)
-        for problem in decode_driver_configs(entries, driver).problems
+        for problem in decoded.problems
         for message in problem.messages
     ]
 
@@ -272,13 +303,20 @@ def check_selector(expression: Any, path: str, driver: str) -> list[Finding]:
     return findings
 
 
+def _expressions(selectors: Any) -> Iterator[tuple[int, str]]:
+    """``(index, expression)`` of the CEL selectors of a ``selectors[]`` list."""
+    for i, selector in enumerate(selectors if isinstance(selectors, list) else []):
+        cel = selector.get("cel") if isinstance(selector, Mapping) else None
+        expression = cel.get("expression") if isinstance(cel, Mapping) else None
+        if isinstance(expression, str):
+            yield i, expression
+
+
 def check_selectors(selectors: Any, path: str, driver: str) -> list[Finding]:
     """:func:`check_selector` over a ``selectors[]`` list."""
     findings: list[Finding] = []
-    for i, selector in enumerate(selectors if isinstance(selectors, list) else []):
-        cel = selector.get("cel") if isinstance(selector, Mapping) else None
-        if isinstance(cel, Mapping):
-            findings += check_selector(cel.get("expression"), f"{path}[{i}].cel.expression", driver)
+    for i, expression in _expressions(selectors):
+        findings += check_selector(expression, f"{path}[{i}].cel.expression", driver)
     return findings
 
 
@@ -306,12 +344,16 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
         return []
     findings: list[Finding] = []
     asked: dict[str, Any] = {}
+    unknown = 0
     for key, raw in requests.items():
         name = _capacity_name(str(key), driver)
         if name is None:
             continue
         where = f"{path}[{key}]"
         if name not in KNOWN_CAPACITIES:
+            unknown += 1
+            if unknown > MAX_UNKNOWN_CAPACITIES:
+                continue
             findings.append(
                 Finding(
                     ERROR,
@@ -331,6 +373,15 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
             findings += _check_cores(value, where)
         elif name == names.CAP_MEMORY:
             findings += _check_memory(value, where)
+    if unknown > MAX_UNKNOWN_CAPACITIES:
+        findings.append(
+            Finding(
+                ERROR,
+                path,
+                f"and {unknown - MAX_UNKNOWN_CAPACITIES} more capacities {driver} devices do "
+                "not have",
+            )
+        )
     if (names.CAP_CORES in asked) != (names.CAP_MEMORY in asked):
         given, missing = (
             (names.CAP_CORES, names.CAP_MEMORY)
@@ -390,6 +441,8 @@ def _reserved_share(requests: Mapping[str, Any], driver: str) -> tuple[int | Non
     memory: int | None = None
     for key, raw in requests.items():
         name = _capacity_name(str(key), driver)
+        if name not in (names.CAP_CORES, names.CAP_MEMORY):
+            continue
         try:
             value = parse_quantity(raw)
         except QuantityError:
@@ -402,12 +455,9 @@ def _reserved_share(requests: Mapping[str, Any], driver: str) -> tuple[int | Non
     return cores, memory
 
 
-def _applicable_entry(
-    entries: list[Any], request: str, driver: str
-) -> tuple[int, GpuConfig] | None:
+def _applicable_entry(decoded: DriverConfigs, request: str) -> tuple[int, GpuConfig] | None:
     """Position and decoded config of the claim's last own config entry for ``request``; None
     when none applies or an applicable entry is invalid (check_config_entries reports it)."""
-    decoded = decode_driver_configs(entries, driver)
     if any(p.applies_to(request) for p in decoded.problems):
         return None
     applicable = [e for e in decoded.entries if e.applies_to(request)]
@@ -418,13 +468,21 @@ def _applicable_entry(
 
 
 def check_overrides_fit_share(
-    request: str, capacity: Any, entries: Any, path: str, driver: str
+    request: str,
+    capacity: Any,
+    entries: Any,
+    path: str,
+    driver: str,
+    decoded: DriverConfigs | None = None,
 ) -> list[Finding]:
-    """Errors for MPS/Limits overrides in the claim's config above the request's share."""
+    """Errors for MPS/Limits overrides in the claim's config above the request's share;
+    ``decoded`` is :func:`decode_driver_configs` of ``entries`` when the caller has it."""
     if not isinstance(capacity, Mapping) or not isinstance(entries, list):
         return []
     cores, memory = _reserved_share(capacity, driver)
-    applicable = _applicable_entry(entries, request, driver)
+    if decoded is None:
+        decoded = decode_driver_configs(entries, driver)
+    applicable = _applicable_entry(decoded, request)
     if applicable is None or applicable[1].sharing is None:
         return []
     position, config = applicable
@@ -480,16 +538,19 @@ def check_overrides_fit_share(
 # --- requests and whole objects --------------------------------------------------------------
 
 
+def _capacity_requests(req: Mapping[str, Any]) -> Any:
+    """``capacity.requests`` of a request (None where absent or not an object)."""
+    capacity = req.get("capacity")
+    return capacity.get("requests") if isinstance(capacity, Mapping) else None
+
+
 def _request_is_ours(req: Mapping[str, Any], driver: str, classes: Iterable[str]) -> bool:
     if is_driver_class(req.get("deviceClassName"), driver, classes):
         return True
-    for selector in req.get("selectors") or []:
-        cel = selector.get("cel") if isinstance(selector, Mapping) else None
-        expr = cel.get("expression") if isinstance(cel, Mapping) else None
-        if isinstance(expr, str) and selector_mentions_driver(expr, driver):
-            return True
-    caps = (req.get("capacity") or {}).get("requests") or {}
-    return any(str(k).startswith(f"{driver}/") for k in caps)
+    if any(selector_mentions_driver(e, driver) for _, e in _expressions(req.get("selectors"))):
+        return True
+    caps = _capacity_requests(req)
+    return isinstance(caps, Mapping) and any(str(k).startswith(f"{driver}/") for k in caps)
 
 
 def check_exact_request(
@@ -501,70 +562,165 @@ def check_exact_request(
     findings = check_selectors(req.get("selectors"), f"{path}.selectors", driver)
     if _request_is_ours(req, driver, classes):
         findings += check_capacity_requests(
-            (req.get("capacity") or {}).get("requests"), f"{path}.capacity.requests", driver
+            _capacity_requests(req), f"{path}.capacity.requests", driver
         )
+    return findings
+
+
+def _exact_requests(spec: Mapping[str, Any], path: str) -> Iterator[tuple[str, str, Any]]:
+    """``(request name, path, request)`` of every ``exactly`` request, ``firstAvailable``
+    subrequest (named ``request/subrequest``) and flat v1beta1 request of a claim spec."""
+    devices = spec.get("devices")
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    for i, req in enumerate(requests if isinstance(requests, list) else []):
+        if not isinstance(req, Mapping):
+            continue
+        where = f"{path}.devices.requests[{i}]"
+        name = req.get("name")
+        name = name if isinstance(name, str) else ""
+        if req.get("exactly") is not None:
+            yield name, f"{where}.exactly", req["exactly"]
+        subrequests = req.get("firstAvailable")
+        for j, sub in enumerate(subrequests if isinstance(subrequests, list) else []):
+            sub_name = sub.get("name") if isinstance(sub, Mapping) else None
+            full_name = f"{name}/{sub_name}" if isinstance(sub_name, str) else f"{name}/"
+            yield full_name, f"{where}.firstAvailable[{j}]", sub
+        if "deviceClassName" in req:  # v1beta1: the request itself
+            yield name, where, req
+
+
+def _claim_spec_selectors(spec: Mapping[str, Any], path: str) -> Iterator[tuple[str, str]]:
+    """``(path, expression)`` of every CEL selector of a claim spec's requests."""
+    for _, where, req in _exact_requests(spec, path):
+        if isinstance(req, Mapping):
+            for i, expression in _expressions(req.get("selectors")):
+                yield f"{where}.selectors[{i}].cel.expression", expression
+
+
+def selector_budget_findings(
+    selectors: Iterable[tuple[str, str]], path: str, driver: str
+) -> list[Finding]:
+    """An error at ``path`` when the distinct selectors naming ``driver`` (those the checks
+    compile) are more than :data:`MAX_SELECTORS_PER_OBJECT` or longer than
+    :data:`MAX_SELECTOR_BYTES_PER_OBJECT` bytes in total; nothing is compiled to find out."""
+    distinct = {e for _, e in selectors if selector_mentions_driver(e, driver)}
+    total = sum(shape.utf8_length(e) for e in distinct)
+    if len(distinct) <= MAX_SELECTORS_PER_OBJECT and total <= MAX_SELECTOR_BYTES_PER_OBJECT:
+        return []
+    return [
+        Finding(
+            ERROR,
+            path,
+            f"the object has {len(distinct)} distinct selectors naming {driver}, {total} bytes "
+            f"in all; the admission check compiles at most {MAX_SELECTORS_PER_OBJECT} "
+            f"selectors and {MAX_SELECTOR_BYTES_PER_OBJECT} bytes of them per object: "
+            "share selectors through a DeviceClass or split the object",
+        )
+    ]
+
+
+def _malformed(node: shape.Node, value: Any, path: str) -> list[Finding]:
+    """The shape problems of ``value`` as malformed errors."""
+    return [
+        Finding(ERROR, p.path, p.message, malformed=True) for p in shape.problems(node, value, path)
+    ]
+
+
+def _claim_spec_rules(
+    spec: Mapping[str, Any], path: str, driver: str, classes: Iterable[str]
+) -> list[Finding]:
+    """The rules of a claim spec whose shape is right."""
+    budget = selector_budget_findings(_claim_spec_selectors(spec, path), path, driver)
+    if budget:
+        return budget
+    devices = spec.get("devices")
+    entries = devices.get("config") if isinstance(devices, Mapping) else None
+    config_path = f"{path}.devices.config"
+    decoded = decode_driver_configs(entries, driver) if isinstance(entries, list) else None
+    findings: list[Finding] = []
+    for request_name, sub_path, sub_req in _exact_requests(spec, path):
+        findings += check_exact_request(sub_req, sub_path, driver, classes)
+        if isinstance(sub_req, Mapping) and _request_is_ours(sub_req, driver, classes):
+            findings += check_overrides_fit_share(
+                request_name, _capacity_requests(sub_req), entries, config_path, driver, decoded
+            )
+    findings += check_config_entries(entries, config_path, driver, decoded)
     return findings
 
 
 def check_claim_spec(
     spec: Any, path: str, driver: str, classes: Iterable[str] = ()
 ) -> list[Finding]:
-    """A ResourceClaimSpec: every request (v1/v1beta2 or flat v1beta1) and the configs."""
-    if not isinstance(spec, Mapping):
+    """A ResourceClaimSpec: its shape, then every request (v1/v1beta2 or flat v1beta1) and the
+    configs. An absent spec has nothing to check."""
+    if spec is None:
         return []
-    devices = spec.get("devices") or {}
-    findings: list[Finding] = []
-    config_path = f"{path}.devices.config"
-    entries = devices.get("config")
-    for i, req in enumerate(devices.get("requests") or []):
-        where = f"{path}.devices.requests[{i}]"
-        if not isinstance(req, Mapping):
-            continue
-        name = str(req.get("name", ""))
-        exact: list[tuple[str, str, Any]] = []
-        if "exactly" in req:
-            exact.append((name, f"{where}.exactly", req["exactly"]))
-        for j, sub in enumerate(req.get("firstAvailable") or []):
-            sub_name = f"{name}/{sub.get('name', '')}" if isinstance(sub, Mapping) else name
-            exact.append((sub_name, f"{where}.firstAvailable[{j}]", sub))
-        if "deviceClassName" in req:  # v1beta1: the request itself
-            exact.append((name, where, req))
-        for request_name, sub_path, sub_req in exact:
-            findings += check_exact_request(sub_req, sub_path, driver, classes)
-            if isinstance(sub_req, Mapping) and _request_is_ours(sub_req, driver, classes):
-                capacity = (sub_req.get("capacity") or {}).get("requests")
-                findings += check_overrides_fit_share(
-                    request_name, capacity, entries, config_path, driver
-                )
-    findings += check_config_entries(entries, config_path, driver)
-    return findings
+    malformed = _malformed(shape.CLAIM_SPEC, spec, path)
+    if malformed or not isinstance(spec, Mapping):
+        return malformed
+    return _claim_spec_rules(spec, path, driver, classes)
+
+
+def _checked(
+    obj: Any, node: shape.Node, rules: Callable[[Mapping[str, Any]], list[Finding]]
+) -> list[Finding]:
+    """The shape problems of ``obj`` if it has any, else ``rules(obj)`` (which may then read
+    every field ``node`` describes as having its type)."""
+    malformed = _malformed(node, obj, "")
+    if malformed or not isinstance(obj, Mapping):
+        return malformed
+    return rules(obj)
 
 
 def check_resource_claim(
     obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()
 ) -> list[Finding]:
     """A ResourceClaim."""
-    return check_claim_spec(obj.get("spec"), "spec", driver, classes)
+
+    def rules(claim: Mapping[str, Any]) -> list[Finding]:
+        spec = claim.get("spec")
+        return _claim_spec_rules(spec, "spec", driver, classes) if isinstance(spec, Mapping) else []
+
+    return _checked(obj, shape.RESOURCE_CLAIM, rules)
 
 
 def check_resource_claim_template(
     obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()
 ) -> list[Finding]:
     """A ResourceClaimTemplate (its ``spec.spec`` is a ResourceClaimSpec)."""
-    return check_claim_spec((obj.get("spec") or {}).get("spec"), "spec.spec", driver, classes)
+
+    def rules(template: Mapping[str, Any]) -> list[Finding]:
+        spec = template.get("spec")
+        inner = spec.get("spec") if isinstance(spec, Mapping) else None
+        if not isinstance(inner, Mapping):
+            return []
+        return _claim_spec_rules(inner, "spec.spec", driver, classes)
+
+    return _checked(obj, shape.RESOURCE_CLAIM_TEMPLATE, rules)
 
 
 def check_device_class(obj: Mapping[str, Any], driver: str) -> list[Finding]:
     """A DeviceClass: selectors and this driver's config entries."""
-    spec = obj.get("spec") or {}
-    return check_selectors(spec.get("selectors"), "spec.selectors", driver) + (
-        check_config_entries(spec.get("config"), "spec.config", driver)
-    )
+
+    def rules(device_class: Mapping[str, Any]) -> list[Finding]:
+        spec = device_class.get("spec")
+        if not isinstance(spec, Mapping):
+            return []
+        selectors = spec.get("selectors")
+        located = ((f"spec.selectors[{i}].cel.expression", e) for i, e in _expressions(selectors))
+        budget = selector_budget_findings(located, "spec.selectors", driver)
+        if budget:
+            return budget
+        return check_selectors(selectors, "spec.selectors", driver) + check_config_entries(
+            spec.get("config"), "spec.config", driver
+        )
+
+    return _checked(obj, shape.DEVICE_CLASS, rules)
 
 
 def check_object(obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()) -> list[Finding]:
     """Dispatch on ``kind``; other kinds have nothing to check here."""
-    kind = obj.get("kind")
+    kind = obj.get("kind") if isinstance(obj, Mapping) else None
     if kind == "ResourceClaim":
         return check_resource_claim(obj, driver, classes)
     if kind == "ResourceClaimTemplate":

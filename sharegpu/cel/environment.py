@@ -1,19 +1,22 @@
 """Compile-once, evaluate-many DRA selectors.
 
 :func:`compile_selector` parses and checks an expression once and keeps the result (the
-program or the compile error) in a bounded LRU cache keyed by the expression text.
-:meth:`SelectorProgram.evaluate` runs it against a ``device`` activation from
+program or the compile error) in a least-recently-used cache keyed by the expression text,
+bounded both by its number of entries (:data:`CACHE_SIZE`) and by the total UTF-8 length of the
+expressions it holds (:data:`CACHE_BYTES`): the memory of a compiled selector grows with its
+text, so the bound on bytes is what bounds the memory, whoever chooses the expressions.
+Expressions longer than Kubernetes' limit are refused before parsing and never cached.
+:meth:`SelectorProgram.evaluate` runs a program against a ``device`` activation from
 :func:`sharegpu.cel.device.device_activation`. Thread-safe.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .cache import WeightedLru
 from .compiler import DEVICE, Eval, Reference, compile_tree, parse
 from .errors import CelCompileError, CelEvalError
 from .values import type_name
@@ -22,8 +25,12 @@ from .values import type_name
 MAX_EXPRESSION_BYTES = 10 * 1024
 #: The compile error of an expression nested deeper than the parser here can follow.
 NESTED_TOO_DEEPLY = "expression is nested too deeply"
-#: How many compiled expressions the cache keeps.
+#: How many compiled expressions the cache keeps at most.
 CACHE_SIZE = 4096
+#: Total UTF-8 bytes of the expressions the cache keeps at most. A compiled program holds up to
+#: about 256 bytes of memory per byte of its text, so the cache stays below about 64 MiB; the
+#: selectors of a cluster are usually a few hundred bytes each, so thousands of them fit.
+CACHE_BYTES = 256 * 1024
 
 _VARIABLES = {"device": DEVICE}
 
@@ -55,47 +62,34 @@ class SelectorProgram:
 
 @dataclass(frozen=True)
 class CacheInfo:
-    """Counters of the compile cache."""
+    """Counters of the compile cache: lookups that hit and missed, entries held, and the total
+    UTF-8 length of their expressions (at most :data:`CACHE_BYTES`)."""
 
     hits: int
     misses: int
     size: int
+    expression_bytes: int = 0
 
 
-class _Cache:
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.entries: OrderedDict[str, SelectorProgram | CelCompileError] = OrderedDict()
-        self.lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, expression: str) -> SelectorProgram | CelCompileError | None:
-        with self.lock:
-            entry = self.entries.get(expression)
-            if entry is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            self.entries.move_to_end(expression)
-            return entry
-
-    def put(self, expression: str, entry: SelectorProgram | CelCompileError) -> None:
-        with self.lock:
-            self.entries[expression] = entry
-            self.entries.move_to_end(expression)
-            while len(self.entries) > self.capacity:
-                self.entries.popitem(last=False)
+_cache: WeightedLru[SelectorProgram | CelCompileError] = WeightedLru(CACHE_SIZE, CACHE_BYTES)
 
 
-_cache = _Cache(CACHE_SIZE)
+def _bare(exc: CelCompileError) -> CelCompileError:
+    """``exc`` without traceback, cause or context: what a cache may keep. A traceback holds
+    the frames of the parse (megabytes for a long expression) and of the caller."""
+    exc.__traceback__ = None
+    exc.__cause__ = None
+    exc.__context__ = None
+    return exc
+
+
+def expression_bytes(expression: str) -> int:
+    """The length of ``expression`` in UTF-8 bytes, as Kubernetes measures it (a lone
+    surrogate, which JSON can carry, counts as the three bytes it would take)."""
+    return len(expression.encode("utf-8", "surrogatepass"))
 
 
 def _compile(expression: str) -> SelectorProgram:
-    if len(expression.encode()) > MAX_EXPRESSION_BYTES:
-        raise CelCompileError(
-            expression[:80] + "...", f"expression longer than {MAX_EXPRESSION_BYTES} bytes"
-        )
     try:
         root, references = compile_tree(expression, parse(expression), _VARIABLES)
     except RecursionError:
@@ -109,18 +103,25 @@ def _compile(expression: str) -> SelectorProgram:
 
 
 def compile_selector(expression: str) -> SelectorProgram:
-    """The compiled program for ``expression`` (cached); :class:`CelCompileError` if invalid."""
+    """The compiled program for ``expression`` (cached); :class:`CelCompileError` if invalid.
+
+    Each compile error raised is a fresh instance, so no traceback of one caller stays attached
+    to the cached error.
+    """
+    size = expression_bytes(expression)
+    if size > MAX_EXPRESSION_BYTES:
+        raise CelCompileError(
+            expression[:80] + "...", f"expression longer than {MAX_EXPRESSION_BYTES} bytes"
+        )
     entry = _cache.get(expression)
     if entry is None:
         try:
             entry = _compile(expression)
         except CelCompileError as exc:
-            entry = exc
-        _cache.put(expression, entry)
+            entry = _bare(exc)
+        _cache.put(expression, entry, size)
     if isinstance(entry, CelCompileError):
-        # The cached instance is raised again each time; drop the previous traceback so it
-        # does not grow with every raise.
-        raise entry.with_traceback(None)
+        raise CelCompileError(entry.expression, entry.message, entry.line, entry.column)
     return entry
 
 
@@ -134,13 +135,11 @@ def compile_error(expression: str) -> CelCompileError | None:
 
 
 def cache_info() -> CacheInfo:
-    """Hits, misses and size of the compile cache."""
-    with _cache.lock:
-        return CacheInfo(_cache.hits, _cache.misses, len(_cache.entries))
+    """Hits, misses, size and expression bytes of the compile cache."""
+    stats = _cache.stats()
+    return CacheInfo(stats.hits, stats.misses, stats.size, stats.weight)
 
 
 def clear_cache() -> None:
     """Drop every cached program and reset the counters."""
-    with _cache.lock:
-        _cache.entries.clear()
-        _cache.hits = _cache.misses = 0
+    _cache.clear()
