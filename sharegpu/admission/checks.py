@@ -32,7 +32,8 @@ limits, is an error marked ``malformed`` with its path, and the rules are not ru
 check accepts any decoded JSON value and returns findings; it raises only on a defect. The
 work of one object is bounded too: the distinct selectors naming the driver, which are the
 ones compiled, may total at most :data:`MAX_SELECTORS_PER_OBJECT` expressions and
-:data:`MAX_SELECTOR_BYTES_PER_OBJECT` bytes; beyond that the object is refused unchecked.
+:data:`MAX_SELECTOR_BYTES_PER_OBJECT` bytes; beyond that its selectors are not checked, with a
+warning that says so (Kubernetes accepts such an object, so admission must not deny it).
 """
 
 from __future__ import annotations
@@ -600,21 +601,23 @@ def _claim_spec_selectors(spec: Mapping[str, Any], path: str) -> Iterator[tuple[
 def selector_budget_findings(
     selectors: Iterable[tuple[str, str]], path: str, driver: str
 ) -> list[Finding]:
-    """An error at ``path`` when the distinct selectors naming ``driver`` (those the checks
-    compile) are more than :data:`MAX_SELECTORS_PER_OBJECT` or longer than
-    :data:`MAX_SELECTOR_BYTES_PER_OBJECT` bytes in total; nothing is compiled to find out."""
+    """A "not checked" warning at ``path`` when the distinct selectors naming ``driver`` (those
+    the checks compile) are more than :data:`MAX_SELECTORS_PER_OBJECT` or longer than
+    :data:`MAX_SELECTOR_BYTES_PER_OBJECT` bytes in total; nothing is compiled to find out, and
+    the caller then skips the checks that compile them."""
     distinct = {e for _, e in selectors if selector_mentions_driver(e, driver)}
     total = sum(shape.utf8_length(e) for e in distinct)
     if len(distinct) <= MAX_SELECTORS_PER_OBJECT and total <= MAX_SELECTOR_BYTES_PER_OBJECT:
         return []
     return [
         Finding(
-            ERROR,
+            WARNING,
             path,
-            f"the object has {len(distinct)} distinct selectors naming {driver}, {total} bytes "
-            f"in all; the admission check compiles at most {MAX_SELECTORS_PER_OBJECT} "
-            f"selectors and {MAX_SELECTOR_BYTES_PER_OBJECT} bytes of them per object: "
-            "share selectors through a DeviceClass or split the object",
+            f"not checked: the object has {len(distinct)} distinct selectors naming {driver}, "
+            f"{total} bytes in all; the admission check compiles at most "
+            f"{MAX_SELECTORS_PER_OBJECT} selectors and {MAX_SELECTOR_BYTES_PER_OBJECT} bytes of "
+            "them per object (share selectors through a DeviceClass or split the object to have "
+            "them checked)",
         )
     ]
 

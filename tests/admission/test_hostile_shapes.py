@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from api.names import DEFAULT_DRIVER_NAME as DRIVER
 from sharegpu.admission import checks, shape
-from sharegpu.admission.checks import ERROR, Finding, check_object
+from sharegpu.admission.checks import ERROR, WARNING, Finding, check_object
 from sharegpu.cel import cache_info, clear_cache
 
 D = f"device.attributes['{DRIVER}']"
@@ -446,7 +446,9 @@ def test_too_much_selector_text_is_refused_without_compiling_it(
         with_value(template(), ("spec", "spec"), claim(spread(exprs))["spec"]),
     ):
         found = check_object(obj, DRIVER)
-        assert [f.severity for f in found] == [ERROR], found
+        # Kubernetes accepts the object: it is not denied, its selectors are not compiled.
+        assert [f.severity for f in found] == [WARNING], found
+        assert found[0].message.startswith("not checked: ")
         assert what in found[0].message
         assert "compiles at most 64 selectors and 16384 bytes of them per object" in (
             found[0].message
