@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
 from api.gpu import GpuObject
+from sharegpu.kube.httpserve import BoundedHTTPServer, BoundedRequestHandler, ServerLimits
 from sharegpu.kube.telemetry import parse_address
 
 log = logging.getLogger(__name__)
@@ -30,7 +29,7 @@ def gpu_list(objects: list[GpuObject]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": [g.manifest() for g in objects]}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(BoundedRequestHandler):
     protocol_version = "HTTP/1.1"
     list_gpus: GpuLister | None
     ready: Callable[[], bool]
@@ -71,11 +70,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve_api(
-    address: str, list_gpus: GpuLister | None, ready: Callable[[], bool]
-) -> ThreadingHTTPServer:
-    """Serve the JSON API on ``address`` in a daemon thread; stop with ``shutdown()``."""
+    address: str,
+    list_gpus: GpuLister | None,
+    ready: Callable[[], bool],
+    limits: ServerLimits | None = None,
+) -> BoundedHTTPServer:
+    """Serve the JSON API on ``address`` in a daemon thread; stop with ``shutdown()`` and
+    ``server_close()``. A :class:`~sharegpu.kube.httpserve.BoundedHTTPServer` (``limits``)."""
     handler = type("ApiHandler", (_Handler,), {"list_gpus": list_gpus, "ready": ready})
-    server = ThreadingHTTPServer(parse_address(address), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.1,), name="json-api", daemon=True).start()
-    return server
+    return BoundedHTTPServer(parse_address(address), handler, limits, name="json-api").start()

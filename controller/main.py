@@ -2,9 +2,12 @@
 
 Runs, in one process: the admission webhook (HTTPS), the tracker that keeps the ``GPU``
 objects (with optional leader election), the read-only JSON API (also the health probes) and
-the Prometheus ``/metrics`` endpoint. SIGTERM or SIGINT stops everything cleanly (a leader
-releases its lease first). Expected failures (bad flags, unreadable kubeconfig or certificates,
-ports in use) end with a one-line error and exit code 1, never a traceback.
+the Prometheus ``/metrics`` endpoint. The three servers listen on 127.0.0.1 unless their
+address flags say otherwise (the chart passes the pod IP); each is a bounded server
+(:mod:`sharegpu.kube.httpserve`): a capped number of connections, each cut when its request is
+not read within the deadline. SIGTERM or SIGINT stops everything cleanly (a leader releases its
+lease first). Expected failures (bad flags, unreadable kubeconfig or certificates, ports in use)
+end with a one-line error and exit code 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import logging
 import os
 import ssl
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
 from api.version import VERSION
@@ -22,6 +24,7 @@ from controller.httpapi import serve_api
 from controller.metrics import ControllerMetrics
 from controller.tracker import Tracker
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
+from sharegpu.kube.httpserve import BoundedHTTPServer
 from sharegpu.kube.leader import LeaderElector
 from sharegpu.kube.lifecycle import Lifecycle
 from sharegpu.kube.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
@@ -74,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--webhook-address",
         type=_address,
-        default="0.0.0.0:8443",
-        help="HTTPS address of the admission webhook (default %(default)s)",
+        default="127.0.0.1:8443",
+        help="HTTPS address of the admission webhook; the API server must reach it, e.g. "
+        "$(POD_IP):8443 (default %(default)s)",
     )
     p.add_argument(
         "--tls-cert-file",
@@ -94,13 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-address",
         type=_address,
-        default="0.0.0.0:9401",
+        default="127.0.0.1:9401",
         help="address of /metrics (empty: off; default %(default)s)",
     )
     p.add_argument(
         "--api-address",
         type=_address,
-        default="0.0.0.0:8080",
+        default="127.0.0.1:8080",
         help="address of the JSON API and /healthz, /readyz (empty: off; default %(default)s)",
     )
     p.add_argument(
@@ -132,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _closer(server: ThreadingHTTPServer) -> Callable[[], None]:
+def _closer(server: BoundedHTTPServer) -> Callable[[], None]:
     def close() -> None:
         server.shutdown()
         server.server_close()
@@ -155,8 +159,8 @@ class Controller:
         self.tracker: Tracker | None = None
         self.elector: LeaderElector | None = None
         self.webhook: WebhookServer | None = None
-        self.metrics_server: ThreadingHTTPServer | None = None
-        self.api_server: ThreadingHTTPServer | None = None
+        self.metrics_server: BoundedHTTPServer | None = None
+        self.api_server: BoundedHTTPServer | None = None
 
     def start(self) -> None:
         """Start every enabled component.

@@ -14,6 +14,16 @@ errors deny the object with one message listing each ``path: problem``; warnings
 as AdmissionReview ``warnings`` (kubectl prints them) and the object is allowed. DELETE and
 objects of other kinds are allowed unchecked.
 
+Malformed input: every body that is an AdmissionReview with a string ``request.uid`` gets an
+AdmissionReview answer (HTTP 200) with that uid. A review whose fields have the wrong JSON type
+(``request.kind`` that is a number, a request that is a string, ``selectors`` that is an
+object, ...) or exceed Kubernetes' limits is denied with each field's path and what it must be,
+and logged in one line; a body that is no JSON or no such AdmissionReview is answered 400 with
+``{"error": ...}`` and logged in one line. HTTP 500 (logged with a traceback) means a defect in
+a check. The work of one review is bounded (:mod:`sharegpu.admission.checks`: Kubernetes' limits
+on lists and selector lengths, and a budget of selector bytes compiled per object), and so is
+the answer (at most 20 errors and 10 warnings listed, each cut to 1,000 characters).
+
 Failure policy: the chart registers the webhook with ``failurePolicy: Ignore`` by default, so a
 controller outage never blocks claims (of any driver); the scheduler and the kubelet plugin
 still reject what cannot work, only later and less clearly. ``Fail`` makes admission strict at
@@ -21,24 +31,25 @@ the price of blocking all DRA object writes while no replica answers.
 
 TLS: the certificate and key are read from files and reloaded when either file changes (checked
 at most once per second, on new connections), so a rotated Secret needs no restart. A reload
-that fails keeps the previous certificate and logs why.
+that fails keeps the previous certificate and logs why. Only TLS 1.3 and TLS 1.2 with ECDHE and
+AEAD ciphers (AES-GCM, ChaCha20-Poly1305) are accepted (:func:`server_tls_context`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from controller.metrics import ControllerMetrics
+from controller.metrics import REVIEWED_KINDS, ControllerMetrics, ReviewResult
 from sharegpu.admission.checks import (
+    ERROR,
     Finding,
     check_device_class,
     check_resource_claim,
@@ -46,7 +57,8 @@ from sharegpu.admission.checks import (
     errors,
     warnings,
 )
-from sharegpu.kube import jsonbody
+from sharegpu.admission.shape import json_type
+from sharegpu.kube import httpserve, jsonbody
 from sharegpu.kube.telemetry import parse_address
 
 log = logging.getLogger(__name__)
@@ -57,8 +69,31 @@ ENDPOINTS = {
     "resourceclaimtemplates": "ResourceClaimTemplate",
     "deviceclasses": "DeviceClass",
 }
+#: The largest review body read: the API server's limit on a request body (3 MiB). An object is
+#: at most 1.5 MiB (etcd's default request limit), so a review with both the object and the old
+#: object fits.
 _MAX_BODY = 3 * 1024 * 1024
+#: At most this many warnings are returned with an answer.
 _MAX_WARNINGS = 10
+
+
+#: TLS 1.2 cipher suites the webhook accepts: forward secret (ECDHE) and authenticated
+#: encryption (AES-GCM, ChaCha20-Poly1305) only. TLS 1.3 suites are all of that kind.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL"
+
+
+def server_tls_context() -> ssl.SSLContext:
+    """A server context without a certificate: TLS 1.2 or newer, TLS 1.2 only with
+    :data:`TLS12_CIPHERS` (no CBC, no RSA key exchange), no compression, no renegotiation.
+
+    Invariant: every cipher suite the context offers is an AEAD suite.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(TLS12_CIPHERS)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+    context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    return context
 
 
 class CertificateReloader:
@@ -86,8 +121,7 @@ class CertificateReloader:
 
     def _load(self) -> ssl.SSLContext:
         stamp = self._file_stamp()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context = server_tls_context()
         context.load_cert_chain(self.cert_file, self.key_file)
         self._stamp = stamp
         return context
@@ -110,26 +144,129 @@ class CertificateReloader:
             return self._context
 
 
-def review_response(uid: str, findings: Iterable[Finding], what: str) -> tuple[dict[str, Any], str]:
-    """The AdmissionReview ``response`` for ``findings`` and its result label."""
+#: The ``operation`` values of an AdmissionReview request.
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+#: The AdmissionReview versions answered (the answer has the request's version).
+REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+#: At most this many errors are listed in a denial (then how many more there are).
+_MAX_ERRORS = 20
+#: A finding longer than this many characters is cut in a denial or warning.
+_MAX_FINDING_CHARS = 1000
+#: Text a client chose is cut to this many characters in a log line.
+_MAX_LOGGED_CHARS = 200
+
+
+class NotAnAdmissionReview(ValueError):
+    """A body that is not an AdmissionReview with a ``request.uid``: there is no uid to
+    answer, so it is answered 400 instead of with an AdmissionReview."""
+
+
+def _clip(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def _logged(text: str) -> str:
+    """Client-chosen text for a log line: cut and quoted, so it cannot break the line."""
+    return repr(_clip(text, _MAX_LOGGED_CHARS))
+
+
+def review_response(
+    uid: str, findings: Iterable[Finding], what: str
+) -> tuple[dict[str, Any], ReviewResult]:
+    """The AdmissionReview ``response`` for ``findings`` and its result label.
+
+    Errors deny (code 422) with one message listing the first :data:`_MAX_ERRORS` of them, the
+    first :data:`_MAX_WARNINGS` warnings are returned as warnings; each finding is cut to
+    :data:`_MAX_FINDING_CHARS` characters, so the size of the answer is bounded whatever the
+    object holds.
+    """
     found = list(findings)
     errs = errors(found)
-    warns = [str(w) for w in warnings(found)][:_MAX_WARNINGS]
+    warns = [_clip(str(w), _MAX_FINDING_CHARS) for w in warnings(found)[:_MAX_WARNINGS]]
     response: dict[str, Any] = {"uid": uid, "allowed": not errs}
     if warns:
         response["warnings"] = warns
     if errs:
+        listed = [_clip(str(e), _MAX_FINDING_CHARS) for e in errs[:_MAX_ERRORS]]
+        if len(errs) > _MAX_ERRORS:
+            listed.append(f"and {len(errs) - _MAX_ERRORS} more errors")
         response["status"] = {
             "code": 422,
             "reason": "Invalid",
-            "message": f"{what} is invalid: " + "; ".join(str(e) for e in errs),
+            "message": f"{what} is invalid: " + "; ".join(listed),
         }
         return response, "denied"
     return response, "warned" if warns else "allowed"
 
 
+def _request_problems(request: Mapping[str, Any]) -> list[Finding]:
+    """Shape errors of the AdmissionReview's ``request`` fields read besides the object."""
+    found: list[Finding] = []
+    gvk = request.get("kind")
+    if not isinstance(gvk, Mapping):
+        found.append(
+            Finding(
+                ERROR,
+                "request.kind",
+                f"must be an object (group, version, kind), got {json_type(gvk)}",
+                malformed=True,
+            )
+        )
+    elif not isinstance(gvk.get("kind"), str) or not gvk["kind"]:
+        found.append(
+            Finding(
+                ERROR,
+                "request.kind.kind",
+                f"must be a non-empty string, got {json_type(gvk.get('kind'))}",
+                malformed=True,
+            )
+        )
+    operation = request.get("operation")
+    if operation is not None and operation not in OPERATIONS:
+        found.append(
+            Finding(
+                ERROR,
+                "request.operation",
+                f"must be one of {', '.join(OPERATIONS)}, got "
+                + (_logged(operation) if isinstance(operation, str) else json_type(operation)),
+                malformed=True,
+            )
+        )
+    namespace = request.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        found.append(
+            Finding(
+                ERROR,
+                "request.namespace",
+                f"must be a string, got {json_type(namespace)}",
+                malformed=True,
+            )
+        )
+    return found
+
+
+def _described(kind: str, request: Mapping[str, Any], obj: Mapping[str, Any]) -> str:
+    """``Kind namespace/name`` of the reviewed object, from the fields that are strings."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = next((n for n in (meta.get("name"), meta.get("generateName")) if isinstance(n, str)), "")
+    ns = next(
+        (n for n in (request.get("namespace"), meta.get("namespace")) if isinstance(n, str) and n),
+        "",
+    )
+    name = _clip(name, 253)
+    return f"{kind} {_clip(ns, 63)}/{name}" if ns else f"{kind} {name}"
+
+
 class AdmissionHandler:
-    """Validates AdmissionReview requests; independent of HTTP so it can be benchmarked."""
+    """Validates AdmissionReview requests; independent of HTTP so it can be benchmarked.
+
+    Invariants: :meth:`answer` returns for every body; a body that is an AdmissionReview with a
+    ``request.uid`` is answered 200 with that uid, a review with fields of the wrong shape is
+    denied naming each field's path, and each malformed review or body is logged in exactly
+    one line (no traceback); 500 only for a defect in a check. The review metric's labels come
+    from fixed sets (:func:`controller.metrics.review_kind_label`).
+    """
 
     def __init__(
         self,
@@ -151,50 +288,111 @@ class AdmissionHandler:
             return check_device_class(obj, self.driver)
         return []
 
+    def answer(self, data: bytes, expected_kind: str | None = None) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and JSON answer for one request body (see the class invariants):
+        200 and an AdmissionReview; 400 and ``{"error": ...}`` for a body that is no JSON or
+        not an AdmissionReview with a ``request.uid``; 500 and ``{"error": ...}`` when a
+        check fails, logged with its traceback so the defect can be found."""
+        try:
+            body = jsonbody.decode(data)
+        except ValueError as exc:  # not JSON, or nested deeper than any API server sends
+            return self._refused(f"invalid JSON body: {exc}")
+        try:
+            return 200, self.review(body, expected_kind)
+        except NotAnAdmissionReview as exc:
+            return self._refused(str(exc))
+        except Exception:
+            # A defect in a check: logged where an operator sees it, answered so the API
+            # server applies the webhook's failurePolicy at once instead of a dropped connection.
+            log.exception("webhook: reviewing a %s failed", expected_kind or "request")
+        self._count(None, "error")
+        return 500, {"error": "internal error while reviewing the object"}
+
+    def _refused(self, reason: str) -> tuple[int, dict[str, Any]]:
+        log.warning("webhook: refused a body that is not an AdmissionReview: %s", _logged(reason))
+        self._count(None, "error")
+        return 400, {"error": reason}
+
+    def _count(self, kind: object, result: ReviewResult) -> None:
+        if self.metrics is not None:
+            self.metrics.review(kind, result)
+
     def review(self, body: Any, expected_kind: str | None = None) -> dict[str, Any]:
-        """Answer one AdmissionReview (v1) body; raises ValueError for a malformed review."""
+        """Answer one AdmissionReview (v1) body (see the class invariants).
+
+        Raises :class:`NotAnAdmissionReview` (a ``ValueError``) for a body that is not an
+        AdmissionReview with a string ``request.uid``; any other exception is a defect.
+        """
         if not isinstance(body, dict) or body.get("kind") != "AdmissionReview":
-            raise ValueError("expected an AdmissionReview object")
+            raise NotAnAdmissionReview("expected an AdmissionReview object")
         request = body.get("request")
         if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
-            raise ValueError("AdmissionReview.request.uid is missing")
-        uid = request["uid"]
-        kind = str((request.get("kind") or {}).get("kind", ""))
+            raise NotAnAdmissionReview("AdmissionReview.request.uid is missing")
+        uid: str = request["uid"]
+        version = body.get("apiVersion")
+        if version is None:  # null is an absent field
+            version = REVIEW_VERSIONS[0]
+        malformed = _request_problems(request)
+        if version not in REVIEW_VERSIONS:
+            malformed.insert(
+                0,
+                Finding(
+                    ERROR,
+                    "apiVersion",
+                    f"must be one of {', '.join(REVIEW_VERSIONS)}, got "
+                    + (_logged(version) if isinstance(version, str) else json_type(version)),
+                    malformed=True,
+                ),
+            )
+            version = REVIEW_VERSIONS[0]
+        gvk = request.get("kind")
+        kind = gvk.get("kind") if isinstance(gvk, Mapping) else None
         obj = request.get("object")
-        if request.get("operation") == "DELETE" or not isinstance(obj, dict):
-            response: dict[str, Any] = {"uid": uid, "allowed": True}
-            result = "allowed"
+        if malformed:
+            response, result = review_response(uid, malformed, "AdmissionReview")
+        elif request.get("operation") == "DELETE":
+            response, result = {"uid": uid, "allowed": True}, "allowed"
         elif expected_kind is not None and kind != expected_kind:
-            response = {"uid": uid, "allowed": True}
-            result = "allowed"
-            log.warning("webhook: %s sent to the %s endpoint; allowed", kind, expected_kind)
+            response, result = {"uid": uid, "allowed": True}, "allowed"
+            log.warning(
+                "webhook: %s sent to the %s endpoint; allowed", _logged(str(kind)), expected_kind
+            )
+        elif kind not in REVIEWED_KINDS:
+            response, result = {"uid": uid, "allowed": True}, "allowed"
+        elif not isinstance(obj, dict):
+            malformed = [
+                Finding(
+                    ERROR,
+                    "request.object",
+                    f"must be an object, got {json_type(obj)}",
+                    malformed=True,
+                )
+            ]
+            response, result = review_response(uid, malformed, str(kind))
         else:
-            meta = obj.get("metadata") or {}
-            name = meta.get("name") or meta.get("generateName") or ""
-            ns = request.get("namespace") or meta.get("namespace")
-            what = f"{kind} {ns}/{name}" if ns else f"{kind} {name}"
-            response, result = review_response(uid, self.findings(kind, obj), what)
-        if self.metrics is not None:
-            self.metrics.review(kind or "unknown", result)
-        return {
-            "apiVersion": body.get("apiVersion", "admission.k8s.io/v1"),
-            "kind": "AdmissionReview",
-            "response": response,
-        }
+            found = self.findings(str(kind), obj)
+            malformed = [f for f in found if f.malformed]
+            what = _described(str(kind), request, obj)
+            response, result = review_response(uid, found, what)
+        if malformed:
+            more = f" (and {len(malformed) - 1} more)" if len(malformed) > 1 else ""
+            log.warning(
+                "webhook: denied a malformed review %s: %s%s",
+                _logged(uid),
+                _logged(str(malformed[0])),
+                more,
+            )
+        self._count(kind, result)
+        return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(httpserve.BoundedRequestHandler):
     protocol_version = "HTTP/1.1"
     #: Buffer each answer and send it in one segment (no Nagle / delayed-ACK stalls).
     wbufsize = 64 * 1024
+    disable_nagle_algorithm = True
     admission: AdmissionHandler
     ready: Callable[[], bool]
-
-    def setup(self) -> None:
-        self.request.settimeout(10.0)
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.request.do_handshake()
-        super().setup()
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(code)
@@ -227,36 +425,29 @@ class _Handler(BaseHTTPRequestHandler):
         if length <= 0 or length > _MAX_BODY:
             self._send(400, b'{"error":"missing or oversized body"}')
             return
-        try:
-            body = jsonbody.decode(self.rfile.read(length))
-            answer = self.admission.review(body, expected)
-        except ValueError as exc:  # json.JSONDecodeError is a ValueError
-            self._failed(400, str(exc))
-            return
-        except Exception:
-            # A defect in a check: logged where an operator sees it, answered so the API
-            # server applies the webhook's failurePolicy at once instead of a dropped connection.
-            log.exception("webhook: reviewing a request to %s failed", self.path)
-            self._failed(500, "internal error while reviewing the object")
-            return
-        self._send(200, json.dumps(answer, separators=(",", ":")).encode())
-
-    def _failed(self, code: int, message: str) -> None:
-        if self.admission.metrics is not None:
-            self.admission.metrics.review("unknown", "error")
-        self._send(code, json.dumps({"error": message}).encode())
+        code, answer = self.admission.answer(self.rfile.read(length), expected)
+        self._send(code, json.dumps(answer, separators=(",", ":")).encode())
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook %s", format % args)
 
 
-class WebhookServer(ThreadingHTTPServer):
-    """HTTPS server for :class:`AdmissionHandler`; TLS per connection from the reloader."""
+class WebhookServer(httpserve.BoundedHTTPServer):
+    """HTTPS server for :class:`AdmissionHandler`; TLS per connection from the reloader.
 
-    daemon_threads = True
+    A bounded server (:mod:`sharegpu.kube.httpserve`, ``limits`` default
+    ``httpserve.DEFAULT_LIMITS`` with bodies up to 3 MiB): each connection does its TLS handshake
+    in its own thread under the request deadline, so a client that never finishes one holds
+    neither the accept loop nor a thread past the deadline. ``start()`` serves in a daemon
+    thread, ``stop()`` stops serving and closes the socket, ``port`` is the bound port.
+    """
 
     def __init__(
-        self, address: str, admission: AdmissionHandler, certificates: CertificateReloader
+        self,
+        address: str,
+        admission: AdmissionHandler,
+        certificates: CertificateReloader,
+        limits: httpserve.ServerLimits | None = None,
     ) -> None:
         self.certificates = certificates
         handler = type(
@@ -264,32 +455,12 @@ class WebhookServer(ThreadingHTTPServer):
             (_Handler,),
             {"admission": admission, "ready": staticmethod(lambda: True)},
         )
-        super().__init__(parse_address(address), handler)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, addr = self.socket.accept()
-        tls = self.certificates.context().wrap_socket(
-            sock, server_side=True, do_handshake_on_connect=False
+        if limits is None:
+            limits = dataclasses.replace(httpserve.DEFAULT_LIMITS, max_body_bytes=_MAX_BODY)
+        super().__init__(
+            parse_address(address),
+            handler,
+            limits,
+            tls_context=certificates.context,
+            name="webhook-https",
         )
-        return tls, addr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # TLS handshake failures and clients that go away are expected; no tracebacks.
-        log.debug("webhook: connection from %s failed", client_address, exc_info=True)
-
-    @property
-    def port(self) -> int:
-        """The bound port."""
-        return int(self.server_address[1])
-
-    def start(self) -> WebhookServer:
-        """Serve in a daemon thread."""
-        threading.Thread(
-            target=self.serve_forever, args=(0.1,), name="webhook-https", daemon=True
-        ).start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self.shutdown()
-        self.server_close()

@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from http.server import ThreadingHTTPServer
 
 import yaml
 from kubernetes import client
@@ -43,6 +42,7 @@ from kubeletplugin.kubelet.sockets import SocketPathError
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.publish.publisher import SlicePublisher
 from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
+from sharegpu.kube.httpserve import BoundedHTTPServer
 from sharegpu.kube.lifecycle import Component, Lifecycle
 from sharegpu.kube.logs import configure_logging
 from sharegpu.kube.rest import KubeConfigError, KubeRest, load_api_client
@@ -145,12 +145,14 @@ def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
 
 
 class MetricsEndpoint:
-    """``--metrics-address``: serves the plugin's :class:`Telemetry` on ``/metrics``."""
+    """``--metrics-address``: serves the plugin's :class:`Telemetry` on ``/metrics`` (and
+    ``/healthz``) with the bounded server of :func:`serve_metrics`: a capped number of
+    connections, each cut when its request is not read within the deadline."""
 
     def __init__(self, telemetry: Telemetry, address: str) -> None:
         self._telemetry = telemetry
         self._address = address
-        self._server: ThreadingHTTPServer | None = None
+        self._server: BoundedHTTPServer | None = None
 
     def start(self) -> None:
         self._server = serve_metrics(self._telemetry, self._address)

@@ -27,7 +27,6 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
@@ -42,6 +41,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace import Tracer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from sharegpu.kube.httpserve import BoundedHTTPServer, BoundedRequestHandler, ServerLimits
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def parse_address(address: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 
-class _MetricsHandler(BaseHTTPRequestHandler):
+class _MetricsHandler(BoundedRequestHandler):
     telemetry: Telemetry
 
     def do_GET(self) -> None:
@@ -162,15 +163,15 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         log.debug("metrics %s", format % args)
 
 
-def serve_metrics(telemetry: Telemetry, address: str) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` on ``address`` in a daemon thread; stop it with ``shutdown()``.
+def serve_metrics(
+    telemetry: Telemetry, address: str, limits: ServerLimits | None = None
+) -> BoundedHTTPServer:
+    """Serve ``/metrics`` on ``address`` in a daemon thread; stop it with ``shutdown()`` and
+    ``server_close()`` (or ``stop()``).
 
-    The bound port is ``server.server_address[1]`` (useful with port 0).
+    The server is a :class:`~sharegpu.kube.httpserve.BoundedHTTPServer` (``limits``, default
+    ``httpserve.DEFAULT_LIMITS``): a bounded number of connections, each cut when its request
+    is not read within the deadline. The bound port is ``server.port`` (useful with port 0).
     """
     handler = type("MetricsHandler", (_MetricsHandler,), {"telemetry": telemetry})
-    server = ThreadingHTTPServer(parse_address(address), handler)
-    server.daemon_threads = True
-    threading.Thread(
-        target=server.serve_forever, args=(0.1,), name="metrics-http", daemon=True
-    ).start()
-    return server
+    return BoundedHTTPServer(parse_address(address), handler, limits, name="metrics-http").start()

@@ -7,6 +7,8 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +23,13 @@ from controller.main import Controller, build_parser
 from controller.reconcile import reconcile
 from controller.status import COLUMNS, gpu_rows
 from controller.tracker import Tracker
+from sharegpu.kube import httpserve
 from sharegpu.kube.leader import LeaderElector
 from sharegpu.kube.rest import KubeRest
 from sharegpu.kube.telemetry import Telemetry, span_exporter_from_env
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
+from tests.kube.test_httpserve import all_closed, get_with_retries, short_limits, stall
 
 DEADLINE_S = 30.0
 
@@ -307,3 +311,53 @@ def test_traces_only_when_configured(caplog: pytest.LogCaptureFixture) -> None:
     if not have_otlp:
         warnings = [r for r in caplog.records if "OTLP exporter is not installed" in r.message]
         assert len(warnings) == 1  # said once per process, not per instance
+
+
+def test_servers_listen_on_localhost_by_default() -> None:
+    args = build_parser().parse_args([])
+    assert args.webhook_address == "127.0.0.1:8443"
+    assert args.metrics_address == "127.0.0.1:9401"
+    assert args.api_address == "127.0.0.1:8080"
+
+
+def test_every_server_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The webhook, the JSON API (the probes) and /metrics: threads stay within the cap, and
+    each staller (one byte of a request, or of a TLS handshake) is cut at the deadline (or
+    evicted for a newer connection) while the probes still answer."""
+    cap = 4
+    monkeypatch.setattr(httpserve, "DEFAULT_LIMITS", short_limits(max_connections=cap))
+    cert = trustme.CA().issue_cert("localhost")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    args = build_parser().parse_args(
+        [
+            "--disable-tracker",
+            "--webhook-address=127.0.0.1:0",
+            f"--tls-cert-file={tmp_path / 'tls.crt'}",
+            f"--tls-key-file={tmp_path / 'tls.key'}",
+            "--metrics-address=127.0.0.1:0",
+            "--api-address=127.0.0.1:0",
+        ]
+    )
+    controller = Controller(args)
+    controller.start()
+    stallers = []
+    try:
+        assert controller.webhook and controller.metrics_server and controller.api_server
+        ports = [
+            controller.webhook.server_address[1],
+            controller.metrics_server.server_address[1],
+            controller.api_server.server_address[1],
+        ]
+        baseline = threading.active_count()
+        stallers = [stall(port) for port in ports for _ in range(20)]
+        time.sleep(0.2)
+        assert threading.active_count() <= baseline + 3 * (cap + httpserve.EVICTING_MAX)
+        # 1 s deadline; the webhook's former handshake timeout was 10 s.
+        assert all_closed(stallers, timeout_s=6.0)
+        assert get_with_retries(ports[2], "/healthz") == 200
+        assert get_with_retries(ports[1], "/metrics") == 200
+    finally:
+        for sock in stallers:
+            sock.close()
+        controller.stop()

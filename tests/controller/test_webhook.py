@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import ssl
 import uuid
 from collections.abc import Iterator, Sequence
@@ -18,7 +19,9 @@ from api.names import DEFAULT_DRIVER_NAME as DRIVER
 from controller.metrics import ControllerMetrics
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 from sharegpu.admission.checks import reserved_memory
+from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
+from tests.kube.test_httpserve import all_closed, short_limits, stall, trickle
 
 
 class Endpoint:
@@ -504,3 +507,35 @@ def test_reserved_memory_rounding() -> None:
     assert reserved_memory(1) == 256 * mi
     assert reserved_memory(256 * mi) == 256 * mi
     assert reserved_memory(256 * mi + 1) == 512 * mi
+
+
+def test_clients_that_stall_or_trickle_are_cut_at_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that never finishes its TLS handshake, and one that sends its request one byte
+    every 0.5 s after the handshake (each read well within a per-read timeout), are both cut at
+    the request deadline; reviews are answered meanwhile."""
+    monkeypatch.setattr(httpserve, "DEFAULT_LIMITS", short_limits(request_timeout_s=2.0))
+    ca = trustme.CA()
+    cert, key = _issue(ca, tmp_path)
+    telemetry = Telemetry("test-webhook")
+    admission = AdmissionHandler(DRIVER, ControllerMetrics(telemetry))
+    server = WebhookServer("127.0.0.1:0", admission, CertificateReloader(cert, key, 0.0)).start()
+    endpoint = Endpoint(server, ca, telemetry)
+    handshake = stall(server.port, b"\x16")
+    trickler = endpoint.context.wrap_socket(
+        socket.create_connection(("127.0.0.1", server.port), timeout=30),
+        server_hostname="localhost",
+    )
+    request = b"POST /validate HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 100
+    try:
+        trickler.sendall(request[:1])
+        assert endpoint.call("GET", "/healthz") == (200, "ok\n")
+        assert endpoint.review(claim(exactly()))["allowed"] is True
+        assert trickle([trickler], request, timeout_s=8.0) == []
+        assert all_closed([handshake], timeout_s=1.0)
+    finally:
+        handshake.close()
+        trickler.close()
+        server.stop()
+        telemetry.shutdown()

@@ -263,6 +263,35 @@ def test_controller_runs_unprivileged_with_probes(
     assert f"--lease-namespace={NAMESPACE}" in container["args"]
 
 
+@pytest.mark.parametrize("variant", ["default", "no-webhook", "mock-backend"])
+def test_servers_listen_on_the_pod_ip(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    """The daemons listen on 127.0.0.1 unless told otherwise; the chart gives every server
+    the pod IP (where the probes, Prometheus and the Services reach it), never 0.0.0.0."""
+    ports: dict[tuple[str, str], int] = {}
+    for kind in ("DaemonSet", "Deployment"):
+        for container in containers(rendered[variant], kind):
+            env = {e["name"]: e for e in container["env"]}
+            assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+            for arg in container["args"]:
+                flag, _, value = arg.partition("=")
+                if flag.endswith("-address"):
+                    host, _, port = value.rpartition(":")
+                    assert host == "$(POD_IP)", arg
+                    ports[(kind, flag)] = int(port)
+            assert "0.0.0.0" not in " ".join(container["args"])
+    expected = {("DaemonSet", "--metrics-address"), ("Deployment", "--metrics-address")}
+    expected.add(("Deployment", "--api-address"))
+    if variant != "no-webhook":
+        expected.add(("Deployment", "--webhook-address"))
+    assert set(ports) == expected
+    deployment = one(rendered[variant], "Deployment")
+    (controller,) = deployment["spec"]["template"]["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in controller["ports"]}
+    assert named["api"] == ports[("Deployment", "--api-address")]  # the probes' port
+
+
 def rules_of(docs: list[dict[str, Any]], kind: str, name_suffix: str) -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) triples granted by the role of that kind and name suffix."""
     (role,) = [d for d in by_kind(docs, kind) if d["metadata"]["name"].endswith(name_suffix)]

@@ -10,9 +10,11 @@ import pytest
 from kubeletplugin.config import ConfigError, PluginConfig, parse_config
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.main import Plugin
+from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.kube.helpers import Recorder
+from tests.kube.test_httpserve import all_closed, get_with_retries, short_limits, stall
 from tests.kubeletplugin.publish.helpers import DEADLINE, create_node, is_consistent, pool
 
 
@@ -101,6 +103,28 @@ def test_run_returns_zero_on_request_stop(apiserver: KubeAPIServer) -> None:
     plugin = make_plugin(apiserver)
     plugin.request_stop()
     assert plugin.run() == 0
+
+
+def test_metrics_endpoint_is_bounded(
+    apiserver: KubeAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--metrics-address (also /healthz): each connection that stalls after one byte of its
+    request is cut at the deadline, and /metrics is still answered."""
+    monkeypatch.setattr(httpserve, "DEFAULT_LIMITS", short_limits(max_connections=4))
+    create_node(apiserver)
+    plugin = make_plugin(apiserver, "--metrics-address", "127.0.0.1:0")
+    plugin.start()
+    stallers = []
+    try:
+        assert plugin.metrics_endpoint is not None and plugin.metrics_endpoint.port
+        port = plugin.metrics_endpoint.port
+        stallers = [stall(port) for _ in range(20)]
+        assert all_closed(stallers)
+        assert get_with_retries(port, "/metrics") == 200
+    finally:
+        for sock in stallers:
+            sock.close()
+        plugin.stop()
 
 
 def test_metrics_endpoint(apiserver: KubeAPIServer) -> None:

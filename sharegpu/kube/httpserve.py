@@ -1,0 +1,433 @@
+"""One bounded HTTP(S) server for every port the daemons open.
+
+``/metrics`` of both daemons, the controller's JSON API (also its probes) and the admission
+webhook all use :class:`BoundedHTTPServer` with a handler derived from
+:class:`BoundedRequestHandler`. The stdlib ``ThreadingHTTPServer`` starts one thread per
+connection and waits for a client for ever; here every connection is bounded by
+:class:`ServerLimits`:
+
+- **Connection cap.** At most ``max_connections`` connections are served at once. At the cap, a
+  new connection takes the slot of the connection that has waited longest for a complete
+  request head (kept alive idle, or still sending its head): that one is shut down and its
+  thread ends at once. When every connection is past its head (its body is read or its answer
+  computed or written), or ``EVICTING_MAX`` evicted threads are still ending, the new
+  connection is closed at once by the accepting thread, without a thread. So clients that
+  stall do not keep a client that sends its request at once from being answered: to evict it
+  they would have to open ``max_connections`` connections while its head is on its way.
+- **Request deadline.** A request (request line, headers and body) must be read in full within
+  ``request_timeout_s`` of its start: of the accept for the first request of a connection (the
+  TLS handshake included), of its first byte for a later one. The socket timeout of every read
+  is the time left, so a client that trickles one byte every few seconds is cut at the deadline,
+  not kept while each byte arrives within a per-read timeout.
+- **Idle keep-alive timeout.** After an answer, the first byte of the next request must arrive
+  within ``idle_timeout_s``, else the connection is closed.
+- **Write timeout.** Each write of an answer must make progress within ``write_timeout_s``, so a
+  client that stops reading is cut too.
+- **Header and body size.** The request line and headers may take ``max_header_bytes`` (plus one
+  read buffer); a declared ``Content-Length`` above ``max_body_bytes`` is answered 413 before
+  any of the body is read.
+- **TLS.** With ``tls_context``, each connection is wrapped and its handshake done in the
+  connection's own thread, under the request deadline; the accepting thread never reads from a
+  client.
+- **Daemon threads.** No connection keeps the process from exiting; ``server_close`` also shuts
+  down the connections still open so their threads end at once.
+
+Invariants:
+
+- Threads of one server: at most ``max_connections + EVICTING_MAX`` connection threads (the
+  second term: evicted connections whose threads are ending) plus the one serving thread
+  (:meth:`BoundedHTTPServer.start`), whatever clients do.
+- A connection holds its thread at most ``request_timeout_s`` until its first request is read,
+  and at most ``idle_timeout_s + request_timeout_s`` between the end of one answer and the end
+  of reading the next request. Longer only while the server computes an answer, or writes one
+  that the client keeps reading (each write progressing within ``write_timeout_s``).
+- Memory per connection while a request is read: at most ``max_header_bytes`` plus one read
+  buffer for the head; a body is read only when its declared length is within
+  ``max_body_bytes``.
+
+Usage::
+
+    class Handler(BoundedRequestHandler):
+        def do_GET(self) -> None: ...
+
+    server = BoundedHTTPServer(("127.0.0.1", 8080), Handler, name="api").start()
+    ...
+    server.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import io
+import logging
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Final, Self
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """The bounds of one :class:`BoundedHTTPServer` (see the module docstring)."""
+
+    #: Seconds to read one request in full (the first one: from the accept, TLS included).
+    request_timeout_s: float = 10.0
+    #: Seconds a kept-alive connection may wait for the first byte of its next request.
+    idle_timeout_s: float = 5.0
+    #: Seconds each write of an answer may wait for the client to read.
+    write_timeout_s: float = 10.0
+    #: Connections served at once; at the cap a new one evicts a staller or is closed.
+    max_connections: int = 64
+    #: Bytes of the request line and headers (one read buffer more may be read).
+    max_header_bytes: int = 64 * 1024
+    #: Largest ``Content-Length`` accepted; larger requests are answered 413 unread.
+    max_body_bytes: int = 64 * 1024
+
+    def __post_init__(self) -> None:
+        timeouts = (self.request_timeout_s, self.idle_timeout_s, self.write_timeout_s)
+        if min(timeouts) <= 0 or self.max_connections < 1:
+            raise ValueError(f"server limits must be positive: {self}")
+        if self.max_header_bytes < 1 or self.max_body_bytes < 0:
+            raise ValueError(f"server limits must be positive: {self}")
+
+
+#: The limits of a server constructed without its own (read at construction time).
+DEFAULT_LIMITS = ServerLimits()
+#: Evicted connections whose threads may still be ending; no more are evicted meanwhile.
+EVICTING_MAX: Final = 8
+
+
+class _Connection:
+    """Book-keeping of one admitted connection; its fields are guarded by the server's lock."""
+
+    __slots__ = ("evicted", "sock", "waiting_since")
+
+    def __init__(self, sock: socket.socket, now: float) -> None:
+        #: The socket to shut down on eviction (the TLS socket once the handshake is done).
+        self.sock = sock
+        #: Since when the connection waits for a complete request head; None while a request
+        #: body is read or an answer is computed or written.
+        self.waiting_since: float | None = now
+        self.evicted = False
+
+
+class RequestTooLarge(http.client.HTTPException):
+    """The request line and headers exceed ``max_header_bytes``."""
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Reads a socket; each read waits at most until the handler's current deadline."""
+
+    def __init__(self, sock: socket.socket, handler: BoundedRequestHandler) -> None:
+        self._sock = sock
+        self._handler = handler
+        #: Bytes still allowed before the head is complete; None while a body is read.
+        self.budget: int | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        left = self._handler.time_left()
+        if left <= 0:
+            raise TimeoutError("the request was not received within its deadline")
+        if self.budget is not None and self.budget <= 0:
+            raise RequestTooLarge("request line and headers too large")
+        self._sock.settimeout(left)
+        n = self._sock.recv_into(buffer)
+        if self.budget is not None:
+            self.budget -= n
+        return n
+
+
+class _TimedWriter(io.RawIOBase):
+    """Writes all of each chunk to a socket; each send waits at most ``timeout_s`` for the
+    client to make room (``sendall`` would bound the whole chunk instead)."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float) -> None:
+        self._sock = sock
+        self._timeout_s = timeout_s
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer) -> int:
+        view = memoryview(data).cast("B")
+        self._sock.settimeout(self._timeout_s)
+        sent = 0
+        while sent < len(view):  # each send waits at most the timeout for the client to read
+            sent += self._sock.send(view[sent:])
+        return sent
+
+
+class BoundedRequestHandler(BaseHTTPRequestHandler):
+    """Base of every handler served by :class:`BoundedHTTPServer`.
+
+    Subclasses write ``do_GET`` / ``do_POST`` as for ``BaseHTTPRequestHandler``; ``rfile`` reads
+    under the request deadline and ``wfile`` writes under the write timeout. Answers are
+    buffered (``wbufsize``, at least ``io.DEFAULT_BUFFER_SIZE``) and flushed after each request.
+    """
+
+    server: BoundedHTTPServer
+    _deadline: float
+    _reader: _DeadlineReader
+    _buffered: io.BufferedReader
+
+    def time_left(self) -> float:
+        """Seconds until the deadline of the current read phase."""
+        return self._deadline - time.monotonic()
+
+    def setup(self) -> None:
+        limits = self.server.limits
+        self._deadline = time.monotonic() + limits.request_timeout_s
+        self._requests = 0
+        self._accepted = sock = self.request
+        self._connection = self.server._connection(sock)
+        try:
+            context = self.server.tls_context
+            if context is not None:
+                # The handshake reads from the client: in this thread, under the deadline.
+                sock.settimeout(max(self.time_left(), 0.001))
+                sock = context().wrap_socket(sock, server_side=True)
+                self.server._replace_socket(self._connection, sock)
+            if self.disable_nagle_algorithm:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        except BaseException:
+            if sock is not self._accepted:
+                _close(sock)
+            raise
+        self.request = self.connection = sock
+        self._reader = _DeadlineReader(sock, self)
+        self.rfile = self._buffered = io.BufferedReader(self._reader)
+        self.wfile = io.BufferedWriter(
+            _TimedWriter(sock, limits.write_timeout_s), max(self.wbufsize, io.DEFAULT_BUFFER_SIZE)
+        )
+
+    def handle_one_request(self) -> None:
+        limits = self.server.limits
+        if self._requests:
+            # Kept alive: wait for the first byte of the next request, then time the request.
+            self.server._waiting(self._connection, True)
+            self._deadline = time.monotonic() + limits.idle_timeout_s
+            try:
+                more = bool(self._buffered.peek(1))
+            except OSError:  # TimeoutError included: the idle timeout passed
+                more = False
+            if not more:
+                self.close_connection = True
+                return
+            self._deadline = time.monotonic() + limits.request_timeout_s
+        self._requests += 1
+        self._reader.budget = limits.max_header_bytes
+        try:
+            super().handle_one_request()
+        except RequestTooLarge:
+            self.close_connection = True
+        finally:
+            self._reader.budget = None
+
+    def parse_request(self) -> bool:
+        if not super().parse_request() or self._refuse_large_body():
+            return False
+        self._reader.budget = None  # the head is read; a body is bounded by its length
+        self.server._waiting(self._connection, False)
+        return True
+
+    def handle_expect_100(self) -> bool:
+        return not self._refuse_large_body() and super().handle_expect_100()
+
+    def _refuse_large_body(self) -> bool:
+        """Answer 413 (and close) when the declared body exceeds ``max_body_bytes``."""
+        declared = (self.headers.get("Content-Length") or "").strip()
+        limit = self.server.limits.max_body_bytes
+        if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
+            self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {limit} bytes")
+            return True
+        return False
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self.connection is not self._accepted:
+                # A TLS socket replaced the accepted one, which is all the server closes.
+                _close(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.server.name, format % args)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+    sock.close()
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A ``ThreadingHTTPServer`` with the bounds of :class:`ServerLimits` (module docstring).
+
+    ``address`` is ``(host, port)`` (``sharegpu.kube.telemetry.parse_address`` reads
+    ``HOST:PORT``); an IPv6 host (``fd00::1``, as ``$(POD_IP)`` gives it) binds an IPv6
+    socket. ``tls_context`` returns the context for each new connection (so certificates can
+    be reloaded). ``rejected`` counts the connections closed at the cap without a thread,
+    ``evicted`` those evicted there for a new one.
+    """
+
+    daemon_threads = True
+    block_on_close = False
+    #: Connections waiting to be accepted; the accept loop never blocks, so they drain fast.
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BoundedRequestHandler],
+        limits: ServerLimits | None = None,
+        *,
+        tls_context: Callable[[], ssl.SSLContext] | None = None,
+        name: str = "http",
+    ) -> None:
+        if not issubclass(handler, BoundedRequestHandler):
+            raise TypeError(f"{handler.__name__} must derive from BoundedRequestHandler")
+        self.limits = DEFAULT_LIMITS if limits is None else limits
+        self.tls_context = tls_context
+        self.name = name
+        #: Connections closed at the cap without a thread, and connections evicted there.
+        self.rejected = 0
+        self.evicted = 0
+        self._lock = threading.Lock()
+        self._connections: dict[socket.socket, _Connection] = {}
+        self._evicting = 0
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self.server_address[1])
+
+    @property
+    def active_connections(self) -> int:
+        """Connections that hold a thread now (evicted ones until their thread ends)."""
+        with self._lock:
+            return len(self._connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Start a thread for the connection; at the cap evict a staller for it, or close it."""
+        now = time.monotonic()
+        with self._lock:
+            admitted = len(self._connections) - self._evicting < self.limits.max_connections
+            if not admitted and self._evicting < EVICTING_MAX:
+                admitted = self._evict_one()
+            if admitted:
+                self._connections[request] = _Connection(request, now)
+            else:
+                self.rejected += 1
+        if not admitted:
+            log.debug("%s: at the cap; closing the connection from %s", self.name, client_address)
+            self.shutdown_request(request)
+            return
+        try:
+            threading.Thread(
+                target=self.process_request_thread,
+                args=(request, client_address),
+                name=f"{self.name}-conn",
+                daemon=True,
+            ).start()
+        except RuntimeError:  # no thread can be started now
+            self._release(request)
+            log.warning("%s: cannot start a thread; closing a connection", self.name)
+            self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(request)
+
+    def _evict_one(self) -> bool:
+        """Shut down the connection that has waited longest for a request head; True when
+        there was one. Called with the lock held."""
+        oldest: _Connection | None = None
+        oldest_since = 0.0
+        for connection in self._connections.values():
+            since = connection.waiting_since
+            if connection.evicted or since is None:
+                continue
+            if oldest is None or since < oldest_since:
+                oldest, oldest_since = connection, since
+        if oldest is None:
+            return False
+        oldest.evicted = True
+        self._evicting += 1
+        self.evicted += 1
+        # The plain socket call, also for TLS sockets: it wakes the thread that reads.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(oldest.sock, socket.SHUT_RDWR)
+        return True
+
+    def _release(self, request: socket.socket) -> None:
+        with self._lock:
+            connection = self._connections.pop(request, None)
+            if connection is not None and connection.evicted:
+                self._evicting -= 1
+
+    def _connection(self, request: socket.socket) -> _Connection:
+        with self._lock:
+            return self._connections[request]
+
+    def _replace_socket(self, connection: _Connection, sock: socket.socket) -> None:
+        """The TLS socket replaces the accepted one (same descriptor) for eviction."""
+        with self._lock:
+            connection.sock = sock
+            evicted = connection.evicted
+        if evicted:  # evicted during the handshake, while the accepted socket was detached
+            raise ConnectionAbortedError("evicted at the connection cap")
+
+    def _waiting(self, connection: _Connection, waiting: bool) -> None:
+        with self._lock:
+            connection.waiting_since = time.monotonic() if waiting else None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that go away, time out or fail the TLS handshake are expected: no traceback
+        then; any other error is logged with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError | http.client.HTTPException):
+            log.debug("%s: connection from %s failed: %s", self.name, client_address, error)
+        else:
+            log.error("%s: serving %s failed", self.name, client_address, exc_info=True)
+
+    def start(self) -> Self:
+        """Serve in a daemon thread named like the server; returns the server."""
+        threading.Thread(
+            target=self.serve_forever, args=(0.1,), name=self.name, daemon=True
+        ).start()
+        return self
+
+    def server_close(self) -> None:
+        """Close the listening socket and every connection still open."""
+        super().server_close()
+        with self._lock:
+            live = [connection.sock for connection in self._connections.values()]
+        for sock in live:
+            # The plain socket call, also for TLS sockets: it only wakes the thread that reads.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        """Stop serving and close the socket and the open connections."""
+        self.shutdown()
+        self.server_close()

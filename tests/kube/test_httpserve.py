@@ -1,0 +1,435 @@
+"""The bounded HTTP server: connection cap, request deadline, idle and write timeouts, sizes.
+
+Clients are plain sockets driven from the test thread, so the only threads that come and go are
+the server's. Timing is asserted only as generous upper bounds, polled: the deadlines here are
+one or two seconds and each bound leaves several seconds more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from sharegpu.kube import httpserve
+from sharegpu.kube.httpserve import (
+    EVICTING_MAX,
+    BoundedHTTPServer,
+    BoundedRequestHandler,
+    ServerLimits,
+)
+from sharegpu.kube.telemetry import Telemetry, serve_metrics
+
+#: How long a test waits for something that should happen within about a second.
+PATIENCE_S = 15.0
+STALLERS = 300
+
+
+class _Hello(BoundedRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        size = int(self.path.rsplit("/", 1)[-1]) if self.path.startswith("/bytes/") else 3
+        body = b"ok\n" if size == 3 else b"x" * size
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def short_limits(
+    request_timeout_s: float = 1.0, max_connections: int = 64, **sizes: int
+) -> ServerLimits:
+    """Limits with one-second timeouts (the request deadline as given)."""
+    return ServerLimits(
+        request_timeout_s=request_timeout_s,
+        idle_timeout_s=1.0,
+        write_timeout_s=1.0,
+        max_connections=max_connections,
+        **sizes,
+    )
+
+
+Serve = Callable[..., BoundedHTTPServer]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    servers: list[BoundedHTTPServer] = []
+
+    def start(
+        limits: ServerLimits, tls_context: Callable[[], ssl.SSLContext] | None = None
+    ) -> BoundedHTTPServer:
+        server = BoundedHTTPServer(("127.0.0.1", 0), _Hello, limits, tls_context=tls_context)
+        servers.append(server.start())
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+# Client helpers, also used by the tests of the daemons' servers.
+
+
+def stall(port: int, first: bytes = b"G") -> socket.socket:
+    """A connection that sends ``first`` (one byte of a request by default) and nothing more."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S)
+    with contextlib.suppress(OSError):  # closed by the server (at its cap): is_closed() tells
+        sock.sendall(first)
+    return sock
+
+
+def is_closed(sock: socket.socket) -> bool:
+    """True when the server closed ``sock`` (EOF or reset); does not wait."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(4096) == b""
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.setblocking(True)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = PATIENCE_S) -> bool:
+    """Poll ``condition`` every 50 ms until it holds or ``timeout_s`` passed."""
+    end = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+
+
+def all_closed(socks: list[socket.socket], timeout_s: float = PATIENCE_S) -> bool:
+    """Wait until the server closed every one of ``socks``."""
+    pending = list(socks)
+
+    def done() -> bool:
+        pending[:] = [s for s in pending if not is_closed(s)]
+        return not pending
+
+    return wait_until(done, timeout_s)
+
+
+def trickle(
+    socks: list[socket.socket], data: bytes, interval_s: float = 0.5, timeout_s: float = PATIENCE_S
+) -> list[socket.socket]:
+    """Send ``data[1:]`` one byte per ``interval_s`` on each of ``socks`` (the first byte is
+    sent already) until the server closed them all or ``timeout_s`` passed; those still open."""
+    open_ = list(socks)
+    end = time.monotonic() + timeout_s
+    sent = 1
+    while open_ and time.monotonic() < end and sent < len(data):
+        time.sleep(interval_s)
+        for sock in list(open_):
+            try:
+                sock.send(data[sent : sent + 1])
+            except OSError:
+                open_.remove(sock)
+                continue
+            if is_closed(sock):
+                open_.remove(sock)
+        sent += 1
+    return open_
+
+
+def get(port: int, path: str = "/", timeout_s: float = PATIENCE_S) -> tuple[int, bytes]:
+    """One GET on a new connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def get_with_retries(port: int, path: str = "/", timeout_s: float = PATIENCE_S) -> int:
+    """GET, retried while the server closes the connection at its cap; the status."""
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            return get(port, path, timeout_s=max(end - time.monotonic(), 0.1))[0]
+        except (OSError, http.client.HTTPException):
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
+def _close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
+
+
+def test_stallers_above_the_cap_get_no_thread_and_are_all_cut(serve: Serve) -> None:
+    """300 connections that send one header byte and stall, against a cap of 16 and a 1 s
+    deadline: the server never runs more than 16 connection threads (plus evicted ones
+    ending), a well-behaved client is answered within 5 s, and every staller is cut."""
+    cap = 16
+    baseline = threading.active_count()
+    server = serve(short_limits(max_connections=cap))
+    stallers: list[socket.socket] = []
+    peak = 0
+    try:
+        for _ in range(STALLERS):
+            stallers.append(stall(server.port))
+            peak = max(peak, threading.active_count())
+        started = time.monotonic()
+        assert get_with_retries(server.port) == 200
+        answered_after = time.monotonic() - started
+        peak = max(peak, threading.active_count())
+        assert all_closed(stallers)
+        peak = max(peak, threading.active_count())
+    finally:
+        _close_all(stallers)
+    # The serving thread plus at most `cap` connection threads and the evicted ones ending.
+    assert peak <= baseline + 1 + cap + EVICTING_MAX, (peak, baseline)
+    assert answered_after < 5.0
+    assert server.rejected + server.evicted > 0  # the cap was reached
+    assert wait_until(lambda: server.active_connections == 0)
+    assert wait_until(lambda: threading.active_count() <= baseline + 1)
+
+
+def test_a_client_is_answered_while_stallers_hold_every_slot(serve: Serve) -> None:
+    """With every slot held by a staller (and their deadline far away), a new client takes
+    the slot of the one that has waited longest and is answered at once; the others stay."""
+    cap = 16
+    server = serve(short_limits(request_timeout_s=60.0, max_connections=cap))
+    stallers = [stall(server.port) for _ in range(STALLERS)]
+    try:
+        assert wait_until(lambda: server.active_connections == cap)
+        started = time.monotonic()
+        assert get_with_retries(server.port) == 200
+        assert time.monotonic() - started < 5.0
+        still_open = [s for s in stallers if not is_closed(s)]
+        assert len(still_open) >= cap - EVICTING_MAX - 1
+        assert server.evicted >= 1
+    finally:
+        _close_all(stallers)
+
+
+def test_clients_are_answered_while_stallers_keep_reconnecting(serve: Serve) -> None:
+    """A slowloris that keeps opening connections as fast as it can (one byte each, never
+    closed) does not starve clients that send their request at once: each is answered within
+    5 s, and the server's threads stay within the cap."""
+    cap = 16
+    baseline = threading.active_count()
+    server = serve(short_limits(request_timeout_s=60.0, max_connections=cap))
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def attack() -> None:
+        while not stop.is_set() and len(held) < 3000:
+            held.append(stall(server.port))
+
+    attacker = threading.Thread(target=attack, name="slowloris", daemon=True)
+    attacker.start()
+    peak = 0
+    latencies = []
+    try:
+        assert wait_until(lambda: server.active_connections >= cap)
+        for _ in range(10):
+            started = time.monotonic()
+            assert get_with_retries(server.port) == 200
+            latencies.append(time.monotonic() - started)
+            peak = max(peak, threading.active_count())
+    finally:
+        stop.set()
+        attacker.join(PATIENCE_S)
+        _close_all(held)
+    # The attacker's thread, the serving thread, the cap and the evicted ones ending.
+    assert peak <= baseline + 2 + cap + EVICTING_MAX, (peak, baseline)
+    assert max(latencies) < 5.0, latencies
+    assert len(held) > cap  # the attack was on while the clients were answered
+
+
+def test_tricklers_are_cut_at_the_deadline_while_others_are_answered(
+    serve: Serve,
+) -> None:
+    """300 connections that each send one header byte every 0.5 s (each read would finish well
+    within any per-read timeout) are all cut at the 5 s request deadline; meanwhile, with all
+    of them connected, a well-behaved client is answered within 5 s."""
+    server = serve(short_limits(request_timeout_s=5.0, max_connections=STALLERS + 50))
+    request = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
+    before = time.monotonic()
+    tricklers = [stall(server.port, request[:1]) for _ in range(STALLERS)]
+    try:
+        assert wait_until(lambda: server.active_connections == STALLERS)
+        started = time.monotonic()
+        assert get(server.port) == (200, b"ok\n")
+        assert time.monotonic() - started < 5.0
+        assert not any(is_closed(s) for s in tricklers[:10])  # still connected meanwhile
+        still_open = trickle(tricklers, request)
+        assert not still_open, f"{len(still_open)} tricklers still connected"
+        assert time.monotonic() - before >= 5.0  # cut at the deadline, not before
+    finally:
+        _close_all(tricklers)
+    assert wait_until(lambda: server.active_connections == 0)
+
+
+def test_a_kept_alive_connection_is_closed_after_the_idle_timeout(
+    serve: Serve,
+) -> None:
+    server = serve(short_limits())
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=PATIENCE_S)
+    try:
+        for _ in range(3):  # kept alive between requests sent at once
+            conn.request("GET", "/")
+            assert conn.getresponse().read() == b"ok\n"
+        assert conn.sock is not None
+        assert all_closed([conn.sock])
+    finally:
+        conn.close()
+    assert wait_until(lambda: server.active_connections == 0)
+
+
+def test_a_client_that_does_not_read_its_answer_is_cut(
+    serve: Serve,
+) -> None:
+    server = serve(short_limits())
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(PATIENCE_S)
+    try:
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(b"GET /bytes/67108864 HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert wait_until(lambda: server.active_connections == 1)
+        assert wait_until(lambda: server.active_connections == 0)
+    finally:
+        sock.close()
+
+
+def test_oversized_bodies_and_heads_are_refused_unread(
+    serve: Serve,
+) -> None:
+    server = serve(short_limits(max_body_bytes=1000, max_header_bytes=16384))
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=PATIENCE_S)
+    try:
+        conn.request("POST", "/", body=b"x" * 1000)
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (200, b"x" * 1000)
+        conn.putrequest("POST", "/")
+        conn.putheader("Content-Length", "1001")
+        conn.endheaders()  # the body is never sent: the answer comes first
+        resp = conn.getresponse()
+        assert resp.status == 413 and resp.getheader("Connection") == "close"
+        resp.read()
+    finally:
+        conn.close()
+    sock = stall(server.port, b"GET / HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n")
+    try:
+        assert b" 413 " in sock.recv(100).split(b"\r\n")[0]
+    finally:
+        sock.close()
+    head = b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"a" * 500) for i in range(50))
+    sock = stall(server.port, head)
+    try:
+        assert b" 431 " in sock.recv(100).split(b"\r\n")[0]
+    finally:
+        sock.close()
+
+
+def test_tls_handshakes_run_in_connection_threads_under_the_deadline(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Clients that open TCP and never finish the TLS handshake block neither the accept loop
+    nor a thread past the deadline; TLS clients are answered meanwhile."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    cert.configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    server = serve(short_limits(max_connections=8), tls_context=lambda: server_context)
+    stallers = [stall(server.port, b"\x16") for _ in range(4)]  # half a TLS record header
+    try:
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", server.port, context=client_context, timeout=PATIENCE_S
+        )
+        conn.request("GET", "/")
+        assert conn.getresponse().read() == b"ok\n"
+        conn.close()
+        assert all_closed(stallers)
+    finally:
+        _close_all(stallers)
+    assert wait_until(lambda: server.active_connections == 0)
+
+
+def test_stop_closes_the_open_connections() -> None:
+    server = BoundedHTTPServer(("127.0.0.1", 0), _Hello, ServerLimits(request_timeout_s=60)).start()
+    stallers = [stall(server.port) for _ in range(5)]
+    try:
+        assert wait_until(lambda: server.active_connections == 5)
+        server.stop()
+        assert all_closed(stallers, timeout_s=5.0)
+        assert wait_until(lambda: server.active_connections == 0, 5.0)
+    finally:
+        _close_all(stallers)
+
+
+def test_handlers_must_be_bounded_and_limits_positive() -> None:
+    from http.server import BaseHTTPRequestHandler
+
+    with pytest.raises(TypeError, match="BoundedRequestHandler"):
+        BoundedHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="positive"):
+        ServerLimits(max_connections=0)
+    with pytest.raises(ValueError, match="positive"):
+        ServerLimits(request_timeout_s=0)
+
+
+def test_an_ipv6_host_binds_an_ipv6_socket() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 in this Python")
+    try:
+        server = BoundedHTTPServer(("::1", 0), _Hello).start()
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    try:
+        assert server.socket.family == socket.AF_INET6
+        conn = http.client.HTTPConnection("::1", server.port, timeout=PATIENCE_S)
+        conn.request("GET", "/")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        server.stop()
+
+
+def test_serve_metrics_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/metrics`` (both daemons): a request not read within the deadline is cut, and
+    connections above the cap get no thread."""
+    monkeypatch.setattr(httpserve, "DEFAULT_LIMITS", short_limits(max_connections=4))
+    baseline = threading.active_count()
+    telemetry = Telemetry("test-metrics")
+    server = serve_metrics(telemetry, "127.0.0.1:0")
+    port = server.server_address[1]
+    stallers = [stall(port) for _ in range(20)]
+    try:
+        time.sleep(0.2)
+        assert threading.active_count() <= baseline + 1 + 4
+        assert all_closed(stallers)
+        assert get_with_retries(port, "/metrics") == 200
+    finally:
+        _close_all(stallers)
+        server.shutdown()
+        server.server_close()
+        telemetry.shutdown()
