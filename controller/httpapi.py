@@ -4,7 +4,9 @@
 ``{"apiVersion": "v1", "kind": "List", "items": [<GPU object>, ...]}`` with the GPU objects the
 tracker currently computes (also on standby replicas, which watch but do not write).
 ``/healthz`` answers 200 while the process serves; ``/readyz`` 200 once the tracker has synced
-(always, when the tracker is disabled).
+(always, when the tracker is disabled). The probes carry no data and need no credentials; every
+``/api/`` path is decided by the ``authorizer`` first (:mod:`controller.apiauth`: a bearer token
+allowed to list GPU objects), and answered 401, 403 or 503 with a JSON ``error`` otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from api.gpu import GpuObject
+from controller.apiauth import AllowAll, ApiAuthorizer
 from sharegpu.kube.httpserve import BoundedHTTPServer, BoundedRequestHandler, ServerLimits
 from sharegpu.kube.telemetry import parse_address
 
@@ -33,6 +36,7 @@ class _Handler(BoundedRequestHandler):
     protocol_version = "HTTP/1.1"
     list_gpus: GpuLister | None
     ready: Callable[[], bool]
+    authorizer: ApiAuthorizer
 
     def _send(self, code: int, body: Any) -> None:
         data = (json.dumps(body) if not isinstance(body, str) else body).encode()
@@ -51,6 +55,11 @@ class _Handler(BoundedRequestHandler):
         elif path == "/readyz":
             ok = self.ready()
             self._send(200 if ok else 503, "ok\n" if ok else "not ready: tracker not synced\n")
+        elif (
+            parts[:1] == ["api"]
+            and (decision := self.authorizer.decide(self.headers.get("Authorization"))).code != 200
+        ):
+            self._send(decision.code, {"error": decision.reason})
         elif self.list_gpus is None and parts[:2] == ["api", "v1"]:
             self._send(503, {"error": "the tracker is disabled (--disable-tracker)"})
         elif parts == ["api", "v1", "gpus"] and self.list_gpus is not None:
@@ -74,8 +83,14 @@ def serve_api(
     list_gpus: GpuLister | None,
     ready: Callable[[], bool],
     limits: ServerLimits | None = None,
+    authorizer: ApiAuthorizer | None = None,
 ) -> BoundedHTTPServer:
     """Serve the JSON API on ``address`` in a daemon thread; stop with ``shutdown()`` and
-    ``server_close()``. A :class:`~sharegpu.kube.httpserve.BoundedHTTPServer` (``limits``)."""
-    handler = type("ApiHandler", (_Handler,), {"list_gpus": list_gpus, "ready": ready})
+    ``server_close()``. A :class:`~sharegpu.kube.httpserve.BoundedHTTPServer` (``limits``);
+    ``authorizer`` None serves everyone (for an API bound to 127.0.0.1)."""
+    handler = type(
+        "ApiHandler",
+        (_Handler,),
+        {"list_gpus": list_gpus, "ready": ready, "authorizer": authorizer or AllowAll()},
+    )
     return BoundedHTTPServer(parse_address(address), handler, limits, name="json-api").start()

@@ -17,9 +17,11 @@ import logging
 import os
 import ssl
 from collections.abc import Callable
+from typing import Final
 
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
 from api.version import VERSION
+from controller.apiauth import KubeAuthorizer
 from controller.httpapi import serve_api
 from controller.metrics import ControllerMetrics
 from controller.tracker import Tracker
@@ -32,6 +34,10 @@ from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api
 from sharegpu.kube.telemetry import Telemetry, parse_address, serve_metrics
 
 log = logging.getLogger("controller")
+
+API_AUTH_KUBERNETES: Final = "kubernetes"
+API_AUTH_NONE: Final = "none"
+API_AUTH_MODES: Final = (API_AUTH_KUBERNETES, API_AUTH_NONE)
 
 #: Seconds one API request of the tracker or the leader election may take (lists are paged).
 REQUEST_TIMEOUT_S = 30.0
@@ -108,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="address of the JSON API and /healthz, /readyz (empty: off; default %(default)s)",
     )
     p.add_argument(
+        "--api-auth",
+        choices=API_AUTH_MODES,
+        default=API_AUTH_KUBERNETES,
+        help="who may read the JSON API: kubernetes (a bearer token whose user may list GPU "
+        "objects, checked with TokenReview and SubjectAccessReview) or none (anyone who can "
+        "connect; for an API bound to 127.0.0.1); the probes never need credentials "
+        "(default %(default)s)",
+    )
+    p.add_argument(
         "--leader-elect",
         type=_bool,
         nargs="?",
@@ -172,6 +187,7 @@ class Controller:
             raise ValueError(
                 "the webhook needs --tls-cert-file and --tls-key-file (or --disable-webhook)"
             )
+        kube: KubeRest | None = None
         if not a.disable_tracker:
             api_client = load_api_client(a.kubeconfig)
             # Closed last: the tracker and the lease still use it while they stop.
@@ -179,6 +195,7 @@ class Controller:
             kube = KubeRest(
                 api_client, on_error=self.metrics.api_error, timeout_s=REQUEST_TIMEOUT_S
             )
+        if not a.disable_tracker and kube is not None:
             is_leader: Callable[[], bool] = lambda: True  # noqa: E731
             if a.leader_elect:
                 self.elector = LeaderElector(kube, a.lease_namespace, a.lease_name)
@@ -204,8 +221,14 @@ class Controller:
         tracker = self.tracker
         if a.api_address:
             ready = tracker.synced if tracker is not None else (lambda: True)
+            # Without the tracker the API serves no data (503), so it needs no authorizer.
+            authorizer = (
+                KubeAuthorizer(kube)
+                if kube is not None and a.api_auth == API_AUTH_KUBERNETES
+                else None
+            )
             api = self.api_server = serve_api(
-                a.api_address, tracker.gpus if tracker else None, ready
+                a.api_address, tracker.gpus if tracker else None, ready, authorizer=authorizer
             )
             self.lifecycle.running("JSON API", _closer(api))
             log.info("JSON API on http://%s:%d/api/v1/gpus", *api.server_address[:2])

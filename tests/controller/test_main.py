@@ -34,9 +34,12 @@ from tests.kube.test_httpserve import all_closed, get_with_retries, short_limits
 DEADLINE_S = 30.0
 
 
-def _get(port: int, path: str) -> tuple[int, bytes]:
+def _get(port: int, path: str, token: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as resp:
+        with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
@@ -173,7 +176,9 @@ def test_json_api_and_probes(
     port = controller.api_server.server_address[1]
     assert _get(port, "/healthz")[0] == 200
     assert apiserver.wait_for(lambda: _get(port, "/readyz")[0] == 200, DEADLINE_S)
-    status, body = _get(port, "/api/v1/gpus")
+    apiserver.reviews.add_token("reader-token", "reader")
+    apiserver.reviews.allow("reader", "list", "resource.sharegpu.dev", "gpus")
+    status, body = _get(port, "/api/v1/gpus", "reader-token")
     items = json.loads(body)["items"]
     assert status == 200 and [i["metadata"]["name"] for i in items] == [
         "n1-gpu-0",
@@ -183,9 +188,37 @@ def test_json_api_and_probes(
     ]
     stored = cluster.stored()
     assert all(i["status"] == stored[i["metadata"]["name"]]["status"] for i in items)
-    status, body = _get(port, "/api/v1/nodes/n2/gpus")
+    status, body = _get(port, "/api/v1/nodes/n2/gpus", "reader-token")
     assert status == 200 and {i["spec"]["node"] for i in json.loads(body)["items"]} == {"n2"}
-    assert _get(port, "/api/v1/nope")[0] == 404
+    assert _get(port, "/api/v1/nope", "reader-token")[0] == 404
+
+
+def test_the_json_api_is_served_only_to_users_who_may_list_gpu_objects(
+    apiserver: KubeAPIServer, running: tuple[Controller, h.Cluster]
+) -> None:
+    """The JSON API shows every tenant's claims and pods: the same RBAC as the GPU objects."""
+    controller, _ = running
+    assert controller.api_server is not None
+    port = controller.api_server.server_address[1]
+    apiserver.reviews.add_token("tenant-token", "tenant")
+    apiserver.reviews.add_token("ops-token", "ops", groups=("gpu-admins",))
+    apiserver.reviews.allow("gpu-admins", "list", "resource.sharegpu.dev", "gpus")
+    status, body = _get(port, "/api/v1/gpus")
+    assert status == 401 and b"needs a bearer token" in body
+    status, body = _get(port, "/api/v1/gpus", "forged-token")
+    assert status == 401 and b"not valid" in body
+    status, body = _get(port, "/api/v1/gpus", "tenant-token")
+    assert status == 403 and b"may not list gpus.resource.sharegpu.dev" in body
+    assert _get(port, "/api/v1/nodes/n1/gpus", "tenant-token")[0] == 403
+    assert _get(port, "/api/v1/gpus", "ops-token")[0] == 200
+    # Probes carry no data and need no credentials.
+    assert _get(port, "/healthz")[0] == 200
+    # Decisions are cached: polling again costs no further review.
+    reviews = apiserver.request_count("create", "tokenreviews")
+    for _ in range(5):
+        assert _get(port, "/api/v1/gpus", "ops-token")[0] == 200
+        assert _get(port, "/api/v1/gpus", "tenant-token")[0] == 403
+    assert apiserver.request_count("create", "tokenreviews") == reviews
 
 
 def test_status_rows() -> None:

@@ -328,6 +328,8 @@ def test_rbac_grants_exactly_what_the_code_uses(
             ["get", "list", "watch", "create", "update", "delete"],
         )
         | triples("resource.sharegpu.dev", ["gpus/status"], ["update"])
+        | triples("authentication.k8s.io", ["tokenreviews"], ["create"])
+        | triples("authorization.k8s.io", ["subjectaccessreviews"], ["create"])
     )
     assert rules_of(docs, "Role", "leader-election") == triples(
         "coordination.k8s.io", ["leases"], ["get", "create", "update"]

@@ -129,6 +129,11 @@ OTHER_TOOLS_FLAGS = {
     "--strict",
     "--check",
     "--strict-markers",
+    # kubectl create clusterrole / clusterrolebinding (docs/observability.md)
+    "--verb",
+    "--resource",
+    "--clusterrole",
+    "--serviceaccount",
 }
 
 

@@ -242,6 +242,17 @@ def default_resources() -> list[ResourceType]:
             subresources=status,
             allow_unconditional_update=False,
         ),
+        # Create-only reviews, answered from KubeAPIServer.reviews and never stored.
+        ResourceType(
+            "authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False
+        ),
+        ResourceType(
+            "authorization.k8s.io",
+            "v1",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            namespaced=False,
+        ),
     ]
 
 

@@ -40,6 +40,7 @@ from sharegpu.local.apiserver.faults import (
 )
 from sharegpu.local.apiserver.patch import apply_patch
 from sharegpu.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
+from sharegpu.local.apiserver.reviews import REVIEW_PLURALS, Reviews
 from sharegpu.local.apiserver.store import CLOSED, Event, ObjectStore, Watcher
 
 #: Watch streams without ``timeoutSeconds`` end after this long (the real server: 30-60 min).
@@ -293,6 +294,10 @@ class _Handler(BaseHTTPRequestHandler):
                 rt.plural, route.namespace, self._matcher(route, query), dry_run=dry_run
             )
             return 200, success_status(group=rt.group, kind=rt.plural)
+        if verb == "create" and rt.plural in REVIEW_PLURALS:
+            if not isinstance(body, dict):
+                raise ApiError(400, "the request body must be a JSON object")
+            return 201, self.server.api.reviews.answer(rt.plural, body)
         if verb == "create":
             if not isinstance(body, dict):
                 raise ApiError(400, "the request body must be a JSON object")
@@ -535,6 +540,8 @@ class KubeAPIServer:
         registry = ResourceRegistry(resources if resources is not None else default_resources())
         self.store = ObjectStore(registry, history_size=history_size)
         self.faults = FaultInjector()
+        #: Tokens and grants that TokenReviews and SubjectAccessReviews are answered from.
+        self.reviews = Reviews()
         self._address = (host, port)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
