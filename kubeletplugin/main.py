@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import yaml
 from kubernetes import client
@@ -149,13 +149,16 @@ class MetricsEndpoint:
     ``/healthz``) with the bounded server of :func:`serve_metrics`: a capped number of
     connections, each cut when its request is not read within the deadline."""
 
-    def __init__(self, telemetry: Telemetry, address: str) -> None:
+    def __init__(
+        self, telemetry: Telemetry, address: str, healthy: Callable[[], bool] | None = None
+    ) -> None:
         self._telemetry = telemetry
         self._address = address
+        self._healthy = healthy
         self._server: BoundedHTTPServer | None = None
 
     def start(self) -> None:
-        self._server = serve_metrics(self._telemetry, self._address)
+        self._server = serve_metrics(self._telemetry, self._address, healthy=self._healthy)
         log.info("serving metrics on %s/metrics", self._address)
 
     @property
@@ -210,9 +213,16 @@ class Plugin:
         self.lifecycle.running("telemetry", telemetry.shutdown)
         self.metrics_endpoint: MetricsEndpoint | None = None
         if config.metrics_address:
-            self.metrics_endpoint = MetricsEndpoint(telemetry, config.metrics_address)
+            # /healthz is the liveness probe: the kubelet gRPC endpoint must answer itself.
+            self.metrics_endpoint = MetricsEndpoint(
+                telemetry, config.metrics_address, healthy=self.responsive
+            )
             self.lifecycle.add(self.metrics_endpoint)
         self.lifecycle.add(self.publisher)
+
+    def responsive(self) -> bool:
+        """Whether the kubelet gRPC endpoint answers (True before it is built)."""
+        return self.claims is None or self.claims.server.responsive()
 
     def add_component(self, component: Component) -> None:
         """Run ``component`` with the daemon (call before :meth:`start`)."""

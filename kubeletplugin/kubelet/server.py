@@ -22,6 +22,7 @@ import grpc
 
 from kubeletplugin.kubelet.draservice import DraService, DraV1beta1Servicer, DraV1Servicer
 from kubeletplugin.kubelet.grpcapi.gen import (
+    dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
     drahealth_v1alpha1_pb2_grpc,
@@ -43,6 +44,8 @@ DRA_SOCKET_NAME = "dra.sock"
 # so they never starve prepares.
 HEALTH_STREAM_WORKERS = MAX_HEALTH_STREAMS
 REGISTRATION_WORKERS = 2
+#: How long the liveness self-check waits for the DRA endpoint to answer.
+LIVENESS_TIMEOUT_S = 5.0
 
 
 def dra_socket_path(data_dir: Path) -> Path:
@@ -120,6 +123,27 @@ class PluginServer:
                 self._stop_locked(grace=None)
                 raise
             log.info("serving kubelet registration on %s", self.registration_socket.path)
+
+    def responsive(self, timeout_s: float = LIVENESS_TIMEOUT_S) -> bool:
+        """Whether the DRA endpoint answers an empty ``NodePrepareResources`` on its own socket
+        within ``timeout_s``: the liveness check, which fails when every worker is stuck (or
+        the socket is gone). True while the server is not running (nothing to probe)."""
+        with self._lock:
+            if self._dra_server is None:
+                return True
+        try:
+            with grpc.insecure_channel(f"unix:{self.dra_socket.path}") as channel:
+                dra_v1_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
+                    dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout_s
+                )
+        except grpc.RpcError as exc:
+            log.warning(
+                "liveness: the DRA endpoint did not answer within %gs (%s)",
+                timeout_s,
+                exc.code() if isinstance(exc, grpc.Call) else exc,
+            )
+            return False
+        return True
 
     def stop(self, grace: float | None = 5.0) -> None:
         """Stop both servers (in-flight calls get ``grace`` seconds) and remove the sockets."""

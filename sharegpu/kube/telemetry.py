@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
@@ -141,6 +141,7 @@ def parse_address(address: str) -> tuple[str, int]:
 
 class _MetricsHandler(BoundedRequestHandler):
     telemetry: Telemetry
+    healthy: Callable[[], bool]
 
     def do_GET(self) -> None:
         if self.path.split("?", 1)[0] == "/metrics":
@@ -148,8 +149,9 @@ class _MetricsHandler(BoundedRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPE_LATEST)
         elif self.path == "/healthz":
-            body = b"ok\n"
-            self.send_response(200)
+            ok = self.healthy()
+            body = b"ok\n" if ok else b"unhealthy: the daemon does not answer its own check\n"
+            self.send_response(200 if ok else 503)
             self.send_header("Content-Type", "text/plain")
         else:
             body = b"not found\n"
@@ -164,14 +166,22 @@ class _MetricsHandler(BoundedRequestHandler):
 
 
 def serve_metrics(
-    telemetry: Telemetry, address: str, limits: ServerLimits | None = None
+    telemetry: Telemetry,
+    address: str,
+    limits: ServerLimits | None = None,
+    healthy: Callable[[], bool] | None = None,
 ) -> BoundedHTTPServer:
     """Serve ``/metrics`` on ``address`` in a daemon thread; stop it with ``shutdown()`` and
-    ``server_close()`` (or ``stop()``).
+    ``server_close()`` (or ``stop()``). ``/healthz`` answers 200 while ``healthy()`` (default:
+    always) is true, else 503: a liveness probe for the daemon.
 
     The server is a :class:`~sharegpu.kube.httpserve.BoundedHTTPServer` (``limits``, default
     ``httpserve.DEFAULT_LIMITS``): a bounded number of connections, each cut when its request
     is not read within the deadline. The bound port is ``server.port`` (useful with port 0).
     """
-    handler = type("MetricsHandler", (_MetricsHandler,), {"telemetry": telemetry})
+    handler = type(
+        "MetricsHandler",
+        (_MetricsHandler,),
+        {"telemetry": telemetry, "healthy": staticmethod(healthy or (lambda: True))},
+    )
     return BoundedHTTPServer(parse_address(address), handler, limits, name="metrics-http").start()

@@ -200,7 +200,9 @@ def test_kubelet_plugin_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> 
         "/etc/cdi",
     } <= mounts
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    assert {"/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/dev", "/"} <= host_paths
+    assert {"/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/dev", "/usr"} <= host_paths
+    # The host's root is never mounted: only the driver root's usr/ directory, read-only.
+    assert "/" not in host_paths
     assert "--sharing-mode=consumable" in container["args"]
     assert "--device-backend=nvml" in container["args"]
     assert "--driver-root=/nvidia-root" in container["args"]
@@ -211,7 +213,16 @@ def test_kubelet_plugin_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> 
     (init,) = pod["initContainers"]
     for name in ("libnvidia-ml.so.1", "libcuda.so.1", "nvidia-smi", "nvidia-cuda-mps-control"):
         assert name in init["args"][0]
-    assert {m["mountPath"] for m in init["volumeMounts"]} == {"/host-driver-root", "/nvidia-root"}
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {
+        "/host-driver-root/usr",
+        "/nvidia-root",
+    }
+    assert all(m["readOnly"] for m in init["volumeMounts"] if m["mountPath"] != "/nvidia-root")
+    assert init["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    probe = container["livenessProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert probe["timeoutSeconds"] > 5  # the plugin's own check waits 5 s
     assert "/host-driver-root" not in mounts
 
 

@@ -142,3 +142,39 @@ def test_metrics_endpoint(apiserver: KubeAPIServer) -> None:
     finally:
         plugin.stop()
     assert plugin.metrics_endpoint.port is None
+
+
+def test_healthz_follows_the_liveness_check() -> None:
+    """/healthz is the plugin's liveness probe: 503 while its own check fails, 200 after."""
+    from sharegpu.kube.telemetry import serve_metrics
+
+    state = {"ok": True}
+    telemetry = Telemetry("test-liveness")
+    server = serve_metrics(telemetry, "127.0.0.1:0", healthy=lambda: state["ok"])
+    port = server.server_address[1]
+    try:
+        assert get_with_retries(port, "/healthz") == 200
+        state["ok"] = False
+        assert get_with_retries(port, "/healthz") == 503
+        state["ok"] = True
+        assert get_with_retries(port, "/healthz") == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+        telemetry.shutdown()
+
+
+def test_the_plugin_health_check_asks_its_grpc_endpoint(apiserver: KubeAPIServer) -> None:
+    create_node(apiserver)
+    plugin = make_plugin(apiserver)
+    assert plugin.responsive()  # nothing built yet: nothing to probe
+
+    class Server:
+        def responsive(self) -> bool:
+            return False
+
+    class Claims:
+        server = Server()
+
+    plugin.claims = Claims()  # type: ignore[assignment]
+    assert not plugin.responsive()

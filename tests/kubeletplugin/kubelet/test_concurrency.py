@@ -7,9 +7,11 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from kubeletplugin.kubelet.preparer import ClaimRef, PrepareOutcome
+from kubeletplugin.kubelet.server import PluginServer
 from sharegpu.local.kubelet import KubeletSim
 from tests.kubeletplugin.kubelet.helpers import (
     DRIVER,
+    Dirs,
     FakePreparer,
     one_device,
     running_server,
@@ -42,3 +44,42 @@ def test_32_prepares_are_in_the_preparer_at_the_same_time() -> None:
     assert not barrier.broken
     assert [r[c.uid].error for r, c in zip(results, claims, strict=True)] == [""] * CALLS
     assert len(preparer.prepare_calls) == CALLS
+
+
+def test_the_liveness_check_fails_while_every_worker_is_stuck(dirs: Dirs) -> None:
+    """``responsive()`` backs the plugin's /healthz: it calls the DRA endpoint on its own socket,
+    so a plugin whose workers are all stuck is restarted by kubelet's liveness probe."""
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+
+    def stuck(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
+        if claims:
+            entered.release()
+            release.wait(timeout=60)
+        return {c.uid: one_device(c) for c in claims}
+
+    server = PluginServer(DRIVER, dirs.registry, dirs.data, FakePreparer(stuck), max_workers=2)
+    assert server.responsive()  # not started: nothing to probe
+    server.start()
+    try:
+        assert server.responsive(timeout_s=10)
+        with KubeletSim(dirs.registry) as kubelet:
+            plugin = kubelet.register(DRIVER)
+            calls = [
+                threading.Thread(
+                    target=plugin.prepare, args=([ClaimRef("ns", f"uid-{i}", f"c{i}")],)
+                )
+                for i in range(2)
+            ]
+            for call in calls:
+                call.start()
+            for _ in calls:
+                assert entered.acquire(timeout=30)
+            assert not server.responsive(timeout_s=0.5)
+            release.set()
+            for call in calls:
+                call.join(timeout=30)
+            assert server.responsive(timeout_s=10)
+    finally:
+        release.set()
+        server.stop(grace=1.0)
