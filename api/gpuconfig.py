@@ -42,7 +42,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from api.names import GROUP_VERSION
-from api.quantity import QuantityError, parse_quantity
+from api.quantity import MAX_QUANTITY, QuantityError, QuantityRangeError, parse_quantity
 
 GPU_CONFIG_KIND: Final = "GpuConfig"
 
@@ -81,6 +81,12 @@ def _validate_quantity(value: Any) -> str:
         )
     try:
         amount = parse_quantity(value)
+    except QuantityRangeError:
+        raise PydanticCustomError(
+            "quantity_range",
+            "must be at most {max} bytes (got {got})",
+            {"max": MAX_QUANTITY, "got": _show(value)},
+        ) from None
     except QuantityError:
         raise PydanticCustomError(
             "quantity_parsing",

@@ -68,6 +68,10 @@ class QuantityError(ValueError):
     """A string that is not a valid Kubernetes quantity, or one out of sharegpu's range."""
 
 
+class QuantityRangeError(QuantityError):
+    """A valid quantity larger in magnitude than :data:`MAX_QUANTITY`."""
+
+
 def parse_quantity(value: str | int | float | Decimal) -> Decimal:
     """Parse a quantity (``"10Gi"``, ``"500m"``, ``30``) into an exact ``Decimal``.
 
@@ -80,7 +84,7 @@ def parse_quantity(value: str | int | float | Decimal) -> Decimal:
         raise QuantityError(f"invalid quantity {value!r}: expected a number or a string")
     if isinstance(value, int):
         if abs(value) > MAX_QUANTITY:
-            raise QuantityError(_out_of_range(value))
+            raise QuantityRangeError(_out_of_range(value))
         return Decimal(value)
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -88,9 +92,9 @@ def parse_quantity(value: str | int | float | Decimal) -> Decimal:
         return parse_quantity(repr(value))
     if isinstance(value, Decimal):
         if not value.is_finite() or (value and value.adjusted() > _MAX_ADJUSTED):
-            raise QuantityError(_out_of_range(value))
+            raise QuantityRangeError(_out_of_range(value))
         if abs(value) > MAX_QUANTITY:
-            raise QuantityError(_out_of_range(value))
+            raise QuantityRangeError(_out_of_range(value))
         return value
     if not isinstance(value, str):
         raise QuantityError(f"invalid quantity {_show(value)}: expected a number or a string")
@@ -120,14 +124,14 @@ def _parse_text(text: str) -> Decimal:
         return _signed(min(abs(amount), Decimal(MAX_QUANTITY)), number)
     adjusted = number.adjusted() + exponent
     if adjusted > _MAX_ADJUSTED:
-        raise QuantityError(_out_of_range(text))
+        raise QuantityRangeError(_out_of_range(text))
     if adjusted < -10:
         # Below a nano: Kubernetes rounds every non-zero amount up to 1n.
         return _signed(_NANO, number)
     with localcontext(_EXACT):
         amount = _round_up_to_nano(number.scaleb(exponent))
     if abs(amount) > MAX_QUANTITY:
-        raise QuantityError(_out_of_range(text))
+        raise QuantityRangeError(_out_of_range(text))
     return amount
 
 

@@ -423,3 +423,20 @@ def test_no_entries_resolve_to_the_defaults() -> None:
     assert DriverConfigs().error() is None
     assert DriverConfigs().resolve("gpu").strategy == "Exclusive"
     assert DriverConfigs().resolve("gpu", shared=True).strategy == "MPS"
+
+
+def test_a_quantity_beyond_int64_is_named_out_of_range() -> None:
+    from api.gpuconfig import GpuConfigError, parse_gpu_config
+
+    with pytest.raises(GpuConfigError) as info:
+        parse_gpu_config(
+            {
+                "apiVersion": "resource.sharegpu.dev/v1alpha1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "1e1500000"}},
+            }
+        )
+    assert info.value.messages == (
+        "sharing.mps.pinnedMemoryLimit: must be at most 9223372036854775807 bytes "
+        '(got "1e1500000")',
+    )

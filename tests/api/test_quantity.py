@@ -13,6 +13,8 @@ import time
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api.quantity import MAX_QUANTITY, MAX_QUANTITY_TEXT, QuantityError, parse_quantity
 
@@ -240,3 +242,25 @@ def test_json_numbers_parse_from_their_text(value: int | float, expected: Decima
 def test_non_quantities_and_huge_numbers_are_errors(value: object) -> None:
     with pytest.raises(QuantityError, match="invalid quantity"):
         parse_quantity(value)  # type: ignore[arg-type]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet="0123456789.+-eEinumkKMGTP ", max_size=40),
+        st.text(max_size=40),
+        st.from_regex(
+            r"[+-]?[0-9]{0,30}(\.[0-9]{0,30})?([eE][+-]?[0-9]{1,20}|[numkMGTPE]|[KMGTPE]i)?",
+            fullmatch=True,
+        ),
+    )
+)
+def test_any_text_is_a_bounded_quantity_or_a_quantity_error(text: str) -> None:
+    try:
+        value = parse_quantity(text)
+    except QuantityError as exc:
+        assert str(exc).startswith("invalid quantity")
+        return
+    assert value.is_finite() and abs(value) <= MAX_QUANTITY
+    assert value == 0 or abs(value) >= Decimal("1e-9")
+    assert value == value.quantize(Decimal("1e-9"))  # a whole number of nanos

@@ -507,3 +507,13 @@ def test_an_answer_is_sent_for_a_connection_reused_after_a_malformed_review(
             assert resp.status == 200 and answer["response"]["uid"] == "u-1"
     finally:
         conn.close()
+
+
+def test_a_capacity_of_1e1000000_is_denied_at_once(endpoint: Endpoint) -> None:
+    """Such a quantity kept the webhook busy for minutes (past its 5 s timeout, so the claim was
+    admitted unchecked); it is refused from its exponent."""
+    started = time.monotonic()
+    response = endpoint.review(claim(exactly({"memory": "1e1000000", "cores": "10"})))
+    assert time.monotonic() - started < 5  # a hang guard: it takes milliseconds
+    assert response["allowed"] is False
+    assert "out of range, sharegpu accepts quantities up to" in response["status"]["message"]

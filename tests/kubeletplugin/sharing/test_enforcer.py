@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from api import names
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.devices.slices import partition_share
@@ -513,3 +515,40 @@ def test_a_restart_removes_lock_directories_of_claims_no_longer_prepared(tmp_pat
     (root / "0b6c2f04-0000-4000-8000-000000000000").mkdir()  # left by a claim rolled back
     node.state(claims, enforcer=tools.enforcer(node.data_dir, LIBRARY))
     assert sorted(p.name for p in root.iterdir()) == [kept["metadata"]["uid"]]
+
+
+@pytest.mark.parametrize(
+    ("config", "share", "message"),
+    [
+        (
+            gpu_config({"strategy": "MPS", "mps": {"pinnedMemoryLimit": "1e1500000"}}),
+            {"cores": 30, "memory": GI},
+            "sharing.mps.pinnedMemoryLimit",
+        ),
+        (None, {"cores": 30, "memory": "1e1500000"}, "memory"),
+    ],
+)
+def test_an_absurd_quantity_fails_only_its_claim_and_at_once(
+    tmp_path: Path, config: Any, share: dict[str, Any], message: str
+) -> None:
+    """A quantity like 1e1500000 (in a GpuConfig or a consumed capacity) froze the plugin for
+    minutes; it is refused from its exponent, as an error of its claim, and the other claim of
+    the same call is prepared."""
+    import time
+
+    _, claims, _, state = setup(tmp_path)
+    hostile = h.claim("hostile", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": GI})])
+    result = hostile["status"]["allocation"]["devices"]["results"][0]
+    result["consumedCapacity"] = {k: str(v) if isinstance(v, str) else v for k, v in share.items()}
+    if isinstance(share["memory"], int):
+        result["consumedCapacity"]["memory"] = "1Gi"
+    if config is not None:
+        hostile["status"]["allocation"]["devices"]["config"] = [config]
+    honest = h.claim("honest", [h.result("gpu", "gpu-1", share={"cores": 30, "memory": GI})])
+    claims.add(hostile, honest)
+    started = time.process_time()
+    outcomes = state.prepare([h.ref(hostile), h.ref(honest)])
+    assert time.process_time() - started < 5  # a hang guard: it takes milliseconds
+    assert outcomes[honest["metadata"]["uid"]].error == ""
+    error = outcomes[hostile["metadata"]["uid"]].error
+    assert "ResourceClaim default/hostile" in error and message in error, error
