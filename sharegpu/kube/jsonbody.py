@@ -68,12 +68,15 @@ def _decode_deep(data: bytes | str) -> Any:
         previous_stack = threading.stack_size()
         sys.setrecursionlimit(max(previous_limit, _DEEP_RECURSION_LIMIT))
         try:
+            # The stack size applies when a thread starts: start the worker inside the window.
+            # (A thread another caller starts meanwhile gets the same large, lazily committed
+            # stack; nothing else changes for it.)
             threading.stack_size(_DEEP_STACK_BYTES)
             try:
                 worker = threading.Thread(target=run, name="json-deep-decode", daemon=True)
+                worker.start()
             finally:
                 threading.stack_size(previous_stack)
-            worker.start()
             worker.join()
         finally:
             sys.setrecursionlimit(previous_limit)
