@@ -1,26 +1,54 @@
-"""Generate the ``gpus.resource.sharegpu.dev`` CustomResourceDefinition from :mod:`api.gpu`.
+"""Generate the deployment files derived from the API models.
 
-``python -m api.crd`` rewrites ``deploy/crds/gpus.resource.sharegpu.dev.yaml``;
-``python -m api.crd --check`` exits 1 when the committed file differs from the models.
+``python -m api.crd`` rewrites
 
-The pydantic JSON schema is turned into a *structural* OpenAPI v3 schema as the API server
+- ``deploy/crds/gpus.resource.sharegpu.dev.yaml``: the ``gpus.resource.sharegpu.dev``
+  CustomResourceDefinition, from :mod:`api.gpu` (``deploy/helm/sync-crds.sh`` copies it into the
+  chart);
+- the ``deviceClasses.gpu.config`` subtree of the chart's ``values.schema.json``: the
+  ``GpuConfig`` JSON Schema of :mod:`api.schema` (itself generated from :mod:`api.gpuconfig`), so
+  ``helm install`` rejects a DeviceClass config the driver would refuse; the rest of the file is
+  left as it is.
+
+``python -m api.crd --check`` exits 1 when either committed file differs from the models.
+
+The CRD's pydantic JSON schema is turned into a *structural* OpenAPI v3 schema as the API server
 requires: ``$ref`` inlined, ``Optional`` unions reduced to their type, titles and defaults dropped.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from api.gpu import GpuSpec, GpuStatus
-from api.names import API_GROUP, API_VERSION, GPU_CRD_NAME, GPU_KIND, GPU_PLURAL
+from api.gpuconfig import GPU_CONFIG_KIND, SECTION_STRATEGY
+from api.names import (
+    API_GROUP,
+    API_VERSION,
+    GPU_CATEGORY,
+    GPU_CRD_NAME,
+    GPU_KIND,
+    GPU_PLURAL,
+    GPU_SHORT_NAME,
+    GROUP_VERSION,
+)
+from api.schema import SCHEMAS
+from api.schema import generate as generate_json_schema
 
+_REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Where the generated manifest lives, relative to the repository root.
-CRD_PATH = Path(__file__).resolve().parent.parent / "deploy" / "crds" / f"{GPU_CRD_NAME}.yaml"
+CRD_PATH = _REPO_ROOT / "deploy" / "crds" / f"{GPU_CRD_NAME}.yaml"
+#: The chart's values schema, whose ``deviceClasses.gpu.config`` subtree is generated.
+VALUES_SCHEMA_PATH = _REPO_ROOT / "deploy" / "helm" / "sharegpu" / "values.schema.json"
+#: Keys from the top of the values schema to the generated subtree.
+CONFIG_VALUES_PATH = ("deviceClasses", "gpu", "config")
 
 _DROPPED_KEYS = frozenset({"title", "default"})
 
@@ -77,6 +105,8 @@ def crd_manifest() -> dict[str, Any]:
                 "singular": GPU_KIND.lower(),
                 "kind": GPU_KIND,
                 "listKind": f"{GPU_KIND}List",
+                "shortNames": [GPU_SHORT_NAME],
+                "categories": [GPU_CATEGORY],
             },
             "versions": [
                 {
@@ -126,22 +156,96 @@ def render() -> str:
     return header + yaml.safe_dump(crd_manifest(), sort_keys=False, width=100)
 
 
+#: Keys of the GpuConfig JSON Schema the values schema leaves out: identifiers, titles, and the
+#: 2020-12 ``$defs`` (inlined, so the subtree is valid in the chart's draft-07 schema too).
+_VALUES_DROPPED_KEYS = frozenset({"$schema", "$id", "$defs", "title"})
+#: GpuConfig fields the chart's DeviceClass template writes itself (optional in the value).
+_TEMPLATE_FIELDS = ("apiVersion", "kind")
+
+
+def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
+    """``node`` with every ``$ref`` replaced by its definition and titles dropped, recursively."""
+    if isinstance(node, list):
+        return [_inline(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        return _inline({**target, **{k: v for k, v in node.items() if k != "$ref"}}, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _VALUES_DROPPED_KEYS:
+            continue
+        if key == "properties":
+            out[key] = {name: _inline(sub, defs) for name, sub in value.items()}
+        else:
+            out[key] = _inline(value, defs)
+    return out
+
+
+def config_values_schema() -> dict[str, Any]:
+    """JSON Schema of the chart value ``deviceClasses.gpu.config``.
+
+    It is the GpuConfig schema of :func:`api.schema.generate` with ``$ref`` inlined, titles
+    dropped, and ``apiVersion`` and ``kind`` optional (the template writes them; a pasted whole
+    GpuConfig may carry them, with exactly this group version and kind). The rule of
+    :class:`api.gpuconfig.Sharing` that a section (``mps``, ``timeSlicing``, ``limits``) is only
+    allowed with its own strategy is added as ``dependencies``, so every config the schema
+    accepts is one :func:`api.gpuconfig.parse_gpu_config` accepts, except for quantity strings,
+    whose syntax the schema does not check.
+    """
+    (name,) = [n for n, model in SCHEMAS.items() if model.__name__ == "GpuConfig"]
+    full = generate_json_schema(name)
+    schema: dict[str, Any] = _inline(full, full.get("$defs", {}))
+    schema["properties"]["apiVersion"] = {"const": GROUP_VERSION}
+    schema["properties"]["kind"] = {"const": GPU_CONFIG_KIND}
+    schema["required"] = [r for r in schema.get("required", []) if r not in _TEMPLATE_FIELDS]
+    if not schema["required"]:
+        del schema["required"]
+    sharing = schema["properties"]["sharing"]
+    sharing["dependencies"] = {
+        section: {"required": ["strategy"], "properties": {"strategy": {"const": strategy}}}
+        for section, strategy in SECTION_STRATEGY.items()
+    }
+    schema["description"] = (
+        "GpuConfig applied to every claim of the class (sharing; apiVersion and kind may be "
+        "left out: the chart adds them). Checked against the GpuConfig schema."
+    )
+    return schema
+
+
+def render_values_schema(current: str) -> str:
+    """The text of the chart's values schema ``current`` with its ``deviceClasses.gpu.config``
+    subtree replaced by :func:`config_values_schema` (key order of the rest kept, two-space
+    indent, final newline). Idempotent: applying it to its own output changes nothing."""
+    values: dict[str, Any] = json.loads(current)
+    node = values
+    for key in CONFIG_VALUES_PATH[:-1]:
+        node = node["properties"][key]
+    node["properties"][CONFIG_VALUES_PATH[-1]] = config_values_schema()
+    return json.dumps(values, indent=2, ensure_ascii=False) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Write (or with ``--check`` verify) the committed CRD manifest."""
+    """Write (or with ``--check`` verify) the committed CRD manifest and values schema."""
     parser = argparse.ArgumentParser(prog="python -m api.crd", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
     parser.add_argument("--output", type=Path, default=CRD_PATH, help="manifest path")
+    parser.add_argument(
+        "--values-schema", type=Path, default=VALUES_SCHEMA_PATH, help="chart values schema path"
+    )
     args = parser.parse_args(argv)
-    text = render()
+    current_values = args.values_schema.read_text()
+    outputs = ((args.output, render()), (args.values_schema, render_values_schema(current_values)))
     if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date: run `python -m api.crd`", file=sys.stderr)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(f"wrote {args.output}")
+        stale = [path for path, text in outputs if not path.exists() or path.read_text() != text]
+        for path in stale:
+            print(f"{path} is out of date: run `python -m api.crd`", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
 
 

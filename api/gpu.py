@@ -12,20 +12,37 @@ Invariants kept by the tracker:
 - ``status.allocations`` is sorted by (claim namespace, claim name, request, device, shareID), so
   two computations from the same inputs give equal objects and no needless writes.
 - Memory amounts are canonical Kubernetes quantities (:func:`api.quantity.format_quantity`).
+- ``metadata.labels`` is derived from ``spec``, never stored apart: the node label
+  (:data:`api.names.GPU_NODE_LABEL`) equals ``spec.node`` whenever the node name is a valid label
+  value (at most 63 characters; see :func:`node_label_value`), and is absent otherwise.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from api.names import GPU_KIND, GROUP_VERSION
+from api.names import GPU_KIND, GPU_NODE_LABEL, GROUP_VERSION
 
 HEALTHY: Literal["Healthy"] = "Healthy"
 UNHEALTHY: Literal["Unhealthy"] = "Unhealthy"
 Health = Literal["Healthy", "Unhealthy"]
+
+#: A Kubernetes label value: empty, or at most 63 alphanumerics, ``-``, ``_`` and ``.`` that
+#: begin and end with an alphanumeric.
+_LABEL_VALUE: Final = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+def node_label_value(node: str) -> str | None:
+    """The value of the node label for ``node``, or None when ``node`` cannot be a label value.
+
+    Node names are DNS subdomains of up to 253 characters while label values hold at most 63, so
+    a GPU on a node with a longer name carries no node label (select it by ``spec.node`` instead).
+    """
+    return node if node and _LABEL_VALUE.fullmatch(node) else None
 
 
 def _json_name(name: str) -> str:
@@ -118,12 +135,23 @@ class GpuObject(_Model):
     spec: GpuSpec
     status: GpuStatus
 
+    @property
+    def labels(self) -> dict[str, str]:
+        """The object's own labels, derived from ``spec``: the node label when the node name is a
+        valid label value (:func:`node_label_value`), else none."""
+        value = node_label_value(self.spec.node)
+        return {} if value is None else {GPU_NODE_LABEL: value}
+
     def manifest(self) -> dict[str, Any]:
-        """The Kubernetes JSON body (``metadata.name`` plus spec and status)."""
+        """The Kubernetes JSON body: ``metadata.name`` and ``metadata.labels`` (:attr:`labels`;
+        the key is left out when there are none), spec and status."""
+        metadata: dict[str, Any] = {"name": self.name}
+        if self.labels:
+            metadata["labels"] = self.labels
         return {
             "apiVersion": GROUP_VERSION,
             "kind": GPU_KIND,
-            "metadata": {"name": self.name},
+            "metadata": metadata,
             "spec": self.spec.to_json_dict(),
             "status": self.status.to_json_dict(),
         }

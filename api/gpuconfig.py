@@ -25,6 +25,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal, get_args, get_origin
 
 import annotated_types
@@ -59,6 +60,8 @@ MIN_MEMORY_LIMIT_BYTES: Final = 1024 * 1024
 
 #: Which section tunes which strategy (JSON name -> strategy).
 _SECTION_STRATEGY: Final = {"timeSlicing": "TimeSlicing", "mps": "MPS", "limits": "Limits"}
+#: The same, read-only, for schemas that restate the rule (the chart's values schema).
+SECTION_STRATEGY: Final[Mapping[str, str]] = MappingProxyType(_SECTION_STRATEGY)
 
 
 class GpuConfigError(ValueError):

@@ -111,3 +111,10 @@ def gpu_object_name(node_name: str, index: int) -> str:
 GPU_DRIVER_LABEL: Final = f"{API_GROUP}/driver"
 #: Default name of the controller's leader-election Lease.
 CONTROLLER_LEASE_NAME: Final = "sharegpu-controller"
+#: Label on every GPU object naming the node the GPU is attached to
+#: (``kubectl get gpus -l resource.sharegpu.dev/node=node-a``).
+GPU_NODE_LABEL: Final = f"{API_GROUP}/node"
+#: Short name of the GPU resource (``kubectl get sgpu``); distinct from the plural and singular.
+GPU_SHORT_NAME: Final = "sgpu"
+#: Category of this project's resources (``kubectl get sharegpu`` lists the GPU objects).
+GPU_CATEGORY: Final = "sharegpu"

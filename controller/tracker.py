@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -416,16 +416,16 @@ class Tracker:
             if stored is None:
                 body = desired.manifest()
                 del body["status"]
-                body["metadata"]["labels"] = {GPU_DRIVER_LABEL: self.driver}
+                body["metadata"]["labels"] = self._labels(desired)
                 stored = self.kube.request(
                     "POST", resource_path(API_GROUP, API_VERSION, GPU_PLURAL), body=body
                 )
                 writes += 1
                 self._record(name, stored)
             spec = desired.spec.to_json_dict()
-            if stored.get("spec") != spec:
+            if stored.get("spec") != spec or not _has_labels(stored, self._labels(desired)):
                 meta = dict(stored.get("metadata") or {})
-                meta["labels"] = {**(meta.get("labels") or {}), GPU_DRIVER_LABEL: self.driver}
+                meta["labels"] = {**(meta.get("labels") or {}), **self._labels(desired)}
                 body = {**stored, "metadata": meta, "spec": spec}
                 stored = self.kube.request("PUT", path, body=body)
                 writes += 1
@@ -446,6 +446,10 @@ class Tracker:
                 self._last_write[name] = self._clock.monotonic()
                 self.writes += writes
         return writes
+
+    def _labels(self, desired: GpuObject) -> dict[str, str]:
+        """Labels the tracker keeps on an object: the object's own (node) and the driver's."""
+        return {**desired.labels, GPU_DRIVER_LABEL: self.driver}
 
     def _record(self, name: str, stored: Obj | None) -> None:
         with self._lock:
@@ -472,7 +476,14 @@ def _needs_write(desired: GpuObject | None, stored: Obj | None) -> bool:
     return (
         stored.get("spec") != desired.spec.to_json_dict()
         or stored.get("status") != desired.status.to_json_dict()
+        or not _has_labels(stored, desired.labels)
     )
+
+
+def _has_labels(stored: Obj, labels: Mapping[str, str]) -> bool:
+    """Whether ``stored`` carries every one of ``labels`` (other labels are left alone)."""
+    have = (stored.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in labels.items())
 
 
 def _discard(index: Any, k: Any, member: str) -> None:

@@ -205,3 +205,39 @@ def test_a_slice_for_another_nodes_pool_never_replaces_its_gpus() -> None:
     objs = reconcile([real, forged], [], [], h.DRIVER)
     assert sorted(objs) == ["n2-gpu-0", "n2-gpu-1"]
     assert {o.spec.uuid for o in objs.values()} == {h.gpu_uuid("n2", 0), h.gpu_uuid("n2", 1)}
+
+
+def test_reconciled_gpu_objects_carry_the_node_label() -> None:
+    """Every object is selectable by node: ``kubectl get gpus -l resource.sharegpu.dev/node=n2``."""
+    from api.names import GPU_NODE_LABEL
+
+    objs = reconcile([h.node_slice("n1", 2), h.node_slice("n2", 1)], [], [], h.DRIVER)
+    for g in objs.values():
+        assert g.labels == {GPU_NODE_LABEL: g.spec.node}
+        assert g.manifest()["metadata"]["labels"] == {GPU_NODE_LABEL: g.spec.node}
+    selected = sorted(n for n, g in objs.items() if g.labels.get(GPU_NODE_LABEL) == "n2")
+    assert selected == ["n2-gpu-0"]
+    assert GPU_NODE_LABEL == "resource.sharegpu.dev/node"
+
+
+def test_node_names_too_long_for_a_label_value_get_no_node_label() -> None:
+    """A node name of 64 characters or more is a valid node name but not a label value: the
+    object is still written, without the label (never a truncated, possibly shared value)."""
+    node = "n" * 64
+    g = _one(reconcile([h.node_slice(node, 1)], [], [], h.DRIVER), node, 0)
+    assert g.labels == {}
+    assert "labels" not in g.manifest()["metadata"]
+    edge = "n" * 63
+    g = _one(reconcile([h.node_slice(edge, 1)], [], [], h.DRIVER), edge, 0)
+    assert g.labels == {"resource.sharegpu.dev/node": edge}
+
+
+def test_crd_has_short_name_and_category() -> None:
+    """``kubectl get sgpu`` and ``kubectl get sharegpu`` list GPU objects; the short name must not
+    collide with the plural or singular, which kubectl resolves first."""
+    from api.crd import crd_manifest
+
+    names = crd_manifest()["spec"]["names"]
+    assert names["shortNames"] == ["sgpu"]
+    assert names["categories"] == ["sharegpu"]
+    assert not {names["plural"], names["singular"]} & set(names["shortNames"])

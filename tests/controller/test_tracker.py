@@ -202,3 +202,36 @@ def test_deletion_waits_for_the_grace_period(
         assert "node-c-gpu-0" not in cluster.stored()
     finally:
         tracker.stop()
+
+
+def test_gpu_objects_carry_the_node_and_driver_labels(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    from api.names import GPU_DRIVER_LABEL, GPU_NODE_LABEL
+
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        items, _ = kube.list_all("/apis/resource.sharegpu.dev/v1alpha1/gpus")
+        assert len(items) == 24
+        for obj in items:
+            name, labels = obj["metadata"]["name"], obj["metadata"]["labels"]
+            assert labels[GPU_NODE_LABEL] == obj["spec"]["node"], name
+            assert labels[GPU_DRIVER_LABEL] == h.DRIVER
+    finally:
+        tracker.stop()
+    # an object written before the label existed gets it on the next leader's first round
+    path = "/apis/resource.sharegpu.dev/v1alpha1/gpus/node-a-gpu-0"
+    obj = kube.get(path)
+    obj["metadata"]["labels"] = {GPU_DRIVER_LABEL: h.DRIVER}
+    kube.request("PUT", path, body=obj)
+    tracker = _tracker(kube)
+    try:
+        ok = apiserver.wait_for(
+            lambda: kube.get(path)["metadata"]["labels"].get(GPU_NODE_LABEL) == "node-a",
+            DEADLINE_S,
+            0.05,
+        )
+        assert ok
+    finally:
+        tracker.stop()
