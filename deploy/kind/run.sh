@@ -111,13 +111,16 @@ run_example() {  # $1: example directory name
 install_chart consumable
 kubectl create namespace "$examples_ns" --dry-run=client -o yaml | kubectl apply -f -
 for example in whole-gpu select-by-model-and-memory two-pods-fractional-share mps-with-overrides \
-  time-slicing multi-gpu-same-pcie-root first-available device-plugin-style; do
+  time-slicing multi-gpu-same-pcie-root first-available device-plugin-style vllm-inference \
+  training-job; do
   run_example "$example"
 done
 kubectl get gpus -o wide
 
 install_chart partitions
 run_example partitions
+# Its quarter-GPU class selects partition devices, which only partitions mode publishes.
+run_example admin-device-classes
 kubectl get gpus -o wide
 
 log "all examples ran"

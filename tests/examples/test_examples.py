@@ -13,6 +13,7 @@ GPUs (H100 80GB), per sharing mode, to show that each selects what its README sa
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,6 +55,9 @@ REQUIRED_EXAMPLES = {
     "first-available",
     "device-plugin-style",
     "partitions",
+    "admin-device-classes",
+    "vllm-inference",
+    "training-job",
 }
 
 
@@ -103,13 +107,24 @@ def example_selectors(example: str) -> dict[str, list[str]]:
     return found
 
 
+#: The sections every example README has after its title and paragraph, in this order.
+README_SECTIONS = ["## Apply", "## Verify", "## Clean up"]
+
+
 def test_every_case_has_a_directory_with_readme_and_manifests() -> None:
     assert {p.name for p in EXAMPLE_DIRS} >= REQUIRED_EXAMPLES
     for directory in EXAMPLE_DIRS:
         readme = directory / "README.md"
         assert readme.is_file(), f"{directory} has no README.md"
-        body = [block for block in readme.read_text().split("\n\n") if block.strip()]
+        text = readme.read_text()
+        intro, _, rest = text.partition("\n## ")
+        body = [block for block in intro.split("\n\n") if block.strip()]
         assert len(body) == 2 and body[0].startswith("# "), f"{readme}: a title and one paragraph"
+        headings = re.findall(r"^## .*$", "## " + rest, re.MULTILINE)
+        assert headings == README_SECTIONS, f"{readme}: sections {headings}"
+        for section in re.split(r"^## .*$", "## " + rest, flags=re.MULTILINE)[1:]:
+            assert "```" in section, f"{readme}: every section shows its commands"
+        assert f"examples/{directory.name}/" in rest, f"{readme}: apply the example's files"
         assert list(directory.glob("*.yaml")), f"{directory} has no manifests"
 
 
@@ -254,6 +269,14 @@ def example_claims(example: str) -> list[dict[str, Any]]:
     return claims
 
 
+def example_classes(example: str) -> list[dict[str, Any]]:
+    """The DeviceClasses an example defines, next to the chart's class."""
+    found = [GPU_CLASS]
+    for path in sorted((EXAMPLES_DIR / example).glob("*.yaml")):
+        found += [doc for doc in documents(path) if doc["kind"] == "DeviceClass"]
+    return found
+
+
 def results(outcome: AllocationOutcome) -> list[dict[str, Any]]:
     assert outcome.allocation is not None, f"not allocatable: {outcome.error} {outcome.reports}"
     found: list[dict[str, Any]] = outcome.allocation["devices"]["results"]
@@ -273,12 +296,16 @@ def results(outcome: AllocationOutcome) -> list[dict[str, Any]]:
         ("multi-gpu-same-pcie-root", "consumable"),
         ("first-available", "consumable"),
         ("partitions", "partitions"),
+        ("admin-device-classes", "partitions"),
+        ("vllm-inference", "consumable"),
+        ("training-job", "consumable"),
     ],
 )
 def test_example_claims_are_allocatable(example: str, mode: str) -> None:
     claims = example_claims(example)
     assert claims
-    for outcome in allocate_many(claims, node_slices(mode), [GPU_CLASS], node=NODE):
+    classes = example_classes(example)
+    for outcome in allocate_many(claims, node_slices(mode), classes, node=NODE):
         assert results(outcome)
 
 
@@ -322,3 +349,53 @@ def test_first_available_takes_the_h100_subrequest() -> None:
     )
     (result,) = results(outcome)
     assert result["request"] == "gpu/h100"
+
+
+def test_admin_classes_pick_a_quarter_and_a_whole_h100() -> None:
+    classes = example_classes("admin-device-classes")
+    by_claim = dict(
+        zip(
+            [c["metadata"]["name"] for c in example_claims("admin-device-classes")],
+            allocate_many(
+                example_claims("admin-device-classes"),
+                node_slices("partitions"),
+                classes,
+                node=NODE,
+            ),
+            strict=True,
+        )
+    )
+    (quarter,) = results(by_claim["quarter-gpu"])
+    assert quarter["device"] == "gpu-0-quarter-0"
+    (h100,) = results(by_claim["h100-gpu"])
+    assert h100["device"] == "gpu-1", "gpu-0 is partly taken by the quarter"
+    # In consumable mode the quarter class matches nothing (its README says so); H100s still do.
+    quarter_c, h100_c = allocate_many(
+        example_claims("admin-device-classes"), node_slices("consumable"), classes, node=NODE
+    )
+    assert quarter_c.allocation is None
+    (whole,) = results(h100_c)
+    assert whole["consumedCapacity"] == {"cores": "100", "memory": "79Gi"}
+
+
+def test_admin_h100_class_rejects_other_models() -> None:
+    (h100_class,) = [
+        c
+        for c in example_classes("admin-device-classes")
+        if c["metadata"]["name"].startswith("h100")
+    ]
+    expressions = [s["cel"]["expression"] for s in h100_class["spec"]["selectors"]]
+    assert matching(expressions, [consumable_device(H100), consumable_device(A100)]) == ["gpu-0"]
+    assert matching(expressions, partition_devices(H100)) == ["gpu-0"]
+
+
+def test_vllm_replicas_and_training_shares_fit_two_on_a_gpu() -> None:
+    (vllm,) = example_claims("vllm-inference")
+    (share,) = [
+        c for c in example_claims("training-job") if c["metadata"]["name"].endswith("share")
+    ]
+    for claim in (vllm, share):
+        pair = [claim, {**claim, "metadata": {**claim["metadata"], "name": "second"}}]
+        outcomes = allocate_many(pair, node_slices("consumable"), [GPU_CLASS], node=NODE)
+        devices = [r["device"] for outcome in outcomes for r in results(outcome)]
+        assert devices == ["gpu-0", "gpu-0"], claim["metadata"]["name"]
