@@ -21,6 +21,7 @@ so a config never carries settings that silently do nothing.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,13 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from api.names import GROUP_VERSION
-from api.quantity import MAX_QUANTITY, QuantityError, QuantityRangeError, parse_quantity
+from api.quantity import (
+    MAX_QUANTITY,
+    QuantityError,
+    QuantityRangeError,
+    parse_quantity,
+    quantity_hint,
+)
 
 GPU_CONFIG_KIND: Final = "GpuConfig"
 
@@ -91,10 +98,11 @@ def _validate_quantity(value: Any) -> str:
             {"max": MAX_QUANTITY, "got": _show(value)},
         ) from None
     except QuantityError:
+        hint = quantity_hint(value)
         raise PydanticCustomError(
             "quantity_parsing",
-            'must be a quantity such as "10Gi" (got {got})',
-            {"got": _show(value)},
+            'must be a quantity such as "10Gi" (got {got}){hint}',
+            {"got": _show(value), "hint": f"; {hint}" if hint else ""},
         ) from None
     if amount < MIN_MEMORY_LIMIT_BYTES:
         raise PydanticCustomError(
@@ -308,6 +316,28 @@ def _range(field: FieldInfo | None) -> tuple[int | None, int | None]:
     return low, high
 
 
+def _closest(got: Any, allowed: Sequence[str]) -> str | None:
+    """The allowed name ``got`` is a near miss of: equal but for case, else close (difflib)."""
+    if not isinstance(got, str) or got in allowed:
+        return None
+    match = {a.lower(): a for a in allowed}.get(got.lower())
+    if match is None:
+        close = difflib.get_close_matches(got, list(allowed), n=1, cutoff=0.6)
+        match = close[0] if close else None
+    return match
+
+
+def _field_names(loc: Sequence[int | str]) -> tuple[str, ...]:
+    """The JSON names of the fields of the model at ``loc`` (empty when not a model)."""
+    model: Any = GpuConfig
+    if loc:
+        parent = _field_at(loc)
+        model = _unwrap_optional(parent.annotation) if parent is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return ()
+    return tuple(f.alias or name for name, f in model.model_fields.items())
+
+
 def _message(error: ErrorDetails) -> str:
     """One ``<path>: <problem>`` line for a pydantic error."""
     loc = [str(p) for p in error["loc"]]
@@ -319,7 +349,13 @@ def _message(error: ErrorDetails) -> str:
     got = _show(error.get("input"))
     field = _field_at(error["loc"])
     if kind == "extra_forbidden":
+        known = _field_names(error["loc"][:-1])
+        match = _closest(str(error["loc"][-1]), known)
         problem = "unknown field"
+        if match is not None:
+            problem += f"; did you mean {match}?"
+        if known:
+            problem += f" (fields here: {', '.join(known)})"
     elif kind == "missing":
         allowed = _allowed_literals(field)
         problem = f"required (must be {allowed[0]})" if len(allowed) == 1 else "required"
@@ -329,6 +365,9 @@ def _message(error: ErrorDetails) -> str:
             problem = f"must be {allowed[0]} (got {got})"
         else:
             problem = f"must be one of {', '.join(allowed)} (got {got})"
+        match = _closest(error.get("input"), allowed)
+        if len(allowed) == 1 and match is not None and match.lower() == str(got).strip('"').lower():
+            problem += " (names are case-sensitive)"
     elif kind in ("greater_than_equal", "less_than_equal"):
         low, high = _range(field)
         problem = f"must be between {low} and {high} (got {got})"

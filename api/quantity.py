@@ -203,3 +203,53 @@ def format_bytes_human(value: int) -> str:
         if abs(value) >= factor:
             return f"{value / factor:.1f}{suffix}".replace(".0" + suffix, suffix)
     return str(value)
+
+
+#: ``<number><letters>`` as users write sizes and percentages (``10GB``, ``10gi``, ``30%``).
+_HINT_SHAPE = re.compile(r"\s*([+-]?[0-9]*\.?[0-9]+)\s*([A-Za-z%]*)\s*")
+#: Lower-case size letter -> (decimal suffix, binary suffix, power of ten, power of two).
+_SIZE_LETTERS: dict[str, tuple[str, str, int, int]] = {
+    "k": ("k", "Ki", 3, 10),
+    "m": ("M", "Mi", 6, 20),
+    "g": ("G", "Gi", 9, 30),
+    "t": ("T", "Ti", 12, 40),
+    "p": ("P", "Pi", 15, 50),
+    "e": ("E", "Ei", 18, 60),
+}
+
+
+def quantity_hint(text: object) -> str | None:
+    """How to fix a text that is not a Kubernetes quantity, when it is a common near miss.
+
+    The one rule for such hints (the admission checks and GpuConfig messages use it): sizes
+    written with a byte unit, in the wrong case or with a space (``10GB``, ``10gi``, ``10 Gi``)
+    get the decimal and the binary spelling, a plain byte count with ``B`` the number alone, and
+    a percentage (``30%``) the number without ``%``. None when ``text`` parses as a quantity or
+    is no known near miss. Pure: it only reads ``text``.
+    """
+    if not isinstance(text, str) or len(text) > MAX_QUANTITY_TEXT:
+        return None
+    try:
+        parse_quantity(text)
+    except QuantityError:
+        pass
+    else:
+        return None
+    shape = _HINT_SHAPE.fullmatch(text)
+    if shape is None:
+        return None
+    number, unit = shape.groups()
+    head = f'"{text}" is not a Kubernetes quantity'
+    if unit == "%":
+        return (
+            f'{head}: write {number} without "%"; cores are a number from 1 to 100 '
+            "(percent of a GPU), memory is bytes such as 10Gi"
+        )
+    letters = unit.lower().removesuffix("b").removesuffix("i")
+    size = _SIZE_LETTERS.get(letters) if len(letters) == 1 else None
+    if size is not None and unit.lower() in (letters, letters + "b", letters + "i", letters + "ib"):
+        decimal, binary, ten, two = size
+        return f"{head}: use {number}{decimal} (10^{ten} bytes) or {number}{binary} (2^{two} bytes)"
+    if unit.lower() == "b":
+        return f"{head}: write plain bytes without B ({number})"
+    return None

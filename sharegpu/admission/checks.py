@@ -46,7 +46,7 @@ from typing import Any, Final, Literal
 
 from api import names
 from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
-from api.quantity import QuantityError, format_quantity, parse_quantity
+from api.quantity import QuantityError, format_quantity, parse_quantity, quantity_hint
 from sharegpu.admission import shape
 from sharegpu.cel import CelCompileError, compile_selector
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
@@ -211,11 +211,7 @@ def is_driver_class(class_name: str | None, driver: str, classes: Iterable[str] 
 
 def _did_you_mean(name: str, known: Iterable[str]) -> str:
     choices = sorted(known)
-    lowered = {c.lower(): c for c in choices}
-    match = lowered.get(name.lower())
-    if match is None:
-        close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-        match = close[0] if close else None
+    match = _closest(name, choices)
     hint = f"; did you mean {match!r}?" if match else ""
     return f"{hint} (known: {', '.join(choices)})"
 
@@ -264,9 +260,55 @@ def referenced_names(expression: str, driver: str) -> list[tuple[str, str]]:
     return refs
 
 
+#: A comparison operator applied to a quantity and a literal (the compile error's text).
+_QUANTITY_COMPARISON = re.compile(
+    r"no matching overload for '_(?:<|<=|>|>=|==|!=)_' applied to "
+    r"'\((?:Quantity, (?:string|int|uint|double)|(?:string|int|uint|double), Quantity)\)'"
+)
+_CAPACITY_REF = (
+    rf"device\s*\.\s*capacity\s*\[\s*{_STRING}\s*\]\s*(?:\.\s*{_IDENT}|\[\s*{_STRING}\s*\])"
+)
+_LITERAL = r"""'[^'\\]*'|"[^"\\]*"|[0-9]+(?:\.[0-9]+)?"""
+_OPERATOR = r"<=|>=|==|!=|<|>"
+#: ``<capacity> <op> <literal>`` and ``<literal> <op> <capacity>``.
+_CAPACITY_VS_LITERAL = re.compile(
+    rf"(?P<cap>{_CAPACITY_REF})\s*(?P<op>{_OPERATOR})\s*(?P<lit>{_LITERAL})"
+    rf"|(?P<lit2>{_LITERAL})\s*(?P<op2>{_OPERATOR})\s*(?P<cap2>{_CAPACITY_REF})"
+)
+_MIRRORED: Final = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _compare_to(match: re.Match[str]) -> str:
+    """One capacity comparison rewritten with ``compareTo(quantity(...))``."""
+    if match.group("cap") is not None:
+        cap, op, literal = match.group("cap"), match.group("op"), match.group("lit")
+    else:
+        cap, op, literal = match.group("cap2"), _MIRRORED[match.group("op2")], match.group("lit2")
+    text = literal if literal[0] in "'\"" else f"'{literal}'"
+    return f"{cap}.compareTo(quantity({text})) {op} 0"
+
+
+def quantity_comparison_hint(expression: str, message: str) -> str | None:
+    """The rewrite of a selector that compares a capacity (a quantity) with a string or number
+    (``device.capacity['d'].memory >= '70Gi'``), which CEL has no operator for:
+    ``device.capacity['d'].memory.compareTo(quantity('70Gi')) >= 0``. Only offered for such a
+    compile error, and only when the rewritten selector compiles; else None."""
+    if _QUANTITY_COMPARISON.search(message) is None:
+        return None
+    rewritten = _CAPACITY_VS_LITERAL.sub(_compare_to, expression)
+    if rewritten == expression:
+        return None
+    try:
+        compile_selector(rewritten)
+    except CelCompileError:
+        return None
+    return f"capacities are quantities; compare them with compareTo: {rewritten}"
+
+
 def compile_findings(expression: str, path: str) -> list[Finding]:
     """The compile error of a CEL selector, if any: an error, or a not-checked warning where
-    Kubernetes' CEL accepts what the compiler here does not (:func:`unimplemented_cel`)."""
+    Kubernetes' CEL accepts what the compiler here does not (:func:`unimplemented_cel`). An
+    error gets the rewrite of :func:`quantity_comparison_hint` where one applies."""
     try:
         compile_selector(expression)
     except CelCompileError as exc:
@@ -274,7 +316,9 @@ def compile_findings(expression: str, path: str) -> list[Finding]:
         unchecked = unimplemented_cel(exc)
         if unchecked is not None:
             return [Finding(WARNING, path, f"not checked: {unchecked} ({where}{exc.message})")]
-        return [Finding(ERROR, path, f"CEL compile error: {where}{exc.message}")]
+        hint = quantity_comparison_hint(expression, exc.message)
+        tail = f"; {hint}" if hint else ""
+        return [Finding(ERROR, path, f"CEL compile error: {where}{exc.message}{tail}")]
     return []
 
 
@@ -345,6 +389,8 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
         return []
     findings: list[Finding] = []
     asked: dict[str, Any] = {}
+    #: Capacities requested with a text that is not a quantity: asked for, but not readable.
+    unreadable: set[str] = set()
     unknown = 0
     for key, raw in requests.items():
         name = _capacity_name(str(key), driver)
@@ -367,7 +413,8 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
         try:
             value = parse_quantity(raw)
         except QuantityError as exc:
-            findings.append(Finding(ERROR, where, str(exc)))
+            findings.append(Finding(ERROR, where, quantity_hint(raw) or str(exc)))
+            unreadable.add(name)
             continue
         asked[name] = value
         if name == names.CAP_CORES:
@@ -383,10 +430,11 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
                 "not have",
             )
         )
-    if (names.CAP_CORES in asked) != (names.CAP_MEMORY in asked):
+    requested = asked.keys() | unreadable
+    if (names.CAP_CORES in requested) != (names.CAP_MEMORY in requested):
         given, missing = (
             (names.CAP_CORES, names.CAP_MEMORY)
-            if names.CAP_CORES in asked
+            if names.CAP_CORES in requested
             else (names.CAP_MEMORY, names.CAP_CORES)
         )
         findings.append(
@@ -533,6 +581,109 @@ def check_overrides_fit_share(
                 "reserves; the kubelet plugin would refuse to prepare the claim",
             )
         )
+    return findings
+
+
+# --- request fields in the wrong place (for ``sharegpu validate``) -------------------------
+
+#: The fields of an ``exactly`` request (``ExactDeviceRequest``, resource.k8s.io v1/v1beta2).
+EXACT_REQUEST_FIELDS: Final = (
+    "deviceClassName",
+    "selectors",
+    "allocationMode",
+    "count",
+    "adminAccess",
+    "tolerations",
+    "capacity",
+)
+#: The fields of a request in resource.k8s.io v1 and v1beta2 (``DeviceRequest``).
+REQUEST_FIELDS: Final = ("name", "exactly", "firstAvailable")
+#: The fields of a ``firstAvailable`` subrequest (``DeviceSubRequest``).
+SUBREQUEST_FIELDS: Final = ("name", *(f for f in EXACT_REQUEST_FIELDS if f != "adminAccess"))
+#: The fields of a request in resource.k8s.io v1beta1 (the flat request).
+V1BETA1_REQUEST_FIELDS: Final = ("name", "firstAvailable", *EXACT_REQUEST_FIELDS)
+#: API versions of resource.k8s.io whose requests put the exact fields under ``exactly``.
+EXACTLY_VERSIONS: Final = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")
+_EXACTLY_LIST: Final = "deviceClassName, count, selectors and capacity"
+
+
+def _closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name equal to ``name`` but for case, else the closest one (difflib), else
+    None: the one did-you-mean rule of the checks."""
+    choices = sorted(known)
+    match = {c.lower(): c for c in choices}.get(name.lower())
+    if match is None:
+        close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+        match = close[0] if close else None
+    return match
+
+
+def _unknown_field_hints(
+    value: Any, path: str, known: tuple[str, ...], what: str, misplaced: str | None = None
+) -> list[Finding]:
+    """One error per key of ``value`` that ``known`` lacks; ``misplaced`` (when given) is the
+    message for keys that belong to an ``exactly`` request."""
+    if not isinstance(value, Mapping):
+        return []
+    findings: list[Finding] = []
+    moved = [str(k) for k in value if k in EXACT_REQUEST_FIELDS and k not in known]
+    if moved and misplaced is not None:
+        findings.append(Finding(ERROR, path, f"{', '.join(moved)}: {misplaced}"))
+    for key in (str(k) for k in value):
+        if key in known or key in moved:
+            continue
+        match = _closest(key, known)
+        hint = f"; did you mean {match!r}?" if match else ""
+        findings.append(
+            Finding(
+                ERROR,
+                path,
+                f"{key!r} is not a field of {what}{hint} (fields: {', '.join(known)})",
+            )
+        )
+    return findings
+
+
+def request_field_hints(obj: Mapping[str, Any]) -> list[Finding]:
+    """Errors for request fields that the ``resource.k8s.io`` version of a ResourceClaim or
+    ResourceClaimTemplate does not have, saying where they belong: v1beta1's flat request in a
+    v1 or v1beta2 object (``deviceClassName``, ``count``, ... directly in the request) must go
+    under ``exactly``; a near miss (``exact``, ``Exactly``) gets a did-you-mean.
+
+    These fields are unknown to the API server, which refuses them (strict field validation)
+    or drops them before a webhook sees the object, so only ``sharegpu validate`` calls this,
+    to explain its schema error; the admission webhook never does. Objects of other versions
+    and kinds, and fields of the wrong shape, have no hints."""
+    version = obj.get("apiVersion")
+    kind = obj.get("kind")
+    spec = obj.get("spec")
+    path = "spec"
+    if kind == "ResourceClaimTemplate" and isinstance(spec, Mapping):
+        spec, path = spec.get("spec"), "spec.spec"
+    elif kind != "ResourceClaim":
+        return []
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    if not isinstance(requests, list):
+        return []
+    flat = version not in EXACTLY_VERSIONS
+    known = V1BETA1_REQUEST_FIELDS if flat else REQUEST_FIELDS
+    misplaced = None if flat else f"in {version}, put {_EXACTLY_LIST} under `exactly:`"
+    findings: list[Finding] = []
+    for i, req in enumerate(requests):
+        where = f"{path}.devices.requests[{i}]"
+        findings += _unknown_field_hints(req, where, known, "a request", misplaced)
+        if not isinstance(req, Mapping):
+            continue
+        if not flat:
+            findings += _unknown_field_hints(
+                req.get("exactly"), f"{where}.exactly", EXACT_REQUEST_FIELDS, "`exactly`"
+            )
+        subrequests = req.get("firstAvailable")
+        for j, sub in enumerate(subrequests if isinstance(subrequests, list) else []):
+            findings += _unknown_field_hints(
+                sub, f"{where}.firstAvailable[{j}]", SUBREQUEST_FIELDS, "a subrequest"
+            )
     return findings
 
 

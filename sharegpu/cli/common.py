@@ -36,6 +36,10 @@ EXIT_FINDINGS: Final = 1
 EXIT_USAGE: Final = 2
 
 DEFAULT_MOCK_GPUS: Final = 8
+#: Added to an NVML discovery failure: how to run the command on a machine without a GPU.
+NO_GPU_HINT: Final = (
+    "; without an NVIDIA GPU here, use --mock N for N mock H100-like GPUs (or --mock-config FILE)"
+)
 #: Node name used when neither ``--node-name`` nor ``$NODE_NAME`` nor a usable host name is set.
 FALLBACK_NODE_NAME: Final = "local-node"
 
@@ -173,7 +177,8 @@ def local_node(args: argparse.Namespace) -> LocalNode:
     try:
         gpus = backend.discover()
     except DiscoveryError as exc:
-        raise CliError(str(exc)) from None
+        hint = NO_GPU_HINT if isinstance(backend, NvmlBackend) else ""
+        raise CliError(f"{exc}{hint}") from None
     objects = resource_slice_objects(
         desired_slices(node_devices(gpus, args.sharing_mode)), args.driver_name, node, None, 1
     )

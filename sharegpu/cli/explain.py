@@ -8,7 +8,18 @@ driver's default DeviceClass, so it works offline. Claims are allocated in file 
 allocator (:mod:`sharegpu.allocator`, kube-scheduler's semantics); each sees the ones before it.
 With several nodes a claim goes to the first node (sorted by name) where it fits.
 
-Reasons are grouped: devices that fail a request for the same reason share one line.
+Reasons are grouped: devices that fail a request for the same reason share one line. Each has
+a label, one of the allocator's :data:`~sharegpu.allocator.REJECTION_KINDS` (the list
+``docs/troubleshooting.md`` explains, checked by a test), chosen by :func:`reason_kind`: a
+capacity request above the most the device's request policy allows one share (``cores: 200``
+against at most 100) is ``capacity-policy``, not ``capacity-short``, because no share of that
+device can ever hold it, whatever else is allocated.
+
+A claim whose DeviceClass is not among the classes known (the cluster's with ``--kubeconfig``,
+else those of the files, else the driver's default class) is not allocated, with an error that
+names the class and the classes there are, as kube-scheduler leaves its pod Pending. The
+default class stands in only offline and for ``--slices`` without any class, never for a
+cluster, which has the classes it has.
 
 Every file is read by the bounded loader (:mod:`sharegpu.cli.loading`); ``--slices`` files, which
 may be a dump of a whole cluster, with its larger :data:`~sharegpu.cli.loading.SLICE_LIMITS`.
@@ -32,6 +43,7 @@ from sharegpu.allocator import (
     RequestReport,
     seeded_share_ids,
 )
+from sharegpu.allocator.capacity import describe_policy
 from sharegpu.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -108,6 +120,8 @@ class Inputs:
     source: str = ""
     #: The only node to try (``--node``, or this node when explaining offline); None: all.
     node: str | None = None
+    #: Where ``classes`` come from, for the message about a class that is not there.
+    classes_from: str = "the files given"
 
 
 def claim_from_template(template: Obj) -> Obj:
@@ -140,7 +154,7 @@ def _items(rest: KubeRest, path: str) -> list[Obj]:
     try:
         items = rest.request("GET", path).get("items") or []
     except KubeApiError as exc:
-        raise CliError(f"cannot list {path}: {exc}") from None
+        raise CliError(f"cannot list {path.rpartition('/')[2]}: {exc}") from None
     return [dict(i) for i in items if isinstance(i, Mapping)]
 
 
@@ -149,7 +163,7 @@ def cluster_inputs(
 ) -> tuple[list[Obj], list[Obj], list[Obj], dict[str, dict[str, str]]]:
     """Slices, classes, allocated claims and node labels from the cluster."""
     try:
-        api = load_api_client(kubeconfig)
+        api = load_api_client(kubeconfig, use_home=True)
     except KubeConfigError as exc:
         raise CliError(str(exc)) from None
     try:
@@ -182,6 +196,7 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
     allocated = load_objects(args.allocated or [], ["ResourceClaim"])
     labels: dict[str, dict[str, str]] = {}
     node: str | None = args.node
+    classes_from = "the files given"
     if args.slices:
         slices = load_objects(args.slices, ["ResourceSlice"], SLICE_LIMITS)
         source = "slices from " + ", ".join(args.slices)
@@ -190,6 +205,9 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
         classes = live_classes + classes
         allocated = live_claims + allocated
         source = f"cluster of {args.kubeconfig}"
+        classes_from = f"the {source}" + (
+            " and the files given" if len(classes) > len(live_classes) else ""
+        )
     else:
         local = local_node(
             argparse.Namespace(**{**vars(args), "node_name": args.node_name or node})
@@ -203,12 +221,47 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
     if not slices:
         raise CliError(f"no ResourceSlices found ({source})")
     by_name = {str((c.get("metadata") or {}).get("name")): c for c in classes}
-    if not by_name:
+    if not by_name and not args.kubeconfig:
         default = default_device_class(args.driver_name)
         by_name[default["metadata"]["name"]] = default
+        classes_from = (
+            "the classes known here (only the driver's default: pass others with -f or --classes)"
+        )
     own = {_name(c) for c in claims}
     others = [c for c in allocated if _name(c) not in own]
-    return Inputs(claims, slices, by_name, others, labels, source, node)
+    return Inputs(claims, slices, by_name, others, labels, source, node, classes_from)
+
+
+def class_names(claim: Mapping[str, Any]) -> list[str]:
+    """The DeviceClass names a claim's requests use (``exactly``, ``firstAvailable`` and the
+    flat v1beta1 request), in order, each once."""
+    spec = claim.get("spec")
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    found: list[str] = []
+    for req in requests if isinstance(requests, list) else []:
+        if not isinstance(req, Mapping):
+            continue
+        subs = req.get("firstAvailable")
+        for entry in [req, req.get("exactly"), *(subs if isinstance(subs, list) else [])]:
+            name = entry.get("deviceClassName") if isinstance(entry, Mapping) else None
+            if isinstance(name, str) and name and name not in found:
+                found.append(name)
+    return found
+
+
+def missing_class_error(claim: Mapping[str, Any], inputs: Inputs) -> str | None:
+    """Why a claim cannot be allocated at all because a DeviceClass it names is not there;
+    None when every class it names is."""
+    missing = [n for n in class_names(claim) if n not in inputs.classes]
+    if not missing:
+        return None
+    there = compact_names(sorted(inputs.classes)) or "none"
+    return (
+        f"DeviceClass {', '.join(missing)} does not exist in {inputs.classes_from} (DeviceClasses "
+        f"there: {there}); kube-scheduler leaves the pod Pending until the class exists: fix "
+        "deviceClassName, or create the class (the sharegpu chart installs gpu.sharegpu.dev)"
+    )
 
 
 def _name(claim: Mapping[str, Any]) -> str:
@@ -267,9 +320,66 @@ def did_you_mean(name: str, known: Sequence[str]) -> str:
     return f"; did you mean {match!r}?" if match and match != bare else ""
 
 
+def _device(slices: Sequence[Obj], rejection: Rejection) -> Mapping[str, Any]:
+    """The device a rejection is about, as its slice publishes it (empty when not found)."""
+    driver, pool, device = _split(rejection)
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("driver") != driver or (spec.get("pool") or {}).get("name") != pool:
+            continue
+        for d in spec.get("devices") or []:
+            if isinstance(d, Mapping) and d.get("name") == device:
+                return d
+    return {}
+
+
+def policy_maximum(rejection: Rejection, slices: Sequence[Obj]) -> tuple[int, str] | None:
+    """``(most, policy text)`` when a ``capacity-short`` rejection asks for more than the most
+    the device's request policy allows one share (its ``validRange.max``, or its largest
+    ``validValues``); else None."""
+    d = rejection.details
+    if rejection.kind != "capacity-short" or d.get("available") is None:
+        return None
+    capacity = (_device(slices, rejection).get("capacity") or {}).get(str(d.get("capacity")))
+    policy = capacity.get("requestPolicy") if isinstance(capacity, Mapping) else None
+    if not isinstance(policy, Mapping):
+        return None
+    try:
+        values = policy.get("validValues")
+        if values:
+            most = max(quantity_int(v) for v in values)
+        else:
+            top = (policy.get("validRange") or {}).get("max")
+            if top is None:
+                return None
+            most = quantity_int(top)
+        requested = quantity_int(str(d.get("requested")))
+    except (QuantityError, TypeError, AttributeError):
+        return None
+    return (most, describe_policy(policy)) if requested > most else None
+
+
+def reason_kind(rejection: Rejection, slices: Sequence[Obj]) -> str:
+    """The label of a rejection in explanations: the allocator's kind, except that a
+    ``capacity-short`` request above the device's request policy (:func:`policy_maximum`) is a
+    ``capacity-policy`` violation. Always one of :data:`REJECTION_KINDS`."""
+    if policy_maximum(rejection, slices) is not None:
+        return "capacity-policy"
+    return rejection.kind
+
+
 def describe(rejection: Rejection, slices: Sequence[Obj]) -> str:
     """One rejection as a short sentence, without the device name."""
     d = rejection.details
+    above = policy_maximum(rejection, slices)
+    if above is not None:
+        cap = str(d.get("capacity", "?"))
+        most, policy = above
+        shown = _amount(cap, str(most))
+        return (
+            f"capacity {cap}: requested {_amount(cap, d.get('requested'))}, but one share of "
+            f"the device may have at most {shown} ({policy}); request at most {shown}"
+        )
     if rejection.kind == "capacity-short":
         cap = str(d.get("capacity", "?"))
         if d.get("available") is None:
@@ -307,11 +417,33 @@ def grouped_reasons(report: RequestReport, slices: Sequence[Obj]) -> list[Obj]:
     """Rejections with the same reason merged: ``[{"kind", "reason", "devices"}]``."""
     groups: dict[tuple[str, str], list[str]] = {}
     for r in report.rejections:
-        groups.setdefault((r.kind, describe(r, slices)), []).append(r.device.device)
+        groups.setdefault((reason_kind(r, slices), describe(r, slices)), []).append(r.device.device)
     return [
         {"kind": kind, "reason": reason, "devices": devices}
         for (kind, reason), devices in groups.items()
     ]
+
+
+def _kind_counts(kinds: Iterable[str]) -> str:
+    """``2 capacity-short, 1 tainted``, as the allocator's summaries count rejections."""
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+
+
+def report_json(report: RequestReport, slices: Sequence[Obj]) -> Obj:
+    """A request's report with every rejection labelled by :func:`reason_kind` (its list, and
+    the counts in its summary) and the grouped reasons."""
+    data = report.to_dict()
+    kinds = [reason_kind(r, slices) for r in report.rejections]
+    for rejection, kind in zip(data["rejections"], kinds, strict=True):
+        rejection["kind"] = kind
+    before = _kind_counts(r.kind for r in report.rejections)
+    if before:
+        data["summary"] = str(data["summary"]).replace(f"{before}", _kind_counts(kinds))
+    data["reasons"] = grouped_reasons(report, slices)
+    return data
 
 
 # --- explanation -----------------------------------------------------------------------------
@@ -359,6 +491,11 @@ def explain_claims(inputs: Inputs, nodes: Sequence[str]) -> list[Obj]:
     for claim in inputs.claims:
         attempts: list[tuple[str, AllocationOutcome]] = []
         entry: Obj = {"claim": _name(claim), "allocated": False}
+        missing = missing_class_error(claim, inputs)
+        if missing is not None:
+            entry.update(error=missing, nodes=[])
+            out.append(entry)
+            continue
         for node, allocator in allocators.items():
             try:
                 outcome = allocator.allocate(claim)
@@ -379,10 +516,7 @@ def explain_claims(inputs: Inputs, nodes: Sequence[str]) -> list[Obj]:
                 {
                     "node": node,
                     "error": outcome.error,
-                    "requests": [
-                        {**rep.to_dict(), "reasons": grouped_reasons(rep, inputs.slices)}
-                        for rep in outcome.reports
-                    ],
+                    "requests": [report_json(rep, inputs.slices) for rep in outcome.reports],
                 }
                 for node, outcome in attempts
             ]
@@ -408,6 +542,12 @@ def tables_of(report: Sequence[Obj]) -> list[Table]:
                 )
             tables.append(t)
             continue
+        if entry.get("error"):
+            t = Table(
+                ["REQUEST", "DEVICES", "REASON"], title=f"{entry['claim']}: cannot be allocated"
+            )
+            t.add("-", "-", entry["error"])
+            tables.append(t)
         for attempt in entry["nodes"]:
             title = f"{entry['claim']}: cannot be allocated on node {attempt['node']}"
             if attempt["error"]:

@@ -36,6 +36,12 @@ Invariants:
   named file or directory without any Kubernetes object) raises :class:`CliError` with one line
   naming the file, the problem and, for limits, the limit; exit code 1, like every other expected
   failure of the commands (2 stays reserved for usage errors);
+- a problem confined to one file (unreadable, invalid YAML, a document that is not an object, a
+  per-file limit) is a :class:`FileProblem` naming the line and column where the parser can
+  tell (of the construct left open when the file ends inside it). A caller that passes a
+  ``problems`` list to :func:`load_manifests` gets those that are mistakes (not limits)
+  collected there and the other files loaded (``validate`` reports them next to the findings
+  of the other files); a limit, per file or of the whole call, always ends the load;
 - a path named on the command line yields at least one YAML document that is not empty (a file
   of only comments or ``---`` separators, or a directory without such a file, is an error); an
   empty ``kind: List`` is a document, so it passes with no objects;
@@ -44,6 +50,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -112,6 +119,27 @@ def _limit_error(where: str, problem: str, limit: str) -> CliError:
     return CliError(f"{where}: {problem} (limit: {limit})")
 
 
+class FileProblem(CliError):
+    """A problem confined to one file: ``file``, ``where`` in it (``line 7, column 4``, or
+    empty when not known) and ``problem``; the message is ``FILE: WHERE: PROBLEM``.
+
+    ``limit`` marks input refused by a bound of the loader (size, documents, nesting, integer
+    length, a recursive alias): such a file may be hostile, so it ends the load even when the
+    caller collects problems."""
+
+    def __init__(self, file: str, problem: str, where: str = "", *, limit: bool = False) -> None:
+        super().__init__(": ".join(part for part in (file, where, problem) if part))
+        self.file = file
+        self.where = where
+        self.problem = problem
+        self.limit = limit
+
+
+def _position(mark: Any) -> str:
+    """``line L, column C`` of a parser mark (1-based), or empty."""
+    return "" if mark is None else f"line {mark.line + 1}, column {mark.column + 1}"
+
+
 # --- objects ------------------------------------------------------------------------------------
 
 
@@ -140,15 +168,22 @@ class Manifest:
         return f"{self.kind}/{self.name}"
 
 
-def _expand(doc: Any, file: str, number: int) -> list[Manifest]:
+def _expand(doc: Any, file: str, number: int, line: int | None = None) -> list[Manifest]:
+    """The objects of document ``number`` (starting at ``line`` when known)."""
     if doc is None:
         return []
     if isinstance(doc, list):
-        return [m for item in doc for m in _expand(item, file, number)]
+        return [m for item in doc for m in _expand(item, file, number, line)]
     if not isinstance(doc, dict):
-        raise CliError(f"{file}: document {number}: expected a mapping, got {type(doc).__name__}")
+        what = "a string" if isinstance(doc, str) else f"a {type(doc).__name__}"
+        raise FileProblem(
+            file,
+            f"document {number} is {what}, not an object: a manifest is a mapping with "
+            "apiVersion, kind and metadata",
+            "" if line is None else f"line {line}",
+        )
     if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-        return [m for item in doc["items"] for m in _expand(item, file, number)]
+        return [m for item in doc["items"] for m in _expand(item, file, number, line)]
     return [Manifest(file, number, doc)]
 
 
@@ -184,6 +219,9 @@ def _where(name: str, mark: Any) -> str:
     return f"{name}: line {mark.line + 1}, column {mark.column + 1}"
 
 
+_NODE_EVENTS: Final = (yaml.CollectionStartEvent, yaml.ScalarEvent, yaml.AliasEvent)
+
+
 @dataclass
 class _Open:
     """A collection whose end event has not come yet."""
@@ -212,21 +250,28 @@ class _EventPass:
     name: str
     budget: _Budget
     documents: int = 0
+    #: The line (1-based) where each document's content starts (-1: empty document).
+    lines: list[int] = field(default_factory=list)
     stack: list[_Open] = field(default_factory=list)
     #: Anchor -> (expanded nodes, collection height) of the current document.
     anchors: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def run(self, text: str) -> None:
         for event in yaml.parse(text, Loader=_Loader):
+            mark = event.start_mark
+            if self.lines and self.lines[-1] < 0 and isinstance(event, _NODE_EVENTS) and mark:
+                self.lines[-1] = mark.line + 1
             if isinstance(event, yaml.DocumentStartEvent):
                 self.documents += 1
+                self.lines.append(-1)
                 self.anchors.clear()
                 if self.documents > self.budget.limits.documents:
                     limit = self.budget.limits.documents
-                    raise _limit_error(
-                        _where(self.name, event.start_mark),
-                        f"more than {limit} YAML documents",
-                        f"{limit} per file",
+                    raise FileProblem(
+                        self.name,
+                        f"more than {limit} YAML documents (limit: {limit} per file)",
+                        _position(event.start_mark),
+                        limit=True,
                     )
             elif isinstance(event, yaml.CollectionStartEvent):
                 self._enter(event.start_mark, 1)
@@ -246,15 +291,18 @@ class _EventPass:
 
     def _alias(self, event: yaml.AliasEvent) -> None:
         anchor = str(event.anchor)
-        where = _where(self.name, event.start_mark)
+        where = _position(event.start_mark)
         if any(o.anchor == anchor for o in self.stack):
-            raise CliError(
-                f"{where}: alias *{anchor} refers to a collection that contains it; a recursive "
-                "document has no JSON form"
+            raise FileProblem(
+                self.name,
+                f"alias *{anchor} refers to a collection that contains it; a recursive "
+                "document has no JSON form",
+                where,
+                limit=True,
             )
         found = self.anchors.get(anchor)
         if found is None:
-            raise CliError(f"{where}: invalid YAML: found undefined alias *{anchor}")
+            raise FileProblem(self.name, f"invalid YAML: found undefined alias *{anchor}", where)
         size, height = found
         self._enter(event.start_mark, height, anchor)
         self._child(height)
@@ -265,7 +313,7 @@ class _EventPass:
         limit = self.budget.limits.depth
         if len(self.stack) + height > limit:
             through = f" (through alias *{alias})" if alias else ""
-            raise _depth_error(_where(self.name, mark), limit, through)
+            raise _depth_error(self.name, _position(mark), limit, through)
 
     def _child(self, height: int) -> None:
         if self.stack:
@@ -286,36 +334,66 @@ class _EventPass:
         )
 
 
-def _depth_error(where: str, limit: int, through: str = "") -> CliError:
-    return _limit_error(where, f"nested more than {limit} levels deep{through}", f"{limit} levels")
+def _depth_error(file: str, where: str, limit: int, through: str = "") -> FileProblem:
+    return FileProblem(
+        file,
+        f"nested more than {limit} levels deep{through} (limit: {limit} levels)",
+        where,
+        limit=True,
+    )
 
 
+#: The parser's ``context`` when it names the construct it was in (``a flow sequence``).
+_CONSTRUCT: Final = re.compile(r"while (?:scanning|parsing) (an? [a-z ]+)")
 #: libyaml's own nesting bound (1000 levels), reached while it scans ahead of the events.
 _LIBYAML_NESTING: Final = "exceeded maximum nesting depth"
 
 
-def _yaml_error(name: str, exc: yaml.YAMLError, limits: Limits) -> CliError:
+def _yaml_error(name: str, exc: yaml.YAMLError, limits: Limits, text: str) -> FileProblem:
+    """One line for a parser error, at the place to fix: where the parser stopped, with the
+    construct it was in (``in the flow sequence that starts at line 6, column 6``); when it
+    stopped at the end of the file, at the start of that unclosed construct instead."""
     mark = getattr(exc, "problem_mark", None)
-    where = _where(name, mark)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     if problem == _LIBYAML_NESTING:
-        return _depth_error(where, limits.depth)
+        return _depth_error(name, _position(mark), limits.depth)
     if isinstance(exc, _Refused):
-        return CliError(f"{where}: {problem}")
-    return CliError(f"{where}: invalid YAML: {problem}")
+        return FileProblem(name, problem, _position(mark), limit=True)
+    if mark is not None and text[mark.index : mark.index + 1] == "\t":
+        problem += " (a tab: indent YAML with spaces)"
+    context = _CONSTRUCT.fullmatch(str(getattr(exc, "context", None) or ""))
+    context_mark = getattr(exc, "context_mark", None)
+    if context is None or context_mark is None:
+        return FileProblem(name, f"invalid YAML: {problem}", _position(mark))
+    construct = context.group(1)
+    at_end = mark is None or not text[mark.index :].strip()
+    if at_end:
+        return FileProblem(
+            name,
+            f"invalid YAML: {construct} that starts here is not closed ({problem} at "
+            f"{_position(mark) or 'the end of the file'})",
+            _position(context_mark),
+        )
+    return FileProblem(
+        name,
+        f"invalid YAML: {problem} (in {construct} that starts at {_position(context_mark)})",
+        _position(mark),
+    )
 
 
 def parse_documents(text: str, name: str, limits: Limits = MANIFEST_LIMITS) -> list[Any]:
     """The YAML documents of ``text`` (``None`` for empty ones), within ``limits``."""
-    return _parse(text, name, _Budget(limits))
+    return _parse(text, name, _Budget(limits))[0]
 
 
-def _parse(text: str, name: str, budget: _Budget) -> list[Any]:
+def _parse(text: str, name: str, budget: _Budget) -> tuple[list[Any], list[int]]:
+    """The documents of ``text`` and the line where each starts."""
     try:
-        _EventPass(name, budget).run(text)
-        return list(yaml.load_all(text, Loader=_Loader))
+        events = _EventPass(name, budget)
+        events.run(text)
+        return list(yaml.load_all(text, Loader=_Loader)), events.lines
     except yaml.YAMLError as exc:
-        raise _yaml_error(name, exc, budget.limits) from None
+        raise _yaml_error(name, exc, budget.limits, text) from None
 
 
 # --- files --------------------------------------------------------------------------------------
@@ -332,13 +410,19 @@ def _read(path: Path, budget: _Budget) -> str:
         else:
             size = path.stat().st_size
             if size > limit:
-                raise _limit_error(name, f"too large: {_size(size)}", f"{_size(limit)} per file")
+                raise FileProblem(
+                    name, f"too large: {_size(size)} (limit: {_size(limit)} per file)", limit=True
+                )
             with path.open("rb") as f:
                 raw = f.read(limit + 1)
     except OSError as exc:
-        raise CliError(f"{name}: cannot read: {exc}") from None
+        raise FileProblem(name, f"cannot read: {exc}") from None
     if len(raw) > limit:
-        raise _limit_error(name, f"too large: more than {_size(limit)}", f"{_size(limit)} per file")
+        raise FileProblem(
+            name,
+            f"too large: more than {_size(limit)} (limit: {_size(limit)} per file)",
+            limit=True,
+        )
     budget.bytes += len(raw)
     if budget.bytes > budget.limits.total_bytes:
         total = _size(budget.limits.total_bytes)
@@ -350,7 +434,7 @@ def _read(path: Path, budget: _Budget) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CliError(f"{name}: cannot read: {exc}") from None
+        raise FileProblem(name, f"cannot read: {exc}") from None
 
 
 def manifest_files(raw: str, limits: Limits = MANIFEST_LIMITS) -> list[Path]:
@@ -376,8 +460,14 @@ def manifest_files(raw: str, limits: Limits = MANIFEST_LIMITS) -> list[Path]:
 def _read_file(path: Path, budget: _Budget) -> tuple[list[Manifest], int]:
     """Every object of one file, and how many of its documents are not empty."""
     name = str(path)
-    docs = _parse(_read(path, budget), name, budget)
-    manifests = [m for i, doc in enumerate(docs, start=1) for m in _expand(doc, name, i)]
+    docs, lines = _parse(_read(path, budget), name, budget)
+    manifests = [
+        m
+        for i, doc in enumerate(docs, start=1)
+        for m in _expand(
+            doc, name, i, lines[i - 1] if i <= len(lines) and lines[i - 1] > 0 else None
+        )
+    ]
     budget.objects += len(manifests)
     limit = budget.limits.objects
     if budget.objects > limit:
@@ -395,13 +485,22 @@ def _why_empty(raw: str, files: Sequence[Path]) -> str:
     return "its files are empty or hold only comments"
 
 
-def load_manifests(paths: Iterable[str], limits: Limits = MANIFEST_LIMITS) -> list[Manifest]:
-    """All objects of the files and directories named (see the module docstring)."""
+def load_manifests(
+    paths: Iterable[str],
+    limits: Limits = MANIFEST_LIMITS,
+    problems: list[FileProblem] | None = None,
+) -> list[Manifest]:
+    """All objects of the files and directories named (see the module docstring).
+
+    Without ``problems`` the first problem ends the load; with it, each file's
+    :class:`FileProblem` is appended there instead and the other files are loaded (a path whose
+    files all have problems is then not reported as empty)."""
     budget = _Budget(limits)
     out: list[Manifest] = []
     files = 0
     for raw in paths:
         documents = 0
+        failed = False
         files_here = manifest_files(raw, limits)
         for path in files_here:
             files += 1
@@ -409,10 +508,17 @@ def load_manifests(paths: Iterable[str], limits: Limits = MANIFEST_LIMITS) -> li
                 raise _limit_error(
                     raw, f"more than {limits.files} manifest files", f"{limits.files} files"
                 )
-            manifests, count = _read_file(path, budget)
+            try:
+                manifests, count = _read_file(path, budget)
+            except FileProblem as problem:
+                if problems is None or problem.limit:
+                    raise
+                problems.append(problem)
+                failed = True
+                continue
             out += manifests
             documents += count
-        if documents == 0:
+        if documents == 0 and not failed:
             raise CliError(f"no Kubernetes objects found in {raw}: {_why_empty(raw, files_here)}")
     return out
 

@@ -21,7 +21,10 @@ GPUS_PATH: Final = f"/apis/{names.GROUP_VERSION}/{names.GPU_PLURAL}"
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("status", help=HELP, description=HELP + " (from the GPU objects).")
-    p.add_argument("--kubeconfig", help="kubeconfig file (else $KUBECONFIG, else in-cluster)")
+    p.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (else $KUBECONFIG, else ~/.kube/config, else in-cluster)",
+    )
     p.add_argument("--node", help="only the GPUs of this node")
     add_output_flag(p)
     p.set_defaults(run=run)
@@ -30,7 +33,7 @@ def add_parser(sub: Any) -> None:
 def list_gpu_objects(kubeconfig: str | None) -> list[Obj]:
     """Every GPU object of the cluster."""
     try:
-        api = load_api_client(kubeconfig)
+        api = load_api_client(kubeconfig, use_home=True)
     except KubeConfigError as exc:
         raise CliError(str(exc)) from None
     try:

@@ -1,14 +1,20 @@
 """``sharegpu validate``: offline checks of the manifests a user is about to apply.
 
 The files are read by the bounded loader (:mod:`sharegpu.cli.loading`): a file or directory
-without any object, or input beyond its limits (size, documents, objects, nesting, alias
-expansion), fails with one line and exit code 1 before any check runs.
+without any object, or input beyond the limits of the whole call (total size, objects, nodes),
+fails with one line and exit code 1 before any check runs. A problem confined to one file
+(invalid YAML, a per-file limit) is an error finding of that file, at its line and column; the
+other files are still checked.
 
 Per object, in this order:
 
 1. the official schema of its kind (``kubernetes-validate``, strict: unknown fields are errors)
-   for ``--kubernetes-version``; a kind without a schema is an error, except this project's own
-   API group (``resource.sharegpu.dev``);
+   for ``--kubernetes-version``; a kind without a schema is an error, and so is a kind this
+   project's own API group (``resource.sharegpu.dev``) does not have (with a did-you-mean). A
+   request field in the wrong place for the object's ``resource.k8s.io`` version (v1beta1's flat
+   request in v1, ``exact`` for ``exactly``) is reported by
+   :func:`sharegpu.admission.checks.request_field_hints` instead of the schema's bare
+   "additional properties" error;
 2. this driver's rules, through :func:`sharegpu.admission.checks.check_object` (the admission
    webhook's checks): GpuConfig parameters, CEL selectors that name the driver (compile errors,
    unknown attribute or capacity names with a did-you-mean), capacity requests, half-specified
@@ -28,6 +34,7 @@ for the requests that use them. Errors make the exit code 1; warnings alone keep
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +44,7 @@ import kubernetes_validate
 from kubernetes_validate.utils import all_versions
 
 from api import names
-from api.gpuconfig import GpuConfigError, parse_gpu_config
+from api.gpuconfig import GPU_CONFIG_KIND, GpuConfigError, parse_gpu_config
 from sharegpu.admission import checks
 from sharegpu.cli import crosschecks
 from sharegpu.cli.common import (
@@ -48,7 +55,7 @@ from sharegpu.cli.common import (
     Obj,
     add_output_flag,
 )
-from sharegpu.cli.loading import Manifest, load_manifests
+from sharegpu.cli.loading import FileProblem, Manifest, load_manifests
 from sharegpu.cli.output import emit, resolve_format
 
 HELP = "check DeviceClass, ResourceClaim(Template) and Pod manifests offline"
@@ -56,6 +63,8 @@ DEFAULT_KUBERNETES_VERSION: Final = "1.36"
 #: Longest finding message; schema messages quote the offending value, which may be large.
 MAX_MESSAGE_CHARS: Final = 400
 _GATE = re.compile(r"([A-Za-z][A-Za-z0-9]*)=(true|false)")
+#: The kinds of this project's API group (``resource.sharegpu.dev``).
+OWN_KINDS: Final = (GPU_CONFIG_KIND, names.GPU_KIND)
 
 
 def add_parser(sub: Any) -> None:
@@ -113,6 +122,32 @@ class FileFinding:
         }
 
 
+@dataclass(frozen=True)
+class LoadFinding:
+    """A file that could not be read as manifests: ``FILE: WHERE: error: PROBLEM``."""
+
+    problem: FileProblem
+
+    @property
+    def finding(self) -> checks.Finding:
+        return checks.Finding(checks.ERROR, self.problem.where or "<file>", self.problem.problem)
+
+    def __str__(self) -> str:
+        where = f"{self.problem.where}: " if self.problem.where else ""
+        return f"{self.problem.file}: {where}{checks.ERROR}: {self.problem.problem}"
+
+    def to_json(self) -> Obj:
+        return {
+            "file": self.problem.file,
+            "document": None,
+            "kind": None,
+            "name": None,
+            "path": self.problem.where or "<file>",
+            "severity": checks.ERROR,
+            "message": self.problem.problem,
+        }
+
+
 # --- the individual checks -------------------------------------------------------------------
 
 
@@ -131,14 +166,36 @@ def _json_path(parts: Iterable[Any]) -> str:
     return text or "<root>"
 
 
+def own_kind_findings(obj: Obj) -> list[checks.Finding]:
+    """A kind of this project's API group that does not exist (``GPUConfig``, ``GpuConfg``)."""
+    kind = str(obj.get("kind"))
+    if kind in OWN_KINDS:
+        return []
+    lowered = {k.lower(): k for k in OWN_KINDS}
+    match = lowered.get(kind.lower())
+    if match is None:
+        close = difflib.get_close_matches(kind, OWN_KINDS, n=1, cutoff=0.6)
+        match = close[0] if close else None
+    hint = f"; did you mean {match!r}? (kinds are case-sensitive)" if match else ""
+    return [
+        checks.Finding(
+            checks.ERROR,
+            "kind",
+            f"{names.API_GROUP} has no kind {kind!r}{hint} (kinds: {', '.join(OWN_KINDS)})",
+        )
+    ]
+
+
 def schema_findings(obj: Obj, version: str) -> list[checks.Finding]:
-    """The strict official schema of the object's kind (first violation)."""
+    """The strict official schema of the object's kind (first violation); a schema error about
+    a request field that :func:`sharegpu.admission.checks.request_field_hints` explains is
+    replaced by those hints."""
     group = str(obj.get("apiVersion", "")).partition("/")[0]
     try:
         kubernetes_validate.validate(obj, version, strict=True)
     except kubernetes_validate.SchemaNotFoundError:
         if group == names.API_GROUP:
-            return []
+            return own_kind_findings(obj)
         return [
             checks.Finding(
                 checks.ERROR,
@@ -147,12 +204,15 @@ def schema_findings(obj: Obj, version: str) -> list[checks.Finding]:
             )
         ]
     except kubernetes_validate.ValidationError as err:
+        path = _json_path(err.path)
+        hints = checks.request_field_hints(obj)
+        if any(h.path == path for h in hints):
+            return hints
         return [
             checks.Finding(
-                checks.ERROR,
-                _json_path(err.path),
-                f"schema (Kubernetes {version}): {shorten(err.message)}",
-            )
+                checks.ERROR, path, f"schema (Kubernetes {version}): {shorten(err.message)}"
+            ),
+            *hints,
         ]
     return []
 
@@ -261,9 +321,11 @@ def validate_manifest(manifest: Manifest, ctx: crosschecks.Context) -> list[chec
 
 def validate_paths(
     paths: Sequence[str], driver: str, version: str, gates: Mapping[str, bool] | None = None
-) -> tuple[int, list[FileFinding]]:
-    """``(number of objects, findings)`` for the files and directories named."""
-    manifests = load_manifests(paths)
+) -> tuple[int, list[FileFinding | LoadFinding]]:
+    """``(number of objects, findings)`` for the files and directories named: first the files
+    that could not be read, then the findings of every object of the others."""
+    problems: list[FileProblem] = []
+    manifests = load_manifests(paths, problems=problems)
     parsed = _major_minor(version)
     drops = parsed is not None and crosschecks.drops_capacity(
         parsed, (gates or {}).get(crosschecks.CONSUMABLE_CAPACITY_GATE)
@@ -271,7 +333,8 @@ def validate_paths(
     ctx = crosschecks.Context.of(
         manifests, driver, version, drops, driver_classes(manifests, driver)
     )
-    found = [FileFinding(m, f) for m in manifests for f in validate_manifest(m, ctx)]
+    found: list[FileFinding | LoadFinding] = [LoadFinding(p) for p in problems]
+    found += [FileFinding(m, f) for m in manifests for f in validate_manifest(m, ctx)]
     return len(manifests), found
 
 

@@ -3,13 +3,16 @@
 Used by the node daemon, the controller and the CLI, so each rule lives here once:
 
 * Connection settings (:func:`load_api_client`): the ``--kubeconfig`` flag, else the first path
-  in the ``KUBECONFIG`` environment variable, else the in-cluster service account. Failures raise
-  :class:`KubeConfigError` with one line that says which source was tried and why it failed.
+  in the ``KUBECONFIG`` environment variable, else (for the command line, ``use_home``)
+  ``~/.kube/config`` when it exists, as kubectl looks, else the in-cluster service account.
+  Failures raise :class:`KubeConfigError` with one line that says which source was tried and
+  why it failed.
 * :class:`KubeRest`: requests through the official client's transport (its auth, TLS, host and
   read retries). Objects are plain dicts in their JSON shape, because the generated models lag
   the DRA fields. Every failure, HTTP or transport, raises :class:`KubeApiError`, ``status`` 0
-  when no answer came; an optional ``on_error(verb, resource, status)`` callback sees each
-  unexpected failure (for metrics).
+  when no answer came (then one line naming the server and the root cause,
+  :func:`transport_problem`, not the transport library's nested text); an optional
+  ``on_error(verb, resource, status)`` callback sees each unexpected failure (for metrics).
 * :meth:`KubeRest.watch`: the events of a watch stream; an ``ERROR`` event raises
   :class:`KubeApiError` with the status it carries (410 when the resourceVersion expired).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +34,8 @@ from sharegpu.kube import jsonbody
 
 #: Environment variable naming a kubeconfig file (first path when it is a list).
 KUBECONFIG_ENV = "KUBECONFIG"
+#: kubectl's default kubeconfig, under the home directory (``$HOME``).
+DEFAULT_KUBECONFIG = os.path.join(".kube", "config")
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 #: Seconds a request may take, and a watch may take to answer (its stream has its own limit).
@@ -52,14 +58,26 @@ def kubeconfig_path(flag: str | None, environ: Mapping[str, str] | None = None) 
     return paths[0] if paths else None
 
 
+def home_kubeconfig(environ: Mapping[str, str] | None = None) -> str | None:
+    """``$HOME/.kube/config`` when that file exists, else None (``environ`` defaults to the
+    process environment; without ``HOME`` in it there is none)."""
+    home = (environ if environ is not None else os.environ).get("HOME", "")
+    path = os.path.join(home, DEFAULT_KUBECONFIG) if home else ""
+    return path if path and os.path.isfile(path) else None
+
+
 def load_api_client(
-    kubeconfig: str | None, environ: Mapping[str, str] | None = None
+    kubeconfig: str | None, environ: Mapping[str, str] | None = None, *, use_home: bool = False
 ) -> client.ApiClient:
-    """An ApiClient from the kubeconfig (flag or ``KUBECONFIG``) or the in-cluster config."""
+    """An ApiClient from the kubeconfig (flag, ``KUBECONFIG``, with ``use_home`` then
+    ``~/.kube/config``) or the in-cluster config. The daemons leave ``use_home`` off, so a
+    pod never picks up a file from its image's home directory."""
     configuration = client.Configuration()
     path = kubeconfig_path(kubeconfig, environ)
+    source = "--kubeconfig" if kubeconfig else f"${KUBECONFIG_ENV}"
+    if path is None and use_home:
+        path, source = home_kubeconfig(environ), "the default location"
     if path is not None:
-        source = "--kubeconfig" if kubeconfig else f"${KUBECONFIG_ENV}"
         if not os.path.isfile(path):
             raise KubeConfigError(f"kubeconfig {path} (from {source}) does not exist")
         try:
@@ -75,8 +93,9 @@ def load_api_client(
         try:
             config.load_incluster_config(client_configuration=configuration)
         except ConfigException as exc:
+            home = f", no ~/{DEFAULT_KUBECONFIG}" if use_home else ""
             raise KubeConfigError(
-                "no --kubeconfig, no $KUBECONFIG, and not running in a cluster "
+                f"no --kubeconfig, no $KUBECONFIG{home}, and not running in a cluster "
                 f"(in-cluster config: {exc})"
             ) from None
     return client.ApiClient(configuration)
@@ -93,6 +112,28 @@ def resource_path(
     if name:
         base += f"/{name}"
     return base
+
+
+#: Prefixes of urllib3's messages that name its own objects (``HTTPSConnectionPool(host=...,
+#: port=...): ``, ``<urllib3.connection.HTTPSConnection object at 0x...>: ``).
+_TRANSPORT_NOISE = re.compile(
+    r"^(?:\w+\(host=[^)]*\):\s*|<[^>]*>:\s*)*(?:Failed to establish a new connection:\s*)?"
+)
+
+
+def transport_problem(exc: BaseException, server: str) -> str:
+    """One line for a request that got no answer: the server and the root cause
+    (``cannot reach the API server https://127.0.0.1:6443: [Errno 111] Connection refused``),
+    following urllib3's ``reason`` chain instead of quoting its nested text."""
+    cause: BaseException = exc
+    for _ in range(8):
+        reason = getattr(cause, "reason", None)
+        if not isinstance(reason, BaseException):
+            break
+        cause = reason
+    text = _TRANSPORT_NOISE.sub("", str(cause).replace("\n", " ")).strip()
+    text = re.sub(r"\s*\(Caused by .*\)$", "", text) or type(cause).__name__
+    return f"cannot reach the API server {server}: {text}"
 
 
 class KubeApiError(Exception):
@@ -198,7 +239,8 @@ class KubeRest:
             raise KubeApiError(0, "", f"{request}: {exc.reason}") from None
         except Exception as exc:  # urllib3, ssl and socket errors: "no answer"
             self._fail(verb, path, 0)
-            raise KubeApiError(0, "", f"{request}: {type(exc).__name__}: {exc}") from None
+            server = str(self.api_client.configuration.host)
+            raise KubeApiError(0, "", f"{request}: {transport_problem(exc, server)}") from None
 
     def _http_error(
         self, response: Any, data: bytes, verb: str, path: str, expected: Collection[int]

@@ -23,6 +23,8 @@ from tests.paths import DOCS_DIR
 
 DRIVER = "gpu.sharegpu.dev"
 BASE = {"apiVersion": "resource.sharegpu.dev/v1alpha1", "kind": "GpuConfig"}
+SHARING_FIELDS = "(fields here: strategy, timeSlicing, mps, limits)"
+MPS_FIELDS = "(fields here: activeThreadPercentage, pinnedMemoryLimit)"
 
 
 def cfg(sharing: Any) -> dict[str, Any]:
@@ -119,13 +121,20 @@ BAD: list[tuple[str, Any, list[str]]] = [
         cfg({"strategy": "MPS", "mps": {"pinnedMemoryLimit": ["1Gi"]}}),
         ['sharing.mps.pinnedMemoryLimit: must be a quantity such as "10Gi" (got ["1Gi"])'],
     ),
-    ("unknown field", cfg({"foo": 1}), ["sharing.foo: unknown field"]),
+    ("unknown field", cfg({"foo": 1}), [f"sharing.foo: unknown field {SHARING_FIELDS}"]),
     (
         "snake case field",
         cfg({"strategy": "MPS", "mps": {"active_thread_percentage": 5}}),
-        ["sharing.mps.active_thread_percentage: unknown field"],
+        [
+            "sharing.mps.active_thread_percentage: unknown field; did you mean "
+            f"activeThreadPercentage? {MPS_FIELDS}"
+        ],
     ),
-    ("unknown top-level field", {**BASE, "spec": {}}, ["spec: unknown field"]),
+    (
+        "unknown top-level field",
+        {**BASE, "spec": {}},
+        ["spec: unknown field (fields here: apiVersion, kind, sharing)"],
+    ),
     (
         "interval",
         cfg({"strategy": "TimeSlicing", "timeSlicing": {"interval": "short"}}),
@@ -169,7 +178,7 @@ BAD: list[tuple[str, Any, list[str]]] = [
         cfg({"strategy": "MPS", "mps": {"activeThreadPercentage": 0, "pinned": "1Gi"}}),
         [
             "sharing.mps.activeThreadPercentage: must be between 1 and 100 (got 0)",
-            "sharing.mps.pinned: unknown field",
+            f"sharing.mps.pinned: unknown field {MPS_FIELDS}",
         ],
     ),
 ]
@@ -289,7 +298,7 @@ def test_invalid_entries_are_reported_with_their_position() -> None:
     assert info.value.messages == (
         "config[1]: sharing.strategy: must be one of Exclusive, TimeSlicing, MPS, Limits"
         ' (got "Mps")',
-        "config[2]: sharing.x: unknown field",
+        f"config[2]: sharing.x: unknown field {SHARING_FIELDS}",
     )
 
 

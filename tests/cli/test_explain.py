@@ -123,15 +123,18 @@ def test_memory_larger_than_any_gpu(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, report = explain(capsys, "-f", f, "--node-name", NODE)
     assert code == 1
     [req] = only_failure(report)["requests"]
-    assert req["summary"] == "needs 1 device(s), 0 of 8 eligible (8 capacity-short)"
-    # The mock H100 has 81032Mi usable: 96Gi is 17272Mi too much.
+    assert req["summary"] == "needs 1 device(s), 0 of 8 eligible (8 capacity-policy)"
+    # The mock H100 has 81032Mi usable, and one share may have at most 79Gi (256Mi steps):
+    # no share of it can ever hold 96Gi, so this is the request policy, not a shortage.
     assert req["reasons"] == [
         {
-            "kind": "capacity-short",
-            "reason": "capacity memory: requested 96Gi, available 79.1Gi (short 16.9Gi)",
+            "kind": "capacity-policy",
+            "reason": "capacity memory: requested 96Gi, but one share of the device may have "
+            "at most 79Gi (validRange min 256Mi, max 79Gi, step 256Mi); request at most 79Gi",
             "devices": [f"gpu-{i}" for i in range(8)],
         }
     ]
+    assert {r["kind"] for r in req["rejections"]} == {"capacity-policy"}
     details = req["rejections"][0]["details"]
     assert details == {
         "capacity": "memory",
@@ -219,7 +222,7 @@ def test_template_and_human_output(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["explain", "-f", f, "--node-name", NODE, "-o", "text"]) == 1
     out = capsys.readouterr().out
     assert "default/big: cannot be allocated on node n1" in out
-    assert "capacity memory: requested 96Gi, available 79.1Gi (short 16.9Gi)" in out
+    assert "capacity memory: requested 96Gi, but one share of the device may have" in out
     assert "default/tmpl: cannot be allocated on node n1" in out
 
 
