@@ -674,3 +674,31 @@ def test_network_policies_close_ports_with_no_peers(helm: str) -> None:
     for policy in by_kind(docs, "NetworkPolicy"):
         assert set(_policy_ports(policy)) <= {"webhook"}
     assert not by_kind(render(helm, ["networkPolicy.enabled=false"]), "NetworkPolicy")
+
+
+def test_the_packaged_chart_renders_like_the_repository_and_defaults_to_its_version(
+    helm: str, tmp_path: Path
+) -> None:
+    """The release path of docs/install.md: `helm package` makes sharegpu-<version>.tgz, which
+    renders exactly as the chart directory does, with the image tag of that version."""
+    from api.version import VERSION
+
+    result = run_helm(helm, "package", str(CHART_DIR), "--destination", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    package = tmp_path / f"sharegpu-{VERSION}.tgz"
+    assert package.is_file()
+    from_package = run_helm(helm, "template", RELEASE, str(package), "--namespace", NAMESPACE)
+    from_directory = run_helm(helm, "template", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE)
+    assert from_package.returncode == 0, from_package.stderr
+    strip = [d for d in load_documents(from_package.stdout) if d.get("kind") != "Secret"]
+    same = [d for d in load_documents(from_directory.stdout) if d.get("kind") != "Secret"]
+    # Secrets and the CA bundle hold a freshly generated certificate each time.
+    webhook = "ValidatingWebhookConfiguration"
+    assert [d for d in strip if d["kind"] != webhook] == [d for d in same if d["kind"] != webhook]
+    images = {
+        c["image"]
+        for d in strip
+        if d["kind"] in ("DaemonSet", "Deployment")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {f"sharegpu:{VERSION}"}

@@ -129,6 +129,9 @@ OTHER_TOOLS_FLAGS = {
     "--strict",
     "--check",
     "--strict-markers",
+    # helm package / helm upgrade (docs/install.md)
+    "--destination",
+    "--reuse-values",
     # kubectl create clusterrole / clusterrolebinding (docs/observability.md)
     "--verb",
     "--resource",
