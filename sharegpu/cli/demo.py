@@ -7,7 +7,9 @@
    temporary directory. Share enforcement is the plugin's own; with the mock backend it drives
    simulated NVIDIA tools, so no real ``nvidia-smi`` or MPS command runs.
 3. The published ResourceSlices, the driver's DeviceClass and the claims of the examples that
-   fit consumable mode (templates become claims named like them).
+   fit consumable mode (templates become claims named like them), each row naming its example
+   directory; or, with ``-f``, the user's claims, templates and DeviceClasses, the pods and
+   workloads of the files naming who uses each claim (:mod:`sharegpu.cli.demo_inputs`).
 4. Each claim allocated in turn with :mod:`sharegpu.allocator` as kube-scheduler would, its
    ``status.allocation`` written to the API server.
 5. Each claim prepared through the plugin's real DRA socket by a kubelet-side client
@@ -15,6 +17,8 @@
    back from the CDI spec the plugin wrote.
 6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`).
 7. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
+8. What a claim's GpuConfig changed, the example directories not run and why, and the next
+   steps (``sharegpu validate``, ``sharegpu explain``, installing the chart).
 """
 
 from __future__ import annotations
@@ -53,8 +57,17 @@ from sharegpu.cli.common import (
     default_device_class,
     slice_summary,
 )
-from sharegpu.cli.explain import allocation_rows, claim_from_template, consumed_text, describe
-from sharegpu.cli.loading import Manifest, load_manifests
+from sharegpu.cli.demo_inputs import (
+    NAMESPACE,
+    NEXT_STEPS,
+    ClaimInput,
+    Inputs,
+    demo_claims,
+    override_notes,
+    skipped_examples,
+    user_claims,
+)
+from sharegpu.cli.explain import allocation_rows, consumed_text, describe
 from sharegpu.cli.output import Table, emit, resolve_format
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
@@ -62,17 +75,7 @@ from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin
 
 HELP = "run the whole driver locally: mock GPUs, the real plugin, allocation, prepare"
 NODE_NAME: Final = "demo-node"
-NAMESPACE: Final = "default"
 MOCK_GPUS: Final = 8
-#: Example directories whose claims fit consumable mode, in the order they are allocated.
-DEMO_EXAMPLES: Final = (
-    "whole-gpu",
-    "two-pods-fractional-share",
-    "mps-with-overrides",
-    "select-by-model-and-memory",
-    "multi-gpu-same-pcie-root",
-    "first-available",
-)
 #: Environment variables of a CDI device that state its enforced share.
 LIMIT_PREFIXES: Final = ("CUDA_MPS_", "SHAREGPU_", "NVIDIA_VISIBLE_DEVICES")
 #: The limits the human-readable report shows (JSON has every share variable).
@@ -94,10 +97,21 @@ def add_parser(sub: Any) -> None:
         description="Run the whole driver on this machine without a cluster: an in-process API "
         "server, the real kubelet plugin on 8 mock H100 GPUs (consumable mode), the examples' "
         "claims allocated as kube-scheduler would and prepared through the plugin's gRPC socket "
-        "as kubelet would; prints slices, allocations, CDI IDs, enforced limits and GPU usage, "
-        "then cleans everything up.",
+        "as kubelet would (or the claims of -f instead); prints slices, allocations, CDI IDs, "
+        "enforced limits, GpuConfig overrides and GPU usage, cleans everything up, and names the "
+        "examples it did not run and the next steps.",
     )
-    p.add_argument(
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="FILE",
+        help="run on these ResourceClaims, ResourceClaimTemplates, DeviceClasses and pods "
+        "instead of the examples (file or directory, recursive; repeatable; '-' reads standard "
+        "input)",
+    )
+    source.add_argument(
         "--examples",
         metavar="DIR",
         help="examples directory (default: $SHAREGPU_EXAMPLES, else examples/ of the source tree, "
@@ -121,33 +135,6 @@ def default_examples_dir(environ: Mapping[str, str] | None = None) -> Path:
         return Path(env[EXAMPLES_ENV])
     source_tree = Path(__file__).resolve().parents[2] / "examples"
     return source_tree if source_tree.is_dir() else IMAGE_EXAMPLES_DIR
-
-
-def demo_claims(examples: Path) -> list[tuple[str, Obj]]:
-    """``(source file, claim)`` for every ResourceClaim(Template) of :data:`DEMO_EXAMPLES`."""
-    if not examples.is_dir():
-        raise CliError(f"examples directory {examples} not found (use --examples DIR)")
-    out: list[tuple[str, Obj]] = []
-    for name in DEMO_EXAMPLES:
-        directory = examples / name
-        if not directory.is_dir():
-            raise CliError(f"example {directory} not found")
-        for m in load_manifests([str(directory)]):
-            claim = _as_claim(m)
-            if claim is not None:
-                out.append((m.file, claim))
-    return out
-
-
-def _as_claim(m: Manifest) -> Obj | None:
-    if m.kind == "ResourceClaimTemplate":
-        claim = claim_from_template(m.obj)
-    elif m.kind == "ResourceClaim":
-        claim = {k: v for k, v in m.obj.items() if k != "status"}
-    else:
-        return None
-    claim["metadata"] = {"name": claim["metadata"]["name"], "namespace": NAMESPACE}
-    return claim
 
 
 # --- the running node -----------------------------------------------------------------------
@@ -233,23 +220,29 @@ def cdi_limits(cdi_dir: Path, driver: str, uid: str) -> dict[str, dict[str, str]
 
 
 def allocate_and_prepare(
-    node: Node, claims: Sequence[tuple[str, Obj]], slices: Sequence[Obj], driver: str
+    node: Node, claims: Sequence[ClaimInput], slices: Sequence[Obj], driver: str
 ) -> list[Obj]:
     """Create, allocate (status.allocation written) and prepare each claim in turn."""
     classes = node.rest.request("GET", f"{RESOURCE_API}/deviceclasses").get("items") or []
     allocator = Allocator(slices, classes, (), NODE_NAME, share_ids=seeded_share_ids(SHARE_ID_SEED))
     report = []
-    for source, claim in claims:
+    for item in claims:
         path = f"{RESOURCE_API}/namespaces/{NAMESPACE}/resourceclaims"
-        created = node.rest.request("POST", path, body=claim)
-        md = created["metadata"]
         entry: Obj = {
-            "claim": f"{md['namespace']}/{md['name']}",
-            "source": source,
-            "uid": md["uid"],
+            "claim": f"{NAMESPACE}/{item.claim['metadata']['name']}",
+            "source": item.source,
+            "example": item.example,
+            "usedBy": list(item.users),
             "allocated": False,
         }
         report.append(entry)
+        try:
+            created = node.rest.request("POST", path, body=item.claim)
+        except KubeApiError as exc:
+            entry["reason"] = f"the API server refused the claim: {exc}"
+            continue
+        md = created["metadata"]
+        entry["uid"] = md["uid"]
         outcome = allocator.allocate(created)
         if outcome.allocation is None:
             reasons = [describe(r, slices) for rep in outcome.reports for r in rep.rejections]
@@ -262,6 +255,7 @@ def allocate_and_prepare(
         node.rest.request("PUT", f"{path}/{md['name']}/status", body=created)
         entry["allocated"] = True
         entry["results"] = allocation_rows(outcome.allocation)
+        entry["overrides"] = override_notes(created, entry["results"], driver)
         ref = ClaimRef(namespace=md["namespace"], uid=md["uid"], name=md["name"])
         prepared = node.kubelet.prepare([ref])[md["uid"]]
         entry["prepared"] = not prepared.error
@@ -356,15 +350,25 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
     )
     for item in s["items"]:
         slices.add(item["name"], item["devices"], compact_names(item["deviceNames"]))
-    alloc = Table(["CLAIM", "REQUEST", "DEVICE", "CONSUMED", "SHARE ID"], title="Allocations")
+    alloc = Table(
+        ["CLAIM", "FROM", "REQUEST", "DEVICE", "CONSUMED", "SHARE ID"],
+        title=f"Allocations ({data['input']})",
+    )
     limits = Table(["CLAIM", "CDI DEVICE ID", "ENFORCED LIMITS"], title="Prepared claims")
+    overrides = Table(
+        ["CLAIM", "REQUEST", "WHAT THE GPUCONFIG CHANGED"],
+        title="GpuConfig overrides (the claim's config, not the share, sets these limits)",
+    )
     for c in data["claims"]:
+        origin = c.get("example") or c["source"]
         if not c["allocated"]:
-            alloc.add(c["claim"], "-", "-", f"not allocated: {c.get('reason', '')}", "-")
+            alloc.add(c["claim"], origin, "-", "-", f"not allocated: {c.get('reason', '')}", "-")
             continue
         for r in c["results"]:
             consumed = consumed_text(r["consumedCapacity"])
-            alloc.add(c["claim"], r["request"], r["device"], consumed, r["shareID"] or "-")
+            alloc.add(c["claim"], origin, r["request"], r["device"], consumed, r["shareID"] or "-")
+        for o in c.get("overrides", []):
+            overrides.add(c["claim"], o["request"], o["override"])
         if not c.get("prepared"):
             limits.add(c["claim"], "-", f"prepare failed: {c.get('prepareError', '')}")
         for d in c.get("devices", []):
@@ -388,16 +392,37 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
     done.add("unprepared claims", data["cleanup"]["unprepared"])
     done.add("CDI specs left after unprepare", data["cleanup"]["cdiSpecsLeft"])
     done.add("temporary directory removed", data["cleanup"]["tempDirRemoved"])
-    return [slices, alloc, limits, usage, done]
+    tables = [slices, alloc, limits]
+    if overrides.rows:
+        tables.append(overrides)
+    tables += [usage, done]
+    if data.get("skippedExamples"):
+        skipped = Table(["EXAMPLE", "WHY THE DEMO DOES NOT RUN IT"], title="Examples not run")
+        for e in data["skippedExamples"]:
+            skipped.add(e["example"], e["reason"])
+        tables.append(skipped)
+    steps = Table(["COMMAND", "WHAT FOR"], title="Next steps")
+    for step in data["nextSteps"]:
+        steps.add(step["command"], step["what"])
+    tables.append(steps)
+    return tables
 
 
-def run_demo(examples: Path) -> Obj:
-    """Run every step; returns the report (see :func:`tables_of` for its parts)."""
+def run_demo(examples: Path, files: Sequence[str] = ()) -> Obj:
+    """Run every step on the claims of ``files`` (``-f``), else on those of the examples;
+    returns the report (see :func:`tables_of` for its parts)."""
     started = time.monotonic()
-    claims = demo_claims(examples)
+    if files:
+        inputs = user_claims(files)
+        described = f"claims of {', '.join(files)}"
+        skipped: list[Obj] = []
+    else:
+        inputs = Inputs(demo_claims(examples))
+        described = f"claims of the examples in {examples}"
+        skipped = skipped_examples(examples)
     driver = names.DEFAULT_DRIVER_NAME
     root = Path(tempfile.mkdtemp(prefix="sharegpu-demo-", dir="/tmp"))
-    data: Obj = {"node": NODE_NAME, "tempDir": str(root)}
+    data: Obj = {"node": NODE_NAME, "tempDir": str(root), "input": described}
     try:
         with running_node(root) as node:
             slices = wait_for_slices(node.rest, MOCK_GPUS)
@@ -414,11 +439,9 @@ def run_demo(examples: Path) -> Obj:
                 "devices": sum(s["devices"] for s in summary),
                 "items": summary,
             }
-            node.rest.request(
-                "POST", f"{RESOURCE_API}/deviceclasses", body=default_device_class(driver)
-            )
-            report = allocate_and_prepare(node, claims, slices, driver)
-            data["claims"] = report
+            create_classes(node.rest, inputs.classes, driver)
+            report = allocate_and_prepare(node, inputs.claims, slices, driver)
+            data["claims"] = report + inputs.unusable
             data["usage"] = usage_of(node.rest, slices, driver)
             unprepared = unprepare_all(node, report)
             left = sorted(p.name for p in node.cdi_dir.glob("*.json"))
@@ -429,16 +452,36 @@ def run_demo(examples: Path) -> Obj:
         shutil.rmtree(root, ignore_errors=True)
     data["cleanup"]["tempDirRemoved"] = not root.exists()
     data["elapsedSeconds"] = round(time.monotonic() - started, 3)
+    data["skippedExamples"] = skipped
+    data["nextSteps"] = [{"command": c, "what": w} for c, w in NEXT_STEPS]
     return data
+
+
+def create_classes(rest: KubeRest, classes: Sequence[Obj], driver: str) -> None:
+    """The DeviceClasses of ``-f``, then the chart's default class unless one of them took its
+    name; a class the API server refuses ends the demo with its message."""
+    path = f"{RESOURCE_API}/deviceclasses"
+    taken = set()
+    for cls in classes:
+        name = cls["metadata"]["name"]
+        try:
+            rest.request("POST", path, body=cls)
+        except KubeApiError as exc:
+            raise CliError(f"DeviceClass {name}: the API server refused it: {exc}") from None
+        taken.add(name)
+    default = default_device_class(driver)
+    if default["metadata"]["name"] not in taken:
+        rest.request("POST", path, body=default)
 
 
 def run(args: argparse.Namespace) -> int:
     examples = Path(args.examples) if args.examples else default_examples_dir()
+    files = args.filename or []
     root_logger = logging.getLogger()
     previous_level = root_logger.level
     root_logger.setLevel(logging.WARNING)  # the plugin's info logs would drown the report
     try:
-        data = run_demo(examples)
+        data = run_demo(examples, files)
     finally:
         root_logger.setLevel(previous_level)
     emit(data, tables_of(data), resolve_format(args.output))

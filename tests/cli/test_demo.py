@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,175 @@ def test_examples_dir_prefers_the_environment_then_the_source_tree() -> None:
     assert default_examples_dir({}) == source_tree
     assert default_examples_dir({EXAMPLES_ENV: "/srv/examples"}) == Path("/srv/examples")
     assert default_examples_dir({EXAMPLES_ENV: ""}) == source_tree
+
+
+# --- next steps, example directories, GpuConfig overrides ---------------------------------------
+
+REPO_ROOT = EXAMPLES_DIR.parent
+
+
+def test_next_steps_name_real_commands_and_files(report: dict[str, Any]) -> None:
+    from sharegpu.cli import build_parser
+
+    commands = [s["command"] for s in report["nextSteps"]]
+    assert commands[0].startswith("sharegpu validate -f ")
+    assert commands[1].startswith("sharegpu explain -f ")
+    install = report["nextSteps"][-1]
+    assert install["command"].startswith("helm install sharegpu deploy/helm/sharegpu ")
+    assert "docs/install.md" in install["what"]
+    assert (REPO_ROOT / "docs" / "install.md").is_file()
+    assert (REPO_ROOT / "deploy" / "helm" / "sharegpu" / "Chart.yaml").is_file()
+    # Every sharegpu command named parses as written (placeholders filled in).
+    parser = build_parser()
+    for command in commands:
+        if command.startswith("sharegpu "):
+            parser.parse_args(re.sub(r"<[^>]*>", "x.yaml", command).split()[1:])
+    text = "\n\n".join(render_table(t, "text") for t in tables_of(report))
+    assert text.rstrip().splitlines()[-1].startswith("helm install sharegpu")
+    assert "Next steps" in text
+
+
+def test_rows_name_their_example_and_the_examples_not_run(report: dict[str, Any]) -> None:
+    from sharegpu.cli.demo_inputs import DEMO_EXAMPLES
+
+    for c in report["claims"]:
+        assert c["example"] in DEMO_EXAMPLES, c
+        assert Path(c["source"]).parent == EXAMPLES_DIR / c["example"]
+    assert by_claim(report)["default/small-share"]["example"] == "two-pods-fractional-share"
+    all_dirs = {p.name for p in EXAMPLES_DIR.iterdir() if p.is_dir()}
+    skipped = {e["example"]: e["reason"] for e in report["skippedExamples"]}
+    assert set(skipped) == all_dirs - set(DEMO_EXAMPLES)
+    assert "partitions" in skipped["partitions"] and "consumable" in skipped["partitions"]
+    assert "partitions" in skipped["admin-device-classes"]
+    text = "\n\n".join(render_table(t, "text") for t in tables_of(report))
+    assert "default/mps-share                mps-with-overrides" in text
+    assert "Examples not run" in text
+
+
+def test_override_rows_say_what_the_gpu_config_changed(report: dict[str, Any]) -> None:
+    claims = by_claim(report)
+    overridden = {name for name, c in claims.items() if c["overrides"]}
+    assert overridden == {"default/mps-share"}
+    (note,) = claims["default/mps-share"]["overrides"]
+    assert note["request"] == "gpu" and note["device"] == "gpu-2"
+    assert (
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 (the share alone gives 40 cores)"
+        in (note["override"])
+    )
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=12Gi (the share alone gives 16Gi)" in note["override"]
+    text = "\n\n".join(render_table(t, "text") for t in tables_of(report))
+    assert "GpuConfig overrides" in text
+
+
+# --- demo -f ------------------------------------------------------------------------------------
+
+USER_MANIFESTS = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: my-share}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly:
+            deviceClassName: gpu.sharegpu.dev
+            capacity: {requests: {cores: "20", memory: 8Gi}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: too-many, namespace: ml}
+spec:
+  devices:
+    requests:
+      - name: gpus
+        exactly: {deviceClassName: gpu.sharegpu.dev, count: 9}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer}
+spec:
+  containers: [{name: c, image: busybox, resources: {claims: [{name: gpu}]}}]
+  resourceClaims:
+    - {name: gpu, resourceClaimTemplateName: my-share}
+    - {name: other, resourceClaimName: not-in-files}
+"""
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_demo_on_the_users_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "mine.yaml").write_text(USER_MANIFESTS)
+    code, out, _ = run_cli(["demo", "-f", str(tmp_path), "-o", "json"], capsys)
+    data = json.loads(out)
+    assert code == 1  # one claim cannot be allocated, one is missing
+    claims = by_claim(data)
+    assert set(claims) == {"default/my-share", "default/too-many", "default/not-in-files"}
+    share = claims["default/my-share"]
+    assert share["prepared"] and share["usedBy"] == ["Pod/trainer"]
+    assert share["example"] is None and share["source"] == str(tmp_path / "mine.yaml")
+    limits = share["devices"][0]["limits"]
+    assert (limits["SHAREGPU_CORES"], limits["SHAREGPU_MEMORY"]) == ("20", str(8 * 2**30))
+    assert not claims["default/too-many"]["allocated"]
+    assert "needs 9 device(s)" in claims["default/too-many"]["reason"]
+    missing = claims["default/not-in-files"]
+    assert not missing["allocated"]
+    assert "Pod/trainer uses ResourceClaim not-in-files" in missing["reason"]
+    assert data["skippedExamples"] == []
+    assert data["cleanup"] == {"unprepared": 1, "cdiSpecsLeft": 0, "tempDirRemoved": True}
+    text = "\n\n".join(render_table(t, "text") for t in tables_of(data))
+    assert f"claims of {tmp_path}" in text
+
+
+def test_demo_on_a_workload_example_with_its_device_classes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run_cli(
+        ["demo", "-f", str(EXAMPLES_DIR / "admin-device-classes"), "-o", "json"], capsys
+    )
+    claims = by_claim(json.loads(out))
+    assert code == 1
+    # The example's own class selects whole H100s; its quarter class needs partitions mode.
+    assert claims["default/h100-gpu"]["prepared"]
+    assert claims["default/h100-gpu"]["usedBy"] == ["Pod/h100-gpu"]
+    assert "mps-quarter.gpu.sharegpu.dev" in claims["default/quarter-gpu"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c}\n"
+            "spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: x, count: y}}]}}\n",
+            "ResourceClaim/c: spec.devices.requests[0].exactly.count: schema",
+        ),
+        ("kind: ResourceClaim\nmetadata: [1]\n", "ResourceClaim has no metadata.name"),
+        ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", "no ResourceClaim or"),
+        ("kind: ResourceClaim\nmetadata: {name: [\n", "invalid YAML"),
+    ],
+)
+def test_bad_input_fails_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    code, out, err = run_cli(["demo", "-f", str(path)], capsys)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("sharegpu demo: error: ")
+    assert message in err and "Traceback" not in err
+
+
+def test_duplicate_claims_and_missing_files_fail_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claim = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c}\nspec: {}\n"
+    (tmp_path / "a.yaml").write_text(claim)
+    (tmp_path / "b.yaml").write_text(claim)
+    code, _, err = run_cli(["demo", "-f", str(tmp_path)], capsys)
+    assert code == 1 and "ResourceClaim/c appears twice" in err and err.count("\n") == 1
+    code, _, err = run_cli(["demo", "-f", str(tmp_path / "none.yaml")], capsys)
+    assert code == 1 and "none.yaml" in err and err.count("\n") == 1
