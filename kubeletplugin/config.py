@@ -79,6 +79,8 @@ class PluginConfig:
     boot_id_file: Path = DEFAULT_BOOT_ID_FILE
     #: Host directory of the GPU device nodes put into CDI specs (NVML backend only).
     dev_root: Path = DEFAULT_DEV_ROOT
+    #: Consumable mode: cores charged to a request that names none (``--default-share-cores``).
+    default_share_cores: int = names.CORES_PER_GPU
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=names.SHARING_MODE_CONSUMABLE,
         help="how GPUs are published: consumable capacity shares (KEP-5075), fixed partitions "
         "(KEP-4815), or whole GPUs only (default consumable)",
+    )
+    p.add_argument(
+        "--default-share-cores",
+        type=int,
+        default=names.CORES_PER_GPU,
+        help="consumable mode: the cores (percent of a GPU, 1-100) kube-scheduler charges a "
+        "request that names no cores, e.g. one asking only for memory; published as the cores "
+        f"request policy's default (default {names.CORES_PER_GPU}: such a request takes every "
+        "core of its GPU)",
     )
     p.add_argument("--metrics-address", help="serve /metrics on HOST:PORT (default: off)")
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
@@ -220,6 +231,10 @@ def config_from_args(
     ):
         if path is not None and not path.is_absolute():
             raise ConfigError(f"{flag} {str(path)!r}: must be an absolute path")
+    if not 1 <= args.default_share_cores <= names.CORES_PER_GPU:
+        raise ConfigError(
+            f"--default-share-cores {args.default_share_cores}: must be 1 to {names.CORES_PER_GPU}"
+        )
     try:
         health = health_options(args, args.device_backend)
     except HealthFlagError as exc:
@@ -246,6 +261,7 @@ def config_from_args(
         nvidia_cdi_dirs=nvidia_cdi_dirs,
         boot_id_file=args.boot_id_file,
         dev_root=args.dev_root,
+        default_share_cores=args.default_share_cores,
     )
 
 

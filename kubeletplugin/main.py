@@ -135,7 +135,7 @@ def describe_gpus(gpus: Sequence[GpuInfo]) -> None:
 def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
     """The ResourceSlices that would be published, as a YAML stream (no owner: no Node known)."""
     objects = resource_slice_objects(
-        desired_slices(node_devices(gpus, config.sharing_mode)),
+        desired_slices(node_devices(gpus, config.sharing_mode, config.default_share_cores)),
         config.driver_name,
         config.node_name,
         node_uid=None,
@@ -196,7 +196,7 @@ class Plugin:
         self.api_client = api_client
         self.telemetry = telemetry
         #: The node's device table, computed once: the publisher, prepare and health share it.
-        self.devices = node_devices(gpus, config.sharing_mode)
+        self.devices = node_devices(gpus, config.sharing_mode, config.default_share_cores)
         self.publisher = SlicePublisher(
             KubeRest(api_client), config.driver_name, config.node_name, self.devices
         )

@@ -95,16 +95,18 @@ def _capacity(cores: int, memory: int) -> Obj:
     }
 
 
-def consumable_device(gpu: GpuInfo) -> Obj:
+def consumable_device(gpu: GpuInfo, default_cores: int = names.CORES_PER_GPU) -> Obj:
     """The whole GPU as a device that several claims can share (KEP-5075 consumable capacity).
 
-    A request without capacity asks gets the defaults, i.e. the whole GPU.
+    A request without capacity asks gets the defaults: ``default_cores`` cores (100 unless the
+    node says otherwise, ``--default-share-cores``) and all the memory; so a request for memory
+    alone is charged ``default_cores`` cores.
     """
     memory_max = memory_policy_max(gpu.memory_usable)
     step = format_quantity(names.MEMORY_STEP_BYTES)
     capacity = _capacity(names.CORES_PER_GPU, gpu.memory_usable)
     capacity[names.CAP_CORES]["requestPolicy"] = {
-        "default": format_quantity(names.CORES_PER_GPU),
+        "default": format_quantity(default_cores),
         "validRange": {"min": "1", "max": format_quantity(names.CORES_PER_GPU), "step": "1"},
     }
     capacity[names.CAP_MEMORY]["requestPolicy"] = {
@@ -180,10 +182,13 @@ def partition_devices(gpu: GpuInfo) -> list[Obj]:
     return [partition_device(d) for d in table]
 
 
-def device_object(device: NodeDevice, sharing_mode: str) -> Obj:
-    """The slice entry of one device of the table in ``sharing_mode``."""
+def device_object(
+    device: NodeDevice, sharing_mode: str, default_cores: int = names.CORES_PER_GPU
+) -> Obj:
+    """The slice entry of one device of the table in ``sharing_mode`` (``default_cores``: see
+    :func:`consumable_device`)."""
     if sharing_mode == names.SHARING_MODE_CONSUMABLE:
-        return consumable_device(device.gpu)
+        return consumable_device(device.gpu, default_cores)
     if sharing_mode == names.SHARING_MODE_EXCLUSIVE:
         return exclusive_device(device.gpu)
     if sharing_mode == names.SHARING_MODE_PARTITIONS:
@@ -255,7 +260,10 @@ def desired_slices(
     taints = taints or {}
     groups: list[list[Obj]] = []
     for gpu in devices.gpus:
-        group = [device_object(d, devices.sharing_mode) for d in devices.of_gpu(gpu)]
+        group = [
+            device_object(d, devices.sharing_mode, devices.default_share_cores)
+            for d in devices.of_gpu(gpu)
+        ]
         _apply_taints(gpu, group, taints)
         groups.append(group)
     result: list[Obj] = []

@@ -49,6 +49,9 @@ class NodeDevices:
     gpus: tuple[GpuInfo, ...]
     #: Device name -> device, in publishing order.
     devices: Mapping[str, NodeDevice] = field(repr=False)
+    #: Consumable mode: the cores (percent of a GPU) a request that names none is charged, e.g.
+    #: one asking only for memory (the cores request policy's default; 1 to 100).
+    default_share_cores: int = names.CORES_PER_GPU
 
     def __iter__(self) -> Iterator[NodeDevice]:
         return iter(self.devices.values())
@@ -78,14 +81,23 @@ class NodeDevices:
         return result
 
 
-def node_devices(gpus: Sequence[GpuInfo], sharing_mode: str) -> NodeDevices:
+def node_devices(
+    gpus: Sequence[GpuInfo],
+    sharing_mode: str,
+    default_share_cores: int = names.CORES_PER_GPU,
+) -> NodeDevices:
     """The table of the devices published for ``gpus`` in ``sharing_mode``.
 
-    Raises ValueError for an unknown sharing mode (the message lists the allowed ones).
+    Raises ValueError for an unknown sharing mode (the message lists the allowed ones) or a
+    ``default_share_cores`` outside 1 to 100.
     """
     if sharing_mode not in names.SHARING_MODES:
         raise ValueError(
             f"unknown sharing mode {sharing_mode!r} (allowed: {', '.join(names.SHARING_MODES)})"
+        )
+    if not 1 <= default_share_cores <= names.CORES_PER_GPU:
+        raise ValueError(
+            f"default share cores must be 1 to {names.CORES_PER_GPU}, got {default_share_cores}"
         )
     ordered = tuple(sorted(gpus, key=lambda g: g.index))
     table: dict[str, NodeDevice] = {}
@@ -102,4 +114,4 @@ def node_devices(gpus: Sequence[GpuInfo], sharing_mode: str) -> NodeDevices:
                     else names.partition_device_name(gpu.index, profile, j)
                 )
                 table[name] = NodeDevice(name, gpu, profile)
-    return NodeDevices(sharing_mode, ordered, table)
+    return NodeDevices(sharing_mode, ordered, table, default_share_cores)

@@ -437,12 +437,18 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
             if names.CAP_CORES in requested
             else (names.CAP_MEMORY, names.CAP_CORES)
         )
+        reserved = (
+            "the GPU's default cores (all 100 unless the node's plugin runs with "
+            "--default-share-cores)"
+            if missing == names.CAP_CORES
+            else f"the whole GPU's {missing}"
+        )
         findings.append(
             Finding(
                 WARNING,
                 path,
-                f"{given} requested without {missing}: the scheduler reserves the whole GPU's "
-                f"{missing}, so no other share fits on that GPU; request {missing} too",
+                f"{given} requested without {missing}: the scheduler reserves {reserved}, so no "
+                f"other share may fit on that GPU; request {missing} too",
             )
         )
     return findings

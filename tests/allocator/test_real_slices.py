@@ -90,3 +90,32 @@ def test_selectors_on_published_attributes() -> None:
     ]
     outs = allocate_many([claim("sel", [exactly(selectors=selectors)])], slices, CLASSES, node="n1")
     assert outs[0].ok, outs[0].to_dict()
+
+
+@pytest.mark.parametrize(("default_cores", "fit"), [(100, 1), (10, 10), (25, 4)])
+def test_memory_only_requests_are_charged_the_nodes_default_share_cores(
+    default_cores: int, fit: int
+) -> None:
+    """``--default-share-cores`` (chart: kubeletPlugin.defaultShareCores) is what a request
+    naming only memory is charged in cores, so that many such shares fit on one GPU."""
+    discovered = MockBackend("n1", 1).discover()
+    objects = resource_slice_objects(
+        desired_slices(node_devices(discovered, names.SHARING_MODE_CONSUMABLE, default_cores)),
+        DRIVER,
+        "n1",
+        None,
+        1,
+    )
+    for i, obj in enumerate(objects):
+        obj["metadata"]["name"] = obj["metadata"]["generateName"] + f"{i:05d}"
+    claims = [share(f"m{i}", memory="1Gi") for i in range(fit + 1)]
+    outs = allocate_many(claims, objects, CLASSES, node="n1", share_ids=seeded_share_ids(3))
+    assert [o.ok for o in outs] == [True] * fit + [False]
+    consumed = outs[0].allocation["devices"]["results"][0]["consumedCapacity"]
+    assert consumed == {"cores": str(default_cores), "memory": "1Gi"}
+
+
+@pytest.mark.parametrize("bad", [0, 101, -5])
+def test_default_share_cores_outside_1_to_100_is_refused(bad: int) -> None:
+    with pytest.raises(ValueError, match="default share cores must be 1 to 100"):
+        node_devices(MockBackend("n1", 1).discover(), names.SHARING_MODE_CONSUMABLE, bad)

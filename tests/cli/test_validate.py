@@ -115,8 +115,9 @@ def test_each_kind_of_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert by_name["half"] == (
         "warning",
         "spec.devices.requests[0].exactly.capacity.requests",
-        "memory requested without cores: the scheduler reserves the whole GPU's cores, so no "
-        "other share fits on that GPU; request cores too",
+        "memory requested without cores: the scheduler reserves the GPU's default cores (all "
+        "100 unless the node's plugin runs with --default-share-cores), so no other share may "
+        "fit on that GPU; request cores too",
     )
     assert report["errors"] == 5 and report["warnings"] == 1
 
@@ -130,7 +131,7 @@ def test_warnings_alone_exit_zero_and_text_format(
     assert lines[0] == (
         f"{f}: ResourceClaim/half: spec.devices.requests[0].exactly.capacity.requests: warning: "
         "cores requested without memory: the scheduler reserves the whole GPU's memory, so no "
-        "other share fits on that GPU; request memory too"
+        "other share may fit on that GPU; request memory too"
     )
     assert lines[-1] == "1 object(s) checked against Kubernetes 1.36: 0 error(s), 1 warning(s)"
 

@@ -702,3 +702,19 @@ def test_the_packaged_chart_renders_like_the_repository_and_defaults_to_its_vers
         for c in d["spec"]["template"]["spec"]["containers"]
     }
     assert images == {f"sharegpu:{VERSION}"}
+
+
+def test_default_share_cores_reach_the_plugin_in_consumable_mode_only(helm: str) -> None:
+    def plugin_args(*set_args: str) -> list[str]:
+        docs = render(helm, list(set_args))
+        (ds,) = by_kind(docs, "DaemonSet")
+        (container,) = ds["spec"]["template"]["spec"]["containers"]
+        return [a for a in container["args"] if a.startswith("--default-share-cores")]
+
+    assert plugin_args() == ["--default-share-cores=100"]
+    assert plugin_args("kubeletPlugin.defaultShareCores=10") == ["--default-share-cores=10"]
+    assert plugin_args("kubeletPlugin.sharingMode=partitions") == []
+    result = run_helm(
+        helm, "template", RELEASE, str(CHART_DIR), "--set", "kubeletPlugin.defaultShareCores=0"
+    )
+    assert result.returncode != 0 and "defaultShareCores" in result.stderr

@@ -178,3 +178,12 @@ def test_the_plugin_health_check_asks_its_grpc_endpoint(apiserver: KubeAPIServer
 
     plugin.claims = Claims()  # type: ignore[assignment]
     assert not plugin.responsive()
+
+
+def test_default_share_cores_flag() -> None:
+    base = ["--node-name", "node-a", "--device-backend", "mock"]
+    assert parse_config(base).default_share_cores == 100
+    assert parse_config([*base, "--default-share-cores", "10"]).default_share_cores == 10
+    for bad in ("0", "101"):
+        with pytest.raises(ConfigError, match=f"--default-share-cores {bad}: must be 1 to 100"):
+            parse_config([*base, "--default-share-cores", bad])
