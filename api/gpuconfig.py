@@ -43,6 +43,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from api.jsontypes import json_type
 from api.names import GROUP_VERSION
 from api.quantity import (
     MAX_QUANTITY,
@@ -247,22 +248,6 @@ def _show(value: Any) -> str:
         return repr(value)
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
-
-
 def _field_at(loc: Sequence[int | str]) -> FieldInfo | None:
     """The FieldInfo the error location points at, walking the models by JSON name."""
     model: Any = GpuConfig
@@ -378,7 +363,7 @@ def _message(error: ErrorDetails) -> str:
     elif kind in ("string_type", "literal_type"):
         problem = f"must be a string (got {got})"
     elif kind in ("model_type", "model_attributes_type", "dict_type"):
-        problem = f"must be an object (got {_json_type(error.get('input'))})"
+        problem = f"must be an object (got {json_type(error.get('input'))})"
     else:
         problem = error["msg"]
     return f"{path}: {problem}"
@@ -390,7 +375,7 @@ def parse_gpu_config(parameters: Any) -> GpuConfig:
     Raises :class:`GpuConfigError` listing every problem, in document order.
     """
     if not isinstance(parameters, Mapping):
-        raise GpuConfigError([f"(root): must be an object (got {_json_type(parameters)})"])
+        raise GpuConfigError([f"(root): must be an object (got {json_type(parameters)})"])
     try:
         return GpuConfig.model_validate(dict(parameters))
     except ValidationError as exc:

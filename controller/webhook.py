@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from api.jsontypes import json_type
 from controller.metrics import REVIEWED_KINDS, ControllerMetrics, ReviewResult
 from sharegpu.admission.checks import (
     ERROR,
@@ -57,7 +58,6 @@ from sharegpu.admission.checks import (
     errors,
     warnings,
 )
-from sharegpu.admission.shape import json_type
 from sharegpu.kube import httpserve, jsonbody
 from sharegpu.kube.telemetry import parse_address
 
@@ -170,6 +170,12 @@ def _logged(text: str) -> str:
     return repr(_clip(text, _MAX_LOGGED_CHARS))
 
 
+def _not_one_of(allowed: Iterable[str], value: Any) -> str:
+    """The message for a field whose ``value`` is none of ``allowed``."""
+    got = _logged(value) if isinstance(value, str) else json_type(value)
+    return f"must be one of {', '.join(allowed)}, got {got}"
+
+
 def review_response(
     uid: str, findings: Iterable[Finding], what: str
 ) -> tuple[dict[str, Any], ReviewResult]:
@@ -227,8 +233,7 @@ def _request_problems(request: Mapping[str, Any]) -> list[Finding]:
             Finding(
                 ERROR,
                 "request.operation",
-                f"must be one of {', '.join(OPERATIONS)}, got "
-                + (_logged(operation) if isinstance(operation, str) else json_type(operation)),
+                _not_one_of(OPERATIONS, operation),
                 malformed=True,
             )
         )
@@ -339,8 +344,7 @@ class AdmissionHandler:
                 Finding(
                     ERROR,
                     "apiVersion",
-                    f"must be one of {', '.join(REVIEW_VERSIONS)}, got "
-                    + (_logged(version) if isinstance(version, str) else json_type(version)),
+                    _not_one_of(REVIEW_VERSIONS, version),
                     malformed=True,
                 ),
             )

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from api.jsontypes import json_type
+
 #: Kubernetes' limits on DRA objects (``k8s.io/api/resource/v1``, enforced by the API server's
 #: validation): name of the Go constant and its value.
 DEVICE_REQUESTS_MAX_SIZE: Final = ("DeviceRequestsMaxSize", 32)
@@ -37,23 +39,6 @@ class Problem:
 
     path: str
     message: str
-
-
-def json_type(value: Any) -> str:
-    """The JSON type of a decoded value, with its article (``a string``, ``an object``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return f"a {type(value).__name__}"
 
 
 def _limit_text(limit: tuple[str, int]) -> str:
