@@ -91,6 +91,8 @@ def parse_quantity(value: str | int | float | Decimal) -> Decimal:
             raise QuantityError(f"invalid quantity {value!r}: not a finite number")
         return parse_quantity(repr(value))
     if isinstance(value, Decimal):
+        # The exponent first: abs() of a value such as 1E+1500000 overflows the default
+        # decimal context.
         if not value.is_finite() or (value and value.adjusted() > _MAX_ADJUSTED):
             raise QuantityRangeError(_out_of_range(value))
         if abs(value) > MAX_QUANTITY:

@@ -40,7 +40,6 @@ from kubeletplugin.kubelet.preparer import (
     PrepareOutcome,
     UnprepareOutcome,
     claim_ref_problem,
-    is_claim_uid,
 )
 from kubeletplugin.prepare import cdi as cdimod
 from kubeletplugin.prepare.cdi import CdiSpecWriter, SpecDevice
@@ -167,8 +166,7 @@ class DeviceState:
         recorded = dict(loaded.claims)
         if loaded.status == LOAD_REBOOTED:
             for uid in loaded.stale_claim_uids:
-                if is_claim_uid(uid):
-                    self._cdi.remove(uid)
+                self._cdi.remove(uid)  # touches nothing for a key that is no claim UID
         elif loaded.status == LOAD_CORRUPT:
             recorded = self._rebuild_from_specs()
             log.warning(
@@ -274,6 +272,8 @@ class DeviceState:
         return replace(rec, devices=tuple(devices))
 
     def _rebuild_from_specs(self) -> dict[str, ClaimRecord]:
+        """The claims recorded in the spec files, as read (``start`` checks them and derives
+        their CDI names and IDs again, as for checkpoint records)."""
         specs, problems = self._cdi.read_claim_specs(self.node_name)
         for path, problem in problems:
             log.warning("cannot recover claim from %s (%s); removing it", path, problem)
@@ -284,15 +284,7 @@ class DeviceState:
                 namespace=spec.namespace,
                 name=spec.name,
                 state=STATE_COMPLETED,
-                devices=tuple(
-                    replace(
-                        d,
-                        cdi_device_ids=self._cdi.cdi_ids(
-                            d.cdi_name, self._gpus_by_uuid.get(d.gpu_uuid)
-                        ),
-                    )
-                    for d in spec.devices
-                ),
+                devices=tuple(spec.devices),
             )
             for spec in specs
         }

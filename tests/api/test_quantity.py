@@ -16,7 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.quantity import MAX_QUANTITY, MAX_QUANTITY_TEXT, QuantityError, parse_quantity
+from api.quantity import (
+    MAX_QUANTITY,
+    MAX_QUANTITY_TEXT,
+    QuantityError,
+    QuantityRangeError,
+    parse_quantity,
+)
 
 #: (input, mantissa, exponent): ParseQuantity(input) == mantissa * 10**exponent.
 UPSTREAM_PARSE: list[tuple[str, int, int]] = [
@@ -264,3 +270,11 @@ def test_any_text_is_a_bounded_quantity_or_a_quantity_error(text: str) -> None:
     assert value.is_finite() and abs(value) <= MAX_QUANTITY
     assert value == 0 or abs(value) >= Decimal("1e-9")
     assert value == value.quantize(Decimal("1e-9"))  # a whole number of nanos
+
+
+@pytest.mark.parametrize(
+    "value", [Decimal("1e1500000"), Decimal("-1e30"), Decimal("NaN"), Decimal("Infinity")]
+)
+def test_decimals_out_of_range_are_range_errors(value: Decimal) -> None:
+    with pytest.raises(QuantityRangeError, match="out of range"):
+        parse_quantity(value)
