@@ -10,6 +10,7 @@ from hypothesis import settings
 
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
+from tests.deploy.helpers import helm_binary
 
 # Property tests draw the same examples on every run (seeded from each test), so a run on a
 # busy CI machine is repeatable; explicit @example cases pin the regressions found so far.
@@ -42,3 +43,12 @@ def kube(apiserver: KubeAPIServer) -> Iterator[KubeRest]:
         yield KubeRest(client)
     finally:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The helm binary (``make test`` installs it); the test fails, naming how to get it."""
+    path = helm_binary()
+    if path is None:
+        pytest.fail("helm not found: run `bash tests/install-helm.sh` (make test does)")
+    return path

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from api.names import DEFAULT_DRIVER_NAME as DRIVER
 from sharegpu.admission import checks, shape
 from sharegpu.admission.checks import ERROR, WARNING, Finding, check_object
 from sharegpu.cel import cache_info, clear_cache
+from tests.jsondata import json_paths
 
 D = f"device.attributes['{DRIVER}']"
 PARAMETERS = {
@@ -490,18 +491,8 @@ JSON = st.recursive(
 )
 
 
-def paths(node: Any, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
-    yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from paths(value, (*prefix, i))
-
-
 VALID = [claim(), template(), device_class()]
-PLACES = [(obj, path) for obj in VALID for path in paths(obj) if path]
+PLACES = [(obj, path) for obj in VALID for path in json_paths(obj) if path]
 
 
 @settings(max_examples=300)

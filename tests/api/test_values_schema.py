@@ -20,7 +20,7 @@ from api.crd import (
 )
 from api.gpuconfig import SECTION_STRATEGY, parse_gpu_config
 from tests.api.test_gpuconfig import BAD, GOOD
-from tests.deploy.helpers import CHART_DIR, helm_binary, load_documents, run_helm
+from tests.deploy.helpers import CHART_DIR, load_documents, run_helm
 
 #: GpuConfig fields the chart writes itself (the template adds them around the value).
 TEMPLATE_FIELDS = ("apiVersion", "kind")
@@ -107,14 +107,6 @@ def test_unchecked_cases_stay_few() -> None:
 
 
 # --- rendering with helm ---
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    path = helm_binary()
-    if path is None:
-        pytest.fail("helm not found: run `bash tests/install-helm.sh` (make test does)")
-    return path
 
 
 def template(helm: str, config: dict[str, Any]) -> subprocess.CompletedProcess[str]:

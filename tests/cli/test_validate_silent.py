@@ -20,6 +20,7 @@ import yaml
 from sharegpu.cli import main
 from sharegpu.cli.common import chart_device_class_names
 from sharegpu.cli.crosschecks import ComparisonBudget, edit_distance, near_miss
+from tests.allocator import helpers as allocator_helpers
 from tests.paths import REPO_ROOT
 
 Obj = dict[str, Any]
@@ -62,15 +63,8 @@ def opaque(driver: str, requests: list[str] | None = None) -> Obj:
 
 
 def device_class(name: str, driver: str = DRIVER, config: list[Obj] | None = None) -> Obj:
-    spec: Obj = {"selectors": [{"cel": {"expression": f"device.driver == {driver!r}"}}]}
-    if config is not None:
-        spec["config"] = config
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    """A DeviceClass selecting every device of ``driver``."""
+    return allocator_helpers.device_class(name, [f"device.driver == {driver!r}"], config)
 
 
 def pod(name: str, **claim_source: str) -> Obj:
@@ -129,7 +123,7 @@ def test_a_directory_without_objects_is_an_error(
         "has no *.yaml, *.yml or *.json file\n"
     )
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "empty.yaml").write_text("# TODO\n")
+    (tmp_path / "sub" / "empty.yaml").write_text("# only a comment\n")
     assert main(["validate", "-f", str(tmp_path)]) == 1
     assert capsys.readouterr().err == (
         f"sharegpu validate: error: no Kubernetes objects found in {tmp_path}: its files are "

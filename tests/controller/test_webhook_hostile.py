@@ -38,6 +38,7 @@ from tests.controller.test_webhook import (
     gpu_config,
     template,
 )
+from tests.jsondata import json_paths
 
 __all__ = ["endpoint"]  # the fixture, used here by name
 
@@ -419,16 +420,6 @@ def shared_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoi
         telemetry.shutdown()
 
 
-def paths(node: Any, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
-    yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from paths(value, (*prefix, i))
-
-
 VALID = [
     review(
         claim(
@@ -451,7 +442,7 @@ VALID = [
     review(template({"devices": {"requests": [exactly({"memory": "300Mi"})]}})),
     review(device_class([f"device.driver == '{DRIVER}'"], gpu_config({"sharing": {}}))),
 ]
-PLACES = [(body, path) for body in VALID for path in paths(body)]
+PLACES = [(body, path) for body in VALID for path in json_paths(body)]
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
     lambda inner: (

@@ -36,7 +36,6 @@ from tests.deploy.helpers import (
     OWN_GROUPS,
     REPO_ROOT,
     api_group,
-    helm_binary,
     load_documents,
     run_helm,
     validation_errors,
@@ -74,14 +73,6 @@ VARIANTS: dict[str, list[str]] = {
     "health-off": ["kubeletPlugin.health.enabled=false"],
     "no-webhook": ["controller.webhook.enabled=false", "metricsService.enabled=false"],
 }
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    path = helm_binary()
-    if path is None:
-        pytest.fail("helm not found: run `bash tests/install-helm.sh` (make test does)")
-    return path
 
 
 def render(helm: str, set_args: list[str]) -> list[dict[str, Any]]:

@@ -17,7 +17,6 @@ from tests.deploy.helpers import (
     CHART_DIR,
     KUBERNETES_VERSIONS,
     OWN_GROUPS,
-    helm_binary,
     load_documents,
     run_helm,
     validation_errors,
@@ -28,14 +27,6 @@ pytestmark = pytest.mark.helm
 NAMESPACE = "sharegpu-system"
 MONITORING_GROUP = "monitoring.coreos.com"
 MONITOR_KINDS = ("ServiceMonitor", "PodMonitor")
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    path = helm_binary()
-    if path is None:
-        pytest.fail("helm not found: run `bash tests/install-helm.sh` (make test does)")
-    return path
 
 
 def template(helm: str, *set_args: str) -> Any:

@@ -22,7 +22,7 @@ from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.prepare.cdi import CdiSpecWriter, NvidiaCdiDetector
-from kubeletplugin.prepare.checkpoint import Checkpoint
+from kubeletplugin.prepare.checkpoint import Checkpoint, checksum_of
 from kubeletplugin.prepare.claims import REASON_NOT_FOUND, ClaimError
 from kubeletplugin.prepare.state import DeviceState
 from kubeletplugin.sharing.enforcement import ShareEnforcer
@@ -191,6 +191,13 @@ class Node:
     def checkpoint(self) -> dict[str, Any]:
         doc: dict[str, Any] = json.loads((self.data_dir / "checkpoint.json").read_text())
         return doc
+
+    def write_checkpoint(self, doc: dict[str, Any], *, fix_checksum: bool = True) -> None:
+        """Replace the checkpoint file with ``doc``, by default with a matching checksum (the
+        checksum detects torn writes, not someone who edits the file)."""
+        if fix_checksum:
+            doc["checksum"] = checksum_of(doc)
+        (self.data_dir / "checkpoint.json").write_text(json.dumps(doc))
 
 
 def spec_env(doc: Mapping[str, Any], device_index: int = 0) -> dict[str, str]:

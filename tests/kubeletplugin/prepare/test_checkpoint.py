@@ -42,12 +42,6 @@ def _prepared(node: Node, n: int = 2, **kw: Any) -> tuple[FakeClaims, list[dict[
     return claims, objs
 
 
-def _rewrite(node: Node, doc: dict[str, Any], *, fix_checksum: bool = True) -> None:
-    if fix_checksum:
-        doc["checksum"] = checksum_of(doc)
-    (node.data_dir / "checkpoint.json").write_text(json.dumps(doc))
-
-
 def test_document_shape_and_checksum(node: Node) -> None:
     _, objs = _prepared(node)
     doc = node.checkpoint()
@@ -105,7 +99,7 @@ def test_tampered_checksum_counts_as_corrupt(node: Node) -> None:
     claims, _ = _prepared(node)
     doc = node.checkpoint()
     doc["claims"] = {}
-    _rewrite(node, doc, fix_checksum=False)
+    node.write_checkpoint(doc, fix_checksum=False)
     state = node.state(claims)
     assert len(list(node.data_dir.glob("checkpoint.json.corrupt-*"))) == 1
     assert len(state.prepared_claims()) == 2
@@ -138,7 +132,7 @@ def test_newer_version_fields_are_kept(node: Node) -> None:
     doc["futureTop"] = {"x": [1, 2]}
     doc["claims"][uid]["futureClaim"] = "keep me"
     doc["claims"][uid]["devices"][0]["futureDevice"] = 7
-    _rewrite(node, doc)
+    node.write_checkpoint(doc)
     state = node.state(claims)
     assert not list(node.data_dir.glob("checkpoint.json.corrupt-*"))
     assert len(state.prepared_claims()) == 2
@@ -156,7 +150,7 @@ def test_undecodable_entry_from_a_newer_version_is_rolled_back_not_fatal(node: N
     doc = node.checkpoint()
     uid = objs[0]["metadata"]["uid"]
     doc["claims"][uid]["state"] = "PrepareVerifying"
-    _rewrite(node, doc)
+    node.write_checkpoint(doc)
     state = node.state(claims)
     assert set(state.prepared_claims()) == {objs[1]["metadata"]["uid"]}
     assert len(node.spec_files()) == 1
@@ -186,7 +180,7 @@ def test_prepare_started_is_rolled_back_and_redone(node: Node) -> None:
     doc = node.checkpoint()
     uid = objs[0]["metadata"]["uid"]
     doc["claims"][uid]["state"] = STATE_STARTED
-    _rewrite(node, doc)
+    node.write_checkpoint(doc)
     enforcer = RecordingEnforcer()
     state = node.state(claims, enforcer=enforcer)
     assert ("release", uid) in enforcer.calls
@@ -272,7 +266,7 @@ def test_a_checkpoint_key_that_is_no_claim_uid_touches_nothing_outside_the_cdi_d
     doc = node.checkpoint()
     uid = objs[0]["metadata"]["uid"]
     doc["claims"]["x/../../victim"] = doc["claims"][uid]
-    _rewrite(node, doc)
+    node.write_checkpoint(doc)
     if reboot:
         node.boot_id_file.write_text("another-boot\n")
     state = node.state(claims)

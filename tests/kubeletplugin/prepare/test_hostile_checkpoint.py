@@ -4,7 +4,6 @@ plugin's directories is touched. Each case here was a finding of an adversarial 
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubeletplugin.devices.table import node_devices
-from kubeletplugin.prepare.checkpoint import checksum_of
+from tests.jsondata import json_paths
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config
 
@@ -39,12 +38,10 @@ def _prepare(node: h.Node, n: int, **kw: Any) -> tuple[h.FakeClaims, list[dict[s
 
 
 def _tamper(node: h.Node, change: Callable[[dict[str, Any]], None]) -> None:
-    """Rewrite the checkpoint with ``change`` applied and a matching checksum (the checksum
-    detects torn writes, not an attacker)."""
+    """Rewrite the checkpoint with ``change`` applied and a matching checksum."""
     doc = node.checkpoint()
     change(doc)
-    doc["checksum"] = checksum_of(doc)
-    (node.data_dir / "checkpoint.json").write_text(json.dumps(doc))
+    node.write_checkpoint(doc)
 
 
 def _victim(root: Path) -> Path:
@@ -226,18 +223,6 @@ JSON = st.recursive(
 )
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every key path inside a JSON document."""
-    found = [prefix]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            found += _paths(v, (*prefix, i))
-    return found
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_field_of_a_checkpoint_replaced_by_any_json_never_breaks_a_start(
@@ -250,7 +235,7 @@ def test_any_field_of_a_checkpoint_replaced_by_any_json_never_breaks_a_start(
         claims, _ = _prepare(node, 2, enforcer=tools.enforcer(node.data_dir), configs=[MPS])
         victim = _victim(root)
         doc = node.checkpoint()
-        path = data.draw(st.sampled_from([p for p in _paths(doc) if p and p[0] != "checksum"]))
+        path = data.draw(st.sampled_from([p for p in json_paths(doc) if p and p[0] != "checksum"]))
         value = data.draw(
             st.one_of(
                 JSON,

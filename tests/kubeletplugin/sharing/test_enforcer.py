@@ -518,18 +518,18 @@ def test_a_restart_removes_lock_directories_of_claims_no_longer_prepared(tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("config", "share", "message"),
+    ("config", "memory", "message"),
     [
         (
             gpu_config({"strategy": "MPS", "mps": {"pinnedMemoryLimit": "1e1500000"}}),
-            {"cores": 30, "memory": GI},
+            "1Gi",
             "sharing.mps.pinnedMemoryLimit",
         ),
-        (None, {"cores": 30, "memory": "1e1500000"}, "memory"),
+        (None, "1e1500000", "consumedCapacity.memory"),
     ],
 )
 def test_an_absurd_quantity_fails_only_its_claim_and_at_once(
-    tmp_path: Path, config: Any, share: dict[str, Any], message: str
+    tmp_path: Path, config: Any, memory: str, message: str
 ) -> None:
     """A quantity like 1e1500000 (in a GpuConfig or a consumed capacity) froze the plugin for
     minutes; it is refused from its exponent, as an error of its claim, and the other claim of
@@ -537,13 +537,13 @@ def test_an_absurd_quantity_fails_only_its_claim_and_at_once(
     import time
 
     _, claims, _, state = setup(tmp_path)
-    hostile = h.claim("hostile", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": GI})])
+    hostile = h.claim(
+        "hostile",
+        [h.result("gpu", "gpu-0", share={"cores": 30, "memory": GI})],
+        configs=[config] if config is not None else (),
+    )
     result = hostile["status"]["allocation"]["devices"]["results"][0]
-    result["consumedCapacity"] = {k: str(v) if isinstance(v, str) else v for k, v in share.items()}
-    if isinstance(share["memory"], int):
-        result["consumedCapacity"]["memory"] = "1Gi"
-    if config is not None:
-        hostile["status"]["allocation"]["devices"]["config"] = [config]
+    result["consumedCapacity"]["memory"] = memory
     honest = h.claim("honest", [h.result("gpu", "gpu-1", share={"cores": 30, "memory": GI})])
     claims.add(hostile, honest)
     started = time.process_time()
