@@ -85,90 +85,14 @@ _MEMBER_REF = re.compile(
 _IN_REF = re.compile(rf"{_STRING}\s+in\s+device\s*\.\s*(attributes|capacity)\s*\[\s*{_STRING}\s*\]")
 
 
-#: Functions (and namespaces) of Kubernetes' CEL environment that :mod:`sharegpu.cel` does not
-#: implement: the URL, IP and CIDR libraries, sets, format, strings.quote, the standard
-#: ``type``/``timestamp``/``duration`` functions, optional values and the two-variable
-#: comprehensions. Kubernetes accepts selectors that use them, so they are reported as not
-#: checked (a warning) and never refused.
-UNIMPLEMENTED_CEL_NAMES: Final = frozenset(
-    {
-        # URL library
-        "url",
-        "isURL",
-        "getScheme",
-        "getHost",
-        "getHostname",
-        "getPort",
-        "getEscapedPath",
-        "getQuery",
-        # IP and CIDR libraries
-        "ip",
-        "isIP",
-        "isCanonical",
-        "family",
-        "isUnspecified",
-        "isLoopback",
-        "isLinkLocalMulticast",
-        "isLinkLocalUnicast",
-        "isGlobalUnicast",
-        "cidr",
-        "isCIDR",
-        "containsIP",
-        "containsCIDR",
-        "masked",
-        "prefixLength",
-        # sets, format, strings.quote
-        "sets",
-        "format",
-        "quote",
-        # standard functions: types, timestamps, durations
-        "type",
-        "timestamp",
-        "duration",
-        "getFullYear",
-        "getMonth",
-        "getDate",
-        "getDayOfMonth",
-        "getDayOfWeek",
-        "getDayOfYear",
-        "getHours",
-        "getMinutes",
-        "getSeconds",
-        "getMilliseconds",
-        # optional values
-        "optional",
-        "hasValue",
-        "orValue",
-        "value",
-        # comprehensions
-        "existsOne",
-        "transformList",
-        "transformMap",
-        "transformMapEntry",
-    }
-)
-_UNDECLARED = re.compile(r"undeclared reference to '([A-Za-z_][A-Za-z0-9_]*)'")
-_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-#: ``x.?field`` and ``m[?key]``: optional-field syntax, which the parser here does not know.
-_OPTIONAL_SYNTAX = re.compile(r"\.\s*\?|\[\s*\?")
+def not_checked_reason(exc: CelCompileError) -> str | None:
+    """Why a compile error may not be one in Kubernetes (None: a real compile error).
 
-
-def unimplemented_cel(exc: CelCompileError) -> str | None:
-    """Why a compile error may not be one in Kubernetes (None: a real compile error)."""
+    Every function of Kubernetes' CEL environment is implemented by :mod:`sharegpu.cel`, so
+    the only such case left is a selector nested deeper than the compiler follows.
+    """
     if exc.message == NESTED_TOO_DEEPLY:
         return "the selector is nested deeper than this check follows"
-    undeclared = _UNDECLARED.search(exc.message)
-    if undeclared is not None and undeclared.group(1) in UNIMPLEMENTED_CEL_NAMES:
-        return (
-            f"the selector uses the function {undeclared.group(1)!r} of Kubernetes' CEL, "
-            "which this check does not implement"
-        )
-    code = _STRING_LITERAL.sub("''", exc.expression)
-    if exc.message.startswith("syntax error") and _OPTIONAL_SYNTAX.search(code):
-        return (
-            "the selector uses optional-field syntax (.? or [?]) of Kubernetes' CEL, which "
-            "this check does not implement"
-        )
     return None
 
 
@@ -307,13 +231,16 @@ def quantity_comparison_hint(expression: str, message: str) -> str | None:
 
 def compile_findings(expression: str, path: str) -> list[Finding]:
     """The compile error of a CEL selector, if any: an error, or a not-checked warning where
-    Kubernetes' CEL accepts what the compiler here does not (:func:`unimplemented_cel`). An
-    error gets the rewrite of :func:`quantity_comparison_hint` where one applies."""
+    Kubernetes' CEL accepts what the compiler here does not (:func:`not_checked_reason`). An
+    error gets the rewrite of :func:`quantity_comparison_hint` where one applies. A selector
+    whose estimated cost is above Kubernetes' limit is an error, as the API server refuses it.
+    The selector compiles in the StoredExpressions environment (every feature gate on), so no
+    gate of the cluster makes the check refuse what the API server accepts."""
     try:
-        compile_selector(expression)
+        compile_selector(expression).check_cost()
     except CelCompileError as exc:
         where = f"{exc.line}:{exc.column}: " if exc.line is not None else ""
-        unchecked = unimplemented_cel(exc)
+        unchecked = not_checked_reason(exc)
         if unchecked is not None:
             return [Finding(WARNING, path, f"not checked: {unchecked} ({where}{exc.message})")]
         hint = quantity_comparison_hint(expression, exc.message)
@@ -397,6 +324,17 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
         if name is None:
             continue
         where = f"{path}[{key}]"
+        if name != key and name in KNOWN_CAPACITIES:
+            # kube-scheduler looks capacity names up exactly as the device publishes them.
+            findings.append(
+                Finding(
+                    WARNING,
+                    where,
+                    f"{driver} devices publish the capacity {name!r}, not {key!r}: kube-scheduler "
+                    f"matches capacity names exactly, so no device of {driver} can be allocated "
+                    f"for this request; write {name!r}",
+                )
+            )
         if name not in KNOWN_CAPACITIES:
             unknown += 1
             if unknown > MAX_UNKNOWN_CAPACITIES:

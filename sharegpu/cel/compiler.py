@@ -5,7 +5,10 @@ turns the parse tree into nested closures once, so that evaluating a selector ag
 device is a handful of Python calls instead of a tree walk per evaluation. Alongside, it
 infers a coarse static type per node and rejects what Kubernetes' type checker rejects
 cheaply: undeclared variables, unknown fields of ``device``, unknown functions, wrong
-argument counts, operands of clearly mismatched types and a non-bool result.
+argument counts (reported as cel-go does: ``found no matching overload for ...``), invalid
+constant arguments (``library.constant_call_error``), operands of clearly mismatched types and a
+non-bool result. An identifier (or dotted name) that no variable declares and that names a type
+(``int``, ``google.protobuf.Timestamp``, ``optional_type``) is that type value.
 
 Runtime errors are raised as :class:`CelEvalError`; ``||``, ``&&`` and the ``all``/``exists``
 macros absorb them where the CEL specification says so (``true || error`` is ``true``).
@@ -14,16 +17,23 @@ macros absorb them where the CEL specification says so (``true || error`` is ``t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, cast
 
 import lark
-from celpy.celparser import CELParseError, CELParser
-from celpy.evaluation import celbytes, celstr
 
+from . import cost as C
+from . import optional as opt
+from .celtypes import TYPE_IDENTIFIERS, CelType
 from .errors import CelCompileError, CelEvalError
-from .library import GLOBAL_FUNCTIONS, METHODS
+from .library import GLOBAL_FUNCTIONS, METHODS, constant_call_error
+from .parser import bytes_literal, field_name, string_literal
+from .strformat import check_format
 from .values import (
+    INT64_MAX,
+    INT64_MIN,
+    UINT64_MAX,
     UInt,
     cel_add,
     cel_compare,
@@ -62,9 +72,48 @@ DEVICE_FIELDS = {
 
 _ORDERED = frozenset({"int", "uint", "double", "string", "bytes", "bool"})
 _NUMERIC = frozenset({"int", "uint", "double"})
-_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_MACROS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter"})
+#: Two-variable comprehensions (cel-go's ext.TwoVarComprehensions, Kubernetes 1.32+).
+_TWO_VAR = frozenset({"transformList", "transformMap", "transformMapEntry"})
+#: Kubernetes' names for CEL value types in iteration errors (``got 'types.Int', ...``).
+_GO_TYPES = {
+    "int": "types.Int",
+    "uint": "types.Uint",
+    "double": "types.Double",
+    "bool": "types.Bool",
+    "string": "types.String",
+    "bytes": "types.Bytes",
+    "null_type": "types.Null",
+    "Quantity": "cel.Quantity",
+    "Semver": "cel.Semver",
+}
+
+TIMESTAMP = "google.protobuf.Timestamp"
+DURATION = "google.protobuf.Duration"
+NET_IP = "net.IP"
+NET_CIDR = "net.CIDR"
+URL = "kubernetes.URL"
+_TIME_TYPES = frozenset({TIMESTAMP, DURATION})
+#: Kubernetes' bound on a named format's regex length (apiserver pkg/cel/limits.go).
+MAX_NAME_FORMAT_REGEX_SIZE = 128
+#: Static types no arithmetic operator accepts.
+_NO_ARITHMETIC = frozenset({"Quantity", "Semver", "bool", "map", "null", NET_IP, NET_CIDR, URL})
 
 _GLOBAL_RESULT = {
+    "timestamp": TIMESTAMP,
+    "duration": DURATION,
+    "ip": NET_IP,
+    "cidr": NET_CIDR,
+    "url": URL,
+    "isIP": "bool",
+    "isCIDR": "bool",
+    "isURL": "bool",
+    "ip.isCanonical": "bool",
+    "sets.contains": "bool",
+    "sets.equivalent": "bool",
+    "sets.intersects": "bool",
+    "lists.range": "list",
+    "strings.quote": "string",
     "size": "int",
     "int": "int",
     "uint": "uint",
@@ -78,7 +127,54 @@ _GLOBAL_RESULT = {
     "semver": "Semver",
     "isSemver": "bool",
 }
+#: Argument types of global functions with one overload per position (a known static type
+#: outside the set is cel-go's "found no matching overload" at compile time).
+_GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
+    **dict.fromkeys(
+        ("ip", "isIP", "cidr", "isCIDR", "url", "isURL", "ip.isCanonical", "quantity"),
+        (frozenset({"string"}),),
+    ),
+    "isQuantity": (frozenset({"string"}),),
+    "format.named": (frozenset({"string"}),),
+    "strings.quote": (frozenset({"string"}),),
+    "semver": (frozenset({"string"}), frozenset({"bool"})),
+    "isSemver": (frozenset({"string"}), frozenset({"bool"})),
+    "timestamp": (frozenset({"string", "int", TIMESTAMP}),),
+    "duration": (frozenset({"string", DURATION}),),
+}
 _METHOD_RESULT = {
+    **dict.fromkeys(
+        (
+            "getFullYear",
+            "getMonth",
+            "getDate",
+            "getDayOfMonth",
+            "getDayOfWeek",
+            "getDayOfYear",
+            "getHours",
+            "getMinutes",
+            "getSeconds",
+            "getMilliseconds",
+            "family",
+            "prefixLength",
+        ),
+        "int",
+    ),
+    **dict.fromkeys(
+        (
+            "isUnspecified",
+            "isLoopback",
+            "isLinkLocalMulticast",
+            "isLinkLocalUnicast",
+            "isGlobalUnicast",
+            "containsIP",
+            "containsCIDR",
+        ),
+        "bool",
+    ),
+    **dict.fromkeys(("getScheme", "getHost", "getHostname", "getPort", "getEscapedPath"), "string"),
+    "getQuery": "map",
+    "masked": NET_CIDR,
     "size": "int",
     "contains": "bool",
     "startsWith": "bool",
@@ -111,7 +207,30 @@ _METHOD_RESULT = {
     "isLessThan": "bool",
 }
 #: Receiver types a method accepts (absent: any). A known mismatch is a compile error.
-_METHOD_RECEIVERS = {
+_METHOD_RECEIVERS: dict[str, AbstractSet[str]] = {
+    **dict.fromkeys(
+        ("getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear"),
+        frozenset({TIMESTAMP}),
+    ),
+    **dict.fromkeys(("getHours", "getMinutes", "getSeconds", "getMilliseconds"), _TIME_TYPES),
+    **dict.fromkeys(
+        (
+            "family",
+            "isUnspecified",
+            "isLoopback",
+            "isLinkLocalMulticast",
+            "isLinkLocalUnicast",
+            "isGlobalUnicast",
+        ),
+        frozenset({NET_IP}),
+    ),
+    **dict.fromkeys(
+        ("containsIP", "containsCIDR", "masked", "prefixLength"), frozenset({NET_CIDR})
+    ),
+    **dict.fromkeys(
+        ("getScheme", "getHost", "getHostname", "getPort", "getEscapedPath", "getQuery"),
+        frozenset({URL}),
+    ),
     "isInteger": {"Quantity"},
     "asInteger": {"Quantity"},
     "asApproximateFloat": {"Quantity"},
@@ -124,29 +243,32 @@ _METHOD_RECEIVERS = {
     "compareTo": {"Quantity", "Semver"},
     "isGreaterThan": {"Quantity", "Semver"},
     "isLessThan": {"Quantity", "Semver"},
-    "startsWith": {"string"},
-    "endsWith": {"string"},
-    "contains": {"string"},
-    "lowerAscii": {"string"},
-    "upperAscii": {"string"},
+    **dict.fromkeys(
+        (
+            "startsWith",
+            "endsWith",
+            "contains",
+            "lowerAscii",
+            "upperAscii",
+            "charAt",
+            "replace",
+            "split",
+            "substring",
+            "trim",
+            "format",
+            "matches",
+            "find",
+            "findAll",
+        ),
+        frozenset({"string"}),
+    ),
+    **dict.fromkeys(("indexOf", "lastIndexOf"), frozenset({"string", "list"})),
+    **dict.fromkeys(
+        ("join", "isSorted", "sum", "min", "max", "slice", "flatten", "distinct", "reverse"),
+        frozenset({"list"}),
+    ),
+    "sort": {"list"},
 }
-
-_PARSER: CELParser | None = None
-
-
-def parse(expression: str) -> lark.Tree[Any]:
-    """Parse with cel-python's grammar; :class:`CelCompileError` with the position on failure."""
-    global _PARSER
-    if _PARSER is None:
-        _PARSER = CELParser()
-    try:
-        return _PARSER.parse(expression)
-    except CELParseError as exc:
-        first = str(exc.args[0]).strip().splitlines()
-        message = "syntax error" + (f" near {first[0].strip()!r}" if first else "")
-        raise CelCompileError(expression, message, exc.line, exc.column) from None
-    except lark.exceptions.LarkError as exc:
-        raise CelCompileError(expression, f"syntax error: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -168,27 +290,89 @@ class Reference:
 
 class Node:
     """A compiled sub-expression: its evaluator, its static type, and, when known at compile
-    time, its constant value or the (kind, domain) of an attribute/capacity domain map."""
+    time, its constant value or the (kind, domain) of an attribute/capacity domain map.
 
-    __slots__ = ("const", "domain", "fn", "type")
+    ``cost`` is the estimated (min, max) cost of evaluating it (:mod:`sharegpu.cel.cost`),
+    ``size`` the size estimate of its value (None: unknown), ``path`` where in ``device`` the
+    value comes from, ``items`` the size estimate of the elements of a list or map literal,
+    ``elements`` the full CEL types of a list literal's elements and ``full`` the full CEL
+    type of a list or map literal (``list(int)``, ``map(string, dyn)``; None for anything
+    else, see :func:`_full_type`).
+    """
+
+    __slots__ = (
+        "const",
+        "cost",
+        "domain",
+        "elements",
+        "fn",
+        "full",
+        "items",
+        "path",
+        "size",
+        "type",
+    )
 
     def __init__(
-        self, fn: Eval, type_: str, const: Any = None, domain: tuple[str, str] | None = None
+        self,
+        fn: Eval,
+        type_: str,
+        const: Any = None,
+        domain: tuple[str, str] | None = None,
+        *,
+        cost: C.Est = C.ONE,
+        size: C.Est | None = None,
+        path: tuple[str, ...] | None = None,
+        items: C.Est | None = None,
+        elements: tuple[str, ...] | None = None,
+        full: str | None = None,
     ) -> None:
         self.fn = fn
+        self.elements = elements
+        self.full = full
         self.type = type_
         self.const = const
         self.domain = domain
+        self.cost = cost
+        self.path = path
+        self.items = items
+        if size is None:
+            size = C.path_size(path)
+        if size is None and type_ in ("int", "uint", "double", "bool"):
+            size = C.ONE
+        self.size = size
+
+
+@dataclass(frozen=True)
+class Features:
+    """What the environment offers beyond the Kubernetes 1.34 base: ``includes`` (the
+    DRAListTypeAttributes gate, or a stored expression) and ``device.allowMultipleAllocations``
+    (DRAConsumableCapacity, or a stored expression). ``budget``: charge a runtime cost."""
+
+    includes: bool = True
+    allow_multiple_allocations: bool = True
+    budget: bool = False
+
+
+@dataclass
+class _Local:
+    type: str
+    path: tuple[str, ...] | None
+    size: C.Est | None
 
 
 def compile_tree(
-    expression: str, tree: lark.Tree[Any], variables: Mapping[str, str]
+    expression: str,
+    tree: lark.Tree[Any],
+    variables: Mapping[str, str],
+    features: Features = Features(),
 ) -> tuple[Node, list[Reference]]:
     """Compile a parse tree; ``variables`` maps the declared variable names to static types.
 
-    Returns the root node and the attributes and capacities the expression names.
+    Returns the root node (with its cost estimate) and the attributes and capacities the
+    expression names.
     """
-    compiler = _Compiler(expression, dict(variables))
+    compiler = _Compiler(expression, dict(variables), features)
     root = compiler.node(tree)
     return root, compiler.references
 
@@ -199,11 +383,28 @@ def _logical_type_check(c: _Compiler, op: str, tree: lark.Tree[Any], *nodes: Nod
             c.fail(tree, f"found no matching overload for '{op}' applied to '{n.type}'")
 
 
+def _size(n: Node) -> C.Est:
+    return n.size if n.size is not None else C.UNKNOWN
+
+
+def _charged(fn: Eval, amount: int) -> Eval:
+    def charged(env: Env) -> Any:
+        env["@budget"].charge(amount)
+        return fn(env)
+
+    return charged
+
+
 class _Compiler:
-    def __init__(self, expression: str, scope: dict[str, str]) -> None:
+    def __init__(self, expression: str, scope: dict[str, str], features: Features) -> None:
         self.expression = expression
         self.scope = scope
+        self.features = features
+        self.locals: dict[str, list[_Local]] = {}
         self.references: list[Reference] = []
+        #: How many ``format`` calls enclose the node being compiled: their literals are
+        #: exempt from the homogeneous literal check, as in cel-go.
+        self.in_format = 0
 
     def refer(self, domain_node: Node, name: str, guard: bool, where: Any) -> None:
         """Record a constant-key reference into an attribute or capacity domain."""
@@ -232,8 +433,50 @@ class _Compiler:
         handler: Callable[[lark.Tree[Any]], Node] | None = getattr(self, "_" + str(tree.data), None)
         if handler is None:
             raise self.fail(tree, f"unsupported syntax: {tree.data}")
-        result = handler(tree)
-        return result
+        return handler(tree)
+
+    def made(self, fn: Eval, type_: str, own: int = 1, **kwargs: Any) -> Node:
+        """A new node whose evaluation charges ``own`` to the runtime budget (when one runs)."""
+        if self.features.budget and own:
+            fn = _charged(fn, own)
+        return Node(fn, type_, **kwargs)
+
+    def check_constant_call(self, token: lark.Token, name: str, args: list[Node]) -> None:
+        """The compile error Kubernetes reports for a call given its constant arguments
+        (receiver first), such as an invalid constant regex or ``duration('1d')``."""
+        message = constant_call_error(name, tuple(a.const for a in args))
+        if message is not None:
+            self.fail(token, message)
+
+    def check_homogeneous(self, typed: list[tuple[str, Any]]) -> None:
+        """cel-go's homogeneous aggregate literal check (Kubernetes' base environment): the
+        elements of a list literal, or the keys or values of a map literal, have one type.
+        Only two statically known types that differ are refused: where a type is ``dyn``
+        here the check cannot tell, and the literal is accepted (never a false error)."""
+        if self.in_format or not typed:
+            return
+        first = typed[0][0]
+        if DYN in first:
+            return
+        for type_, where in typed[1:]:
+            if DYN not in type_ and type_ != first:
+                self.fail(where, f"expected type '{first}' but found '{type_}'")
+
+    def type_identifier(self, tree: lark.Tree[Any]) -> CelType | None:
+        """The type value that ``tree`` names (``int``, ``google.protobuf.Timestamp``), or None:
+        a (dotted) identifier whose first name is not a variable and names a type."""
+        dotted = _dotted_name(tree)
+        if dotted is None or dotted.split(".", 1)[0] in self.scope:
+            return None
+        if dotted == opt.OPTIONAL_TYPE.name:
+            return opt.OPTIONAL_TYPE
+        if dotted == DYN:  # ``dyn`` is a type only in declarations, as in cel-go
+            return None
+        return TYPE_IDENTIFIERS.get(dotted)
+
+    def type_node(self, value: CelType) -> Node:
+        """A type identifier: a constant of static type ``type``."""
+        return self.made(lambda env: value, "type", const=value, cost=C.ONE)
 
     def exprlist(self, tree: lark.Tree[Any] | None) -> list[Node]:
         if tree is None:
@@ -258,21 +501,29 @@ class _Compiler:
             raise no_overload("_?_:_", c)
 
         same = then.type if then.type == other.type else DYN
-        return Node(ternary, same)
+        return self.made(
+            ternary,
+            same,
+            own=0,
+            cost=C.add(cond.cost, C.union(then.cost, other.cost)),
+            size=C.union(_size(then), _size(other)),
+        )
+
+    def _logic(self, tree: lark.Tree[Any], short: bool, op: str) -> Node:
+        left, right = self.node(tree.children[0]), self.node(tree.children[1])
+        _logical_type_check(self, op, tree, left, right)
+        cost = (left.cost[0], C.add(left.cost, right.cost)[1])
+        return self.made(_logical(left.fn, right.fn, short, op), "bool", own=0, cost=cost)
 
     def _conditionalor(self, tree: lark.Tree[Any]) -> Node:
         if len(tree.children) == 1:
             return self.node(tree.children[0])
-        left, right = self.node(tree.children[0]), self.node(tree.children[1])
-        _logical_type_check(self, "_||_", tree, left, right)
-        return Node(_logical(left.fn, right.fn, True, "_||_"), "bool")
+        return self._logic(tree, True, "_||_")
 
     def _conditionaland(self, tree: lark.Tree[Any]) -> Node:
         if len(tree.children) == 1:
             return self.node(tree.children[0])
-        left, right = self.node(tree.children[0]), self.node(tree.children[1])
-        _logical_type_check(self, "_&&_", tree, left, right)
-        return Node(_logical(left.fn, right.fn, False, "_&&_"), "bool")
+        return self._logic(tree, False, "_&&_")
 
     def _binary(self, tree: lark.Tree[Any]) -> tuple[str, Node, Node]:
         op_tree, right_tree = tree.children
@@ -297,30 +548,41 @@ class _Compiler:
             "relation_ne": "_!=_",
             "relation_in": "@in",
         }[op]
+        args = C.add(left.cost, right.cost)
         mismatch = f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'"
         if op in ("relation_eq", "relation_ne"):
             if known and lt != rt and not ({lt, rt} <= _NUMERIC) and "null" not in (lt, rt):
                 self.fail(tree, mismatch)
+            cost = C.add(_compare_cost(left, right), args)
             if op == "relation_eq":
-                return Node(lambda env: cel_eq(lf(env), rf(env)), "bool")
-            return Node(lambda env: not cel_eq(lf(env), rf(env)), "bool")
+                return self.made(lambda env: cel_eq(lf(env), rf(env)), "bool", cost=cost)
+            return self.made(lambda env: not cel_eq(lf(env), rf(env)), "bool", cost=cost)
         if op == "relation_in":
             if rt not in (DYN, "list", "map"):
                 self.fail(tree, mismatch)
             if isinstance(left.const, str):
                 self.refer(right, left.const, True, tree)
-            return Node(lambda env: cel_in(lf(env), rf(env)), "bool")
-        if known and (
-            lt not in _ORDERED or rt not in _ORDERED or (lt != rt and not ({lt, rt} <= _NUMERIC))
-        ):
+            own = C.ONE if rt == "map" else C.factor(_size(right), 1)
+            if rt == DYN:
+                own = C.union(C.ONE, own)
+            return self.made(lambda env: cel_in(lf(env), rf(env)), "bool", cost=C.add(own, args))
+        if known and lt != rt and not ({lt, rt} <= _NUMERIC):
             self.fail(tree, mismatch)
+        if known and lt not in _ORDERED and lt not in _TIME_TYPES:
+            self.fail(tree, mismatch)
+        own = C.ONE
+        if {lt, rt} & {"string", "bytes"} or (lt == DYN and rt == DYN):
+            strings = _compare_cost(left, right)
+            own = strings if {lt, rt} & {"string", "bytes"} else C.union(C.ONE, strings)
         test: Callable[[int], bool] = {
             "relation_lt": lambda c: c < 0,
             "relation_le": lambda c: c <= 0,
             "relation_gt": lambda c: c > 0,
             "relation_ge": lambda c: c >= 0,
         }[op]
-        return Node(lambda env: test(cel_compare(symbol, lf(env), rf(env))), "bool")
+        return self.made(
+            lambda env: test(cel_compare(symbol, lf(env), rf(env))), "bool", cost=C.add(own, args)
+        )
 
     def _arith(
         self, tree: lark.Tree[Any], table: dict[str, tuple[str, Callable[..., Any]]]
@@ -330,12 +592,39 @@ class _Compiler:
         op, left, right = self._binary(tree)
         symbol, impl = table[op]
         lt, rt = _plain(left.type), _plain(right.type)
-        if lt != DYN and rt != DYN and lt != rt:
-            self.fail(tree, f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'")
-        if lt in ("Quantity", "Semver", "bool", "map", "null"):
-            self.fail(tree, f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'")
+        mismatch = f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'"
+        result_type = lt if lt != DYN else rt
+        if {lt, rt} & _TIME_TYPES:
+            time_result = _time_arithmetic(symbol, lt, rt)
+            if time_result is None:
+                self.fail(tree, mismatch)
+            result_type = time_result or DYN
+        elif lt != DYN and rt != DYN and lt != rt:
+            self.fail(tree, mismatch)
+        if lt in _NO_ARITHMETIC or rt in _NO_ARITHMETIC:
+            self.fail(tree, mismatch)
         lf, rf = left.fn, right.fn
-        return Node(lambda env: impl(lf(env), rf(env)), lt if lt != DYN else rt)
+        args = C.add(left.cost, right.cost)
+        own, size = C.ONE, None
+        if symbol == "_+_":
+            kinds = {lt, rt} - {DYN}
+            joined = C.add(_size(left), _size(right))
+            if kinds <= {"list"}:
+                size = joined
+            if kinds & {"string", "bytes"}:
+                own, size = C.factor(joined, C.STRING_TRAVERSAL), joined
+            elif not kinds:
+                own = C.union(C.ONE, C.factor(joined, C.STRING_TRAVERSAL))
+        items = None
+        if left.items is not None and right.items is not None:
+            items = C.union(left.items, right.items)
+        return self.made(
+            lambda env: impl(lf(env), rf(env)),
+            result_type,
+            cost=C.add(own, args),
+            size=size,
+            items=items,
+        )
 
     def _addition(self, tree: lark.Tree[Any]) -> Node:
         return self._arith(
@@ -358,10 +647,14 @@ class _Compiler:
         op_tree, operand_tree = tree.children
         operand = self.node(operand_tree)
         f = operand.fn
+        cost = C.add(C.ONE, operand.cost)
         if op_tree.data == "unary_not":
             _logical_type_check(self, "!_", tree, operand)
-            return Node(lambda env: cel_not(f(env)), "bool")
-        return Node(lambda env: cel_neg(f(env)), operand.type)
+            return self.made(lambda env: cel_not(f(env)), "bool", cost=cost)
+        if operand.const is not None and isinstance(operand.const, int | float):
+            value = cel_neg(operand.const)
+            return Node(lambda env: value, operand.type, const=value, cost=C.ZERO)
+        return self.made(lambda env: cel_neg(f(env)), operand.type, cost=cost)
 
     # --- members -----------------------------------------------------------------------
 
@@ -374,22 +667,61 @@ class _Compiler:
     def _paren_expr(self, tree: lark.Tree[Any]) -> Node:
         return self.node(tree.children[0])
 
+    def _sub_path(self, member: Node, name: str) -> tuple[str, ...] | None:
+        return None if member.path is None else (*member.path, name)
+
     def _member_dot(self, tree: lark.Tree[Any]) -> Node:
         member_tree, field_token = tree.children
-        field = str(field_token)
+        field = field_name(cast(lark.Token, field_token))
+        type_value = self.type_identifier(tree)
+        if type_value is not None:
+            return self.type_node(type_value)
         member = self.node(member_tree)
         f = member.fn
+        path = self._sub_path(member, field)
         if member.type == DEVICE:
-            if field not in DEVICE_FIELDS:
-                self.fail(
-                    field_token,
-                    f"undefined field '{field}' (device has: {', '.join(DEVICE_FIELDS)})",
-                )
-            return Node(lambda env: f(env)[field], DEVICE_FIELDS[field])
+            fields = dict(DEVICE_FIELDS)
+            if not self.features.allow_multiple_allocations:
+                del fields["allowMultipleAllocations"]
+            if field not in fields:
+                self.fail(field_token, f"undefined field '{field}'")
+            return self.made(
+                lambda env: f(env)[field],
+                fields[field],
+                cost=C.add(member.cost, C.ONE),
+                path=path,
+            )
         if member.type in _ORDERED or member.type in ("list", "Quantity", "Semver", "null"):
             self.fail(field_token, f"type '{member.type}' does not support field selection")
         self.refer(member, field, False, field_token)
-        return Node(lambda env: cel_select(f(env), field), _element_type(member.type))
+        own = C.ONE if _plain(member.type) == "map" else C.ZERO
+        if member.type == "optional":
+            return self.made(
+                lambda env: opt.select(f(env), field),
+                "optional",
+                cost=C.add(member.cost, own),
+            )
+        return self.made(
+            lambda env: _select(f(env), field),
+            _element_type(member.type),
+            own=own[1],
+            cost=C.add(member.cost, own),
+            path=path,
+        )
+
+    def _member_dot_opt(self, tree: lark.Tree[Any]) -> Node:
+        member_tree, field_token = tree.children
+        field = field_name(cast(lark.Token, field_token))
+        member = self.node(member_tree)
+        if member.type == DEVICE or member.type in _ORDERED or member.type == "list":
+            self.fail(
+                field_token, f"type '{member.type}' does not support optional field selection"
+            )
+        self.refer(member, field, True, field_token)
+        f = member.fn
+        return self.made(
+            lambda env: opt.select(f(env), field), "optional", cost=C.add(member.cost, C.ONE)
+        )
 
     def _member_index(self, tree: lark.Tree[Any]) -> Node:
         member = self.node(tree.children[0])
@@ -404,75 +736,270 @@ class _Compiler:
                 domain = (kind, index.const)
             else:
                 self.refer(member, index.const, False, tree.children[1])
-        return Node(
-            lambda env: cel_index(mf(env), xf(env)), _element_type(member.type), domain=domain
+        cost = C.total(C.ONE, member.cost, index.cost)
+        if member.type == "optional":
+            return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
+        path = self._sub_path(member, "@items" if member.type == "list" else "@values")
+        node = self.made(
+            lambda env: cel_index(mf(env), xf(env)),
+            _element_type(member.type),
+            cost=cost,
+            path=path,
         )
+        node.domain = domain
+        return node
+
+    def _member_index_opt(self, tree: lark.Tree[Any]) -> Node:
+        member = self.node(tree.children[0])
+        index = self.node(tree.children[1])
+        if member.type == DEVICE:
+            self.fail(tree, "device fields are selected with '.', not indexed")
+        if isinstance(index.const, str):
+            self.refer(member, index.const, True, tree.children[1])
+        mf, xf = member.fn, index.fn
+        cost = C.total(C.ONE, member.cost, index.cost)
+        return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
 
     def _member_object(self, tree: lark.Tree[Any]) -> Node:
         self.fail(tree, "message construction is not supported in DRA selectors")
         raise AssertionError
 
     def _member_dot_arg(self, tree: lark.Tree[Any]) -> Node:
-        member_tree, name_token = tree.children[0], tree.children[1]
+        member_tree = tree.children[0]
+        name_token = cast(lark.Token, tree.children[1])
         args_tree = tree.children[2] if len(tree.children) > 2 else None
         name = str(name_token)
-        if name == "bind" and _ident_name(member_tree) == "cel" and "cel" not in self.scope:
+        namespace = _ident_name(member_tree)
+        if name == "bind" and namespace == "cel" and "cel" not in self.scope:
             return self._bind(tree, args_tree)
-        if name in _MACROS:
+        if namespace == "optional" and "optional" not in self.scope:
+            return self._optional_global(tree, name_token, f"optional.{name}", args_tree)
+        if namespace is not None and namespace not in self.scope:
+            dotted = f"{namespace}.{name}"
+            if dotted in GLOBAL_FUNCTIONS:
+                return self._global_call(dotted, name_token, args_tree)
+        if name == "sortBy" and args_tree is not None and len(args_tree.children) == 2:
+            return self._sort_by(tree, member_tree, args_tree)
+        if name in _MACROS or name in _TWO_VAR:
+            arg_count = len(args_tree.children) if args_tree is not None else 0
+            if name in _TWO_VAR or (arg_count == 3 and name != "map"):
+                return self._two_var(tree, name, member_tree, args_tree)
             return self._macro(tree, name, member_tree, args_tree)
+        if name in ("or", "orValue"):
+            return self._optional_or(tree, name, member_tree, args_tree)
+        if name in ("optMap", "optFlatMap"):
+            return self._optional_map(tree, name, member_tree, args_tree)
+        self.in_format += name == "format"
+        try:
+            receiver = self.node(member_tree)
+            args = self.exprlist(args_tree)
+        finally:
+            self.in_format -= name == "format"
+        if name in opt.METHODS and receiver.type in ("optional", DYN):
+            impl_opt, arity = opt.METHODS[name]
+            if len(args) != arity:
+                self.fail(name_token, _no_overload(name, receiver, args))
+            rfn = receiver.fn
+            return self.made(
+                lambda env: impl_opt(rfn(env)),
+                "bool" if name == "hasValue" else DYN,
+                cost=C.add(C.ONE, receiver.cost),
+            )
+        if name == "includes" and self.features.includes:
+            return self._includes(receiver, args, name_token)
         function = METHODS.get(name)
         if function is None:
             self.fail(name_token, f"undeclared reference to '{name}'")
             raise AssertionError
-        receiver = self.node(member_tree)
-        args = self.exprlist(args_tree)
         if len(args) not in function.arities:
+            self.fail(name_token, _no_overload(name, receiver, args))
+        self.check_constant_call(name_token, name, [receiver, *args])
+        if name == "format" and isinstance(receiver.const, str) and args[0].elements is not None:
+            bases = [t.split("(")[0] for t in args[0].elements]
+            message = check_format(receiver.const, bases)
+            if message is not None:
+                self.fail(name_token, message)
+        element = _known_element_type(receiver)
+        if element is not None and element not in _LIST_ELEMENTS.get(name, (element,)):
             self.fail(
                 name_token,
-                f"'{name}' takes {_arity_text(function.arities)} argument(s), got {len(args)}",
+                f"found no matching overload for '{name}' applied to '{receiver.full}.()'",
             )
         allowed = _METHOD_RECEIVERS.get(name)
         rtype = _plain(receiver.type)
         if allowed is not None and rtype != DYN and rtype not in allowed:
-            self.fail(name_token, f"found no matching overload for '{name}' applied to '{rtype}'")
+            self.fail(name_token, _no_overload(name, receiver, args))
         impl, rf = function.impl, receiver.fn
         result_type = _METHOD_RESULT.get(name, DYN)
+        if name == "ip" and rtype == NET_CIDR:
+            result_type = NET_IP
+        own, size = _method_cost(name, receiver, args)
+        cost = C.total(own, receiver.cost, *(a.cost for a in args))
         if not args:
-            return Node(lambda env: _call(name, impl, rf(env)), result_type)
+            return self.made(
+                lambda env: _call(name, impl, rf(env)), result_type, cost=cost, size=size
+            )
         if len(args) == 1:
             af = args[0].fn
-            return Node(lambda env: _call(name, impl, rf(env), af(env)), result_type)
+            return self.made(
+                lambda env: _call(name, impl, rf(env), af(env)), result_type, cost=cost, size=size
+            )
         fns = [a.fn for a in args]
-        return Node(lambda env: _call(name, impl, rf(env), *(g(env) for g in fns)), result_type)
+        return self.made(
+            lambda env: _call(name, impl, rf(env), *(g(env) for g in fns)),
+            result_type,
+            cost=cost,
+            size=size,
+        )
+
+    def _sort_by(
+        self, tree: lark.Tree[Any], member_tree: lark.Tree[Any], args_tree: lark.Tree[Any]
+    ) -> Node:
+        """cel-go's lists extension (version 2+) macro ``l.sortBy(v, key)``: ``l`` ordered
+        by ``l.map(v, key)`` through ``METHODS['@sortByAssociatedKeys']`` (stable)."""
+        if _unwrap(member_tree).data in ("literal", "map_lit"):
+            self.fail(
+                tree,
+                "sortBy can only be applied to a list, identifier, comprehension, call or "
+                "select expression",
+            )
+        keys = self._macro(tree, "map", member_tree, args_tree)
+        target = self.node(member_tree)
+        impl, tf, kf = METHODS["@sortByAssociatedKeys"].impl, target.fn, keys.fn
+        n = _size(target)
+        own = C.add(C.ONE, C.factor(C.mul(n, n), 2))
+        return self.made(
+            lambda env: _call("sortBy", impl, tf(env), kf(env)),
+            "list",
+            cost=C.total(own, target.cost, keys.cost),
+            size=target.size,
+            items=target.items,
+        )
+
+    def _includes(self, receiver: Node, args: list[Node], token: lark.Token) -> Node:
+        if len(args) != 1:
+            self.fail(token, _no_overload("includes", receiver, args))
+        rf, af = receiver.fn, args[0].fn
+        cost = C.total((0, C.MAX_LIST_VALUES), receiver.cost, args[0].cost)
+        return self.made(lambda env: _includes(rf(env), af(env)), "bool", cost=cost)
+
+    def _optional_global(
+        self,
+        tree: lark.Tree[Any],
+        token: lark.Token,
+        name: str,
+        args_tree: lark.Tree[Any] | None,
+    ) -> Node:
+        if name not in opt.GLOBALS:
+            self.fail(token, f"undeclared reference to '{name}'")
+        impl, arity = opt.GLOBALS[name]
+        args = self.exprlist(args_tree)
+        if len(args) != arity:
+            self.fail(token, _no_overload(name, None, args))
+        cost = C.total(C.ONE, *(a.cost for a in args))
+        if not args:
+            return self.made(lambda env: impl(), "optional", cost=cost)
+        af = args[0].fn
+        return self.made(lambda env: impl(af(env)), "optional", cost=cost)
+
+    def _optional_or(
+        self,
+        tree: lark.Tree[Any],
+        name: str,
+        member_tree: lark.Tree[Any],
+        args_tree: lark.Tree[Any] | None,
+    ) -> Node:
+        receiver = self.node(member_tree)
+        args = self.exprlist(args_tree)
+        if len(args) != 1:
+            self.fail(tree, _no_overload(name, receiver, args))
+        rf, af = receiver.fn, args[0].fn
+        cost = C.total(C.ONE, receiver.cost, args[0].cost)
+        if name == "or":
+
+            def or_(env: Env) -> Any:
+                first = opt.expect(rf(env), "or")
+                return first if first.has_value else opt.expect(af(env), "or")
+
+            return self.made(or_, "optional", cost=cost)
+
+        def or_value(env: Env) -> Any:
+            first = opt.expect(rf(env), "orValue")
+            return first.get() if first.has_value else af(env)
+
+        return self.made(or_value, DYN, cost=cost)
+
+    def _optional_map(
+        self,
+        tree: lark.Tree[Any],
+        name: str,
+        member_tree: lark.Tree[Any],
+        args_tree: lark.Tree[Any] | None,
+    ) -> Node:
+        """The ``optMap(v, e)`` and ``optFlatMap(v, e)`` macros: ``e`` with ``v`` bound to the
+        value of the optional receiver, or ``optional.none()`` when it has none. ``optMap``
+        wraps the result in an optional; ``optFlatMap``'s ``e`` must produce one."""
+        args = list(args_tree.children) if args_tree is not None else []
+        if len(args) != 2:
+            self.fail(tree, f"{name}() macro takes 2 arguments")
+        receiver = self.node(member_tree)
+        var = _ident_name(args[0])
+        body = self._bound(args[0], args[1], _Local(DYN, None, None))
+        assert var is not None
+        rf, bf = receiver.fn, body.fn
+        flat = name == "optFlatMap"
+
+        def optional_map(env: Env) -> opt.OptionalValue:
+            target = opt.expect(rf(env), name)
+            if not target.has_value:
+                return opt.NONE
+            result = bf({**env, var: target.get()})
+            return opt.expect(result, name) if flat else opt.OptionalValue(result)
+
+        cost = C.total(C.ONE, receiver.cost, body.cost)
+        return self.made(optional_map, "optional", cost=cost)
 
     def _dot_ident_arg(self, tree: lark.Tree[Any]) -> Node:
         return self._ident_arg(tree)
 
     def _ident_arg(self, tree: lark.Tree[Any]) -> Node:
-        name_token = tree.children[0]
+        name_token = cast(lark.Token, tree.children[0])
         name = str(name_token)
         args_tree = tree.children[1] if len(tree.children) > 1 else None
         if name == "has":
             return self._has(tree, args_tree)
+        return self._global_call(name, name_token, args_tree)
+
+    def _global_call(
+        self, name: str, name_token: lark.Token, args_tree: lark.Tree[Any] | None
+    ) -> Node:
         function = GLOBAL_FUNCTIONS.get(name)
         if function is None:
             self.fail(name_token, f"undeclared reference to '{name}'")
             raise AssertionError
         args = self.exprlist(args_tree)
         if len(args) not in function.arities:
-            self.fail(
-                name_token,
-                f"'{name}' takes {_arity_text(function.arities)} argument(s), got {len(args)}",
-            )
+            self.fail(name_token, _no_overload(name, None, args))
+        accepted = _GLOBAL_ARGS.get(name, ())
+        for arg, types in zip(args, accepted, strict=False):
+            if _plain(arg.type) not in types and _plain(arg.type) != DYN:
+                self.fail(name_token, _no_overload(name, None, args))
+        self.check_constant_call(name_token, name, args)
         impl = function.impl
-        result_type = args[0].type if name == "dyn" else _GLOBAL_RESULT.get(name, DYN)
+        result_type = DYN if name == "dyn" else _GLOBAL_RESULT.get(name, DYN)
+        own, size = _global_cost(name, args)
+        cost = C.total(own, *(a.cost for a in args))
         if name == "dyn":
-            result_type = DYN
+            return Node(args[0].fn, DYN, cost=cost, size=args[0].size, path=args[0].path)
         fns = [a.fn for a in args]
         if len(fns) == 1:
             af = fns[0]
-            return Node(lambda env: _call(name, impl, af(env)), result_type)
-        return Node(lambda env: _call(name, impl, *(g(env) for g in fns)), result_type)
+            return self.made(
+                lambda env: _call(name, impl, af(env)), result_type, cost=cost, size=size
+            )
+        return self.made(
+            lambda env: _call(name, impl, *(g(env) for g in fns)), result_type, cost=cost, size=size
+        )
 
     def _dot_ident(self, tree: lark.Tree[Any]) -> Node:
         return self._ident(tree)
@@ -481,8 +1008,17 @@ class _Compiler:
         token = tree.children[0]
         name = str(token)
         if name not in self.scope:
+            type_value = self.type_identifier(tree)
+            if type_value is not None:
+                return self.type_node(type_value)
             self.fail(token, f"undeclared reference to '{name}'")
-        return Node(lambda env: env[name], self.scope[name])
+        local = self.locals.get(name)
+        if local:
+            top = local[-1]
+            return self.made(
+                lambda env: env[name], top.type, path=top.path, size=top.size, cost=C.ONE
+            )
+        return self.made(lambda env: env[name], self.scope[name], path=(name,), cost=C.ONE)
 
     # --- literals ------------------------------------------------------------------------
 
@@ -490,53 +1026,135 @@ class _Compiler:
         token = cast(lark.Token, tree.children[0])
         kind = token.type
         value: Any
+        size = C.ONE
         try:
             if kind == "INT_LIT":
                 value = int(token.value, 0) if "x" in token.value else int(token.value)
+                if not INT64_MIN <= value <= INT64_MAX:
+                    raise ValueError("integer out of range")
                 type_ = "int"
             elif kind == "UINT_LIT":
                 text = token.value[:-1]
                 value = UInt(int(text, 0) if "x" in text else int(text))
+                if not 0 <= value <= UINT64_MAX:
+                    raise ValueError("unsigned integer out of range")
                 type_ = "uint"
             elif kind == "FLOAT_LIT":
                 value, type_ = float(token.value), "double"
             elif kind in ("STRING_LIT", "MLSTRING_LIT"):
-                value, type_ = str(celstr(token)), "string"
+                value, type_ = string_literal(token.value), "string"
+                size = (len(value), len(value))
             elif kind == "BYTES_LIT":
-                value, type_ = bytes(celbytes(token)), "bytes"
+                value, type_ = bytes_literal(token.value), "bytes"
+                size = (len(value), len(value))
             elif kind == "BOOL_LIT":
                 value, type_ = token.value == "true", "bool"
             else:
                 value, type_ = None, "null"
         except ValueError as exc:
-            self.fail(token, f"invalid literal {token.value!r}: {exc}")
-        return Node(lambda env: value, type_, const=value)
+            self.fail(token, f"Syntax error: invalid literal {token.value!r}: {exc}")
+        return Node(lambda env: value, type_, const=value, cost=C.ZERO, size=size)
 
     def _list_lit(self, tree: lark.Tree[Any]) -> Node:
-        items = self.exprlist(tree.children[0] if tree.children else None)
+        items: list[Node] = []
+        optional: list[bool] = []
+        for child in tree.children:
+            inner = child.children[0]
+            is_opt = inner.data == "opt_elem"
+            items.append(self.node(inner.children[0] if is_opt else inner))
+            optional.append(is_opt)
+        self.check_homogeneous(
+            [
+                (_full_type(i), c)
+                for i, c, o in zip(items, tree.children, optional, strict=True)
+                if not o
+            ]
+        )
         fns = [i.fn for i in items]
-        return Node(lambda env: [g(env) for g in fns], "list")
+        cost = C.total((C.LIST_CREATE, C.LIST_CREATE), *(i.cost for i in items))
+        element = (0, 0) if not items else (C.UNBOUNDED, 0)
+        for i in items:
+            element = C.union(element, _size(i))
+        size = (len(items), len(items))
+        if any(optional):
+            pairs = list(zip(fns, optional, strict=True))
+
+            def build_optional(env: Env) -> list[Any]:
+                out = []
+                for g, is_opt in pairs:
+                    value = g(env)
+                    if is_opt:
+                        value = opt.expect(value, "[?_]")
+                        if value.has_value:
+                            out.append(value.get())
+                    else:
+                        out.append(value)
+                return out
+
+            return self.made(
+                build_optional, "list", own=C.LIST_CREATE, cost=cost, size=size, items=element
+            )
+        return self.made(
+            lambda env: [g(env) for g in fns],
+            "list",
+            own=C.LIST_CREATE,
+            cost=cost,
+            size=size,
+            items=element,
+            elements=tuple(_full_type(i) for i in items),
+            full=f"list({_common_type(items)})",
+        )
 
     def _map_lit(self, tree: lark.Tree[Any]) -> Node:
-        inits = self.exprlist(tree.children[0] if tree.children else None)
-        pairs = [(inits[i].fn, inits[i + 1].fn) for i in range(0, len(inits), 2)]
+        entries: list[tuple[Node, Node, bool]] = []
+        for entry in tree.children:
+            key_tree, value_tree = entry.children
+            is_opt = key_tree.data == "opt_key"
+            key = self.node(key_tree.children[0] if is_opt else key_tree)
+            entries.append((key, self.node(value_tree), is_opt))
+        self.check_homogeneous(
+            [
+                (_full_type(k), e.children[0])
+                for (k, _, _), e in zip(entries, tree.children, strict=True)
+            ]
+        )
+        self.check_homogeneous(
+            [
+                (_full_type(v), e.children[1])
+                for (_, v, o), e in zip(entries, tree.children, strict=True)
+                if not o
+            ]
+        )
+        pairs = [(k.fn, v.fn, o) for k, v, o in entries]
+        cost = C.total(
+            (C.MAP_CREATE, C.MAP_CREATE),
+            *(k.cost for k, _, _ in entries),
+            *(v.cost for _, v, _ in entries),
+        )
 
         def build(env: Env) -> dict[Any, Any]:
             result: dict[Any, Any] = {}
-            for kf, vf in pairs:
+            for kf, vf, is_opt in pairs:
                 key = kf(env)
                 if not isinstance(key, str | int | bool):
                     raise CelEvalError(f"unsupported map key type: {type_name(key)}")
                 if key in result:
-                    raise CelEvalError(f"repeated key in map literal: {key}")
-                result[key] = vf(env)
+                    raise _repeated_key(result, key)
+                value = vf(env)
+                if is_opt:
+                    value = opt.expect(value, "{?_:_}")
+                    if not value.has_value:
+                        continue
+                    value = value.get()
+                result[key] = value
             return result
 
-        return Node(build, "map")
-
-    def _exprlist(self, tree: lark.Tree[Any]) -> Node:
-        self.fail(tree, "unexpected expression list")
-        raise AssertionError
+        n = len(entries)
+        keys = _common_type([k for k, _, _ in entries])
+        values = _common_type([v for _, v, o in entries if not o])
+        return self.made(
+            build, "map", own=C.MAP_CREATE, cost=cost, size=(n, n), full=f"map({keys}, {values})"
+        )
 
     # --- macros --------------------------------------------------------------------------
 
@@ -544,10 +1162,10 @@ class _Compiler:
         args = args_tree.children if args_tree is not None else []
         target = _unwrap(args[0]) if len(args) == 1 else None
         if target is None or target.data != "member_dot":
-            self.fail(tree, "invalid argument to has() macro: expects a field selection")
+            self.fail(tree, "invalid argument to has() macro")
             raise AssertionError
         member = self.node(target.children[0])
-        field = str(target.children[1])
+        field = field_name(cast(lark.Token, target.children[1]))
         if member.type == DEVICE and field not in DEVICE_FIELDS:
             self.fail(target.children[1], f"undefined field '{field}'")
         self.refer(member, field, True, target.children[1])
@@ -555,37 +1173,78 @@ class _Compiler:
 
         def has(env: Env) -> bool:
             value = f(env)
+            if isinstance(value, opt.OptionalValue):
+                if not value.has_value:
+                    return False
+                value = value.get()
             if isinstance(value, Mapping):
                 return field in value
             raise CelEvalError(f"invalid type for has(): {type_name(value)}")
 
-        return Node(has, "bool")
+        return self.made(has, "bool", own=0, cost=member.cost)
 
-    def _bound(self, var_tree: lark.Tree[Any], body_tree: lark.Tree[Any], var_type: str) -> Node:
-        name = _ident_name(var_tree)
-        if name is None:
-            self.fail(var_tree, "the variable of a macro must be a simple identifier")
-            raise AssertionError
-        saved = self.scope.get(name)
-        self.scope[name] = var_type
+    def _bound(self, var_tree: lark.Tree[Any], body_tree: lark.Tree[Any], local: _Local) -> Node:
+        return self._bound_many([(var_tree, local)], body_tree)
+
+    def _bound_many(
+        self, variables: list[tuple[lark.Tree[Any], _Local]], body_tree: lark.Tree[Any]
+    ) -> Node:
+        names = []
+        for var_tree, _ in variables:
+            name = _ident_name(var_tree)
+            if name is None:
+                self.fail(var_tree, "argument must be a simple name")
+                raise AssertionError
+            names.append(name)
+        saved = [self.scope.get(n) for n in names]
+        for name, (_, local) in zip(names, variables, strict=True):
+            self.scope[name] = local.type
+            self.locals.setdefault(name, []).append(local)
         try:
             return self.node(body_tree)
         finally:
-            if saved is None:
-                del self.scope[name]
-            else:
-                self.scope[name] = saved
+            for name, old in zip(reversed(names), reversed(saved), strict=True):
+                self.locals[name].pop()
+                if old is None:
+                    self.scope.pop(name, None)
+                else:
+                    self.scope[name] = old
 
     def _bind(self, tree: lark.Tree[Any], args_tree: lark.Tree[Any] | None) -> Node:
         args = args_tree.children if args_tree is not None else []
         if len(args) != 3:
             self.fail(tree, "cel.bind() takes 3 arguments: variable, value, expression")
         init = self.node(args[1])
-        body = self._bound(args[0], args[2], init.type)
+        body = self._bound(args[0], args[2], _Local(init.type, init.path, init.size))
         name = _ident_name(args[0])
         assert name is not None
         initf, bodyf = init.fn, body.fn
-        return Node(lambda env: bodyf({**env, name: initf(env)}), body.type)
+        cost = C.total((C.LIST_CREATE, C.LIST_CREATE), init.cost, body.cost)
+        return self.made(
+            lambda env: bodyf({**env, name: initf(env)}),
+            body.type,
+            own=C.LIST_CREATE,
+            cost=cost,
+            size=body.size,
+        )
+
+    def _range_local(self, target: Node, second: bool) -> tuple[_Local, _Local | None]:
+        """The loop variable(s) of a comprehension over ``target``: one variable (list
+        elements or map keys) or two (index and element, key and value)."""
+        is_list = target.type == "list"
+        base = target.path
+        if not second:
+            sub = "@items" if is_list else "@keys"
+            path = None if base is None else (*base, sub)
+            size = target.items if is_list else None
+            element = _element_type(target.type) if is_list else _key_type(target.type)
+            return _Local(element, path, size if size is not None else C.path_size(path)), None
+        key_path = None if base is None else (*base, "@indices" if is_list else "@keys")
+        val_path = None if base is None else (*base, "@items" if is_list else "@values")
+        key = _Local("int" if is_list else _key_type(target.type), key_path, None)
+        val_size = target.items if is_list else None
+        value = _Local(_element_type(target.type), val_path, val_size)
+        return key, value
 
     def _macro(
         self,
@@ -601,22 +1260,31 @@ class _Compiler:
         target = self.node(member_tree)
         tf = target.fn
         var = _ident_name(args[0])
-        element = _element_type(target.type) if target.type == "list" else DYN
-        bodies = [self._bound(args[0], a, element) for a in args[1:]]
+        local, _ = self._range_local(target, False)
+        bodies = [self._bound(args[0], a, local) for a in args[1:]]
         assert var is not None
         for b in bodies[:1] if name != "map" or len(bodies) == 2 else []:
             _logical_type_check(self, name, tree, b)
+        count = _size(target)
+        budget = self.features.budget
 
         def items(env: Env) -> Iterable[Any]:
             value = tf(env)
             if isinstance(value, Mapping | list | tuple):
+                if budget:
+                    env["@budget"].charge(len(value))
                 return list(value)
-            raise no_overload(name, value)
+            raise _not_iterable(value)
+
+        def loop(step: C.Est, init: C.Est = C.ZERO, result: C.Est = C.ONE) -> C.Est:
+            return C.total(target.cost, init, result, C.mul(count, step))
 
         if name in ("all", "exists"):
             pf = bodies[0].fn
             stop = name == "exists"
             stop_result: bool = stop
+            condition = (3, 3) if stop else (2, 2)
+            cost = loop(C.total(condition, C.ONE, bodies[0].cost))
 
             def quantifier(env: Env) -> bool:
                 error: CelEvalError | None = None
@@ -624,6 +1292,8 @@ class _Compiler:
                     try:
                         r = pf({**env, var: item})
                     except CelEvalError as exc:
+                        if exc.message == C.COST_EXCEEDED:
+                            raise
                         error = error or exc
                         continue
                     if r is stop:
@@ -634,9 +1304,10 @@ class _Compiler:
                     raise error
                 return not stop
 
-            return Node(quantifier, "bool")
-        if name == "exists_one":
+            return self.made(quantifier, "bool", own=0, cost=cost)
+        if name in ("exists_one", "existsOne"):
             pf = bodies[0].fn
+            cost = loop(C.add(bodies[0].cost, (1, 2)), result=(2, 2))
 
             def exists_one(env: Env) -> bool:
                 count = 0
@@ -647,9 +1318,11 @@ class _Compiler:
                     count += r
                 return count == 1
 
-            return Node(exists_one, "bool")
+            return self.made(exists_one, "bool", own=0, cost=cost)
+        list_init = (C.LIST_CREATE, C.LIST_CREATE)
         if name == "filter":
             pf = bodies[0].fn
+            cost = loop(C.add(bodies[0].cost, C.union(C.ONE, (13, 13))), init=list_init)
 
             def filter_(env: Env) -> list[Any]:
                 out = []
@@ -661,11 +1334,20 @@ class _Compiler:
                         out.append(item)
                 return out
 
-            return Node(filter_, "list")
+            return self.made(filter_, "list", own=0, cost=cost, size=count)
         if len(bodies) == 1:
             mf = bodies[0].fn
-            return Node(lambda env: [mf({**env, var: i}) for i in items(env)], "list")
+            cost = loop(C.add(bodies[0].cost, (12, 12)), init=list_init)
+            return self.made(
+                lambda env: [mf({**env, var: i}) for i in items(env)],
+                "list",
+                own=0,
+                cost=cost,
+                size=count,
+            )
         pf, mf = bodies[0].fn, bodies[1].fn
+        step = C.add(bodies[0].cost, C.union(C.ONE, C.add(bodies[1].cost, (12, 12))))
+        cost = loop(step, init=list_init)
 
         def map_filter(env: Env) -> list[Any]:
             out = []
@@ -678,7 +1360,257 @@ class _Compiler:
                     out.append(mf(scoped))
             return out
 
-        return Node(map_filter, "list")
+        return self.made(map_filter, "list", own=0, cost=cost, size=count)
+
+    def _two_var(
+        self,
+        tree: lark.Tree[Any],
+        name: str,
+        member_tree: lark.Tree[Any],
+        args_tree: lark.Tree[Any] | None,
+    ) -> Node:
+        """``all``/``exists``/``existsOne`` with two variables and the ``transform*`` macros:
+        over a list the variables are index and element, over a map key and value."""
+        args = list(args_tree.children) if args_tree is not None else []
+        expected = (3,) if name in ("all", "exists", "exists_one", "existsOne") else (3, 4)
+        if len(args) not in expected:
+            self.fail(tree, f"{name}() macro takes {' or '.join(map(str, expected))} arguments")
+        target = self.node(member_tree)
+        tf = target.fn
+        first, second = _ident_name(args[0]), _ident_name(args[1])
+        if first is None or second is None:
+            self.fail(tree, "argument must be a simple name")
+            raise AssertionError
+        if first == second:
+            self.fail(tree, "duplicate variable name")
+        key_local, value_local = self._range_local(target, True)
+        assert value_local is not None
+        bound = [(args[0], key_local), (args[1], value_local)]
+        bodies = [self._bound_many(bound, body) for body in args[2:]]
+        count = _size(target)
+        budget = self.features.budget
+
+        def pairs(env: Env) -> list[tuple[Any, Any]]:
+            value = tf(env)
+            if budget and isinstance(value, Mapping | list | tuple):
+                env["@budget"].charge(len(value))
+            if isinstance(value, Mapping):
+                return list(value.items())
+            if isinstance(value, list | tuple):
+                return list(enumerate(value))
+            raise _not_iterable(value)
+
+        def scoped(env: Env, k: Any, v: Any) -> dict[str, Any]:
+            return {**env, first: k, second: v}
+
+        def loop(step: C.Est, init: C.Est = C.ZERO, result: C.Est = C.ONE) -> C.Est:
+            return C.total(target.cost, init, result, C.mul(count, step))
+
+        if name in ("all", "exists"):
+            _logical_type_check(self, name, tree, bodies[0])
+            pf = bodies[0].fn
+            stop: bool = name == "exists"
+            cost = loop(C.total((3, 3) if stop else (2, 2), C.ONE, bodies[0].cost))
+
+            def quantifier(env: Env) -> bool:
+                error: CelEvalError | None = None
+                for k, v in pairs(env):
+                    try:
+                        r = pf(scoped(env, k, v))
+                    except CelEvalError as exc:
+                        if exc.message == C.COST_EXCEEDED:
+                            raise
+                        error = error or exc
+                        continue
+                    if r is stop:
+                        return bool(stop)
+                    if not isinstance(r, bool):
+                        error = error or no_overload(name, r)
+                        continue
+                if error is not None:
+                    raise error
+                return not stop
+
+            return self.made(quantifier, "bool", own=0, cost=cost)
+        if name in ("exists_one", "existsOne"):
+            _logical_type_check(self, name, tree, bodies[0])
+            pf = bodies[0].fn
+            cost = loop(C.add(bodies[0].cost, (1, 2)), result=(2, 2))
+
+            def exists_one(env: Env) -> bool:
+                hits = 0
+                for k, v in pairs(env):
+                    r = pf(scoped(env, k, v))
+                    if not isinstance(r, bool):
+                        raise no_overload(name, r)
+                    hits += r
+                return hits == 1
+
+            return self.made(exists_one, "bool", own=0, cost=cost)
+        keep: Eval | None = bodies[0].fn if len(bodies) == 2 else None
+        mf = bodies[-1].fn
+        if keep is not None:
+            _logical_type_check(self, name, tree, bodies[0])
+        filter_cost = bodies[0].cost if len(bodies) == 2 else C.ZERO
+        if name == "transformList":
+            step = C.add(bodies[-1].cost, (12, 12))
+            init = (C.LIST_CREATE, C.LIST_CREATE)
+        else:
+            step = C.add(bodies[-1].cost, (3, 3) if name == "transformMap" else (2, 2))
+            init = (C.MAP_CREATE, C.MAP_CREATE)
+        if keep is not None:
+            step = C.add(filter_cost, C.union(C.ONE, step))
+        cost = loop(step, init=init)
+
+        def chosen(env: Env) -> Iterable[tuple[dict[str, Any], Any]]:
+            for k, v in pairs(env):
+                inner = scoped(env, k, v)
+                if keep is not None:
+                    r = keep(inner)
+                    if not isinstance(r, bool):
+                        raise no_overload(name, r)
+                    if not r:
+                        continue
+                yield inner, k
+
+        if name == "transformList":
+            return self.made(
+                lambda env: [mf(inner) for inner, _ in chosen(env)],
+                "list",
+                own=0,
+                cost=cost,
+                size=count,
+            )
+
+        def transform_map(env: Env) -> dict[Any, Any]:
+            out: dict[Any, Any] = {}
+            for inner, k in chosen(env):
+                produced = mf(inner)
+                if name == "transformMap":
+                    out[k] = produced
+                    continue
+                if not isinstance(produced, Mapping) or len(produced) != 1:
+                    raise CelEvalError(
+                        "transformMapEntry: the expression must produce a map of one entry"
+                    )
+                [(key, value)] = produced.items()
+                if key in out:
+                    raise CelEvalError(f"insert failed: key {key} already exists")
+                out[key] = value
+            return out
+
+        return self.made(transform_map, "map", own=0, cost=cost, size=count)
+
+
+def _repeated_key(result: Mapping[Any, Any], key: Any) -> CelEvalError:
+    """The error of a map literal key equal to an earlier one. Keys compare as CEL numbers
+    (``0`` and ``0u`` are the same key); a bool key and an int key that Python's dict cannot
+    tell apart (``true`` and ``1``) are refused rather than merged."""
+    earlier = next(k for k in result if k == key)
+    if isinstance(earlier, bool) != isinstance(key, bool):
+        number = int(key)
+        return CelEvalError(
+            f"unsupported map: the keys {str(bool(number)).lower()} and {number} of one map "
+            "literal cannot be told apart here"
+        )
+    return CelEvalError(f"Failed with repeated key: {key}")
+
+
+def _not_iterable(value: Any) -> CelEvalError:
+    name = type_name(value)
+    return CelEvalError(f"got '{_GO_TYPES.get(name, name)}', expected iterable type")
+
+
+def _select(value: Any, field: str) -> Any:
+    if isinstance(value, opt.OptionalValue):
+        return opt.select(value, field)
+    return cel_select(value, field)
+
+
+def _includes(target: Any, arg: Any) -> bool:
+    """DRA's ``includes``: list membership (lists of at most 48 values), or equality."""
+    if isinstance(target, list | tuple):
+        for i, item in enumerate(target):
+            if i >= C.MAX_LIST_VALUES:
+                raise CelEvalError(
+                    "'includes' function cannot be applied to lists longer than "
+                    f"{C.MAX_LIST_VALUES} values"
+                )
+            if cel_eq(item, arg):
+                return True
+        return False
+    return cel_eq(target, arg)
+
+
+def _compare_cost(left: Node, right: Node) -> C.Est:
+    """cel-go's cost of ``==``, ``!=`` and string ordering: the shorter operand's traversal."""
+    smallest = min(_size(left)[1], _size(right)[1])
+    return C.factor((1 if smallest > 0 else 0, smallest), C.STRING_TRAVERSAL)
+
+
+#: Receiver-only methods whose cost is one traversal of the receiver string (result: same size).
+_TRAVERSAL_METHODS = frozenset({"lowerAscii", "upperAscii", "substring", "trim"})
+_UNIT_METHODS = frozenset(
+    {"sign", "asInteger", "isInteger", "asApproximateFloat", "isGreaterThan", "isLessThan"}
+    | {"compareTo", "add", "sub"}
+)
+
+
+def _method_cost(name: str, receiver: Node, args: list[Node]) -> tuple[C.Est, C.Est | None]:
+    """The own cost and result size of ``receiver.name(args)`` (Kubernetes' library estimator,
+    then cel-go's defaults)."""
+    size = _size(receiver)
+    if name in ("isSorted", "sum", "max", "min", "indexOf", "lastIndexOf"):
+        if receiver.type == "list":
+            element = C.ONE
+            return C.mul(size, element), None
+        return C.factor(size, C.STRING_TRAVERSAL), None
+    if name in _TRAVERSAL_METHODS:
+        return C.factor(size, C.STRING_TRAVERSAL), size
+    if name == "replace" and len(args) >= 2:
+        return C.factor(size, 2 * C.STRING_TRAVERSAL), None
+    if name == "split":
+        limit = size[1]
+        if len(args) > 1 and isinstance(args[1].const, int):
+            limit = max(args[1].const, 0)
+        return C.factor(size, 2 * C.STRING_TRAVERSAL), (0, limit)
+    if name in ("find", "findAll") and args:
+        strings = C.factor(C.add(size, C.ONE), C.STRING_TRAVERSAL)
+        regex = C.factor(_size(args[0]), C.REGEX_LENGTH)
+        return C.mul(strings, regex), (0, size[1])
+    if name == "join":
+        return C.factor(C.mul(size, C.UNKNOWN), C.STRING_TRAVERSAL), None
+    if name == "validate" and args:
+        # Kubernetes: the string's traversal times the longest named-format regex (128).
+        traversal = C.factor(_size(args[0]), C.STRING_TRAVERSAL)
+        return C.factor(traversal, MAX_NAME_FORMAT_REGEX_SIZE * C.REGEX_LENGTH), None
+    if name in _UNIT_METHODS:
+        return C.ONE, None
+    if name in ("startsWith", "endsWith") and len(args) == 1:
+        return C.factor(_size(args[0]), C.STRING_TRAVERSAL), None
+    if name == "matches" and len(args) == 1:
+        strings = C.factor(C.add(size, C.ONE), C.STRING_TRAVERSAL)
+        return C.mul(strings, C.factor(_size(args[0]), C.REGEX_LENGTH)), None
+    if name == "contains" and len(args) == 1:
+        return C.mul(
+            C.factor(size, C.STRING_TRAVERSAL), C.factor(_size(args[0]), C.STRING_TRAVERSAL)
+        ), None
+    if name == "size":
+        return C.ONE, None
+    return C.ONE, None
+
+
+def _global_cost(name: str, args: list[Node]) -> tuple[C.Est, C.Est | None]:
+    """The own cost and result size of the global call ``name(args)``."""
+    if name in ("bytes", "string") and len(args) == 1 and args[0].type in ("string", "bytes"):
+        size = _size(args[0])
+        result = (
+            (size[0], min(size[1] * 4, C.UNBOUNDED)) if name == "bytes" else (size[0] // 4, size[1])
+        )
+        return C.factor(size, C.STRING_TRAVERSAL), result
+    if name == "url" and len(args) == 1:
+        return C.factor(_size(args[0]), C.STRING_TRAVERSAL), None
+    return C.ONE, None
 
 
 def _logical(lf: Eval, rf: Eval, short: bool, op: str) -> Eval:
@@ -719,12 +1651,86 @@ def _call(name: str, impl: Callable[..., Any], *args: Any) -> Any:
         raise no_overload(name, *args) from None
 
 
+_TIME_ARITHMETIC = {
+    ("_+_", TIMESTAMP, DURATION): TIMESTAMP,
+    ("_+_", DURATION, TIMESTAMP): TIMESTAMP,
+    ("_+_", DURATION, DURATION): DURATION,
+    ("_-_", TIMESTAMP, TIMESTAMP): DURATION,
+    ("_-_", TIMESTAMP, DURATION): TIMESTAMP,
+    ("_-_", DURATION, DURATION): DURATION,
+}
+
+
+def _time_arithmetic(symbol: str, left: str, right: str) -> str | None:
+    """The static result type of ``left symbol right`` where one side is a timestamp or a
+    duration (CEL's overloads); ``""`` when a dyn side leaves it open; ``None`` when no
+    overload accepts the pair."""
+    if DYN not in (left, right):
+        return _TIME_ARITHMETIC.get((symbol, left, right))
+    known = left if right == DYN else right
+    open_ = {r for (s, a, b), r in _TIME_ARITHMETIC.items() if s == symbol and known in (a, b)}
+    return None if not open_ else ""
+
+
+#: Element types the lists functions accept (Kubernetes' lists library: summable and
+#: comparable types); a list literal of another element type is a compile error.
+_COMPARABLE = ("int", "uint", "double", "bool", "string", "bytes", TIMESTAMP, DURATION)
+_LIST_ELEMENTS = {
+    "sum": ("int", "uint", "double", DURATION),
+    "min": _COMPARABLE,
+    "max": _COMPARABLE,
+    "isSorted": _COMPARABLE,
+}
+
+
+def _full_type(node: Node) -> str:
+    """The full CEL type of ``node`` as cel-go prints it: a literal's own (``list(int)``),
+    else its static type with ``dyn`` parameters (``list(dyn)``)."""
+    if node.full is not None:
+        return node.full
+    name = _cel_name(_plain(node.type))
+    return {"list": "list(dyn)", "map": "map(dyn, dyn)"}.get(name, name)
+
+
+def _common_type(nodes: list[Node]) -> str:
+    """The full type shared by ``nodes``; ``dyn`` when they differ or there are none."""
+    types = {_full_type(n) for n in nodes}
+    return types.pop() if len(types) == 1 else DYN
+
+
+def _known_element_type(node: Node) -> str | None:
+    """The element type of a list literal when fully known (no ``dyn`` in it), else None."""
+    full = node.full
+    if full is None or not full.startswith("list(") or DYN in full:
+        return None
+    return full[len("list(") : -1]
+
+
+def _cel_name(type_: str) -> str:
+    """The CEL name of a static type, as cel-go's messages print it."""
+    return _CEL_NAMES.get(type_, type_)
+
+
+_CEL_NAMES = {
+    "Quantity": "kubernetes.Quantity",
+    "Semver": "kubernetes.Semver",
+    "null": "null_type",
+    "optional": "optional_type",
+}
+
+
 def _plain(type_: str) -> str:
     if type_ in (ATTRIBUTES, CAPACITY, ATTRIBUTE_DOMAIN, CAPACITY_DOMAIN):
         return "map"
     if type_ == DEVICE:
         return DYN
     return type_
+
+
+def _key_type(container: str) -> str:
+    return {ATTRIBUTES: "string", CAPACITY: "string", ATTRIBUTE_DOMAIN: "string"}.get(
+        container, "string" if container == CAPACITY_DOMAIN else DYN
+    )
 
 
 def _element_type(container: str) -> str:
@@ -759,6 +1765,18 @@ def _unwrap(tree: lark.Tree[Any]) -> lark.Tree[Any]:
     return tree
 
 
+def _dotted_name(tree: lark.Tree[Any]) -> str | None:
+    """``a.b.c`` for a chain of plain field selections on an identifier, else None."""
+    node = _unwrap(tree)
+    if isinstance(node, lark.Tree) and node.data == "member_dot":
+        token = cast(lark.Token, node.children[1])
+        base = _dotted_name(node.children[0])
+        if base is None or token.type != "IDENT":
+            return None
+        return f"{base}.{token}"
+    return _ident_name(node)
+
+
 def _ident_name(tree: lark.Tree[Any]) -> str | None:
     node = _unwrap(tree)
     if isinstance(node, lark.Tree) and node.data == "ident":
@@ -766,5 +1784,10 @@ def _ident_name(tree: lark.Tree[Any]) -> str | None:
     return None
 
 
-def _arity_text(arities: frozenset[int]) -> str:
-    return " or ".join(str(a) for a in sorted(arities))
+def _no_overload(name: str, receiver: Node | None, args: list[Node]) -> str:
+    """cel-go's compile error for a call that no overload of ``name`` accepts (here: a wrong
+    number of arguments), with the static types: ``'string.(string, string)'`` for a method,
+    ``'(string, int)'`` for a global function."""
+    types = f"({', '.join(_plain(a.type) for a in args)})"
+    shown = types if receiver is None else f"{_plain(receiver.type)}.{types}"
+    return f"found no matching overload for '{name}' applied to '{shown}'"

@@ -33,8 +33,21 @@ def split_qualified(driver: str, name: str) -> tuple[str, str]:
     return (domain, ident) if sep else (driver, name)
 
 
+_LIST_KINDS = ("ints", "bools", "strings", "versions")
+
+
 def attribute_value(value: Mapping[str, Any]) -> Any:
-    """The CEL value of a published attribute (``{"int": 1}``, ``{"version": "1.2.3"}``, ...)."""
+    """The CEL value of a published attribute (``{"int": 1}``, ``{"version": "1.2.3"}``, ...).
+
+    A list-valued attribute (``ints``, ``bools``, ``strings``, ``versions``: the
+    DRAListTypeAttributes API) is a tuple of those values, as the scheduler builds it whatever
+    the gate (with the gate off the API server keeps such attributes out of ResourceSlices)."""
+    for kind in _LIST_KINDS:
+        if kind in value:
+            items = value[kind]
+            if not isinstance(items, list | tuple):
+                raise CelEvalError(f"attribute value {kind} is not a list: {items!r}")
+            return tuple(attribute_value({kind[:-1]: item}) for item in items)
     if "int" in value:
         return int(value["int"])
     if "bool" in value:
@@ -43,7 +56,9 @@ def attribute_value(value: Mapping[str, Any]) -> Any:
         return str(value["string"])
     if "version" in value:
         return Semver(str(value["version"]))
-    raise CelEvalError(f"attribute value has no int, bool, string or version: {dict(value)}")
+    raise CelEvalError(
+        f"attribute value has no int, bool, string or version (or a list of them): {dict(value)}"
+    )
 
 
 def device_activation(driver: str, device: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cache import WeightedLru
-from .compiler import DEVICE, Eval, Reference, compile_tree, parse
-from .errors import CelCompileError, CelEvalError
+from .compiler import DEVICE, Eval, Features, Reference, compile_tree
+from .cost import RUNTIME_COST_LIMIT, SELECTOR_MAX_COST, TOO_COMPLEX, CostBudget
+from .errors import CelCompileError, CelCostError, CelEvalError
+from .parser import parse
 from .values import type_name
 
 #: Kubernetes rejects selector expressions longer than this many bytes.
@@ -35,6 +37,44 @@ CACHE_BYTES = 256 * 1024
 _VARIABLES = {"device": DEVICE}
 
 
+@dataclass(frozen=True)
+class CompileOptions:
+    """Which of Kubernetes' environments compiles the selector.
+
+    ``stored`` is Kubernetes' StoredExpressions environment (the scheduler, and the API server
+    for an expression that did not change): every feature of the version. Otherwise the
+    NewExpressions environment applies, where ``includes()`` needs the DRAListTypeAttributes
+    gate (``list_type_attributes``) and ``device.allowMultipleAllocations`` the
+    DRAConsumableCapacity gate (``consumable_capacity``). ``cost_limit`` is the runtime limit
+    of one evaluation.
+    """
+
+    stored: bool = True
+    list_type_attributes: bool = False
+    consumable_capacity: bool = True
+    cost_limit: int = RUNTIME_COST_LIMIT
+
+    @property
+    def features(self) -> Features:
+        """The compiler features these options enable."""
+        return Features(
+            includes=self.stored or self.list_type_attributes,
+            allow_multiple_allocations=self.stored or self.consumable_capacity,
+        )
+
+    def key(self, expression: str) -> str:
+        """The cache key of ``expression`` compiled with these options (the expression itself
+        for the default options)."""
+        if self == CompileOptions():
+            return expression
+        flags = f"{int(self.stored)}{int(self.list_type_attributes)}{int(self.consumable_capacity)}"
+        return f"{flags}:{self.cost_limit}:{expression}"
+
+
+#: The scheduler's environment: StoredExpressions, the default runtime limit.
+STORED = CompileOptions()
+
+
 class SelectorProgram:
     """A compiled selector. ``evaluate`` returns a bool or raises :class:`CelEvalError`.
 
@@ -42,19 +82,47 @@ class SelectorProgram:
     keys (for checks such as "this driver publishes no attribute X").
     """
 
-    __slots__ = ("_fn", "expression", "references")
+    __slots__ = ("_fn", "cost_limit", "expression", "max_cost", "references")
 
-    def __init__(self, expression: str, fn: Eval, references: tuple[Reference, ...] = ()) -> None:
+    def __init__(
+        self,
+        expression: str,
+        fn: Eval,
+        references: tuple[Reference, ...] = (),
+        max_cost: int = 0,
+        cost_limit: int | None = None,
+    ) -> None:
         self.expression = expression
         self._fn = fn
         self.references = references
+        #: The estimated worst-case cost (Kubernetes' ``CompilationResult.MaxCost``).
+        self.max_cost = max_cost
+        #: The runtime limit charged while evaluating, or None when the estimate is within it
+        #: (the actual cost of an evaluation never exceeds the estimate).
+        self.cost_limit = cost_limit
 
     def evaluate(self, device: Mapping[str, Any]) -> bool:
         """Evaluate with ``device`` bound to the given activation."""
-        result = self._fn({"device": device})
+        if self.cost_limit is None:
+            result = self._fn({"device": device})
+        else:
+            result = self._fn({"device": device, "@budget": CostBudget(self.cost_limit)})
         if not isinstance(result, bool):
-            raise CelEvalError(f"expression must evaluate to bool, got {type_name(result)}")
+            name = type_name(result)
+            raise CelEvalError(
+                f"CEL result of type {name} could not be converted to bool: "
+                f"expression must evaluate to bool, got {name}"
+            )
         return result
+
+    def check_cost(self) -> None:
+        """:class:`CelCostError` when the estimate is above Kubernetes' selector limit: the API
+        server refuses such a selector when it is created or changed."""
+        if self.max_cost > SELECTOR_MAX_COST:
+            raise CelCostError(
+                self.expression,
+                f"{TOO_COMPLEX} (estimated cost {self.max_cost}, limit {SELECTOR_MAX_COST})",
+            )
 
     def __repr__(self) -> str:
         return f"SelectorProgram({self.expression!r})"
@@ -89,20 +157,52 @@ def expression_bytes(expression: str) -> int:
     return len(expression.encode("utf-8", "surrogatepass"))
 
 
-def _compile(expression: str) -> SelectorProgram:
+def _compile(expression: str, options: CompileOptions) -> SelectorProgram:
     try:
-        root, references = compile_tree(expression, parse(expression), _VARIABLES)
+        tree = parse(expression)
+        features = options.features
+        root, references = compile_tree(expression, tree, _VARIABLES, features)
+        max_cost = root.cost[1]
+        limit = None
+        if max_cost > options.cost_limit:
+            budgeted = Features(features.includes, features.allow_multiple_allocations, True)
+            root, references = compile_tree(expression, tree, _VARIABLES, budgeted)
+            limit = options.cost_limit
     except RecursionError:
-        # Kubernetes' parser stops at a fixed nesting depth too: a compile error, not a crash.
-        raise CelCompileError(expression[:80] + "...", NESTED_TOO_DEEPLY) from None
+        raise _too_deep(expression) from None
     if root.type not in ("bool", "dyn"):
+        shown = {"Quantity": "kubernetes.Quantity", "Semver": "kubernetes.Semver"}
         raise CelCompileError(
-            expression, f"must evaluate to bool, but evaluates to {root.type}", 1, 1
+            expression,
+            f"must evaluate to bool or the unknown type, not {shown.get(root.type, root.type)}",
+            1,
+            1,
         )
-    return SelectorProgram(expression, root.fn, tuple(references))
+    return SelectorProgram(expression, root.fn, tuple(references), max_cost, limit)
 
 
-def compile_selector(expression: str) -> SelectorProgram:
+def _too_deep(expression: str) -> CelCompileError:
+    # Kubernetes' parser stops at a fixed nesting depth too: a compile error, not a crash.
+    return CelCompileError(expression[:80] + "...", NESTED_TOO_DEEPLY)
+
+
+def compile_expression(expression: str, variables: Mapping[str, str] | None = None) -> Eval:
+    """``expression`` compiled whatever its result type, for tools and conformance tables.
+
+    The environment is the selector's (``device`` and every function), plus ``variables``
+    (name -> static type: ``int``, ``string``, ``list``, ..., or ``dyn``), which the returned
+    function finds by name in the mapping it is called with. Not cached, no cost limit.
+    Raises :class:`CelCompileError`.
+    """
+    try:
+        tree = parse(expression)
+        root, _ = compile_tree(expression, tree, {**_VARIABLES, **(variables or {})})
+    except RecursionError:
+        raise _too_deep(expression) from None
+    return root.fn
+
+
+def compile_selector(expression: str, options: CompileOptions = STORED) -> SelectorProgram:
     """The compiled program for ``expression`` (cached); :class:`CelCompileError` if invalid.
 
     Each compile error raised is a fresh instance, so no traceback of one caller stays attached
@@ -113,25 +213,37 @@ def compile_selector(expression: str) -> SelectorProgram:
         raise CelCompileError(
             expression[:80] + "...", f"expression longer than {MAX_EXPRESSION_BYTES} bytes"
         )
-    entry = _cache.get(expression)
+    key = options.key(expression)
+    entry = _cache.get(key)
     if entry is None:
         try:
-            entry = _compile(expression)
+            entry = _compile(expression, options)
         except CelCompileError as exc:
             entry = _bare(exc)
-        _cache.put(expression, entry, size)
+        _cache.put(key, entry, size)
     if isinstance(entry, CelCompileError):
         raise CelCompileError(entry.expression, entry.message, entry.line, entry.column)
     return entry
 
 
-def compile_error(expression: str) -> CelCompileError | None:
+def compile_error(expression: str, options: CompileOptions = STORED) -> CelCompileError | None:
     """The compile error of ``expression``, or ``None`` when it compiles."""
     try:
-        compile_selector(expression)
+        compile_selector(expression, options)
     except CelCompileError as exc:
         return exc
     return None
+
+
+def validate_selector(
+    expression: str, options: CompileOptions = CompileOptions(stored=False)
+) -> SelectorProgram:
+    """What the API server checks of a new or changed selector: it compiles in the
+    NewExpressions environment (by default) and its estimated cost is within the limit.
+    Raises :class:`CelCompileError` (:class:`CelCostError` for the cost)."""
+    program = compile_selector(expression, options)
+    program.check_cost()
+    return program
 
 
 def cache_info() -> CacheInfo:

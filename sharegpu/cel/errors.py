@@ -32,6 +32,12 @@ class CelCompileError(CelError):
         return f"{self.line}:{self.column}: {self.message}\n | {source}\n | {caret}"
 
 
+class CelCostError(CelCompileError):
+    """A selector whose estimated cost is above Kubernetes' limit (the API server refuses it
+    when it is created or changed; the scheduler still runs a stored one, within its runtime
+    limit)."""
+
+
 class CelEvalError(CelError):
     """A runtime error (missing key, no such overload, overflow, ...).
 

@@ -2,24 +2,70 @@
 
 Two tables: global functions (``quantity('1Gi')``) and receiver-style methods
 (``q.compareTo(r)``, receiver first). Each entry lists the argument counts it accepts, which
-the compiler checks. Covered: the CEL standard functions and conversions, Kubernetes' string,
-regex and list extensions, and the quantity and semver libraries.
+the compiler checks. Covered: the CEL standard functions and conversions (timestamps,
+durations and type values included), cel-go's strings extension at version 2 (``format`` and
+``strings.quote`` included), its sets extension and lists extension at version 3, and
+Kubernetes' lists, regex (RE2), URL, IP, CIDR, quantity, semver and named-format
+libraries (:mod:`sharegpu.cel.namedformats`).
+
+Namespaced functions (``sets.contains``, ``lists.range``, ``strings.quote``,
+``ip.isCanonical``) are global functions whose names contain a dot: the compiler resolves
+``ns.f(args)`` to ``GLOBAL_FUNCTIONS['ns.f']`` when ``ns`` is not a variable. Method names that
+start with ``@`` cannot be written in an expression; the compiler emits them for macros
+(``sortBy``). :data:`TYPE_IDENTIFIERS` lists the identifiers that denote type values.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from . import lib_lists, lib_net, lib_time, namedformats, re2regex
+from .celtypes import TYPE_IDENTIFIERS, CelType, type_of
 from .errors import CelEvalError
+from .netaddr import CIDR, IP
 from .quantity import Quantity
 from .semver import Semver
-from .values import INT64_MAX, INT64_MIN, UINT64_MAX, UInt, cel_add, cel_compare, no_overload
+from .strformat import format_string, go_double, quote
+from .timevalues import Duration, Timestamp
+from .values import (
+    INT64_MAX,
+    INT64_MIN,
+    UINT64_MAX,
+    UInt,
+    cel_add,
+    cel_compare,
+    no_overload,
+    type_name,
+)
+
+__all__ = ["GLOBAL_FUNCTIONS", "METHODS", "TYPE_IDENTIFIERS", "Function", "constant_call_error"]
+
+
+def constant_call_error(name: str, args: tuple[Any, ...]) -> str | None:
+    """The compile error Kubernetes reports for a call of ``name`` with these arguments
+    (receiver first for a method; ``None`` stands for an argument that is not a constant),
+    or ``None`` when it reports none.
+
+    Kubernetes (1.29+) checks the constant string arguments that matter whatever the other
+    arguments are: the pattern of ``matches`` (cel-go's regex literal validator), of ``find``
+    and ``findAll`` (the regex precompilation of its regex library), and the literal argument of
+    ``duration()`` and ``timestamp()`` (cel-go's duration and timestamp literal validators:
+    ``timestamp(-62135596801)`` is refused as ``timestamp('0000-...')`` is).
+    So ``device.driver.matches('(?<=a)b')`` fails to compile although the receiver is not a
+    constant.
+    """
+    if name in ("matches", "find", "findAll") and len(args) >= 2 and isinstance(args[1], str):
+        return re2regex.compile_time_message(name, args[1])
+    if name in ("duration", "timestamp") and len(args) == 1 and args[0] is not None:
+        try:
+            (lib_time.duration if name == "duration" else lib_time.timestamp)(args[0])
+        except CelEvalError:
+            return f"invalid {name} argument"
+    return None
 
 
 @dataclass(frozen=True)
@@ -34,14 +80,6 @@ def _fn(impl: Callable[..., Any], *arities: int) -> Function:
     return Function(impl, frozenset(arities))
 
 
-@lru_cache(maxsize=256)
-def _regex(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise CelEvalError(f"invalid regular expression {pattern!r}: {exc}") from exc
-
-
 def _expect(op: str, cond: bool, *args: Any) -> None:
     if not cond:
         raise no_overload(op, *args)
@@ -54,6 +92,10 @@ def _is_int(v: Any) -> bool:
 # --- standard functions -------------------------------------------------------------------
 
 
+_TWO_63 = 2.0**63
+_TWO_64 = 2.0**64
+
+
 def _size(v: Any) -> int:
     if isinstance(v, str | bytes | list | tuple | Mapping):
         return len(v)
@@ -63,10 +105,15 @@ def _size(v: Any) -> int:
 def _to_int(v: Any) -> int:
     if isinstance(v, bool):
         raise no_overload("int", v)
+    if isinstance(v, Timestamp):
+        return v.unix_seconds()
+    if isinstance(v, Duration):
+        return v.nanos
     if isinstance(v, int):
         result = int(v)
     elif isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
+        # cel-go refuses both bounds: float64(2^63 - 1) is 2^63, and -2^63 is refused alike.
+        if not -_TWO_63 < v < _TWO_63:
             raise CelEvalError("double out of range for int conversion")
         result = int(v)
     elif isinstance(v, str):
@@ -85,7 +132,7 @@ def _to_uint(v: Any) -> UInt:
     if isinstance(v, bool):
         raise no_overload("uint", v)
     if isinstance(v, int | float):
-        if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        if isinstance(v, float) and not 0.0 <= v < _TWO_64:
             raise CelEvalError("double out of range for uint conversion")
         result = int(v)
     elif isinstance(v, str):
@@ -118,8 +165,10 @@ def _to_string(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, str):
         return v
-    if isinstance(v, int | float):
-        return str(v) if not isinstance(v, float) or not v.is_integer() else f"{v:g}"
+    if isinstance(v, int):
+        return str(int(v))
+    if isinstance(v, float):
+        return go_double(v)
     if isinstance(v, bytes):
         try:
             return v.decode("utf-8")
@@ -129,6 +178,8 @@ def _to_string(v: Any) -> str:
         return v.text
     if isinstance(v, Semver):
         return v.text
+    if isinstance(v, IP | CIDR | Timestamp | Duration):
+        return str(v)
     raise no_overload("string", v)
 
 
@@ -171,9 +222,13 @@ def _ends_with(s: Any, suffix: Any) -> bool:
     return bool(s.endswith(suffix))
 
 
+def _type(v: Any) -> CelType:
+    return type_of(v, type_name(v))
+
+
 def _matches(s: Any, pattern: Any) -> bool:
     _expect("matches", isinstance(s, str) and isinstance(pattern, str), s, pattern)
-    return _regex(pattern).search(s) is not None
+    return re2regex.matches(s, pattern)
 
 
 # --- Kubernetes string and regex extensions ----------------------------------------------
@@ -195,8 +250,12 @@ def _index_of(s: Any, sub: Any, start: Any = 0) -> int:
                 return i
         return -1
     _expect("indexOf", isinstance(s, str) and isinstance(sub, str) and _is_int(start), s, sub)
-    if not 0 <= start <= len(s):
+    if sub == "":
+        return int(start)
+    if start < 0:
         raise CelEvalError(f"index out of range: {start}")
+    if start >= len(s):
+        return -1
     return int(s.find(sub, start))
 
 
@@ -210,10 +269,18 @@ def _last_index_of(s: Any, sub: Any, end: Any = None) -> int:
         return -1
     _expect("lastIndexOf", isinstance(s, str) and isinstance(sub, str), s, sub)
     if end is None:
-        return int(s.rfind(sub))
+        if sub == "":
+            return len(s)
+        if len(s.encode()) < len(sub.encode()):
+            return -1
+        end = len(s) - 1
     _expect("lastIndexOf", _is_int(end), s, sub, end)
-    if not 0 <= end < max(len(s), 1):
+    if sub == "":
+        return int(end)
+    if end < 0:
         raise CelEvalError(f"index out of range: {end}")
+    if end >= len(s):
+        return -1
     return int(s.rfind(sub, 0, end + len(sub)))
 
 
@@ -247,14 +314,23 @@ def _split(s: Any, sep: Any, n: Any = -1) -> list[str]:
 def _substring(s: Any, start: Any, end: Any = None) -> str:
     stop = len(s) if end is None and isinstance(s, str) else end
     _expect("substring", isinstance(s, str) and _is_int(start) and _is_int(stop), s, start)
-    if not 0 <= start <= stop <= len(s):
-        raise CelEvalError(f"substring index out of range: [{start}:{stop}]")
+    if start > stop and end is not None:
+        raise CelEvalError(f"invalid substring range. start: {start}, end: {stop}")
+    for index in (start, stop):
+        if not 0 <= index <= len(s):
+            raise CelEvalError(f"index out of range: {index}")
     return str(s[start:stop])
+
+
+#: What Go's ``unicode.IsSpace`` (and so cel-go's ``trim``) counts as white space.
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(
+    chr(c) for c in range(0x2000, 0x200B)
+)
 
 
 def _trim(s: Any) -> str:
     _expect("trim", isinstance(s, str), s)
-    return str(s.strip())
+    return str(s.strip(_GO_SPACE))
 
 
 def _join(items: Any, sep: Any = "") -> str:
@@ -266,14 +342,22 @@ def _join(items: Any, sep: Any = "") -> str:
 
 def _find(s: Any, pattern: Any) -> str:
     _expect("find", isinstance(s, str) and isinstance(pattern, str), s, pattern)
-    m = _regex(pattern).search(s)
-    return m.group(0) if m else ""
+    return re2regex.find(s, pattern)
 
 
 def _find_all(s: Any, pattern: Any, n: Any = -1) -> list[str]:
     _expect("findAll", isinstance(s, str) and isinstance(pattern, str) and _is_int(n), s, pattern)
-    found = [m.group(0) for m in _regex(pattern).finditer(s)]
-    return found if n < 0 else found[:n]
+    return re2regex.find_all(s, pattern, n)
+
+
+def _format(s: Any, args: Any) -> str:
+    _expect("format", isinstance(s, str) and isinstance(args, list | tuple), s, args)
+    return format_string(s, args)
+
+
+def _quote(s: Any) -> str:
+    _expect("strings.quote", isinstance(s, str), s)
+    return quote(s)
 
 
 # --- Kubernetes list extensions ----------------------------------------------------------
@@ -286,6 +370,11 @@ def _is_sorted(items: Any) -> bool:
 
 def _sum(items: Any) -> Any:
     _expect("sum", isinstance(items, list | tuple), items)
+    for item in items:
+        # Kubernetes declares sum() for lists of int, uint, double and duration only.
+        _expect(
+            "sum", isinstance(item, int | float | Duration) and not isinstance(item, bool), item
+        )
     total: Any = 0
     for i, item in enumerate(items):
         total = item if i == 0 else cel_add(total, item)
@@ -317,9 +406,22 @@ def _max(items: Any) -> Any:
 # --- quantity library --------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1024)
+def _parsed_quantity(text: str) -> Quantity:
+    """Quantities are immutable, so one parse serves every evaluation of ``quantity('40Gi')``
+    (a selector re-evaluates its constant arguments for each device)."""
+    return Quantity.parse(text)
+
+
+@lru_cache(maxsize=1024)
+def _parsed_semver(text: str, normalize: bool) -> Semver:
+    """Semvers are immutable: one parse per distinct text, as for quantities."""
+    return Semver(text, normalize)
+
+
 def _quantity(s: Any) -> Quantity:
     _expect("quantity", isinstance(s, str), s)
-    return Quantity.parse(s)
+    return _parsed_quantity(s)
 
 
 def _is_quantity(s: Any) -> bool:
@@ -367,7 +469,7 @@ def _q_sub(q: Any, other: Any) -> Quantity:
 
 def _semver(s: Any, normalize: Any = False) -> Semver:
     _expect("semver", isinstance(s, str) and isinstance(normalize, bool), s, normalize)
-    return Semver(s, normalize)
+    return _parsed_semver(s, normalize)
 
 
 def _is_semver(s: Any, normalize: Any = False) -> bool:
@@ -426,11 +528,33 @@ GLOBAL_FUNCTIONS: dict[str, Function] = {
     "bool": _fn(_to_bool, 1),
     "bytes": _fn(_to_bytes, 1),
     "dyn": _fn(lambda v: v, 1),
+    "type": _fn(_type, 1),
     "matches": _fn(_matches, 2),
+    "timestamp": _fn(lib_time.timestamp, 1),
+    "duration": _fn(lib_time.duration, 1),
+    # strings extension (version 2)
+    "strings.quote": _fn(_quote, 1),
+    # sets extension
+    "sets.contains": _fn(lib_lists.sets_contains, 2),
+    "sets.equivalent": _fn(lib_lists.sets_equivalent, 2),
+    "sets.intersects": _fn(lib_lists.sets_intersects, 2),
+    # lists extension (version 3)
+    "lists.range": _fn(lib_lists.lists_range, 1),
+    # IP, CIDR and URL libraries
+    "ip": _fn(lib_net.ip, 1),
+    "isIP": _fn(lib_net.is_ip_, 1),
+    "ip.isCanonical": _fn(lib_net.ip_is_canonical, 1),
+    "cidr": _fn(lib_net.cidr, 1),
+    "isCIDR": _fn(lib_net.is_cidr_, 1),
+    "url": _fn(lib_net.url, 1),
+    "isURL": _fn(lib_net.is_url, 1),
     "quantity": _fn(_quantity, 1),
     "isQuantity": _fn(_is_quantity, 1),
     "semver": _fn(_semver, 1, 2),
     "isSemver": _fn(_is_semver, 1, 2),
+    # named formats (format.named('dns1123Label'), format.dns1123Label(), ...)
+    "format.named": _fn(namedformats.format_named, 1),
+    **{f"format.{name}": _fn(lambda f=f: f, 0) for name, f in namedformats.FORMATS.items()},
 }
 
 METHODS: dict[str, Function] = {
@@ -451,6 +575,7 @@ METHODS: dict[str, Function] = {
     "substring": _fn(_substring, 1, 2),
     "trim": _fn(_trim, 0),
     "join": _fn(_join, 0, 1),
+    "format": _fn(_format, 1),
     # regex extension
     "find": _fn(_find, 1),
     "findAll": _fn(_find_all, 1, 2),
@@ -459,6 +584,44 @@ METHODS: dict[str, Function] = {
     "sum": _fn(_sum, 0),
     "min": _fn(_min, 0),
     "max": _fn(_max, 0),
+    # cel-go lists extension (version 3)
+    "slice": _fn(lib_lists.slice_, 2),
+    "flatten": _fn(lib_lists.flatten, 0, 1),
+    "distinct": _fn(lib_lists.distinct, 0),
+    "reverse": _fn(lib_lists.reverse, 0),
+    "sort": _fn(lib_lists.sort, 0),
+    "@sortByAssociatedKeys": _fn(lib_lists.sort_by_associated_keys, 1),
+    # timestamps and durations
+    "getFullYear": _fn(lib_time.get_full_year, 0, 1),
+    "getMonth": _fn(lib_time.get_month, 0, 1),
+    "getDate": _fn(lib_time.get_date, 0, 1),
+    "getDayOfMonth": _fn(lib_time.get_day_of_month, 0, 1),
+    "getDayOfWeek": _fn(lib_time.get_day_of_week, 0, 1),
+    "getDayOfYear": _fn(lib_time.get_day_of_year, 0, 1),
+    "getHours": _fn(lib_time.get_hours, 0, 1),
+    "getMinutes": _fn(lib_time.get_minutes, 0, 1),
+    "getSeconds": _fn(lib_time.get_seconds, 0, 1),
+    "getMilliseconds": _fn(lib_time.get_milliseconds, 0, 1),
+    # IP library
+    "family": _fn(lib_net.family, 0),
+    "isUnspecified": _fn(lib_net.is_unspecified, 0),
+    "isLoopback": _fn(lib_net.is_loopback, 0),
+    "isLinkLocalMulticast": _fn(lib_net.is_link_local_multicast, 0),
+    "isLinkLocalUnicast": _fn(lib_net.is_link_local_unicast, 0),
+    "isGlobalUnicast": _fn(lib_net.is_global_unicast, 0),
+    # CIDR library
+    "containsIP": _fn(lib_net.contains_ip, 1),
+    "containsCIDR": _fn(lib_net.contains_cidr, 1),
+    "ip": _fn(lib_net.cidr_ip, 0),
+    "masked": _fn(lib_net.masked, 0),
+    "prefixLength": _fn(lib_net.prefix_length, 0),
+    # URL library
+    "getScheme": _fn(lib_net.get_scheme, 0),
+    "getHost": _fn(lib_net.get_host, 0),
+    "getHostname": _fn(lib_net.get_hostname, 0),
+    "getPort": _fn(lib_net.get_port, 0),
+    "getEscapedPath": _fn(lib_net.get_escaped_path, 0),
+    "getQuery": _fn(lib_net.get_query, 0),
     # quantity
     "isInteger": _fn(_is_integer, 0),
     "asInteger": _fn(_as_integer, 0),
@@ -474,4 +637,6 @@ METHODS: dict[str, Function] = {
     "compareTo": _fn(_compare_to, 1),
     "isGreaterThan": _fn(_is_greater_than, 1),
     "isLessThan": _fn(_is_less_than, 1),
+    # named formats
+    "validate": _fn(namedformats.validate, 1),
 }

@@ -2,7 +2,9 @@
 
 Mapping: bool -> ``bool``, int -> ``int``, uint -> :class:`UInt`, double -> ``float``,
 string -> ``str``, bytes -> ``bytes``, null -> ``None``, list -> ``list``/``tuple``,
-map -> ``dict``, plus the Kubernetes types :class:`Quantity` and :class:`Semver`.
+map -> ``dict``, plus the Kubernetes types :class:`Quantity` and :class:`Semver`, and the value
+classes of the other modules here (timestamp, duration, IP, CIDR, URL, type), which name their
+CEL type in a ``cel_type_name`` class attribute.
 Every operator raises :class:`CelEvalError` where CEL produces an error value.
 """
 
@@ -14,6 +16,9 @@ from typing import Any
 from .errors import CelEvalError
 from .quantity import Quantity
 from .semver import Semver
+from .timevalues import Duration, Timestamp
+from .timevalues import add as _time_add
+from .timevalues import subtract as _time_subtract
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -51,7 +56,7 @@ def type_name(value: Any) -> str:
         return "Quantity"
     if isinstance(value, Semver):
         return "Semver"
-    return type(value).__name__
+    return str(getattr(value, "cel_type_name", type(value).__name__))
 
 
 def no_overload(op: str, *args: Any) -> CelEvalError:
@@ -68,10 +73,40 @@ def _is_list(v: Any) -> bool:
     return isinstance(v, list | tuple)
 
 
+_TWO_63 = 2.0**63
+_TWO_64 = 2.0**64
+
+
+def _integer_vs_double(i: int, d: float) -> int:
+    """-1/0/1 ordering an int or uint against a double as cel-go does
+    (``common/types/compare.go``): a double outside the integer type's range orders outside
+    it; otherwise the integer is converted to a double, so that near 2^63 the comparison is
+    the lossy one cel-go makes (``9223372036854775807 == 9223372036854775808.0``)."""
+    low, high = (0.0, _TWO_64) if isinstance(i, UInt) else (-_TWO_63, _TWO_63)
+    if d < low:
+        return 1
+    if d > high:
+        return -1
+    x = float(i)
+    return (x > d) - (x < d)
+
+
+def _numeric_order(a: Any, b: Any) -> int:
+    """-1/0/1 for two numbers: exact between integers and between doubles, cel-go's
+    cross-type rule (:func:`_integer_vs_double`) between an integer and a double."""
+    fa, fb = isinstance(a, float), isinstance(b, float)
+    if fa is fb:
+        return int((a > b) - (a < b))
+    return -_integer_vs_double(b, a) if fa else _integer_vs_double(a, b)
+
+
 def cel_eq(a: Any, b: Any) -> bool:
-    """CEL equality: numbers compare across int/uint/double, other types must match."""
+    """CEL equality: numbers compare across int/uint/double (as :func:`_numeric_order`;
+    NaN equals nothing), other types must match."""
     if _is_num(a) and _is_num(b):
-        return bool(a == b)
+        if isinstance(a, float) is isinstance(b, float):
+            return bool(a == b)
+        return a == a and b == b and _numeric_order(a, b) == 0
     ta, tb = type(a), type(b)
     if ta is tb or (isinstance(a, str) and isinstance(b, str)):
         if _is_list(a):
@@ -95,10 +130,14 @@ def _map_eq(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
 def cel_compare(op: str, a: Any, b: Any) -> int:
     """-1/0/1 for the ordering operators; error for types without an ordering."""
     if _is_num(a) and _is_num(b):
-        return int((a > b) - (a < b))
+        return _numeric_order(a, b)
     for kind in (bool, str, bytes):
         if isinstance(a, kind) and isinstance(b, kind):
             return (a > b) - (a < b)  # type: ignore[operator]
+    if (isinstance(a, Timestamp) and isinstance(b, Timestamp)) or (
+        isinstance(a, Duration) and isinstance(b, Duration)
+    ):
+        return int((a.nanos > b.nanos) - (a.nanos < b.nanos))
     raise no_overload(op, a, b)
 
 
@@ -136,6 +175,10 @@ def cel_add(a: Any, b: Any) -> Any:
         return a + b
     if _is_list(a) and _is_list(b):
         return [*a, *b]
+    if isinstance(a, Timestamp | Duration) and isinstance(b, Timestamp | Duration):
+        if isinstance(a, Timestamp) and isinstance(b, Timestamp):
+            raise no_overload("_+_", a, b)
+        return _time_add(a, b)
     kind = _same_numeric("_+_", a, b)
     if kind == "int":
         return _check_int(a + b, "_+_")
@@ -145,7 +188,11 @@ def cel_add(a: Any, b: Any) -> Any:
 
 
 def cel_sub(a: Any, b: Any) -> Any:
-    """``a - b`` for numbers."""
+    """``a - b`` for numbers, timestamps and durations."""
+    if isinstance(a, Timestamp | Duration) and isinstance(b, Timestamp | Duration):
+        if isinstance(a, Duration) and isinstance(b, Timestamp):
+            raise no_overload("_-_", a, b)
+        return _time_subtract(a, b)
     kind = _same_numeric("_-_", a, b)
     if kind == "int":
         return _check_int(a - b, "_-_")
@@ -195,7 +242,9 @@ def cel_mod(a: Any, b: Any) -> Any:
 
 
 def cel_neg(a: Any) -> Any:
-    """Unary minus for int and double."""
+    """Unary minus for int, double and duration."""
+    if isinstance(a, Duration):
+        return Duration(-a.nanos)
     if isinstance(a, bool | UInt) or not _is_num(a):
         raise no_overload("-_", a)
     return _check_int(-a, "-_") if isinstance(a, int) else -a

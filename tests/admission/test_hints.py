@@ -17,7 +17,7 @@ from api.quantity import quantity_hint
 from sharegpu.admission import checks
 
 Obj = dict[str, Any]
-CAP = f"spec.devices.requests[0].exactly.capacity.requests[{DRIVER}/"
+CAP = "spec.devices.requests[0].exactly.capacity.requests["
 
 
 def claim(request: Obj, version: str = "resource.k8s.io/v1") -> Obj:
@@ -30,7 +30,7 @@ def claim(request: Obj, version: str = "resource.k8s.io/v1") -> Obj:
 
 
 def share(cores: Any, memory: Any) -> Obj:
-    requests = {f"{DRIVER}/cores": cores, f"{DRIVER}/memory": memory}
+    requests = {"cores": cores, "memory": memory}
     return claim(
         {"name": "gpu", "exactly": {"deviceClassName": DRIVER, "capacity": {"requests": requests}}}
     )

@@ -1,4 +1,5 @@
-"""Compile errors (with position) and the compile cache."""
+"""Compile errors (with position), the compile cache, type identifiers, backtick-quoted field
+names and map literal keys."""
 
 from __future__ import annotations
 
@@ -6,17 +7,19 @@ import pytest
 
 from sharegpu.cel import (
     CelCompileError,
+    CelEvalError,
     cache_info,
     clear_cache,
     compile_error,
     compile_selector,
+    device_activation,
 )
 
 
 @pytest.mark.parametrize(
     ("expression", "message", "column"),
     [
-        ("device.driver ==", "syntax error", None),
+        ("device.driver ==", "Syntax error", None),
         ("device.foo == 'x'", "undefined field 'foo'", 8),
         ("dev.driver == 'x'", "undeclared reference to 'dev'", 1),
         (
@@ -24,13 +27,35 @@ from sharegpu.cel import (
             "undeclared reference to 'frobnicate'",
             34,
         ),
-        ("device.driver", "must evaluate to bool, but evaluates to string", 1),
-        ("quantity('1Gi')", "must evaluate to bool, but evaluates to Quantity", 1),
+        ("device.driver", "must evaluate to bool or the unknown type, not string", 1),
+        (
+            "quantity('1Gi')",
+            "must evaluate to bool or the unknown type, not kubernetes.Quantity",
+            1,
+        ),
         ("device.driver == 1", "no matching overload for '_==_' applied to '(string, int)'", 1),
         ("quantity('1') < quantity('2')", "no matching overload for '_<_'", 1),
-        ("quantity('1', 2).isInteger()", "'quantity' takes 1 argument(s), got 2", 1),
+        (
+            "quantity('1', 2).isInteger()",
+            "found no matching overload for 'quantity' applied to '(string, int)'",
+            1,
+        ),
+        (
+            "device.driver.startsWith('a', 'b')",
+            "found no matching overload for 'startsWith' applied to 'string.(string, string)'",
+            15,
+        ),
+        (
+            "optional.of(1).hasValue(2)",
+            "found no matching overload for 'hasValue' applied to 'optional.(int)'",
+            16,
+        ),
         ("semver('1.0.0').add(1) == semver('1.0.1')", "no matching overload for 'add'", 17),
-        ("'a'.isLessThan('b')", "no matching overload for 'isLessThan' applied to 'string'", 5),
+        (
+            "'a'.isLessThan('b')",
+            "no matching overload for 'isLessThan' applied to 'string.(string)'",
+            5,
+        ),
         ("device.attributes['x'].y.frob()", "undeclared reference to 'frob'", 26),
         ("1 || true", "no matching overload for '_||_' applied to 'int'", 1),
         ("has(device.driver.size())", "has() macro", 1),
@@ -118,3 +143,93 @@ def test_references_list_named_attributes_and_capacities() -> None:
     memry = program.references[2]
     assert memry.line == 1 and memry.column is not None
     assert program.expression[memry.column - 1 :].startswith("memry")
+
+
+def _holds(expression: str) -> bool:
+    return compile_selector(expression).evaluate(device_activation("", {}))
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "type(1) == int && type(1u) == uint && type(1.0) == double && type('') == string",
+        "type(b'') == bytes && type(true) == bool && type(null) == null_type",
+        "type([]) == list && type({}) == map && type(int) == type && type(type) == type",
+        "type(duration('1s')) == google.protobuf.Duration",
+        "type(optional.none()) == optional_type",
+        "int != uint && [int, string].exists(t, t == string)",
+    ],
+)
+def test_type_identifiers_are_values(expression: str) -> None:
+    assert _holds(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("int == 1", "no matching overload for '_==_' applied to '(type, int)'"),
+        ("dyn == dyn", "undeclared reference to 'dyn'"),
+        ("google.protobuf.Any == int", "undeclared reference to 'google'"),
+    ],
+)
+def test_type_identifier_errors(expression: str, message: str) -> None:
+    err = compile_error(expression)
+    assert err is not None and message in err.message
+
+
+def test_a_variable_shadows_a_type_name() -> None:
+    assert _holds("[1].all(int, int == 1)")
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "{'content-type': 'json'}.`content-type` == 'json'",
+        "has({'a.b': 1}.`a.b`) && !has({'a.b': 1}.`a/b`)",
+        "{'x y': 1}.?`x y`.orValue(0) == 1",
+    ],
+)
+def test_backtick_quoted_field_names(expression: str) -> None:
+    assert _holds(expression)
+
+
+def test_backtick_names_only_letters_digits_and_separators() -> None:
+    err = compile_error("{'a': 1}.`a+b` == 1")
+    assert err is not None and "Syntax error" in err.message
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("{0: 1, dyn(0u): 2}.size() == 2", "Failed with repeated key: 0"),
+        ("{'a': 1, 'a': 2}.size() == 2", "Failed with repeated key: a"),
+        ("{1: 'x', dyn(true): 'y'}.size() == 2", "keys true and 1 of one map literal"),
+    ],
+)
+def test_map_literal_keys_equal_as_cel_values_are_errors(expression: str, message: str) -> None:
+    with pytest.raises(CelEvalError) as info:
+        _holds(expression)
+    assert message in info.value.message
+
+
+def test_map_literal_with_distinct_bool_and_int_keys() -> None:
+    assert _holds("{2: 'x', dyn(true): 'y'}[true] == 'y'")
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("duration('1d') == duration('1h')", "invalid duration argument"),
+        ("timestamp('2024-13-01T00:00:00Z') == timestamp(0)", "invalid timestamp argument"),
+        ("'ab'.matches('(?<=a)b')", "invalid matches argument"),
+    ],
+)
+def test_invalid_constant_arguments_are_compile_errors(expression: str, message: str) -> None:
+    err = compile_error(expression)
+    assert err is not None and message in err.message
+
+
+def test_arguments_known_only_at_run_time_are_checked_then() -> None:
+    assert compile_error("duration(dyn('1d')) == duration('1h')") is None
+    with pytest.raises(CelEvalError):
+        _holds("duration(dyn('1d')) == duration('1h')")

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from sharegpu.cel import CelEvalError, Quantity, Semver, compile_selector
+from sharegpu.cel import CelEvalError, Quantity, Semver, compile_error, compile_selector
+from sharegpu.cel.celtypes import type_of
+from sharegpu.cel.library import GLOBAL_FUNCTIONS, METHODS, TYPE_IDENTIFIERS, constant_call_error
+from sharegpu.cel.strformat import go_double
 
 DEVICE = {"driver": "d", "attributes": {}, "capacity": {}, "allowMultipleAllocations": False}
 
@@ -70,7 +76,7 @@ TRUE_EXPRESSIONS = [
     "2.5 * 2.0 == 5.0 && 1 == 1.0 && 2u > 1u && 'b' > 'a' && 1 < 2.5",
     "[1, 2] + [3] == [1, 2, 3] && 'a' + 'b' == 'ab'",
     "2 in [1, 2] && 'k' in {'k': 1} && !(3 in [1, 2])",
-    "{'a': [1, 2]} == {'a': [1, 2]} && [1, 'a'] != [1, 'b']",
+    "{'a': [1, 2]} == {'a': [1, 2]} && [1, 2] != [1, 3]",
     "null == null && (true ? 1 : 2) == 1",
     "1 != 'a'.size() + 1",
     # macros
@@ -81,6 +87,74 @@ TRUE_EXPRESSIONS = [
     "{'a': 1, 'b': 2}.all(k, k in ['a', 'b'])",
     "cel.bind(x, 10, x * x == 100)",
     "has({'a': 1}.a) && !has({'a': 1}.b)",
+    # regex on RE2 semantics
+    "'Ab'.matches('^\\\\p{Lu}') && !'ab'.matches('^\\\\p{Lu}')",
+    "'ab\\n'.matches('b\\\\n\\\\z') && !'ab\\n'.matches('b\\\\z')",
+    "'baaa'.findAll('a*') == ['', 'aaa'] && 'a1b22c333'.findAll('[0-9]+', 2) == ['1', '22']",
+    "'GPU-ABC'.find('(?i)gpu-[a-z]+') == 'GPU-ABC'",
+    # sets and lists extensions
+    "sets.contains([1, 2, 3], [3, 1]) && !sets.contains([1], [2])",
+    "sets.equivalent([1, 2, 2], [2, 1]) && sets.intersects([1, 2], [2.0, 5.0])",
+    "lists.range(3) == [0, 1, 2] && [1, 2, 3, 4].slice(1, 3) == [2, 3]",
+    "[[1], [2]].flatten() == [1, 2] && [[[1]], [[2]]].flatten(2) == [1, 2]",
+    "[3, 1, 3, 2].distinct() == [3, 1, 2] && [1, 2].reverse() == [2, 1]",
+    "['b', 'c', 'a'].sort() == ['a', 'b', 'c'] && [1.5, 1.0].sort() == [1.0, 1.5]",
+    "[duration('1s'), duration('2ms')].sum() == duration('1002ms')",
+    "[timestamp('2024-01-02T00:00:00Z'), timestamp('2023-01-01T00:00:00Z')].min()"
+    " == timestamp('2023-01-01T00:00:00Z')",
+    # strings extension version 2
+    "'%s has %d cores at %.1f%%'.format(['H100', 132, 99.5]) == 'H100 has 132 cores at 99.5%'",
+    "'%x %X %o %b'.format([255, 255, 8, 5]) == 'ff FF 10 101'",
+    "'%s'.format([[1, 'a', 2.5, null, true]]) == '[1, \"a\", 2.500000, null, true]'",
+    "'%s'.format([{'b': 1, 'a': [2]}]) == '{\"a\":[2], \"b\":1}'",
+    "'%e'.format([1234.5678]) == '1.234568\u202f\u00d7\u202f10\u2070\u00b3'",
+    "'%.2f'.format([1234.5]) == '1,234.50'",
+    "strings.quote('a\"b\\n') == '\"a\\\\\"b\\\\n\"'",
+    "' \\t x \\u3000'.trim() == 'x' && 'tacocat'.lastIndexOf('a', 30) == -1",
+    # IP and CIDR
+    "ip('10.0.0.1').family() == 4 && ip('::1').family() == 6 && ip('::1').isLoopback()",
+    "ip('2001:0db8:0000:0000:0000:0000:0000:0001') == ip('2001:db8::1')",
+    "string(ip('2001:db8:0:0:1:0:0:1')) == '2001:db8::1:0:0:1'",
+    "!ip.isCanonical('2001:db8:0:0:0:0:0:1') && ip.isCanonical('2001:db8::1')",
+    "ip('fe80::1').isLinkLocalUnicast() && ip('ff02::1').isLinkLocalMulticast()",
+    "ip('10.0.0.1').isGlobalUnicast() && !ip('255.255.255.255').isGlobalUnicast()",
+    "!isIP('fe80::1%eth0') && !isIP('::ffff:1.2.3.4') && !isIP('010.0.0.1') && isIP('::1.2.3.4')",
+    "cidr('10.0.0.0/8').containsIP('10.255.0.1')",
+    "!cidr('10.0.0.0/8').containsIP(ip('11.0.0.1'))",
+    "cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16')",
+    "!cidr('10.1.0.0/16').containsCIDR('10.0.0.0/8')",
+    "cidr('10.1.2.3/8').masked() == cidr('10.0.0.0/8')",
+    "cidr('10.1.2.3/8').ip() == ip('10.1.2.3')",
+    "cidr('2001:db8::/32').prefixLength() == 32",
+    "!isCIDR('10.0.0.0/33') && !isCIDR('10.0.0.0/08')",
+    # URL
+    "url('https://user@example.com:8443/a%2Fb?x=1&x=2&y').getPort() == '8443'",
+    "url('https://example.com:8443/a%2Fb').getEscapedPath() == '/a%2Fb'",
+    "url('https://[::1]:80/').getHostname() == '::1' && url('HTTPS://x/').getScheme() == 'https'",
+    "url('https://x/?a=1&a=2&b=%20').getQuery() == {'a': ['1', '2'], 'b': [' ']}",
+    "isURL('/just/a/path') && !isURL('relative/path') && !isURL('https://a:b:c/')",
+    # timestamps and durations
+    "timestamp('2024-03-01T10:20:30.5+01:00').getHours() == 9",
+    "timestamp('2024-03-01T10:20:30Z').getHours('Europe/Paris') == 11",
+    "timestamp('2024-03-01T10:20:30Z').getHours('-02:30') == 7",
+    "timestamp('2024-03-01T00:00:00Z').getMonth() == 2",
+    "timestamp('2024-03-01T00:00:00Z').getDate() == 1",
+    "timestamp('2024-03-01T00:00:00Z').getDayOfMonth() == 0",
+    "timestamp('2024-03-03T00:00:00Z').getDayOfWeek() == 0",
+    "timestamp('2024-12-31T00:00:00Z').getDayOfYear() == 365",
+    "timestamp('2024-01-01T00:00:01.250Z').getMilliseconds() == 250",
+    "timestamp('2024-01-01T00:00:00Z') - timestamp('2023-12-31T23:00:00Z') == duration('1h')",
+    "timestamp('2024-01-01T00:00:00Z') + duration('-1.5h') < timestamp('2024-01-01T00:00:00Z')",
+    "int(timestamp('1970-01-01T00:01:00Z')) == 60",
+    "timestamp(60) == timestamp('1970-01-01T00:01:00Z')",
+    "string(timestamp('2024-01-01T00:00:00.120+05:30')) == '2024-01-01T00:00:00.12+05:30'",
+    "duration('1h2m3s4ms').getMinutes() == 62",
+    "duration('1h2m3s4ms').getMilliseconds() == 3723004",
+    "string(duration('1h30m')) == '5400s' && string(duration('1.5s')) == '1.5s'",
+    "-duration('1s') < duration('0') && duration('1\u00b5s') == duration('1000ns')",
+    # type values
+    "type(1) == type(2) && type('a') != type(1) && type(type(1)) == type(type('a'))",
+    "type(ip('::1')) == type(ip('10.0.0.1')) && type(duration('1s')) != type(timestamp(0))",
 ]
 
 
@@ -103,8 +177,33 @@ ERROR_EXPRESSIONS = [
     ("dyn('a').major() == 1", "no such overload"),
     ("dyn(quantity('1')).compareTo(dyn(semver('1.0.0'))) == 0", "no such overload"),
     ("int('x') == 1", "cannot convert"),
-    ("'abc'.substring(2, 1) == ''", "out of range"),
-    ("[].max() == 1", "empty list"),
+    ("'abc'.substring(2, 1) == ''", "invalid substring range. start: 2, end: 1"),
+    ("'abc'.substring(4) == ''", "index out of range: 4"),
+    ("[].max() == 1", "max called on empty list"),
+    (
+        "'a'.matches(dyn('(?=a)'))",
+        "error parsing regexp: invalid or unsupported Perl syntax: `\\(\\?=`",
+    ),
+    ("'a'.find(dyn('a)')) == ''", "Illegal regex: error parsing regexp: unexpected \\)"),
+    ("['a', dyn(1)].sort() == []", "list elements must have the same type"),
+    ("[[1]].sort() == []", "list elements must be comparable"),
+    ("[1].slice(0, 2) == []", "cannot slice\\(0, 2\\), list is length 1"),
+    ("[dyn('a')].sum() == 'a'", "no such overload"),
+    (
+        "dyn('%d').format(['x']) == ''",
+        "decimal clause can only be used on integers, was given string",
+    ),
+    ("dyn('%d %d').format([1]) == ''", "index 1 out of range"),
+    ("dyn('%q').format([1]) == ''", 'unrecognized formatting clause "q"'),
+    ("dyn('%s').format([ip('::1')]) == ''", "was given net.IP"),
+    ("ip('1.2.3') == ip('::1')", "IPv4 address too short"),
+    ("ip('fe80::1%eth0') == ip('::1')", "with zone value is not allowed"),
+    ("cidr('10.0.0.0/33') == cidr('10.0.0.0/8')", "prefix length out of range"),
+    ("url('x') == url('/x')", "invalid URI for request"),
+    ("timestamp(dyn('2024-13-01T00:00:00Z')) == timestamp(0)", "type conversion error"),
+    ("duration(dyn('1d')) == duration('1h')", "type conversion error"),
+    ("timestamp('9999-12-31T23:59:59Z') + duration('1s') > timestamp(0)", "timestamp out of range"),
+    ("timestamp(0).getHours('Mars/Olympus') == 0", "unknown time zone"),
 ]
 
 
@@ -149,3 +248,121 @@ def test_value_types() -> None:
     assert Semver("1.2.3") == Semver("v1.2.3", normalize=True)
     assert Semver.is_valid("1.0.0-rc.1+build.5")
     assert not Semver.is_valid("1.0.0-01")
+
+
+def test_kubernetes_library_functions_are_declared() -> None:
+    """Every function Kubernetes' library_compatibility_test.go lists exists here, unless the
+    data names why the DRA environment has no use for it."""
+    doc = json.loads(
+        (Path(__file__).parent / "upstream" / "known_library_functions.json").read_text()
+    )
+    declared = set(GLOBAL_FUNCTIONS) | set(METHODS)
+    missing = {
+        name
+        for names in doc["functions"].values()
+        for name in names
+        if name not in declared and name not in doc["absent"]
+    }
+    assert not missing
+    assert not set(doc["absent"]) & declared, "listed as absent but declared"
+
+
+def test_constant_arguments_errors_use_kubernetes_wording() -> None:
+    assert constant_call_error("matches", ("x", "a+")) is None
+    assert constant_call_error("matches", ("x", "(?<=a)b")) == "invalid matches argument"
+    assert constant_call_error("find", ("x", ")")) == (
+        "program instantiation failed: error parsing regexp: unexpected ): `)`"
+    )
+    assert constant_call_error("duration", ("1d",)) == "invalid duration argument"
+    assert constant_call_error("duration", ("1h",)) is None
+    assert constant_call_error("timestamp", (-62135596801,)) == "invalid timestamp argument"
+    assert constant_call_error("size", ("abc",)) is None
+    # None stands for an argument that is not a constant: the others are still checked.
+    assert constant_call_error("matches", (None, "(?<=a)b")) == "invalid matches argument"
+    assert constant_call_error("matches", ("(?<=a)b", None)) is None
+    assert constant_call_error("duration", (None,)) is None
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("device.driver.matches('(?<=a)b')", "invalid matches argument"),
+        ("matches(device.driver, '(?<=a)b')", "invalid matches argument"),
+        ("device.driver.find('(') == ''", "error parsing regexp: missing closing )"),
+        ("device.driver.findAll('(', 1) == []", "error parsing regexp: missing closing )"),
+        ("timestamp(-62135596801) < timestamp(device.driver)", "invalid timestamp argument"),
+    ],
+)
+def test_constant_arguments_are_checked_beside_variable_ones(expression: str, message: str) -> None:
+    """Kubernetes checks a constant pattern or literal even when the receiver is a variable."""
+    error = compile_error(expression)
+    assert error is not None and message in error.message
+
+
+def test_variable_arguments_are_checked_when_evaluated() -> None:
+    assert compile_error("'a'.matches(device.driver)") is None
+    with pytest.raises(CelEvalError, match="error parsing regexp"):
+        compile_selector("'a'.matches(device.driver)").evaluate({**DEVICE, "driver": "("})
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # cel-go converts the integer to a double unless the double lies outside its range
+        ("dyn(9223372036854775807) < 9223372036854775808.0", False),
+        ("dyn(9223372036854775807) == 9223372036854775808.0", True),
+        ("dyn(9223372036854775807) < 9223372036854777857.0", True),
+        ("dyn(-9223372036854775808) > -9223372036854777857.0", True),
+        ("dyn(18446744073709551615u) == 18446744073709551616.0", True),
+        ("dyn(0u) > -1.0", True),
+        ("dyn(1) != double('NaN')", True),
+        ("int(9223372036854774784.0) == 9223372036854774784", True),
+        ("int(-9223372036854774784.0) == -9223372036854774784", True),
+    ],
+)
+def test_numbers_compare_across_types_as_cel_go(expression: str, expected: bool) -> None:
+    assert ev(expression) is expected
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "int(9223372036854775807.0) == 0",
+        "int(-9223372036854775808.0) == 0",
+        "uint(-0.5) == 0u",
+        "uint(18446744073709551616.0) == 0u",
+    ],
+)
+def test_double_conversions_refuse_both_bounds(expression: str) -> None:
+    with pytest.raises(CelEvalError, match="out of range"):
+        ev(expression)
+
+
+def test_scientific_clause_takes_its_precision_as_a_width() -> None:
+    """cel-go v0.26.0 formats ``%.Ne`` with ``%Ne``: a field width, the precision stays 6."""
+    assert ev("'%.2e'.format([2.5]) == '2.500000\u202f\u00d7\u202f10\u2070\u2070'")
+    assert ev("'%.20e'.format([2.5]) == '     2.500000\u202f\u00d7\u202f10\u2070\u2070'")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (64.2, "64.2"),
+        (1e6, "1e+06"),
+        (123456.0, "123456"),
+        (1e-5, "1e-05"),
+        (0.0001, "0.0001"),
+        (-2.5e21, "-2.5e+21"),
+        (float("inf"), "+Inf"),
+        (float("nan"), "NaN"),
+        (0.0, "0"),
+    ],
+)
+def test_doubles_print_as_go_does(value: float, text: str) -> None:
+    assert go_double(value) == text
+
+
+def test_type_identifiers_name_types() -> None:
+    assert TYPE_IDENTIFIERS["int"] == type_of(1, "int")
+    assert str(TYPE_IDENTIFIERS["net.IP"]) == "net.IP"
+    assert type_of(Quantity.parse("1"), "Quantity") == TYPE_IDENTIFIERS["kubernetes.Quantity"]

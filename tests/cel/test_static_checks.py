@@ -1,0 +1,157 @@
+"""Compile-time checks Kubernetes' type-checker makes: static result and receiver types of
+library functions, timestamp and duration operators, constant format strings, cel-go's
+lexing of ``42.``, and the lists extension's ``sortBy`` macro."""
+
+from __future__ import annotations
+
+import pytest
+
+from sharegpu.cel import CelEvalError, compile_error, compile_selector
+from sharegpu.cel.strformat import check_format
+
+DEVICE = {"driver": "d", "attributes": {}, "capacity": {}, "allowMultipleAllocations": False}
+T0 = "timestamp('2024-01-01T00:00:00Z')"
+
+
+def ev(expression: str) -> object:
+    return compile_selector(expression).evaluate(DEVICE)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        (
+            "isIP(cidr('10.0.0.0/8'))",
+            "found no matching overload for 'isIP' applied to '(net.CIDR)'",
+        ),
+        ("isCIDR(1)", "found no matching overload for 'isCIDR' applied to '(int)'"),
+        ("ip('::1').containsIP(ip('::1'))", "applied to 'net.IP.(net.IP)'"),
+        ("cidr('::/0').family() == 6", "applied to 'net.CIDR.()'"),
+        ("duration('1h').getFullYear() == 1", "applied to 'google.protobuf.Duration.()'"),
+        (f"{T0} + {T0} > {T0}", "found no matching overload for '_+_'"),
+        (f"{T0} < duration('1h')", "found no matching overload for '_<_'"),
+        ("duration('1h') * 2 > duration('1h')", "found no matching overload for '_*_'"),
+        ("ip('::1') + ip('::1') == ip('::1')", "found no matching overload for '_+_'"),
+        ("42.charAt(0) == ''", "found no matching overload for 'charAt' applied to 'int.(int)'"),
+        ("[1].trim() == ''", "found no matching overload for 'trim' applied to 'list.()'"),
+        ("'a'.sum() == 1", "found no matching overload for 'sum' applied to 'string.()'"),
+        ("'%s %s'.format(['a']) == ''", "index 1 out of range"),
+        ("'%s'.format(['a', 'b']) == ''", "too many arguments supplied to string.format"),
+        (
+            "'%d'.format(['a']) == ''",
+            "decimal clause can only be used on integers, was given string",
+        ),
+        ("'%'.format([]) == ''", "unexpected end of string"),
+        ("'%z'.format([1]) == ''", 'unrecognized formatting clause "z"'),
+    ],
+)
+def test_type_errors_are_compile_errors(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None and message in error.message, error
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f"{T0} - {T0} == duration('0s')",
+        f"{T0} + duration('1h') > {T0} && duration('1h') + {T0} > {T0}",
+        f"{T0} - duration('1h') < {T0} && duration('2h') - duration('1h') == duration('1h')",
+        "duration('1h') < duration('2h') && duration('1h') >= duration('1h')",
+        f"{T0}.getHours() == 0 && duration('90m').getHours() == 1",
+        "timestamp(dyn('2024-01-01T00:00:00Z')) + duration('1s') > timestamp(0)",
+        "cidr('10.0.0.0/8').ip() == ip('10.0.0.0') && ip('10.0.0.1').family() == 4",
+        "cidr('10.0.0.0/8').masked().prefixLength() == 8",
+        "url('https://a/b?x=1').getQuery()['x'] == ['1']",
+        "'%d %s'.format([dyn('x').size(), device.driver]) == '1 d'",
+        "'%s'.format([device.attributes]) == '{}'",
+        "1.5 < 2.0 && .5 < 1.0 && 1e3 == 1000.0",
+        "[1, 2].indexOf(2) == 1 && 'ab'.indexOf('b') == 1",
+    ],
+)
+def test_well_typed_expressions_compile_and_hold(expression: str) -> None:
+    assert compile_error(expression) is None
+    assert ev(expression) is True
+
+
+def test_check_format_follows_cel_go_order() -> None:
+    # cel-go checks the end of the string before the argument count at compile time.
+    assert check_format("filler %", []) == "unexpected end of string"
+    assert check_format("%d", ["dyn"]) is None
+    assert check_format("%f %e", ["string", "double"]) is None
+    assert check_format("%%", []) is None
+    assert check_format("%x", ["bool"]) == (
+        "error during formatting: only integers, byte buffers, and strings can be formatted as "
+        "hex, was given bool"
+    )
+
+
+def test_float_literals_need_a_digit_after_the_point() -> None:
+    error = compile_error("1. == 1.0")
+    assert error is not None and "Syntax error" in error.message
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("[3, 1, 2].sortBy(x, x) == [1, 2, 3]", True),
+        ("[3, 1, 2].sortBy(x, -x) == [3, 2, 1]", True),
+        ("['b', 'a', 'c'].sortBy(s, s == 'c' ? '' : s) == ['c', 'a', 'b']", True),
+        ("[[2], [1, 1]].sortBy(l, l.size()) == [[2], [1, 1]]", True),
+        ("[].sortBy(x, x) == []", True),
+    ],
+)
+def test_sort_by_macro(expression: str, expected: bool) -> None:
+    assert ev(expression) is expected
+
+
+def test_sort_by_keys_must_be_comparable() -> None:
+    with pytest.raises(CelEvalError, match="comparable"):
+        ev("[[1], [2]].sortBy(x, x) == []")
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("[1].sortBy(1, x) == [1]", "argument must be a simple name"),
+        ("{'a': 1}.sortBy(k, k) == []", "sortBy can only be applied to"),
+    ],
+)
+def test_sort_by_misuse_is_a_compile_error(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None and message in error.message
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("['a', 1].size() == 2", "expected type 'string' but found 'int'"),
+        ("[1, 2.0].size() == 2", "expected type 'int' but found 'double'"),
+        ("[[1], ['a']].size() == 2", "expected type 'list(int)' but found 'list(string)'"),
+        ("{'a': 1, 'b': 'x'}.size() == 2", "expected type 'int' but found 'string'"),
+        ("{'a': 1, 2: 1}.size() == 2", "expected type 'string' but found 'int'"),
+        ("['a', 'b'].sum() == 'ab'", "applied to 'list(string).()'"),
+        ("[[1], [2]].min() == [1]", "applied to 'list(list(int)).()'"),
+        ("[{'a': 1}].max() == {'a': 1}", "applied to 'list(map(string, int)).()'"),
+    ],
+)
+def test_literal_types_are_checked_as_kubernetes_does(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None and message in error.message, error
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        # A dyn element may have any type: the check cannot tell, so it accepts.
+        "[device.driver, dyn(1)].size() == 2",
+        "[dyn(1), 'a'].size() == 2",
+        "{'a': [1], 'b': []}.size() == 2",
+        # format's argument list is exempt, as in cel-go.
+        "'%s %d'.format(['a', 1]) == 'a 1'",
+        "'%s'.format([[1, 'a']]) == '[1, \"a\"]'",
+        "[1, 2].sum() == 3 && ['b', 'a'].min() == 'a'",
+    ],
+)
+def test_homogeneous_check_accepts_what_it_cannot_refute(expression: str) -> None:
+    assert compile_error(expression) is None
+    assert ev(expression) is True
