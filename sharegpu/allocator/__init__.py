@@ -7,7 +7,8 @@ Public interface::
     outcome.error        # why the allocation stopped early (CEL error, missing class, ...)
     outcome.reports      # per request: each rejected device with kind, message, details
 
-    outcomes = allocate_many([claim1, claim2], slices, classes, node="n1")
+    outcomes = allocate_pod([claim1, claim2], slices, classes, node="n1")   # one pod, jointly
+    outcomes = allocate_many([claim1, claim2], slices, classes, node="n1")  # one after another
 
 Pass ``share_ids=seeded_share_ids(seed)`` for reproducible shareIDs.
 """
@@ -20,6 +21,7 @@ from .allocator import (
     ShareIdFactory,
     allocate,
     allocate_many,
+    allocate_pod,
     random_share_ids,
     seeded_share_ids,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "ShareIdFactory",
     "allocate",
     "allocate_many",
+    "allocate_pod",
     "gather_pools",
     "node_matches",
     "random_share_ids",

@@ -1,48 +1,62 @@
-"""Consumable capacity (KEP-5075): how much of each capacity one allocation consumes.
+"""Consumable capacity (KEP-5075): how much of each capacity one allocation consumes, and
+whether a request fits a device, as kube-scheduler's ``consumable_capacity.go`` decides.
 
-For every capacity of a device with ``allowMultipleAllocations``:
+Amounts are exact :class:`~decimal.Decimal` values (quantities are parsed to whole nanos), so
+two ``500m`` shares of a capacity of ``1`` both fit. Only the ``step`` arithmetic of a
+``validRange`` works on ``Quantity.Value()`` integers (fractions rounded up), as upstream does.
+
+For every capacity of a device:
 
 - not requested: ``requestPolicy.default``, or the whole ``value`` without a policy;
 - requested without a policy: the requested amount;
 - ``validRange``: below ``min`` becomes ``min``; with ``step`` rounded up to ``min + n*step``;
-  above ``max`` violates the policy;
-- ``validValues``: the smallest listed value not below the request; none violates.
+- ``validValues``: the smallest listed value not below the request, else the request itself.
 
-All arithmetic is on integers (``Quantity.Value()``, rounding fractions up).
+The result then violates the policy when it is not the default and lies above ``max``, off the
+``step`` grid, or outside ``validValues``. A requested capacity name must be a key of the
+device's ``capacity`` as written (``cores`` does not match ``gpu.sharegpu.dev/cores``), as
+kube-scheduler looks it up.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from api.quantity import QuantityError, format_quantity, quantity_int
+from api.quantity import QuantityError, format_quantity, parse_quantity
 
 from .model import AllocatorInputError
 
+#: An exact quantity (whole nanos).
+Amount = Decimal
 
-def _int(value: Any, path: str) -> int:
+
+def amount(value: Any, path: str) -> Amount:
+    """The exact value of a quantity field; bad input names ``path``."""
     try:
-        return quantity_int(value)
+        return parse_quantity(value)
     except QuantityError as exc:
         raise AllocatorInputError(f"{path}: {exc}") from None
 
 
-def capacity_key(driver: str, capacities: Mapping[str, Any], name: str) -> str | None:
-    """The key under which ``capacities`` (a device's ``capacity``) holds ``name``.
+def format_amount(value: Amount | int) -> str:
+    """Canonical text of an amount: :func:`format_quantity` for whole numbers, else the
+    smallest of ``m``, ``u``, ``n`` that makes it whole (``500m``)."""
+    if value == int(value):
+        return format_quantity(int(value))
+    for suffix, factor in (("m", 10**3), ("u", 10**6), ("n", 10**9)):
+        scaled = Decimal(value) * factor
+        if scaled == int(scaled):
+            return f"{int(scaled)}{suffix}"
+    return str(value)
 
-    A name qualified with the driver's own domain also matches the unqualified key and the
-    reverse, as attribute and capacity names are resolved against the driver.
-    """
-    if name in capacities:
-        return name
-    domain, sep, ident = name.rpartition("/")
-    if sep and domain == driver and ident in capacities:
-        return ident
-    if not sep and f"{driver}/{name}" in capacities:
-        return f"{driver}/{name}"
-    return None
+
+def _value_int(value: Amount) -> int:
+    """``Quantity.Value()``: rounded up to an integer."""
+    return math.ceil(value)
 
 
 @dataclass(frozen=True)
@@ -50,15 +64,15 @@ class PolicyViolation:
     """A requested amount that the device's ``requestPolicy`` does not allow."""
 
     capacity: str
-    requested: int
-    rounded: int | None
+    requested: Amount
+    rounded: Amount | None
     policy: str
 
     def message(self) -> str:
         """Human text."""
-        got = "no allowed value" if self.rounded is None else format_quantity(self.rounded)
+        got = "no allowed value" if self.rounded is None else format_amount(self.rounded)
         return (
-            f"capacity {self.capacity}: request {format_quantity(self.requested)} rounds to "
+            f"capacity {self.capacity}: request {format_amount(self.requested)} rounds to "
             f"{got}, which the request policy ({self.policy}) does not allow"
         )
 
@@ -76,37 +90,66 @@ def describe_policy(policy: Mapping[str, Any]) -> str:
     return "validRange " + ", ".join(parts)
 
 
+def _rounded(requested: Amount, policy: Mapping[str, Any], path: str) -> Amount:
+    rng = policy.get("validRange")
+    if rng and rng.get("min") is not None:
+        low = amount(rng["min"], f"{path}.requestPolicy.validRange.min")
+        if requested < low:
+            return low
+        if rng.get("step") is None:
+            return requested
+        step = _value_int(amount(rng["step"], f"{path}.requestPolicy.validRange.step"))
+        base = _value_int(low)
+        added = _value_int(requested) - base
+        steps = added // step + (1 if step and added % step else 0) if step > 0 else 0
+        return Decimal(base + step * steps)
+    valid_values = policy.get("validValues")
+    if valid_values is not None:
+        for i, v in enumerate(valid_values):
+            allowed = amount(v, f"{path}.requestPolicy.validValues[{i}]")
+            if requested <= allowed:
+                return allowed
+    return requested
+
+
+def _violates(consumed: Amount, policy: Mapping[str, Any], path: str) -> bool:
+    default = policy.get("default")
+    if default is not None and consumed == amount(default, f"{path}.requestPolicy.default"):
+        return False
+    rng = policy.get("validRange")
+    if rng:
+        high = rng.get("max")
+        if high is not None and consumed > amount(high, f"{path}.requestPolicy.validRange.max"):
+            return True
+        if rng.get("step") is not None:
+            step = _value_int(amount(rng["step"], f"{path}.requestPolicy.validRange.step"))
+            low = _value_int(amount(rng.get("min", 0), f"{path}.requestPolicy.validRange.min"))
+            if step and (_value_int(consumed) - low) % step:
+                return True
+        return False
+    valid_values = policy.get("validValues")
+    if valid_values:
+        return all(
+            consumed != amount(v, f"{path}.requestPolicy.validValues[{i}]")
+            for i, v in enumerate(valid_values)
+        )
+    return False
+
+
 def consumed_amount(
-    name: str, capacity: Mapping[str, Any], requested: int | None, path: str
-) -> int | PolicyViolation:
+    name: str, capacity: Mapping[str, Any], requested: Amount | int | None, path: str
+) -> Amount | PolicyViolation:
     """Amount of capacity ``name`` one allocation consumes, or the policy violation."""
-    value = _int(capacity.get("value"), f"{path}.value")
+    value = amount(capacity.get("value"), f"{path}.value")
     policy = capacity.get("requestPolicy")
     if requested is None:
         if policy and policy.get("default") is not None:
-            return _int(policy["default"], f"{path}.requestPolicy.default")
+            return amount(policy["default"], f"{path}.requestPolicy.default")
         return value
+    requested = Decimal(requested)
     if not policy:
         return requested
-    valid_values = policy.get("validValues")
-    if valid_values:
-        allowed = sorted(_int(v, f"{path}.requestPolicy.validValues") for v in valid_values)
-        for v in allowed:
-            if v >= requested:
-                return v
-        return PolicyViolation(name, requested, None, describe_policy(policy))
-    rng = policy.get("validRange")
-    if not rng:
-        return requested
-    low = _int(rng.get("min"), f"{path}.requestPolicy.validRange.min")
-    rounded = max(requested, low)
-    if rng.get("step") is not None:
-        step = _int(rng["step"], f"{path}.requestPolicy.validRange.step")
-        if step > 0:
-            steps = -(-(rounded - low) // step)
-            rounded = low + steps * step
-    if rng.get("max") is not None:
-        high = _int(rng["max"], f"{path}.requestPolicy.validRange.max")
-        if rounded > high:
-            return PolicyViolation(name, requested, rounded, describe_policy(policy))
-    return rounded
+    consumed = _rounded(requested, policy, path)
+    if _violates(consumed, policy, path):
+        return PolicyViolation(name, requested, consumed, describe_policy(policy))
+    return consumed

@@ -1,21 +1,18 @@
 """Resource pools as kube-scheduler sees them from one node.
 
-Slices are grouped per (driver, pool); only the highest ``generation`` counts. A pool with
-fewer slices than ``resourceSliceCount`` is *incomplete*; duplicate device or counter-set
-names make it *invalid*. A pool is visible from a node when one of its current slices (or,
-with ``perDeviceNodeSelection``, one of its devices) targets the node. Candidates are
-ordered by pool, then slice name, then position in the slice.
+Slices are grouped per (driver, pool) as :func:`gather_pools` describes. A pool is
+*invalid* when device names repeat, counter-set names repeat, or a device (on any slice of
+the pool's generation, also one for another node) consumes a counter set or counter the pool
+does not define. Candidates are ordered by pool, then slice name, then position in the slice.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.quantity import QuantityError, quantity_int
-
+from .capacity import Amount, amount
 from .model import AllocatorInputError, DeviceId
 
 
@@ -47,10 +44,12 @@ class Pool:
     incomplete: bool = False
     invalid_reason: str | None = None
     candidates: list[Candidate] = field(default_factory=list)
-    #: counter set -> counter -> value (integer, ``Quantity.Value()`` rounding).
-    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: counter set -> counter -> value (exact).
+    counters: dict[str, dict[str, Amount]] = field(default_factory=dict)
     #: Every device of the pool (also those not targeting the node), by name.
     all_devices: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Some device has binding conditions (such pools are searched last).
+    has_binding_conditions: bool = False
 
     @property
     def usable(self) -> bool:
@@ -120,92 +119,167 @@ def _slice_name(s: Mapping[str, Any]) -> str:
     return str(meta.get("name") or meta.get("generateName") or "")
 
 
-def _quantity(value: Any, path: str) -> int:
-    try:
-        return quantity_int(value)
-    except QuantityError as exc:
-        raise AllocatorInputError(f"{path}: {exc}") from None
+def _pool_fields(s: Mapping[str, Any]) -> tuple[int, int]:
+    pool = s["spec"]["pool"]
+    return int(pool.get("generation", 0)), int(pool.get("resourceSliceCount", 1))
+
+
+def _relevant(spec: Mapping[str, Any], node: str, labels: Mapping[str, str]) -> bool:
+    """Whether a slice takes part in the node's pools (kube-scheduler's ``GatherPools``)."""
+    if spec.get("sharedCounters"):
+        return True
+    node_name, all_nodes, selector = (
+        spec.get("nodeName"),
+        spec.get("allNodes"),
+        spec.get("nodeSelector"),
+    )
+    if node_name or all_nodes or selector:
+        return node_matches(node, labels, node_name, bool(all_nodes), selector)
+    if spec.get("perDeviceNodeSelection"):
+        return any(
+            node_matches(
+                node, labels, d.get("nodeName"), bool(d.get("allNodes")), d.get("nodeSelector")
+            )
+            for d in spec.get("devices") or []
+        )
+    return False
+
+
+def _validate(slices: Iterable[Mapping[str, Any]]) -> None:
+    for i, s in enumerate(slices):
+        spec = s.get("spec")
+        if not isinstance(spec, Mapping):
+            raise AllocatorInputError(f"slices[{i}].spec: missing")
+        pool = spec.get("pool")
+        if not spec.get("driver") or not isinstance(pool, Mapping) or not pool.get("name"):
+            raise AllocatorInputError(f"slices[{i}].spec: driver and pool.name are required")
 
 
 def gather_pools(
     slices: Iterable[Mapping[str, Any]], node: str, node_labels: Mapping[str, str] | None = None
 ) -> list[Pool]:
-    """The pools visible from ``node``, sorted by (driver, pool name)."""
-    labels = node_labels or {}
-    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
-    for i, s in enumerate(slices):
-        spec = s.get("spec")
-        if not isinstance(spec, Mapping):
-            raise AllocatorInputError(f"slices[{i}].spec: missing")
-        pool = spec.get("pool") or {}
-        driver = spec.get("driver")
-        if not driver or not pool.get("name"):
-            raise AllocatorInputError(f"slices[{i}].spec: driver and pool.name are required")
-        grouped[(str(driver), str(pool["name"]))].append(s)
+    """The pools of ``node`` as kube-scheduler gathers them, sorted by (driver, pool name),
+    pools with binding conditions last.
 
-    pools = []
-    for (driver, pool_name), members in sorted(grouped.items()):
-        generation = max(int(m["spec"]["pool"].get("generation", 0)) for m in members)
-        current = sorted(
-            (m for m in members if int(m["spec"]["pool"].get("generation", 0)) == generation),
-            key=_slice_name,
-        )
+    Only slices for this node (or for no single node, or holding counter sets) count; per
+    pool the newest generation among them. A pool whose set for the node is not
+    ``resourceSliceCount`` slices is completed from the other nodes' slices of that
+    generation; when a newer generation exists elsewhere it is left out (obsolete), when that
+    set is still not complete the pool is *incomplete*.
+    """
+    labels = node_labels or {}
+    all_slices = list(slices)
+    _validate(all_slices)
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for s in all_slices:
+        spec = s["spec"]
+        if spec.get("nodeName") and spec["nodeName"] != node and not spec.get("sharedCounters"):
+            continue
+        if not _relevant(spec, node, labels):
+            continue
+        key = (str(spec["driver"]), str(spec["pool"]["name"]))
+        members = grouped.get(key)
+        generation = _pool_fields(s)[0]
+        if members is None or generation > _pool_fields(members[0])[0]:
+            grouped[key] = [s]
+        elif generation == _pool_fields(members[0])[0]:
+            members.append(s)
+
+    pools: list[Pool] = []
+    for (driver, pool_name), members in grouped.items():
+        generation, expected = _pool_fields(members[0])
+        everywhere: list[Mapping[str, Any]] | None = None
+        if len(members) != expected:
+            same = [
+                s
+                for s in all_slices
+                if s["spec"]["driver"] == driver and s["spec"]["pool"]["name"] == pool_name
+            ]
+            if any(_pool_fields(s)[0] > generation for s in same):
+                continue  # obsolete: a newer generation is being published elsewhere
+            everywhere = [s for s in same if _pool_fields(s)[0] == generation]
         pool = Pool(driver, pool_name, generation)
-        expected = max(int(m["spec"]["pool"].get("resourceSliceCount", 1)) for m in current)
-        pool.incomplete = len(current) < expected
-        visible = False
-        for s in current:
-            spec = s["spec"]
-            slice_name = _slice_name(s)
-            per_device = bool(spec.get("perDeviceNodeSelection"))
-            slice_visible = per_device or node_matches(
-                node,
-                labels,
-                spec.get("nodeName"),
-                bool(spec.get("allNodes")),
-                spec.get("nodeSelector"),
-            )
-            for counter_set in spec.get("sharedCounters") or []:
-                set_name = str(counter_set.get("name"))
-                if set_name in pool.counters:
-                    pool.invalid_reason = f"duplicate counter set name {set_name!r}"
-                pool.counters[set_name] = {
-                    n: _quantity(c.get("value"), f"slice {slice_name}: counter {set_name}/{n}")
-                    for n, c in (counter_set.get("counters") or {}).items()
-                }
-            for device in spec.get("devices") or []:
-                dev_name = str(device.get("name"))
-                if dev_name in pool.all_devices:
-                    pool.invalid_reason = f"duplicate device name {dev_name!r}"
-                pool.all_devices[dev_name] = device
-                if per_device:
-                    node_name = device.get("nodeName")
-                    selector = device.get("nodeSelector")
-                    if not node_matches(
-                        node, labels, node_name, bool(device.get("allNodes")), selector
-                    ):
-                        continue
-                elif not slice_visible:
-                    continue
-                else:
-                    node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")
-                visible = True
-                pool.candidates.append(
-                    Candidate(
-                        id=DeviceId(driver, pool_name, dev_name),
-                        device=device,
-                        slice_name=slice_name,
-                        node_name=node_name,
-                        node_selector=selector if not node_name else None,
-                        multi=bool(device.get("allowMultipleAllocations")),
-                    )
-                )
-            visible = visible or (slice_visible and not spec.get("devices"))
-        if visible:
-            pools.append(pool)
+        pool.incomplete = everywhere is not None and len(everywhere) != expected
+        _fill(pool, members, everywhere, node, labels)
+        pools.append(pool)
+    pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
     position = 0
     for pool in pools:
         for c in pool.candidates:
             c.position = position
             position += 1
     return pools
+
+
+def _fill(
+    pool: Pool,
+    members: list[Mapping[str, Any]],
+    everywhere: list[Mapping[str, Any]] | None,
+    node: str,
+    labels: Mapping[str, str],
+) -> None:
+    """Candidates, counter sets and validity of one pool from its slices for the node."""
+    members = sorted(members, key=_slice_name)
+    device_slices = [s for s in members if not s["spec"].get("sharedCounters")]
+    seen: set[str] = set()
+    for s in device_slices:
+        for device in s["spec"].get("devices") or []:
+            name = str(device.get("name"))
+            if name in seen and pool.invalid_reason is None:
+                pool.invalid_reason = f"duplicate device name {name}"
+            seen.add(name)
+    for s in members:
+        slice_name = _slice_name(s)
+        for counter_set in s["spec"].get("sharedCounters") or []:
+            set_name = str(counter_set.get("name"))
+            if set_name in pool.counters and pool.invalid_reason is None:
+                pool.invalid_reason = f"duplicate counter set name {set_name}"
+            pool.counters[set_name] = {
+                n: amount(c.get("value"), f"slice {slice_name}: counter {set_name}/{n}")
+                for n, c in (counter_set.get("counters") or {}).items()
+            }
+    names = {_slice_name(s) for s in members}
+    others = [s for s in everywhere or [] if _slice_name(s) not in names]
+    for s in [*members, *others]:
+        for device in s["spec"].get("devices") or []:
+            pool.all_devices.setdefault(str(device.get("name")), device)
+            problem = _counter_problem(pool.counters, device)
+            if problem and pool.invalid_reason is None:
+                pool.invalid_reason = problem
+    for s in device_slices:
+        spec = s["spec"]
+        per_device = bool(spec.get("perDeviceNodeSelection"))
+        for device in spec.get("devices") or []:
+            if device.get("bindingConditions"):
+                pool.has_binding_conditions = True
+            if per_device:
+                node_name, selector = device.get("nodeName"), device.get("nodeSelector")
+                if not node_matches(
+                    node, labels, node_name, bool(device.get("allNodes")), selector
+                ):
+                    continue
+            else:
+                node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")
+            pool.candidates.append(
+                Candidate(
+                    id=DeviceId(pool.driver, pool.name, str(device.get("name"))),
+                    device=device,
+                    slice_name=_slice_name(s),
+                    node_name=node_name,
+                    node_selector=selector if not node_name else None,
+                    multi=bool(device.get("allowMultipleAllocations")),
+                )
+            )
+
+
+def _counter_problem(counters: Mapping[str, Mapping[str, Any]], device: Mapping[str, Any]) -> str:
+    """Why a device's ``consumesCounters`` makes its pool invalid ("" when it does not)."""
+    for consumption in device.get("consumesCounters") or []:
+        set_name = str(consumption.get("counterSet"))
+        counter_set = counters.get(set_name)
+        if counter_set is None:
+            return f"counter set {set_name} not found"
+        for counter in consumption.get("counters") or {}:
+            if counter not in counter_set:
+                return f"counter {counter} not found in counter set {set_name}"
+    return ""

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.quantity import QuantityError, quantity_int
-
+from .capacity import Amount, amount
 from .model import AllocatorInputError
 
 
@@ -32,7 +31,7 @@ class Alternative:
     count: int
     admin_access: bool
     tolerations: list[Mapping[str, Any]]
-    capacity_requests: dict[str, int]
+    capacity_requests: dict[str, Amount]
     #: ``spec`` dict of the entry (``exactly`` or the subrequest), for messages.
     source: Mapping[str, Any] = field(repr=False, default_factory=dict)
 
@@ -65,15 +64,12 @@ class Constraint:
         return alt.request in self.requests or alt.full_name in self.requests
 
 
-def _capacity_requests(entry: Mapping[str, Any], path: str) -> dict[str, int]:
+def _capacity_requests(entry: Mapping[str, Any], path: str) -> dict[str, Amount]:
     requests = (entry.get("capacity") or {}).get("requests") or {}
-    out = {}
-    for name, value in requests.items():
-        try:
-            out[str(name)] = quantity_int(value)
-        except QuantityError as exc:
-            raise AllocatorInputError(f"{path}.capacity.requests[{name}]: {exc}") from None
-    return out
+    return {
+        str(name): amount(value, f"{path}.capacity.requests[{name}]")
+        for name, value in requests.items()
+    }
 
 
 def _alternative(

@@ -8,9 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.quantity import QuantityError, quantity_int
-
-from .model import AllocatorInputError, DeviceId
+from .capacity import Amount, amount
+from .model import DeviceId
 from .pools import Pool
 from .requests import claim_name
 
@@ -22,7 +21,7 @@ class Usage:
     #: Device -> claim holding it without a share.
     exclusive: dict[DeviceId, str] = field(default_factory=dict)
     #: Shared device -> capacity key -> consumed amount (sum over its shares).
-    consumed: dict[DeviceId, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    consumed: dict[DeviceId, dict[str, Amount]] = field(default_factory=lambda: defaultdict(dict))
     #: Shared device -> claims holding a share.
     sharers: dict[DeviceId, list[str]] = field(default_factory=lambda: defaultdict(list))
 
@@ -44,14 +43,9 @@ class Usage:
             self.sharers[dev].append(holder)
             consumed = self.consumed[dev]
             for name, value in (result.get("consumedCapacity") or {}).items():
-                try:
-                    amount = quantity_int(value)
-                except QuantityError as exc:
-                    raise AllocatorInputError(
-                        f"claim {holder}: status.allocation.devices.results[{i}]"
-                        f".consumedCapacity[{name}]: {exc}"
-                    ) from None
-                consumed[name] = consumed.get(name, 0) + amount
+                path = f"claim {holder}: status.allocation.devices.results[{i}]"
+                used = amount(value, f"{path}.consumedCapacity[{name}]")
+                consumed[name] = consumed.get(name, Amount(0)) + used
 
     @classmethod
     def from_claims(cls, claims: Iterable[Mapping[str, Any]]) -> Usage:
@@ -64,7 +58,7 @@ class Usage:
         return usage
 
 
-def counters_left(pool: Pool, usage: Usage) -> dict[str, dict[str, int]]:
+def counters_left(pool: Pool, usage: Usage) -> dict[str, dict[str, Amount]]:
     """The pool's counters minus what its allocated devices consume (a shared device once).
 
     May go negative when the cluster is over-committed; that reads as nothing left.
@@ -80,5 +74,5 @@ def counters_left(pool: Pool, usage: Usage) -> dict[str, dict[str, int]]:
                 continue
             for counter, c in (consumption.get("counters") or {}).items():
                 if counter in counters:
-                    counters[counter] -= quantity_int(c.get("value"))
+                    counters[counter] -= amount(c.get("value"), f"device {name}: counter {counter}")
     return left

@@ -10,8 +10,9 @@
    fit consumable mode (templates become claims named like them), each row naming its example
    directory; or, with ``-f``, the user's claims, templates and DeviceClasses, the pods and
    workloads of the files naming who uses each claim (:mod:`sharegpu.cli.demo_inputs`).
-4. Each claim allocated in turn with :mod:`sharegpu.allocator` as kube-scheduler would, its
-   ``status.allocation`` written to the API server.
+4. Each claim allocated in turn with :mod:`sharegpu.allocator` as kube-scheduler would (the
+   claims one pod uses together, in one search), its ``status.allocation`` written to the API
+   server.
 5. Each claim prepared through the plugin's real DRA socket by a kubelet-side client
    (:mod:`sharegpu.local.kubelet`, registration handshake first); the enforced limits are read
    back from the CDI spec the plugin wrote.
@@ -67,7 +68,7 @@ from sharegpu.cli.demo_inputs import (
     skipped_examples,
     user_claims,
 )
-from sharegpu.cli.explain import allocation_rows, consumed_text, describe
+from sharegpu.cli.explain import allocation_rows, consumed_text, describe, pod_groups
 from sharegpu.cli.output import Table, emit, resolve_format
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
@@ -222,58 +223,70 @@ def cdi_limits(cdi_dir: Path, driver: str, uid: str) -> dict[str, dict[str, str]
 def allocate_and_prepare(
     node: Node, claims: Sequence[ClaimInput], slices: Sequence[Obj], driver: str
 ) -> list[Obj]:
-    """Create, allocate (status.allocation written) and prepare each claim in turn."""
+    """Create, allocate (status.allocation written) and prepare the claims: the claims one pod
+    uses are allocated together, as kube-scheduler allocates a pod's claims; report in input
+    order."""
     classes = node.rest.request("GET", f"{RESOURCE_API}/deviceclasses").get("items") or []
     allocator = Allocator(slices, classes, (), NODE_NAME, share_ids=seeded_share_ids(SHARE_ID_SEED))
-    report = []
-    for item in claims:
-        path = f"{RESOURCE_API}/namespaces/{NAMESPACE}/resourceclaims"
-        entry: Obj = {
+    path = f"{RESOURCE_API}/namespaces/{NAMESPACE}/resourceclaims"
+    report: list[Obj] = [
+        {
             "claim": f"{NAMESPACE}/{item.claim['metadata']['name']}",
             "source": item.source,
             "example": item.example,
             "usedBy": list(item.users),
             "allocated": False,
         }
-        report.append(entry)
-        try:
-            created = node.rest.request("POST", path, body=item.claim)
-        except KubeApiError as exc:
-            entry["reason"] = f"the API server refused the claim: {exc}"
-            continue
-        md = created["metadata"]
-        entry["uid"] = md["uid"]
-        outcome = allocator.allocate(created)
-        if outcome.allocation is None:
-            reasons = [describe(r, slices) for rep in outcome.reports for r in rep.rejections]
-            entry["reason"] = outcome.error or "; ".join(
-                [rep.summary for rep in outcome.reports] + reasons[:1]
-            )
-            continue
-        allocator.commit(created, outcome.allocation)
-        created["status"] = {"allocation": outcome.allocation}
-        node.rest.request("PUT", f"{path}/{md['name']}/status", body=created)
-        entry["allocated"] = True
-        entry["results"] = allocation_rows(outcome.allocation)
-        entry["overrides"] = override_notes(created, entry["results"], driver)
-        ref = ClaimRef(namespace=md["namespace"], uid=md["uid"], name=md["name"])
-        prepared = node.kubelet.prepare([ref])[md["uid"]]
-        entry["prepared"] = not prepared.error
-        if prepared.error:
-            entry["prepareError"] = prepared.error
-            continue
-        limits = cdi_limits(node.cdi_dir, driver, md["uid"])
-        entry["devices"] = [
-            {
-                "requests": list(d.request_names),
-                "device": d.device_name,
-                "shareID": d.share_id,
-                "cdiDeviceIDs": list(d.cdi_device_ids),
-                "limits": next((limits[i] for i in d.cdi_device_ids if i in limits), {}),
-            }
-            for d in prepared.devices
-        ]
+        for item in claims
+    ]
+    for group in pod_groups([item.users for item in claims]):
+        created: list[tuple[Obj, Obj]] = []  # (report entry, claim as created)
+        for i in group:
+            try:
+                obj = node.rest.request("POST", path, body=claims[i].claim)
+            except KubeApiError as exc:
+                report[i]["reason"] = f"the API server refused the claim: {exc}"
+                continue
+            report[i]["uid"] = obj["metadata"]["uid"]
+            created.append((report[i], obj))
+        outcomes = allocator.allocate_pod([obj for _, obj in created])
+        for (entry, obj), outcome in zip(created, outcomes, strict=True):
+            if outcome.allocation is None:
+                reasons = [describe(r, slices) for rep in outcome.reports for r in rep.rejections]
+                entry["reason"] = outcome.error or "; ".join(
+                    [rep.summary for rep in outcome.reports] + reasons[:1]
+                )
+                continue
+            allocator.commit(obj, outcome.allocation)
+            obj["status"] = {"allocation": outcome.allocation}
+            node.rest.request("PUT", f"{path}/{obj['metadata']['name']}/status", body=obj)
+            _prepare(node, entry, obj, outcome.allocation, driver)
     return report
+
+
+def _prepare(node: Node, entry: Obj, claim: Obj, allocation: Obj, driver: str) -> None:
+    """Prepare one allocated claim through the plugin; record devices and limits in ``entry``."""
+    md = claim["metadata"]
+    entry["allocated"] = True
+    entry["results"] = allocation_rows(allocation)
+    entry["overrides"] = override_notes(claim, entry["results"], driver)
+    ref = ClaimRef(namespace=md["namespace"], uid=md["uid"], name=md["name"])
+    prepared = node.kubelet.prepare([ref])[md["uid"]]
+    entry["prepared"] = not prepared.error
+    if prepared.error:
+        entry["prepareError"] = prepared.error
+        return
+    limits = cdi_limits(node.cdi_dir, driver, md["uid"])
+    entry["devices"] = [
+        {
+            "requests": list(d.request_names),
+            "device": d.device_name,
+            "shareID": d.share_id,
+            "cdiDeviceIDs": list(d.cdi_device_ids),
+            "limits": next((limits[i] for i in d.cdi_device_ids if i in limits), {}),
+        }
+        for d in prepared.devices
+    ]
 
 
 def usage_of(rest: KubeRest, slices: Sequence[Obj], driver: str) -> list[Obj]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sharegpu.cli.common import CliError, Obj
-from sharegpu.cli.explain import claim_from_template
+from sharegpu.cli.explain import claim_from_template, claim_refs
 from sharegpu.cli.loading import Manifest, load_manifests
 from sharegpu.cli.validate import DEFAULT_KUBERNETES_VERSION, schema_findings
 
@@ -70,8 +70,6 @@ NEXT_STEPS: Final = (
         "install the driver in a cluster: docs/install.md (kind, no GPUs: deploy/kind/run.sh)",
     ),
 )
-#: Workload kinds whose pod template is ``spec.template.spec``.
-WORKLOAD_KINDS: Final = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
 
 
 @dataclass
@@ -115,10 +113,17 @@ def demo_claims(examples: Path) -> list[ClaimInput]:
         directory = examples / name
         if not directory.is_dir():
             raise CliError(f"example {directory} not found")
-        for m in load_manifests([str(directory)]):
+        manifests = load_manifests([str(directory)])
+        found: dict[tuple[str, str], ClaimInput] = {}
+        for m in manifests:
             claim = _as_claim(m)
             if claim is not None:
-                out.append(ClaimInput(m.file, claim, example=name))
+                found[(m.kind, claim["metadata"]["name"])] = ClaimInput(m.file, claim, example=name)
+        for m in manifests:
+            for ref in claim_refs(m.obj):
+                if ref in found:
+                    found[ref].users.append(m.label)
+        out.extend(found.values())
     return out
 
 
@@ -133,22 +138,6 @@ def skipped_examples(examples: Path) -> list[Obj]:
 
 
 # --- demo -f ------------------------------------------------------------------------------------
-
-
-def _pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
-        return None
-    kind = obj.get("kind")
-    if kind == "Pod":
-        return spec
-    if kind == "CronJob":
-        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
-    elif kind not in WORKLOAD_KINDS:
-        return None
-    template = spec.get("template") if isinstance(spec, Mapping) else None
-    pod = template.get("spec") if isinstance(template, Mapping) else None
-    return pod if isinstance(pod, Mapping) else None
 
 
 def _check(m: Manifest) -> None:
@@ -192,17 +181,7 @@ def user_claims(paths: Sequence[str]) -> Inputs:
         )
     unusable: list[Obj] = []
     for m in manifests:
-        pod = _pod_spec(m.obj)
-        refs = pod.get("resourceClaims") if pod is not None else None
-        for ref in refs if isinstance(refs, list) else []:
-            if not isinstance(ref, Mapping):
-                continue
-            if ref.get("resourceClaimName"):
-                kind, name = "ResourceClaim", str(ref["resourceClaimName"])
-            elif ref.get("resourceClaimTemplateName"):
-                kind, name = "ResourceClaimTemplate", str(ref["resourceClaimTemplateName"])
-            else:
-                continue
+        for kind, name in claim_refs(m.obj):
             found = claims.get((kind, name))
             if found is not None:
                 found.users.append(m.label)

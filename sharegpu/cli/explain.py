@@ -6,7 +6,10 @@ and DeviceClasses of ``-f``; the slices from ``--slices`` files, from the live c
 neither, the slices this node would publish (mock backend, 8 H100-like GPUs by default) and the
 driver's default DeviceClass, so it works offline. Claims are allocated in file order with the
 allocator (:mod:`sharegpu.allocator`, kube-scheduler's semantics); each sees the ones before it.
-With several nodes a claim goes to the first node (sorted by name) where it fits.
+The claims one pod of the files uses (a Pod, or the pod template of a Deployment, Job, ...) are
+allocated together in one search, as kube-scheduler allocates a pod's claims, so claims that
+only fit together are allocated; a claim no pod uses stands alone. With several nodes a claim
+(or a pod's claims) goes to the first node (sorted by name) where it fits.
 
 Reasons are grouped: devices that fail a request for the same reason share one line. Each has
 a label, one of the allocator's :data:`~sharegpu.allocator.REJECTION_KINDS` (the list
@@ -56,7 +59,7 @@ from sharegpu.cli.common import (
     default_device_class,
     local_node,
 )
-from sharegpu.cli.loading import SLICE_LIMITS, load_manifests, load_objects
+from sharegpu.cli.loading import SLICE_LIMITS, Manifest, load_manifests, load_objects
 from sharegpu.cli.output import Table, emit, resolve_format
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
 
@@ -122,6 +125,8 @@ class Inputs:
     node: str | None = None
     #: Where ``classes`` come from, for the message about a class that is not there.
     classes_from: str = "the files given"
+    #: Claim ``namespace/name`` -> ``KIND/NAME`` of the pods and workloads of the files using it.
+    users: dict[str, list[str]] = field(default_factory=dict)
 
 
 def claim_from_template(template: Obj) -> Obj:
@@ -133,6 +138,64 @@ def claim_from_template(template: Obj) -> Obj:
         "metadata": {"name": md.get("name", "claim"), "namespace": md.get("namespace", "default")},
         "spec": (template.get("spec") or {}).get("spec") or {},
     }
+
+
+#: Workload kinds whose pod template is ``spec.template.spec``.
+WORKLOAD_KINDS: Final = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
+
+
+def pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod spec of a Pod, of a workload's pod template or of a CronJob's job; None for
+    any other object."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    kind = obj.get("kind")
+    if kind == "Pod":
+        return spec
+    if kind == "CronJob":
+        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    elif kind not in WORKLOAD_KINDS:
+        return None
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    pod = template.get("spec") if isinstance(template, Mapping) else None
+    return pod if isinstance(pod, Mapping) else None
+
+
+def claim_refs(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(kind, name)`` of the ResourceClaims and ResourceClaimTemplates a pod-running object
+    names in ``resourceClaims``, in order (empty for any other object)."""
+    pod = pod_spec(obj)
+    refs = pod.get("resourceClaims") if pod is not None else None
+    out: list[tuple[str, str]] = []
+    for ref in refs if isinstance(refs, list) else []:
+        if not isinstance(ref, Mapping):
+            continue
+        if ref.get("resourceClaimName"):
+            out.append(("ResourceClaim", str(ref["resourceClaimName"])))
+        elif ref.get("resourceClaimTemplateName"):
+            out.append(("ResourceClaimTemplate", str(ref["resourceClaimTemplateName"])))
+    return out
+
+
+def pod_groups(users: Sequence[Sequence[str]]) -> list[list[int]]:
+    """Which claims are allocated together: ``users[i]`` names the pods using claim ``i``.
+
+    In claim order, a claim not yet placed opens a group with every later claim its first pod
+    also uses (kube-scheduler allocates a pod's claims that are not allocated yet in one
+    search); a claim no pod uses is a group of its own. Every index is in exactly one group.
+    """
+    placed: set[int] = set()
+    groups: list[list[int]] = []
+    for i, pods in enumerate(users):
+        if i in placed:
+            continue
+        group = [i] + [
+            j for j in range(i + 1, len(users)) if j not in placed and pods and pods[0] in users[j]
+        ]
+        placed.update(group)
+        groups.append(group)
+    return groups
 
 
 def claims_of(objects: Iterable[Obj]) -> list[Obj]:
@@ -229,7 +292,19 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
         )
     own = {_name(c) for c in claims}
     others = [c for c in allocated if _name(c) not in own]
-    return Inputs(claims, slices, by_name, others, labels, source, node, classes_from)
+    users = claim_users(manifests)
+    return Inputs(claims, slices, by_name, others, labels, source, node, classes_from, users)
+
+
+def claim_users(manifests: Sequence[Manifest]) -> dict[str, list[str]]:
+    """Claim ``namespace/name`` -> the pods and workloads (``KIND/NAME``) that use it; a
+    template stands for the claim named like it (:func:`claim_from_template`)."""
+    users: dict[str, list[str]] = {}
+    for m in manifests:
+        namespace = (m.obj.get("metadata") or {}).get("namespace") or "default"
+        for _kind, name in claim_refs(m.obj):
+            users.setdefault(f"{namespace}/{name}", []).append(m.label)
+    return users
 
 
 def class_names(claim: Mapping[str, Any]) -> list[str]:
@@ -472,7 +547,8 @@ def consumed_text(consumed: Mapping[str, Any]) -> str:
 
 
 def explain_claims(inputs: Inputs, nodes: Sequence[str]) -> list[Obj]:
-    """Allocate each claim in order (first node that fits); the JSON report per claim."""
+    """Allocate the claims in order, a pod's claims together (first node where they all fit);
+    the JSON report per claim, in claim order."""
     try:
         allocators = {
             node: Allocator(
@@ -487,41 +563,63 @@ def explain_claims(inputs: Inputs, nodes: Sequence[str]) -> list[Obj]:
         }
     except AllocatorInputError as exc:
         raise CliError(str(exc)) from None
-    out = []
-    for claim in inputs.claims:
-        attempts: list[tuple[str, AllocationOutcome]] = []
-        entry: Obj = {"claim": _name(claim), "allocated": False}
-        missing = missing_class_error(claim, inputs)
-        if missing is not None:
-            entry.update(error=missing, nodes=[])
-            out.append(entry)
+    names = [_name(c) for c in inputs.claims]
+    entries: list[Obj] = [{"claim": name, "allocated": False} for name in names]
+    for group in pod_groups([inputs.users.get(name, []) for name in names]):
+        claims = [inputs.claims[i] for i in group]
+        for i, claim in zip(group, claims, strict=True):
+            if len(group) > 1:
+                entries[i]["pod"] = inputs.users[names[i]][0]
+                entries[i]["allocatedWith"] = [names[j] for j in group if j != i]
+            missing = missing_class_error(claim, inputs)
+            if missing is not None:
+                entries[i].update(error=missing, nodes=[])
+        blocked = next((entries[i]["error"] for i in group if entries[i].get("error")), None)
+        if blocked is not None:
+            for i in group:
+                entries[i].setdefault("error", f"another claim of the same pod: {blocked}")
+                entries[i].setdefault("nodes", [])
             continue
-        for node, allocator in allocators.items():
-            try:
-                outcome = allocator.allocate(claim)
-            except AllocatorInputError as exc:
-                raise CliError(f"claim {_name(claim)}: {exc}") from None
-            if outcome.allocation is not None:
+        _allocate_group(allocators, claims, group, entries, inputs)
+    return entries
+
+
+def _allocate_group(
+    allocators: Mapping[str, Allocator],
+    claims: Sequence[Obj],
+    indices: Sequence[int],
+    entries: list[Obj],
+    inputs: Inputs,
+) -> None:
+    """Allocate one pod's claims on the first node where they all fit; fill their entries."""
+    attempts: list[tuple[str, list[AllocationOutcome]]] = []
+    for node, allocator in allocators.items():
+        try:
+            outcomes = allocator.allocate_pod(claims)
+        except AllocatorInputError as exc:
+            names = ", ".join(_name(c) for c in claims)
+            raise CliError(f"claim {names}: {exc}") from None
+        if all(o.allocation is not None for o in outcomes):
+            for i, claim, outcome in zip(indices, claims, outcomes, strict=True):
+                assert outcome.allocation is not None
                 allocator.commit(claim, outcome.allocation)
-                entry.update(
+                entries[i].update(
                     allocated=True,
                     node=node,
                     results=allocation_rows(outcome.allocation),
                     allocation=outcome.allocation,
                 )
-                break
-            attempts.append((node, outcome))
-        if not entry["allocated"]:
-            entry["nodes"] = [
-                {
-                    "node": node,
-                    "error": outcome.error,
-                    "requests": [report_json(rep, inputs.slices) for rep in outcome.reports],
-                }
-                for node, outcome in attempts
-            ]
-        out.append(entry)
-    return out
+            return
+        attempts.append((node, outcomes))
+    for k, i in enumerate(indices):
+        entries[i]["nodes"] = [
+            {
+                "node": node,
+                "error": outcomes[k].error,
+                "requests": [report_json(rep, inputs.slices) for rep in outcomes[k].reports],
+            }
+            for node, outcomes in attempts
+        ]
 
 
 def tables_of(report: Sequence[Obj]) -> list[Table]:

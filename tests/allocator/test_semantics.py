@@ -313,7 +313,7 @@ def test_selector_compile_error_in_class() -> None:
 
 def test_missing_class_is_an_error() -> None:
     out = run(claim("c", [exactly(device_class_name="nope")]), exclusive_slices(1))
-    assert out.error == "claim default/c: device class nope not found"
+    assert out.error == "claim default/c: could not retrieve device class nope: not found"
 
 
 @pytest.mark.parametrize(
@@ -374,7 +374,7 @@ def test_pool_with_duplicate_device_names_is_invalid() -> None:
     ]
     out = run(claim("c", [exactly()]), slices)
     assert kinds(out) == ["pool-invalid", "pool-invalid"]
-    assert "duplicate device name 'gpu-0'" in out.reports[0].rejections[0].message
+    assert "duplicate device name gpu-0" in out.reports[0].rejections[0].message
 
 
 def test_slice_order_and_node_reachability() -> None:
@@ -555,12 +555,22 @@ def test_an_allocated_claim_can_be_allocated_again_for_explaining() -> None:
 
 
 def test_admin_access_cannot_reuse_a_device_picked_in_the_same_claim() -> None:
-    c = claim("c", [exactly("share", capacity=SMALL), exactly("admin", admin=True)])
-    out = run(c, consumable_slices(2))
+    c = claim("c", [exactly("one"), exactly("admin", admin=True)])
+    out = run(c, exclusive_slices(2))
     assert devices_of(out) == ["gpu-0", "gpu-1"]
     assert "adminAccess" not in out.allocation["devices"]["results"][0]
     assert out.allocation["devices"]["results"][1]["adminAccess"] is True
-    assert "shareID" not in out.allocation["devices"]["results"][1]
+
+
+def test_admin_access_on_a_shared_device_takes_a_share() -> None:
+    """As kube-scheduler: a device with allowMultipleAllocations gives every pick a share,
+    admin access included; here the admin share (the default, all of it) no longer fits
+    beside the first share on gpu-0."""
+    c = claim("c", [exactly("share", capacity=SMALL), exactly("admin", admin=True)])
+    out = run(c, consumable_slices(2))
+    assert devices_of(out) == ["gpu-0", "gpu-1"]
+    admin = out.allocation["devices"]["results"][1]
+    assert admin["adminAccess"] is True and "shareID" in admin
 
 
 def test_per_device_node_selection() -> None:

@@ -93,15 +93,16 @@ def test_limits_equal_the_requested_shares(report: dict[str, Any]) -> None:
     assert [d["limits"]["NVIDIA_VISIBLE_DEVICES"] for d in pair] == [uuids, uuids]
     small = claims["default/small-share"]["devices"][0]["limits"]
     assert small["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
-    assert small["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+    small_uuid = small["SHAREGPU_GPU_UUID"]
+    assert small["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{small_uuid}=10240M"
     large = claims["default/large-share"]["devices"][0]["limits"]
     assert large["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
-    assert large["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+    assert large["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{large['SHAREGPU_GPU_UUID']}=20480M"
     # MPS overrides below the 40-core / 16Gi share.
     mps = claims["default/mps-share"]["devices"][0]["limits"]
     assert (mps["SHAREGPU_CORES"], mps["SHAREGPU_MEMORY"]) == ("40", str(16 * 2**30))
     assert mps["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert mps["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=12288M"
+    assert mps["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{mps['SHAREGPU_GPU_UUID']}=12288M"
     # A share that takes the whole GPU is exclusive: no MPS limits.
     whole = claims["default/whole-gpu"]["devices"][0]["limits"]
     assert not [k for k in whole if k.startswith("CUDA_MPS_")]
@@ -328,3 +329,48 @@ def test_duplicate_claims_and_missing_files_fail_with_one_line(
     assert code == 1 and "ResourceClaim/c appears twice" in err and err.count("\n") == 1
     code, _, err = run_cli(["demo", "-f", str(tmp_path / "none.yaml")], capsys)
     assert code == 1 and "none.yaml" in err and err.count("\n") == 1
+
+
+POD_WITH_TWO_CLAIMS = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: any-gpu}
+spec:
+  devices:
+    requests:
+      - {name: gpu, exactly: {deviceClassName: gpu.sharegpu.dev}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: gpu-zero}
+spec:
+  devices:
+    requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.sharegpu.dev
+          selectors: [{cel: {expression: "device.attributes['gpu.sharegpu.dev'].index == 0"}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: both}
+spec:
+  containers: [{name: c, image: busybox}]
+  resourceClaims:
+    - {name: a, resourceClaimName: any-gpu}
+    - {name: b, resourceClaimName: gpu-zero}
+"""
+
+
+def test_demo_allocates_the_claims_of_one_pod_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whole-GPU claims: one after another ``any-gpu`` would take gpu-0, which ``gpu-zero``
+    needs; allocated together as the pod's claims, both fit and are prepared."""
+    (tmp_path / "pod.yaml").write_text(POD_WITH_TWO_CLAIMS)
+    code, out, _ = run_cli(["demo", "-f", str(tmp_path), "-o", "json"], capsys)
+    claims = by_claim(json.loads(out))
+    assert code == 0, claims
+    devices = {name: [r["device"] for r in c["results"]] for name, c in claims.items()}
+    assert devices == {"default/any-gpu": ["gpu-1"], "default/gpu-zero": ["gpu-0"]}
+    assert all(c["prepared"] for c in claims.values())

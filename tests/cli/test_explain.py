@@ -300,3 +300,52 @@ def test_first_node_that_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert req["reasons"][0]["reason"] == (
             "capacity cores: requested 70, available 30 (short 40)"
         )
+
+
+def _two_plain_gpus() -> Obj:
+    devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(2)]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "plain"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def test_claims_of_one_pod_are_allocated_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Either GPU suits ``any``, only gpu-0 suits ``first``: claim by claim ``any`` takes
+    gpu-0 and ``first`` is left without; as one pod's claims both are allocated."""
+    first = f"device.attributes['{DRIVER}'].index == 0"
+    claims = [claim("any", request()), claim("first", request(selectors=[first]))]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox"}],
+            "resourceClaims": [
+                {"name": "a", "resourceClaimName": "any"},
+                {"name": "b", "resourceClaimName": "first"},
+            ],
+        },
+    }
+    slices = write(tmp_path / "slices.yaml", _two_plain_gpus())
+    alone = write(tmp_path / "alone.yaml", *claims)
+    code, report = explain(capsys, "-f", alone, "--slices", slices)
+    assert code != 0
+    assert [e["allocated"] for e in report["claims"]] == [True, False]
+    together = write(tmp_path / "pod.yaml", *claims, pod)
+    code, report = explain(capsys, "-f", together, "--slices", slices)
+    assert code == 0
+    entries = {e["claim"]: e for e in report["claims"]}
+    assert [r["device"] for r in entries["default/any"]["results"]] == ["gpu-1"]
+    assert [r["device"] for r in entries["default/first"]["results"]] == ["gpu-0"]
+    assert entries["default/first"]["pod"] == "Pod/trainer"
+    assert entries["default/first"]["allocatedWith"] == ["default/any"]

@@ -78,11 +78,11 @@ def test_quantities_say_how_to_write_them(
         deviceClassName: gpu.sharegpu.dev
         capacity:
           requests:
-            gpu.sharegpu.dev/cores: "30%"
-            gpu.sharegpu.dev/memory: 10GB
+            cores: "30%"
+            memory: 10GB
 """
     code, found = validate(capsys, write(tmp_path / "c.yaml", CLAIM.format(request=request)))
-    where = "spec.devices.requests[0].exactly.capacity.requests[gpu.sharegpu.dev/"
+    where = "spec.devices.requests[0].exactly.capacity.requests["
     assert code == 1
     assert messages(found) == [
         (
@@ -107,8 +107,8 @@ def test_memory_misspelled_is_not_memory_missing(
         deviceClassName: gpu.sharegpu.dev
         capacity:
           requests:
-            gpu.sharegpu.dev/cores: 30
-            gpu.sharegpu.dev/memory: 10gi
+            cores: 30
+            memory: 10gi
 """
     code, found = validate(capsys, write(tmp_path / "c.yaml", CLAIM.format(request=request)))
     assert code == 1
@@ -192,7 +192,7 @@ def test_standalone_gpuconfig_with_a_wrong_kind_is_an_error(
             "error",
             "kind",
             f"resource.sharegpu.dev has no kind {kind!r}; did you mean 'GpuConfig'? "
-            "(kinds are case-sensitive) (kinds: GpuConfig, GPU)",
+            "(kinds are case-sensitive) (kinds: GpuConfig, GPU, GpuQuota)",
         )
     ]
 
@@ -260,8 +260,8 @@ def test_a_bad_file_does_not_hide_the_others(
         deviceClassName: gpu.sharegpu.dev
         capacity:
           requests:
-            gpu.sharegpu.dev/cores: 30
-            gpu.sharegpu.dev/memory: 10GB
+            cores: 30
+            memory: 10GB
 """
     write(tmp_path / "a-bad.yaml", "kind: ConfigMap\ndata:\n  a: [1, 2\n  b: c\n")
     write(tmp_path / "b-claim.yaml", CLAIM.format(request=request))
@@ -272,7 +272,7 @@ def test_a_bad_file_does_not_hide_the_others(
         f"{tmp_path / 'a-bad.yaml'}: line 4, column 4: error: invalid YAML: did not find "
         "expected ',' or ']' (in a flow sequence that starts at line 3, column 6)",
         f"{tmp_path / 'b-claim.yaml'}: ResourceClaim/share: spec.devices.requests[0].exactly"
-        '.capacity.requests[gpu.sharegpu.dev/memory]: error: "10GB" is not a Kubernetes '
+        '.capacity.requests[memory]: error: "10GB" is not a Kubernetes '
         "quantity: use 10G (10^9 bytes) or 10Gi (2^30 bytes)",
         "1 object(s) checked against Kubernetes 1.36: 2 error(s), 0 warning(s)",
     ]
@@ -289,8 +289,8 @@ def test_cores_above_the_gpu_is_a_policy_violation(
         deviceClassName: gpu.sharegpu.dev
         capacity:
           requests:
-            gpu.sharegpu.dev/cores: 200
-            gpu.sharegpu.dev/memory: 10Gi
+            cores: 200
+            memory: 10Gi
 """
     f = write(tmp_path / "c.yaml", CLAIM.format(request=request))
     code = main(["explain", "-f", f, "--mock", "2", "--node-name", "n1", "-o", "json"])

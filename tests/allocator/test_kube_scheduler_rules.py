@@ -1,0 +1,150 @@
+"""Rules where sharegpu follows kube-scheduler 1.36 beyond what its test table pins down:
+joint allocation of a pod's claims, the result limit, ``All`` with capacity requests, pool
+validity and generations, request policies on dedicated devices, exact quantities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sharegpu.allocator import allocate, allocate_many, allocate_pod, seeded_share_ids
+from tests.allocator.helpers import (
+    CLASS,
+    claim,
+    device_class,
+    exactly,
+    exclusive_device,
+    exclusive_slices,
+    first_available,
+    resource_slice,
+)
+
+CLASSES = [device_class()]
+Obj = dict[str, Any]
+
+
+def _bytes_device(index: int, memory: str, **capacity: Obj) -> Obj:
+    device = exclusive_device(index)
+    device["capacity"] = {"memory": {"value": memory}, **capacity}
+    return device
+
+
+def _devices(outcome: Any) -> list[str]:
+    assert outcome.allocation is not None, outcome.to_dict()
+    return [r["device"] for r in outcome.allocation["devices"]["results"]]
+
+
+def test_claims_of_one_pod_that_only_fit_together_are_allocated_together() -> None:
+    """gpu-0 suits both claims, gpu-1 only the first: one after another the first takes gpu-0
+    and the second is left without a device; one search backtracks into the first claim."""
+    slices = [
+        resource_slice("s", [_bytes_device(0, "2Gi"), _bytes_device(1, "1Gi")], node="n1", pool="p")
+    ]
+    big = "device.capacity['gpu.sharegpu.dev'].memory.compareTo(quantity('2Gi')) >= 0"
+    claims = [claim("any", [exactly()]), claim("big", [exactly(selectors=[big])])]
+    separately = allocate_many(claims, slices, CLASSES, node="n1")
+    assert separately[0].ok and not separately[1].ok
+    together = allocate_pod(claims, slices, CLASSES, node="n1")
+    assert [_devices(o) for o in together] == [["gpu-1"], ["gpu-0"]]
+
+
+def test_a_pod_whose_claims_do_not_fit_gets_no_allocation_at_all() -> None:
+    claims = [claim("a", [exactly(count=1)]), claim("b", [exactly(count=2)])]
+    outcomes = allocate_pod(claims, exclusive_slices(2), CLASSES, node="n1")
+    assert [o.ok for o in outcomes] == [False, False]
+    assert all(o.reports for o in outcomes)
+
+
+def test_first_available_moves_on_when_the_claim_limit_would_be_exceeded() -> None:
+    """firstAvailable [32, 16] twice over 64 devices: 32 + 32 would pass the 32-results
+    limit of the claim, so each request falls back to 16 devices."""
+    subs = [
+        {"name": "many", "deviceClassName": CLASS, "count": 32},
+        {"name": "some", "deviceClassName": CLASS, "count": 16},
+    ]
+    c = claim("c", [first_available("a", subs), first_available("b", subs)])
+    out = allocate(c, exclusive_slices(64), CLASSES, node="n1")
+    assert out.error is None
+    requests = [r["request"] for r in (out.allocation or {})["devices"]["results"]]
+    assert requests == ["a/some"] * 16 + ["b/some"] * 16
+
+
+def test_a_claim_needing_more_than_32_devices_is_refused_up_front() -> None:
+    c = claim("c", [exactly("a", count=20), exactly("b", count=13)])
+    out = allocate(c, exclusive_slices(64), CLASSES, node="n1")
+    assert out.error == (
+        "claim default/c: number of requested devices 33 exceeds the claim limit of 32"
+    )
+
+
+def test_all_mode_with_a_capacity_request_leaves_out_devices_that_cannot_hold_it() -> None:
+    slices = [
+        resource_slice("s", [_bytes_device(0, "1Gi"), _bytes_device(1, "4Gi")], node="n1", pool="p")
+    ]
+    c = claim("c", [exactly(all_mode=True, capacity={"memory": "2Gi"})])
+    assert _devices(allocate(c, slices, CLASSES, node="n1")) == ["gpu-1"]
+
+
+def test_request_policy_applies_to_a_dedicated_device() -> None:
+    policy = {"default": "1Gi", "validValues": ["1Gi", "2Gi"]}
+    device = _bytes_device(0, "4Gi")
+    device["capacity"]["memory"]["requestPolicy"] = policy
+    slices = [resource_slice("s", [device], node="n1", pool="p")]
+    c = claim("c", [exactly(capacity={"memory": "3Gi"})])
+    out = allocate(c, slices, CLASSES, node="n1")
+    assert not out.ok
+    assert [r.kind for r in out.reports[0].rejections] == ["capacity-policy"]
+
+
+def test_two_half_shares_fit_a_capacity_of_one() -> None:
+    device = exclusive_device(0)
+    device["allowMultipleAllocations"] = True
+    device["capacity"] = {"slots": {"value": "1"}}
+    slices = [resource_slice("s", [device], node="n1", pool="p")]
+    claims = [claim(n, [exactly(capacity={"slots": "500m"})]) for n in ("a", "b")]
+    outs = allocate_many(claims, slices, CLASSES, node="n1", share_ids=seeded_share_ids(1))
+    assert [o.ok for o in outs] == [True, True]
+    assert outs[0].allocation is not None
+    assert outs[0].allocation["devices"]["results"][0]["consumedCapacity"] == {"slots": "500m"}
+
+
+def test_unknown_counter_makes_the_pool_invalid_and_says_so() -> None:
+    device = exclusive_device(0)
+    device["consumesCounters"] = [{"counterSet": "nope", "counters": {"x": {"value": "1"}}}]
+    slices = [
+        resource_slice("c", node="n1", pool="p", count=2, shared_counters=[]),
+        resource_slice("d", [device], node="n1", pool="p", count=2),
+    ]
+    out = allocate(claim("c", [exactly()]), slices, CLASSES, node="n1")
+    assert out.error == "invalid resource pools were encountered"
+    assert [r.kind for r in out.reports[0].rejections] == ["pool-invalid"]
+    assert "counter set nope not found" in out.reports[0].rejections[0].message
+
+
+def test_a_device_on_another_node_with_an_unknown_counter_invalidates_the_pool() -> None:
+    mine, theirs = exclusive_device(0), exclusive_device(1)
+    theirs["consumesCounters"] = [{"counterSet": "nope", "counters": {"x": {"value": "1"}}}]
+    slices = [
+        resource_slice("a", [mine], node="n1", pool="p", count=2),
+        resource_slice("b", [theirs], node="n2", pool="p", count=2),
+    ]
+    out = allocate(claim("c", [exactly()]), slices, CLASSES, node="n1")
+    assert not out.ok and out.error == "invalid resource pools were encountered"
+
+
+def test_generation_is_the_newest_among_the_slices_for_this_node() -> None:
+    """A newer generation for another node does not hide this node's complete pool."""
+    slices = [
+        resource_slice("n1-s", [exclusive_device(0)], node="n1", pool="n1", generation=1),
+        resource_slice("n2-s", [exclusive_device(1)], node="n2", pool="n1", generation=2),
+    ]
+    assert _devices(allocate(claim("c", [exactly()]), slices, CLASSES, node="n1")) == ["gpu-0"]
+
+
+def test_more_slices_than_resource_slice_count_is_incomplete() -> None:
+    slices = [
+        resource_slice("s0", [exclusive_device(0)], node="n1", pool="p", count=1),
+        resource_slice("s1", [exclusive_device(1)], node="n1", pool="p", count=1),
+    ]
+    out = allocate(claim("c", [exactly()]), slices, CLASSES, node="n1")
+    assert not out.ok
+    assert {r.kind for r in out.reports[0].rejections} == {"pool-incomplete"}
