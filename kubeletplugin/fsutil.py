@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 TEMP_SUFFIX = ".tmp"
@@ -63,6 +64,34 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.unlink(tmp_name)
         raise
     fsync_dir(directory)
+
+
+def atomic_create(path: Path, fill: Callable[[int], None], mode: int = 0o644) -> int:
+    """:func:`atomic_write` for content written through a descriptor, which stays open.
+
+    ``fill`` writes a temporary file in ``path``'s directory through its read-write descriptor;
+    the file then gets ``mode``, is fsynced, renamed over ``path``, and the directory is fsynced.
+    Returns the descriptor, now of ``path`` (the caller closes it). On any error the temporary
+    file is removed and its descriptor closed.
+    """
+    directory = path.parent
+    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(path), suffix=TEMP_SUFFIX, dir=directory)
+    try:
+        fill(fd)
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+        os.replace(tmp_name, path)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    try:
+        fsync_dir(directory)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def remove_durably(path: Path) -> bool:

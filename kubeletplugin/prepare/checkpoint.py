@@ -1,6 +1,7 @@
-"""The plugin's crash-safe record of prepared claims: one versioned JSON file in the data dir.
+"""The plugin's crash-safe record of prepared claims: one versioned JSON document, kept in a
+two-slot file in the data dir (``checkpoint.dat``).
 
-Format (``version`` is the writer's format version)::
+The document (``version`` is the writer's format version)::
 
     {"version": 1, "bootID": "...", "checksum": "sha256:<hex>",
      "claims": {"<uid>": {"state": "PrepareStarted" | "PrepareCompleted",
@@ -13,15 +14,33 @@ Format (``version`` is the writer's format version)::
      "sharing": {...}}
 
 - ``checksum`` is the SHA-256 of the canonical JSON (sorted keys, no spaces) of the document
-  without ``checksum``. A mismatch, invalid JSON or a wrong shape makes the file *corrupt*.
+  without ``checksum``. A mismatch, invalid JSON or a wrong shape makes the document *corrupt*.
 - Fields this version does not know (top level, per claim, per device) are kept verbatim when the
-  file is rewritten, so a downgrade followed by an upgrade loses nothing; they are never fatal.
-- ``bootID`` is the kernel's boot ID when the file was written; a different boot ID at load means
-  the node rebooted, and every recorded claim is stale.
+  document is rewritten, so a downgrade followed by an upgrade loses nothing; they are never fatal.
+- ``bootID`` is the kernel's boot ID when the document was written; a different boot ID at load
+  means the node rebooted, and every recorded claim is stale.
 - ``sharing`` sections are opaque to this module: per claim, the enforcer's record; top level,
   its node-wide state.
 
-Every write is atomic and fsynced (temporary file, rename, directory fsync).
+The file (:mod:`kubeletplugin.prepare.slotfile` has the byte layout): two preallocated slots,
+each a header (sequence number, length, SHA-256 of header and body) and the document's bytes
+(canonical JSON, ``checksum`` first, a newline). Invariants:
+
+- Every write is durable and costs one ``pwrite`` and one ``fdatasync``, into the slot that does
+  not hold the document in use; no rename. A torn write leaves the previous document.
+- At load the newest valid slot whose document decodes wins; a slot that is torn, damaged or
+  holds a corrupt document falls back to the other slot. When neither slot holds a usable
+  document the file is *corrupt*: it is moved aside to ``checkpoint.dat.corrupt-<timestamp>``
+  (the caller rebuilds its state from elsewhere).
+- A document that outgrows its slot goes into a new, larger file written the slow way
+  (temporary file, fsync, rename, directory fsync), as does the first one.
+- Migration from the single-file format (``checkpoint.json``, the same document, written with a
+  rename): when that file exists it is the newest record (it is removed only after its document
+  is in the two-slot file, and a plugin that writes only it may have run since). Its bytes go
+  verbatim into a new two-slot file, written the slow way, and only then is it removed (unlink,
+  directory fsync). A crash before the removal leaves both files, and the next load migrates
+  again; a corrupt ``checkpoint.json`` is moved aside to ``checkpoint.json.corrupt-<timestamp>``
+  and the two-slot file, older than it, is removed.
 """
 
 from __future__ import annotations
@@ -37,14 +56,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubeletplugin.fsutil import atomic_write, make_private_dirs, remove_stale_temp_files
+from kubeletplugin.fsutil import make_private_dirs, remove_durably, remove_stale_temp_files
 from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.model import base_request_names
+from kubeletplugin.prepare.slotfile import SlotFile, SlotFileError
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
-CHECKPOINT_FILE = "checkpoint.json"
+CHECKPOINT_FILE = "checkpoint.dat"
+#: The single-file format's name; read once, migrated and removed.
+LEGACY_CHECKPOINT_FILE = "checkpoint.json"
 DEFAULT_BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 STATE_STARTED = "PrepareStarted"
@@ -243,6 +265,34 @@ def checksum_of(doc: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
+def decode_document(raw: bytes) -> dict[str, Any]:
+    """The checkpoint document in ``raw``, with its checksum, version and the shape of its
+    ``claims`` and ``sharing`` checked (entries are decoded later, one by one); CheckpointError
+    names the first problem."""
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise CheckpointError(f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise CheckpointError("JSON nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise CheckpointError("the document is not a JSON object")
+    try:
+        matches = doc.get("checksum") == checksum_of(doc)
+    except RecursionError:
+        raise CheckpointError("JSON nested too deeply") from None
+    if not matches:
+        raise CheckpointError("checksum mismatch")
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CheckpointError(f"version is {version!r}, expected a positive integer")
+    if not isinstance(doc.get("claims") or {}, dict):
+        raise CheckpointError("claims is not an object")
+    if not isinstance(doc.get("sharing") or {}, dict):
+        raise CheckpointError("sharing is not an object")
+    return doc
+
+
 def read_boot_id(path: Path) -> str:
     """The kernel boot ID, or "" where the file does not exist (then reboots go undetected)."""
     try:
@@ -279,43 +329,87 @@ class Loaded:
 
 
 class Checkpoint:
-    """Reads and writes ``<data_dir>/checkpoint.json``; not thread-safe (callers serialize)."""
+    """Reads and writes ``<data_dir>/checkpoint.dat`` (and migrates ``checkpoint.json``); not
+    thread-safe (callers serialize)."""
 
     def __init__(self, data_dir: Path, boot_id_file: Path = DEFAULT_BOOT_ID_FILE) -> None:
         self.path = data_dir / CHECKPOINT_FILE
+        self.legacy_path = data_dir / LEGACY_CHECKPOINT_FILE
         self.boot_id = read_boot_id(boot_id_file)
         self._extra: dict[str, Any] = {}
+        self._slots = SlotFile(self.path, mode=0o600)
 
     def load(self) -> Loaded:
-        """Load the file. Never raises for a missing, corrupt or newer file: a corrupt or
-        unreadable one is moved aside to ``checkpoint.json.corrupt-<timestamp>``."""
-        make_private_dirs(self.path.parent)
-        remove_stale_temp_files(self.path.parent, self.path.name)
+        """Load the newest document. Never raises for a missing, corrupt or newer file: a
+        corrupt or unreadable one is moved aside (see the module invariants). Raises OSError
+        only where the data dir cannot be made, or the migration of ``checkpoint.json`` cannot
+        write."""
+        directory = self.path.parent
+        make_private_dirs(directory)
+        for name in (self.path.name, self.legacy_path.name):
+            remove_stale_temp_files(directory, name)
+        migrated = self._migrate()
+        if migrated is not None:
+            return migrated
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+            found = self._slots.open()
+        except (OSError, SlotFileError) as exc:
+            return self._corrupt(self.path, f"unreadable: {exc}")
+        if found is None:
             return Loaded(status=LOAD_FRESH)
-        except OSError as exc:
-            return self._corrupt(f"unreadable: {exc}")
+        problems = list(found.problems)
+        for slot in found.valid:
+            try:
+                doc = decode_document(slot.body)
+            except CheckpointError as exc:
+                problems.append(f"slot {slot.index} (sequence {slot.seq}): {exc}")
+                continue
+            if problems:
+                log.warning(
+                    "checkpoint %s: %s; loaded slot %d (sequence %d)",
+                    self.path,
+                    "; ".join(problems),
+                    slot.index,
+                    slot.seq,
+                )
+            self._slots.use(slot.index)
+            return self._loaded(doc)
+        return self._corrupt(self.path, "; ".join(problems) or "no slot holds a document")
+
+    def _migrate(self) -> Loaded | None:
+        """Move a ``checkpoint.json`` into the two-slot file (see the module invariants); None
+        when there is none."""
         try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict):
-                raise CheckpointError("the document is not a JSON object")
-            if doc.get("checksum") != checksum_of(doc):
-                raise CheckpointError("checksum mismatch")
-            version = doc.get("version")
-            if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-                raise CheckpointError(f"version is {version!r}, expected a positive integer")
-            claims_raw = doc.get("claims") or {}
-            if not isinstance(claims_raw, dict):
-                raise CheckpointError("claims is not an object")
-            sharing = doc.get("sharing") or {}
-            if not isinstance(sharing, dict):
-                raise CheckpointError("sharing is not an object")
-        except (ValueError, CheckpointError) as exc:
-            return self._corrupt(str(exc))
-        except RecursionError:
-            return self._corrupt("JSON nested too deeply")
+            raw = self.legacy_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return self._corrupt_legacy(f"unreadable: {exc}")
+        try:
+            doc = decode_document(raw)
+        except CheckpointError as exc:
+            return self._corrupt_legacy(str(exc))
+        self._slots.close()
+        self._slots.replace(raw)
+        remove_durably(self.legacy_path)
+        log.info("moved checkpoint %s into %s", self.legacy_path, self.path)
+        return self._loaded(doc)
+
+    def _corrupt_legacy(self, problem: str) -> Loaded:
+        """A corrupt ``checkpoint.json``: moved aside, and the two-slot file (older than it) is
+        removed, so that only the state the caller rebuilds is ever loaded again."""
+        loaded = self._corrupt(self.legacy_path, problem)
+        self._slots.close()
+        if remove_durably(self.path):
+            log.warning(
+                "removed %s, which is older than the corrupt %s", self.path, self.legacy_path
+            )
+        return loaded
+
+    def _loaded(self, doc: dict[str, Any]) -> Loaded:
+        """The claims of a decoded document, unless the node rebooted since it was written."""
+        version = doc["version"]
+        claims_raw: dict[str, Any] = doc.get("claims") or {}
         if version > CHECKPOINT_VERSION:
             log.info(
                 "checkpoint %s has format version %d (this plugin writes %d); "
@@ -335,7 +429,7 @@ class Checkpoint:
                 len(claims_raw),
             )
             return Loaded(status=LOAD_REBOOTED, stale_claim_uids=tuple(sorted(claims_raw)))
-        loaded = Loaded(status=LOAD_OK, sharing=sharing)
+        loaded = Loaded(status=LOAD_OK, sharing=doc.get("sharing") or {})
         for uid, entry in claims_raw.items():
             try:
                 loaded.claims[uid] = ClaimRecord.from_json(uid, entry)
@@ -343,24 +437,24 @@ class Checkpoint:
                 loaded.bad_claims[uid] = str(exc)
         return loaded
 
-    def _corrupt(self, problem: str) -> Loaded:
+    def _corrupt(self, path: Path, problem: str) -> Loaded:
+        """Move the corrupt file ``path`` aside to ``<name>.corrupt-<timestamp>``."""
+        if path == self.path:
+            self._slots.close()
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}")
         n = 1
         while aside.exists():
             n += 1
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+            aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
         try:
-            os.replace(self.path, aside)
+            os.replace(path, aside)
         except OSError as exc:
             log.error(
-                "checkpoint %s is corrupt (%s) and cannot be moved aside: %s",
-                self.path,
-                problem,
-                exc,
+                "checkpoint %s is corrupt (%s) and cannot be moved aside: %s", path, problem, exc
             )
             return Loaded(status=LOAD_CORRUPT)
-        log.error("checkpoint %s is corrupt (%s); moved it to %s", self.path, problem, aside)
+        log.error("checkpoint %s is corrupt (%s); moved it to %s", path, problem, aside)
         return Loaded(status=LOAD_CORRUPT, moved_to=aside)
 
     def serialize(self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]) -> bytes:
@@ -395,7 +489,14 @@ class Checkpoint:
         return b'{"checksum":' + canonical_json(checksum) + b"," + payload[1:] + b"\n"
 
     def write(self, claims: Mapping[str, ClaimRecord], sharing: Mapping[str, Any]) -> None:
-        """Atomically and durably replace the file with ``claims`` and ``sharing``."""
+        """Durably replace the document with ``claims`` and ``sharing`` (one pwrite and one
+        fdatasync; the slow way for the first document and one that outgrows its slot). On
+        OSError the previous document stays the one a load finds."""
         data = self.serialize(claims, sharing)
-        make_private_dirs(self.path.parent)
-        atomic_write(self.path, data, mode=0o600)
+        if self._slots.slot_size == 0:
+            make_private_dirs(self.path.parent)
+        self._slots.write(data)
+
+    def close(self) -> None:
+        """Close the file (a later write opens it again)."""
+        self._slots.close()

@@ -15,8 +15,12 @@ Invariants:
   again by the next call, and spec files without a record are removed at start.
 - Concurrency: claims are fetched from the API server before any lock; each claim then holds its
   own lock for the whole operation, and the node-wide lock guards only in-memory state (a few
-  dictionary operations). Checkpoint writes are group-committed: concurrent state changes share
-  one fsynced write. Slow work for different claims therefore runs in parallel.
+  dictionary operations; the conflict check looks only at the claims that hold the same GPUs).
+  Checkpoint writes are group-committed: a write covers every state change made before it began
+  (``PrepareStarted``, ``PrepareCompleted`` and dropped records of any claims), one write runs at
+  a time, and a caller whose change a write covered returns without writing; each write is one
+  ``fdatasync`` (see :mod:`kubeletplugin.prepare.checkpoint`). Slow work for different claims
+  therefore runs in parallel, and concurrent prepares share their durable writes.
 - Last line of defence: a GPU prepared exclusively for one claim is never prepared for another
   at the same time (only consumable-capacity shares, partitions and adminAccess allocations may
   share a GPU; the same partition device is never held twice).
@@ -133,7 +137,11 @@ class DeviceState:
         self.node_name = node_name
         #: The node's device table (shared with the publisher and health; never changed here).
         self._devices = devices
-        self._gpus_by_uuid = {g.uuid: g for g in devices.gpus}
+        #: Every GPU a device of the table stands on, by UUID: physical GPUs and MIG devices
+        #: (which are GPUs of their own to prepare and enforcement).
+        self._gpus_by_uuid = {g.uuid: g for g in devices.gpus} | {
+            nd.gpu.uuid: nd.gpu for nd in devices
+        }
         self._getter = claims
         self._cdi = cdi
         self._checkpoint = checkpoint
@@ -142,6 +150,9 @@ class DeviceState:
         #: Guards ``_claims`` and the commit counters; held only for in-memory operations.
         self._mu = threading.Lock()
         self._claims: dict[str, ClaimRecord] = {}
+        #: ``_claims`` by GPU UUID (the conflict check's index); changed with ``_claims`` only
+        #: through :meth:`_put` and :meth:`_drop`.
+        self._by_gpu: dict[str, dict[str, ClaimRecord]] = {}
         #: Serializes checkpoint writes (group commit).
         self._write_lock = threading.Lock()
         self._changes = 0
@@ -224,7 +235,10 @@ class DeviceState:
                 log.info("removing CDI spec of claim %s, which is not prepared", uid)
                 self._cdi.remove(uid)
         with self._mu:
-            self._claims = claims
+            self._claims = {}
+            self._by_gpu = {}
+            for rec in claims.values():
+                self._put(rec)
             change = self._changed()
         self._persist(change)
         self._started = True
@@ -311,6 +325,24 @@ class DeviceState:
 
     # --- Checkpoint ------------------------------------------------------------------------
 
+    def _put(self, rec: ClaimRecord) -> None:
+        """Caller holds ``_mu``: record ``rec`` (replacing the claim's previous record)."""
+        self._drop(rec.uid)
+        self._claims[rec.uid] = rec
+        for gpu in {d.gpu_uuid for d in rec.devices}:
+            self._by_gpu.setdefault(gpu, {})[rec.uid] = rec
+
+    def _drop(self, uid: str) -> None:
+        """Caller holds ``_mu``: forget ``uid``'s record, if any."""
+        rec = self._claims.pop(uid, None)
+        if rec is None:
+            return
+        for gpu in {d.gpu_uuid for d in rec.devices}:
+            holders = self._by_gpu[gpu]
+            del holders[rec.uid]
+            if not holders:
+                del self._by_gpu[gpu]
+
     def _changed(self) -> int:
         """Caller holds ``_mu`` and has just changed ``_claims``: number that change."""
         self._changes += 1
@@ -337,8 +369,11 @@ class DeviceState:
             return sum(1 for rec in self._claims.values() if rec.state == STATE_COMPLETED)
 
     def close(self) -> None:
-        """Stop the writer threads (after the gRPC server stopped calling in)."""
+        """Stop the writer threads and close the checkpoint (after the gRPC server stopped
+        calling in)."""
         self._io.shutdown(wait=True)
+        with self._write_lock:
+            self._checkpoint.close()
 
     def prepared_claims(self) -> dict[str, ClaimRecord]:
         """A snapshot of the recorded claims (both states)."""
@@ -467,7 +502,7 @@ class DeviceState:
             conflict = self._find_conflict(started)
             if conflict is not None:
                 raise ClaimError(f"{label}: {conflict}", REASON_CONFLICT)
-            self._claims[ref.uid] = started
+            self._put(started)
             change = self._changed()
         try:
             self._persist(change)
@@ -492,7 +527,7 @@ class DeviceState:
             # The spec file and the PrepareCompleted record are written concurrently: a crash
             # that leaves either without the other is rolled back at the next start.
             with self._mu:
-                self._claims[ref.uid] = completed
+                self._put(completed)
                 change = self._changed()
             spec_written = self._io.submit(self._cdi.write, ref.uid, spec_devices)
             try:
@@ -511,11 +546,12 @@ class DeviceState:
         return self._outcome(completed)
 
     def _find_conflict(self, new: ClaimRecord) -> str | None:
-        """Caller holds ``_mu``. Why ``new`` cannot be prepared now, or None."""
-        for uid, other in self._claims.items():
-            if uid == new.uid:
-                continue
-            for a in new.devices:
+        """Caller holds ``_mu``. Why ``new`` cannot be prepared now, or None. Only claims that
+        hold one of ``new``'s GPUs can conflict with it."""
+        for a in new.devices:
+            for uid, other in self._by_gpu.get(a.gpu_uuid, {}).items():
+                if uid == new.uid:
+                    continue
                 for b in other.devices:
                     if _conflict(a, b):
                         how = (
@@ -535,7 +571,7 @@ class DeviceState:
         self._cdi.remove(uid)
         self._enforcer.release(uid)
         with self._mu:
-            self._claims.pop(uid, None)
+            self._drop(uid)
             change = self._changed()
         self._persist(change)
 
@@ -553,7 +589,7 @@ class DeviceState:
     def _forget(self, uid: str) -> None:
         """Drop ``uid``'s record from memory; the next checkpoint write makes it durable."""
         with self._mu:
-            self._claims.pop(uid, None)
+            self._drop(uid)
             self._changed()
 
     # --- Unprepare -------------------------------------------------------------------------
@@ -598,7 +634,7 @@ class DeviceState:
                 if known:
                     self._enforcer.release(ref.uid)
                     with self._mu:
-                        self._claims.pop(ref.uid, None)
+                        self._drop(ref.uid)
                         self._changed()
                     dropped.append(label)
             return UnprepareOutcome()

@@ -26,6 +26,7 @@ from kubeletplugin.prepare.checkpoint import Checkpoint, checksum_of
 from kubeletplugin.prepare.claims import REASON_NOT_FOUND, ClaimError
 from kubeletplugin.prepare.state import DeviceState
 from kubeletplugin.sharing.enforcement import ShareEnforcer
+from tests.kubeletplugin.prepare.checkpoint_files import read_document
 from tests.paths import CDI_SCHEMA_DIR
 
 DRIVER = names.DEFAULT_DRIVER_NAME
@@ -189,12 +190,13 @@ class Node:
         return state
 
     def checkpoint(self) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads((self.data_dir / "checkpoint.json").read_text())
-        return doc
+        """The checkpoint document in use (in the two-slot file)."""
+        return read_document(self.data_dir)
 
     def write_checkpoint(self, doc: dict[str, Any], *, fix_checksum: bool = True) -> None:
-        """Replace the checkpoint file with ``doc``, by default with a matching checksum (the
-        checksum detects torn writes, not someone who edits the file)."""
+        """Write ``doc`` as ``checkpoint.json``, which the next start takes as the newest record
+        (and moves into the two-slot file), by default with a matching checksum (the checksum
+        detects torn writes, not someone who edits the file)."""
         if fix_checksum:
             doc["checksum"] = checksum_of(doc)
         (self.data_dir / "checkpoint.json").write_text(json.dumps(doc))

@@ -12,6 +12,7 @@ import pytest
 
 from kubeletplugin.prepare.cdi import spec_file_prefix
 from kubeletplugin.prepare.checkpoint import (
+    CHECKPOINT_FILE,
     CHECKPOINT_VERSION,
     STATE_STARTED,
     Checkpoint,
@@ -54,7 +55,7 @@ def test_document_shape_and_checksum(node: Node) -> None:
     (dev,) = entry["devices"]
     assert dev["device"] == "gpu-0" and dev["cores"] == 10 and dev["memory"] == GI
     assert dev["shareID"] == objs[0]["status"]["allocation"]["devices"]["results"][0]["shareID"]
-    assert (node.data_dir / "checkpoint.json").stat().st_mode & 0o777 == 0o600
+    assert (node.data_dir / CHECKPOINT_FILE).stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize(
@@ -107,11 +108,11 @@ def test_tampered_checksum_counts_as_corrupt(node: Node) -> None:
 
 def test_unreadable_checkpoint_is_moved_aside(node: Node) -> None:
     claims, _ = _prepared(node)
-    (node.data_dir / "checkpoint.json").unlink()
-    (node.data_dir / "checkpoint.json").mkdir()
+    (node.data_dir / CHECKPOINT_FILE).unlink()
+    (node.data_dir / CHECKPOINT_FILE).mkdir()
     state = node.state(claims)
     assert len(state.prepared_claims()) == 2
-    assert (node.data_dir / "checkpoint.json").is_file()
+    assert (node.data_dir / CHECKPOINT_FILE).is_file()
 
 
 def test_unreadable_spec_files_are_removed_during_rebuild(node: Node) -> None:

@@ -7,7 +7,6 @@ The "scheduler" here deliberately hands some whole GPUs to two claims (a stale d
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import signal
@@ -25,9 +24,10 @@ import grpc
 import pytest
 
 from kubeletplugin.kubelet.preparer import ClaimRef
-from kubeletplugin.prepare.checkpoint import checksum_of
+from kubeletplugin.prepare.checkpoint import canonical_json, checksum_of
 from sharegpu.local.apiserver import KubeAPIServer
 from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin
+from tests.kubeletplugin.prepare.checkpoint_files import read_document
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,
     GI,
@@ -153,10 +153,9 @@ def _claims(rng: random.Random) -> list[dict[str, Any]]:
 def _check_node(plugin: PluginProcess, prepared: set[str], corrupt_copies: int = 0) -> None:
     """The checkpoint loads, the spec files are exactly the prepared claims, no GPU is held
     exclusively by one claim while another claim holds it too."""
-    ckpt_path = plugin.data_dir / "checkpoint.json"
-    doc = json.loads(ckpt_path.read_text())
+    doc = read_document(plugin.data_dir)
     assert doc["checksum"] == checksum_of(doc)
-    assert len(list(plugin.data_dir.glob("checkpoint.json.corrupt-*"))) == corrupt_copies
+    assert len(list(plugin.data_dir.glob("checkpoint.*.corrupt-*"))) == corrupt_copies
     completed = {u for u, c in doc["claims"].items() if c["state"] == "PrepareCompleted"}
     specs = {}
     for path in plugin.cdi_dir.glob("*.json"):
@@ -294,6 +293,36 @@ def test_garbage_checkpoint_at_start_of_the_real_process(
         _check_node(plugin, {r.uid for r in refs}, corrupt_copies=1)
         assert set(kplugin.unprepare(refs).values()) == {""}
         _check_node(plugin, set(), corrupt_copies=1)
+        kplugin.close()
+
+
+def test_a_checkpoint_json_of_an_earlier_version_is_migrated_by_the_real_process(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    """The node as an earlier version left it (checkpoint.json, no two-slot file): the
+    prepared claims survive the upgrade, and the old file is gone."""
+    apiserver, plugin = env
+    objs = [claim("keep-share", [result("gpu", "gpu-1", share={"cores": 25, "memory": 2 * GI})])]
+    for obj in objs:
+        apiserver.store.put("resourceclaims", obj)
+    refs = [ref(o) for o in objs]
+    plugin.start()
+    with KubeletSim(plugin.registry) as sim:
+        kplugin = plugin.register(sim)
+        first = kplugin.prepare(refs)
+        assert all(r.error == "" for r in first.values())
+        kplugin.close()
+        plugin.stop()
+        legacy = plugin.data_dir / "checkpoint.json"
+        legacy.write_bytes(canonical_json(read_document(plugin.data_dir)))
+        (plugin.data_dir / "checkpoint.dat").unlink()
+        plugin.start()
+        kplugin = plugin.register(sim)
+        assert kplugin.prepare(refs) == first
+        assert not legacy.exists()
+        _check_node(plugin, {r.uid for r in refs})
+        assert set(kplugin.unprepare(refs).values()) == {""}
+        _check_node(plugin, set())
         kplugin.close()
 
 

@@ -203,7 +203,7 @@ def test_an_enforcement_record_that_does_not_fit_the_claim_is_replaced_by_defaul
     assert _intact(victim)
     assert not any("victim" in arg for a in tools.fake.argvs() for arg in a)
     # The only MPS daemon is the claim's GPU's, under the plugin's data dir.
-    assert [Path(pipe).parent.name for pipe in tools.sim.daemons] == [h.gpus()[0].uuid]
+    assert list(tools.sim.daemons.values()) == [h.gpus()[0].uuid]
     assert all(Path(pipe).is_relative_to(node.data_dir) for pipe in tools.sim.daemons)
 
 
