@@ -8,8 +8,6 @@ deregisters) and leaves every prepared claim and spec file in place.
 
 from __future__ import annotations
 
-from kubernetes import client
-
 from kubeletplugin.config import PluginConfig
 from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.kubelet.healthservice import HealthSource
@@ -19,6 +17,7 @@ from kubeletplugin.prepare.checkpoint import Checkpoint
 from kubeletplugin.prepare.claims import KubeClaimGetter
 from kubeletplugin.prepare.state import DeviceState
 from kubeletplugin.sharing.enforcement import ShareEnforcer
+from sharegpu.kube.connection import KubeClient
 from sharegpu.kube.telemetry import Telemetry
 
 
@@ -29,7 +28,7 @@ class ClaimService:
         self,
         config: PluginConfig,
         devices: NodeDevices,
-        api_client: client.ApiClient,
+        api_client: KubeClient,
         enforcer: ShareEnforcer,
         health_source: HealthSource | None = None,
         telemetry: Telemetry | None = None,

@@ -206,7 +206,7 @@ class _DraServicer:
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         claims = self._claims(request)
-        log.info("%s: NodePrepareResources for %d claim(s)", self._api, len(claims))
+        log.debug("%s: NodePrepareResources for %d claim(s)", self._api, len(claims))
         outcomes = self._service.prepare(claims)
         response = self._pb.NodePrepareResourcesResponse()
         for uid, outcome in outcomes.items():
@@ -227,7 +227,7 @@ class _DraServicer:
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         claims = self._claims(request)
-        log.info("%s: NodeUnprepareResources for %d claim(s)", self._api, len(claims))
+        log.debug("%s: NodeUnprepareResources for %d claim(s)", self._api, len(claims))
         outcomes = self._service.unprepare(claims)
         response = self._pb.NodeUnprepareResourcesResponse()
         for uid, outcome in outcomes.items():

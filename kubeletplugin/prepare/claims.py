@@ -18,11 +18,10 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes.client import ApiClient
-
 from api.gpuconfig import SOURCE_FROM_CLAIM, SOURCE_FROM_CLASS, DriverConfigs, decode_driver_configs
 from api.names import RESOURCE_GROUP, RESOURCE_VERSION
 from kubeletplugin.kubelet.preparer import ClaimRef
+from sharegpu.kube.connection import KubeClient
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 #: Why a claim cannot be prepared (the ``reason`` of :class:`ClaimError`, a metrics label).
@@ -62,12 +61,13 @@ class ClaimGetter(Protocol):
 
 class KubeClaimGetter:
     """:class:`ClaimGetter` over the Kubernetes API (``GET resource.k8s.io/v1`` ResourceClaim),
-    through the same JSON client the controller and the publisher use (:class:`KubeRest`).
+    through the same JSON client the controller and the publisher use (:class:`KubeRest`, whose
+    transport sends it without the official client's per-request work).
 
     The raw JSON is used instead of the generated models, which lag the DRA fields.
     """
 
-    def __init__(self, api_client: ApiClient, timeout_seconds: float = 10.0) -> None:
+    def __init__(self, api_client: KubeClient, timeout_seconds: float = 10.0) -> None:
         self._rest = KubeRest(api_client, timeout_s=timeout_seconds)
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:

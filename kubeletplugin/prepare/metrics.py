@@ -11,8 +11,8 @@ Prometheus names (after export):
 - ``sharegpu_prepared_claims``: claims prepared on the node, observed at scrape time.
 
 Each claim's prepare and unprepare runs in a span (``prepare claim`` / ``unprepare claim``,
-attributes ``claim.namespace``, ``claim.name``, ``claim.uid``); spans are exported only when the
-``OTEL_*`` variables ask for it (see :mod:`sharegpu.kube.telemetry`).
+attributes ``claim.namespace``, ``claim.name``, ``claim.uid``) when the ``OTEL_*`` variables ask
+for spans (see :mod:`sharegpu.kube.telemetry`); otherwise no span is started at all.
 """
 
 from __future__ import annotations
@@ -93,18 +93,25 @@ class StateMetrics:
         with self._timed(self._unprepare, "unprepare claim", ref, lambda: outcome["ok"]):
             yield done
 
-    @contextlib.contextmanager
-    def _timed(
-        self, histogram: Histogram, span: str, ref: ClaimRef, ok: Callable[[], bool]
-    ) -> Iterator[None]:
-        assert self._telemetry is not None
+    def _span(self, name: str, ref: ClaimRef) -> contextlib.AbstractContextManager[object]:
+        """The claim's span when spans are exported, else nothing (no tracer work at all)."""
+        telemetry = self._telemetry
+        if telemetry is None or not telemetry.tracing_enabled:
+            return contextlib.nullcontext()
         attributes = {
             "claim.namespace": ref.namespace,
             "claim.name": ref.name,
             "claim.uid": ref.uid,
         }
+        return telemetry.tracer.start_as_current_span(name, attributes=attributes)
+
+    @contextlib.contextmanager
+    def _timed(
+        self, histogram: Histogram, span: str, ref: ClaimRef, ok: Callable[[], bool]
+    ) -> Iterator[None]:
+        assert self._telemetry is not None
         start = time.perf_counter()
-        with self._telemetry.tracer.start_as_current_span(span, attributes=attributes):
+        with self._span(span, ref):
             try:
                 yield
             finally:

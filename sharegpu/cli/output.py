@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import yaml
-
 OUTPUT_FORMATS = ("table", "text", "json", "yaml")
 
 
@@ -68,6 +66,8 @@ def emit(data: Any, tables: Sequence[Table], fmt: str, stream: TextIO | None = N
     if fmt == "json":
         out.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
     elif fmt == "yaml":
+        import yaml  # only for -o yaml: the other formats start without it
+
         out.write(yaml.safe_dump(data, sort_keys=False))
     else:
         out.write("\n\n".join(render_table(t, fmt) for t in tables) + "\n")

@@ -2,19 +2,25 @@
 
 Used by the node daemon, the controller and the CLI, so each rule lives here once:
 
-* Connection settings (:func:`load_api_client`): the ``--kubeconfig`` flag, else the first path
-  in the ``KUBECONFIG`` environment variable, else (for the command line, ``use_home``)
-  ``~/.kube/config`` when it exists, as kubectl looks, else the in-cluster service account.
-  Failures raise :class:`KubeConfigError` with one line that says which source was tried and
-  why it failed.
-* :class:`KubeRest`: requests through the official client's transport (its auth, TLS, host and
-  read retries). Objects are plain dicts in their JSON shape, because the generated models lag
-  the DRA fields. Every failure, HTTP or transport, raises :class:`KubeApiError`, ``status`` 0
-  when no answer came (then one line naming the server and the root cause,
-  :func:`transport_problem`, not the transport library's nested text); an optional
-  ``on_error(verb, resource, status)`` callback sees each unexpected failure (for metrics).
+* Connection settings (:func:`load_api_client`, :func:`load_connection`): the ``--kubeconfig``
+  flag, else the first path in the ``KUBECONFIG`` environment variable, else (for the command
+  line, ``use_home``) ``~/.kube/config`` when it exists, as kubectl looks, else the in-cluster
+  service account. Failures raise :class:`KubeConfigError` with one line that says which source
+  was tried and why it failed.
+* :class:`KubeRest`: requests through :class:`~sharegpu.kube.transport.Transport`, which sends
+  them straight through the official client's connection pool with its host, TLS settings,
+  retries and auth (the token refreshed when due), without the client's per-request machinery.
+  Objects are plain dicts in their JSON shape, because the generated models lag the DRA fields.
+  Every failure, HTTP or transport, raises :class:`KubeApiError`, ``status`` 0 when no answer
+  came (then one line naming the server and the root cause, :func:`transport_problem`, not the
+  transport library's nested text); an optional ``on_error(verb, resource, status)`` callback
+  sees each unexpected failure (for metrics).
 * :meth:`KubeRest.watch`: the events of a watch stream; an ``ERROR`` event raises
   :class:`KubeApiError` with the status it carries (410 when the resourceVersion expired).
+
+The ``kubernetes`` package (large: every generated API and model) is imported by
+:func:`load_api_client` only; :func:`load_connection` (the daemons) loads the same settings with
+only the official client's connection modules (:mod:`sharegpu.kube.connection`).
 """
 
 from __future__ import annotations
@@ -23,14 +29,16 @@ import json
 import os
 import re
 from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
-import yaml
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
 
 from sharegpu.kube import jsonbody
+from sharegpu.kube.connection import ApiConnection, KubeClient, Official, full_official, official
+from sharegpu.kube.transport import Timeout, Transport
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, Configuration
 
 #: Environment variable naming a kubeconfig file (first path when it is a list).
 KUBECONFIG_ENV = "KUBECONFIG"
@@ -68,11 +76,30 @@ def home_kubeconfig(environ: Mapping[str, str] | None = None) -> str | None:
 
 def load_api_client(
     kubeconfig: str | None, environ: Mapping[str, str] | None = None, *, use_home: bool = False
-) -> client.ApiClient:
+) -> ApiClient:
     """An ApiClient from the kubeconfig (flag, ``KUBECONFIG``, with ``use_home`` then
     ``~/.kube/config``) or the in-cluster config. The daemons leave ``use_home`` off, so a
     pod never picks up a file from its image's home directory."""
-    configuration = client.Configuration()
+    from kubernetes import client
+
+    return client.ApiClient(load_configuration(kubeconfig, environ, use_home, full_official()))
+
+
+def load_connection(
+    kubeconfig: str | None, environ: Mapping[str, str] | None = None, *, use_home: bool = False
+) -> ApiConnection:
+    """Like :func:`load_api_client`, but an :class:`ApiConnection`: the same settings, without
+    the generated APIs and models of the ``kubernetes`` package (for the daemons, whose requests
+    all go through :class:`KubeRest`)."""
+    return ApiConnection(load_configuration(kubeconfig, environ, use_home, official()))
+
+
+def load_configuration(
+    kubeconfig: str | None, environ: Mapping[str, str] | None, use_home: bool, code: Official
+) -> Configuration:
+    """The connection settings, as the module docstring says where they come from, loaded with
+    the official client's ``code``; raises :class:`KubeConfigError`."""
+    configuration = code.configuration()
     path = kubeconfig_path(kubeconfig, environ)
     source = "--kubeconfig" if kubeconfig else f"${KUBECONFIG_ENV}"
     if path is None and use_home:
@@ -80,25 +107,34 @@ def load_api_client(
     if path is not None:
         if not os.path.isfile(path):
             raise KubeConfigError(f"kubeconfig {path} (from {source}) does not exist")
+        import yaml  # the kubeconfig loader reads YAML (the in-cluster path needs none)
+
         try:
-            config.load_kube_config(
+            code.load_kube_config(
                 config_file=path, client_configuration=configuration, persist_config=False
             )
-        except (ConfigException, yaml.YAMLError, ValueError, TypeError, KeyError, OSError) as exc:
+        except (
+            code.config_exception,
+            yaml.YAMLError,
+            ValueError,
+            TypeError,
+            KeyError,
+            OSError,
+        ) as exc:
             message = str(exc).replace("\n", " ") or type(exc).__name__
             raise KubeConfigError(
                 f"cannot use kubeconfig {path} (from {source}): {message}"
             ) from None
     else:
         try:
-            config.load_incluster_config(client_configuration=configuration)
-        except ConfigException as exc:
+            code.load_incluster_config(client_configuration=configuration)
+        except code.config_exception as exc:
             home = f", no ~/{DEFAULT_KUBECONFIG}" if use_home else ""
             raise KubeConfigError(
                 f"no --kubeconfig, no $KUBECONFIG{home}, and not running in a cluster "
                 f"(in-cluster config: {exc})"
             ) from None
-    return client.ApiClient(configuration)
+    return configuration
 
 
 def resource_path(
@@ -176,34 +212,39 @@ def _resource_of(path: str) -> str:
 
 
 def _event_lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-    """The non-empty lines of a streamed answer, until it ends."""
-    buffer = b""
+    """The non-empty lines of a streamed answer, until it ends. Linear in the stream's size: the
+    chunks of a line are joined once, when its end arrives."""
+    parts: list[bytes] = []
     for chunk in response.stream(amt=None, decode_content=True):
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield buffer
+        parts.append(chunk)
+        if b"\n" not in chunk:
+            continue
+        lines = b"".join(parts).split(b"\n")
+        parts = [lines.pop()]
+        yield from (line for line in lines if line.strip())
+    tail = b"".join(parts)
+    if tail.strip():
+        yield tail
 
 
 class KubeRest:
-    """JSON requests and watch streams through an :class:`ApiClient`.
+    """JSON requests and watch streams through an :class:`ApiClient`'s connection.
 
     ``timeout_s`` bounds each request (unless a call gives its own) and the wait for a watch to
     answer. ``on_error`` sees every failure except statuses a call says it expects.
+    ``api_client`` may be None for an instance that never sends (its handlers fed directly).
     """
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: KubeClient | None,
         on_error: ErrorHook | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.api_client = api_client
         self.on_error = on_error
         self.timeout_s = timeout_s
+        self._transport = None if api_client is None else Transport(api_client)
 
     def _fail(self, verb: str, path: str, status: int) -> None:
         if self.on_error is not None:
@@ -216,34 +257,40 @@ class KubeRest:
         query: Sequence[tuple[str, str]] | None,
         body: Any,
         content_type: str,
-        timeout: float | tuple[float, float | None],
+        timeout: Timeout,
         verb: str,
-    ) -> Any:
+    ) -> urllib3.BaseHTTPResponse:
         """The urllib3 response of one request; transport failures raise (and are reported)."""
-        headers = {"Accept": JSON}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        params = self.api_client.param_serialize(
-            method,
-            path,
-            query_params=list(query or ()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
         request = f"{verb} {path}"
+        transport = self._transport
+        if transport is None:
+            raise KubeApiError(0, "", f"{request}: no API client")
         try:
-            return self.api_client.call_api(*params, _request_timeout=timeout).response
-        except client.ApiException as exc:
-            self._fail(verb, path, 0)
-            raise KubeApiError(0, "", f"{request}: {exc.reason}") from None
+            data = None if body is None else json.dumps(body).encode()
+        except (TypeError, ValueError) as exc:
+            raise KubeApiError(0, "", f"{request}: the body is not JSON: {exc}") from None
+        try:
+            return transport.request(
+                method,
+                path,
+                query=query or (),
+                body=data,
+                content_type=content_type,
+                timeout=timeout,
+            )
         except Exception as exc:  # urllib3, ssl and socket errors: "no answer"
             self._fail(verb, path, 0)
-            server = str(self.api_client.configuration.host)
-            raise KubeApiError(0, "", f"{request}: {transport_problem(exc, server)}") from None
+            raise KubeApiError(
+                0, "", f"{request}: {transport_problem(exc, transport.host)}"
+            ) from None
 
     def _http_error(
-        self, response: Any, data: bytes, verb: str, path: str, expected: Collection[int]
+        self,
+        response: urllib3.BaseHTTPResponse,
+        data: bytes,
+        verb: str,
+        path: str,
+        expected: Collection[int],
     ) -> KubeApiError:
         if response.status not in expected:
             self._fail(verb, path, response.status)

@@ -1,8 +1,10 @@
 """OpenTelemetry set-up shared by the controller and the kubelet plugin.
 
 :class:`Telemetry` owns one ``MeterProvider`` whose metrics are exported for Prometheus through a
-private ``prometheus_client`` registry (so several instances in one process never clash), and one
-``TracerProvider`` that exports spans only when the standard ``OTEL_*`` variables ask for it:
+private ``prometheus_client`` registry (so several instances in one process never clash), and,
+only when the standard ``OTEL_*`` variables ask for spans, one ``TracerProvider`` that exports
+them (otherwise ``tracer`` is OpenTelemetry's no-op tracer, ``tracing_enabled`` is false, and
+the tracing SDK is not even imported; callers on hot paths skip their spans then):
 
 - ``OTEL_TRACES_EXPORTER``: ``otlp`` (default when an OTLP endpoint is set), ``console`` or
   ``none``;
@@ -27,22 +29,20 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SimpleSpanProcessor,
-    SpanExporter,
-)
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from sharegpu.kube.httpserve import BoundedHTTPServer, BoundedRequestHandler, ServerLimits
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ def span_exporter_from_env(env: Mapping[str, str] | None = None) -> SpanExporter
     if choice in ("", "none"):
         return None
     if choice == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
         return ConsoleSpanExporter()
     if choice != "otlp":
         _warn_once(f"OTEL_TRACES_EXPORTER={choice!r} is not supported (use otlp, console or none)")
@@ -106,17 +108,14 @@ class Telemetry:
         )
         self.meter_provider = MeterProvider(resource=resource, metric_readers=[self._reader])
         self.meter: Meter = self.meter_provider.get_meter(service_name)
-        self.tracer_provider = TracerProvider(resource=resource)
         exporter = span_exporter_from_env(env)
+        #: True when spans are exported; without it ``tracer`` is a no-op tracer.
         self.tracing_enabled = exporter is not None
+        self.tracer_provider: TracerProvider | None = None
+        self.tracer: Tracer = NoOpTracer()
         if exporter is not None:
-            processor = (
-                SimpleSpanProcessor(exporter)
-                if isinstance(exporter, ConsoleSpanExporter)
-                else BatchSpanProcessor(exporter)
-            )
-            self.tracer_provider.add_span_processor(processor)
-        self.tracer: Tracer = self.tracer_provider.get_tracer(service_name)
+            self.tracer_provider = _exporting_provider(resource, exporter)
+            self.tracer = self.tracer_provider.get_tracer(service_name)
 
     def scrape(self) -> bytes:
         """The current metrics in Prometheus text format."""
@@ -124,8 +123,28 @@ class Telemetry:
 
     def shutdown(self) -> None:
         """Flush spans and release the registry."""
-        self.tracer_provider.shutdown()
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
         self.meter_provider.shutdown()
+
+
+def _exporting_provider(resource: Resource, exporter: SpanExporter) -> TracerProvider:
+    """A TracerProvider that sends every span to ``exporter`` (the console one span by span,
+    the others in batches)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+        SimpleSpanProcessor,
+    )
+
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(
+        SimpleSpanProcessor(exporter)
+        if isinstance(exporter, ConsoleSpanExporter)
+        else BatchSpanProcessor(exporter)
+    )
+    return provider
 
 
 def parse_address(address: str) -> tuple[str, int]:

@@ -4,6 +4,7 @@ client."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes.client
@@ -13,6 +14,7 @@ from sharegpu.kube.rest import (
     KubeApiError,
     KubeConfigError,
     KubeRest,
+    _event_lines,
     kubeconfig_path,
     load_api_client,
     resource_path,
@@ -116,3 +118,27 @@ def test_watch_yields_events_and_raises_on_an_error_event(
     assert (err.value.status, err.value.reason) == (410, "Expired")
     assert str(err.value).startswith(f"WATCH {NODES}: HTTP 410 Expired: ")
     assert failures.seen == []  # 410 is routine: the caller relists
+
+
+class Chunks:
+    """A streamed answer that arrives in the given chunks."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    def stream(self, amt: int | None = None, decode_content: bool = True) -> Iterator[bytes]:
+        yield from self.chunks
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        (b'{"a":1}\n{"b":2}\n\n{"c":3}',),
+        (b'{"a"', b":1}\n", b'{"b":2}\n\n{"c"', b":3}"),
+        (b'{"a":1}\n', b'{"b":2}', b"\n", b"\n", b'{"c":3}\n'),
+        tuple(bytes([c]) for c in b'{"a":1}\n{"b":2}\n{"c":3}\n'),
+    ],
+)
+def test_watch_lines_are_split_wherever_the_chunks_end(chunks: tuple[bytes, ...]) -> None:
+    lines = list(_event_lines(Chunks(*chunks)))  # type: ignore[arg-type]
+    assert lines == [b'{"a":1}', b'{"b":2}', b'{"c":3}']

@@ -23,10 +23,9 @@ from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-import kubernetes.client
 import yaml
 
 from sharegpu.kube import jsonbody
@@ -39,6 +38,9 @@ from sharegpu.local.apiserver.faults import (
     FaultInjector,
 )
 from sharegpu.local.apiserver.patch import apply_patch
+
+if TYPE_CHECKING:
+    import kubernetes.client
 from sharegpu.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
 from sharegpu.local.apiserver.reviews import REVIEW_PLURALS, Reviews
 from sharegpu.local.apiserver.store import CLOSED, Event, ObjectStore, Watcher
@@ -616,12 +618,16 @@ class KubeAPIServer:
 
     def configuration(self) -> kubernetes.client.Configuration:
         """A client Configuration pointing at this server."""
+        import kubernetes.client  # the whole package: imported only when a client is asked for
+
         config = kubernetes.client.Configuration()
         config.host = self.url
         return config
 
     def client(self) -> kubernetes.client.ApiClient:
         """A fresh ApiClient for this server (close it when done)."""
+        import kubernetes.client
+
         return kubernetes.client.ApiClient(self.configuration())
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
