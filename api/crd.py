@@ -5,12 +5,14 @@
 - ``deploy/crds/gpus.resource.sharegpu.dev.yaml``: the ``gpus.resource.sharegpu.dev``
   CustomResourceDefinition, from :mod:`api.gpu` (``deploy/helm/sync-crds.sh`` copies it into the
   chart);
+- ``deploy/crds/gpuquotas.resource.sharegpu.dev.yaml``: the ``GpuQuota`` CRD, from
+  :mod:`api.gpuquota` (copied into the chart the same way);
 - the ``deviceClasses.gpu.config`` subtree of the chart's ``values.schema.json``: the
   ``GpuConfig`` JSON Schema of :mod:`api.schema` (itself generated from :mod:`api.gpuconfig`), so
   ``helm install`` rejects a DeviceClass config the driver would refuse; the rest of the file is
   left as it is.
 
-``python -m api.crd --check`` exits 1 when either committed file differs from the models.
+``python -m api.crd --check`` exits 1 when any committed file differs from the models.
 
 The CRD's pydantic JSON schema is turned into a *structural* OpenAPI v3 schema as the API server
 requires: ``$ref`` inlined, ``Optional`` unions reduced to their type, titles and defaults dropped.
@@ -26,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from api.gpu import GpuSpec, GpuStatus
 from api.gpuconfig import GPU_CONFIG_KIND, SECTION_STRATEGY
+from api.gpuquota import GpuQuotaSpec, GpuQuotaStatus
 from api.names import (
     API_GROUP,
     API_VERSION,
@@ -36,6 +40,10 @@ from api.names import (
     GPU_CRD_NAME,
     GPU_KIND,
     GPU_PLURAL,
+    GPU_QUOTA_CRD_NAME,
+    GPU_QUOTA_KIND,
+    GPU_QUOTA_PLURAL,
+    GPU_QUOTA_SHORT_NAME,
     GPU_SHORT_NAME,
     GROUP_VERSION,
 )
@@ -45,6 +53,8 @@ from api.schema import generate as generate_json_schema
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Where the generated manifest lives, relative to the repository root.
 CRD_PATH = _REPO_ROOT / "deploy" / "crds" / f"{GPU_CRD_NAME}.yaml"
+#: Where the generated GpuQuota CRD lives (beside :data:`CRD_PATH`).
+QUOTA_CRD_PATH = _REPO_ROOT / "deploy" / "crds" / f"{GPU_QUOTA_CRD_NAME}.yaml"
 #: The chart's values schema, whose ``deviceClasses.gpu.config`` subtree is generated.
 VALUES_SCHEMA_PATH = _REPO_ROOT / "deploy" / "helm" / "sharegpu" / "values.schema.json"
 #: Keys from the top of the values schema to the generated subtree.
@@ -63,6 +73,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         target = defs[node["$ref"].rsplit("/", 1)[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _structural(merged, defs)
+    if "anyOf" in node and node.get("x-kubernetes-int-or-string"):
+        return {k: v for k, v in node.items() if k not in _DROPPED_KEYS}
     if "anyOf" in node:
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
         if len(options) != 1:
@@ -79,12 +91,12 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             out["enum"] = [value]
         else:
             out[key] = _structural(value, defs)
-    if out.get("type") == "object" and "additionalProperties" in out:
-        del out["additionalProperties"]
+    if out.get("type") == "object" and isinstance(out.get("additionalProperties"), bool):
+        del out["additionalProperties"]  # extra="forbid"; a map's value schema is kept
     return out
 
 
-def openapi_schema(model: type[GpuSpec] | type[GpuStatus]) -> dict[str, Any]:
+def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     """Structural OpenAPI v3 schema of a model's JSON (camelCase) shape."""
     schema = model.model_json_schema(by_alias=True)
     result: dict[str, Any] = _structural(schema, schema.get("$defs", {}))
@@ -150,10 +162,75 @@ def crd_manifest() -> dict[str, Any]:
     }
 
 
+def _summary_column(name: str, field: str) -> dict[str, Any]:
+    return {"name": name, "type": "string", "jsonPath": f".status.{field}"}
+
+
+def quota_crd_manifest() -> dict[str, Any]:
+    """The CustomResourceDefinition of ``GpuQuota`` objects (namespaced, status subresource,
+    used/hard printer columns)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": GPU_QUOTA_CRD_NAME},
+        "spec": {
+            "group": API_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "plural": GPU_QUOTA_PLURAL,
+                "singular": GPU_QUOTA_KIND.lower(),
+                "kind": GPU_QUOTA_KIND,
+                "listKind": f"{GPU_QUOTA_KIND}List",
+                "shortNames": [GPU_QUOTA_SHORT_NAME],
+                "categories": [GPU_CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        _summary_column("Cores", "coresSummary"),
+                        _summary_column("Memory", "memorySummary"),
+                        _summary_column("Devices", "devicesSummary"),
+                        {
+                            "name": "Age",
+                            "type": "date",
+                            "jsonPath": ".metadata.creationTimestamp",
+                        },
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "Limits on the GPU cores, memory and devices that "
+                            "the ResourceClaims of one namespace may use (used/hard).",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": openapi_schema(GpuQuotaSpec),
+                                "status": openapi_schema(GpuQuotaStatus),
+                            },
+                            "required": ["spec"],
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 def render() -> str:
     """The manifest file's text."""
     header = "# Generated by `python -m api.crd` from api/gpu.py. Do not edit.\n"
     return header + yaml.safe_dump(crd_manifest(), sort_keys=False, width=100)
+
+
+def render_quota() -> str:
+    """The GpuQuota manifest file's text."""
+    header = "# Generated by `python -m api.crd` from api/gpuquota.py. Do not edit.\n"
+    return header + yaml.safe_dump(quota_crd_manifest(), sort_keys=False, width=100)
 
 
 #: Keys of the GpuConfig JSON Schema the values schema leaves out: identifiers, titles, and the
@@ -232,11 +309,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
     parser.add_argument("--output", type=Path, default=CRD_PATH, help="manifest path")
     parser.add_argument(
+        "--quota-output", type=Path, default=QUOTA_CRD_PATH, help="GpuQuota manifest path"
+    )
+    parser.add_argument(
         "--values-schema", type=Path, default=VALUES_SCHEMA_PATH, help="chart values schema path"
     )
     args = parser.parse_args(argv)
     current_values = args.values_schema.read_text()
-    outputs = ((args.output, render()), (args.values_schema, render_values_schema(current_values)))
+    outputs = (
+        (args.output, render()),
+        (args.quota_output, render_quota()),
+        (args.values_schema, render_values_schema(current_values)),
+    )
     if args.check:
         stale = [path for path, text in outputs if not path.exists() or path.read_text() != text]
         for path in stale:

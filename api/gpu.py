@@ -15,6 +15,10 @@ Invariants kept by the tracker:
 - ``metadata.labels`` is derived from ``spec``, never stored apart: the node label
   (:data:`api.names.GPU_NODE_LABEL`) equals ``spec.node`` whenever the node name is a valid label
   value (at most 63 characters; see :func:`node_label_value`), and is absent otherwise.
+- ``status.allocations[].usage`` is what the node plugin last measured for that allocation (see
+  :class:`ShareUsage`); absent when nothing was measured. ``status.conditions`` holds the
+  ``Overcommitted`` condition only when at least one allocation carries a measurement: True
+  naming the claims whose usage exceeds what they reserved, else False.
 """
 
 from __future__ import annotations
@@ -88,6 +92,60 @@ class Resources(_Model):
     memory: str = Field(description="Memory (quantity).")
 
 
+#: ``kind`` of the usage record the node plugin writes into a claim's ``status.devices[].data``.
+SHARE_USAGE_KIND: Final = "ShareUsage"
+#: What a share may exceed: ``memory`` (bytes used above the reserved memory) and ``compute``
+#: (SM utilisation above the reserved cores plus the plugin's margin).
+OVER_MEMORY: Final = "memory"
+OVER_COMPUTE: Final = "compute"
+OVERCOMMIT_RESOURCES: Final = (OVER_MEMORY, OVER_COMPUTE)
+#: The GPU object's condition type for shares that use more than they reserved.
+CONDITION_OVERCOMMITTED: Final = "Overcommitted"
+#: Suffix of the optional device taint of an overcommitted GPU: ``<driver>/overcommitted``.
+TAINT_OVERCOMMITTED_SUFFIX: Final = "overcommitted"
+
+
+def overcommitted_taint_key(driver_name: str) -> str:
+    """Taint key the node plugin may put on a GPU one of whose shares is overcommitted."""
+    return f"{driver_name}/{TAINT_OVERCOMMITTED_SUFFIX}"
+
+
+class ShareUsage(_Model):
+    """What one allocation's processes used at the node plugin's last sample.
+
+    The same shape is the ``data`` of the claim's ``status.devices[]`` entry the plugin writes
+    (with ``apiVersion`` and ``kind`` :data:`SHARE_USAGE_KIND` added there) and the ``usage`` of
+    the allocation in the GPU object. ``smUtilization`` is absent where the GPU does not report
+    per-process utilisation (never reported as zero).
+    """
+
+    used_memory: str = Field(description="GPU memory the share's processes use (quantity).")
+    sm_utilization: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Percent of the GPU's SMs the share's processes used over the last "
+        "sample interval; absent where the GPU does not report it.",
+    )
+    processes: int = Field(ge=0, description="Compute processes of the share on the GPU.")
+    sampled_at: str | None = Field(
+        default=None, description="When the sample was taken (RFC 3339, UTC)."
+    )
+    overcommitted: list[Literal["memory", "compute"]] = Field(
+        default_factory=list,
+        description="What the share uses beyond its reservation: memory, compute.",
+    )
+
+
+class GpuCondition(_Model):
+    """A condition of the GPU object (``type`` :data:`CONDITION_OVERCOMMITTED`)."""
+
+    type: str
+    status: Literal["True", "False"]
+    reason: str
+    message: str = ""
+
+
 class PodRef(_Model):
     """A pod that uses a claim, and which of its containers reference the claim."""
 
@@ -108,6 +166,9 @@ class Allocation(_Model):
     cores: int = Field(ge=0, description="Cores this allocation consumes.")
     memory: str = Field(description="Memory this allocation consumes (quantity).")
     pods: list[PodRef] = Field(default_factory=list)
+    usage: ShareUsage | None = Field(
+        default=None, description="Measured on the node (absent when not measured)."
+    )
 
 
 class GpuStatus(_Model):
@@ -124,6 +185,11 @@ class GpuStatus(_Model):
     claim_count: int = Field(ge=0, description="Number of distinct claims using the GPU.")
     cores_summary: str = Field(description="'<allocated>/<capacity>' cores, for kubectl.")
     memory_summary: str = Field(description="'<allocated>/<capacity>' memory, for kubectl.")
+    conditions: list[GpuCondition] | None = Field(
+        default=None,
+        description="Overcommitted: whether a share uses more than it reserved (present only "
+        "when some allocation carries measured usage).",
+    )
 
 
 class GpuObject(_Model):

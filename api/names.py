@@ -33,6 +33,13 @@ ATTR_CUDA_DRIVER_VERSION: Final = "cudaDriverVersion"
 ATTR_NUMA_NODE: Final = "numaNode"
 ATTR_PARTITION: Final = "partition"
 ATTR_PARENT_UUID: Final = "parentUUID"
+#: MIG devices: the profile (e.g. ``1g.10gb``), the parent GPU's NVML index, NVML's GPU and
+#: compute instance ids on the parent, and the device's streaming multiprocessors.
+ATTR_PROFILE: Final = "profile"
+ATTR_PARENT_INDEX: Final = "parentIndex"
+ATTR_MIG_GPU_INSTANCE: Final = "migGpuInstance"
+ATTR_MIG_COMPUTE_INSTANCE: Final = "migComputeInstance"
+ATTR_MULTIPROCESSORS: Final = "multiprocessorCount"
 #: Standard, fully qualified attributes defined by Kubernetes.
 ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
 ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
@@ -116,5 +123,10 @@ CONTROLLER_LEASE_NAME: Final = "sharegpu-controller"
 GPU_NODE_LABEL: Final = f"{API_GROUP}/node"
 #: Short name of the GPU resource (``kubectl get sgpu``); distinct from the plural and singular.
 GPU_SHORT_NAME: Final = "sgpu"
+#: The kind, plural, CRD name and ``kubectl get`` short name of the quota resource.
+GPU_QUOTA_KIND: Final = "GpuQuota"
+GPU_QUOTA_PLURAL: Final = "gpuquotas"
+GPU_QUOTA_CRD_NAME: Final = f"{GPU_QUOTA_PLURAL}.{API_GROUP}"
+GPU_QUOTA_SHORT_NAME: Final = "gpuq"
 #: Category of this project's resources (``kubectl get sharegpu`` lists the GPU objects).
 GPU_CATEGORY: Final = "sharegpu"

@@ -17,19 +17,18 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-from api.gpu import GpuObject
 from controller.apiauth import AllowAll, ApiAuthorizer
 from sharegpu.kube.httpserve import BoundedHTTPServer, BoundedRequestHandler, ServerLimits
 from sharegpu.kube.telemetry import parse_address
 
 log = logging.getLogger(__name__)
 
-GpuLister = Callable[[str | None], list[GpuObject]]
+GpuLister = Callable[[str | None], list[dict[str, Any]]]
 
 
-def gpu_list(objects: list[GpuObject]) -> dict[str, Any]:
-    """The JSON list answer for ``objects``."""
-    return {"apiVersion": "v1", "kind": "List", "items": [g.manifest() for g in objects]}
+def gpu_list(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON list answer for GPU objects given as their manifests."""
+    return {"apiVersion": "v1", "kind": "List", "items": manifests}
 
 
 class _Handler(BoundedRequestHandler):

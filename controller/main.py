@@ -24,6 +24,9 @@ from api.version import VERSION
 from controller.apiauth import KubeAuthorizer
 from controller.httpapi import serve_api
 from controller.metrics import ControllerMetrics
+from controller.quotaadmit import QuotaAdmitter
+from controller.quotacharge import ChargeBasis, basis_of
+from controller.quotacontroller import QuotaController
 from controller.tracker import Tracker
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 from sharegpu.kube.httpserve import BoundedHTTPServer
@@ -176,6 +179,9 @@ class Controller:
         self.webhook: WebhookServer | None = None
         self.metrics_server: BoundedHTTPServer | None = None
         self.api_server: BoundedHTTPServer | None = None
+        #: GpuQuota statuses (with the tracker) and the charge basis from the tracker's GPUs.
+        self.quotas: QuotaController | None = None
+        self.quota_basis: Callable[[], ChargeBasis] = ChargeBasis
 
     def start(self) -> None:
         """Start every enabled component.
@@ -207,14 +213,31 @@ class Controller:
                 is_leader=is_leader,
                 tracer=self.telemetry.tracer,
             )
-            self.metrics.set_gpu_source(self.tracker.gpus)
+            self.metrics.set_gpu_source(self.tracker.gauges)
+            tracker_now = self.tracker
+            self.quota_basis = lambda: basis_of(
+                (g.node, g.memory_capacity) for g in tracker_now.gauges()
+            )
+            self.quotas = QuotaController(
+                kube,
+                a.driver_name,
+                classes=a.device_class,
+                basis=self.quota_basis,
+                is_leader=is_leader,
+            )
+            self.metrics.set_quota_source(self.quotas.gauges)
         if a.metrics_address:
             server = self.metrics_server = serve_metrics(self.telemetry, a.metrics_address)
             self.lifecycle.running("metrics server", _closer(server))
             log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
         if not a.disable_webhook:
             certs = CertificateReloader(a.tls_cert_file, a.tls_key_file)
-            admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class)
+            admitter = (
+                QuotaAdmitter(kube, a.driver_name, a.device_class, self.quota_basis)
+                if kube is not None
+                else None
+            )
+            admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class, admitter)
             self.webhook = WebhookServer(a.webhook_address, admission, certs).start()
             self.lifecycle.running("webhook", self.webhook.stop)
             log.info("webhook on https://%s:%d", *self.webhook.server_address[:2])
@@ -228,7 +251,7 @@ class Controller:
                 else None
             )
             api = self.api_server = serve_api(
-                a.api_address, tracker.gpus if tracker else None, ready, authorizer=authorizer
+                a.api_address, tracker.manifests if tracker else None, ready, authorizer=authorizer
             )
             self.lifecycle.running("JSON API", _closer(api))
             log.info("JSON API on http://%s:%d/api/v1/gpus", *api.server_address[:2])
@@ -236,6 +259,8 @@ class Controller:
             self.lifecycle.add(self.elector)
         if tracker is not None:
             self.lifecycle.add(tracker)
+        if self.quotas is not None:
+            self.lifecycle.add(self.quotas)
         self.lifecycle.start()
         if tracker is not None:
             log.info("tracking GPUs of driver %s", a.driver_name)

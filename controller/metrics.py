@@ -14,11 +14,15 @@ GPU objects the tracker computes; nothing is stored twice. Prometheus names (aft
   Both come from these fixed sets whatever a client sends, so the series stay at most 20
 - ``sharegpu_reconcile_duration_seconds``: histogram of one tracker flush
 - ``sharegpu_api_errors_total{verb, resource, code}``: failed Kubernetes API calls
+- ``sharegpu_quota_used`` / ``sharegpu_quota_hard`` (labels ``namespace``, ``quota``,
+  ``resource``: ``cores``, ``memory`` in bytes, ``devices``): what each GpuQuota charges and
+  allows (no ``hard`` sample for an absent limit), observed from the quota controller's cache
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -27,7 +31,42 @@ from api.gpu import HEALTHY, GpuObject
 from api.quantity import quantity_int
 from sharegpu.kube.telemetry import SECONDS_BUCKETS, Telemetry
 
-GpuSource = Callable[[], Iterable[GpuObject]]
+
+@dataclass(frozen=True, slots=True)
+class GpuGauge:
+    """What the per-GPU gauges report for one GPU (memory in bytes)."""
+
+    name: str
+    node: str
+    uuid: str
+    model: str
+    cores_capacity: int
+    cores_allocated: int
+    memory_capacity: int
+    memory_allocated: int
+    claims: int
+    healthy: bool
+
+
+def gpu_gauge(g: GpuObject) -> GpuGauge:
+    """The gauges of a GPU object."""
+    return GpuGauge(
+        name=g.name,
+        node=g.spec.node,
+        uuid=g.spec.uuid,
+        model=g.spec.model,
+        cores_capacity=g.status.capacity.cores,
+        cores_allocated=g.status.allocated.cores,
+        memory_capacity=quantity_int(g.status.capacity.memory),
+        memory_allocated=quantity_int(g.status.allocated.memory),
+        claims=g.status.claim_count,
+        healthy=g.status.health == HEALTHY,
+    )
+
+
+#: Where the per-GPU gauges come from: GPU objects, or their gauges already computed (what
+#: :meth:`controller.tracker.Tracker.gauges` gives, without building a model per GPU).
+GpuSource = Callable[[], Iterable[GpuObject | GpuGauge]]
 
 #: The kinds the admission webhook checks: the values of the reviews' ``kind`` label besides
 #: :data:`OTHER_KIND` and :data:`UNKNOWN_KIND`.
@@ -47,6 +86,23 @@ def review_kind_label(kind: object) -> str:
     if isinstance(kind, str) and kind:
         return kind if kind in REVIEWED_KINDS else OTHER_KIND
     return UNKNOWN_KIND
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaGauge:
+    """One ``sharegpu_quota_used`` / ``sharegpu_quota_hard`` sample of a GpuQuota (memory in
+    bytes); ``hard`` is None for an absent limit (no ``hard`` sample then)."""
+
+    namespace: str
+    quota: str
+    resource: str
+    used: int
+    hard: int | None
+
+
+#: Where the per-quota gauges come from (:meth:`controller.quotacontroller.QuotaController.
+#: gauges`).
+QuotaSource = Callable[[], Iterable[QuotaGauge]]
 
 
 class ControllerMetrics:
@@ -78,25 +134,46 @@ class ControllerMetrics:
         self.api_errors = meter.create_counter(
             "sharegpu_api_errors", description="Failed Kubernetes API requests"
         )
+        self._quotas: QuotaSource = lambda: ()
+        meter.create_observable_gauge(
+            "sharegpu_quota_used",
+            callbacks=[self._quota_observer(False)],
+            description="GPU capacity charged to a GpuQuota (cores, memory bytes, devices)",
+        )
+        meter.create_observable_gauge(
+            "sharegpu_quota_hard",
+            callbacks=[self._quota_observer(True)],
+            description="The limit of a GpuQuota (cores, memory bytes, devices)",
+        )
 
     def set_gpu_source(self, gpus: GpuSource) -> None:
         """Read per-GPU gauges from ``gpus`` from now on."""
         self._gpus = gpus
 
     def _observer(
-        self, value: Callable[[GpuObject], int]
+        self, value: Callable[[GpuGauge], int]
     ) -> Callable[[CallbackOptions], Iterator[Observation]]:
         def observe(_: CallbackOptions) -> Iterator[Observation]:
-            for gpu in self._gpus():
+            for item in self._gpus():
+                gpu = gpu_gauge(item) if isinstance(item, GpuObject) else item
                 yield Observation(
                     value(gpu),
-                    {
-                        "gpu": gpu.name,
-                        "node": gpu.spec.node,
-                        "uuid": gpu.spec.uuid,
-                        "model": gpu.spec.model,
-                    },
+                    {"gpu": gpu.name, "node": gpu.node, "uuid": gpu.uuid, "model": gpu.model},
                 )
+
+        return observe
+
+    def set_quota_source(self, quotas: QuotaSource) -> None:
+        """Read per-quota gauges from ``quotas`` from now on."""
+        self._quotas = quotas
+
+    def _quota_observer(self, hard: bool) -> Callable[[CallbackOptions], Iterator[Observation]]:
+        def observe(_: CallbackOptions) -> Iterator[Observation]:
+            for q in self._quotas():
+                value = q.hard if hard else q.used
+                if value is not None:
+                    labels = {"namespace": q.namespace, "quota": q.quota, "resource": q.resource}
+                    yield Observation(value, labels)
 
         return observe
 
@@ -112,25 +189,25 @@ class ControllerMetrics:
         self.api_errors.add(1, {"verb": verb, "resource": resource, "code": str(code)})
 
 
-def _cores_cap(g: GpuObject) -> int:
-    return g.status.capacity.cores
+def _cores_cap(g: GpuGauge) -> int:
+    return g.cores_capacity
 
 
-def _cores_used(g: GpuObject) -> int:
-    return g.status.allocated.cores
+def _cores_used(g: GpuGauge) -> int:
+    return g.cores_allocated
 
 
-def _mem_cap(g: GpuObject) -> int:
-    return quantity_int(g.status.capacity.memory)
+def _mem_cap(g: GpuGauge) -> int:
+    return g.memory_capacity
 
 
-def _mem_used(g: GpuObject) -> int:
-    return quantity_int(g.status.allocated.memory)
+def _mem_used(g: GpuGauge) -> int:
+    return g.memory_allocated
 
 
-def _claims(g: GpuObject) -> int:
-    return g.status.claim_count
+def _claims(g: GpuGauge) -> int:
+    return g.claims
 
 
-def _healthy(g: GpuObject) -> int:
-    return 1 if g.status.health == HEALTHY else 0
+def _healthy(g: GpuGauge) -> int:
+    return 1 if g.healthy else 0

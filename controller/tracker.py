@@ -1,11 +1,12 @@
 """The tracker: keeps one ``GPU`` object per physical GPU in step with slices, claims and pods.
 
 Data flow: four informers (this driver's ResourceSlices, all ResourceClaims reduced to this
-driver's results, Pods that reference claims, and this driver's GPU objects) feed handlers that
-update an index incrementally with the pure pieces of :mod:`controller.reconcile`; each change
-marks the affected GPU names *dirty*. A flusher thread recomputes the desired objects of dirty
-GPUs, and — only while this replica leads and all informers have synced — writes the
-differences:
+driver's results, Pods that reference claims, and this driver's GPU objects) keep compact
+records (:mod:`controller.records`, :mod:`controller.stored`), never the decoded JSON. Their
+handlers update a :class:`~controller.gpuindex.GpuIndex`, which marks the affected GPU names
+*dirty*; only those are recomputed. A flusher thread computes the desired ``spec`` and
+``status`` of dirty GPUs (as JSON, digested) and — only while this replica leads and all
+informers have synced — writes the differences:
 
 - create a missing object, then set its status (the status subresource ignores status on
   create); update ``spec`` when the hardware changed; delete objects whose GPU has been gone
@@ -18,6 +19,11 @@ differences:
 
 Because the comparison is always against the stored objects (kept current by the GPU informer),
 a restarted or newly elected controller writes nothing when the objects are already right.
+
+The records are long-lived, so (with ``freeze_gc``) the tracker moves what it has allocated out
+of the collector's reach every few thousand updates and after each list
+(:class:`~controller.gcfreeze.Freezer`): collections then scan only what changed since, instead
+of the whole cache.
 """
 
 from __future__ import annotations
@@ -25,14 +31,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from opentelemetry.trace import NoOpTracer, Tracer
 
-from api.gpu import Allocation, GpuObject
+from api.gpu import GpuObject
 from api.names import (
     API_GROUP,
     API_VERSION,
@@ -41,18 +46,22 @@ from api.names import (
     RESOURCE_GROUP,
     RESOURCE_VERSION,
 )
-from controller.metrics import ControllerMetrics
+from controller.gcfreeze import Freezer
+from controller.gpuindex import GpuIndex
+from controller.metrics import ControllerMetrics, GpuGauge
 from controller.reconcile import (
-    DeviceInfo,
+    Alloc,
     GpuHardware,
-    PodInfo,
-    claim_allocations,
+    gpu_labels,
+    gpu_manifest,
     gpu_object,
-    newest_generation,
-    pod_info,
-    pool_hardware,
-    reserved_pods,
+    gpu_spec_json,
+    gpu_status_json,
+    usage,
 )
+from controller.records import ClaimRecord, PodInfo, SliceRecord, claim_record, pod_record
+from controller.records import slice_record as _slice_record
+from controller.stored import StoredGpu, json_digest, older, stored_gpu
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.informer import Informer
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
@@ -60,31 +69,16 @@ from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-
-def reduce_claim(claim: Obj, driver: str) -> Obj | None:
-    """The parts of a claim the tracker needs, or None when nothing of it is this driver's."""
-    status = claim.get("status") or {}
-    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-    mine = [r for r in results if r.get("driver") == driver]
-    if not mine:
-        return None
-    meta = claim.get("metadata") or {}
-    return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
-        "status": {
-            "allocation": {"devices": {"results": mine}},
-            "reservedFor": status.get("reservedFor") or [],
-        },
-    }
-
-
-def _pod_transform(pod: Obj) -> PodInfo | None:
-    return pod_info(pod) if (pod.get("spec") or {}).get("resourceClaims") else None
+#: The desired object of one GPU as digests: ``(spec digest, status digest, own labels)``
+#: (labels as pairs: a tuple of texts only is not tracked by the collector).
+Desired = tuple[bytes, bytes, tuple[tuple[str, str], ...]]
 
 
 class Tracker:
-    """Maintains the GPU objects of one driver. Thread-safe; start with :meth:`start`."""
+    """Maintains the GPU objects of one driver. Thread-safe; start with :meth:`start`.
+
+    ``freeze_gc`` False leaves the garbage collector alone (see the module text).
+    """
 
     def __init__(
         self,
@@ -100,6 +94,7 @@ class Tracker:
         delete_grace_s: float = 10.0,
         write_workers: int = 4,
         clock: Clock = SYSTEM_CLOCK,
+        freeze_gc: bool = True,
     ) -> None:
         self.kube = kube
         self.tracer: Tracer = tracer or NoOpTracer()
@@ -110,6 +105,7 @@ class Tracker:
         self.tick_s = tick_s
         self.delete_grace_s = delete_grace_s
         self.write_workers = write_workers
+        self.freezer = Freezer(enabled=freeze_gc)
         #: Measures the write interval and the deletion grace period.
         self._clock = clock
         self._missing_since: dict[str, float] = {}
@@ -117,28 +113,20 @@ class Tracker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # inputs, indexed
-        self._slices: dict[str, dict[str, Obj]] = defaultdict(dict)  # pool -> slice name -> obj
-        self._hardware: dict[str, GpuHardware] = {}
-        self._pool_gpus: dict[str, set[str]] = defaultdict(set)
-        self._devices: dict[tuple[str, str], DeviceInfo] = {}
-        self._pool_devices: dict[str, set[str]] = {}
-        self._claims: dict[str, Obj] = {}
-        self._claim_allocs: dict[str, list[tuple[str, Allocation]]] = {}
-        self._gpu_claims: dict[str, set[str]] = defaultdict(set)
-        self._pool_claims: dict[str, set[str]] = defaultdict(set)
-        self._pods: dict[tuple[str, str], PodInfo] = {}
-        self._pod_claims: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self.index = GpuIndex()
         # outputs
-        self._desired: dict[str, GpuObject] = {}
-        self._dirty: set[str] = set()
-        self._stored: dict[str, Obj] = {}
+        self._desired: dict[str, Desired] = {}
+        self._stored: dict[str, StoredGpu] = {}
         self._unverified: set[str] = set()
         self._last_write: dict[str, float] = {}
         self.writes = 0
         self._was_leader = False
 
         label = f"{GPU_DRIVER_LABEL}={driver}"
+        common: dict[str, Any] = {
+            "watch_timeout_s": watch_timeout_s,
+            "on_relist": self._after_relist,
+        }
         self.informers = [
             Informer(
                 kube,
@@ -146,23 +134,24 @@ class Tracker:
                 self._on_slice,
                 name="resourceslices",
                 query=[("fieldSelector", f"spec.driver={driver}")],
-                watch_timeout_s=watch_timeout_s,
+                transform=self.slice_record,
+                **common,
             ),
             Informer(
                 kube,
                 resource_path("", "v1", "pods"),
                 self._on_pod,
                 name="pods",
-                transform=_pod_transform,
-                watch_timeout_s=watch_timeout_s,
+                transform=pod_record,
+                **common,
             ),
             Informer(
                 kube,
                 resource_path(RESOURCE_GROUP, RESOURCE_VERSION, "resourceclaims"),
                 self._on_claim,
                 name="resourceclaims",
-                transform=lambda c: reduce_claim(c, driver),
-                watch_timeout_s=watch_timeout_s,
+                transform=self.claim_record,
+                **common,
             ),
             Informer(
                 kube,
@@ -170,9 +159,18 @@ class Tracker:
                 self._on_stored,
                 name="gpus",
                 query=[("labelSelector", label)],
-                watch_timeout_s=watch_timeout_s,
+                transform=stored_gpu,
+                **common,
             ),
         ]
+
+    def slice_record(self, obj: Obj) -> SliceRecord:
+        """What the slice informer keeps of one ResourceSlice."""
+        return _slice_record(obj, self.driver)
+
+    def claim_record(self, obj: Obj) -> ClaimRecord | None:
+        """What the claim informer keeps of one ResourceClaim (None: nothing of this driver)."""
+        return claim_record(obj, self.driver)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -207,137 +205,110 @@ class Tracker:
     def idle(self) -> bool:
         """Whether every desired object is computed and (when leading) matches the store."""
         with self._lock:
-            return not self._dirty and (not self.is_leader() or not self._unverified)
+            return not self.index.dirty and (not self.is_leader() or not self._unverified)
+
+    def _after_relist(self) -> None:
+        """An informer has (re)listed: what it built is long-lived (see the module text)."""
+        with self._lock:
+            self.freezer.freeze()
 
     # --- read access (JSON API, metrics, status table) ---------------------------------------
 
     def gpus(self, node: str | None = None) -> list[GpuObject]:
-        """The current GPU objects by name (of one node when ``node`` is given)."""
+        """The current GPU objects, validated, sorted by node and index (of one node when
+        ``node`` is given). Builds a model per GPU: for the JSON API and tests; metrics read
+        :meth:`gauges`."""
+        return [gpu_object(hw, allocs) for hw, allocs in self._snapshot(node)]
+
+    def manifests(self, node: str | None = None) -> list[Obj]:
+        """The current GPU objects as JSON (what :meth:`gpus` gives, without the models)."""
+        return [gpu_manifest(hw, allocs) for hw, allocs in self._snapshot(node)]
+
+    def gauges(self) -> list[GpuGauge]:
+        """What the per-GPU metrics report, for every GPU, sorted by node and index."""
+        out = []
+        for hw, allocs in self._snapshot(None):
+            cores, memory, claims = usage(allocs)
+            out.append(
+                GpuGauge(
+                    name=hw.name,
+                    node=hw.node,
+                    uuid=hw.uuid,
+                    model=hw.model,
+                    cores_capacity=hw.cores,
+                    cores_allocated=cores,
+                    memory_capacity=hw.memory,
+                    memory_allocated=memory,
+                    claims=claims,
+                    healthy=hw.unhealthy_reason is None,
+                )
+            )
+        return out
+
+    def _snapshot(self, node: str | None) -> list[tuple[GpuHardware, list[Alloc]]]:
+        """Every GPU (of ``node``) with its allocations, sorted by node and index: taken under
+        the lock, read after it (records are immutable), so readers hold up no event."""
         with self._lock:
-            self._refresh_desired()
-            objs = sorted(self._desired.values(), key=lambda g: (g.spec.node, g.spec.index))
-        return [g for g in objs if node is None or g.spec.node == node]
+            gpus = [
+                (hw, self.index.allocations(hw.name))
+                for n in self.index.names(node)
+                if (hw := self.index.hardware(n)) is not None
+            ]
+        return sorted(gpus, key=lambda g: (g[0].node, g[0].index))
 
     # --- handlers (informer threads) ---------------------------------------------------------
 
-    def _on_slice(self, key: str, old: Obj | None, new: Obj | None) -> None:
-        obj = new if new is not None else old
-        if obj is None:
-            return
-        spec = obj.get("spec") or {}
-        pool = str((spec.get("pool") or {}).get("name", ""))
-        name = str((obj.get("metadata") or {}).get("name", ""))
+    def _on_slice(self, key: str, old: SliceRecord | None, new: SliceRecord | None) -> None:
         with self._lock:
-            if new is None:
-                self._slices[pool].pop(name, None)
-            else:
-                self._slices[pool][name] = new
-            self._rebuild_pool(pool)
+            self.index.set_slice(old, new)
+            self.freezer.note(1 + (len(new.devices) if new is not None else 0))
         self._wake.set()
 
-    def _rebuild_pool(self, pool: str) -> None:
-        slices = newest_generation(self._slices[pool].values(), self.driver).get(pool, [])
-        if not self._slices[pool]:
-            del self._slices[pool]
-        gpus, devices = pool_hardware(pool, slices, self.driver) if slices else ({}, {})
-        for name in self._pool_gpus.pop(pool, set()):
-            self._hardware.pop(name, None)
-            self._dirty.add(name)
-        for dev_name in self._pool_devices.pop(pool, ()):
-            self._devices.pop((pool, dev_name), None)
-        self._hardware.update(gpus)
-        if gpus:
-            self._pool_gpus[pool] = set(gpus)
-        self._devices.update({(pool, n): d for n, d in devices.items()})
-        if devices:
-            self._pool_devices[pool] = set(devices)
-        self._dirty.update(gpus)
-        for claim_key in list(self._pool_claims.get(pool, ())):
-            self._recompute_claim(claim_key)
-
-    def _on_claim(self, key: str, old: Obj | None, new: Obj | None) -> None:
+    def _on_claim(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
         with self._lock:
-            self._forget_claim(key)
-            if new is not None:
-                self._claims[key] = new
-                ns = str((new.get("metadata") or {}).get("namespace", ""))
-                for r in new["status"]["allocation"]["devices"]["results"]:
-                    self._pool_claims[str(r.get("pool"))].add(key)
-                for pod_name, _ in reserved_pods(new):
-                    self._pod_claims[(ns, pod_name)].add(key)
-                self._recompute_claim(key)
+            self.index.set_claim(key, new)
+            self.freezer.note()
         self._wake.set()
-
-    def _forget_claim(self, key: str) -> None:
-        old = self._claims.pop(key, None)
-        for gpu_name, _ in self._claim_allocs.pop(key, []):
-            self._gpu_claims[gpu_name].discard(key)
-            self._dirty.add(gpu_name)
-        if old is None:
-            return
-        ns = str((old.get("metadata") or {}).get("namespace", ""))
-        for r in old["status"]["allocation"]["devices"]["results"]:
-            _discard(self._pool_claims, str(r.get("pool")), key)
-        for pod_name, _ in reserved_pods(old):
-            _discard(self._pod_claims, (ns, pod_name), key)
-
-    def _recompute_claim(self, key: str) -> None:
-        for gpu_name, _ in self._claim_allocs.get(key, []):
-            self._gpu_claims[gpu_name].discard(key)
-            self._dirty.add(gpu_name)
-        allocs = claim_allocations(
-            self._claims[key], self._devices, self._hardware, self._pods, self.driver
-        )
-        self._claim_allocs[key] = allocs
-        for gpu_name, _ in allocs:
-            self._gpu_claims[gpu_name].add(key)
-            self._dirty.add(gpu_name)
 
     def _on_pod(self, key: str, old: PodInfo | None, new: PodInfo | None) -> None:
-        info = new if new is not None else old
-        if info is None:
-            return
-        pod_key = (info.namespace, info.name)
         with self._lock:
-            if new is None:
-                self._pods.pop(pod_key, None)
-            else:
-                self._pods[pod_key] = new
-            for claim_key in list(self._pod_claims.get(pod_key, ())):
-                if claim_key in self._claims:
-                    self._recompute_claim(claim_key)
+            self.index.set_pod(key, new)
+            self.freezer.note()
         self._wake.set()
 
-    def _on_stored(self, key: str, old: Obj | None, new: Obj | None) -> None:
+    def _on_stored(self, key: str, old: StoredGpu | None, new: StoredGpu | None) -> None:
         name = key.rsplit("/", 1)[-1]
         with self._lock:
-            if new is not None and _older(new, self._stored.get(name)):
+            if new is not None and older(new, self._stored.get(name)):
                 return  # the event of a write whose answer was already recorded
             if new is None:
                 self._stored.pop(name, None)
             else:
                 self._stored[name] = new
             self._unverified.add(name)
+            self.freezer.note()
         self._wake.set()
 
     # --- flushing ----------------------------------------------------------------------------
 
-    def _refresh_desired(self) -> None:
-        """Recompute the desired objects of dirty GPUs (lock held)."""
-        for name in self._dirty:
-            hw = self._hardware.get(name)
-            if hw is None:
-                self._desired.pop(name, None)
-            else:
-                allocs = [
-                    alloc
-                    for claim_key in self._gpu_claims.get(name, ())
-                    for gpu_name, alloc in self._claim_allocs.get(claim_key, ())
-                    if gpu_name == name
-                ]
-                self._desired[name] = gpu_object(hw, allocs)
-            self._unverified.add(name)
-        self._dirty.clear()
+    def refresh(self) -> int:
+        """Compute the desired objects of the dirty GPUs; returns how many were dirty."""
+        with self._lock:
+            dirty = self.index.take_dirty()
+            for name in dirty:
+                hw = self.index.hardware(name)
+                if hw is None:
+                    self._desired.pop(name, None)
+                else:
+                    status = gpu_status_json(hw, self.index.allocations(name))
+                    self._desired[name] = (
+                        json_digest(gpu_spec_json(hw)),
+                        json_digest(status),
+                        tuple(gpu_labels(hw).items()),
+                    )
+                self._unverified.add(name)
+                self.freezer.note()
+            return len(dirty)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -359,7 +330,7 @@ class Tracker:
         start = time.perf_counter()
         leading = self.is_leader() and self.synced()
         with self._lock:
-            self._refresh_desired()
+            self.refresh()
             if leading and not self._was_leader:
                 self._unverified.update(self._desired)
                 self._unverified.update(self._stored)
@@ -367,7 +338,7 @@ class Tracker:
             if not leading or not self._unverified:
                 return 0
             now = self._clock.monotonic()
-            todo: list[tuple[str, GpuObject | None, Obj | None]] = []
+            todo: list[str] = []
             for name in sorted(self._unverified):
                 desired, stored = self._desired.get(name), self._stored.get(name)
                 if not _needs_write(desired, stored):
@@ -381,7 +352,7 @@ class Tracker:
                 else:
                     self._missing_since.pop(name, None)
                 if now - self._last_write.get(name, -1e9) >= self.write_interval_s:
-                    todo.append((name, desired, stored))
+                    todo.append(name)
         writes = 0
         with self.tracer.start_as_current_span("reconcile") as span:
             span.set_attribute("sharegpu.gpus_to_write", len(todo))
@@ -389,21 +360,26 @@ class Tracker:
                 with ThreadPoolExecutor(
                     min(self.write_workers, len(todo)), thread_name_prefix="tracker-write"
                 ) as pool:
-                    writes = sum(pool.map(lambda item: self._write_if_leading(*item), todo))
+                    writes = sum(pool.map(self._write_if_leading, todo))
             else:
-                writes = sum(self._write_if_leading(*item) for item in todo)
+                writes = sum(self._write_if_leading(name) for name in todo)
             span.set_attribute("sharegpu.writes", writes)
         if self.metrics is not None and todo:
             self.metrics.reconcile_duration.record(time.perf_counter() - start)
         return writes
 
-    def _write_if_leading(self, name: str, desired: GpuObject | None, stored: Obj | None) -> int:
+    def _write_if_leading(self, name: str) -> int:
         if self._stop.is_set() or not self.is_leader():
             return 0
+        with self._lock:  # the current content: built here, one GPU at a time
+            hw = self.index.hardware(name)
+            desired = None if hw is None else gpu_manifest(hw, self.index.allocations(name))
+            stored = self._stored.get(name)
         return self._write(name, desired, stored)
 
-    def _write(self, name: str, desired: GpuObject | None, stored: Obj | None) -> int:
-        """Bring one object in line; returns how many requests changed something."""
+    def _write(self, name: str, desired: Obj | None, stored: StoredGpu | None) -> int:
+        """Bring one object in line with ``desired`` (a manifest); returns how many requests
+        changed something."""
         path = resource_path(API_GROUP, API_VERSION, GPU_PLURAL, name=name)
         writes = 0
         try:
@@ -411,32 +387,30 @@ class Tracker:
                 if stored is not None:
                     self.kube.request("DELETE", path)
                     writes += 1
-                    self._record(name, None)
+                    self._forget(name)
                 return writes
+            labels = {**desired["metadata"].get("labels", {}), GPU_DRIVER_LABEL: self.driver}
+            spec, status = desired["spec"], desired["status"]
             if stored is None:
-                body = desired.manifest()
+                body = {**desired, "metadata": {**desired["metadata"], "labels": labels}}
                 del body["status"]
-                body["metadata"]["labels"] = self._labels(desired)
-                stored = self.kube.request(
-                    "POST", resource_path(API_GROUP, API_VERSION, GPU_PLURAL), body=body
+                stored = self._record(
+                    name,
+                    self.kube.request(
+                        "POST", resource_path(API_GROUP, API_VERSION, GPU_PLURAL), body=body
+                    ),
                 )
                 writes += 1
-                self._record(name, stored)
-            spec = desired.spec.to_json_dict()
-            if stored.get("spec") != spec or not _has_labels(stored, self._labels(desired)):
-                meta = dict(stored.get("metadata") or {})
-                meta["labels"] = {**(meta.get("labels") or {}), **self._labels(desired)}
-                body = {**stored, "metadata": meta, "spec": spec}
-                stored = self.kube.request("PUT", path, body=body)
+            if stored.spec_digest != json_digest(spec) or not stored.has_labels(labels):
+                meta = dict(stored.metadata)
+                meta["labels"] = {**(meta.get("labels") or {}), **labels}
+                body = {**stored.body(spec=spec), "metadata": meta}
+                stored = self._record(name, self.kube.request("PUT", path, body=body))
                 writes += 1
-                self._record(name, stored)
-            status = desired.status.to_json_dict()
-            if stored.get("status") != status:
-                stored = self.kube.request(
-                    "PUT", path + "/status", body={**stored, "status": status}
-                )
+            if stored.status_digest != json_digest(status):
+                body = stored.body(status=status)
+                stored = self._record(name, self.kube.request("PUT", path + "/status", body=body))
                 writes += 1
-                self._record(name, stored)
         except KubeApiError as exc:
             log.warning("tracker: writing GPU %s: %s", name, exc)
             if exc.status in (404, 409):
@@ -447,58 +421,37 @@ class Tracker:
                 self.writes += writes
         return writes
 
-    def _labels(self, desired: GpuObject) -> dict[str, str]:
-        """Labels the tracker keeps on an object: the object's own (node) and the driver's."""
-        return {**desired.labels, GPU_DRIVER_LABEL: self.driver}
-
-    def _record(self, name: str, stored: Obj | None) -> None:
+    def _record(self, name: str, obj: Obj) -> StoredGpu:
+        """Keep the server's answer ``obj`` as the stored copy of ``name``."""
+        stored = stored_gpu(obj)
         with self._lock:
-            if stored is None:
-                self._stored.pop(name, None)
-            else:
-                self._stored[name] = stored
+            self._stored[name] = stored
+            self.freezer.note()
+        return stored
+
+    def _forget(self, name: str) -> None:
+        """``name`` is gone from the server."""
+        with self._lock:
+            self._stored.pop(name, None)
 
     def _refetch(self, name: str, path: str) -> None:
         try:
-            fresh: Obj | None = self.kube.get(path, expected=(404,))
+            fresh = self.kube.get(path, expected=(404,))
         except KubeApiError as exc:
-            if exc.status != 404:
-                return
-            fresh = None
+            if exc.status == 404:
+                self._forget(name)
+            return
         self._record(name, fresh)
 
 
-def _needs_write(desired: GpuObject | None, stored: Obj | None) -> bool:
+def _needs_write(desired: Desired | None, stored: StoredGpu | None) -> bool:
     if desired is None:
         return stored is not None
     if stored is None:
         return True
+    spec_digest, status_digest, labels = desired
     return (
-        stored.get("spec") != desired.spec.to_json_dict()
-        or stored.get("status") != desired.status.to_json_dict()
-        or not _has_labels(stored, desired.labels)
+        stored.spec_digest != spec_digest
+        or stored.status_digest != status_digest
+        or not stored.has_labels(dict(labels))
     )
-
-
-def _has_labels(stored: Obj, labels: Mapping[str, str]) -> bool:
-    """Whether ``stored`` carries every one of ``labels`` (other labels are left alone)."""
-    have = (stored.get("metadata") or {}).get("labels") or {}
-    return all(have.get(k) == v for k, v in labels.items())
-
-
-def _discard(index: Any, k: Any, member: str) -> None:
-    """Remove ``member`` from the set ``index[k]``, dropping the set when it becomes empty."""
-    members = index.get(k)
-    if members is not None:
-        members.discard(member)
-        if not members:
-            del index[k]
-
-
-def _older(new: Obj, current: Obj | None) -> bool:
-    """Whether ``new`` is an older version than ``current`` (integer resourceVersions only)."""
-    if current is None:
-        return False
-    a = str((new.get("metadata") or {}).get("resourceVersion", ""))
-    b = str((current.get("metadata") or {}).get("resourceVersion", ""))
-    return a.isdigit() and b.isdigit() and int(a) < int(b)

@@ -14,6 +14,10 @@ errors deny the object with one message listing each ``path: problem``; warnings
 as AdmissionReview ``warnings`` (kubectl prints them) and the object is allowed. DELETE and
 objects of other kinds are allowed unchecked.
 
+GpuQuota: with a :class:`~controller.quotaadmit.QuotaAdmitter`, a ResourceClaim that passes the
+checks is, on CREATE, charged to its namespace's GpuQuotas and denied (403 Forbidden, naming the
+quota, what is used, asked and left) when it does not fit.
+
 Malformed input: every body that is an AdmissionReview with a string ``request.uid`` gets an
 AdmissionReview answer (HTTP 200) with that uid. A review whose fields have the wrong JSON type
 (``request.kind`` that is a number, a request that is a string, ``selectors`` that is an
@@ -49,6 +53,7 @@ from typing import Any
 
 from api.jsontypes import json_type
 from controller.metrics import REVIEWED_KINDS, ControllerMetrics, ReviewResult
+from controller.quotaadmit import QuotaAdmitter
 from sharegpu.admission.checks import (
     ERROR,
     Finding,
@@ -278,10 +283,13 @@ class AdmissionHandler:
         driver: str,
         metrics: ControllerMetrics | None = None,
         device_classes: Iterable[str] = (),
+        quota: QuotaAdmitter | None = None,
     ) -> None:
         self.driver = driver
         self.metrics = metrics
         self.device_classes = frozenset(device_classes)
+        #: Charges created claims to GpuQuotas (None: quotas are not enforced).
+        self.quota = quota
 
     def findings(self, kind: str, obj: dict[str, Any]) -> list[Finding]:
         """The checks of one object of ``kind``."""
@@ -312,6 +320,36 @@ class AdmissionHandler:
             log.exception("webhook: reviewing a %s failed", expected_kind or "request")
         self._count(None, "error")
         return 500, {"error": "internal error while reviewing the object"}
+
+    def _quota(
+        self,
+        request: Mapping[str, Any],
+        obj: dict[str, Any],
+        what: str,
+        response: dict[str, Any],
+        result: ReviewResult,
+    ) -> tuple[dict[str, Any], ReviewResult]:
+        """Charge an admitted claim on CREATE to its namespace's GpuQuotas
+        (:mod:`controller.quotaadmit`); a claim that does not fit is denied 403 Forbidden with
+        the quota, what is used, asked, the limit and what is left."""
+        namespace = request.get("namespace")
+        if self.quota is None or request.get("operation") != "CREATE":
+            return response, result
+        if not isinstance(namespace, str) or not namespace:
+            return response, result
+        refused = self.quota.admit(namespace, obj, dry_run=request.get("dryRun") is True)
+        if refused is None:
+            return response, result
+        denied = {
+            **response,
+            "allowed": False,
+            "status": {
+                "code": 403,
+                "reason": "Forbidden",
+                "message": f"{what} is forbidden: {_clip(refused, _MAX_FINDING_CHARS)}",
+            },
+        }
+        return denied, "denied"
 
     def _refused(self, reason: str) -> tuple[int, dict[str, Any]]:
         log.warning("webhook: refused a body that is not an AdmissionReview: %s", _logged(reason))
@@ -378,6 +416,8 @@ class AdmissionHandler:
             malformed = [f for f in found if f.malformed]
             what = _described(str(kind), request, obj)
             response, result = review_response(uid, found, what)
+            if response["allowed"] and kind == "ResourceClaim":
+                response, result = self._quota(request, obj, what, response, result)
         if malformed:
             more = f" (and {len(malformed) - 1} more)" if len(malformed) > 1 else ""
             log.warning(

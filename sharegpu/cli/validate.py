@@ -45,6 +45,8 @@ from kubernetes_validate.utils import all_versions
 
 from api import names
 from api.gpuconfig import GPU_CONFIG_KIND, GpuConfigError, parse_gpu_config
+from api.gpuquota import GpuQuotaError, parse_gpu_quota
+from api.names import GPU_QUOTA_KIND
 from sharegpu.admission import checks
 from sharegpu.cli import crosschecks
 from sharegpu.cli.common import (
@@ -57,6 +59,7 @@ from sharegpu.cli.common import (
 )
 from sharegpu.cli.loading import FileProblem, Manifest, load_manifests
 from sharegpu.cli.output import emit, resolve_format
+from sharegpu.cli.quota import load_quota, quota_verdicts
 
 HELP = "check DeviceClass, ResourceClaim(Template) and Pod manifests offline"
 DEFAULT_KUBERNETES_VERSION: Final = "1.36"
@@ -64,7 +67,7 @@ DEFAULT_KUBERNETES_VERSION: Final = "1.36"
 MAX_MESSAGE_CHARS: Final = 400
 _GATE = re.compile(r"([A-Za-z][A-Za-z0-9]*)=(true|false)")
 #: The kinds of this project's API group (``resource.sharegpu.dev``).
-OWN_KINDS: Final = (GPU_CONFIG_KIND, names.GPU_KIND)
+OWN_KINDS: Final = (GPU_CONFIG_KIND, names.GPU_KIND, GPU_QUOTA_KIND)
 
 
 def add_parser(sub: Any) -> None:
@@ -94,6 +97,12 @@ def add_parser(sub: Any) -> None:
         help="feature gates of the cluster, as kube-apiserver takes them (NAME=true|false,...); "
         f"{crosschecks.CONSUMABLE_CAPACITY_GATE}=true stops the warning that Kubernetes "
         "1.34/1.35 drops capacity requests",
+    )
+    p.add_argument(
+        "--quota",
+        default=None,
+        metavar="FILE",
+        help="a GpuQuota (usage 0): report the ResourceClaims of its namespace it would deny",
     )
     add_output_flag(p)
     p.set_defaults(run=run)
@@ -254,6 +263,15 @@ def gpu_config_findings(obj: Obj) -> list[checks.Finding]:
     return []
 
 
+def gpu_quota_findings(obj: Obj) -> list[checks.Finding]:
+    """A GpuQuota document, decoded as the controller decodes it."""
+    try:
+        parse_gpu_quota(obj)
+    except GpuQuotaError as exc:
+        return [checks.Finding(checks.ERROR, "<root>", m) for m in exc.messages]
+    return []
+
+
 def pod_claim_findings(obj: Obj) -> list[checks.Finding]:
     """Claims used by containers are defined by the pod, each by exactly one source."""
     located = crosschecks.pod_spec(obj)
@@ -314,6 +332,8 @@ def validate_manifest(manifest: Manifest, ctx: crosschecks.Context) -> list[chec
     findings += foreign_selector_findings(obj, ctx.driver)
     if obj.get("kind") == "GpuConfig":
         findings += gpu_config_findings(obj)
+    if obj.get("kind") == GPU_QUOTA_KIND:
+        findings += gpu_quota_findings(obj)
     findings += pod_claim_findings(obj)
     findings += crosschecks.cross_findings(obj, ctx)
     return findings
@@ -336,6 +356,17 @@ def validate_paths(
     found: list[FileFinding | LoadFinding] = [LoadFinding(p) for p in problems]
     found += [FileFinding(m, f) for m in manifests for f in validate_manifest(m, ctx)]
     return len(manifests), found
+
+
+def quota_file_findings(
+    quota_file: str, paths: Sequence[str], driver: str
+) -> list[FileFinding | LoadFinding]:
+    """The denials of the GpuQuota in ``quota_file`` (usage 0) for the claims in ``paths``
+    (:mod:`sharegpu.cli.quota`)."""
+    quota = load_quota(quota_file)
+    manifests = load_manifests(paths, problems=[])
+    classes = driver_classes(manifests, driver)
+    return [FileFinding(m, f) for m, f in quota_verdicts(quota, manifests, driver, classes)]
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:
@@ -376,6 +407,8 @@ def run(args: argparse.Namespace) -> int:
     version = check_version(str(args.kubernetes_version))
     gates = parse_feature_gates(str(args.feature_gates))
     count, found = validate_paths(args.filename, args.driver_name, version, gates)
+    if getattr(args, "quota", None):
+        found += quota_file_findings(args.quota, args.filename, args.driver_name)
     errors = [f for f in found if f.finding.severity == checks.ERROR]
     warnings = [f for f in found if f.finding.severity == checks.WARNING]
     data = {

@@ -178,7 +178,7 @@ def test_valid_class_configs_render_into_the_device_class(
     (device_class,) = [
         d
         for d in load_documents(result.stdout)
-        if d["kind"] == "DeviceClass" and "extendedResourceName" not in d["spec"]
+        if d["kind"] == "DeviceClass" and d["metadata"]["name"] == "gpu.sharegpu.dev"
     ]
     (entry,) = device_class["spec"]["config"]
     parameters = entry["opaque"]["parameters"]

@@ -241,3 +241,43 @@ def test_crd_has_short_name_and_category() -> None:
     assert names["shortNames"] == ["sgpu"]
     assert names["categories"] == ["sharegpu"]
     assert not {names["plural"], names["singular"]} & set(names["shortNames"])
+
+
+def test_gpu_json_built_directly_is_what_the_model_validates_and_writes() -> None:
+    """The tracker builds spec and status as JSON without the pydantic model; the model accepts
+    exactly that JSON (unknown or misnamed fields are refused) and writes it back unchanged."""
+    from controller.reconcile import (
+        claim_allocations,
+        gpu_manifest,
+        gpu_object,
+        newest_generation,
+        pool_hardware,
+    )
+    from controller.records import claim_record, pod_info, slice_record
+
+    r = h.result("n1", "gpu-1")
+    r["adminAccess"] = True
+    devices = [h.whole_device("n1", 0, unhealthy="Xid79"), h.whole_device("n1", 1, shared=False)]
+    devices += h.half_devices("n1", 2)
+    slices = [h.node_slice("n1", devices=devices), h.node_slice("n" * 64, 1)]
+    claims = [
+        h.claim("a", [h.result("n1", "gpu-0", cores=30, memory="10Gi")], pods=[("p", "u")]),
+        h.claim("b", [r, h.result("n1", "gpu-2-half-0")], pods=[("gone", "")]),
+    ]
+    pods = {"default/p": pod_info(h.pod("p", "a", {"c": None}, uid="u"))}
+    records = [slice_record(s, h.DRIVER) for s in slices]
+    checked = 0
+    for pool, pool_slices in newest_generation(records).items():
+        gpus, devs = pool_hardware(pool, pool_slices)
+        by_key = {(pool, n): d for n, d in devs.items()}
+        allocs = [
+            a
+            for c in claims
+            if (rec := claim_record(c, h.DRIVER)) is not None
+            for a in claim_allocations(rec, by_key, gpus, pods)
+        ]
+        for name, hw in gpus.items():
+            mine = [a for a in allocs if a.gpu == name]
+            assert gpu_manifest(hw, mine) == gpu_object(hw, mine).manifest(), name
+            checked += 1
+    assert checked == 4

@@ -235,3 +235,88 @@ def test_gpu_objects_carry_the_node_and_driver_labels(
         assert ok
     finally:
         tracker.stop()
+
+
+def test_informers_keep_compact_records_not_the_json(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    """What the tracker holds per object is a record of the fields it reads (memory at scale)."""
+    from controller.records import ClaimRecord, PodInfo, SliceRecord
+    from controller.stored import StoredGpu
+
+    cluster.add_claim("a", [h.result("node-a", "gpu-1", cores=10, memory="1Gi")])
+    cluster.add_pod(h.pod("p", "a", {"main": None}))
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        kinds = {i.name: {type(v) for v in i.store.values()} for i in tracker.informers if i.store}
+        assert kinds == {
+            "resourceslices": {SliceRecord},
+            "pods": {PodInfo},
+            "resourceclaims": {ClaimRecord},
+            "gpus": {StoredGpu},
+        }
+    finally:
+        tracker.stop()
+
+
+def test_writes_keep_the_metadata_others_set(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    """The tracker writes spec and status over the stored metadata: labels and annotations that
+    others set stay."""
+    path = "/apis/resource.sharegpu.dev/v1alpha1/gpus/node-a-gpu-0"
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        obj = kube.get(path)
+        obj["metadata"]["labels"]["team"] = "ml"
+        obj["metadata"]["annotations"] = {"owner": "ops"}
+        kube.request("PUT", path, body=obj)
+        cluster.add_claim("a", [h.result("node-a", "gpu-0", cores=10, memory="1Gi")])
+        _converge(apiserver, cluster, tracker)
+        meta = kube.get(path)["metadata"]
+        assert meta["labels"]["team"] == "ml" and meta["annotations"] == {"owner": "ops"}
+    finally:
+        tracker.stop()
+
+
+def test_gauges_and_manifests_match_the_gpu_objects(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    from controller.metrics import gpu_gauge
+
+    cluster.add_claim("a", [h.result("node-b", "gpu-2", cores=10, memory="1Gi")])
+    cluster.add_claim("b", [h.result("node-b", "gpu-2", cores=5, memory="2Gi")])
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        gpus = tracker.gpus()
+        assert tracker.gauges() == [gpu_gauge(g) for g in gpus]
+        assert tracker.manifests() == [g.manifest() for g in gpus]
+        assert tracker.manifests("node-b") == [g.manifest() for g in tracker.gpus("node-b")]
+        busy = next(g for g in tracker.gauges() if g.name == "node-b-gpu-2")
+        assert (busy.cores_allocated, busy.memory_allocated, busy.claims) == (15, 3 * 1024**3, 2)
+    finally:
+        tracker.stop()
+
+
+@pytest.mark.parametrize("freeze_gc", [True, False])
+def test_collector_frozen_after_each_list_unless_disabled(
+    apiserver: KubeAPIServer,
+    kube: KubeRest,
+    cluster: h.Cluster,
+    monkeypatch: pytest.MonkeyPatch,
+    freeze_gc: bool,
+) -> None:
+    import gc
+
+    calls: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append(1))  # never freeze the test process
+    tracker = _tracker(kube, freeze_gc=freeze_gc)
+    try:
+        assert tracker.wait_synced(DEADLINE_S)
+        assert apiserver.wait_for(lambda: len(calls) >= 4 or not freeze_gc, DEADLINE_S)
+        assert (len(calls) >= 4) if freeze_gc else calls == []
+    finally:
+        tracker.stop()

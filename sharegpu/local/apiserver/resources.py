@@ -234,6 +234,15 @@ def default_resources() -> list[ResourceType]:
             allow_unconditional_update=False,
         ),
         ResourceType(
+            names.API_GROUP,
+            names.API_VERSION,
+            "gpuquotas",
+            "GpuQuota",
+            namespaced=True,
+            subresources=status,
+            allow_unconditional_update=False,
+        ),
+        ResourceType(
             "apiextensions.k8s.io",
             "v1",
             "customresourcedefinitions",

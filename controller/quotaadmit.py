@@ -1,0 +1,174 @@
+"""Quota admission: charge a ResourceClaim on CREATE against every GpuQuota of its namespace.
+
+For each quota of the namespace (by name) whose scope the claim touches, the webhook reads the
+quota, checks ``used + charge <= hard`` (:mod:`controller.quotacharge`) and writes the charge
+into ``status.claims`` with a PUT of the ``status`` subresource carrying the quota's
+``metadata.resourceVersion``: the API server refuses it (409) when anyone wrote the quota since
+it was read, and the webhook then re-reads and decides again. So two admissions can never both
+take the last unit (kube-apiserver's quota admission works the same way). A claim that one quota
+denies is un-charged from the quotas already charged (best effort); whatever stays behind (a
+claim admitted here and then refused by the API server) carries ``admittedAt`` and is released
+by the controller when no such claim appears within its grace period
+(:mod:`controller.quotacontroller`).
+
+``dryRun`` requests are judged without writing anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from api.gpuquota import GpuQuota, GpuQuotaError, parse_gpu_quota
+from api.names import API_GROUP, API_VERSION, GPU_QUOTA_PLURAL
+from controller.quotacharge import (
+    ChargeBasis,
+    charge_entry,
+    demand,
+    denial,
+    status_json,
+    used_of,
+)
+from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
+
+log = logging.getLogger(__name__)
+
+#: Attempts to write one charge before admission gives up (each conflict is another writer).
+MAX_ATTEMPTS: Final = 64
+
+
+def now_text() -> str:
+    """The current time in RFC 3339 (UTC, seconds)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def quota_path(namespace: str, name: str | None = None) -> str:
+    """REST path of a namespace's GpuQuotas (or of one)."""
+    return resource_path(API_GROUP, API_VERSION, GPU_QUOTA_PLURAL, namespace, name)
+
+
+class QuotaAdmitter:
+    """Charges claims against GpuQuotas (see the module text). Thread-safe: it keeps no state
+    between calls; the quota objects are the only shared state."""
+
+    def __init__(
+        self,
+        kube: KubeRest,
+        driver: str,
+        classes: Iterable[str] = (),
+        basis: Callable[[], ChargeBasis] = ChargeBasis,
+        clock: Callable[[], str] = now_text,
+    ) -> None:
+        self.kube = kube
+        self.driver = driver
+        self.classes = frozenset(classes)
+        self.basis = basis
+        self.clock = clock
+        #: Conflicts met (a measure of contention, for tests and benchmarks).
+        self.conflicts = 0
+
+    def admit(self, namespace: str, claim: Mapping[str, Any], dry_run: bool = False) -> str | None:
+        """Charge ``claim`` (being created in ``namespace``) to every quota it touches; the
+        denial text, or None when admitted. A quota that cannot be read or decoded denies
+        (naming the quota and the problem): a quota is only enforced while it is valid."""
+        meta = claim.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            name = str(meta.get("generateName") or "") + "(generated)"
+        uid = meta.get("uid") if isinstance(meta.get("uid"), str) else None
+        try:
+            items, _ = self.kube.list_all(quota_path(namespace))
+        except KubeApiError as exc:
+            return f"cannot read the GpuQuotas of namespace {namespace}: {exc}"
+        basis = self.basis()
+        charged: list[str] = []
+        spec = claim.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        for item in sorted(items, key=lambda o: str((o.get("metadata") or {}).get("name"))):
+            quota_name = str((item.get("metadata") or {}).get("name"))
+            try:
+                quota = parse_gpu_quota(item)
+                asked = demand(
+                    spec, self.driver, self.classes, basis, quota.spec.device_class_names
+                )
+            except (GpuQuotaError, ValueError) as exc:
+                self._undo(namespace, charged, name)
+                return f"GpuQuota {namespace}/{quota_name} cannot be applied: {exc}"
+            if asked.zero:
+                continue
+            if dry_run:
+                refused = denial(quota, used_of(quota.status.claims, name), asked)
+            else:
+                refused = self._charge(quota, name, uid, asked)
+            if refused is not None:
+                self._undo(namespace, charged, name)
+                return refused
+            if not dry_run:
+                charged.append(quota_name)
+        return None
+
+    def _charge(self, quota: GpuQuota, claim: str, uid: str | None, asked: Any) -> str | None:
+        for _ in range(MAX_ATTEMPTS):
+            refused = denial(quota, used_of(quota.status.claims, claim), asked)
+            if refused is not None:
+                return refused
+            claims = dict(quota.status.claims)
+            claims[claim] = charge_entry(
+                asked, uid=uid, is_allocated=False, admitted_at=self.clock()
+            )
+            try:
+                if self._write(quota, claims):
+                    return None
+            except KubeApiError as exc:
+                return f"GpuQuota {quota.namespace}/{quota.name} cannot be charged: {exc}"
+            self.conflicts += 1
+            try:
+                quota = parse_gpu_quota(self.kube.get(quota_path(quota.namespace, quota.name)))
+            except (KubeApiError, GpuQuotaError) as exc:
+                return f"GpuQuota {quota.namespace}/{quota.name} cannot be read: {exc}"
+        return f"GpuQuota {quota.namespace}/{quota.name}: too many concurrent updates, try again"
+
+    def _write(self, quota: GpuQuota, claims: Mapping[str, Any]) -> bool:
+        """PUT the status with the quota's resourceVersion; False on a conflict (409)."""
+        body = {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": "GpuQuota",
+            "metadata": {
+                "name": quota.name,
+                "namespace": quota.namespace,
+                "resourceVersion": quota.resource_version,
+            },
+            "spec": quota.spec.to_json_dict(),
+            "status": status_json(quota, claims),
+        }
+        try:
+            self.kube.request(
+                "PUT",
+                quota_path(quota.namespace, quota.name) + "/status",
+                body=body,
+                expected=(409,),
+            )
+        except KubeApiError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def _undo(self, namespace: str, quotas: list[str], claim: str) -> None:
+        """Remove ``claim``'s charge from ``quotas`` (best effort; the controller releases
+        what stays behind after its grace period)."""
+        for name in quotas:
+            for _ in range(MAX_ATTEMPTS):
+                try:
+                    quota = parse_gpu_quota(self.kube.get(quota_path(namespace, name)))
+                    if claim not in quota.status.claims:
+                        break
+                    claims = {k: v for k, v in quota.status.claims.items() if k != claim}
+                    if self._write(quota, claims):
+                        break
+                except (KubeApiError, GpuQuotaError) as exc:
+                    log.warning("quota: releasing %s from %s/%s: %s", claim, namespace, name, exc)
+                    break

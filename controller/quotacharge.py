@@ -1,0 +1,421 @@
+"""What a ResourceClaim is charged against a GpuQuota: the one rule, shared by the admission
+webhook, the quota controller and ``sharegpu validate --quota``.
+
+A claim is charged **the most it can consume** of this driver's devices:
+
+- each request of this driver (its DeviceClass is the driver's, see
+  :func:`sharegpu.admission.checks.is_driver_class`; and, when the quota has
+  ``spec.deviceClassNames``, one of those) is charged per device its capacity requests after the
+  request policy's rounding (:func:`sharegpu.allocator.capacity.consumed_amount`, kube-scheduler's
+  rule), against the policies the plugin publishes (:meth:`ChargeBasis.capacity`): cores
+  ``validRange`` 1-100 step 1 with default 100; memory ``validRange`` 256Mi to the GPU's memory
+  (rounded down to 256Mi) step 256Mi, default that maximum. So a request without a capacity is a
+  whole GPU: 100 cores and the largest GPU memory known;
+- ``count: N`` is N devices; ``allocationMode: All`` is :attr:`ChargeBasis.largest_node_gpus`
+  devices (the most GPUs one node publishes: ``All`` takes every matching device of one pool);
+- ``firstAvailable``: the largest subrequest (each amount its own maximum);
+- once the claim is allocated, its charge is what the allocation consumes: each result of this
+  driver counts one device and its ``consumedCapacity`` (a result without one, a whole or
+  partition device, is charged a whole GPU).
+
+Assumption where nothing is published yet (no GPU known): the largest memory is 0, so a request
+without a memory amount is charged no memory (cores and devices still count), and ``All`` counts
+one device.
+
+Amounts are integers: cores in percent, memory in bytes (fractions round up, as
+``Quantity.Value()``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from api import names
+from api.gpuquota import (
+    ClaimCharge,
+    GpuQuota,
+    QuotaLimits,
+    Usage,
+    memory_summary,
+    quantity_bytes,
+    summary,
+)
+from api.quantity import format_quantity
+from sharegpu.admission.checks import is_driver_class
+from sharegpu.allocator.capacity import PolicyViolation, amount, consumed_amount
+from sharegpu.allocator.model import AllocatorInputError
+
+#: The resources of a quota, in the order they are reported.
+RESOURCES: Final = ("cores", "memory", "devices")
+
+
+@dataclass(frozen=True, slots=True)
+class Amounts:
+    """Cores (percent), memory (bytes) and devices; all non-negative."""
+
+    cores: int = 0
+    memory: int = 0
+    devices: int = 0
+
+    def __add__(self, other: Amounts) -> Amounts:
+        return Amounts(
+            self.cores + other.cores, self.memory + other.memory, self.devices + other.devices
+        )
+
+    def times(self, n: int) -> Amounts:
+        """``n`` devices of this charge each."""
+        return Amounts(self.cores * n, self.memory * n, self.devices * n)
+
+    def most(self, other: Amounts) -> Amounts:
+        """Each amount's maximum (the most either of two alternatives may consume)."""
+        return Amounts(
+            max(self.cores, other.cores),
+            max(self.memory, other.memory),
+            max(self.devices, other.devices),
+        )
+
+    @property
+    def zero(self) -> bool:
+        """Whether nothing is charged."""
+        return not (self.cores or self.memory or self.devices)
+
+    def get(self, resource: str) -> int:
+        """The amount of ``resource`` (one of :data:`RESOURCES`)."""
+        value: int = getattr(self, resource)
+        return value
+
+
+def amounts_of(usage: Usage) -> Amounts:
+    """The amounts of a stored charge."""
+    return Amounts(usage.cores, quantity_bytes(usage.memory), usage.devices)
+
+
+def hard_amounts(hard: QuotaLimits) -> dict[str, int]:
+    """The limits that are set, as integers (absent limits left out)."""
+    out: dict[str, int] = {}
+    if hard.cores is not None:
+        out["cores"] = hard.cores
+    if hard.memory is not None:
+        out["memory"] = quantity_bytes(hard.memory)
+    if hard.devices is not None:
+        out["devices"] = hard.devices
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeBasis:
+    """What the charge of a request without amounts depends on: the published GPUs."""
+
+    #: The largest usable memory of a GPU of this driver (bytes; 0 when none is known).
+    largest_memory: int = 0
+    #: The most GPUs one node publishes (at least 1).
+    largest_node_gpus: int = 1
+
+    def capacity(self) -> dict[str, Any]:
+        """The capacities and request policies of a consumable device of the largest GPU, as
+        the plugin publishes them (``kubeletplugin/devices/slices.py``)."""
+        step = names.MEMORY_STEP_BYTES
+        memory_max = self.largest_memory - self.largest_memory % step
+        cores = format_quantity(names.CORES_PER_GPU)
+        memory: dict[str, Any] = {"value": format_quantity(self.largest_memory)}
+        if memory_max > 0:
+            memory["requestPolicy"] = {
+                "default": format_quantity(memory_max),
+                "validRange": {
+                    "min": format_quantity(step),
+                    "max": format_quantity(memory_max),
+                    "step": format_quantity(step),
+                },
+            }
+        else:  # nothing known: memory requests are rounded to the step, unasked memory is 0
+            memory["requestPolicy"] = {
+                "default": "0",
+                "validRange": {"min": format_quantity(step), "step": format_quantity(step)},
+            }
+        return {
+            names.CAP_CORES: {
+                "value": cores,
+                "requestPolicy": {
+                    "default": cores,
+                    "validRange": {"min": "1", "max": cores, "step": "1"},
+                },
+            },
+            names.CAP_MEMORY: memory,
+        }
+
+    def whole_gpu(self) -> Amounts:
+        """The charge of one whole GPU (one device, nothing asked)."""
+        return self.device_charge({}, "")
+
+    def device_charge(self, asked: Mapping[str, Any], driver: str) -> Amounts:
+        """The charge of one device for the ``capacity.requests`` ``asked`` (keys ``cores`` or
+        ``<driver>/cores``; other capacities are not charged). A request the policy does not
+        allow is charged what it rounds to (admission refuses it anyway); an amount that is no
+        quantity raises ``ValueError`` naming it."""
+        capacity = self.capacity()
+        out: dict[str, int] = {}
+        for name in (names.CAP_CORES, names.CAP_MEMORY):
+            raw = next(
+                (v for k, v in asked.items() if k in (name, names.qualify(driver, name))), None
+            )
+            path = f"capacity.requests[{name}]"
+            try:
+                requested = None if raw is None else amount(raw, path)
+                got = consumed_amount(name, capacity[name], requested, path)
+            except AllocatorInputError as exc:
+                raise ValueError(str(exc)) from None
+            if isinstance(got, PolicyViolation):
+                got = got.rounded if got.rounded is not None else got.requested
+            out[name] = max(0, math.ceil(got))
+        return Amounts(out[names.CAP_CORES], out[names.CAP_MEMORY], 1)
+
+
+def basis_of(gpus: Iterable[tuple[str, int]]) -> ChargeBasis:
+    """The basis from ``(node, usable memory)`` of every published GPU."""
+    per_node: dict[str, int] = {}
+    largest = 0
+    for node, memory in gpus:
+        per_node[node] = per_node.get(node, 0) + 1
+        largest = max(largest, memory)
+    return ChargeBasis(largest, max(per_node.values(), default=1))
+
+
+# --- claims -----------------------------------------------------------------------------------
+
+
+def _in_scope(
+    class_name: Any, driver: str, classes: frozenset[str], scope: frozenset[str] | None
+) -> bool:
+    if not isinstance(class_name, str) or not is_driver_class(class_name, driver, classes):
+        return False
+    return scope is None or class_name in scope
+
+
+def _request_charge(req: Mapping[str, Any], driver: str, basis: ChargeBasis, path: str) -> Amounts:
+    mode = req.get("allocationMode") or "ExactCount"
+    if mode == "All":
+        n = basis.largest_node_gpus
+    else:
+        count = req.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"{path}.count: must be a positive integer (got {count!r})")
+        n = count
+    capacity = req.get("capacity")
+    asked = (capacity or {}).get("requests") if isinstance(capacity, Mapping) else None
+    if asked is not None and not isinstance(asked, Mapping):
+        raise ValueError(f"{path}.capacity.requests: must be an object")
+    return basis.device_charge(asked or {}, driver).times(n)
+
+
+def _requests(spec: Mapping[str, Any]) -> list[Any]:
+    devices = spec.get("devices")
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    return requests if isinstance(requests, list) else []
+
+
+def demand(
+    spec: Mapping[str, Any],
+    driver: str,
+    classes: Iterable[str],
+    basis: ChargeBasis,
+    scope: Iterable[str] | None = None,
+) -> Amounts:
+    """The most a claim with ``spec`` can consume of ``driver``'s devices (module rules);
+    ``scope``: only requests of these DeviceClasses count. Raises ``ValueError`` naming the
+    field for a request whose amounts cannot be read."""
+    known = frozenset(classes)
+    only = frozenset(scope) if scope is not None else None
+    total = Amounts()
+    for i, req in enumerate(_requests(spec)):
+        if not isinstance(req, Mapping):
+            continue
+        path = f"spec.devices.requests[{i}]"
+        exactly = req.get("exactly")
+        if isinstance(exactly, Mapping):
+            if _in_scope(exactly.get("deviceClassName"), driver, known, only):
+                total += _request_charge(exactly, driver, basis, f"{path}.exactly")
+            continue
+        largest: Amounts | None = None
+        for j, sub in enumerate(req.get("firstAvailable") or []):
+            if isinstance(sub, Mapping) and _in_scope(
+                sub.get("deviceClassName"), driver, known, only
+            ):
+                charge = _request_charge(sub, driver, basis, f"{path}.firstAvailable[{j}]")
+                largest = charge if largest is None else largest.most(charge)
+        if largest is not None:
+            total += largest
+    return total
+
+
+def _request_classes(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Request name (``main`` or ``main/sub``) -> its DeviceClass name."""
+    out: dict[str, Any] = {}
+    for req in _requests(spec):
+        if not isinstance(req, Mapping):
+            continue
+        name = req.get("name")
+        exactly = req.get("exactly")
+        if isinstance(exactly, Mapping):
+            out[str(name)] = exactly.get("deviceClassName")
+        for sub in req.get("firstAvailable") or []:
+            if isinstance(sub, Mapping):
+                out[f"{name}/{sub.get('name')}"] = sub.get("deviceClassName")
+    return out
+
+
+def _qty_int(value: Any) -> int:
+    try:
+        return quantity_bytes(value)
+    except ValueError:
+        return 0
+
+
+def allocated(
+    claim: Mapping[str, Any],
+    driver: str,
+    classes: Iterable[str],
+    basis: ChargeBasis,
+    scope: Iterable[str] | None = None,
+) -> Amounts | None:
+    """What an allocated claim consumes of ``driver``'s devices (module rules), or None when
+    the claim is not allocated."""
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    if not isinstance(allocation, Mapping):
+        return None
+    devices = allocation.get("devices")
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    spec = claim.get("spec")
+    by_request = _request_classes(spec if isinstance(spec, Mapping) else {})
+    known = frozenset(classes)
+    only = frozenset(scope) if scope is not None else None
+    total = Amounts()
+    for r in results if isinstance(results, list) else []:
+        if not isinstance(r, Mapping) or r.get("driver") != driver:
+            continue
+        if not _in_scope(by_request.get(str(r.get("request"))), driver, known, only):
+            continue
+        consumed = r.get("consumedCapacity")
+        if isinstance(consumed, Mapping):
+            cores = next(
+                (
+                    consumed[k]
+                    for k in (names.CAP_CORES, names.qualify(driver, names.CAP_CORES))
+                    if k in consumed
+                ),
+                0,
+            )
+            memory = next(
+                (
+                    consumed[k]
+                    for k in (names.CAP_MEMORY, names.qualify(driver, names.CAP_MEMORY))
+                    if k in consumed
+                ),
+                0,
+            )
+            total += Amounts(_qty_int(cores), _qty_int(memory), 1)
+        else:
+            total += basis.whole_gpu()
+    return total
+
+
+def claim_charge(
+    claim: Mapping[str, Any],
+    driver: str,
+    classes: Iterable[str],
+    basis: ChargeBasis,
+    scope: Iterable[str] | None = None,
+) -> tuple[Amounts, bool]:
+    """The charge of a claim object and whether it is the allocation's (module rules)."""
+    used = allocated(claim, driver, classes, basis, scope)
+    if used is not None:
+        return used, True
+    spec = claim.get("spec")
+    return demand(spec if isinstance(spec, Mapping) else {}, driver, classes, basis, scope), False
+
+
+# --- verdicts and status ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Excess:
+    """One resource a charge would take past its limit."""
+
+    resource: str
+    used: int
+    asked: int
+    hard: int
+
+    def text(self) -> str:
+        """``cores: used 80, asked 40, hard 100, 20 left``."""
+        show = format_quantity if self.resource == "memory" else str
+        left = max(0, self.hard - self.used)
+        return (
+            f"{self.resource}: used {show(self.used)}, asked {show(self.asked)}, "
+            f"hard {show(self.hard)}, {show(left)} left"
+        )
+
+
+def excess(hard: Mapping[str, int], used: Amounts, asked: Amounts) -> list[Excess]:
+    """The resources for which ``used + asked`` exceeds ``hard`` (empty: the charge fits).
+    A resource the claim does not ask for never exceeds (a quota already over its limit does
+    not block claims that add nothing to that resource)."""
+    return [
+        Excess(r, used.get(r), asked.get(r), limit)
+        for r, limit in hard.items()
+        if asked.get(r) > 0 and used.get(r) + asked.get(r) > limit
+    ]
+
+
+def denial(quota: GpuQuota, used: Amounts, asked: Amounts) -> str | None:
+    """The denial text when ``asked`` does not fit in ``quota`` beside ``used``, else None."""
+    over = excess(hard_amounts(quota.spec.hard), used, asked)
+    if not over:
+        return None
+    return f"exceeded GpuQuota {quota.namespace}/{quota.name}: " + "; ".join(e.text() for e in over)
+
+
+def charge_entry(
+    amounts: Amounts, *, uid: str | None, is_allocated: bool, admitted_at: str | None = None
+) -> ClaimCharge:
+    """A ``status.claims`` entry."""
+    return ClaimCharge(
+        cores=amounts.cores,
+        memory=format_quantity(amounts.memory),
+        devices=amounts.devices,
+        uid=uid or None,
+        allocated=is_allocated,
+        admitted_at=admitted_at,
+    )
+
+
+def status_json(quota: GpuQuota, claims: Mapping[str, ClaimCharge]) -> dict[str, Any]:
+    """The ``status`` of ``quota`` with exactly these charges: ``used`` is their sum, claims
+    sorted by name, summaries ``used/hard``."""
+    total = Amounts()
+    for entry in claims.values():
+        total += amounts_of(entry)
+    hard = quota.spec.hard
+    return {
+        "used": {
+            "cores": total.cores,
+            "memory": format_quantity(total.memory),
+            "devices": total.devices,
+        },
+        "claims": {name: claims[name].to_json_dict() for name in sorted(claims)},
+        "coresSummary": summary(total.cores, hard.cores),
+        "memorySummary": memory_summary(total.memory, hard.memory),
+        "devicesSummary": summary(total.devices, hard.devices),
+    }
+
+
+def used_of(claims: Mapping[str, ClaimCharge], leave_out: str | None = None) -> Amounts:
+    """The sum of the charges (without ``leave_out``)."""
+    total = Amounts()
+    for name, entry in claims.items():
+        if name != leave_out:
+            total += amounts_of(entry)
+    return total

@@ -1,0 +1,431 @@
+"""Compact records of the API objects the tracker follows, and the reducers that make them.
+
+The informers keep one record per object instead of the decoded JSON: only the fields
+accounting reads survive, quantities are parsed once, and repeated texts (namespaces, pools,
+device, request and container names) are interned, so 10,000 nodes and 200,000 claims fit in a
+few hundred MiB. Records are immutable (frozen, slotted) and never refer back to the JSON they
+came from; everything :mod:`controller.reconcile` computes is a function of them alone.
+
+Reducers take the decoded JSON of one object and never raise on malformed input: a field of the
+wrong type reads as absent, as it did when the rules read the JSON directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from api.gpu import OVERCOMMIT_RESOURCES, SHARE_USAGE_KIND
+from api.names import (
+    ATTR_INDEX,
+    ATTR_PARENT_UUID,
+    ATTR_PARTITION,
+    ATTR_PRODUCT_NAME,
+    ATTR_UUID,
+    CAP_CORES,
+    CAP_MEMORY,
+    unhealthy_taint_key,
+)
+from api.quantity import QuantityError, quantity_int
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+
+
+def _s(value: object) -> str:
+    """``value`` as an interned text (records repeat the same names many times)."""
+    return sys.intern(str(value))
+
+
+@lru_cache(maxsize=4096)
+def _qty_text(value: str | int) -> int | None:
+    try:
+        return quantity_int(value)
+    except QuantityError:
+        return None
+
+
+def qty(value: Any) -> int | None:
+    """Integer value of a quantity (None when absent or invalid); texts repeat, so cached."""
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return _qty_text(value)
+    return None
+
+
+def _key_of(d: Mapping[str, Any], driver: str, name: str) -> Any:
+    """Value under the qualified or the unqualified name (``<driver>/name`` or ``name``)."""
+    if name in d:
+        return d[name]
+    return d.get(f"{driver}/{name}")
+
+
+def _attr(device: Obj, driver: str, name: str) -> Any:
+    value = _key_of(device.get("attributes") or {}, driver, name)
+    if not isinstance(value, Mapping):
+        return None
+    for kind in ("string", "int", "bool", "version"):
+        if kind in value:
+            return value[kind]
+    return None
+
+
+def _capacity(device: Obj, driver: str, name: str) -> int | None:
+    cap = _key_of(device.get("capacity") or {}, driver, name)
+    return qty(cap.get("value")) if isinstance(cap, Mapping) else None
+
+
+def _consumed_counters(device: Obj, name: str) -> int | None:
+    total: int | None = None
+    for consumption in device.get("consumesCounters") or []:
+        counter = (consumption.get("counters") or {}).get(name)
+        if isinstance(counter, Mapping) and (v := qty(counter.get("value"))) is not None:
+            total = (total or 0) + v
+    return total
+
+
+# --- ResourceSlices ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """One published device, reduced to what accounting reads.
+
+    ``gpu_uuid`` is the physical GPU: the ``parentUUID`` attribute when there is one
+    (``has_parent``: a partition), else the ``uuid`` attribute ("" when neither is a text).
+    """
+
+    name: str
+    gpu_uuid: str
+    has_parent: bool
+    index: int | None
+    model: str | None
+    partition: bool
+    cores: int | None
+    memory: int | None
+    counter_cores: int | None
+    counter_memory: int | None
+    shared: bool
+    #: Why the device is unhealthy (its ``<driver>/unhealthy`` taint), None when it is not.
+    unhealthy_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SliceRecord:
+    """One ResourceSlice of the driver. ``pool`` is None when it counts for no pool
+    (see :func:`node_pool`)."""
+
+    name: str
+    pool: str | None
+    node: str
+    generation: int
+    #: ``spec.pool.resourceSliceCount`` (at least 1).
+    count: int
+    devices: tuple[DeviceRecord, ...]
+    #: shared counter set name -> ((counter name, value), ...)
+    counters: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+
+
+def node_pool(s: Obj, driver: str) -> str | None:
+    """The pool a slice of ``driver`` counts for, or None when it counts for none.
+
+    This driver's plugin names its pool after its node and publishes it with ``nodeName`` set,
+    so a pool is identified by driver + node: a slice whose pool name is not its ``nodeName``
+    (a plugin writing for another node's pool) is never counted, whatever its generation. The
+    chart's ValidatingAdmissionPolicy refuses such writes; this keeps the GPU objects right
+    where that policy is not installed.
+    """
+    spec = s.get("spec") or {}
+    if spec.get("driver") != driver:
+        return None
+    name = (spec.get("pool") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    if spec.get("nodeName") != name:
+        log.warning(
+            "ignoring ResourceSlice %s: its pool %r is not its node %r",
+            (s.get("metadata") or {}).get("name", ""),
+            name,
+            spec.get("nodeName"),
+        )
+        return None
+    return name
+
+
+def _device_record(d: Obj, driver: str, taint_key: str) -> DeviceRecord:
+    parent = _attr(d, driver, ATTR_PARENT_UUID)
+    gpu_uuid = parent or _attr(d, driver, ATTR_UUID)
+    index = _attr(d, driver, ATTR_INDEX)
+    model = _attr(d, driver, ATTR_PRODUCT_NAME)
+    name = _s(d.get("name", ""))
+    reason: str | None = None
+    for taint in d.get("taints") or []:
+        if isinstance(taint, Mapping) and taint.get("key") == taint_key:
+            value = taint.get("value")
+            reason = str(value) if value else f"device {name} has taint {taint_key}"
+            break
+    return DeviceRecord(
+        name=name,
+        gpu_uuid=gpu_uuid if isinstance(gpu_uuid, str) else "",
+        has_parent=parent is not None,
+        index=index if isinstance(index, int) and not isinstance(index, bool) else None,
+        model=_s(model) if model is not None else None,
+        partition=_attr(d, driver, ATTR_PARTITION) is not None,
+        cores=_capacity(d, driver, CAP_CORES),
+        memory=_capacity(d, driver, CAP_MEMORY),
+        counter_cores=_consumed_counters(d, CAP_CORES),
+        counter_memory=_consumed_counters(d, CAP_MEMORY),
+        shared=bool(d.get("allowMultipleAllocations")),
+        unhealthy_reason=reason,
+    )
+
+
+def slice_record(s: Obj, driver: str) -> SliceRecord:
+    """Reduce one ResourceSlice of ``driver``."""
+    spec = s.get("spec") or {}
+    pool_spec = spec.get("pool") or {}
+    generation = pool_spec.get("generation")
+    count = pool_spec.get("resourceSliceCount")
+    pool = node_pool(s, driver)
+    taint_key = unhealthy_taint_key(driver)
+    counters = []
+    for cs in spec.get("sharedCounters") or []:
+        values = tuple(
+            (_s(k), v)
+            for k, c in (cs.get("counters") or {}).items()
+            if isinstance(c, Mapping) and (v := qty(c.get("value"))) is not None
+        )
+        counters.append((_s(cs.get("name")), values))
+    return SliceRecord(
+        name=_s((s.get("metadata") or {}).get("name", "")),
+        pool=_s(pool) if pool is not None else None,
+        node=_s(spec.get("nodeName") or pool or ""),
+        generation=generation if isinstance(generation, int) else 0,
+        count=count if isinstance(count, int) and count > 0 else 1,
+        devices=tuple(
+            _device_record(d, driver, taint_key)
+            for d in spec.get("devices") or []
+            if isinstance(d, Mapping)
+        ),
+        counters=tuple(counters),
+    )
+
+
+# --- ResourceClaims ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """What the node plugin measured for one allocated device (share), read from the claim's
+    ``status.devices[].data`` (an :class:`api.gpu.ShareUsage` with ``kind`` ShareUsage).
+
+    ``sm_utilization`` is None where the GPU does not report it; ``overcommitted`` holds only
+    the known resource names (:data:`api.gpu.OVERCOMMIT_RESOURCES`), in that order.
+    """
+
+    used_memory: int
+    sm_utilization: int | None
+    processes: int
+    sampled_at: str | None
+    overcommitted: tuple[str, ...]
+
+
+#: Longest ``sampledAt`` kept (an RFC 3339 time is 20 to 35 characters).
+_MAX_SAMPLED_AT = 64
+
+
+def _plain_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def usage_record(data: Any) -> UsageRecord | None:
+    """The usage in one ``status.devices[].data``, or None when it holds none (another kind,
+    or a field of the wrong type: an entry is taken whole or not at all)."""
+    if not isinstance(data, Mapping) or data.get("kind") != SHARE_USAGE_KIND:
+        return None
+    used = qty(data.get("usedMemory"))
+    processes = _plain_int(data.get("processes"))
+    if used is None or used < 0 or processes is None or processes < 0:
+        return None
+    sm = _plain_int(data.get("smUtilization"))
+    sampled = data.get("sampledAt")
+    if not isinstance(sampled, str) or len(sampled) > _MAX_SAMPLED_AT:
+        sampled = None
+    over = data.get("overcommitted")
+    over_set = set(over) if isinstance(over, list) and all(isinstance(o, str) for o in over) else ()
+    return UsageRecord(
+        used_memory=used,
+        sm_utilization=sm if sm is not None and 0 <= sm <= 100 else None,
+        processes=processes,
+        sampled_at=sampled,
+        overcommitted=tuple(r for r in OVERCOMMIT_RESOURCES if r in over_set),
+    )
+
+
+def device_usage(claim: Obj, driver: str) -> dict[tuple[str, str, str | None], UsageRecord]:
+    """Usage by ``(pool, device, shareID)`` from the claim's ``status.devices`` entries of
+    ``driver`` (the list-map key of ``status.devices``, driver left out)."""
+    out: dict[tuple[str, str, str | None], UsageRecord] = {}
+    for entry in (claim.get("status") or {}).get("devices") or []:
+        if not isinstance(entry, Mapping) or entry.get("driver") != driver:
+            continue
+        record = usage_record(entry.get("data"))
+        if record is not None:
+            share = entry.get("shareID")
+            key = (str(entry.get("pool")), str(entry.get("device")), str(share) if share else None)
+            out[key] = record
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """One allocation result of the driver.
+
+    ``consumed`` is ``(cores, memory)`` when the scheduler recorded a ``consumedCapacity``
+    (a missing or invalid amount reads 0), None when it recorded none. ``usage`` is the node
+    plugin's measurement of the result's device (and share), None when there is none.
+    """
+
+    request: str
+    pool: str
+    device: str
+    share_id: str | None
+    admin_access: bool
+    consumed: tuple[int, int] | None
+    usage: UsageRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    """An allocated ResourceClaim, reduced to the driver's results and its reserving pods."""
+
+    namespace: str
+    name: str
+    uid: str
+    results: tuple[ResultRecord, ...]
+    #: ``(name, uid)`` of the pods in ``status.reservedFor``.
+    reserved: tuple[tuple[str, str], ...]
+
+
+def reserved_pods(claim: Obj) -> tuple[tuple[str, str], ...]:
+    """``(name, uid)`` of the pods in the claim's ``status.reservedFor``."""
+    out = []
+    for ref in (claim.get("status") or {}).get("reservedFor") or []:
+        if ref.get("resource") == "pods" and not ref.get("apiGroup"):
+            out.append((_s(ref.get("name", "")), str(ref.get("uid", ""))))
+    return tuple(out)
+
+
+def _result_record(
+    r: Obj, driver: str, usage: Mapping[tuple[str, str, str | None], UsageRecord]
+) -> ResultRecord:
+    consumed = r.get("consumedCapacity")
+    amounts = None
+    if isinstance(consumed, Mapping):
+        amounts = (
+            qty(_key_of(consumed, driver, CAP_CORES)) or 0,
+            qty(_key_of(consumed, driver, CAP_MEMORY)) or 0,
+        )
+    pool, device = _s(r.get("pool")), _s(r.get("device"))
+    share_id = str(r["shareID"]) if r.get("shareID") else None
+    return ResultRecord(
+        request=_s(r.get("request", "")),
+        pool=pool,
+        device=device,
+        share_id=share_id,
+        admin_access=bool(r.get("adminAccess")),
+        consumed=amounts,
+        usage=usage.get((pool, device, share_id)) if usage else None,
+    )
+
+
+def claim_record(claim: Obj, driver: str) -> ClaimRecord | None:
+    """The parts of a claim accounting needs, or None when none of its results is ``driver``'s."""
+    status = claim.get("status") or {}
+    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    usage = device_usage(claim, driver) if status.get("devices") else {}
+    mine = tuple(
+        _result_record(r, driver, usage)
+        for r in results
+        if isinstance(r, Mapping) and r.get("driver") == driver
+    )
+    if not mine:
+        return None
+    meta = claim.get("metadata") or {}
+    return ClaimRecord(
+        namespace=_s(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        results=mine,
+        reserved=reserved_pods(claim),
+    )
+
+
+# --- Pods -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """The parts of a Pod that say which containers use which claim."""
+
+    namespace: str
+    name: str
+    uid: str
+    #: ``(pod claim entry name, ResourceClaim name it resolves to)``
+    claim_names: tuple[tuple[str, str], ...]
+    #: ``(pod claim entry name, ((container name, request or None), ...))``
+    claim_containers: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...]
+
+    @property
+    def key(self) -> str:
+        """``<namespace>/<name>``: the pod's informer key."""
+        return f"{self.namespace}/{self.name}"
+
+    def containers_for(self, claim_name: str, request: str) -> tuple[str, ...]:
+        """Containers of this pod that use ``request`` of the claim named ``claim_name``,
+        sorted."""
+        top = request.split("/", 1)[0]
+        found: set[str] = set()
+        for entry, resolved in self.claim_names:
+            if resolved != claim_name:
+                continue
+            for e, refs in self.claim_containers:
+                if e == entry:
+                    found.update(c for c, req in refs if req is None or req == top)
+        return tuple(sorted(found))
+
+
+def pod_info(pod: Obj) -> PodInfo:
+    """Reduce a Pod to its claim entries and the containers that use them."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    names: dict[str, str] = {}
+    for entry in spec.get("resourceClaims") or []:
+        if entry.get("resourceClaimName"):
+            names[_s(entry["name"])] = str(entry["resourceClaimName"])
+    for st in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if st.get("resourceClaimName") and st.get("name") not in names:
+            names[_s(st["name"])] = str(st["resourceClaimName"])
+    containers: dict[str, list[tuple[str, str | None]]] = {}
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for ref in (c.get("resources") or {}).get("claims") or []:
+            req = ref.get("request")
+            containers.setdefault(_s(ref.get("name")), []).append(
+                (_s(c.get("name")), _s(req) if req else None)
+            )
+    return PodInfo(
+        namespace=_s(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        claim_names=tuple(names.items()),
+        claim_containers=tuple((k, tuple(v)) for k, v in containers.items()),
+    )
+
+
+def pod_record(pod: Obj) -> PodInfo | None:
+    """:func:`pod_info` of a pod that references claims, None for any other pod."""
+    return pod_info(pod) if (pod.get("spec") or {}).get("resourceClaims") else None

@@ -1,0 +1,132 @@
+"""The webhook's GpuQuota admission against the embedded API server: charges, denials, the
+optimistic-concurrency charge under 50 concurrent admissions, dry runs and broken quotas."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from controller.quotaadmit import QuotaAdmitter
+from controller.quotacharge import ChargeBasis
+from controller.webhook import AdmissionHandler
+from sharegpu.kube.rest import KubeRest
+from tests.controller.quota_helpers import (
+    DRIVER,
+    GI,
+    claim,
+    create_quota,
+    quota,
+    read_quota,
+    review,
+)
+
+BASIS = ChargeBasis(largest_memory=80 * GI, largest_node_gpus=8)
+
+
+def handler(kube: KubeRest) -> AdmissionHandler:
+    admitter = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS)
+    return AdmissionHandler(DRIVER, quota=admitter)
+
+
+def answer(h: AdmissionHandler, obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    response: dict[str, Any] = h.review(review(obj, **kw))["response"]
+    return response
+
+
+def test_claims_are_charged_until_the_quota_is_full(kube: KubeRest) -> None:
+    create_quota(kube, quota("q", {"cores": 100, "memory": "40Gi", "devices": 4}))
+    h = handler(kube)
+    assert answer(h, claim("a", 30, "10Gi"))["allowed"]
+    assert answer(h, claim("b", 50, "20Gi"))["allowed"]
+    denied = answer(h, claim("c", 30, "5Gi"))
+    assert not denied["allowed"]
+    assert denied["status"]["code"] == 403
+    message = denied["status"]["message"]
+    assert "GpuQuota team-a/q" in message
+    assert "cores: used 80, asked 30, hard 100, 20 left" in message
+    status = read_quota(kube, "q")["status"]
+    assert status["used"] == {"cores": 80, "memory": "30Gi", "devices": 2}
+    assert sorted(status["claims"]) == ["a", "b"]
+    assert status["coresSummary"] == "80/100"
+    assert status["memorySummary"] == "30Gi/40Gi"
+
+
+def test_a_request_without_capacity_is_a_whole_gpu(kube: KubeRest) -> None:
+    create_quota(kube, quota("q", {"memory": "100Gi"}))
+    h = handler(kube)
+    assert answer(h, claim("whole"))["allowed"]
+    denied = answer(h, claim("second"))
+    assert "memory: used 80Gi, asked 80Gi, hard 100Gi, 20Gi left" in denied["status"]["message"]
+
+
+def test_memory_is_charged_after_the_policy_rounding(kube: KubeRest) -> None:
+    create_quota(kube, quota("q", {"memory": "1Gi"}))
+    h = handler(kube)
+    for name in ("a", "b", "c", "d"):  # 1 byte is reserved as 256Mi
+        assert answer(h, claim(name, 1, "1"))["allowed"], name
+    assert not answer(h, claim("e", 1, "1"))["allowed"]
+    assert read_quota(kube, "q")["status"]["used"]["memory"] == "1Gi"
+
+
+def test_fifty_concurrent_admissions_never_over_admit(kube: KubeRest) -> None:
+    create_quota(kube, quota("q", {"cores": 100}))
+    h = handler(kube)
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        answers = list(pool.map(lambda i: answer(h, claim(f"c{i}", 10), uid=f"u{i}"), range(50)))
+    admitted = [a for a in answers if a["allowed"]]
+    assert len(admitted) == 10
+    status = read_quota(kube, "q")["status"]
+    assert status["used"]["cores"] == 100
+    assert len(status["claims"]) == 10
+    assert all("exceeded GpuQuota" in a["status"]["message"] for a in answers if not a["allowed"])
+
+
+def test_dry_run_judges_without_charging(kube: KubeRest) -> None:
+    create_quota(kube, quota("q", {"cores": 50}))
+    h = handler(kube)
+    assert answer(h, claim("a", 40), dry_run=True)["allowed"]
+    assert not answer(h, claim("b", 60), dry_run=True)["allowed"]
+    assert "status" not in read_quota(kube, "q") or not read_quota(kube, "q")["status"].get(
+        "claims"
+    )
+
+
+def test_scoped_quota_counts_only_its_classes(kube: KubeRest) -> None:
+    create_quota(kube, quota("q", {"devices": 1}, classes=[f"{DRIVER}-premium"]))
+    h = handler(kube)
+    assert answer(h, claim("plain-1", 10))["allowed"]
+    assert answer(h, claim("plain-2", 10))["allowed"]
+    assert answer(h, claim("p1", 10, device_class=f"{DRIVER}-premium"))["allowed"]
+    assert not answer(h, claim("p2", 10, device_class=f"{DRIVER}-premium"))["allowed"]
+
+
+def test_other_drivers_claims_are_not_charged(kube: KubeRest) -> None:
+    create_quota(kube, quota("q", {"devices": 0}))
+    h = handler(kube)
+    assert answer(h, claim("other", device_class="nic.example.com"))["allowed"]
+    assert not answer(h, claim("mine", 10))["allowed"]
+
+
+def test_a_denial_by_a_second_quota_releases_the_first_charge(kube: KubeRest) -> None:
+    create_quota(kube, quota("a-cores", {"cores": 100}))
+    create_quota(kube, quota("b-devices", {"devices": 0}))
+    h = handler(kube)
+    denied = answer(h, claim("x", 10))
+    assert "GpuQuota team-a/b-devices" in denied["status"]["message"]
+    assert not read_quota(kube, "a-cores")["status"]["claims"]
+
+
+def test_a_broken_quota_denies_with_a_clear_message(kube: KubeRest) -> None:
+    # The embedded server does not apply the CRD schema, like a cluster without the CRD's
+    # validation would not: the webhook itself names the problem.
+    create_quota(kube, quota("bad", {"cores": -5, "memory": "lots", "devices": "two"}))
+    h = handler(kube)
+    denied = answer(h, claim("x", 10))
+    message = denied["status"]["message"]
+    assert "GpuQuota team-a/bad cannot be applied" in message
+    assert "spec.hard.cores: must be an integer between 0 and 100000000 (got -5)" in message
+    assert "spec.hard.memory" in message and "spec.hard.devices" in message
+
+
+def test_without_quotas_claims_are_allowed(kube: KubeRest) -> None:
+    assert answer(handler(kube), claim("free", 100, "80Gi"))["allowed"]

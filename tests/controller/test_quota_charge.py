@@ -1,0 +1,100 @@
+"""The charge rule: policy rounding, whole GPUs, count, All, firstAvailable, allocations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.quotacharge import Amounts, ChargeBasis, basis_of, claim_charge, demand
+
+DRIVER = "gpu.sharegpu.dev"
+GI = 1024**3
+MI = 1024**2
+BASIS = ChargeBasis(largest_memory=80 * GI, largest_node_gpus=4)
+
+
+def spec(*requests: dict[str, Any]) -> dict[str, Any]:
+    return {"devices": {"requests": list(requests)}}
+
+
+def exactly(name: str = "r", **fields: Any) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": DRIVER, **fields}}
+
+
+def asks(cores: str | None = None, memory: str | None = None) -> dict[str, Any]:
+    requests = {k: v for k, v in (("cores", cores), ("memory", memory)) if v is not None}
+    return {"capacity": {"requests": requests}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, Amounts(100, 80 * GI, 1)),
+        (asks("30", "10Gi"), Amounts(30, 10 * GI, 1)),
+        (asks("0.5", "1"), Amounts(1, 256 * MI, 1)),  # rounded up to the policy grid
+        (asks("30"), Amounts(30, 80 * GI, 1)),  # unasked memory: the policy default
+        (asks(memory="300Mi"), Amounts(100, 512 * MI, 1)),
+        ({**asks("10", "1Gi"), "count": 3}, Amounts(30, 3 * GI, 3)),
+        ({"allocationMode": "All"}, Amounts(400, 320 * GI, 4)),
+        ({"capacity": {"requests": {f"{DRIVER}/cores": "20"}}}, Amounts(20, 80 * GI, 1)),
+    ],
+)
+def test_demand_of_one_request(fields: dict[str, Any], expected: Amounts) -> None:
+    assert demand(spec(exactly(**fields)), DRIVER, (), BASIS) == expected
+
+
+def test_first_available_charges_the_largest_subrequest() -> None:
+    subs = [
+        {"name": "small", "deviceClassName": DRIVER, "count": 2, **asks("10", "1Gi")},
+        {"name": "big", "deviceClassName": DRIVER, **asks("60", "1Gi")},
+    ]
+    got = demand(spec({"name": "r", "firstAvailable": subs}), DRIVER, (), BASIS)
+    assert got == Amounts(60, 2 * GI, 2)
+
+
+def test_other_classes_and_scope() -> None:
+    s = spec(exactly(**asks("10")), {"name": "n", "exactly": {"deviceClassName": "nic.io"}})
+    assert demand(s, DRIVER, (), BASIS).cores == 10
+    assert demand(s, DRIVER, (), BASIS, scope=["other"]).zero
+    assert demand(s, "nic", ["nic.io"], BASIS).devices == 1
+
+
+def test_without_known_gpus_unasked_memory_is_not_charged() -> None:
+    assert demand(spec(exactly()), DRIVER, (), ChargeBasis()) == Amounts(100, 0, 1)
+
+
+def test_unreadable_amounts_name_the_field() -> None:
+    with pytest.raises(ValueError, match=r"capacity\.requests"):
+        demand(spec(exactly(**asks("ten"))), DRIVER, (), BASIS)
+    with pytest.raises(ValueError, match="count: must be a positive integer"):
+        demand(spec(exactly(count=0)), DRIVER, (), BASIS)
+
+
+def test_allocated_claims_are_charged_what_they_consume() -> None:
+    claim = {
+        "spec": spec(exactly(**asks("30", "10Gi"))),
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "r",
+                            "driver": DRIVER,
+                            "device": "gpu-0",
+                            "consumedCapacity": {"cores": "32", "memory": "10Gi"},
+                        },
+                        {"request": "r", "driver": DRIVER, "device": "gpu-1"},
+                        {"request": "r", "driver": "other", "device": "x"},
+                    ]
+                }
+            }
+        },
+    }
+    assert claim_charge(claim, DRIVER, (), BASIS) == (Amounts(132, 90 * GI, 2), True)
+
+
+def test_basis_from_published_gpus() -> None:
+    gpus = [("a", 80 * GI), ("a", 80 * GI), ("b", 141 * GI)]
+    assert basis_of(gpus) == ChargeBasis(141 * GI, 2)
+    assert basis_of([]) == ChargeBasis(0, 1)

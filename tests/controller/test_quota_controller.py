@@ -1,0 +1,164 @@
+"""The quota controller against the embedded API server: recomputation after a restart,
+release on deletion, release of charges whose claim never appeared, allocation charges,
+templates' claims, and the metrics source."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from controller.quotaadmit import QuotaAdmitter
+from controller.quotacharge import ChargeBasis
+from controller.quotacontroller import QuotaController
+from controller.webhook import AdmissionHandler
+from sharegpu.kube.rest import KubeRest
+from tests.controller.quota_helpers import (
+    DRIVER,
+    GI,
+    NAMESPACE,
+    claim,
+    claims_path,
+    create_quota,
+    quota,
+    read_quota,
+    review,
+)
+
+BASIS = ChargeBasis(largest_memory=80 * GI, largest_node_gpus=8)
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def controller_factory(kube: KubeRest) -> Iterator[Callable[..., QuotaController]]:
+    started: list[QuotaController] = []
+
+    def make(**kw: Any) -> QuotaController:
+        c = QuotaController(kube, DRIVER, basis=lambda: BASIS, tick_s=0.02, **kw)
+        c.start()
+        started.append(c)
+        return c
+
+    yield make
+    for c in started:
+        c.stop()
+
+
+def used(kube: KubeRest) -> dict[str, Any]:
+    status = read_quota(kube, "q").get("status") or {}
+    result: dict[str, Any] = status.get("used") or {}
+    return result
+
+
+def test_restart_recomputes_usage_from_live_claims(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    # Claims created while no controller (and no webhook) ran, and a stale status.
+    create_quota(kube, quota("q", {"cores": 100}))
+    for name, cores in (("a", 20), ("b", 30)):
+        kube.request("POST", claims_path(), body=claim(name, cores, "1Gi"))
+    controller_factory()
+    wait_for(lambda: used(kube).get("cores") == 50, "cores used 50")
+    status = read_quota(kube, "q")["status"]
+    assert sorted(status["claims"]) == ["a", "b"]
+    assert status["used"] == {"cores": 50, "memory": "2Gi", "devices": 2}
+    assert status["coresSummary"] == "50/100"
+
+
+def test_deleting_a_claim_releases_its_charge(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    create_quota(kube, quota("q", {"cores": 100}))
+    h = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
+    obj = claim("a", 60)
+    assert h.review(review(obj))["response"]["allowed"]
+    kube.request("POST", claims_path(), body=obj)
+    controller_factory()
+    wait_for(lambda: "admittedAt" not in read_quota(kube, "q")["status"]["claims"]["a"], "seen")
+    kube.request("DELETE", f"{claims_path()}/a")
+    wait_for(lambda: used(kube).get("cores") == 0, "release")
+    # The freed cores admit a new claim.
+    assert h.review(review(claim("b", 100)))["response"]["allowed"]
+
+
+def test_a_charge_whose_claim_never_appears_is_released_after_the_grace(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    create_quota(kube, quota("q", {"cores": 100}))
+    h = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
+    assert h.review(review(claim("ghost", 70)))["response"]["allowed"]  # never stored
+    assert used(kube)["cores"] == 70
+    clock = [time.time()]
+    controller_factory(wall_clock=lambda: clock[0], grace_s=60.0)
+    time.sleep(0.3)  # within the grace period: kept
+    assert used(kube)["cores"] == 70
+    clock[0] += 120.0
+    wait_for(lambda: used(kube).get("cores") == 0, "release after the grace period")
+
+
+def test_an_allocated_claim_is_charged_its_consumed_capacity(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    create_quota(kube, quota("q", {"cores": 100}))
+    stored = kube.request("POST", claims_path(), body=claim("a", 30, "10Gi"))
+    controller_factory()
+    wait_for(lambda: used(kube).get("cores") == 30, "demand charged")
+    stored["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": DRIVER,
+                        "pool": "node-a",
+                        "device": "gpu-0",
+                        "shareID": "7c4b0f0e-0000-4000-8000-000000000001",
+                        "consumedCapacity": {"cores": "32", "memory": "10Gi"},
+                    }
+                ]
+            }
+        }
+    }
+    kube.request("PUT", f"{claims_path()}/a/status", body=stored)
+    wait_for(lambda: used(kube).get("cores") == 32, "consumed capacity charged")
+    assert read_quota(kube, "q")["status"]["claims"]["a"]["allocated"] is True
+
+
+def test_claims_from_templates_are_charged(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    # The resourceclaim controller creates a pod's claim from its template with generateName;
+    # the webhook sees the generated name, like any other claim.
+    create_quota(kube, quota("q", {"devices": 1}))
+    h = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
+    generated = claim("pod-1-gpu-x7k2p", 10)
+    generated["metadata"]["generateName"] = "pod-1-gpu-"
+    generated["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    assert h.review(review(generated))["response"]["allowed"]
+    second = claim("pod-2-gpu-a1b2c", 10)
+    assert not h.review(review(second))["response"]["allowed"]
+
+
+def test_gauges_report_used_and_hard(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    create_quota(kube, quota("q", {"cores": 100, "memory": "80Gi"}))
+    kube.request("POST", claims_path(), body=claim("a", 25, "1Gi"))
+    c = controller_factory()
+    wait_for(lambda: used(kube).get("cores") == 25, "charged")
+    wait_for(lambda: any(g.used == 25 for g in c.gauges()), "informer copy")
+    by_resource = {g.resource: g for g in c.gauges()}
+    assert (by_resource["cores"].used, by_resource["cores"].hard) == (25, 100)
+    assert (by_resource["memory"].used, by_resource["memory"].hard) == (GI, 80 * GI)
+    assert by_resource["devices"].hard is None
+    assert {g.namespace for g in c.gauges()} == {NAMESPACE}
