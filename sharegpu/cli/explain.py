@@ -102,6 +102,12 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="claims already allocated (with status.allocation) whose devices are taken",
     )
+    p.add_argument(
+        "--quota",
+        metavar="FILE",
+        help="a GpuQuota (usage 0): say which claims of its namespace it admits or denies, as "
+        "the admission webhook would",
+    )
     offline = p.add_argument_group("this node (used when neither --slices nor --kubeconfig)")
     add_node_flags(p, default_backend="mock", group=offline)
     add_output_flag(p)
@@ -659,10 +665,53 @@ def tables_of(report: Sequence[Obj]) -> list[Table]:
     return tables
 
 
+def quota_report(
+    quota_file: str, filenames: Sequence[str], driver: str, classes: Iterable[str]
+) -> list[Obj]:
+    """The verdict of the GpuQuota in ``quota_file`` (usage 0) on each ResourceClaim of its
+    namespace in the files, in file order: the rule and denial text of the admission webhook
+    (:mod:`sharegpu.cli.quota`)."""
+    from sharegpu.cli.quota import DEFAULT_NAMESPACE, load_quota, quota_verdicts
+
+    quota = load_quota(quota_file)
+    namespace = quota.namespace or DEFAULT_NAMESPACE
+    manifests = load_manifests(filenames)
+    denied = {id(m): f.message for m, f in quota_verdicts(quota, manifests, driver, classes)}
+    out: list[Obj] = []
+    for m in manifests:
+        meta = m.obj.get("metadata")
+        ns = (meta.get("namespace") if isinstance(meta, dict) else None) or DEFAULT_NAMESPACE
+        if m.kind != "ResourceClaim" or ns != namespace:
+            continue
+        name = meta.get("name") if isinstance(meta, dict) else None
+        entry: Obj = {"claim": f"{ns}/{name}", "quota": f"{namespace}/{quota.name}"}
+        if id(m) in denied:
+            entry.update(admitted=False, reason=denied[id(m)])
+        else:
+            entry["admitted"] = True
+        out.append(entry)
+    return out
+
+
+def quota_table(verdicts: Sequence[Obj]) -> Table:
+    """The quota verdicts as a table."""
+    t = Table(["CLAIM", "QUOTA", "VERDICT"], title="GpuQuota verdicts (usage 0)")
+    for v in verdicts:
+        t.add(v["claim"], v["quota"], "admitted" if v["admitted"] else f"denied: {v['reason']}")
+    return t
+
+
 def run(args: argparse.Namespace) -> int:
     inputs = gather_inputs(args)
     nodes = nodes_of(inputs.slices, inputs.node)
     report = explain_claims(inputs, nodes)
-    data = {"source": inputs.source, "nodes": list(nodes), "claims": report}
-    emit(data, tables_of(report), resolve_format(args.output))
-    return EXIT_OK if all(e["allocated"] for e in report) else EXIT_FINDINGS
+    data: Obj = {"source": inputs.source, "nodes": list(nodes), "claims": report}
+    tables = tables_of(report)
+    verdicts: list[Obj] = []
+    if args.quota:
+        verdicts = quota_report(args.quota, args.filename, args.driver_name, inputs.classes)
+        data["quota"] = verdicts
+        tables.append(quota_table(verdicts))
+    emit(data, tables, resolve_format(args.output))
+    ok = all(e["allocated"] for e in report) and all(v["admitted"] for v in verdicts)
+    return EXIT_OK if ok else EXIT_FINDINGS

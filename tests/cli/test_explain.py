@@ -349,3 +349,53 @@ def test_claims_of_one_pod_are_allocated_together(
     assert [r["device"] for r in entries["default/first"]["results"]] == ["gpu-0"]
     assert entries["default/first"]["pod"] == "Pod/trainer"
     assert entries["default/first"]["allocatedWith"] == ["default/any"]
+
+
+def test_quota_verdicts_name_the_quota_and_what_is_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --quota, explain says which claims of the quota's namespace the admission webhook
+    would admit (in file order, usage 0) and which it would deny, with the webhook's text."""
+    examples = Path(__file__).parents[2] / "examples" / "gpu-quota"
+    code = main(
+        [
+            "explain",
+            "-f",
+            str(examples / "claims.yaml"),
+            "--quota",
+            str(examples / "gpu-quota.yaml"),
+            "--mock",
+            "2",
+            "--node-name",
+            "n1",
+            "-o",
+            "json",
+        ]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1  # a claim the quota denies is a finding, though the devices would fit
+    assert all(c["allocated"] for c in data["claims"])
+    assert data["quota"] == [
+        {"claim": "gpu-quota-demo/share-a", "quota": "gpu-quota-demo/team-gpus", "admitted": True},
+        {
+            "claim": "gpu-quota-demo/share-b",
+            "quota": "gpu-quota-demo/team-gpus",
+            "admitted": False,
+            "reason": "exceeded GpuQuota gpu-quota-demo/team-gpus: cores: used 60, asked 60, "
+            "hard 100, 40 left",
+        },
+    ]
+
+
+def test_a_quota_file_without_a_quota_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claim = tmp_path / "c.yaml"
+    claim.write_text(yaml.safe_dump(default_device_class()))
+    examples = Path(__file__).parents[2] / "examples" / "gpu-quota"
+    code = main(
+        ["explain", "-f", str(examples / "claims.yaml"), "--quota", str(claim), "--mock", "1"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "expected one GpuQuota document, found 0" in err and "Traceback" not in err
