@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from api.gpuquota import GpuQuota, GpuQuotaError, parse_gpu_quota
-from api.names import API_GROUP, API_VERSION, GPU_QUOTA_PLURAL
+from api.names import API_GROUP, API_VERSION, GPU_QUOTA_KIND, GPU_QUOTA_PLURAL
 from controller.quotacharge import (
     ChargeBasis,
     charge_entry,
@@ -47,6 +47,28 @@ def now_text() -> str:
 def quota_path(namespace: str, name: str | None = None) -> str:
     """REST path of a namespace's GpuQuotas (or of one)."""
     return resource_path(API_GROUP, API_VERSION, GPU_QUOTA_PLURAL, namespace, name)
+
+
+def put_status(
+    kube: KubeRest, quota: GpuQuota, status: Mapping[str, Any], expected: tuple[int, ...]
+) -> None:
+    """PUT ``status`` as ``quota``'s status, guarded by the resourceVersion ``quota`` was read at
+    (the API server answers 409 when someone wrote it since). Raises KubeApiError; statuses in
+    ``expected`` are not logged as failures by the client."""
+    body = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": GPU_QUOTA_KIND,
+        "metadata": {
+            "name": quota.name,
+            "namespace": quota.namespace,
+            "resourceVersion": quota.resource_version,
+        },
+        "spec": quota.spec.to_json_dict(),
+        "status": dict(status),
+    }
+    kube.request(
+        "PUT", quota_path(quota.namespace, quota.name) + "/status", body=body, expected=expected
+    )
 
 
 class QuotaAdmitter:
@@ -133,24 +155,8 @@ class QuotaAdmitter:
 
     def _write(self, quota: GpuQuota, claims: Mapping[str, Any]) -> bool:
         """PUT the status with the quota's resourceVersion; False on a conflict (409)."""
-        body = {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": "GpuQuota",
-            "metadata": {
-                "name": quota.name,
-                "namespace": quota.namespace,
-                "resourceVersion": quota.resource_version,
-            },
-            "spec": quota.spec.to_json_dict(),
-            "status": status_json(quota, claims),
-        }
         try:
-            self.kube.request(
-                "PUT",
-                quota_path(quota.namespace, quota.name) + "/status",
-                body=body,
-                expected=(409,),
-            )
+            put_status(self.kube, quota, status_json(quota, claims), expected=(409,))
         except KubeApiError as exc:
             if exc.status == 409:
                 return False

@@ -32,7 +32,7 @@ from typing import Any
 from api.gpuquota import ClaimCharge, GpuQuota, GpuQuotaError, parse_gpu_quota
 from api.names import API_GROUP, API_VERSION, GPU_QUOTA_PLURAL, RESOURCE_GROUP, RESOURCE_VERSION
 from controller.metrics import QuotaGauge
-from controller.quotaadmit import quota_path
+from controller.quotaadmit import put_status
 from controller.quotacharge import (
     RESOURCES,
     ChargeBasis,
@@ -271,24 +271,8 @@ class QuotaController:
         return done, writes
 
     def _write(self, quota: GpuQuota, status: Obj) -> bool:
-        body = {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": "GpuQuota",
-            "metadata": {
-                "name": quota.name,
-                "namespace": quota.namespace,
-                "resourceVersion": quota.resource_version,
-            },
-            "spec": quota.spec.to_json_dict(),
-            "status": status,
-        }
         try:
-            self.kube.request(
-                "PUT",
-                quota_path(quota.namespace, quota.name) + "/status",
-                body=body,
-                expected=(404, 409),
-            )
+            put_status(self.kube, quota, status, expected=(404, 409))
         except KubeApiError as exc:
             if exc.status not in (404, 409):
                 log.warning("quota: writing %s/%s: %s", quota.namespace, quota.name, exc)
