@@ -22,6 +22,13 @@ from kubeletplugin.health.flags import (
     add_health_flags,
     health_options,
 )
+from kubeletplugin.usage.flags import (
+    DEFAULT_USAGE_OPTIONS,
+    UsageFlagError,
+    UsageOptions,
+    add_usage_flags,
+    usage_options,
+)
 from sharegpu.kube import slicerules
 from sharegpu.kube.logs import LOG_FORMATS, LOG_LEVELS
 from sharegpu.kube.telemetry import parse_address
@@ -39,6 +46,8 @@ DEFAULT_MOCK_GPUS: Final = 8
 
 ENV_DRIVER_NAME: Final = "DRIVER_NAME"
 ENV_NODE_NAME: Final = "NODE_NAME"
+#: The plugin pod's namespace (downward API), where it creates the MPS daemon pods.
+ENV_POD_NAMESPACE: Final = "POD_NAMESPACE"
 
 
 class ConfigError(ValueError):
@@ -81,6 +90,15 @@ class PluginConfig:
     dev_root: Path = DEFAULT_DEV_ROOT
     #: Consumable mode: cores charged to a request that names none (``--default-share-cores``).
     default_share_cores: int = names.CORES_PER_GPU
+    #: Host directory of the per-GPU MPS directories (``--mps-root``); None: ``<data dir>/mps``.
+    mps_root: Path | None = None
+    #: Pod manifest the MPS daemon pods are made from (``--mps-daemon-pod-template``); None: the
+    #: NVML backend refuses MPS shares.
+    mps_daemon_pod_template: Path | None = None
+    #: Namespace of the MPS daemon pods (``--namespace``, else ``$POD_NAMESPACE``).
+    namespace: str | None = None
+    #: ``--disable-usage``, ``--usage-*`` and ``--mock-usage-file``.
+    usage: UsageOptions = DEFAULT_USAGE_OPTIONS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,7 +210,26 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="discover GPUs, print the ResourceSlices that would be published as YAML, and exit",
     )
+    p.add_argument(
+        "--mps-root",
+        type=Path,
+        help="host directory holding one <short id>/{pipe,shm,log} directory per GPU with an MPS "
+        "daemon, mounted at the same path in the plugin; keep it short, a unix socket path "
+        "holds at most 107 bytes (default: <plugin data dir>/mps)",
+    )
+    p.add_argument(
+        "--mps-daemon-pod-template",
+        type=Path,
+        help="YAML Pod manifest each GPU's MPS control daemon pod is made from (NVML backend; "
+        "default: none, MPS shares are refused)",
+    )
+    p.add_argument(
+        "--namespace",
+        help=f"namespace of the MPS daemon pods (env {ENV_POD_NAMESPACE}; needed with "
+        "--mps-daemon-pod-template)",
+    )
     add_health_flags(p)
+    add_usage_flags(p)
     return p
 
 
@@ -231,6 +268,17 @@ def config_from_args(
     ):
         if path is not None and not path.is_absolute():
             raise ConfigError(f"{flag} {str(path)!r}: must be an absolute path")
+    for flag, path in (
+        ("--mps-root", args.mps_root),
+        ("--mps-daemon-pod-template", args.mps_daemon_pod_template),
+    ):
+        if path is not None and not path.is_absolute():
+            raise ConfigError(f"{flag} {str(path)!r}: must be an absolute path")
+    namespace = args.namespace or env.get(ENV_POD_NAMESPACE) or None
+    if args.mps_daemon_pod_template is not None and not namespace:
+        raise ConfigError(f"--mps-daemon-pod-template needs --namespace (or ${ENV_POD_NAMESPACE})")
+    if namespace is not None and not slicerules.is_dns_label(namespace):
+        raise ConfigError(f"--namespace {namespace!r}: must be a DNS label")
     if not 1 <= args.default_share_cores <= names.CORES_PER_GPU:
         raise ConfigError(
             f"--default-share-cores {args.default_share_cores}: must be 1 to {names.CORES_PER_GPU}"
@@ -238,6 +286,10 @@ def config_from_args(
     try:
         health = health_options(args, args.device_backend)
     except HealthFlagError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        usage = usage_options(args, args.device_backend)
+    except UsageFlagError as exc:
         raise ConfigError(str(exc)) from None
     return PluginConfig(
         driver_name=driver,
@@ -262,6 +314,10 @@ def config_from_args(
         boot_id_file=args.boot_id_file,
         dev_root=args.dev_root,
         default_share_cores=args.default_share_cores,
+        mps_root=args.mps_root,
+        mps_daemon_pod_template=args.mps_daemon_pod_template,
+        namespace=namespace,
+        usage=usage,
     )
 
 

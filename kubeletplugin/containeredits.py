@@ -111,9 +111,16 @@ def cuda_order(gpus: Iterable[GpuInfo]) -> tuple[GpuInfo, ...]:
     """The distinct ``gpus`` in the order CUDA numbers them under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
     (by PCI bus ID, then NVML index; NVML itself numbers GPUs by PCI bus ID, so this is NVML index
     order on a real node): the ``i``-th GPU is CUDA device ``i`` in a container given exactly
-    these GPUs."""
+    these GPUs. MIG devices of one GPU follow their parent's place, by (GPU instance, compute
+    instance)."""
     by_uuid = {g.uuid: g for g in gpus}
-    return tuple(sorted(by_uuid.values(), key=lambda g: (g.pci_bus_id.lower(), g.index)))
+    return tuple(sorted(by_uuid.values(), key=_cuda_key))
+
+
+def _cuda_key(gpu: GpuInfo) -> tuple[str, int, int, int]:
+    mig = gpu.mig
+    instance = (-1, -1) if mig is None else (mig.gpu_instance, mig.compute_instance)
+    return (gpu.pci_bus_id.lower(), gpu.index, *instance)
 
 
 def given_together(requests_of_devices: Sequence[Iterable[str]]) -> list[tuple[int, ...]]:

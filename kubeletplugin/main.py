@@ -22,30 +22,41 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-import yaml
-from kubernetes import client
-
 from kubeletplugin.claimservice import ClaimService
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
 from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.nvml import NvmlBackend
+from kubeletplugin.devices.prerequisites import check_driver_libraries
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import NodeDevices, node_devices
+from kubeletplugin.devices.uvm import ensure_uvm_device_nodes
 from kubeletplugin.health.flags import HealthOptions
 from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.monitor import HealthChecker, HealthMonitor, TaintSink
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.restore import published_unhealthy
+from kubeletplugin.health.taintmerge import TaintMerger
 from kubeletplugin.kubelet.healthservice import HealthBroadcaster, HealthSource
 from kubeletplugin.kubelet.sockets import SocketPathError
 from kubeletplugin.model import GpuInfo
+from kubeletplugin.prepare.cdi import NvidiaCdiDetector, spec_file_prefix
+from kubeletplugin.prepare.checkpoint import STATE_COMPLETED
 from kubeletplugin.publish.publisher import SlicePublisher
+from kubeletplugin.runner import HostRunner
+from kubeletplugin.sharing.daemonpods import TemplateError, pod_launcher_from_file
 from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
+from kubeletplugin.usage.claims import KubeClaimApi
+from kubeletplugin.usage.mocksource import FileUsageSource
+from kubeletplugin.usage.model import PreparedShare
+from kubeletplugin.usage.sampler import TaintSink as UsageTaintSink
+from kubeletplugin.usage.sampler import UsageSampler
+from kubeletplugin.usage.source import NvmlUsageSource, UsageSource
+from sharegpu.kube.connection import KubeClient
 from sharegpu.kube.httpserve import BoundedHTTPServer
 from sharegpu.kube.lifecycle import Component, Lifecycle
 from sharegpu.kube.logs import configure_logging
-from sharegpu.kube.rest import KubeConfigError, KubeRest, load_api_client
+from sharegpu.kube.rest import KubeConfigError, KubeRest, load_connection
 from sharegpu.kube.telemetry import Telemetry, serve_metrics
 
 PROG = "sharegpu-kubeletplugin"
@@ -61,15 +72,33 @@ def make_backend(config: PluginConfig) -> DeviceBackend:
     return NvmlBackend()
 
 
-def enforcer_for(config: PluginConfig) -> SharingEnforcer:
+def enforcer_for(config: PluginConfig, rest: KubeRest | None = None) -> SharingEnforcer:
     """The enforcer the daemon passes to ``DeviceState`` (``--device-backend``,
-    ``--plugin-data-dir``, ``--driver-root``, ``--limits-library``)."""
+    ``--plugin-data-dir``, ``--driver-root``, ``--limits-library``, ``--mps-root``,
+    ``--mps-daemon-pod-template``, ``--namespace``). MPS daemons run as pods (through ``rest``)
+    only on real GPUs with a pod template and a namespace; raises TemplateError for an unusable
+    daemon pod template."""
+    launcher = None
+    if (
+        config.device_backend != "mock"
+        and config.mps_daemon_pod_template is not None
+        and config.namespace is not None
+        and rest is not None
+    ):
+        launcher = pod_launcher_from_file(
+            rest,
+            config.mps_daemon_pod_template,
+            namespace=config.namespace,
+            node_name=config.node_name,
+        )
     return build_enforcer(
         config.device_backend,
         config.plugin_data_dir,
         driver_name=config.driver_name,
         driver_root=str(config.driver_root),
         limits_library=None if config.limits_library is None else str(config.limits_library),
+        mps_root=config.mps_root,
+        launcher=launcher,
     )
 
 
@@ -115,6 +144,58 @@ def build_health(
     return monitor, broadcaster
 
 
+def usage_source(config: PluginConfig, gpus: Sequence[GpuInfo]) -> UsageSource:
+    """NVML for real GPUs; the ``--mock-usage-file`` for the mock backend."""
+    if config.device_backend == "mock":
+        return FileUsageSource(config.usage.mock_usage_file, gpus)
+    return NvmlUsageSource()
+
+
+def prepared_shares(claims: ClaimService) -> Callable[[], list[PreparedShare]]:
+    """The prepared devices of the completed claims, as the usage stage reads them."""
+
+    def shares() -> list[PreparedShare]:
+        out = []
+        for rec in claims.state.prepared_claims().values():
+            if rec.state != STATE_COMPLETED:
+                continue
+            for d in rec.devices:
+                out.append(
+                    PreparedShare(
+                        claim_uid=rec.uid,
+                        namespace=rec.namespace,
+                        name=rec.name,
+                        pool=d.pool,
+                        device=d.device,
+                        share_id=d.share_id,
+                        gpu_uuid=d.gpu_uuid,
+                        cores=d.cores,
+                        memory=d.memory,
+                        admin_access=d.admin_access,
+                    )
+                )
+        return out
+
+    return shares
+
+
+def build_usage(
+    plugin: Plugin, claims: ClaimService, taints: UsageTaintSink | None
+) -> UsageSampler:
+    """The usage sampler (not started) over the prepared claims."""
+    config = plugin.config
+    return UsageSampler(
+        config.usage,
+        usage_source(config, plugin.gpus),
+        prepared_shares(claims),
+        KubeClaimApi(KubeRest(plugin.api_client)),
+        config.driver_name,
+        plugin.gpus,
+        telemetry=plugin.telemetry,
+        taints=taints,
+    )
+
+
 def describe_gpus(gpus: Sequence[GpuInfo]) -> None:
     """Log what discovery found, including its fallbacks."""
     for gpu in gpus:
@@ -134,6 +215,8 @@ def describe_gpus(gpus: Sequence[GpuInfo]) -> None:
 
 def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
     """The ResourceSlices that would be published, as a YAML stream (no owner: no Node known)."""
+    import yaml  # only for --print-slices
+
     objects = resource_slice_objects(
         desired_slices(node_devices(gpus, config.sharing_mode, config.default_share_cores)),
         config.driver_name,
@@ -187,7 +270,7 @@ class Plugin:
         config: PluginConfig,
         backend: DeviceBackend,
         gpus: Sequence[GpuInfo],
-        api_client: client.ApiClient,
+        api_client: KubeClient,
         telemetry: Telemetry,
     ) -> None:
         self.config = config
@@ -206,6 +289,8 @@ class Plugin:
         self.health_source: HealthSource | None = None
         #: Set by :func:`build_plugin`: prepare (the state module) and the kubelet gRPC server.
         self.claims: ClaimService | None = None
+        #: Set by :func:`build_plugin` unless ``--disable-usage``: the usage sampler.
+        self.usage: UsageSampler | None = None
         #: Components start in the order added and stop in reverse; the API client and the
         #: telemetry are closed last.
         self.lifecycle = Lifecycle()
@@ -255,6 +340,19 @@ class Plugin:
         return 0
 
 
+def check_gpu_node(config: PluginConfig) -> None:
+    """What a real GPU node needs beyond the plugin (logged, never fatal): the CUDA
+    unified-memory device nodes, created when missing, and driver libraries for the workloads
+    (the NVIDIA Container Toolkit's CDI spec or the ``nvidia`` default runtime)."""
+    ensure_uvm_device_nodes(HostRunner(str(config.driver_root)), config.dev_root)
+    detector = NvidiaCdiDetector(
+        config.nvidia_cdi_kind,
+        config.nvidia_cdi_dirs,
+        skip_prefixes=(spec_file_prefix(config.driver_name),),
+    )
+    check_driver_libraries(detector.spec_found(), config.nvidia_cdi_kind, config.nvidia_cdi_dirs)
+
+
 def build_plugin(config: PluginConfig) -> Plugin:
     """Discover GPUs, connect to the API server and assemble the daemon.
 
@@ -264,8 +362,14 @@ def build_plugin(config: PluginConfig) -> Plugin:
     backend = make_backend(config)
     gpus = backend.discover()
     describe_gpus(gpus)
-    api_client = load_api_client(config.kubeconfig)
+    if config.device_backend == "nvml":
+        check_gpu_node(config)
+    api_client = load_connection(config.kubeconfig)
     plugin = Plugin(config, backend, gpus, api_client, Telemetry(SERVICE_NAME))
+    # Health and usage taints reach the publisher merged (each sets its complete map).
+    merger = TaintMerger(plugin.publisher)
+    health_taints = merger.source("health")
+    usage_taints = merger.source("usage") if config.usage.taint else None
     if config.health.enabled:
         plugin.health, plugin.health_source = build_health(
             config.health,
@@ -273,7 +377,7 @@ def build_plugin(config: PluginConfig) -> Plugin:
             config.driver_name,
             config.node_name,
             plugin.devices,
-            taints=plugin.publisher,
+            taints=health_taints,
         )
         plugin.health.restore(
             published_unhealthy(
@@ -286,11 +390,14 @@ def build_plugin(config: PluginConfig) -> Plugin:
         config,
         plugin.devices,
         api_client,
-        enforcer_for(config),
+        enforcer_for(config, KubeRest(api_client)),
         plugin.health_source,
         plugin.telemetry,
     )
     plugin.add_component(plugin.claims)
+    if config.usage.enabled:
+        plugin.usage = build_usage(plugin, plugin.claims, usage_taints)
+        plugin.add_component(plugin.usage)
     return plugin
 
 
@@ -312,8 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(slices_yaml(config, make_backend(config).discover()))
             return 0
         plugin = build_plugin(config)
-    except (DiscoveryError, KubeConfigError, SocketPathError) as exc:
-        # SocketPathError here: a socket path too long for a unix socket.
+    except (DiscoveryError, KubeConfigError, SocketPathError, TemplateError) as exc:
+        # SocketPathError here: a socket path too long for a unix socket; TemplateError: an
+        # unusable MPS daemon pod template.
         return _fail(str(exc), 1)
     try:
         return plugin.run()

@@ -52,8 +52,10 @@ else
 fi
 kubectl config use-context "kind-$cluster" >/dev/null
 
-install_chart() {  # $1: sharing mode
-  log "installing the chart (mock backend, sharing mode $1)"
+install_chart() {  # $1: sharing mode; further arguments go to helm
+  local mode="$1"
+  shift
+  log "installing the chart (mock backend, sharing mode $mode)"
   kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f -
   # The plugin pod is privileged: allow it in this namespace only.
   kubectl label namespace "$namespace" --overwrite pod-security.kubernetes.io/enforce=privileged
@@ -61,9 +63,9 @@ install_chart() {  # $1: sharing mode
     --set image.repository="${image%:*}" --set image.tag="${image##*:}" \
     --set image.pullPolicy=Never \
     --set kubeletPlugin.deviceBackend=mock --set kubeletPlugin.mock.gpus=4 \
-    --set kubeletPlugin.sharingMode="$1" \
+    --set kubeletPlugin.sharingMode="$mode" \
     --set deviceClasses.extendedResource.enabled=true \
-    --set logging.format=text --wait --timeout 5m
+    --set logging.format=text "$@" --wait --timeout 5m
   kubectl -n "$namespace" rollout status daemonset -l app.kubernetes.io/component=kubelet-plugin --timeout=3m
   log "waiting for the mock GPUs to be published"
   for _ in $(seq 60); do
@@ -122,6 +124,30 @@ run_example partitions
 # Its quarter-GPU class selects partition devices, which only partitions mode publishes.
 run_example admin-device-classes
 kubectl get gpus -o wide
+
+# Mock GPU 0 in MIG mode with two 1g.10gb and one 3g.40gb MIG device, next to a whole GPU 1.
+mig_gpus="$(mktemp --suffix=.yaml)"
+cat > "$mig_gpus" <<'YAML'
+- migDevices:
+    - {profile: 1g.10gb, gpuInstance: 9}
+    - {profile: 1g.10gb, gpuInstance: 10}
+    - {profile: 3g.40gb, gpuInstance: 2}
+- {}
+YAML
+install_chart consumable --set-file kubeletPlugin.mock.config="$mig_gpus"
+run_example mig-static
+rm -f "$mig_gpus"
+
+# gpu-quota creates claims, no pods: the second claim must be denied by the quota.
+log "example gpu-quota"
+kubectl apply -f "$repo/examples/gpu-quota/gpu-quota.yaml"
+if ! kubectl apply -f "$repo/examples/gpu-quota/claims.yaml" 2>&1 | grep -q 'exceeded GpuQuota'; then
+  echo "run.sh: example gpu-quota: the claim over the quota was not denied" >&2
+  exit 1
+fi
+kubectl get gpuquotas -A
+kubectl delete -f "$repo/examples/gpu-quota/claims.yaml" --ignore-not-found
+kubectl delete -f "$repo/examples/gpu-quota/gpu-quota.yaml"
 
 log "all examples ran"
 if [ "${KEEP_CLUSTER:-0}" != 1 ]; then kind delete cluster --name "$cluster"; fi

@@ -9,6 +9,12 @@ are stable across restarts of the plugin on the same node and differ between nod
 :class:`~kubeletplugin.devices.backend.GpuInfo` field (snake_case or camelCase keys); fields it
 leaves out
 take the default H100 value for that index.
+
+MIG: an entry may list ``migDevices`` (which puts the GPU in MIG mode), each a mapping with
+``profile`` (``1g.10gb``) and ``gpuInstance`` (required), and ``computeInstance`` (default 0),
+``uuid`` (default: stable per node, GPU and instances), ``memory`` (bytes or a quantity; default
+the profile's GB figure in decimal gigabytes) and ``multiprocessors`` (default 16 per compute
+slice); ``migPending: true`` models a MIG mode change that waits for a GPU reset.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import yaml
 
 from api.quantity import QuantityError, quantity_int
 from kubeletplugin.devices.backend import DiscoveryError
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.devices.mig import MIG_ENABLED, instance_key, parse_profile
+from kubeletplugin.model import GpuInfo, MigInfo
 
 MIB: Final = 1024 * 1024
 #: What NVML reports for an H100 80GB HBM3.
@@ -43,11 +50,33 @@ _INT_FIELDS: Final = {"index", "minor"}
 _BYTES_FIELDS: Final = {"memory_total", "memory_reserved", "memory_usable"}
 _OPTIONAL_INT_FIELDS: Final = {"numa_node"}
 _OPTIONAL_STR_FIELDS: Final = {"pcie_root", "mig_mode"}
+_BOOL_FIELDS: Final = {"mig_pending"}
+#: Fields a config entry cannot set (derived: ``mig`` is set on MIG devices only).
+_DERIVED_FIELDS: Final = {"mig"}
+#: Keys of one ``migDevices`` entry -> whether it is required.
+_MIG_KEYS: Final = {
+    "profile": True,
+    "gpuInstance": True,
+    "computeInstance": False,
+    "uuid": False,
+    "memory": False,
+    "multiprocessors": False,
+}
+#: Default streaming multiprocessors per compute slice of a mock MIG device.
+MOCK_MULTIPROCESSORS_PER_SLICE: Final = 16
+#: Largest GPU or compute instance id a mock MIG device may have.
+MAX_MOCK_INSTANCE_ID: Final = 64
 
 
 def mock_uuid(node_name: str, index: int) -> str:
     """Stable GPU UUID for GPU ``index`` of ``node_name``: ``GPU-xxxxxxxx-xxxx-...``."""
     return f"GPU-{uuid.uuid5(MOCK_UUID_NAMESPACE, f'{node_name}/{index}')}"
+
+
+def mock_mig_uuid(node_name: str, index: int, gpu_instance: int, compute_instance: int) -> str:
+    """Stable MIG UUID of a mock MIG device: ``MIG-xxxxxxxx-xxxx-...``."""
+    key = f"{node_name}/{index}/mig/{gpu_instance}/{compute_instance}"
+    return f"MIG-{uuid.uuid5(MOCK_UUID_NAMESPACE, key)}"
 
 
 def default_gpu(node_name: str, index: int, count: int) -> GpuInfo:
@@ -82,7 +111,16 @@ def _snake(key: str) -> str:
 
 
 def _convert(where: str, name: str, value: Any) -> Any:
-    """Check and convert one config value for GpuInfo field ``name``."""
+    """Check and convert one config value for GpuInfo field ``name`` (``mig_devices`` stays
+    the raw list; :func:`mig_devices_from_entries` builds them once the parent is known)."""
+    if name in _BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise DiscoveryError(f"{where}: field {name!r} must be true or false, got {value!r}")
+        return value
+    if name == "mig_devices":
+        if not isinstance(value, list) or not value:
+            raise DiscoveryError(f"{where}: field 'migDevices' must be a non-empty list")
+        return value
     if name in _INT_FIELDS or (name in _OPTIONAL_INT_FIELDS and value is not None):
         if isinstance(value, bool) or not isinstance(value, int):
             raise DiscoveryError(f"{where}: field {name!r} must be an integer, got {value!r}")
@@ -118,15 +156,19 @@ def gpu_from_entry(node_name: str, position: int, count: int, entry: Any) -> Gpu
     values: dict[str, Any] = {}
     for key, value in entry.items():
         name = _snake(str(key))
-        if name not in _FIELDS:
-            allowed = ", ".join(sorted(_FIELDS))
+        if name not in _FIELDS or name in _DERIVED_FIELDS:
+            allowed = ", ".join(sorted(set(_FIELDS) - _DERIVED_FIELDS))
             raise DiscoveryError(f"{where}: unknown field {key!r} (allowed: {allowed})")
         if name in values:
             raise DiscoveryError(f"{where}: field {key!r} given twice")
         values[name] = _convert(where, name, value)
     index = values.get("index", position)
-    base = dataclasses.asdict(default_gpu(node_name, index, count))
-    base["notes"] = tuple(base["notes"])
+    base = {f: getattr(default_gpu(node_name, index, count), f) for f in _FIELDS}
+    raw_migs = values.pop("mig_devices", None)
+    if raw_migs is not None:
+        mode = values.setdefault("mig_mode", MIG_ENABLED)
+        if mode != MIG_ENABLED:
+            raise DiscoveryError(f"{where}: migDevices needs migMode {MIG_ENABLED!r}, not {mode!r}")
     base.update(values)
     if "memory_usable" not in values:
         base["memory_usable"] = base["memory_total"] - base["memory_reserved"]
@@ -137,7 +179,102 @@ def gpu_from_entry(node_name: str, position: int, count: int, entry: Any) -> Gpu
         )
     if base["memory_usable"] <= 0:
         raise DiscoveryError(f"{where}: usable memory must be positive")
-    return GpuInfo(**base)
+    gpu = GpuInfo(**base)
+    if raw_migs is None:
+        return gpu
+    return dataclasses.replace(
+        gpu, mig_devices=mig_devices_from_entries(node_name, gpu, raw_migs, where)
+    )
+
+
+def _mig_int(where: str, key: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise DiscoveryError(f"{where}: {key!r} must be an integer from {low} to {high}")
+    return value
+
+
+def mig_device_from_entry(node_name: str, parent: GpuInfo, entry: Any, where: str) -> GpuInfo:
+    """One mock MIG device of ``parent`` from a ``migDevices`` entry (see the module doc)."""
+    if not isinstance(entry, dict):
+        raise DiscoveryError(f"{where}: expected a mapping of MIG device fields, got {entry!r}")
+    unknown = sorted(str(k) for k in entry if k not in _MIG_KEYS)
+    if unknown:
+        allowed = ", ".join(_MIG_KEYS)
+        raise DiscoveryError(f"{where}: unknown field {unknown[0]!r} (allowed: {allowed})")
+    for key, required in _MIG_KEYS.items():
+        if required and key not in entry:
+            raise DiscoveryError(f"{where}: field {key!r} is required")
+    profile = entry["profile"]
+    if not isinstance(profile, str):
+        raise DiscoveryError(f"{where}: 'profile' must be a string such as '1g.10gb'")
+    try:
+        gpu_slices, compute_slices, memory_gb = parse_profile(profile)
+    except ValueError as exc:
+        raise DiscoveryError(f"{where}: {exc}") from None
+    gi = _mig_int(where, "gpuInstance", entry["gpuInstance"], 0, MAX_MOCK_INSTANCE_ID)
+    ci = _mig_int(
+        where, "computeInstance", entry.get("computeInstance", 0), 0, MAX_MOCK_INSTANCE_ID
+    )
+    multiprocessors = _mig_int(
+        where,
+        "multiprocessors",
+        entry.get("multiprocessors", MOCK_MULTIPROCESSORS_PER_SLICE * compute_slices),
+        1,
+        1024,
+    )
+    raw_memory = entry.get("memory", memory_gb * 1000**3)
+    if isinstance(raw_memory, bool) or not isinstance(raw_memory, int | str):
+        raise DiscoveryError(f"{where}: 'memory' must be bytes or a quantity such as '10Gi'")
+    try:
+        memory = quantity_int(raw_memory)
+    except QuantityError as exc:
+        raise DiscoveryError(f"{where}: 'memory': {exc}") from None
+    if not 0 < memory <= parent.memory_usable:
+        raise DiscoveryError(
+            f"{where}: 'memory' must be positive and at most the GPU's usable memory "
+            f"({parent.memory_usable} bytes)"
+        )
+    mig_uuid = entry.get("uuid", mock_mig_uuid(node_name, parent.index, gi, ci))
+    if not isinstance(mig_uuid, str) or not mig_uuid.startswith("MIG-"):
+        raise DiscoveryError(f"{where}: 'uuid' must be a string starting with 'MIG-'")
+    return dataclasses.replace(
+        parent,
+        uuid=mig_uuid,
+        memory_total=memory,
+        memory_reserved=0,
+        memory_usable=memory,
+        mig_mode=None,
+        mig_pending=False,
+        mig_devices=(),
+        mig=MigInfo(
+            parent_uuid=parent.uuid,
+            gpu_instance=gi,
+            compute_instance=ci,
+            profile=profile,
+            multiprocessors=multiprocessors,
+            gpu_slices=gpu_slices,
+            compute_slices=compute_slices,
+        ),
+        notes=(),
+    )
+
+
+def mig_devices_from_entries(
+    node_name: str, parent: GpuInfo, entries: list[Any], where: str
+) -> tuple[GpuInfo, ...]:
+    """The mock MIG devices of ``parent``, ordered by (GPU instance, compute instance); each
+    (GPU instance, compute instance) pair and UUID at most once."""
+    devices = [
+        mig_device_from_entry(node_name, parent, entry, f"{where}, MIG device {i}")
+        for i, entry in enumerate(entries)
+    ]
+    seen: set[object] = set()
+    for device in devices:
+        for key in (instance_key(device), device.uuid):
+            if key in seen:
+                raise DiscoveryError(f"{where}: MIG device {key!r} is listed twice")
+            seen.add(key)
+    return tuple(sorted(devices, key=instance_key))
 
 
 def load_mock_config(node_name: str, path: Path) -> list[GpuInfo]:

@@ -4,12 +4,26 @@ Invariants:
 - every NVML session opened here is closed (``nvmlShutdown``), also on errors;
 - an expected failure (no library, no driver, no GPU, an NVML error) becomes one
   :class:`~kubeletplugin.devices.backend.DiscoveryError` whose message names the cause;
+- a GPU that NVML cannot describe (an NVML error on that GPU, a malformed answer) is left out
+  of the result with one warning line naming its index and the error; the other GPUs are still
+  published under their NVML index. Discovery fails only when no GPU can be described. A GPU
+  is left out rather than published tainted: without its UUID, bus ID or memory size there is
+  no device to describe, and a device with made-up attributes could be allocated by a selector;
+- the NUMA node comes from sysfs (``numa_node`` of the PCI device, where the kernel puts the
+  GPU's PCIe attachment); NVML's value is used only when sysfs cannot be read, because on
+  systems with GPU memory exposed as a NUMA node (Grace Hopper/Blackwell) NVML reports the node
+  of the GPU's memory, not the CPU node the GPU is attached to;
 - functions that older drivers or older ``pynvml`` versions lack degrade to a documented default
-  instead of failing discovery (memory info v1, no NUMA node, no MIG mode, ...).
+  instead of failing discovery (memory info v1, no NUMA node, no MIG mode, ...);
+- on a GPU whose current MIG mode is enabled and has no change pending, every existing MIG
+  device is read (:meth:`NvmlBackend._mig_devices`) as a :class:`~kubeletplugin.model.GpuInfo`
+  with ``mig`` set; a MIG device NVML cannot describe is left out with one warning line, like a
+  GPU. A GPU whose mode change is pending is reported with ``mig_pending`` and no MIG devices.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -19,7 +33,8 @@ from types import ModuleType
 from typing import Any, Final
 
 from kubeletplugin.devices.backend import DiscoveryError
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.devices.mig import MIG_DISABLED, MIG_ENABLED, instance_key, profile_name
+from kubeletplugin.model import GpuInfo, MigInfo
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +129,15 @@ def pcie_root_from_sysfs(sysfs_root: Path, pci_bus_id: str) -> str | None:
     return None
 
 
-def numa_node_from_sysfs(sysfs_root: Path, pci_bus_id: str) -> int | None:
-    """NUMA node from ``/sys/bus/pci/devices/<bus id>/numa_node``; None when absent or -1."""
+def numa_node_file(sysfs_root: Path, pci_bus_id: str) -> int | None:
+    """The raw ``/sys/bus/pci/devices/<bus id>/numa_node`` value (``-1``: the kernel knows of no
+    NUMA affinity); None when the file is absent or unreadable. ``pci_bus_id`` must be in the
+    sysfs form (:func:`normalize_pci_bus_id`: lower case, 4-digit domain)."""
     path = sysfs_root / "bus" / "pci" / "devices" / pci_bus_id / "numa_node"
     try:
-        value = int(path.read_text().strip())
+        return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-    return value if value >= 0 else None
 
 
 def _text(value: str | bytes) -> str:
@@ -224,14 +240,30 @@ class NvmlBackend:
             raise
 
     def discover(self) -> list[GpuInfo]:
-        """Return every GPU in NVML index order; raise :class:`DiscoveryError` on failure."""
+        """Return every GPU NVML can describe, in NVML index order.
+
+        A GPU that fails is left out with one warning line; :class:`DiscoveryError` is raised
+        when NVML cannot start, reports no GPU, or no GPU can be described."""
         self._init()
         try:
             count = int(self._call("the device count", "nvmlDeviceGetCount"))
             if count == 0:
                 raise DiscoveryError("NVML reports no NVIDIA GPUs on this node")
             system = self._system_info()
-            return [self._device(index, *system) for index in range(count)]
+            found: list[GpuInfo] = []
+            failures: list[str] = []
+            for index in range(count):
+                try:
+                    found.append(self._device(index, *system))
+                except DiscoveryError as exc:
+                    log.warning("GPU %d left out (not published): %s", index, exc)
+                    failures.append(str(exc))
+            if not found:
+                raise DiscoveryError(
+                    f"NVML reports {count} GPU(s) but none could be read; first error: "
+                    f"{failures[0]}"
+                )
+            return found
         finally:
             try:
                 self._module().nvmlShutdown()
@@ -290,7 +322,7 @@ class NvmlBackend:
                 f"NVML cannot report the compute capability of GPU {index}"
             ) from None
 
-        total, reserved, memory_version = self._memory(index, handle)
+        total, reserved, memory_version = self._memory(f"GPU {index}", handle)
         if memory_version == "v1":
             notes.append(MEMORY_V1_NOTE)
         if total - reserved <= 0:
@@ -298,16 +330,10 @@ class NvmlBackend:
                 f"GPU {index}: NVML reports no usable memory (total {total}, reserved {reserved})"
             )
 
-        try:
-            numa: int | None = int(
-                self._optional("the NUMA node", "nvmlDeviceGetNumaNodeId", handle)
-            )
-            if numa is not None and numa < 0:
-                numa = None
-        except _Missing:
-            numa = numa_node_from_sysfs(self._sysfs_root, bus_id)
+        numa = self._numa_node(index, handle, bus_id)
+        mig_mode, mig_pending = self._mig_mode(handle)
 
-        return GpuInfo(
+        gpu = GpuInfo(
             index=index,
             minor=minor,
             uuid=uuid,
@@ -324,31 +350,127 @@ class NvmlBackend:
             pcie_root=pcie_root_from_sysfs(self._sysfs_root, bus_id),
             numa_node=numa,
             memory_info_version=memory_version,
-            mig_mode=self._mig_mode(handle),
+            mig_mode=mig_mode,
+            mig_pending=mig_pending,
             notes=tuple(notes),
         )
+        if mig_mode != MIG_ENABLED or mig_pending:
+            return gpu
+        return dataclasses.replace(gpu, mig_devices=self._mig_devices(gpu, handle))
 
-    def _memory(self, index: int, handle: Any) -> tuple[int, int, str]:
-        """(total, reserved, "v2"|"v1") from NVML memory info, v2 when available."""
+    def _memory(self, what: str, handle: Any) -> tuple[int, int, str]:
+        """(total, reserved, "v2"|"v1") of device ``what`` (``GPU 0``) from NVML memory info,
+        v2 when available."""
         version = getattr(self._module(), "nvmlMemory_v2", None)
         if version is not None:
             try:
                 info = self._optional(
-                    f"the memory of GPU {index}", "nvmlDeviceGetMemoryInfo", handle, version=version
+                    f"the memory of {what}", "nvmlDeviceGetMemoryInfo", handle, version=version
                 )
                 return int(info.total), int(info.reserved), "v2"
             except _Missing:
                 pass
-        info = self._call(f"the memory of GPU {index}", "nvmlDeviceGetMemoryInfo", handle)
+        info = self._call(f"the memory of {what}", "nvmlDeviceGetMemoryInfo", handle)
         return int(info.total), 0, "v1"
 
-    def _mig_mode(self, handle: Any) -> str | None:
+    def _numa_node(self, index: int, handle: Any, bus_id: str) -> int | None:
+        """sysfs first (``-1`` there means none); NVML's value only when sysfs has no file."""
+        raw = numa_node_file(self._sysfs_root, bus_id)
+        if raw is None:
+            try:
+                raw = int(
+                    self._optional(
+                        f"the NUMA node of GPU {index}", "nvmlDeviceGetNumaNodeId", handle
+                    )
+                )
+            except _Missing:
+                return None
+        return raw if raw >= 0 else None
+
+    def _mig_mode(self, handle: Any) -> tuple[str | None, bool]:
+        """(current mode ``Enabled``/``Disabled`` or None without MIG support, whether the
+        pending mode differs from the current one)."""
         try:
-            current, _pending = self._optional("the MIG mode", "nvmlDeviceGetMigMode", handle)
+            current, pending = self._optional("the MIG mode", "nvmlDeviceGetMigMode", handle)
         except _Missing:
-            return None
-        enabled = getattr(self._module(), "NVML_DEVICE_MIG_ENABLE", 1)
-        return "Enabled" if int(current) == int(enabled) else "Disabled"
+            return None, False
+        enabled = int(getattr(self._module(), "NVML_DEVICE_MIG_ENABLE", 1))
+        mode = MIG_ENABLED if int(current) == enabled else MIG_DISABLED
+        return mode, int(current) != int(pending)
+
+    def _mig_devices(self, parent: GpuInfo, handle: Any) -> tuple[GpuInfo, ...]:
+        """The MIG devices that exist on ``parent``, ordered by (GPU instance, compute
+        instance); each one NVML cannot describe is left out with one warning line."""
+        where = f"GPU {parent.index}"
+        try:
+            slots = int(
+                self._optional(
+                    f"the MIG device count of {where}", "nvmlDeviceGetMaxMigDeviceCount", handle
+                )
+            )
+        except _Missing:
+            log.warning("%s: MIG is enabled but NVML cannot list its MIG devices", where)
+            return ()
+        except DiscoveryError as exc:
+            log.warning("%s: MIG devices left out (not published): %s", where, exc)
+            return ()
+        found: list[GpuInfo] = []
+        for slot in range(slots):
+            try:
+                mig_handle = self._optional(
+                    f"MIG device {slot} of {where}",
+                    "nvmlDeviceGetMigDeviceHandleByIndex",
+                    handle,
+                    slot,
+                )
+            except (_Missing, DiscoveryError):
+                continue  # an empty slot: NVML answers NOT_FOUND (or not supported)
+            try:
+                found.append(self._mig_device(parent, slot, mig_handle))
+            except (_Missing, DiscoveryError, ValueError) as exc:
+                log.warning("MIG device %d of %s left out (not published): %s", slot, where, exc)
+        return tuple(sorted(found, key=instance_key))
+
+    def _mig_device(self, parent: GpuInfo, slot: int, handle: Any) -> GpuInfo:
+        """One MIG device of ``parent`` (see :class:`~kubeletplugin.model.GpuInfo`)."""
+        what = f"MIG device {slot} of GPU {parent.index}"
+        uuid = _text(self._call(f"the UUID of {what}", "nvmlDeviceGetUUID", handle))
+        gi = int(self._call(f"the GPU instance of {what}", "nvmlDeviceGetGpuInstanceId", handle))
+        ci = int(
+            self._call(f"the compute instance of {what}", "nvmlDeviceGetComputeInstanceId", handle)
+        )
+        attrs = self._call(f"the attributes of {what}", "nvmlDeviceGetAttributes", handle)
+        total, reserved, _version = self._memory(what, handle)
+        multiprocessors = int(attrs.multiprocessorCount)
+        gpu_slices = int(attrs.gpuInstanceSliceCount)
+        compute_slices = int(attrs.computeInstanceSliceCount)
+        if multiprocessors <= 0:
+            raise DiscoveryError(f"{what}: NVML reports {multiprocessors} multiprocessors")
+        if total - reserved <= 0:
+            raise DiscoveryError(f"{what}: NVML reports no usable memory (total {total})")
+        mig = MigInfo(
+            parent_uuid=parent.uuid,
+            gpu_instance=gi,
+            compute_instance=ci,
+            profile=profile_name(
+                gpu_slices, compute_slices, parent.memory_total, int(attrs.memorySizeMB)
+            ),
+            multiprocessors=multiprocessors,
+            gpu_slices=gpu_slices,
+            compute_slices=compute_slices,
+        )
+        return dataclasses.replace(
+            parent,
+            uuid=uuid,
+            memory_total=total,
+            memory_reserved=reserved,
+            memory_usable=total - reserved,
+            mig_mode=None,
+            mig_pending=False,
+            mig_devices=(),
+            mig=mig,
+            notes=(),
+        )
 
 
 class _NeverRaised(Exception):

@@ -10,7 +10,9 @@ Invariants:
 - the output is a deterministic function of the input (same GPUs -> same slices, same order);
 - device names are unique in the pool; the devices of one GPU stay in one slice;
 - every ``consumesCounters`` entry names a counter set published in the same pool;
-- memory capacities are the GPU's usable memory (total - reserved), in bytes.
+- memory capacities are the GPU's usable memory (total - reserved), in bytes;
+- a MIG device (:func:`mig_device`) is exclusive in every sharing mode: no consumable capacity,
+  no counters, capacity ``memory`` only (the MIG device's own).
 
 Kubernetes versions: every slice validates against the strict ``resource.k8s.io/v1`` schemas of
 1.34 and 1.36. The 1.34 schema already has ``allowMultipleAllocations``, ``requestPolicy``,
@@ -176,6 +178,29 @@ def partition_device(device: NodeDevice) -> Obj:
     }
 
 
+def mig_device(device: NodeDevice) -> Obj:
+    """One MIG device, for one claim at a time: the attributes of the GPU its container sees
+    (``uuid`` the MIG UUID; product, index, PCI and versions the parent's), the parent's UUID
+    and index, the profile, the instance ids and the multiprocessor count; capacity ``memory``
+    (the MIG device's usable memory). ValueError for a device that is not a MIG device."""
+    mig = device.mig
+    if mig is None:
+        raise ValueError(f"device {device.name} is not a MIG device")
+    gpu = device.gpu
+    attrs = gpu_attributes(gpu)
+    attrs[names.ATTR_PARENT_UUID] = _string(mig.parent_uuid)
+    attrs[names.ATTR_PARENT_INDEX] = {"int": gpu.index}
+    attrs[names.ATTR_PROFILE] = _string(mig.profile)
+    attrs[names.ATTR_MIG_GPU_INSTANCE] = {"int": mig.gpu_instance}
+    attrs[names.ATTR_MIG_COMPUTE_INSTANCE] = {"int": mig.compute_instance}
+    attrs[names.ATTR_MULTIPROCESSORS] = {"int": mig.multiprocessors}
+    return {
+        "name": device.name,
+        "attributes": attrs,
+        "capacity": {names.CAP_MEMORY: {"value": format_quantity(gpu.memory_usable)}},
+    }
+
+
 def partition_devices(gpu: GpuInfo) -> list[Obj]:
     """Every partition device of ``gpu`` (whole, halves, quarters, eighths) as published."""
     table = node_devices([gpu], names.SHARING_MODE_PARTITIONS)
@@ -186,7 +211,9 @@ def device_object(
     device: NodeDevice, sharing_mode: str, default_cores: int = names.CORES_PER_GPU
 ) -> Obj:
     """The slice entry of one device of the table in ``sharing_mode`` (``default_cores``: see
-    :func:`consumable_device`)."""
+    :func:`consumable_device`); a MIG device is :func:`mig_device` in every mode."""
+    if device.mig is not None:
+        return mig_device(device)
     if sharing_mode == names.SHARING_MODE_CONSUMABLE:
         return consumable_device(device.gpu, default_cores)
     if sharing_mode == names.SHARING_MODE_EXCLUSIVE:

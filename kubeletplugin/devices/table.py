@@ -7,16 +7,27 @@ to prepare (which resolves allocated device names through it) and to health (whi
 streams the devices of each GPU), so the three cannot disagree about a device's name or GPU.
 
 Invariants: names are unique; devices are in publishing order (GPUs by NVML index, then each
-GPU's devices in the order its slice lists them); every device's GPU is in :attr:`gpus`.
+GPU's devices in the order its slice lists them); every device's physical GPU
+(:attr:`NodeDevice.parent`) is in :attr:`gpus`.
+
+MIG: a GPU whose current MIG mode is enabled is never published whole or shared, in any sharing
+mode; each of its existing MIG devices is one exclusive device
+(:func:`kubeletplugin.devices.mig.mig_device_name`), whose ``gpu`` is the MIG device itself. A
+GPU whose MIG mode change is pending (it waits for a reset) is published as no device at all,
+with one warning line each time the table is computed (once per daemon).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api import names
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.devices.mig import MIG_ENABLED, mig_device_name
+from kubeletplugin.model import GpuInfo, MigInfo
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,11 +38,24 @@ class NodeDevice:
     only; the GPU's whole device there has the ``whole`` profile). ``partition`` is the profile
     of a true partition (``n > 1``) and None for a whole GPU in every mode: what a prepared
     device records and its container sees.
+
+    A MIG device has ``gpu.mig`` set: ``gpu`` is the MIG device (its UUID and memory), never a
+    partition, and :attr:`parent_uuid` names the physical GPU it lives on.
     """
 
     name: str
     gpu: GpuInfo
     profile: str | None = None
+
+    @property
+    def mig(self) -> MigInfo | None:
+        """The device's MIG identity; None for whole GPUs and partitions."""
+        return self.gpu.mig
+
+    @property
+    def parent_uuid(self) -> str:
+        """UUID of the physical GPU the device lives on (its own GPU's unless MIG)."""
+        return self.gpu.mig.parent_uuid if self.gpu.mig is not None else self.gpu.uuid
 
     @property
     def partition(self) -> str | None:
@@ -70,14 +94,16 @@ class NodeDevices:
         return self.devices.get(name)
 
     def of_gpu(self, gpu: GpuInfo) -> list[NodeDevice]:
-        """The devices published for ``gpu``, in publishing order."""
-        return [d for d in self.devices.values() if d.gpu.uuid == gpu.uuid]
+        """The devices published for physical GPU ``gpu`` (its MIG devices included), in
+        publishing order."""
+        return [d for d in self.devices.values() if d.parent_uuid == gpu.uuid]
 
     def names_by_gpu(self) -> dict[str, list[str]]:
-        """GPU UUID -> names of the devices published for it (partitions included), in order."""
+        """Physical GPU UUID -> names of the devices published for it (partitions and MIG
+        devices included), in order."""
         result: dict[str, list[str]] = {gpu.uuid: [] for gpu in self.gpus}
         for device in self.devices.values():
-            result[device.gpu.uuid].append(device.name)
+            result[device.parent_uuid].append(device.name)
         return result
 
 
@@ -88,8 +114,9 @@ def node_devices(
 ) -> NodeDevices:
     """The table of the devices published for ``gpus`` in ``sharing_mode``.
 
-    Raises ValueError for an unknown sharing mode (the message lists the allowed ones) or a
-    ``default_share_cores`` outside 1 to 100.
+    Raises ValueError for an unknown sharing mode (the message lists the allowed ones), a
+    ``default_share_cores`` outside 1 to 100, or a GPU whose MIG devices are not its own or
+    repeat a (GPU instance, compute instance) pair.
     """
     if sharing_mode not in names.SHARING_MODES:
         raise ValueError(
@@ -102,6 +129,26 @@ def node_devices(
     ordered = tuple(sorted(gpus, key=lambda g: g.index))
     table: dict[str, NodeDevice] = {}
     for gpu in ordered:
+        if gpu.mig_pending:
+            log.warning(
+                "GPU %d (%s): its MIG mode change waits for a GPU reset; publishing no device "
+                "for it until then",
+                gpu.index,
+                gpu.uuid,
+            )
+            continue
+        if gpu.mig_mode == MIG_ENABLED:
+            if not gpu.mig_devices:
+                log.warning(
+                    "GPU %d (%s) is in MIG mode without MIG devices; publishing no device for it",
+                    gpu.index,
+                    gpu.uuid,
+                )
+            for mig in _mig_devices(gpu):
+                if mig.name in table:
+                    raise ValueError(f"GPU {gpu.uuid} lists MIG device {mig.name} twice")
+                table[mig.name] = mig
+            continue
         if sharing_mode != names.SHARING_MODE_PARTITIONS:
             whole = names.device_name(gpu.index)
             table[whole] = NodeDevice(whole, gpu)
@@ -115,3 +162,15 @@ def node_devices(
                 )
                 table[name] = NodeDevice(name, gpu, profile)
     return NodeDevices(sharing_mode, ordered, table, default_share_cores)
+
+
+def _mig_devices(gpu: GpuInfo) -> list[NodeDevice]:
+    """The devices of ``gpu``'s MIG devices; ValueError for one that is not of ``gpu``."""
+    devices = []
+    for device in gpu.mig_devices:
+        mig = device.mig
+        if mig is None or mig.parent_uuid != gpu.uuid or device.index != gpu.index:
+            raise ValueError(f"MIG device {device.uuid} is not a MIG device of GPU {gpu.uuid}")
+        name = mig_device_name(gpu.index, mig.gpu_instance, mig.compute_instance)
+        devices.append(NodeDevice(name, device))
+    return devices

@@ -11,6 +11,15 @@ answers periodic probes. On every change of a GPU's health it, at once and in th
 2. publishes the complete device list (every published device of every GPU, pool = node
    name) on the health stream.
 
+A fault that needs a GPU reset (:func:`~kubeletplugin.health.events.needs_reset`) keeps its
+taint for the life of this process: probes never clear it, because the GPU answers NVML
+normally long before it is usable again. Resetting a GPU needs every process that holds it
+stopped, this plugin included, so the reset is seen at the next start (:meth:`restore`): a
+published reset-required taint stays sticky unless the node booted after it was added (a
+reboot resets every GPU), in which case it is an ordinary fault that recovers through the usual
+healthy probes. After a reset without a reboot, deleting the node's ResourceSlices while the
+plugin is stopped drops the published taint (the documented operator action).
+
 The health stream list is also refreshed every ``stream_refresh`` seconds (whatever the probe
 interval) with ``last_updated`` = the time it is sent, so kubelet never sees a stale list (it
 marks devices Unknown after 30 s without news).
@@ -26,8 +35,8 @@ from typing import Any, Final, Protocol
 
 from api import names
 from kubeletplugin.devices.table import NodeDevices
-from kubeletplugin.health.events import HealthEvent, event_reason
-from kubeletplugin.health.restore import PublishedFault
+from kubeletplugin.health.events import HealthEvent, event_reason, is_reset_reason, needs_reset
+from kubeletplugin.health.restore import PublishedFault, node_boot_time
 from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.health.state import (
     GpuHealth,
@@ -139,15 +148,33 @@ class HealthMonitor:
 
     # --- inputs ---------------------------------------------------------------------------
 
-    def restore(self, published: Mapping[str, PublishedFault]) -> None:
-        """Start the GPUs whose ``gpu-<index>`` device carries a published unhealthy taint as
-        unhealthy (same reason and time, so the taint is republished unchanged). Call before
-        :meth:`start` and before the publisher's first sync."""
+    def restore(
+        self, published: Mapping[str, PublishedFault], booted_at: float | None = None
+    ) -> None:
+        """Start the GPUs whose ``gpu-<index>`` device (in MIG mode: one of its MIG devices)
+        carries a published unhealthy taint as unhealthy (same reason and time, so the taint
+        is republished unchanged). A reset-required taint stays sticky unless the node booted
+        after it was added (``booted_at``: the node's boot time, read from ``/proc/stat`` when
+        None). Call before :meth:`start` and before the publisher's first sync."""
+        boot = node_boot_time() if booted_at is None else booted_at
         with self._lock:
             changed = []
             for gpu in self._gpus:
-                fault = published.get(names.device_name(gpu.index))
-                if fault is not None and self._state.fault(gpu.uuid, fault.reason, fault.since):
+                # A GPU in MIG mode publishes no gpu-<index>: its taint is on its MIG devices.
+                candidates = [names.device_name(gpu.index), *self._devices.get(gpu.uuid, [])]
+                fault = next((published[n] for n in candidates if n in published), None)
+                if fault is None:
+                    continue
+                sticky = is_reset_reason(fault.reason)
+                if sticky and boot is not None and boot > fault.since:
+                    log.info(
+                        "GPU %d: the node rebooted since its fault (%s); the GPU was reset and "
+                        "recovers through healthy probes",
+                        gpu.index,
+                        fault.reason,
+                    )
+                    sticky = False
+                if self._state.fault(gpu.uuid, fault.reason, fault.since, needs_reset=sticky):
                     changed.append(gpu.uuid)
             self._after_changes(changed)
 
@@ -160,7 +187,8 @@ class HealthMonitor:
         now = self._clock()
         with self._lock:
             targets = [event.uuid] if event.uuid is not None else [g.uuid for g in self._gpus]
-            changed = [u for u in targets if self._state.fault(u, reason, now)]
+            sticky = needs_reset(event)
+            changed = [u for u in targets if self._state.fault(u, reason, now, needs_reset=sticky)]
             if event.uuid is not None and event.uuid not in self._devices:
                 log.warning("health event for unknown GPU %s: %s", event.uuid, reason)
             self._after_changes(changed)
@@ -237,6 +265,10 @@ class HealthMonitor:
             index = by_uuid[uuid].index
             if state.healthy:
                 log.info("GPU %d (%s) recovered", index, uuid)
+            elif state.needs_reset:
+                log.warning(
+                    "GPU %d (%s) is unhealthy until it is reset: %s", index, uuid, state.reason
+                )
             else:
                 log.warning("GPU %d (%s) is unhealthy: %s", index, uuid, state.reason)
         self._emit_locked(force_stream=True)

@@ -5,10 +5,15 @@ Invariants:
   :meth:`NvmlHealthChecker.stop`, which also frees the event set; ``stop`` returns within about
   one wait timeout because ``nvmlEventSetWait`` is always called with a timeout;
 - event types a GPU does not support are not registered (the probe still covers that GPU);
-- an event whose device cannot be identified counts for every GPU (fail safe);
+- an event whose device cannot be identified counts for every GPU (fail safe); an event with a
+  NULL device handle names no GPU and is not looked up (NVML is never passed a NULL handle);
 - UUIDs are passed to NVML as bytes (old ``pynvml`` versions do not convert ``str``);
 - NVML failures never escape into the caller: registration problems are logged, a failing probe
-  is an unhealthy GPU with the NVML error as its reason.
+  is an unhealthy GPU with the NVML error as its reason;
+- the probe also reads the conditions only a GPU reset clears (a pending or failed row remap,
+  pending page retirement) where the GPU supports them and reports each as a
+  :attr:`~kubeletplugin.health.events.EventKind.RESET_REQUIRED` event, so the GPU's taint stays
+  until the reset.
 """
 
 from __future__ import annotations
@@ -33,12 +38,24 @@ EVENT_GPU_UNAVAILABLE: Final = 0x4000
 #: ``NVML_ERROR_TIMEOUT``: nvmlEventSetWait found no event in time.
 NVML_ERROR_TIMEOUT: Final = 10
 DEFAULT_WAIT_TIMEOUT_MS: Final = 1000
+#: ``NVML_FEATURE_ENABLED``: what nvmlDeviceGetRetiredPagesPendingStatus returns when pending.
+NVML_FEATURE_ENABLED: Final = 1
 #: Pause after an unexpected wait failure, so a broken event set cannot spin.
 ERROR_PAUSE_S: Final = 5.0
+#: The GPU/compute instance id of an NVML event that names no MIG instance (``0xFFFFFFFF``).
+NO_INSTANCE: Final = 0xFFFFFFFF
 
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _instance_id(data: Any, field: str) -> int | None:
+    """A MIG instance id of an NVML event; None when absent (old pynvml) or "no instance"."""
+    value = getattr(data, field, None)
+    if isinstance(value, bool) or not isinstance(value, int) or value == NO_INSTANCE:
+        return None
+    return value
 
 
 class NvmlHealthChecker:
@@ -168,18 +185,26 @@ class NvmlHealthChecker:
 
     def to_event(self, data: Any) -> HealthEvent | None:
         """The :class:`HealthEvent` for one ``c_nvmlEventData_t``; None for other event types."""
-        try:
-            uuid: str | None = _text(self._module().nvmlDeviceGetUUID(data.device))
-        except Exception as exc:
-            log.warning("NVML event from an unidentified GPU (%s): applies to every GPU", exc)
-            uuid = None
+        uuid: str | None = None
+        if not data.device:
+            # A NULL handle: the event names no GPU. NVML is never called with a NULL handle.
+            log.warning("NVML event names no GPU: applies to every GPU")
+        else:
+            try:
+                uuid = _text(self._module().nvmlDeviceGetUUID(data.device))
+            except Exception as exc:
+                log.warning("NVML event from an unidentified GPU (%s): applies to every GPU", exc)
         event_type = int(data.eventType)
+        gi = _instance_id(data, "gpuInstanceId")
+        ci = _instance_id(data, "computeInstanceId") if gi is not None else None
         if event_type & self._const("nvmlEventTypeXidCriticalError", EVENT_XID_CRITICAL):
-            return HealthEvent(uuid, EventKind.XID, xid=int(data.eventData))
+            return HealthEvent(uuid, EventKind.XID, int(data.eventData), "", gi, ci)
         if event_type & self._const("nvmlEventTypeDoubleBitEccError", EVENT_DOUBLE_BIT_ECC):
-            return HealthEvent(uuid, EventKind.DOUBLE_BIT_ECC)
+            return HealthEvent(uuid, EventKind.DOUBLE_BIT_ECC, None, "", gi, ci)
         if event_type & self._const("nvmlEventTypeGpuUnavailableError", EVENT_GPU_UNAVAILABLE):
-            return HealthEvent(uuid, EventKind.GPU_LOST, detail="NVML reports the GPU unavailable")
+            return HealthEvent(
+                uuid, EventKind.GPU_LOST, None, "NVML reports the GPU unavailable", gi, ci
+            )
         log.debug("ignoring NVML event type 0x%x", event_type)
         return None
 
@@ -195,4 +220,28 @@ class NvmlHealthChecker:
             nvml.nvmlDeviceGetMemoryInfo(handle)
         except Exception as exc:
             return f"NVML query failed: {exc}"
+        pending = self.reset_pending(handle)
+        if pending is not None and self._report is not None:
+            self._report(HealthEvent(gpu.uuid, EventKind.RESET_REQUIRED, detail=pending))
+        return None
+
+    def reset_pending(self, handle: Any) -> str | None:
+        """Why the GPU waits for a reset (row remap pending or failed, page retirement
+        pending), or None; a query the GPU or driver does not support counts as nothing."""
+        nvml = self._module()
+        try:
+            _corr, _unc, is_pending, failure = nvml.nvmlDeviceGetRemappedRows(handle)
+            if failure:
+                return "row remapping failed"
+            if is_pending:
+                return "row remapping pending"
+        except Exception as exc:
+            log.debug("remapped rows unknown: %s", exc)
+        try:
+            status = nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)
+            enabled = self._const("NVML_FEATURE_ENABLED", NVML_FEATURE_ENABLED)
+            if int(status) == enabled:
+                return "retired pages pending"
+        except Exception as exc:
+            log.debug("retired pages pending status unknown: %s", exc)
         return None

@@ -4,7 +4,9 @@ Without this, a restarted plugin would start with every GPU healthy, publish unt
 and only re-taint a GPU whose probe still fails; a GPU tainted for an XID would silently come
 back. :func:`published_unhealthy` returns, per device, the reason and the time of the unhealthy
 taint found on the API server; :meth:`HealthMonitor.restore` starts those GPUs unhealthy, so
-they recover only through the usual consecutive healthy probes.
+they recover only through the usual consecutive healthy probes, or, for a fault that needs a
+GPU reset, not before the GPU was reset (:func:`node_boot_time` tells whether the node rebooted
+since).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 from api import names
 from sharegpu.kube.rest import KubeApiError, KubeRest
@@ -20,6 +23,23 @@ from sharegpu.kube.rest import KubeApiError, KubeRest
 log = logging.getLogger(__name__)
 
 SLICES_PATH = f"/apis/{names.RESOURCE_GROUP_VERSION}/resourceslices"
+#: The kernel's statistics; its ``btime`` line is the boot time (not namespaced in containers).
+PROC_STAT: Final = Path("/proc/stat")
+
+
+def node_boot_time(proc_stat: Path = PROC_STAT) -> float | None:
+    """When the node booted (Unix seconds, ``btime`` of ``/proc/stat``); None when unreadable."""
+    try:
+        lines = proc_stat.read_text().splitlines()
+    except OSError as exc:
+        log.warning("cannot read the boot time from %s: %s", proc_stat, exc)
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == "btime" and fields[1].isdigit():
+            return float(fields[1])
+    log.warning("no boot time (btime) in %s", proc_stat)
+    return None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,10 @@ Rules, for each GPU (keyed by UUID):
 - a fault (an event or a failed probe) makes a healthy GPU unhealthy at once, with the fault's
   reason; while unhealthy, further faults keep the first reason and restart the recovery count;
 - an unhealthy GPU becomes healthy again after ``required`` consecutive healthy probes;
+- a fault that needs a GPU reset (``needs_reset``) is sticky: healthy probes do not count
+  towards recovery, however many there are; only :meth:`HealthStateMachine.reset_done` (the GPU
+  was seen reset) turns it into an ordinary fault, which then recovers through ``required``
+  healthy probes. A later fault that needs a reset makes an unhealthy GPU sticky too;
 - flapping is damped: a GPU that fails again within ``flap_window`` seconds of its last recovery
   needs twice as many healthy probes as the previous time (up to ``recovery_probes *
   max_recovery_factor``); a failure after a quiet window starts again from ``recovery_probes``.
@@ -39,6 +43,8 @@ class GpuHealth:
     last_recovery: float | None = None
     #: Last time a probe or event confirmed the state (Unix seconds).
     checked: float = 0.0
+    #: The fault is cleared only by a GPU reset: healthy probes do not count.
+    needs_reset: bool = False
 
 
 class HealthStateMachine:
@@ -78,12 +84,19 @@ class HealthStateMachine:
         """All GPUs' health by UUID (a copy)."""
         return dict(self._gpus)
 
-    def fault(self, uuid: str, reason: str, now: float) -> bool:
-        """Record a fault; returns True when the GPU turned unhealthy. Unknown GPUs are ignored."""
+    def fault(self, uuid: str, reason: str, now: float, *, needs_reset: bool = False) -> bool:
+        """Record a fault; returns True when the GPU's health or reason changed (it turned
+        unhealthy, or an ordinary fault became one that needs a reset, whose reason then
+        replaces the first one). Unknown GPUs are ignored."""
         state = self._gpus.get(uuid)
         if state is None:
             return False
         if not state.healthy:
+            if needs_reset and not state.needs_reset:
+                self._gpus[uuid] = replace(
+                    state, reason=reason, healthy_probes=0, checked=now, needs_reset=True
+                )
+                return True
             self._gpus[uuid] = replace(state, healthy_probes=0, checked=now)
             return False
         flapping = state.last_recovery is not None and now - state.last_recovery < self.flap_window
@@ -96,8 +109,15 @@ class HealthStateMachine:
             healthy_probes=0,
             required=required,
             checked=now,
+            needs_reset=needs_reset,
         )
         return True
+
+    def reset_done(self, uuid: str, now: float) -> None:
+        """The GPU was seen reset: its sticky fault now recovers through healthy probes."""
+        state = self._gpus.get(uuid)
+        if state is not None and state.needs_reset:
+            self._gpus[uuid] = replace(state, needs_reset=False, healthy_probes=0, checked=now)
 
     def probe(self, uuid: str, error: str | None, now: float) -> bool:
         """Record a probe result (``error`` None = healthy); True when the health changed."""
@@ -106,7 +126,7 @@ class HealthStateMachine:
             return False
         if error is not None:
             return self.fault(uuid, error, now)
-        if state.healthy:
+        if state.healthy or state.needs_reset:
             self._gpus[uuid] = replace(state, checked=now)
             return False
         streak = state.healthy_probes + 1

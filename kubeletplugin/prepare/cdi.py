@@ -34,6 +34,14 @@ claim, or a device serves several requests) still gets every device node, mount 
 ``CUDA_MPS_*``) hold one request's values; such a workload should use one request per container.
 A device serving several requests (adminAccess) carries the devices common to all of them.
 
+A MIG device is the GPU its container sees: ``NVIDIA_VISIBLE_DEVICES`` and ``SHAREGPU_GPU_UUID``
+hold its MIG UUID, ``SHAREGPU_CORES``/``SHAREGPU_MEMORY`` its whole compute and memory, and the
+device variables ``SHAREGPU_MIG_PROFILE`` and ``SHAREGPU_MIG_PARENT_UUID`` say what it is. Its
+device nodes are the parent's ``/dev/nvidia<minor>``, the control nodes, and the two capability
+nodes of its GPU and compute instance (:mod:`kubeletplugin.devices.migcaps`); a MIG device whose
+capabilities the driver does not list fails the prepare, because without them the container
+could not use it.
+
 ``cdiVersion`` is the lowest version the content needs (:func:`minimum_cdi_version`), so runtimes
 with older CDI libraries accept the files.
 """
@@ -53,6 +61,7 @@ import yaml
 
 from api import names
 from kubeletplugin.containeredits import ContainerEdits, DeviceNode, cuda_order, given_together
+from kubeletplugin.devices.migcaps import MigCaps, cap_node_name
 from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
 from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.model import GpuInfo
@@ -88,6 +97,10 @@ ENV_GPU_UUIDS = "SHAREGPU_GPU_UUIDS"
 ENV_CORES_LIST = "SHAREGPU_CORES_LIST"
 #: ``SHAREGPU_MEMORY`` of each device in ``SHAREGPU_DEVICES`` (same order).
 ENV_MEMORY_LIST = "SHAREGPU_MEMORY_LIST"
+#: MIG profile (``1g.10gb``) of a MIG device; unset otherwise.
+ENV_MIG_PROFILE = "SHAREGPU_MIG_PROFILE"
+#: UUID of the physical GPU a MIG device lives on; unset otherwise.
+ENV_MIG_PARENT_UUID = "SHAREGPU_MIG_PARENT_UUID"
 
 #: Device nodes every container with a GPU needs besides ``nvidia<minor>``.
 CONTROL_DEVICE_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
@@ -236,6 +249,10 @@ class SpecDevice:
             env.append(f"{ENV_PARTITION}={r.partition}")
         if r.admin_access:
             env.append(f"{ENV_ADMIN_ACCESS}=true")
+        mig = self.gpu.mig
+        if mig is not None:
+            env.append(f"{ENV_MIG_PROFILE}={mig.profile}")
+            env.append(f"{ENV_MIG_PARENT_UUID}={mig.parent_uuid}")
         return tuple(env)
 
 
@@ -284,34 +301,46 @@ class NvidiaCdiDetector:
         self._cache: dict[Path, tuple[tuple[int, int], frozenset[str] | None]] = {}
         self._warned = False
 
-    def device_ids(self, gpu_uuid: str, gpu_index: int) -> tuple[str, ...]:
+    def device_ids(self, gpu_uuid: str, gpu_index: int | None) -> tuple[str, ...]:
         """``(<kind>=<uuid>,)`` or ``(<kind>=<index>,)`` if such a device exists on the host,
-        else ``()``."""
-        names_found: set[str] = set()
-        found_kind = False
+        else ``()``. ``gpu_index`` None looks for the UUID only (a MIG device, which the
+        toolkit names by UUID or ``<parent index>:<MIG index>``, never by the parent's index)."""
+        candidates = [gpu_uuid] + ([] if gpu_index is None else [str(gpu_index)])
         with self._lock:
-            files = self._spec_files()
-            for path in files:
-                devices = self._devices_of(path)
-                if devices is not None:
-                    found_kind = True
-                    names_found |= devices
-            # Forget files that are gone (transient claim specs come and go in /var/run/cdi).
-            for gone in self._cache.keys() - set(files):
-                del self._cache[gone]
-            for name in (gpu_uuid, str(gpu_index)):
+            found_kind, names_found = self._scan()
+            for name in candidates:
                 if name in names_found:
                     return (qualified_id(self.kind, name),)
             if found_kind and not self._warned:
                 self._warned = True
                 log.warning(
-                    "CDI spec of kind %s has no device named %s or %d; the driver libraries "
+                    "CDI spec of kind %s has no device named %s; the driver libraries "
                     "will not be injected",
                     self.kind,
-                    gpu_uuid,
-                    gpu_index,
+                    " or ".join(candidates),
                 )
         return ()
+
+    def spec_found(self) -> bool:
+        """True when a spec of this kind with at least one device is on the host now."""
+        with self._lock:
+            _found_kind, names_found = self._scan()
+        return bool(names_found)
+
+    def _scan(self) -> tuple[bool, set[str]]:
+        """(a spec of this kind exists, the device names of all such specs); call locked."""
+        names_found: set[str] = set()
+        found_kind = False
+        files = self._spec_files()
+        for path in files:
+            devices = self._devices_of(path)
+            if devices is not None:
+                found_kind = True
+                names_found |= devices
+        # Forget files that are gone (transient claim specs come and go in /var/run/cdi).
+        for gone in self._cache.keys() - set(files):
+            del self._cache[gone]
+        return found_kind, names_found
 
     def _spec_files(self) -> list[Path]:
         files: list[Path] = []
@@ -361,6 +390,8 @@ class CdiSpecWriter:
 
     ``dev_root``: where the GPU device nodes live on the host (``/dev`` with the NVML backend);
     ``None`` adds no device nodes (the mock backend). Absent nodes are skipped with a warning.
+    ``mig_caps``: where the capability minors of MIG devices are looked up (default
+    ``/proc``; used only with a ``dev_root``).
     """
 
     def __init__(
@@ -369,12 +400,14 @@ class CdiSpecWriter:
         driver_name: str,
         dev_root: Path | None = None,
         nvidia: NvidiaCdiDetector | None = None,
+        mig_caps: MigCaps | None = None,
     ) -> None:
         self.cdi_dir = cdi_dir
         self.driver_name = driver_name
         self.kind = names.cdi_kind(driver_name)
         self.dev_root = dev_root
         self.nvidia = nvidia
+        self.mig_caps = mig_caps if mig_caps is not None else MigCaps()
 
     def ensure_dir(self) -> None:
         """Create the CDI directory if needed and remove temporary files of interrupted writes."""
@@ -390,17 +423,34 @@ class CdiSpecWriter:
         return self.cdi_dir / spec_file_name(self.driver_name, claim_uid)
 
     def cdi_ids(self, name: str, gpu: GpuInfo | None) -> tuple[str, ...]:
-        """IDs to return to kubelet for CDI device ``name`` on ``gpu``: ours, plus the
-        toolkit's when available (``gpu`` None: a GPU the node no longer has)."""
-        ours = qualified_id(self.kind, name)
-        extra = self.nvidia.device_ids(gpu.uuid, gpu.index) if self.nvidia and gpu else ()
-        return (ours, *extra)
+        """IDs to return to kubelet for CDI device ``name`` on ``gpu``: the toolkit's when
+        available (``gpu`` None: a GPU the node no longer has), then ours, always last.
 
-    def _device_nodes(self, minor: int) -> tuple[DeviceNode, ...]:
+        Order matters: the CDI library collects the edits of the IDs in the order given (a
+        spec's top-level edits with its first device) and applies their ``env`` entries in that
+        order, a later entry replacing an earlier one of the same name. The toolkit's spec sets
+        ``NVIDIA_VISIBLE_DEVICES=void`` in its top-level edits (so its hook does not inject a
+        second time); with our ID last, our ``NVIDIA_VISIBLE_DEVICES`` (the claim's GPUs) wins."""
+        ours = qualified_id(self.kind, name)
+        extra = (
+            self.nvidia.device_ids(gpu.uuid, None if gpu.mig else gpu.index)
+            if self.nvidia and gpu
+            else ()
+        )
+        return (*extra, ours)
+
+    def _device_nodes(self, gpu: GpuInfo) -> tuple[DeviceNode, ...]:
+        """``/dev/nvidia<minor>`` of the (parent) GPU, the control nodes and, for a MIG device,
+        its two capability nodes (:class:`~kubeletplugin.devices.migcaps.MigCapsError` when the
+        driver does not list them)."""
         if self.dev_root is None:
             return ()
+        wanted = [f"nvidia{gpu.minor}", *CONTROL_DEVICE_NODES]
+        if gpu.mig is not None:
+            caps = self.mig_caps.minors(gpu.minor, gpu.mig.gpu_instance, gpu.mig.compute_instance)
+            wanted += [cap_node_name(minor) for minor in caps]
         nodes: list[DeviceNode] = []
-        for name in (f"nvidia{minor}", *CONTROL_DEVICE_NODES):
+        for name in wanted:
             host = self.dev_root / name
             if not host.exists():
                 log.warning("device node %s is absent on the host; not adding it", host)
@@ -420,7 +470,7 @@ class CdiSpecWriter:
                     "name": d.name,
                     "containerEdits": ContainerEdits(
                         env=d.env([devices[j] for j in together[i]]),
-                        device_nodes=self._device_nodes(d.gpu.minor),
+                        device_nodes=self._device_nodes(d.gpu),
                     )
                     .merged(d.extra_edits)
                     .to_json(),

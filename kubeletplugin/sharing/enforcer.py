@@ -11,21 +11,26 @@ claim:
    GPUs: strategies must coexist (MPS only with MPS, because MPS puts the GPU in
    EXCLUSIVE_PROCESS mode; TimeSlicing and Limits together; Exclusive with nothing) and the sum
    of granted cores and memory never exceeds the GPU's 100 cores and usable memory;
-4. node state is driven (MPS daemon started or adopted, time-slice interval set) and the edits
-   are returned: MPS client variables and pipe mounts, or the Limits library and its limits.
+4. node state is driven (MPS daemon started, adopted or restarted, its default limits set to the
+   largest MPS share on the GPU, time-slice interval set) and the edits are returned: MPS client
+   variables, pipe and shm mounts, or the Limits library and its limits.
 
 Allocations with adminAccess are neither counted nor enforced. ``release`` stops a GPU's MPS
 daemon after its last MPS share and restores its time-slice interval after its last holder; a
 failed stop is retried on every later call. ``export_state``/``restore`` carry daemons and
 intervals across plugin restarts; each claim's grants travel in its checkpoint record.
 
+MPS daemons run outside the plugin container (see :mod:`kubeletplugin.sharing.daemons`), so after
+a plugin restart ``restore`` adopts every daemon a prepared claim uses (never a second start, never
+a stop) and stops the daemons no prepared claim needs.
+
 A prepare interrupted after it drove the node but before its checkpoint record (and the exported
-state) was written leaves changes no checkpoint mentions. Both kinds leave a per-GPU mark on disk
-before the GPU is changed: a daemon's pipe directory (created before the compute mode is set, gone
-once a stop restored it) and a time-slice marker. ``restore`` undoes every marked GPU that no
-surviving claim uses that way: the daemon is stopped if it still runs and the compute mode set
-back (to ``DEFAULT`` when the checkpoint does not know the previous one), the interval set back
-to ``Default``.
+state) was written leaves changes no checkpoint mentions. Both kinds leave a per-GPU mark before
+the GPU is changed: a daemon's pipe directory (created before the compute mode is set, gone once a
+stop restored it) or its launcher's record (a pod), and a time-slice marker. ``restore`` undoes
+every marked GPU that no surviving claim uses that way: the daemon is stopped if it still runs
+and the compute mode set back (to ``DEFAULT`` when the checkpoint does not know the previous one),
+the interval set back to ``Default``.
 """
 
 from __future__ import annotations
@@ -57,10 +62,11 @@ from kubeletplugin.devices.slices import memory_policy_max
 from kubeletplugin.fsutil import child_path
 from kubeletplugin.model import base_request_names
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
+from kubeletplugin.sharing.daemons import DaemonLauncher, NoLauncher
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.sharing.limits import limits_edits
-from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, MpsManager
-from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
+from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, MPS_ERRORS, MpsManager
+from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import (
     DEFAULT_INTERVAL,
     TIMESLICE_VALUES,
@@ -144,12 +150,18 @@ class SharingEnforcer:
         data_dir: str | Path,
         *,
         driver_name: str,
+        launcher: DaemonLauncher,
         limits_library: str | None = None,
+        mps_root: str | Path | None = None,
     ) -> None:
+        """``launcher`` runs the MPS daemons; their host directories live under ``mps_root``
+        (default ``<data_dir>/mps``; keep it short: socket paths hold at most 107 bytes)."""
         self.runner = runner
         self.driver_name = driver_name
         self.limits_library = limits_library
-        self.mps = MpsManager(runner, data_dir)
+        self.mps = MpsManager(
+            runner, Path(data_dir) / "mps" if mps_root is None else Path(mps_root), launcher
+        )
         #: Parent of the per-claim lock directories of the Limits strategy (see limits.py).
         self.limits_lock_root = Path(data_dir) / "limits" / "vgpulock"
         self.timeslice = TimeSliceManager(runner, Path(data_dir) / "timeslice")
@@ -226,7 +238,8 @@ class SharingEnforcer:
         for uuid in sorted({g.gpu_uuid for _, g in all_grants if g.strategy == STRATEGY_MPS}):
             try:
                 self.mps.ensure_running(uuid, modes.pop(uuid, None))
-            except CommandError as exc:
+                self._set_mps_defaults(uuid, [])
+            except MPS_ERRORS as exc:
                 log.error("cannot resume the MPS daemon of GPU %s: %s", uuid, exc)
         for claim_uid, grant in all_grants:
             if grant.strategy == STRATEGY_TIME_SLICING and grant.interval is not None:
@@ -234,19 +247,17 @@ class SharingEnforcer:
                     self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
                 except (CommandError, TimeSliceConflict) as exc:
                     log.error("cannot resume time-slicing on GPU %s: %s", grant.gpu_uuid, exc)
-        # Daemons no claim needs: recorded in the checkpoint, or left in their pipe directories
-        # (checkpoint lost, or a prepare interrupted before its record): running or not, the
-        # GPU's compute mode may still be EXCLUSIVE_PROCESS.
+        # Daemons no claim needs: recorded in the checkpoint, or found through their pipe
+        # directories or their launcher (checkpoint lost, or a prepare interrupted before its
+        # record): running or not, the GPU's compute mode may still be EXCLUSIVE_PROCESS.
         mps_gpus = {g.gpu_uuid for _, g in all_grants if g.strategy == STRATEGY_MPS}
-        for uuid in self.mps.directories():
-            if uuid not in known:
-                log.warning("ignoring the MPS directory of %r: this node has no such GPU", uuid)
-            elif uuid not in mps_gpus and uuid not in modes:
+        for uuid in self.mps.leftovers(known):
+            if uuid not in mps_gpus and uuid not in modes:
                 modes[uuid] = DEFAULT_COMPUTE_MODE
         for uuid, mode in sorted(modes.items()):
             try:
                 self.mps.cleanup(uuid, mode)
-            except CommandError as exc:
+            except MPS_ERRORS as exc:
                 log.error("cannot stop the leftover MPS daemon of GPU %s: %s", uuid, exc)
         # Lock directories of claims that are not prepared any more (the checkpoint decides).
         with self._lock:
@@ -310,6 +321,12 @@ class SharingEnforcer:
                 "give them one config"
             )
         strategy = config.strategy or default_strategy(shared)
+        if share.gpu.mig is not None and strategy != STRATEGY_EXCLUSIVE:
+            raise ShareError(
+                f"{label}: MIG device {share.gpu.uuid} ({share.gpu.mig.profile}) supports only "
+                f"strategy {STRATEGY_EXCLUSIVE}, not {strategy}: a MIG device is already an "
+                "isolated slice of its GPU"
+            )
         limit_cores, limit_memory = _limits(config, share, label)
         if strategy == STRATEGY_LIMITS and not self.limits_library:
             raise ShareError(
@@ -404,19 +421,37 @@ class SharingEnforcer:
                 if uuid not in self.mps.running():
                     started.append(uuid)
                 self.mps.ensure_running(uuid)
+                self._set_mps_defaults(uuid, grants)
             for grant in grants:
                 if grant.strategy == STRATEGY_TIME_SLICING and grant.gpu_uuid not in acquired:
                     self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
                     acquired.append(grant.gpu_uuid)
-        except (CommandError, TimeSliceConflict, OSError) as exc:
+        except (*MPS_ERRORS, TimeSliceConflict) as exc:
             for uuid in acquired:
                 with contextlib.suppress(CommandError):
                     self.timeslice.release(uuid, claim_uid)
             for uuid in started:
                 if not self._mps_users(uuid, exclude=claim_uid):
-                    with contextlib.suppress(CommandError):
+                    with contextlib.suppress(*MPS_ERRORS):
                         self.mps.stop(uuid)
             raise ShareError(f"cannot enforce the share: {exc}") from None
+
+    def _set_mps_defaults(self, uuid: str, new_grants: Sequence[Grant]) -> None:
+        """Set GPU ``uuid``'s daemon defaults to the largest MPS limits a container on it gets
+        (of the recorded claims and ``new_grants``): a client that drops its own variables gets
+        at most that, never the whole GPU. Raises CommandError."""
+        with self._lock:
+            recorded = list(self._grants.values())
+        largest = [
+            limits
+            for gs in [*recorded, tuple(new_grants)]
+            for (_, gpu, strategy), limits in _group_limits(gs).items()
+            if gpu == uuid and strategy == STRATEGY_MPS
+        ]
+        if largest:
+            self.mps.set_default_limits(
+                uuid, max(c for c, _ in largest), max(m for _, m in largest)
+            )
 
     def _mps_users(self, uuid: str, exclude: str = "") -> list[str]:
         with self._lock:
@@ -433,8 +468,13 @@ class SharingEnforcer:
         if uuid in self.mps.running() and not self._mps_users(uuid):
             try:
                 self.mps.stop(uuid)
-            except CommandError as exc:
+            except MPS_ERRORS as exc:
                 problems.append(f"cannot stop the MPS daemon of GPU {uuid}: {exc}")
+        elif uuid in self.mps.running():
+            try:  # lower the defaults to what the remaining shares need
+                self._set_mps_defaults(uuid, [])
+            except CommandError as exc:
+                log.warning("cannot lower the MPS defaults of GPU %s: %s", uuid, exc)
         holders = self.timeslice.holders(uuid)
         if released_claim in holders or (uuid in self.timeslice.gpus() and not holders):
             try:
@@ -484,19 +524,14 @@ class SharingEnforcer:
         (``containeredits.visible_gpus``:
         the order of its ``NVIDIA_VISIBLE_DEVICES``, by PCI bus ID as
         ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` numbers them)."""
-        groups: dict[tuple[tuple[str, ...], str, str], list[Grant]] = defaultdict(list)
-        for grant in planned:
-            if grant is not None:
-                groups[(grant.requests, grant.gpu_uuid, grant.strategy)].append(grant)
+        limits = _group_limits([g for g in planned if g is not None])
         visible = visible_gpus([d.requests for d in devices], [d.gpu for d in devices])
         edits: list[ContainerEdits] = []
         for i, grant in enumerate(planned):
             if grant is None:
                 edits.append(ContainerEdits())
                 continue
-            group = groups[(grant.requests, grant.gpu_uuid, grant.strategy)]
-            cores = min(CORES_PER_GPU, sum(g.limit_cores for g in group))
-            memory = sum(g.limit_memory for g in group)
+            cores, memory = limits[(grant.requests, grant.gpu_uuid, grant.strategy)]
             if grant.strategy == STRATEGY_MPS:
                 edits.append(self.mps.container_edits(grant.gpu_uuid, cores, memory))
             elif grant.strategy == STRATEGY_LIMITS and self.limits_library:
@@ -512,6 +547,24 @@ class SharingEnforcer:
             else:
                 edits.append(ContainerEdits())
         return tuple(edits)
+
+
+def _group_limits(
+    grants: Sequence[Grant],
+) -> dict[tuple[tuple[str, ...], str, str], tuple[int, int]]:
+    """(cores, memory bytes) one container is limited to, per (requests, GPU, strategy): devices
+    of one request on one GPU are injected together, so their limits add up (cores at most the
+    GPU's)."""
+    groups: dict[tuple[tuple[str, ...], str, str], list[Grant]] = defaultdict(list)
+    for grant in grants:
+        groups[(grant.requests, grant.gpu_uuid, grant.strategy)].append(grant)
+    return {
+        key: (
+            min(CORES_PER_GPU, sum(g.limit_cores for g in group)),
+            sum(g.limit_memory for g in group),
+        )
+        for key, group in groups.items()
+    }
 
 
 def _limits(config: GpuConfig, share: DeviceShare, label: str) -> tuple[int, int]:
@@ -643,12 +696,29 @@ def build_enforcer(
     driver_name: str,
     driver_root: str = "/",
     limits_library: str | None = None,
+    mps_root: str | Path | None = None,
+    launcher: DaemonLauncher | None = None,
 ) -> SharingEnforcer:
-    """The enforcer for a plugin: real commands under ``driver_root`` with the NVML backend,
-    a FakeRunner over :class:`SimulatedNvidiaTools` with the mock backend."""
+    """The enforcer for a plugin: real commands under ``driver_root`` and MPS daemons run by
+    ``launcher`` (a :class:`~kubeletplugin.sharing.daemonpods.PodLauncher`; without one MPS
+    shares are refused) with the NVML backend; a FakeRunner over :class:`SimulatedNvidiaTools`
+    and its :class:`SimulatedLauncher` with the mock backend."""
     runner: Runner
     if device_backend == "mock":
-        runner = SimulatedNvidiaTools().install(FakeRunner())
+        sim = SimulatedNvidiaTools()
+        runner = sim.install(FakeRunner())
+        launcher = launcher or SimulatedLauncher(sim)
     else:
         runner = HostRunner(driver_root)
-    return SharingEnforcer(runner, data_dir, driver_name=driver_name, limits_library=limits_library)
+        launcher = launcher or NoLauncher(
+            "this node's plugin has no MPS daemon pod template (--mps-daemon-pod-template), "
+            "so it cannot run MPS daemons; use strategy TimeSlicing or Limits"
+        )
+    return SharingEnforcer(
+        runner,
+        data_dir,
+        driver_name=driver_name,
+        launcher=launcher,
+        limits_library=limits_library,
+        mps_root=mps_root,
+    )

@@ -1,18 +1,20 @@
-"""A simulation of ``nvidia-smi`` and ``nvidia-cuda-mps-control`` behind a FakeRunner.
+"""A simulation of ``nvidia-smi``, ``nvidia-cuda-mps-control`` and the daemon launcher.
 
 Used by the mock device backend and by tests: it keeps per-GPU compute modes and time-slice
-settings and per-pipe-directory MPS daemons, and writes and removes the daemon's pid file and
-control socket placeholder in the pipe directory as the real daemon does, so the plugin's adopt
-logic sees the same files. Only the commands the plugin issues are understood; anything else
-exits 2 with an error, like an unknown option.
+settings and per-pipe-directory MPS daemons with their default limits, and writes and removes the
+daemon's pid file and socket placeholders in the pipe directory as the real daemon does.
+:class:`SimulatedLauncher` stands in for the daemon pods. Only the commands the plugin issues are
+understood; anything else exits non-zero with an error, like an unknown option or command.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from kubeletplugin.runner import (
     MPS_CONTROL,
@@ -21,7 +23,11 @@ from kubeletplugin.runner import (
     FakeRunner,
     RecordedCall,
 )
-from kubeletplugin.sharing.mps import CONTROL_SOCKET, PID_FILE
+from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
+from kubeletplugin.sharing.mpspaths import DAEMON_SOCKETS
+
+#: The file ``nvidia-cuda-mps-control`` writes its pid to in the pipe directory.
+PID_FILE: Final = "nvidia-cuda-mps-control.pid"
 
 _MODE_DISPLAY = {
     "DEFAULT": "Default",
@@ -39,9 +45,11 @@ class SimulatedNvidiaTools:
     timeslices: dict[str, int] = field(default_factory=dict)
     #: Running daemons: pipe directory -> GPU UUID it was started for.
     daemons: dict[str, str] = field(default_factory=dict)
-    #: Pid written into pid files (a live process, so the plugin's liveness check passes).
+    #: Pid written into pid files, as the real daemon does (the plugin never reads it).
     daemon_pid: int = field(default_factory=os.getpid)
     daemons_started: int = 0
+    #: Defaults set with ``set_default_*``, by pipe directory.
+    default_limits: dict[str, dict[str, str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, runner: FakeRunner) -> FakeRunner:
@@ -53,9 +61,10 @@ class SimulatedNvidiaTools:
         return self.compute_modes.get(uuid, "DEFAULT")
 
     def kill_daemons(self) -> None:
-        """Make every daemon vanish without cleanup (a node-level crash of the daemons)."""
+        """Make every daemon die without cleanup (crashed, or a zombie: its files stay)."""
         with self._lock:
             self.daemons.clear()
+            self.default_limits.clear()
 
     def _nvidia_smi(self, call: RecordedCall) -> CommandResult:
         args = list(call.args)
@@ -77,33 +86,107 @@ class SimulatedNvidiaTools:
                 return CommandResult(call.argv, 0, _MODE_DISPLAY[self.mode(args[1])] + "\n")
         return CommandResult(call.argv, 2, "", f"invalid arguments {args}")
 
+    def start_daemon(self, pipe: str, uuid: str) -> bool:
+        """Start the daemon of ``pipe`` as ``nvidia-cuda-mps-control -f`` would: write its pid
+        file and socket placeholders. False (no daemon) when one runs there already or the GPU
+        is not in EXCLUSIVE_PROCESS (the real daemon starts anyway; the plugin must never rely
+        on that)."""
+        with self._lock:
+            if pipe in self.daemons or self.mode(uuid) != "EXCLUSIVE_PROCESS":
+                return False
+            self.daemons[pipe] = uuid
+            self.daemons_started += 1
+        directory = Path(pipe)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / PID_FILE).write_text(f"{self.daemon_pid}\n")
+        for name in DAEMON_SOCKETS:
+            (directory / name).touch()
+        return True
+
+    def end_daemon(self, pipe: str) -> None:
+        """The daemon of ``pipe`` exits and removes its files (after ``quit``, or killed)."""
+        with self._lock:
+            self.daemons.pop(pipe, None)
+            self.default_limits.pop(pipe, None)
+        for name in (PID_FILE, *DAEMON_SOCKETS):
+            (Path(pipe) / name).unlink(missing_ok=True)
+
     def _mps_control(self, call: RecordedCall) -> CommandResult:
         pipe = call.env.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-        uuid = call.env.get("CUDA_VISIBLE_DEVICES", "")
+        if call.args or call.stdin is None:
+            return CommandResult(call.argv, 2, "", f"invalid arguments {list(call.args)}")
         with self._lock:
-            running = pipe in self.daemons
-            if list(call.args) == ["-d"]:
-                if running:
-                    return CommandResult(call.argv, 1, "", "An instance of this daemon is running")
-                if self.mode(uuid) != "EXCLUSIVE_PROCESS":
-                    # The real daemon starts anyway; the plugin must never rely on that.
-                    return CommandResult(call.argv, 3, "", "GPU not in EXCLUSIVE_PROCESS mode")
-                self.daemons[pipe] = uuid
-                self.daemons_started += 1
-                Path(pipe).mkdir(parents=True, exist_ok=True)
-                (Path(pipe) / PID_FILE).write_text(f"{self.daemon_pid}\n")
-                (Path(pipe) / CONTROL_SOCKET).touch()
-                return CommandResult(call.argv, 0)
-            if call.args or call.stdin is None:
-                return CommandResult(call.argv, 2, "", f"invalid arguments {list(call.args)}")
-            if not running:
-                return CommandResult(call.argv, 1, "Cannot find MPS control daemon process\n")
-            command = call.stdin.strip()
-            if command == "get_server_list":
-                return CommandResult(call.argv, 0, "")
-            if command == "quit":
-                del self.daemons[pipe]
-                for name in (PID_FILE, CONTROL_SOCKET):
-                    (Path(pipe) / name).unlink(missing_ok=True)
-                return CommandResult(call.argv, 0)
-            return CommandResult(call.argv, 1, "", f"unknown command {command!r}")
+            uuid = self.daemons.get(pipe)
+        if uuid is None:
+            return CommandResult(call.argv, 1, "Cannot find MPS control daemon process\n")
+        words = call.stdin.split()
+        if words == ["get_server_list"]:
+            return CommandResult(call.argv, 0, "")
+        if words == ["quit"]:
+            self.end_daemon(pipe)
+            return CommandResult(call.argv, 0)
+        if (
+            len(words) == 2
+            and words[0] == "set_default_active_thread_percentage"
+            and words[1].isdigit()
+            and 1 <= int(words[1]) <= 100
+        ):
+            with self._lock:
+                self.default_limits.setdefault(pipe, {})["active_thread_percentage"] = words[1]
+            return CommandResult(call.argv, 0, f"{float(words[1]):.1f}\n")
+        if (
+            len(words) == 3
+            and words[0] == "set_default_device_pinned_mem_limit"
+            and words[1] == uuid
+            and re.fullmatch(r"[0-9]+M", words[2])
+        ):
+            with self._lock:
+                self.default_limits.setdefault(pipe, {})["pinned_mem_limit"] = words[2]
+            return CommandResult(call.argv, 0)
+        return CommandResult(call.argv, 1, "", f"unknown or invalid command {call.stdin.strip()!r}")
+
+
+class SimulatedLauncher:
+    """Daemon "pods" over :class:`SimulatedNvidiaTools`: :meth:`launch` creates a record and
+    starts the simulated daemon; a record whose daemon has ended (:meth:`SimulatedNvidiaTools.
+    kill_daemons`, ``quit``) is :attr:`DaemonPhase.FAILED` until removed, as a pod whose
+    container exited. Outlives the plugin objects that use it, as pods do."""
+
+    def __init__(self, tools: SimulatedNvidiaTools) -> None:
+        self.tools = tools
+        self.pods: dict[str, DaemonSpec] = {}
+        self.launches = 0
+        #: How many of the next removals fail (an API server that refuses the deletion).
+        self.failing_removals = 0
+        self._lock = threading.Lock()
+
+    def launch(self, spec: DaemonSpec) -> None:
+        with self._lock:
+            if spec.id in self.pods:
+                return
+            self.pods[spec.id] = spec
+            self.launches += 1
+        self.tools.start_daemon(str(spec.paths.pipe), spec.uuid)
+
+    def phase(self, spec: DaemonSpec) -> DaemonPhase:
+        with self._lock:
+            if spec.id not in self.pods:
+                return DaemonPhase.ABSENT
+        if str(spec.paths.pipe) in self.tools.daemons:
+            return DaemonPhase.RUNNING
+        return DaemonPhase.FAILED
+
+    def remove(self, spec: DaemonSpec) -> None:
+        with self._lock:
+            if self.failing_removals > 0:
+                self.failing_removals -= 1
+                raise DaemonError(f"cannot delete {self.describe(spec)}: simulated refusal")
+            self.pods.pop(spec.id, None)
+        self.tools.end_daemon(str(spec.paths.pipe))
+
+    def present(self) -> list[str]:
+        with self._lock:
+            return sorted(self.pods)
+
+    def describe(self, spec: DaemonSpec) -> str:
+        return f"simulated daemon {spec.id}"

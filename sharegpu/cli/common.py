@@ -7,27 +7,25 @@ Invariants:
   (1; 2 for usage errors). Nothing expected reaches the user as a traceback.
 - Manifests are plain dicts in their JSON shape, read by the one bounded loader,
   :mod:`sharegpu.cli.loading`.
+- Importing this module is cheap (``sharegpu --help`` imports it): the device backends and the
+  slice builders are imported by the functions that use them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from api import names
-from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
-from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MockBackend
-from kubeletplugin.devices.nvml import NvmlBackend
-from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
-from kubeletplugin.devices.table import node_devices
-from kubeletplugin.model import GpuInfo
 from sharegpu.cli.output import OUTPUT_FORMATS
-from sharegpu.kube import slicerules
+
+if TYPE_CHECKING:
+    from kubeletplugin.devices.backend import DeviceBackend
+    from kubeletplugin.model import GpuInfo
 
 Obj = dict[str, Any]
 
@@ -66,25 +64,44 @@ def add_output_flag(parser: argparse.ArgumentParser) -> None:
 # --- the driver's defaults ------------------------------------------------------------------
 
 
+#: The attribute only MIG devices have (the chart's gpu class leaves them out).
+PROFILE = names.ATTR_PROFILE
+
+
 def default_device_class(driver: str = names.DEFAULT_DRIVER_NAME) -> Obj:
-    """The DeviceClass the Helm chart installs: every device of the driver, named like it."""
+    """The DeviceClass the Helm chart installs: every device of the driver but MIG devices (which
+    have the attribute ``profile``), named like the driver."""
     return {
         "apiVersion": names.RESOURCE_GROUP_VERSION,
         "kind": "DeviceClass",
         "metadata": {"name": driver},
-        "spec": {"selectors": [{"cel": {"expression": f"device.driver == {driver!r}"}}]},
+        "spec": {
+            "selectors": [
+                {"cel": {"expression": f"device.driver == {driver!r}"}},
+                {
+                    "cel": {
+                        "expression": f"!({names.ATTR_PROFILE!r} in device.attributes[{driver!r}])"
+                    }
+                },
+            ]
+        },
     }
 
 
 def chart_device_class_names(driver: str = names.DEFAULT_DRIVER_NAME) -> tuple[str, ...]:
     """The names the Helm chart gives its DeviceClasses by default: the class of every device of
     the driver (:func:`default_device_class`, named like the driver) and the extended-resource
-    class ``extended.<driver>`` (``deviceClasses.*.name`` empty in the chart's values)."""
-    return (default_device_class(driver)["metadata"]["name"], f"extended.{driver}")
+    class ``extended.<driver>`` and the MIG class ``mig.<driver>`` (``deviceClasses.*.name``
+    empty in the chart's values)."""
+    return (default_device_class(driver)["metadata"]["name"], f"extended.{driver}", f"mig.{driver}")
 
 
 def default_node_name() -> str:
     """``$NODE_NAME``, else this host's name when it is a DNS subdomain, else a fixed name."""
+    import socket
+
+    from sharegpu.kube import slicerules
+
     for candidate in (os.environ.get("NODE_NAME", ""), socket.gethostname().lower()):
         if candidate and slicerules.is_dns_subdomain(candidate):
             return candidate
@@ -146,6 +163,9 @@ class LocalNode:
 
 def make_backend(args: argparse.Namespace, node_name: str) -> DeviceBackend:
     """The backend the node flags ask for; usage errors raise :class:`CliError` (code 2)."""
+    from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MockBackend
+    from kubeletplugin.devices.nvml import NvmlBackend
+
     backend = args.device_backend
     if backend is None:
         mock_asked = args.mock is not None or args.mock_config is not None
@@ -170,6 +190,12 @@ def local_node(args: argparse.Namespace) -> LocalNode:
 
     Slices get names (``<generateName>local``) so that allocation order is defined.
     """
+    from kubeletplugin.devices.backend import DiscoveryError
+    from kubeletplugin.devices.nvml import NvmlBackend
+    from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+    from kubeletplugin.devices.table import node_devices
+    from sharegpu.kube import slicerules
+
     node = args.node_name or default_node_name()
     if not slicerules.is_dns_subdomain(node):
         raise CliError(f"--node-name {node!r}: must be a DNS subdomain", EXIT_USAGE)

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from api import names
+from api.gpu import SHARE_USAGE_KIND
 from controller.reconcile import reconcile
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
@@ -16,6 +18,7 @@ from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import allocate_many
 from sharegpu.cli import main
 from sharegpu.cli.common import default_device_class
+from sharegpu.cli.status import usage_rows
 from sharegpu.local.apiserver import KubeAPIServer, default_resources
 
 DRIVER = names.DEFAULT_DRIVER_NAME
@@ -58,15 +61,23 @@ def share_claim(name: str, cores: str, memory: str) -> Obj:
     }
 
 
-@pytest.fixture
-def gpu_objects(apiserver: KubeAPIServer) -> list[Obj]:
-    """GPU objects of two nodes, as the controller's reconcile makes them, stored."""
-    slices = node_slices("node-a", 2) + node_slices("node-b", 1)
-    claims = [share_claim("small", "30", "10Gi"), share_claim("large", "50", "20Gi")]
-    outcomes = allocate_many(claims, slices, [default_device_class()], node="node-a")
-    for c, outcome in zip(claims, outcomes, strict=True):
-        assert outcome.allocation is not None
-        c["status"] = {"allocation": outcome.allocation}
+def measured(claim: Obj, **data: Any) -> None:
+    """Record ``data`` as the node plugin's usage of each of the claim's allocated devices."""
+    results = claim["status"]["allocation"]["devices"]["results"]
+    claim["status"]["devices"] = [
+        {
+            "driver": r["driver"],
+            "pool": r["pool"],
+            "device": r["device"],
+            "shareID": r["shareID"],
+            "data": {"apiVersion": names.GROUP_VERSION, "kind": SHARE_USAGE_KIND, **data},
+        }
+        for r in results
+    ]
+
+
+def store(apiserver: KubeAPIServer, slices: list[Obj], claims: list[Obj]) -> list[Obj]:
+    """The GPU objects reconcile makes of ``slices`` and ``claims``, stored with their status."""
     objects = [g.manifest() for g in reconcile(slices, claims, [], DRIVER).values()]
     for obj in objects:
         status = obj.pop("status")
@@ -74,6 +85,47 @@ def gpu_objects(apiserver: KubeAPIServer) -> list[Obj]:
         created["status"] = status
         apiserver.store.update_status(names.GPU_PLURAL, created)
     return objects
+
+
+def allocated_claims(slices: list[Obj], *claims: Obj) -> list[Obj]:
+    """``claims`` allocated on node-a, with their allocation in their status."""
+    outcomes = allocate_many(list(claims), slices, [default_device_class()], node="node-a")
+    for c, outcome in zip(claims, outcomes, strict=True):
+        assert outcome.allocation is not None
+        c["status"] = {"allocation": outcome.allocation}
+    return list(claims)
+
+
+@pytest.fixture
+def gpu_objects(apiserver: KubeAPIServer) -> list[Obj]:
+    """GPU objects of two nodes, as the controller's reconcile makes them, stored."""
+    slices = node_slices("node-a", 2) + node_slices("node-b", 1)
+    claims = allocated_claims(
+        slices, share_claim("small", "30", "10Gi"), share_claim("large", "50", "20Gi")
+    )
+    return store(apiserver, slices, claims)
+
+
+@pytest.fixture
+def measured_objects(apiserver: KubeAPIServer) -> list[Obj]:
+    """As :func:`gpu_objects`, with usage measured for two of three claims: ``large`` within
+    its reservation, ``small`` over it in memory and compute."""
+    slices = node_slices("node-a", 2) + node_slices("node-b", 1)
+    small, large, idle = allocated_claims(
+        slices,
+        share_claim("small", "30", "10Gi"),
+        share_claim("large", "50", "20Gi"),
+        share_claim("idle", "10", "5Gi"),
+    )
+    measured(
+        small,
+        usedMemory="12Gi",
+        smUtilization=55,
+        processes=2,
+        overcommitted=["memory", "compute"],
+    )
+    measured(large, usedMemory="5368709120", processes=1)
+    return store(apiserver, slices, [small, large, idle])
 
 
 def test_status_rows(
@@ -106,6 +158,7 @@ def test_status_rows(
         "MEMORY",
         "CLAIMS",
         "PODS",
+        "OVERCOMMITTED",
     ]
     assert lines[2].split()[:2] == ["node-b", "0"]
     assert "Healthy" in lines[2] and "0/100" in lines[2]
@@ -127,3 +180,125 @@ def test_status_bad_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["status", "--kubeconfig", str(tmp_path / "none")]) == 1
     err = capsys.readouterr().err
     assert "does not exist" in err and "Traceback" not in err
+
+
+def test_status_lists_measured_allocations_and_the_overcommitted_condition(
+    apiserver: KubeAPIServer,
+    measured_objects: list[Obj],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    assert main(["status", "--kubeconfig", kubeconfig, "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    usage = [{k: v for k, v in row.items() if k != "usage"} for row in report["usage"]]
+    shares = {
+        a["claimName"]: a["shareID"]
+        for o in report["objects"]
+        for a in o["status"].get("allocations", [])
+    }
+    assert len(report["objects"]) == len(measured_objects)
+    assert usage == [
+        {
+            "NODE": "node-a",
+            "GPU": "0",
+            "CLAIM": "ml/large",
+            "SHARE": shares["large"],
+            "MEMORY": "5Gi/20Gi",
+            "SM": "-/50%",
+            "PROCESSES": "1",
+            "OVERCOMMITTED": "-",
+        },
+        {
+            "NODE": "node-a",
+            "GPU": "0",
+            "CLAIM": "ml/small",
+            "SHARE": shares["small"],
+            "MEMORY": "12Gi/10Gi",
+            "SM": "55%/30%",
+            "PROCESSES": "2",
+            "OVERCOMMITTED": "memory,compute",
+        },
+    ]
+    assert report["usage"][1]["usage"]["usedMemory"] == "12Gi"
+    # The idle claim shares GPU 0 but was not measured: no row.
+    assert "ml/idle" in report["gpus"][0]["CLAIMS"]
+    conditions = [(r["NODE"], r["GPU"], r["OVERCOMMITTED"]) for r in report["gpus"]]
+    assert conditions == [("node-a", "0", "True"), ("node-a", "1", "-"), ("node-b", "0", "-")]
+    condition = report["gpus"][0]["overcommitted"]
+    assert condition["type"] == "Overcommitted" and condition["status"] == "True"
+    assert "ml/small (compute, memory)" in condition["message"]
+    assert "ml/large" not in condition["message"]
+
+    assert main(["status", "--kubeconfig", kubeconfig, "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["usage"] == report["usage"]
+
+    assert main(["status", "--kubeconfig", kubeconfig, "-o", "text"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "3 GPU(s) in the cluster"
+    assert lines[1].split()[-1] == "OVERCOMMITTED" and lines[2].split()[-1] == "True"
+    start = lines.index("2 measured allocation(s)")
+    assert lines[start + 1].split() == [
+        "NODE",
+        "GPU",
+        "CLAIM",
+        "SHARE",
+        "MEMORY",
+        "SM",
+        "PROCESSES",
+        "OVERCOMMITTED",
+    ]
+    assert lines[start + 3].split() == [
+        "node-a",
+        "0",
+        "ml/small",
+        shares["small"],
+        "12Gi/10Gi",
+        "55%/30%",
+        "2",
+        "memory,compute",
+    ]
+
+
+def test_status_without_measurements_has_an_empty_usage_table(
+    apiserver: KubeAPIServer,
+    gpu_objects: list[Obj],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    assert main(["status", "--kubeconfig", kubeconfig, "-o", "text"]) == 0
+    out = capsys.readouterr().out
+    assert "0 measured allocation(s)\n  (none)" in out
+    assert main(["status", "--kubeconfig", kubeconfig, "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["usage"] == []
+    assert {r["OVERCOMMITTED"] for r in report["gpus"]} == {"-"}
+
+
+def test_usage_rows_read_malformed_usage_as_unknown() -> None:
+    obj: Obj = {
+        "spec": {"node": "n", "index": 0},
+        "status": {
+            "allocations": [
+                {
+                    "claimNamespace": "a",
+                    "claimName": "b",
+                    "device": "gpu-0",
+                    "memory": "x",
+                    "cores": "many",
+                    "usage": {"usedMemory": ["1"], "smUtilization": True},
+                },
+                {"claimNamespace": "a", "claimName": "c", "usage": None},
+                "not an allocation",
+            ]
+        },
+    }
+    [row] = usage_rows([obj])
+    assert (row["CLAIM"], row["SHARE"], row["MEMORY"], row["SM"], row["PROCESSES"]) == (
+        "a/b",
+        "gpu-0",
+        "?/?",
+        "-/-",
+        "?",
+    )

@@ -361,8 +361,12 @@ def test_chart_class_names_are_the_charts_defaults() -> None:
     """The names the CLI knows match the chart's DeviceClass templates."""
     template = (REPO_ROOT / "deploy/helm/sharegpu/templates/deviceclasses.yaml").read_text()
     defaults = re.findall(r"name: \{\{ default (.+?) \$\w+\.name \}\}", template)
-    assert defaults == [".Values.driverName", '(printf "extended.%s" .Values.driverName)']
-    assert chart_device_class_names(DRIVER) == (DRIVER, f"extended.{DRIVER}")
+    assert defaults == [
+        ".Values.driverName",
+        '(printf "extended.%s" .Values.driverName)',
+        '(printf "mig.%s" .Values.driverName)',
+    ]
+    assert chart_device_class_names(DRIVER) == (DRIVER, f"extended.{DRIVER}", f"mig.{DRIVER}")
 
 
 def test_near_miss_rules() -> None:

@@ -73,3 +73,13 @@ def helm_binary() -> str | None:
 def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run helm with ``args``; the caller checks the return code and output."""
     return subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def render_chart(
+    helm: str, *extra: str, release: str = "sharegpu", namespace: str = "gpu-operators"
+) -> list[dict[str, Any]]:
+    """The chart's documents rendered by ``helm template`` with ``extra`` arguments (``--set``,
+    ``--set-json``, ...); the test fails with helm's error when it does not render."""
+    result = run_helm(helm, "template", release, str(CHART_DIR), "--namespace", namespace, *extra)
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return load_documents(result.stdout)

@@ -12,6 +12,7 @@ GPUs (H100 80GB), per sharing mode, to show that each selects what its README sa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -24,7 +25,7 @@ import pytest
 
 from api.gpuconfig import GpuConfigError, parse_gpu_config
 from api.names import DEFAULT_DRIVER_NAME
-from kubeletplugin.devices.mock import default_gpu, gpu_from_entry
+from kubeletplugin.devices.mock import default_gpu, gpu_from_entry, mig_devices_from_entries
 from kubeletplugin.devices.slices import (
     consumable_device,
     desired_slices,
@@ -58,6 +59,8 @@ REQUIRED_EXAMPLES = {
     "admin-device-classes",
     "vllm-inference",
     "training-job",
+    "mig-static",
+    "gpu-quota",
 }
 
 
@@ -399,3 +402,35 @@ def test_vllm_replicas_and_training_shares_fit_two_on_a_gpu() -> None:
         outcomes = allocate_many(pair, node_slices("consumable"), [GPU_CLASS], node=NODE)
         devices = [r["device"] for outcome in outcomes for r in results(outcome)]
         assert devices == ["gpu-0", "gpu-0"], claim["metadata"]["name"]
+
+
+def mig_node_slices(mode: str) -> list[dict[str, Any]]:
+    """The slices of a node whose GPU 0 holds two 1g.10gb and one 3g.40gb MIG device."""
+    parent = dataclasses.replace(default_gpu(NODE, 0, 2), mig_mode="Enabled")
+    entries = [
+        {"profile": "1g.10gb", "gpuInstance": 9},
+        {"profile": "1g.10gb", "gpuInstance": 10},
+        {"profile": "3g.40gb", "gpuInstance": 2},
+    ]
+    migs = mig_devices_from_entries(NODE, parent, entries, "MIG test node")
+    gpus = [dataclasses.replace(parent, mig_devices=migs), default_gpu(NODE, 1, 2)]
+    objects = resource_slice_objects(
+        desired_slices(node_devices(gpus, mode)), DEFAULT_DRIVER_NAME, NODE, None, 1
+    )
+    for obj in objects:
+        obj["metadata"]["name"] = obj["metadata"]["generateName"] + "x"
+    return objects
+
+
+@pytest.mark.parametrize("mode", ["consumable", "partitions", "exclusive"])
+def test_mig_example_takes_the_1g_10gb_mig_devices_one_claim_each(mode: str) -> None:
+    (claim,) = example_claims("mig-static")
+    claims = [{**claim, "metadata": {**claim["metadata"], "name": f"mig-{i}"}} for i in range(3)]
+    first, second, third = allocate_many(
+        claims, mig_node_slices(mode), example_classes("mig-static"), node=NODE
+    )
+    assert [r["device"] for o in (first, second) for r in results(o)] == [
+        "gpu-0-mig-9-0",
+        "gpu-0-mig-10-0",
+    ]
+    assert third.allocation is None, "two 1g.10gb MIG devices, never shared"

@@ -38,6 +38,10 @@ class NVMLError_Unknown(NVMLError):
     pass
 
 
+class NVMLError_NotFound(NVMLError):
+    pass
+
+
 def h100(index: int) -> dict[str, Any]:
     """A fake H100 as NVML would describe it."""
     return {
@@ -53,6 +57,47 @@ def h100(index: int) -> dict[str, Any]:
         "numa": index // 4,
         "mig": (0, 0),
     }
+
+
+#: What NVML reports for MIG devices of an H100 80GB: (profile, memorySizeMB, multiprocessors,
+#: GPU instance slices, compute instance slices).
+H100_MIG_PROFILES = {
+    "1g.10gb": (9856, 16, 1, 1),
+    "3g.40gb": (40192, 60, 3, 3),
+    "1c.3g.40gb": (40192, 16, 3, 1),
+    "7g.80gb": (80896, 132, 7, 7),
+}
+
+
+def h100_mig(parent: int, profile: str, gi: int, ci: int = 0) -> dict[str, Any]:
+    """A fake MIG device of fake H100 ``parent`` (a handle as NVML would describe it)."""
+    memory_mb, sms, gi_slices, ci_slices = H100_MIG_PROFILES[profile]
+    return {
+        "uuid": f"MIG-{parent:08x}-{gi:04x}-{ci:04x}-0000-000000000000",
+        "gi": gi,
+        "ci": ci,
+        "total": memory_mb * 1024 * 1024,
+        "reserved": 0,
+        "attributes": types.SimpleNamespace(
+            multiprocessorCount=sms,
+            sharedCopyEngineCount=1,
+            sharedDecoderCount=1,
+            sharedEncoderCount=0,
+            sharedJpegCount=1,
+            sharedOfaCount=0,
+            gpuInstanceSliceCount=gi_slices,
+            computeInstanceSliceCount=ci_slices,
+            memorySizeMB=memory_mb,
+        ),
+    }
+
+
+def mig_h100(index: int, *migs: dict[str, Any], slots: int = 7) -> dict[str, Any]:
+    """A fake H100 in MIG mode whose MIG device slots hold ``migs`` (the rest are empty)."""
+    gpu = h100(index)
+    gpu["mig"] = (1, 1)
+    gpu["migSlots"] = [*migs, *[None] * (slots - len(migs))]
+    return gpu
 
 
 @dataclass
@@ -78,6 +123,7 @@ class FakeNvml:
             NVMLError_FunctionNotFound,
             NVMLError_NotSupported,
             NVMLError_Unknown,
+            NVMLError_NotFound,
         ):
             setattr(mod, cls.__name__, cls)
         mod.NVML_DEVICE_MIG_ENABLE = 1  # type: ignore[attr-defined]
@@ -101,6 +147,11 @@ class FakeNvml:
             "nvmlDeviceGetMemoryInfo": self._memory,
             "nvmlDeviceGetNumaNodeId": lambda h: h["numa"],
             "nvmlDeviceGetMigMode": lambda h: h["mig"],
+            "nvmlDeviceGetMaxMigDeviceCount": lambda h: len(h.get("migSlots", [])),
+            "nvmlDeviceGetMigDeviceHandleByIndex": self._mig_handle,
+            "nvmlDeviceGetGpuInstanceId": lambda h: h["gi"],
+            "nvmlDeviceGetComputeInstanceId": lambda h: h["ci"],
+            "nvmlDeviceGetAttributes": lambda h: h["attributes"],
         }
         for fn_name, fn in functions.items():
             if fn_name not in self.missing:
@@ -111,11 +162,21 @@ class FakeNvml:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(fn_name)
             fault = self.faults.get(fn_name)
+            if fault is None and args and isinstance(args[0], dict):
+                # Per-GPU faults: a GPU dict may carry {"faults": {function name: exception}}.
+                fault = args[0].get("faults", {}).get(fn_name)
             if fault is not None:
                 raise fault
             return fn(*args, **kwargs)
 
         return call
+
+    @staticmethod
+    def _mig_handle(handle: dict[str, Any], slot: int) -> dict[str, Any]:
+        found: dict[str, Any] | None = handle.get("migSlots", [])[slot]
+        if found is None:
+            raise NVMLError_NotFound(6)
+        return found
 
     def _memory(self, handle: dict[str, Any], version: int | None = None) -> Any:
         if version is None:

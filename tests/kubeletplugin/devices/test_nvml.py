@@ -224,3 +224,98 @@ def test_cuda_version_string() -> None:
 
 def test_pcie_root_absent(tmp_path: Path) -> None:
     assert pcie_root_from_sysfs(tmp_path, "0000:3b:00.0") is None
+
+
+# --- one failing GPU does not hide the others ------------------------------------------------
+
+
+def test_a_gpu_with_an_nvml_error_is_left_out_with_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = h100(1)
+    broken["faults"] = {"nvmlDeviceGetMemoryInfo": NVMLError_Unknown(15)}
+    fake = FakeNvml([h100(0), broken, h100(2)])
+    with caplog.at_level("WARNING", logger="kubeletplugin.devices.nvml"):
+        gpus = discover(fake)
+    assert [g.index for g in gpus] == [0, 2]
+    assert [g.uuid for g in gpus] == [h100(0)["uuid"], h100(2)["uuid"]]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert lines[0].startswith("GPU 1 left out")
+    assert "NVML error code 15" in lines[0] and "nvmlDeviceGetMemoryInfo" in lines[0]
+    assert fake.calls[-1] == "nvmlShutdown"
+
+
+def test_a_gpu_whose_handle_cannot_be_had_is_left_out() -> None:
+    fake = FakeNvml([h100(0), h100(1)])
+    module = fake.module()
+    real = module.nvmlDeviceGetHandleByIndex
+
+    def handle(index: int) -> object:
+        if index == 0:
+            raise NVMLError_Unknown(15)
+        return real(index)
+
+    module.nvmlDeviceGetHandleByIndex = handle  # type: ignore[attr-defined]
+    gpus = NvmlBackend(nvml=module, sysfs_root=Path("/nonexistent")).discover()
+    assert [g.index for g in gpus] == [1]
+
+
+def test_no_working_gpu_is_one_line_naming_the_count_and_the_error() -> None:
+    gpus = [h100(0), h100(1)]
+    for gpu in gpus:
+        gpu["faults"] = {"nvmlDeviceGetUUID": NVMLError_Unknown(15)}
+    fake = FakeNvml(gpus)
+    with pytest.raises(DiscoveryError) as info:
+        discover(fake)
+    message = str(info.value)
+    assert "2 GPU(s) but none could be read" in message
+    assert "UUID of GPU 0 (nvmlDeviceGetUUID): NVML error code 15" in message
+    assert "\n" not in message
+    assert fake.calls[-1] == "nvmlShutdown"
+
+
+def test_a_malformed_bus_id_leaves_only_that_gpu_out() -> None:
+    bad = h100(0)
+    bad["busId"] = "garbage"
+    gpus = discover(FakeNvml([bad, h100(1)]))
+    assert [g.index for g in gpus] == [1]
+
+
+# --- NUMA node: sysfs first, NVML as fallback ------------------------------------------------
+
+
+def test_sysfs_numa_node_wins_over_nvml(tmp_path: Path) -> None:
+    """On Grace systems NVML reports the GPU memory's node; sysfs has the attachment node."""
+    gpu = h100(0)
+    gpu["numa"] = 4
+    sysfs = make_sysfs(tmp_path, "0000:1b:00.0", "pci0000:00", "1")
+    (info,) = discover(FakeNvml([gpu]), sysfs)
+    assert info.numa_node == 1
+
+
+def test_sysfs_minus_one_means_no_node_even_when_nvml_has_one(tmp_path: Path) -> None:
+    gpu = h100(0)
+    gpu["numa"] = 4
+    sysfs = make_sysfs(tmp_path, "0000:1b:00.0", "pci0000:00", "-1")
+    fake = FakeNvml([gpu])
+    (info,) = discover(fake, sysfs)
+    assert info.numa_node is None
+    assert "nvmlDeviceGetNumaNodeId" not in fake.calls
+
+
+def test_nvml_numa_node_is_the_fallback_without_sysfs(tmp_path: Path) -> None:
+    gpu = h100(0)
+    gpu["numa"] = 4
+    # The device exists in sysfs but has no numa_node file (kernel without NUMA support).
+    sysfs = make_sysfs(tmp_path, "0000:1b:00.0", "pci0000:00", None)
+    (info,) = discover(FakeNvml([gpu]), sysfs)
+    assert info.numa_node == 4
+
+
+def test_sysfs_numa_lookup_uses_the_lower_case_four_digit_domain_form(tmp_path: Path) -> None:
+    gpu = h100(0)
+    gpu.update(busId="00000000:AB:00.0", numa=0)
+    sysfs = make_sysfs(tmp_path, "0000:ab:00.0", "pci0000:a0", "3")
+    (info,) = discover(FakeNvml([gpu]), sysfs)
+    assert (info.numa_node, info.pcie_root) == (3, "pci0000:a0")

@@ -47,6 +47,12 @@ class FakeEventNvml:
         self.supported = supported
         self.events: queue.Queue[tuple[str | None, int, int]] = queue.Queue()
         self.lost: set[str] = set()
+        #: UUID -> (isPending, failureOccurred) of nvmlDeviceGetRemappedRows
+        self.remap: dict[str, tuple[bool, bool]] = {}
+        #: UUIDs whose retired pages are pending
+        self.pages_pending: set[str] = set()
+        #: When False the GPU does not support the two queries above (NOT_SUPPORTED)
+        self.reset_queries = True
         self.registered: dict[str, int] = {}
         self.calls: list[str] = []
         self.waits = 0
@@ -77,6 +83,8 @@ class FakeEventNvml:
             "nvmlEventSetWait": self._wait,
             "nvmlDeviceGetUUID": self._uuid,
             "nvmlDeviceGetMemoryInfo": self._memory,
+            "nvmlDeviceGetRemappedRows": self._remapped_rows,
+            "nvmlDeviceGetRetiredPagesPendingStatus": self._pages_pending,
         }
         for name, fn in functions.items():
             setattr(mod, name, self._recorded(name, fn))
@@ -135,6 +143,20 @@ class FakeEventNvml:
         if handle["uuid"] in self.lost:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
         return types.SimpleNamespace(total=1, free=1, used=0)
+
+    def _remapped_rows(self, handle: dict[str, str]) -> tuple[int, int, int, int]:
+        _unsupported_unless(self.reset_queries)
+        pending, failed = self.remap.get(handle["uuid"], (False, False))
+        return (0, 1 if pending or failed else 0, int(pending), int(failed))
+
+    def _pages_pending(self, handle: dict[str, str]) -> int:
+        _unsupported_unless(self.reset_queries)
+        return 1 if handle["uuid"] in self.pages_pending else 0
+
+
+def _unsupported_unless(flag: bool) -> None:
+    if not flag:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
 
 class RecordingTaints:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from typing import Any
 
 import pytest
 
@@ -150,7 +151,10 @@ def test_ignored_xid_from_nvml_leaves_the_gpu_healthy_and_a_critical_one_taints_
         wait_for(lambda: bool(taints.calls), what="a taint")
         wait_for(lambda: fake.events.empty(), what="all events consumed")
         assert taints.calls == [{"gpu-1": taints.calls[0]["gpu-1"]}]
-        assert taints.calls[0]["gpu-1"][0]["value"] == "XID-79-GPU-has-fallen-off-the-bus"
+        assert (
+            taints.calls[0]["gpu-1"][0]["value"]
+            == "reset-required-XID-79-GPU-has-fallen-off-the-bus"
+        )
     finally:
         mon.stop()
 
@@ -171,3 +175,63 @@ def test_real_pynvml_without_the_library_fails_every_probe_with_the_cause() -> N
     reason = checker.probe(g[0])
     checker.stop()
     assert reason is not None and reason.startswith("NVML unavailable: ")
+
+
+@pytest.mark.parametrize(
+    ("setup", "detail"),
+    [
+        (lambda f, u: f.remap.__setitem__(u, (True, False)), "row remapping pending"),
+        (lambda f, u: f.remap.__setitem__(u, (False, True)), "row remapping failed"),
+        (lambda f, u: f.pages_pending.add(u), "retired pages pending"),
+    ],
+)
+def test_probe_reports_conditions_that_need_a_reset(setup: Any, detail: str) -> None:
+    g = gpus(2)
+    fake = FakeEventNvml([x.uuid for x in g])
+    setup(fake, g[1].uuid)
+    checker, events = started(fake)
+    try:
+        assert checker.probe(g[0]) is None
+        assert events.q.empty()
+        assert checker.probe(g[1]) is None
+        assert events.next() == HealthEvent(g[1].uuid, EventKind.RESET_REQUIRED, detail=detail)
+    finally:
+        checker.stop()
+
+
+def test_unsupported_reset_queries_are_no_fault() -> None:
+    g = gpus(1)
+    fake = FakeEventNvml([g[0].uuid])
+    fake.reset_queries = False
+    checker, events = started(fake, 1)
+    try:
+        assert checker.probe(g[0]) is None
+        assert events.q.empty()
+    finally:
+        checker.stop()
+
+
+def test_pending_row_remap_keeps_the_taint_through_the_monitor() -> None:
+    g = gpus(2)
+    fake = FakeEventNvml([x.uuid for x in g])
+    fake.remap[g[0].uuid] = (True, False)
+    taints = RecordingTaints()
+    monitor = HealthMonitor(
+        NvmlHealthChecker(fake.module(), wait_timeout_ms=50),
+        names.DEFAULT_DRIVER_NAME,
+        "n1",
+        node_devices(g, names.SHARING_MODE_EXCLUSIVE),
+        HealthSettings(probe_interval=3600, recovery_probes=1),
+        taints=taints,
+    )
+    monitor.start()
+    try:
+        monitor.probe_all()
+        assert taints.calls[-1]["gpu-0"][0]["value"] == "reset-required-row-remapping-pending"
+        del fake.remap[g[0].uuid]  # a pending remap does not go away without a reset ...
+        for _ in range(5):
+            monitor.probe_all()
+        # ... and healthy probes do not remove the taint of a reset-required fault.
+        assert list(taints.calls[-1]) == ["gpu-0"]
+    finally:
+        monitor.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,10 +14,12 @@ from kubeletplugin.health.events import (
     EventKind,
     HealthEvent,
     event_reason,
+    is_reset_reason,
+    needs_reset,
     parse_xid_list,
 )
 from kubeletplugin.health.monitor import HealthMonitor
-from kubeletplugin.health.restore import PublishedFault, unhealthy_from_slices
+from kubeletplugin.health.restore import PublishedFault, node_boot_time, unhealthy_from_slices
 from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.health.state import HealthStateMachine
 from kubeletplugin.health.taints import taint_value, unhealthy_taint
@@ -51,13 +54,18 @@ def test_application_xids_are_not_faults(xid: int) -> None:
 def test_hardware_events_are_faults_with_reasons() -> None:
     ignored = DEFAULT_IGNORED_XIDS
     assert event_reason(HealthEvent("u", EventKind.XID, xid=79), ignored) == (
-        "XID 79: GPU has fallen off the bus"
+        "reset required: XID 79: GPU has fallen off the bus"
+    )
+    assert event_reason(HealthEvent("u", EventKind.XID, xid=92), ignored) == (
+        "XID 92: high single-bit ECC error rate"
     )
     assert event_reason(HealthEvent("u", EventKind.XID, xid=999), ignored) == "XID 999"
     assert event_reason(HealthEvent("u", EventKind.DOUBLE_BIT_ECC), ignored) == (
-        "double-bit ECC error"
+        "reset required: double-bit ECC error"
     )
-    assert event_reason(HealthEvent("u", EventKind.GPU_LOST), ignored) == "GPU lost"
+    assert event_reason(HealthEvent("u", EventKind.GPU_LOST), ignored) == (
+        "reset required: GPU lost"
+    )
     assert event_reason(HealthEvent("u", EventKind.FAULT, detail="boom"), ignored) == "boom"
 
 
@@ -248,7 +256,10 @@ def test_xid_taints_the_gpu_and_marks_all_its_partitions_on_the_stream() -> None
         assert taints.calls[-1] == {
             "gpu-1": [
                 unhealthy_taint(
-                    DRIVER, "XID 79: GPU has fallen off the bus", clock.now, "NoSchedule"
+                    DRIVER,
+                    "reset required: XID 79: GPU has fallen off the bus",
+                    clock.now,
+                    "NoSchedule",
                 )
             ]
         }
@@ -260,7 +271,7 @@ def test_xid_taints_the_gpu_and_marks_all_its_partitions_on_the_stream() -> None
             n for n in node_devices(gpus(2), names.SHARING_MODE_PARTITIONS).names_by_gpu()[uuid1]
         }
         assert {d.message for d in latest if d.health == Health.UNHEALTHY} == {
-            "XID 79: GPU has fallen off the bus"
+            "reset required: XID 79: GPU has fallen off the bus"
         }
     finally:
         m.stop()
@@ -420,3 +431,121 @@ def test_restore_keeps_the_published_taint_unchanged_until_recovery() -> None:
     assert len(taints.calls) == 1
     m.probe_all()
     assert taints.calls[-1] == {}
+
+
+# --- faults that need a GPU reset ------------------------------------------------------------
+
+RESET_XIDS = (48, 63, 64, 74, 79, 94, 95, 119, 120, 154)
+
+
+@pytest.mark.parametrize("xid", RESET_XIDS)
+def test_reset_xids_need_a_reset(xid: int) -> None:
+    event = HealthEvent("u", EventKind.XID, xid=xid)
+    assert needs_reset(event)
+    reason = event_reason(event, DEFAULT_IGNORED_XIDS)
+    assert reason is not None and is_reset_reason(reason)
+    assert is_reset_reason(taint_value(reason))
+
+
+@pytest.mark.parametrize("xid", [13, 31, 62, 92, 999])
+def test_other_xids_do_not_need_a_reset(xid: int) -> None:
+    event = HealthEvent("u", EventKind.XID, xid=xid)
+    assert not needs_reset(event)
+    reason = event_reason(event, frozenset())
+    assert reason is not None and not is_reset_reason(reason)
+
+
+def test_pending_remap_and_lost_gpu_need_a_reset() -> None:
+    for kind in (EventKind.RESET_REQUIRED, EventKind.DOUBLE_BIT_ECC, EventKind.GPU_LOST):
+        assert needs_reset(HealthEvent("u", kind, detail="row remapping pending"))
+    assert not needs_reset(HealthEvent("u", EventKind.FAULT, detail="boom"))
+    reason = event_reason(
+        HealthEvent("u", EventKind.RESET_REQUIRED, detail="row remapping pending"), ()
+    )
+    assert reason == "reset required: row remapping pending"
+
+
+def test_the_reset_marker_survives_the_cut_to_a_taint_value() -> None:
+    reason = "reset required: " + "a very long description of an XID " * 5
+    value = taint_value(reason)
+    assert len(value) == 63 and is_reset_reason(value)
+
+
+def test_a_reset_fault_never_recovers_through_probes() -> None:
+    m = machine(recovery=2)
+    assert m.fault("a", "reset required: XID 79", T0, needs_reset=True)
+    assert not any(m.probe("a", None, T0 + i) for i in range(1, 1000))
+    assert m.get("a").healthy is False and m.get("a").needs_reset
+    m.reset_done("a", T0 + 1000)
+    assert [m.probe("a", None, T0 + 1000 + i) for i in (1, 2)] == [False, True]
+    assert m.get("a").healthy and not m.get("a").needs_reset
+
+
+def test_a_reset_fault_on_an_unhealthy_gpu_makes_it_sticky_with_the_new_reason() -> None:
+    m = machine(recovery=2)
+    m.probe("a", "NVML query failed", T0)
+    assert m.fault("a", "reset required: XID 48", T0 + 1, needs_reset=True) is True
+    assert (m.get("a").reason, m.get("a").needs_reset) == ("reset required: XID 48", True)
+    assert m.fault("a", "reset required: XID 79", T0 + 2, needs_reset=True) is False
+    assert not any(m.probe("a", None, T0 + 2 + i) for i in range(1, 10))
+
+
+def test_monitor_keeps_the_taint_of_a_reset_xid_across_any_number_of_probes() -> None:
+    m, _, taints, stream, clock = monitor(recovery_probes=1)
+    uuid = gpus(2)[0].uuid
+    m.handle_event(HealthEvent(uuid, EventKind.XID, xid=94))
+    assert list(taints.calls[-1]) == ["gpu-0"]
+    for _ in range(50):
+        clock.advance(5)
+        m.probe_all()
+    assert len(taints.calls) == 1
+    assert not m.gpu_health()[uuid].healthy
+    assert stream.lists[-1][0].health == Health.UNHEALTHY
+
+
+def test_probe_failures_still_recover_by_themselves() -> None:
+    m, checker, taints, _, clock = monitor(recovery_probes=2)
+    uuid = gpus(2)[0].uuid
+    checker.errors[uuid] = "NVML query failed: Unknown Error"
+    m.probe_all()
+    del checker.errors[uuid]
+    for _ in range(2):
+        clock.advance(5)
+        m.probe_all()
+    assert taints.calls[-1] == {}
+
+
+def published_reset_fault(since: float) -> dict[str, PublishedFault]:
+    value = taint_value("reset required: XID 79: GPU has fallen off the bus")
+    return {"gpu-1": PublishedFault(value, since)}
+
+
+def test_a_restored_reset_taint_stays_when_the_node_did_not_reboot() -> None:
+    m, _, taints, _, clock = monitor(recovery_probes=1)
+    m.restore(published_reset_fault(T0 - 3600), booted_at=T0 - 7200)
+    for _ in range(20):
+        clock.advance(5)
+        m.probe_all()
+    assert list(taints.calls[-1]) == ["gpu-1"]
+    assert m.gpu_health()[gpus(2)[1].uuid].needs_reset
+
+
+def test_a_restored_reset_taint_recovers_after_a_reboot() -> None:
+    m, _, taints, _, clock = monitor(recovery_probes=2)
+    m.restore(published_reset_fault(T0 - 3600), booted_at=T0 - 600)
+    assert list(taints.calls[-1]) == ["gpu-1"]
+    clock.advance(5)
+    m.probe_all()
+    assert list(taints.calls[-1]) == ["gpu-1"]
+    clock.advance(5)
+    m.probe_all()
+    assert taints.calls[-1] == {}
+
+
+def test_node_boot_time(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 2 3\nbtime 1764000000\nprocesses 9\n")
+    assert node_boot_time(stat) == 1764000000.0
+    stat.write_text("cpu  1 2 3\n")
+    assert node_boot_time(stat) is None
+    assert node_boot_time(tmp_path / "absent") is None

@@ -93,7 +93,7 @@ def test_two_shares_on_one_gpu_list_the_gpu_once(tmp_path: Path) -> None:
         assert sorted(env["SHAREGPU_CORES_LIST"].split(",")) == ["20", "30"]
         # One MPS daemon, one client view: the request's shares add up, on device 0.
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
-        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=12288M"
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}=12288M"
 
 
 def test_a_container_naming_one_request_sees_only_that_requests_gpus(tmp_path: Path) -> None:

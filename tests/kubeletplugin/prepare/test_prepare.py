@@ -15,6 +15,7 @@ from kubeletplugin.containeredits import ContainerEdits, Mount
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector
+from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE
 from kubeletplugin.prepare.state import KeyedLocks
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from tests.kubeletplugin.prepare.helpers import (
@@ -212,13 +213,13 @@ def test_repeated_prepare_is_idempotent_without_side_effects(node: Node) -> None
     first = state.prepare([ref(c)])
     (path,) = node.spec_files()
     mtime = path.stat().st_mtime_ns
-    ckpt = (node.data_dir / "checkpoint.json").stat().st_mtime_ns
+    ckpt = (node.data_dir / CHECKPOINT_FILE).stat().st_mtime_ns
     gets = claims.gets
     for _ in range(3):
         assert state.prepare([ref(c)]) == first
     assert claims.gets == gets
     assert path.stat().st_mtime_ns == mtime
-    assert (node.data_dir / "checkpoint.json").stat().st_mtime_ns == ckpt
+    assert (node.data_dir / CHECKPOINT_FILE).stat().st_mtime_ns == ckpt
     # A restarted plugin answers the same from its checkpoint.
     assert node.state(claims).prepare([ref(c)]) == first
 
@@ -401,7 +402,7 @@ def test_nvidia_toolkit_spec_adds_its_device_id(node: Node, tmp_path: Path) -> N
     detector = NvidiaCdiDetector(names.NVIDIA_CTK_CDI_KIND, [etc, tmp_path / "absent"])
     out = node.state(claims, nvidia=detector).prepare([ref(c)])[c["metadata"]["uid"]]
     uid = c["metadata"]["uid"]
-    assert out.devices[0].cdi_device_ids == (f"{KIND}={uid}-gpu-1", f"nvidia.com/gpu={gpu.uuid}")
+    assert out.devices[0].cdi_device_ids == (f"nvidia.com/gpu={gpu.uuid}", f"{KIND}={uid}-gpu-1")
 
 
 def test_nvidia_toolkit_spec_with_index_names_and_without_the_gpu(tmp_path: Path) -> None:

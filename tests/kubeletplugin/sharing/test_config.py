@@ -52,3 +52,50 @@ def test_relative_paths_are_refused(flag: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(["--node-name", "n1", flag, "lib/x.so"], environ={})
     assert str(info.value) == f"{flag} 'lib/x.so': must be an absolute path"
+
+
+@pytest.mark.parametrize("flag", ["--mps-root", "--mps-daemon-pod-template"])
+def test_relative_mps_paths_are_refused(flag: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(["--node-name", "n1", "--namespace", "ns", flag, "run/mps"], environ={})
+    assert str(info.value) == f"{flag} 'run/mps': must be an absolute path"
+
+
+def test_mps_flags_and_the_namespace_from_the_downward_api() -> None:
+    config = parse_config(
+        [
+            "--node-name",
+            "n1",
+            "--mps-root",
+            "/run/sharegpu/mps",
+            "--mps-daemon-pod-template",
+            "/etc/sharegpu/mps/daemon-pod.yaml",
+        ],
+        environ={"POD_NAMESPACE": "gpu-system"},
+    )
+    assert config.mps_root == Path("/run/sharegpu/mps")
+    assert config.mps_daemon_pod_template == Path("/etc/sharegpu/mps/daemon-pod.yaml")
+    assert config.namespace == "gpu-system"
+
+
+def test_a_daemon_pod_template_needs_a_namespace() -> None:
+    with pytest.raises(ConfigError, match=r"--mps-daemon-pod-template needs --namespace"):
+        parse_config(["--node-name", "n1", "--mps-daemon-pod-template", "/t.yaml"], environ={})
+
+
+def test_without_a_launcher_real_gpus_refuse_mps_shares_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    from api.gpuconfig import DriverConfigs
+    from kubeletplugin.sharing.enforcement import DeviceShare, ShareError
+    from kubeletplugin.sharing.enforcer import build_enforcer
+    from tests.kubeletplugin.prepare import helpers as h
+
+    fake = FakeRunner()
+    enforcer = build_enforcer("nvml", tmp_path, driver_name=h.DRIVER, mps_root=tmp_path / "m")
+    enforcer.runner = enforcer.mps.runner = fake  # no NVIDIA tools here
+    fake.on("nvidia-smi", "-i", stdout="Default\n")
+    share = DeviceShare(h.gpus()[0], "gpu-0", ("gpu",), 30, 2**30, share_id="s-1")
+    with pytest.raises(ShareError, match="no MPS daemon pod template"):
+        enforcer.apply("claim-a", [share], DriverConfigs())
+    assert enforcer.mps.root == tmp_path / "m"

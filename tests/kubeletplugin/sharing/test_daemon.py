@@ -9,7 +9,8 @@ from pathlib import Path
 
 from kubeletplugin.config import parse_config
 from kubeletplugin.main import build_plugin
-from kubeletplugin.sharing.mps import PID_FILE
+from kubeletplugin.sharing.mpspaths import short_id
+from kubeletplugin.sharing.simulator import PID_FILE
 from sharegpu.local.apiserver import KubeAPIServer
 from sharegpu.local.kubelet import KubeletSim
 from tests.kubeletplugin.kubelet.helpers import socket_dirs
@@ -57,11 +58,12 @@ def test_daemon_enforces_a_30_core_10gi_share(apiserver: KubeAPIServer) -> None:
                 cdi_schema().validate(spec)
                 env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
                 assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
-                assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+                assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{plugin.gpus[1].uuid}=10240M"
                 gpu_uuid = plugin.gpus[1].uuid
                 assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"/run/sharegpu/mps/{gpu_uuid}/pipe"
-                # The simulated daemon writes its pid file where the real one does.
-                pid_file = dirs.data / "mps" / gpu_uuid / "pipe" / PID_FILE
+                # The simulated daemon writes its pid file where the real one does: in the GPU's
+                # host directory, named by its short id.
+                pid_file = dirs.data / "mps" / short_id(gpu_uuid) / "pipe" / PID_FILE
                 assert pid_file.exists()
                 assert kplugin.unprepare([ref(obj)]) == {uid: ""}
                 assert not pid_file.exists()

@@ -12,6 +12,7 @@ from api import names
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.devices.slices import partition_share
 from kubeletplugin.sharing.enforcement import DeviceShare
+from kubeletplugin.sharing.mpspaths import short_id
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import (
     GI,
@@ -20,6 +21,7 @@ from tests.kubeletplugin.sharing.helpers import (
     claim_env,
     claim_mounts,
     gpu_config,
+    query_compute_mode,
 )
 
 
@@ -43,28 +45,43 @@ def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Pat
     uuid = h.gpus()[0].uuid
     [env] = claim_env(node, c["metadata"]["uid"])
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}=10240M"
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"/run/sharegpu/mps/{uuid}/pipe"
-    assert env["CUDA_MPS_LOG_DIRECTORY"] == f"/run/sharegpu/mps/{uuid}/log"
+    # Clients never get the daemon's log directory.
+    assert "CUDA_MPS_LOG_DIRECTORY" not in env
     assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
     [mounts] = claim_mounts(node, c["metadata"]["uid"])
-    assert [m["hostPath"] for m in mounts] == [
-        str(node.data_dir / "mps" / uuid / "pipe"),
-        str(node.data_dir / "mps" / uuid / "log"),
+    host = node.data_dir / "mps" / short_id(uuid)
+    assert [(m["hostPath"], m["containerPath"]) for m in mounts] == [
+        (str(host / "pipe"), f"/run/sharegpu/mps/{uuid}/pipe"),
+        ("/dev/null", f"/run/sharegpu/mps/{uuid}/pipe/control_privileged"),
+        (str(host / "shm"), "/dev/shm"),
     ]
     assert tools.fake.argvs() == [
-        ("nvidia-smi", "-i", uuid, "--query-gpu=compute_mode", "--format=csv,noheader"),
+        query_compute_mode(uuid),
         ("nvidia-smi", "-i", uuid, "-c", "EXCLUSIVE_PROCESS"),
-        ("nvidia-cuda-mps-control", "-d"),
-        ("nvidia-cuda-mps-control",),  # get_server_list: the daemon answers
+        ("nvidia-cuda-mps-control",),  # get_server_list: the launched daemon answers
+        ("nvidia-cuda-mps-control",),  # set_default_active_thread_percentage 30
+        ("nvidia-cuda-mps-control",),  # set_default_device_pinned_mem_limit <uuid> 10240M
     ]
-    assert node.checkpoint()["sharing"]["mps"] == {uuid: {"previousComputeMode": "DEFAULT"}}
+    assert tools.sim.default_limits[str(host / "pipe")] == {
+        "active_thread_percentage": "30",
+        "pinned_mem_limit": "10240M",
+    }
+    assert node.checkpoint()["sharing"]["mps"] == {
+        uuid: {
+            "previousComputeMode": "DEFAULT",
+            "shortId": short_id(uuid),
+            "daemon": f"simulated daemon {short_id(uuid)}",
+        }
+    }
     tools.fake.clear()
     assert state.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
     assert tools.fake.argvs() == [
         ("nvidia-cuda-mps-control",),
         ("nvidia-smi", "-i", uuid, "-c", "DEFAULT"),
     ]
+    assert tools.pods.present() == []
     assert tools.sim.daemons == {} and node.spec_files() == []
 
 
@@ -111,14 +128,15 @@ def test_partition_device_is_enforced_as_its_counters(tmp_path: Path) -> None:
     claims.add(c, q)
     assert prepare(state, c) == "" and prepare(state, q) == ""
     gpu = h.gpus()[2]
+    uuid = gpu.uuid
     _, half_memory = partition_share(gpu, "half")
     _, quarter_memory = partition_share(gpu, "quarter")
     [env] = claim_env(node, c["metadata"]["uid"])
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={half_memory // 2**20}M"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}={half_memory // 2**20}M"
     [env_q] = claim_env(node, q["metadata"]["uid"])
     assert env_q["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert env_q["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={quarter_memory // 2**20}M"
+    assert env_q["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}={quarter_memory // 2**20}M"
 
 
 def test_mps_overrides_below_the_share(tmp_path: Path) -> None:
@@ -133,7 +151,7 @@ def test_mps_overrides_below_the_share(tmp_path: Path) -> None:
     assert prepare(state, c) == ""
     [env] = claim_env(node, c["metadata"]["uid"])
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "20"
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5120M"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{h.gpus()[0].uuid}=5120M"
 
 
 def test_overrides_above_the_share_are_per_claim_errors(tmp_path: Path) -> None:
@@ -249,9 +267,12 @@ def test_time_slicing_whole_gpu_set_and_restored(tmp_path: Path) -> None:
     claims.add(c)
     assert prepare(state, c) == ""
     uuid = h.gpus()[6].uuid
-    assert tools.fake.argvs() == [("nvidia-smi", "compute-policy", "-i", uuid, "--set-timeslice=2")]
+    assert tools.fake.argvs() == [
+        query_compute_mode(uuid),
+        ("nvidia-smi", "compute-policy", "-i", uuid, "--set-timeslice=2"),
+    ]
     state.unprepare([h.ref(c)])
-    assert tools.fake.argvs()[1:] == [
+    assert tools.fake.argvs()[2:] == [
         ("nvidia-smi", "compute-policy", "-i", uuid, "--set-timeslice=0")
     ]
 
@@ -342,8 +363,13 @@ def test_daemons_are_adopted_after_a_plugin_restart(tmp_path: Path) -> None:
     assert prepare(state, c) == ""
     tools.fake.clear()
     restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
-    assert tools.fake.argvs() == [("nvidia-cuda-mps-control",)]  # get_server_list
-    assert tools.sim.daemons_started == 1
+    # get_server_list answers: adopted; then its defaults are set again (the same values)
+    assert [c.stdin for c in tools.fake.calls] == [
+        "get_server_list\n",
+        "set_default_active_thread_percentage 30\n",
+        f"set_default_device_pinned_mem_limit {h.gpus()[0].uuid} 10240M\n",
+    ]
+    assert tools.sim.daemons_started == 1 and tools.pods.launches == 1
     assert restarted.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
     assert tools.sim.daemons == {} and tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
 
@@ -379,9 +405,9 @@ def test_restart_after_the_last_claim_left_mid_release_stops_the_daemon(tmp_path
     c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
     claims.add(c)
     assert prepare(state, c) == ""
-    tools.fake.on("nvidia-cuda-mps-control", stdin="quit\n", returncode=1, once=True)
+    tools.pods.failing_removals = 1
     error = state.unprepare([h.ref(c)])[c["metadata"]["uid"]].error
-    assert "cannot stop the MPS daemon" in error
+    assert "cannot stop the MPS daemon" in error and "simulated refusal" in error
     # The plugin restarts; the claim is still recorded (unprepare failed) and kubelet retries.
     restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
     assert restarted.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
@@ -470,34 +496,34 @@ def test_a_daemon_that_died_while_the_plugin_runs_is_started_again_for_the_next_
     tmp_path: Path,
 ) -> None:
     # Without a daemon, a CUDA client that cannot reach MPS runs without it: no limits. A new
-    # share on the GPU must not be handed out attached to a dead daemon.
-    import subprocess
-    import sys
-
-    from kubeletplugin.sharing.mps import PID_FILE
-
+    # share on the GPU must not be handed out attached to a dead daemon. A daemon whose process
+    # died but whose pod is still there (exited, crash-looping, a zombie) is dead.
     node, claims, tools, state = setup(tmp_path)
     first = h.claim("a", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
     second = h.claim("b", [h.result("gpu", "gpu-0", share={"cores": 20, "memory": 5 * GI})])
     live = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 10, "memory": 2 * GI})])
     claims.add(first, second, live)
     assert prepare(state, first) == "" and tools.sim.daemons_started == 1
-    # While the daemon lives, attaching another share runs no command at all.
+    # While the daemon lives, attaching another share only checks it and sets its defaults.
     tools.fake.clear()
-    assert prepare(state, live) == "" and tools.fake.argvs() == []
+    assert prepare(state, live) == ""
+    assert [c.stdin.split()[0] for c in tools.fake.calls if c.stdin] == [
+        "get_server_list",
+        "set_default_active_thread_percentage",
+        "set_default_device_pinned_mem_limit",
+    ]
+    assert tools.sim.daemons_started == 1
     assert state.unprepare([h.ref(live)])[live["metadata"]["uid"]].error == ""
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
     uuid = h.gpus()[0].uuid
     tools.sim.kill_daemons()
-    (node.data_dir / "mps" / uuid / "pipe" / PID_FILE).write_text(gone.stdout)
+    assert tools.pods.present() == [short_id(uuid)]  # the pod is still there
     assert prepare(state, second) == ""
     assert tools.sim.daemons_started == 2 and len(tools.sim.daemons) == 1
+    assert tools.pods.launches == 2
     assert tools.sim.mode(uuid) == "EXCLUSIVE_PROCESS"
+    # The new daemon got the defaults of the largest share on the GPU again.
+    pipe = str(node.data_dir / "mps" / short_id(uuid) / "pipe")
+    assert tools.sim.default_limits[pipe]["active_thread_percentage"] == "30"
     outcomes = state.unprepare([h.ref(first), h.ref(second)])
     assert [o.error for o in outcomes.values()] == ["", ""]
     assert tools.sim.daemons == {} and tools.sim.mode(uuid) == "DEFAULT"

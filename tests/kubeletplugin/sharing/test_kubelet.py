@@ -59,7 +59,7 @@ def run_shares(dirs: Dirs, shares: list[tuple[int, int]], version: str) -> None:
             assert device.share_id == (expected_share_id if version.startswith("v1.") else None)
             [env] = claim_env(node, uid)
             assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(cores)
-            assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory * 1024}M"
+            assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}={memory * 1024}M"
             assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"/run/sharegpu/mps/{uuid}/pipe"
         limits = {
             claim_env(node, o["metadata"]["uid"])[0]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from api.gpuconfig import DriverConfigs, decode_driver_configs
-from kubeletplugin.prepare.checkpoint import STATE_STARTED
+from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE, STATE_STARTED
 from kubeletplugin.runner import CommandResult, RecordedCall
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.sharing.enforcer import SharingEnforcer
-from kubeletplugin.sharing.mps import CONTROL_SOCKET, PID_FILE
+from kubeletplugin.sharing.mpspaths import short_id
 from kubeletplugin.sharing.timeslice import TimeSliceManager
 from tests.kubeletplugin.prepare import helpers as h
-from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config
+from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config, query_compute_mode
 
 TIME_SLICING_LONG = gpu_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})
 
@@ -71,7 +71,7 @@ def crash_during_prepare(
     """Prepare ``survivors``, then ``obj``, and leave the node as a crash right after enforcing
     ``obj`` would: the checkpoint from that moment, no spec file of ``obj``."""
     uid = obj["metadata"]["uid"]
-    checkpoint = node.data_dir / "checkpoint.json"
+    checkpoint = node.data_dir / CHECKPOINT_FILE
     enforcer = CrashAfterApply(tools.enforcer(node.data_dir), checkpoint, uid)
     state = node.state(claims, enforcer=enforcer)
     claims.add(*survivors, obj)
@@ -138,6 +138,7 @@ def test_a_gpu_a_surviving_time_slicing_claim_holds_keeps_its_interval(tmp_path:
     assert set(restarted.prepared_claims()) == {survivor["metadata"]["uid"]}
     # The survivor's interval is applied again; only the GPU nobody holds goes back to Default.
     assert tools.fake.argvs() == [
+        query_compute_mode(shared),
         ("nvidia-smi", "compute-policy", "-i", shared, "--set-timeslice=3"),
         ("nvidia-smi", "compute-policy", "-i", alone, "--set-timeslice=0"),
     ]
@@ -157,33 +158,31 @@ def test_a_gpu_a_surviving_time_slicing_claim_holds_keeps_its_interval(tmp_path:
 def test_a_compute_mode_changed_for_an_interrupted_prepare_is_restored(
     tmp_path: Path, daemon: str
 ) -> None:
-    # "never-started": the plugin died between setting EXCLUSIVE_PROCESS and starting the
-    # daemon; "dead": the daemon died with the plugin (same container).
+    # "never-started": the plugin died between setting EXCLUSIVE_PROCESS and launching the
+    # daemon pod; "dead": the daemon pod is there but its daemon died.
     node, claims, tools = h.Node(tmp_path), h.FakeClaims(), Tools.new()
     uuid = h.gpus()[0].uuid
     c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
     crash_during_prepare(node, claims, tools, c)
     assert node.checkpoint()["sharing"]["mps"] == {}  # no record of the daemon
-    pipe = node.data_dir / "mps" / uuid / "pipe"
+    pipe = node.data_dir / "mps" / short_id(uuid) / "pipe"
     if daemon != "running":
         tools.sim.kill_daemons()
     if daemon == "never-started":
-        (pipe / PID_FILE).unlink()
-        (pipe / CONTROL_SOCKET).unlink()
+        tools.pods.pods.clear()
     tools.fake.clear()
 
     restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
     assert c["metadata"]["uid"] not in restarted.prepared_claims()
-    probes = {
-        # quit stops it, and it is gone
-        "running": [("nvidia-cuda-mps-control",)],
-        # quit fails, get_server_list confirms nothing answers
-        "dead": [("nvidia-cuda-mps-control",), ("nvidia-cuda-mps-control",)],
-        # quit fails; no pid file or socket, so nothing else to ask
-        "never-started": [("nvidia-cuda-mps-control",)],
-    }[daemon]
     query = ("nvidia-smi", "-i", uuid, "--query-gpu=compute_mode", "--format=csv,noheader")
-    assert tools.fake.argvs() == [query, *probes, ("nvidia-smi", "-i", uuid, "-c", "DEFAULT")]
+    # quit (answered by a running daemon only), the pod removed, the mode restored
+    assert tools.fake.argvs() == [
+        query,
+        ("nvidia-cuda-mps-control",),
+        ("nvidia-smi", "-i", uuid, "-c", "DEFAULT"),
+    ]
+    assert tools.fake.calls[1].stdin == "quit\n"
+    assert tools.pods.present() == []
     assert tools.sim.mode(uuid) == "DEFAULT" and tools.sim.daemons == {}
     assert not pipe.exists()
     # A prepare that never set an interval leaves no time-slice marker behind.
@@ -228,4 +227,6 @@ def test_an_interval_whose_marker_cannot_be_written_is_not_set(tmp_path: Path) -
     config = decode_driver_configs([TIME_SLICING_LONG], h.DRIVER)
     with pytest.raises(ShareError, match="cannot enforce the share"):
         enforcer.apply("claim-a", [share], config)
-    assert tools.fake.argvs() == [] and enforcer.timeslice.gpus() == []
+    # Only the read-only compute-mode query ran: no interval and no mode was set.
+    assert tools.fake.argvs() == [query_compute_mode(gpu.uuid)]
+    assert enforcer.timeslice.gpus() == []

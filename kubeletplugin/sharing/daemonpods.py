@@ -1,0 +1,289 @@
+"""MPS control daemons as pods: one pod per shared GPU, created by the plugin through the API.
+
+A daemon pod is no part of the plugin's DaemonSet, so it survives a plugin container restart, an
+OOM kill of the plugin and a DaemonSet rollout; kubelet reaps and restarts its process
+(``restartPolicy: Always``, ``tini`` as PID 1), and the plugin reads its state from the pod's
+status, never from a pid.
+
+The chart renders the node-independent part as a Pod manifest (image, driver files, security
+context, priority class, tolerations, readiness probe); :func:`daemon_pod` adds what depends on
+the GPU and the node:
+
+- the name ``<template name>-<short id>`` in the plugin's namespace, and labels naming the GPU
+  (:data:`LABEL_GPU`) and the node (:data:`LABEL_NODE`, a hash: node names may be longer than a
+  label value), which :meth:`PodLauncher.present` selects on;
+- a required node affinity on ``metadata.name`` (what the DaemonSet controller uses), so the pod
+  runs on this node and nowhere else;
+- the GPU's host directories: ``pipe`` and ``log`` at their host paths (the plugin reaches the
+  same sockets at the same paths), ``shm`` at ``/dev/shm``; and the daemon's environment.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import yaml
+
+from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
+from kubeletplugin.sharing.mpspaths import short_id
+from sharegpu.kube.rest import KubeApiError, KubeRest
+
+log = logging.getLogger(__name__)
+
+#: The container of the template that runs ``nvidia-cuda-mps-control -f``.
+DAEMON_CONTAINER: Final = "mps-control-daemon"
+LABEL_GPU: Final = "mps.sharegpu.dev/gpu"
+LABEL_NODE: Final = "mps.sharegpu.dev/node"
+ANNOTATION_UUID: Final = "mps.sharegpu.dev/gpu-uuid"
+ANNOTATION_NODE: Final = "mps.sharegpu.dev/node-name"
+#: A pod name is a DNS label here (at most 63 characters), so the template name leaves room
+#: for ``-<short id>``.
+MAX_TEMPLATE_NAME: Final = 63 - 9
+#: Seconds :meth:`PodLauncher.remove` waits for a deleted pod to be gone.
+REMOVE_TIMEOUT_S: Final = 60.0
+DELETE_GRACE_S: Final = 10
+
+
+class PodApi(Protocol):
+    """The four pod calls a :class:`PodLauncher` makes (a fake stands in for it in tests)."""
+
+    def create(self, namespace: str, pod: Mapping[str, Any]) -> None: ...
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod, or None when there is none."""
+        ...
+
+    def delete(self, namespace: str, name: str, grace_seconds: int) -> None:
+        """Delete the pod; deleting a pod that is gone succeeds."""
+        ...
+
+    def list(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
+
+
+class KubePodApi:
+    """:class:`PodApi` over the API server."""
+
+    def __init__(self, rest: KubeRest) -> None:
+        self.rest = rest
+
+    def create(self, namespace: str, pod: Mapping[str, Any]) -> None:
+        try:
+            self.rest.request("POST", _pods(namespace), body=dict(pod), expected=(409,))
+        except KubeApiError as exc:
+            if exc.status != 409:  # created meanwhile: launch is idempotent
+                raise
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.rest.get(f"{_pods(namespace)}/{name}", expected=(404,))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete(self, namespace: str, name: str, grace_seconds: int) -> None:
+        try:
+            self.rest.request(
+                "DELETE",
+                f"{_pods(namespace)}/{name}",
+                body={"gracePeriodSeconds": grace_seconds},
+                expected=(404,),
+            )
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def list(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        items, _ = self.rest.list_all(_pods(namespace), [("labelSelector", label_selector)])
+        return items
+
+
+def _pods(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods"
+
+
+class TemplateError(ValueError):
+    """A daemon pod template that cannot be used; the message names the file and the problem."""
+
+
+def load_pod_template(path: Path) -> dict[str, Any]:
+    """The Pod manifest in ``path``, checked for what :func:`daemon_pod` relies on."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TemplateError(f"MPS daemon pod template {path}: cannot read it: {exc}") from None
+    problem = template_problem(doc)
+    if problem:
+        raise TemplateError(f"MPS daemon pod template {path}: {problem}")
+    assert isinstance(doc, dict)
+    return doc
+
+
+def template_problem(doc: Any) -> str:
+    """Why ``doc`` is no usable daemon pod template; empty when it is."""
+    if not isinstance(doc, dict) or doc.get("kind") != "Pod" or doc.get("apiVersion") != "v1":
+        return "not a v1 Pod manifest"
+    name = (doc.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_TEMPLATE_NAME:
+        return f"metadata.name must be a name of 1 to {MAX_TEMPLATE_NAME} characters"
+    containers = (doc.get("spec") or {}).get("containers")
+    if not isinstance(containers, list) or not any(
+        isinstance(c, dict) and c.get("name") == DAEMON_CONTAINER for c in containers
+    ):
+        return f"spec.containers has no container named {DAEMON_CONTAINER!r}"
+    return ""
+
+
+def pod_name(template: Mapping[str, Any], spec: DaemonSpec) -> str:
+    return f"{template['metadata']['name']}-{spec.id}"
+
+
+def daemon_pod(
+    template: Mapping[str, Any], spec: DaemonSpec, *, namespace: str, node_name: str
+) -> dict[str, Any]:
+    """The pod running GPU ``spec.uuid``'s daemon on ``node_name`` (see the module docstring);
+    ``template`` is not modified."""
+    pod: dict[str, Any] = copy.deepcopy(dict(template))
+    meta = pod.setdefault("metadata", {})
+    meta["name"] = pod_name(template, spec)
+    meta["namespace"] = namespace
+    meta.setdefault("labels", {}).update({LABEL_GPU: spec.id, LABEL_NODE: short_id(node_name)})
+    meta.setdefault("annotations", {}).update(
+        {ANNOTATION_UUID: spec.uuid, ANNOTATION_NODE: node_name}
+    )
+    body = pod.setdefault("spec", {})
+    body.pop("nodeName", None)
+    body.setdefault("affinity", {})["nodeAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+            ]
+        }
+    }
+    paths = spec.paths
+    volumes = [("mps-pipe", paths.pipe, str(paths.pipe)), ("mps-shm", paths.shm, "/dev/shm")]
+    volumes.append(("mps-log", paths.log, str(paths.log)))
+    body.setdefault("volumes", []).extend(
+        {"name": name, "hostPath": {"path": str(host), "type": "Directory"}}
+        for name, host, _ in volumes
+    )
+    for container in body["containers"]:
+        if container.get("name") != DAEMON_CONTAINER:
+            continue
+        container.setdefault("env", []).extend(
+            {"name": k, "value": v} for k, v in sorted(spec.env.items())
+        )
+        container.setdefault("volumeMounts", []).extend(
+            {"name": name, "mountPath": path} for name, _, path in volumes
+        )
+    return pod
+
+
+def pod_phase(pod: Mapping[str, Any] | None) -> DaemonPhase:
+    """The daemon's phase from its pod: gone, being deleted, failed or with its daemon container
+    exited or waiting after a crash is not running; running and ready is."""
+    if pod is None:
+        return DaemonPhase.ABSENT
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return DaemonPhase.FAILED
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Failed", "Succeeded"):
+        return DaemonPhase.FAILED
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("name") != DAEMON_CONTAINER:
+            continue
+        state = cs.get("state") or {}
+        if "terminated" in state or ("waiting" in state and int(cs.get("restartCount", 0)) > 0):
+            return DaemonPhase.FAILED
+        if "running" in state and cs.get("ready") is True:
+            return DaemonPhase.RUNNING
+    return DaemonPhase.STARTING
+
+
+class PodLauncher:
+    """Runs each GPU's daemon as a pod in ``namespace`` on ``node_name`` (see module doc)."""
+
+    def __init__(
+        self,
+        api: PodApi,
+        template: Mapping[str, Any],
+        *,
+        namespace: str,
+        node_name: str,
+        remove_timeout: float = REMOVE_TIMEOUT_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        problem = template_problem(template)
+        if problem:
+            raise TemplateError(f"MPS daemon pod template: {problem}")
+        self.api = api
+        self.template = template
+        self.namespace = namespace
+        self.node_name = node_name
+        self.remove_timeout = remove_timeout
+        self._sleep = sleep
+
+    def _get(self, spec: DaemonSpec) -> dict[str, Any] | None:
+        try:
+            return self.api.get(self.namespace, pod_name(self.template, spec))
+        except KubeApiError as exc:
+            raise DaemonError(f"cannot read {self.describe(spec)}: {exc}") from None
+
+    def launch(self, spec: DaemonSpec) -> None:
+        if self._get(spec) is not None:
+            return
+        pod = daemon_pod(self.template, spec, namespace=self.namespace, node_name=self.node_name)
+        try:
+            self.api.create(self.namespace, pod)
+        except KubeApiError as exc:
+            raise DaemonError(f"cannot create {self.describe(spec)}: {exc}") from None
+        log.info("created %s for the MPS daemon of GPU %s", self.describe(spec), spec.uuid)
+
+    def phase(self, spec: DaemonSpec) -> DaemonPhase:
+        return pod_phase(self._get(spec))
+
+    def remove(self, spec: DaemonSpec) -> None:
+        name = pod_name(self.template, spec)
+        try:
+            self.api.delete(self.namespace, name, DELETE_GRACE_S)
+        except KubeApiError as exc:
+            raise DaemonError(f"cannot delete {self.describe(spec)}: {exc}") from None
+        deadline = time.monotonic() + self.remove_timeout
+        delay = 0.1
+        while self._get(spec) is not None:
+            if time.monotonic() + delay > deadline:
+                raise DaemonError(
+                    f"{self.describe(spec)} is still there {self.remove_timeout:g}s after its "
+                    "deletion"
+                )
+            self._sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def present(self) -> list[str]:
+        selector = f"{LABEL_NODE}={short_id(self.node_name)}"
+        try:
+            pods = self.api.list(self.namespace, selector)
+        except KubeApiError as exc:
+            raise DaemonError(f"cannot list the MPS daemon pods of this node: {exc}") from None
+        ids = {
+            str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU, "")) for p in pods
+        }
+        return sorted(i for i in ids if i)
+
+    def describe(self, spec: DaemonSpec) -> str:
+        return f"pod {self.namespace}/{pod_name(self.template, spec)}"
+
+
+def pod_launcher_from_file(
+    rest: KubeRest, template: Path, *, namespace: str, node_name: str
+) -> PodLauncher:
+    """The launcher of a plugin started with ``--mps-daemon-pod-template``; raises
+    :class:`TemplateError` naming the file when it cannot be used."""
+    return PodLauncher(
+        KubePodApi(rest), load_pod_template(template), namespace=namespace, node_name=node_name
+    )

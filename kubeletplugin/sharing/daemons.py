@@ -1,0 +1,95 @@
+"""The seam between the MPS manager and whatever runs the MPS control daemons.
+
+The manager decides when a GPU's daemon must run, which compute mode the GPU has and which
+limits the daemon sets; a :class:`DaemonLauncher` only makes the daemon process exist or not,
+outside the plugin container so that it outlives plugin restarts and upgrades:
+:class:`~kubeletplugin.sharing.daemonpods.PodLauncher` runs each daemon as its own pod;
+:class:`~kubeletplugin.sharing.simulator.SimulatedLauncher` stands in for it with the mock backend.
+
+Invariants every launcher keeps:
+
+- ``launch`` of a daemon that already exists (in any phase) changes nothing: a daemon is never
+  started twice for one GPU;
+- ``phase`` is :attr:`DaemonPhase.RUNNING` only for a daemon process that is running now; a
+  daemon that exited, crashed or is being deleted is :attr:`DaemonPhase.FAILED`, never running
+  (a zombie counts as dead);
+- ``remove`` returns once the daemon is gone (``phase`` is :attr:`DaemonPhase.ABSENT`), or raises
+  :class:`DaemonError`;
+- ``present`` lists the short ids of this node's daemons that exist, whatever their phase.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kubeletplugin.sharing.mpspaths import MpsPaths
+
+
+class DaemonError(RuntimeError):
+    """A daemon that could not be created, inspected or removed; the message says why."""
+
+
+class DaemonPhase(enum.Enum):
+    ABSENT = "absent"
+    STARTING = "starting"
+    RUNNING = "running"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class DaemonSpec:
+    """What the daemon of one GPU runs with: its directories and its environment."""
+
+    paths: MpsPaths
+    #: ``CUDA_VISIBLE_DEVICES``, ``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_LOG_DIRECTORY``.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def uuid(self) -> str:
+        return self.paths.uuid
+
+    @property
+    def id(self) -> str:
+        return self.paths.id
+
+
+class DaemonLauncher(Protocol):
+    """Creates, inspects and removes MPS control daemons (see the module docstring)."""
+
+    def launch(self, spec: DaemonSpec) -> None: ...
+
+    def phase(self, spec: DaemonSpec) -> DaemonPhase: ...
+
+    def remove(self, spec: DaemonSpec) -> None: ...
+
+    def present(self) -> list[str]: ...
+
+    def describe(self, spec: DaemonSpec) -> str:
+        """Where the daemon runs, for messages and the checkpoint (``pod <ns>/<name>``)."""
+        ...
+
+
+class NoLauncher:
+    """For a plugin that cannot run daemons (no pod template configured): every launch fails
+    with ``reason``; nothing is ever present."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def launch(self, spec: DaemonSpec) -> None:
+        raise DaemonError(self.reason)
+
+    def phase(self, spec: DaemonSpec) -> DaemonPhase:
+        return DaemonPhase.ABSENT
+
+    def remove(self, spec: DaemonSpec) -> None:
+        return None
+
+    def present(self) -> list[str]:
+        return []
+
+    def describe(self, spec: DaemonSpec) -> str:
+        return "nowhere"

@@ -1,0 +1,139 @@
+"""Configurable usage for the mock backend: a YAML/JSON file read at each sample.
+
+The file maps a GPU (its index, as a number or a string, or its UUID) to a list of processes::
+
+    0:
+      - {claim: ml/small, memory: 12Gi, sm: 40}   # a process of claim ml/small (or its UID)
+      - {claim: ml/large, memory: 1Gi}
+    GPU-6b2c...:
+      - {pid: 4242, memory: 2Gi}                  # a host process, mapped through /proc
+
+Fields: ``claim`` (a claim UID or ``<namespace>/<name>``: the owner, no /proc lookup), ``pid``
+(a positive host pid, looked up like an NVML process; needs no ``claim``), ``memory`` (a
+quantity, default 0), ``sm`` (0-100). A GPU reports per-process utilisation only when one of its
+processes has ``sm`` (the others then read 0); otherwise utilisation is absent, as on GPUs
+without support. A GPU the file does not name has no processes; a missing file means no
+processes anywhere. An invalid file fails every GPU's sample with the problem (logged by the
+sampler), so a typo never reads as "idle".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from api.quantity import QuantityError, quantity_int
+from kubeletplugin.model import GpuInfo
+from kubeletplugin.usage.model import GpuSample, ProcessSample
+from kubeletplugin.usage.procfs import read_bounded
+from kubeletplugin.usage.source import UsageSourceError
+
+#: Largest usage file read.
+MAX_FILE_BYTES: Final = 1024 * 1024
+_FIELDS: Final = ("claim", "pid", "memory", "sm")
+
+
+def _gpu_uuid(key: Any, gpus: Sequence[GpuInfo]) -> str:
+    if isinstance(key, bool):
+        raise UsageSourceError(f"key {key!r}: expected a GPU index or UUID")
+    text = str(key)
+    for gpu in gpus:
+        if text == gpu.uuid or (text.isdigit() and int(text) == gpu.index):
+            return gpu.uuid
+    raise UsageSourceError(f"key {text!r}: no such GPU")
+
+
+def _process(where: str, value: Any) -> tuple[ProcessSample, int | None]:
+    if not isinstance(value, Mapping):
+        raise UsageSourceError(f"{where}: expected a mapping with {', '.join(_FIELDS)}")
+    unknown = [k for k in value if k not in _FIELDS]
+    if unknown:
+        raise UsageSourceError(f"{where}: unknown field {unknown[0]!r} (allowed: {_FIELDS})")
+    claim, pid = value.get("claim"), value.get("pid", 0)
+    if claim is not None and (not isinstance(claim, str) or not claim):
+        raise UsageSourceError(f"{where}.claim: expected a claim UID or namespace/name")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
+        raise UsageSourceError(f"{where}.pid: expected a positive integer, got {pid!r}")
+    if claim is None and pid == 0:
+        raise UsageSourceError(f"{where}: needs a claim or a pid")
+    try:
+        memory = quantity_int(value.get("memory", 0))
+    except QuantityError as exc:
+        raise UsageSourceError(f"{where}.memory: {exc}") from None
+    if memory < 0:
+        raise UsageSourceError(f"{where}.memory: must not be negative")
+    sm = value.get("sm")
+    if sm is not None and (not isinstance(sm, int) or isinstance(sm, bool) or not 0 <= sm <= 100):
+        raise UsageSourceError(f"{where}.sm: expected 0 to 100, got {sm!r}")
+    return ProcessSample(pid, memory, claim), sm
+
+
+def parse_usage_file(text: str, gpus: Sequence[GpuInfo]) -> dict[str, GpuSample]:
+    """GPU UUID -> its sample; raise :class:`UsageSourceError` on invalid content."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageSourceError(f"not valid YAML or JSON: {exc}".replace("\n", " ")) from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise UsageSourceError("expected a mapping of GPU index or UUID to a list of processes")
+    out: dict[str, GpuSample] = {}
+    for key, value in data.items():
+        uuid = _gpu_uuid(key, gpus)
+        if uuid in out:
+            raise UsageSourceError(f"key {key!r}: GPU {uuid} named twice")
+        if not isinstance(value, list):
+            raise UsageSourceError(f"entry {key!r}: expected a list of processes")
+        processes: list[ProcessSample] = []
+        sm: dict[int, int] = {}
+        reported = False
+        for i, item in enumerate(value):
+            process, util = _process(f"entry {key!r}[{i}]", item)
+            # Processes without a pid get distinct negative ones, never a host pid.
+            pid = process.pid or -(i + 1)
+            processes.append(ProcessSample(pid, process.used_memory, process.claim))
+            sm[pid] = util or 0
+            reported = reported or util is not None
+        out[uuid] = GpuSample(uuid, tuple(processes), sm if reported else None)
+    return out
+
+
+class FileUsageSource:
+    """A :class:`~kubeletplugin.usage.source.UsageSource` reading :func:`parse_usage_file`'s
+    file at every sample (``path`` None: no processes)."""
+
+    def __init__(self, path: Path | None, gpus: Sequence[GpuInfo]) -> None:
+        self.path = path
+        self._gpus = tuple(gpus)
+
+    def open(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def sample(self, gpu_uuid: str) -> GpuSample:
+        samples = self._read()
+        return samples.get(gpu_uuid) or GpuSample(gpu_uuid, (), None)
+
+    def _read(self) -> dict[str, GpuSample]:
+        if self.path is None:
+            return {}
+        try:
+            raw = read_bounded(self.path, MAX_FILE_BYTES + 1, follow=True)
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise UsageSourceError(f"{self.path}: {exc.strerror or exc}") from None
+        if len(raw) > MAX_FILE_BYTES:
+            raise UsageSourceError(f"{self.path}: larger than {MAX_FILE_BYTES} bytes")
+        try:
+            return parse_usage_file(raw.decode("utf-8"), self._gpus)
+        except UnicodeDecodeError:
+            raise UsageSourceError(f"{self.path}: not UTF-8 text") from None
+        except UsageSourceError as exc:
+            raise UsageSourceError(f"{self.path}: {exc}") from None

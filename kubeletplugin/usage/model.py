@@ -1,0 +1,90 @@
+"""Plain data of the usage stage: what a source reports, what was prepared, what was measured.
+
+Memory amounts are bytes; utilisation is percent of the GPU's SMs (0-100). Instances are
+immutable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One compute process on a GPU, as the source reports it.
+
+    ``used_memory`` is None where the driver does not report it (counted as 0). ``claim`` is set
+    only by sources that already know the owner (the mock source): a claim UID, or
+    ``<namespace>/<name>``; real processes are mapped through ``/proc``.
+    """
+
+    pid: int
+    used_memory: int | None
+    claim: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU at one sample: its compute processes, and per-process SM utilisation by pid
+    (None where the GPU does not support per-process utilisation: absent, never zero)."""
+
+    gpu_uuid: str
+    processes: tuple[ProcessSample, ...]
+    sm_utilization: dict[int, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedShare:
+    """A device (share) of a prepared claim: what it reserved on which GPU.
+
+    ``key`` (claim UID, pool, device, share ID) identifies it; it is also the list-map key of
+    the claim's ``status.devices`` (with the driver).
+    """
+
+    claim_uid: str
+    namespace: str
+    name: str
+    pool: str
+    device: str
+    share_id: str | None
+    gpu_uuid: str
+    cores: int
+    memory: int
+    #: adminAccess allocations reserve nothing and are never overcommitted.
+    admin_access: bool = False
+
+    @property
+    def key(self) -> tuple[str, str, str, str | None]:
+        return (self.claim_uid, self.pool, self.device, self.share_id)
+
+    @property
+    def claim_label(self) -> str:
+        """``<namespace>/<name>``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def share_label(self) -> str:
+        """The share ID, or the device name for an allocation without one."""
+        return self.share_id or self.device
+
+
+@dataclass(frozen=True, slots=True)
+class ShareUsage:
+    """What one share's processes used at one sample, and what of its reservation they exceed
+    (``overcommitted``: names of :data:`api.gpu.OVERCOMMIT_RESOURCES`, in that order)."""
+
+    share: PreparedShare
+    used_memory: int
+    sm_utilization: int | None
+    processes: int
+    overcommitted: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Unattributed:
+    """A compute process no prepared share could be found for, and why."""
+
+    gpu_uuid: str
+    pid: int
+    used_memory: int
+    reason: str

@@ -1,0 +1,244 @@
+"""The chart's ValidatingAdmissionPolicies evaluated on requests (tests/deploy/admissionpolicy.py,
+sharegpu's Kubernetes CEL): what the plugin of one node may do with ResourceSlices and MPS daemon
+pods, and what a compromised plugin pod may not."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubeletplugin.sharing.daemonpods import daemon_pod
+from kubeletplugin.sharing.daemons import DaemonSpec
+from kubeletplugin.sharing.mpspaths import MpsPaths
+from tests.deploy.admissionpolicy import denials, user
+from tests.deploy.helpers import render_chart
+
+pytestmark = pytest.mark.helm
+
+NAMESPACE = "gpu-operators"
+PLUGIN = f"system:serviceaccount:{NAMESPACE}:sharegpu-kubelet-plugin"
+NODE = "gpu-node-1"
+UUID = "GPU-33c27bfa-6498-554f-8335-0c2ead16ec2f"
+
+
+@pytest.fixture(scope="module")
+def docs(helm: str) -> list[dict[str, Any]]:
+    return render_chart(helm, namespace=NAMESPACE)
+
+
+def policy(docs: list[dict[str, Any]], suffix: str) -> dict[str, Any]:
+    [found] = [
+        d
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"].endswith(suffix)
+    ]
+    return found
+
+
+def test_the_plugin_service_account_is_the_one_the_policies_match(
+    docs: list[dict[str, Any]],
+) -> None:
+    [sa] = [
+        d
+        for d in docs
+        if d["kind"] == "ServiceAccount" and d["metadata"]["name"].endswith("kubelet-plugin")
+    ]
+    assert f"system:serviceaccount:{NAMESPACE}:{sa['metadata']['name']}" == PLUGIN
+
+
+def test_every_policy_is_bound_with_deny_and_matches_what_the_plugin_writes(
+    docs: list[dict[str, Any]],
+) -> None:
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(policies)
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    rules = {
+        name: [
+            (r["resources"], sorted(r["operations"]))
+            for r in p["spec"]["matchConstraints"]["resourceRules"]
+        ]
+        for name, p in policies.items()
+    }
+    assert sorted(rules.values()) == [
+        [(["pods"], ["CREATE", "DELETE", "UPDATE"])],
+        [(["resourceslices"], ["CREATE", "DELETE", "UPDATE"])],
+    ]
+    assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
+
+
+# --- ResourceSlices ------------------------------------------------------------------------------
+
+
+def slice_of(
+    node: str, pool: str | None = None, driver: str = "gpu.sharegpu.dev"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{node}-gpu"},
+        "spec": {"driver": driver, "nodeName": node, "pool": {"name": pool or node}},
+    }
+
+
+def slice_request(operation: str, node: str | None = NODE, name: str = PLUGIN) -> dict[str, Any]:
+    return {"operation": operation, "userInfo": user(name, node)}
+
+
+def test_the_plugin_may_write_its_own_nodes_slices(docs: list[dict[str, Any]]) -> None:
+    p = policy(docs, "-resourceslices")
+    own = slice_of(NODE)
+    assert denials(p, slice_request("CREATE"), own) == []
+    assert denials(p, slice_request("UPDATE"), own, own) == []
+    assert denials(p, slice_request("DELETE"), None, own) == []
+
+
+@pytest.mark.parametrize(
+    ("operation", "obj", "old", "expected"),
+    [
+        ("CREATE", slice_of("other-node"), None, 'spec.nodeName gpu-node-1, not "other-node"'),
+        ("CREATE", slice_of(NODE, pool="other-node"), None, 'of pool gpu-node-1, not "other-node"'),
+        ("CREATE", slice_of(NODE, driver="gpu.nvidia.com"), None, 'not "gpu.nvidia.com"'),
+        ("DELETE", None, slice_of("other-node"), 'not "other-node"'),
+        # Taking over another node's slice by rewriting it is refused too.
+        (
+            "UPDATE",
+            slice_of(NODE),
+            slice_of("other-node"),
+            "may only update ResourceSlices it owns",
+        ),
+    ],
+)
+def test_the_plugin_may_not_touch_other_nodes_slices(
+    docs: list[dict[str, Any]],
+    operation: str,
+    obj: dict[str, Any] | None,
+    old: dict[str, Any] | None,
+    expected: str,
+) -> None:
+    found = denials(policy(docs, "-resourceslices"), slice_request(operation), obj, old)
+    assert found and any(expected in m for m in found), found
+
+
+def test_a_token_without_a_node_is_refused_and_other_users_are_out_of_scope(
+    docs: list[dict[str, Any]],
+) -> None:
+    p = policy(docs, "-resourceslices")
+    found = denials(p, slice_request("CREATE", node=None), slice_of(NODE))
+    assert found and "must authenticate with its pod's ServiceAccount token" in found[0]
+    assert denials(p, slice_request("CREATE", name="system:admin"), slice_of("x")) is None
+
+
+# --- MPS daemon pods ---------------------------------------------------------------------------
+
+
+def daemon_pod_for(docs: list[dict[str, Any]], node: str = NODE) -> dict[str, Any]:
+    [cm] = [
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-mps-template")
+    ]
+    template = yaml.safe_load(cm["data"]["daemon-pod.yaml"])
+    spec = DaemonSpec(MpsPaths(Path("/run/sharegpu/mps"), UUID), {"CUDA_VISIBLE_DEVICES": UUID})
+    return daemon_pod(template, spec, namespace=NAMESPACE, node_name=node)
+
+
+def pod_request(operation: str, node: str | None = NODE) -> dict[str, Any]:
+    return {"operation": operation, "userInfo": user(PLUGIN, node)}
+
+
+def test_the_daemon_pod_the_plugin_makes_is_allowed(docs: list[dict[str, Any]]) -> None:
+    p = policy(docs, "-mps-pods")
+    pod = daemon_pod_for(docs)
+    assert denials(p, pod_request("CREATE"), pod) == []
+    scheduled = copy.deepcopy(pod)
+    scheduled["spec"]["nodeName"] = NODE
+    assert denials(p, pod_request("DELETE"), None, scheduled) == []
+
+
+def _host_path(pod: dict[str, Any], path: str) -> None:
+    pod["spec"]["volumes"].append({"name": "x", "hostPath": {"path": path}})
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda p: p["spec"]["containers"][0].update(image="attacker/tool:1"),
+            "may only run the image",
+        ),
+        (
+            lambda p: p["spec"]["initContainers"][0].update(image="busybox"),
+            "may only run the image",
+        ),
+        (
+            lambda p: p["spec"].update(serviceAccountName="sharegpu-controller"),
+            "default ServiceAccount",
+        ),
+        (lambda p: p["spec"].update(automountServiceAccountToken=True), "default ServiceAccount"),
+        (lambda p: p["spec"].update(hostPID=True), "host network, PID or IPC"),
+        (lambda p: p["spec"].update(hostNetwork=True), "host network, PID or IPC"),
+        (lambda p: _host_path(p, "/"), "may only mount"),
+        (lambda p: _host_path(p, "/etc/kubernetes"), "may only mount"),
+        (lambda p: _host_path(p, "/run/sharegpu/mps/../../../etc"), "may only mount"),
+        (
+            lambda p: p["spec"]["volumes"].append({"name": "s", "secret": {"secretName": "x"}}),
+            "may only mount",
+        ),
+        (
+            lambda p: p["metadata"]["labels"].pop("app.kubernetes.io/component"),
+            "may only create or delete MPS daemon pods",
+        ),
+        (lambda p: p["spec"].update(nodeName="other-node"), "pinned to that node"),
+        (
+            lambda p: p["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]["nodeSelectorTerms"].append({"matchFields": []}),
+            "pinned to that node",
+        ),
+    ],
+)
+def test_a_compromised_plugin_cannot_create_other_pods(
+    docs: list[dict[str, Any]], change: Any, expected: str
+) -> None:
+    pod = daemon_pod_for(docs)
+    change(pod)
+    found = denials(policy(docs, "-mps-pods"), pod_request("CREATE"), pod)
+    assert found and any(expected in m for m in found), found
+
+
+def test_daemon_pods_of_other_nodes_can_be_neither_created_nor_deleted(
+    docs: list[dict[str, Any]],
+) -> None:
+    p = policy(docs, "-mps-pods")
+    other = daemon_pod_for(docs, node="other-node")
+    for operation, obj, old in (("CREATE", other, None), ("DELETE", None, other)):
+        found = denials(p, pod_request(operation), obj, old)
+        assert found and "pinned to that node" in found[0], found
+    # Nor can any other pod of the namespace be deleted, or a pod be updated.
+    workload = {"metadata": {"labels": {}}, "spec": {"containers": [{"image": "x"}]}}
+    assert denials(p, pod_request("DELETE"), None, workload)
+    pod = daemon_pod_for(docs)
+    assert any("not update pods" in m for m in denials(p, pod_request("UPDATE"), pod, pod) or [])
+
+
+def test_the_pod_policy_follows_the_mps_root_and_the_driver_root(helm: str) -> None:
+    docs = render_chart(
+        helm,
+        "--set",
+        "kubeletPlugin.mps.hostRoot=/run/gpu-mps",
+        "--set",
+        "kubeletPlugin.driverRoot=/run/nvidia/driver",
+        namespace=NAMESPACE,
+    )
+    p = policy(docs, "-mps-pods")
+    pod = daemon_pod_for(docs)
+    for volume in pod["spec"]["volumes"]:
+        path = volume.get("hostPath", {}).get("path", "")
+        if path.startswith("/run/sharegpu/mps/"):
+            volume["hostPath"]["path"] = path.replace("/run/sharegpu/mps/", "/run/gpu-mps/")
+    assert denials(p, pod_request("CREATE"), pod) == []
+    _host_path(pod, "/run/sharegpu/mps/x")
+    assert denials(p, pod_request("CREATE"), pod)

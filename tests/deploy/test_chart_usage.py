@@ -1,0 +1,217 @@
+"""The chart's measured-usage wiring: ``kubeletPlugin.usage`` values become the plugin's usage
+flags (checked by the plugin's own parser), the host's /proc is mounted read-only only while
+usage is sampled, the pod never joins the host PID namespace, and the plugin may write claim
+status (``resourceclaims/status`` and, for granular status authorization, its driver's
+``resourceclaims/driver``) only while usage is written to claims."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubeletplugin.config import PluginConfig, parse_config
+from kubeletplugin.usage.flags import DEFAULT_USAGE_OPTIONS
+from tests.deploy.helpers import (
+    CHART_DIR,
+    KUBERNETES_VERSIONS,
+    render_chart,
+    run_helm,
+    validation_errors,
+)
+
+pytestmark = pytest.mark.helm
+
+NAMESPACE = "gpu-operators"
+RELEASE = "sharegpu"
+DRIVER = "gpu.sharegpu.dev"
+PROC_ROOT = Path("/host/proc")
+
+
+def render(helm: str, usage: dict[str, Any] | None = None, *set_args: str) -> list[dict[str, Any]]:
+    """The chart's documents with ``kubeletPlugin.usage`` merged from ``usage`` (given as JSON,
+    so numbers keep their type, as in a values file)."""
+    args: list[str] = []
+    if usage is not None:
+        args += ["--set-json", f"kubeletPlugin.usage={json.dumps(usage)}"]
+    for item in set_args:
+        args += ["--set", item]
+    return render_chart(helm, *args, release=RELEASE, namespace=NAMESPACE)
+
+
+def daemonset(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    return ds
+
+
+def plugin_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    [plugin] = daemonset(docs)["spec"]["template"]["spec"]["containers"]
+    assert plugin["name"] == "plugin"
+    return dict(plugin)
+
+
+def usage_args(docs: list[dict[str, Any]]) -> list[str]:
+    return [a for a in plugin_container(docs)["args"] if a.startswith(("--usage", "--disable-us"))]
+
+
+def plugin_config(docs: list[dict[str, Any]]) -> PluginConfig:
+    """The configuration the plugin builds from the rendered arguments."""
+    args = [a for a in plugin_container(docs)["args"] if not a.startswith("--metrics-address")]
+    return parse_config(args, environ={"NODE_NAME": "gpu-node-1", "POD_NAMESPACE": NAMESPACE})
+
+
+def proc_mounts(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumeMounts of the plugin at /host/proc, hostPath volumes of /proc)."""
+    spec = daemonset(docs)["spec"]["template"]["spec"]
+    mounts = [m for m in plugin_container(docs)["volumeMounts"] if m["mountPath"] == "/host/proc"]
+    volumes = [v for v in spec["volumes"] if v.get("hostPath", {}).get("path") == "/proc"]
+    return mounts, volumes
+
+
+def plugin_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    [role] = [
+        d
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("kubelet-plugin")
+    ]
+    return list(role["rules"])
+
+
+def claim_status_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in plugin_rules(docs) if any("/" in res for res in r["resources"])]
+
+
+@pytest.fixture(scope="module")
+def default(helm: str) -> list[dict[str, Any]]:
+    return render(helm)
+
+
+def test_default_values_give_the_plugins_default_usage_options(
+    default: list[dict[str, Any]],
+) -> None:
+    assert usage_args(default) == [
+        "--usage-interval=10",
+        "--usage-write-interval=30",
+        "--usage-compute-margin=10",
+        "--usage-proc-root=/host/proc",
+    ]
+    # The chart's defaults are the plugin's, but for where the host's /proc is.
+    assert plugin_config(default).usage == replace(DEFAULT_USAGE_OPTIONS, proc_root=PROC_ROOT)
+
+
+@pytest.mark.parametrize(
+    ("usage", "interval", "write_interval", "margin", "taint"),
+    [
+        ({"interval": 2.5, "writeInterval": 0}, 2.5, 0.0, 10, False),
+        ({"computeMargin": 0, "taintOvercommitted": True}, 10.0, 30.0, 0, True),
+        ({"interval": 60, "writeInterval": 120.5, "computeMargin": 100}, 60.0, 120.5, 100, False),
+    ],
+)
+def test_the_flags_follow_the_values(
+    helm: str,
+    usage: dict[str, Any],
+    interval: float,
+    write_interval: float,
+    margin: int,
+    taint: bool,
+) -> None:
+    docs = render(helm, usage)
+    options = plugin_config(docs).usage
+    assert options.enabled is True
+    assert (options.interval_s, options.write_interval_s) == (interval, write_interval)
+    assert (options.compute_margin, options.taint) == (margin, taint)
+    assert options.proc_root == PROC_ROOT
+    assert ("--usage-taint" in usage_args(docs)) is taint
+
+
+def test_the_host_proc_is_mounted_read_only_and_the_pod_keeps_its_pid_namespace(
+    default: list[dict[str, Any]],
+) -> None:
+    [mount], [volume] = proc_mounts(default)
+    assert mount["readOnly"] is True
+    assert mount["name"] == volume["name"]
+    assert volume["hostPath"]["type"] == "Directory"
+    assert mount.get("mountPropagation", "None") == "None"
+    pod = daemonset(default)["spec"]["template"]["spec"]
+    assert not pod.get("hostPID") and not pod.get("hostIPC")
+
+
+def test_disabled_usage_has_no_flags_no_proc_and_no_claim_status_rbac(helm: str) -> None:
+    docs = render(helm, {"enabled": False, "taintOvercommitted": True})
+    assert usage_args(docs) == ["--disable-usage"]
+    assert plugin_config(docs).usage.enabled is False
+    assert proc_mounts(docs) == ([], [])
+    assert claim_status_rules(docs) == []
+    assert not daemonset(docs)["spec"]["template"]["spec"].get("hostPID")
+
+
+def test_the_plugin_may_update_claim_status_of_its_own_driver_on_its_node(
+    default: list[dict[str, Any]],
+) -> None:
+    assert claim_status_rules(default) == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/status"],
+            "verbs": ["update"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": [DRIVER],
+            "verbs": ["associated-node:update"],
+        },
+    ]
+
+
+def test_the_driver_rule_names_the_configured_driver(helm: str) -> None:
+    docs = render(helm, None, "driverName=gpu.example.com")
+    [driver_rule] = [
+        r for r in claim_status_rules(docs) if "resourceclaims/driver" in r["resources"]
+    ]
+    assert driver_rule["resourceNames"] == ["gpu.example.com"]
+
+
+def test_usage_never_written_means_no_claim_status_rbac(helm: str) -> None:
+    """writeInterval 0: the plugin samples (and may taint) but never writes claims."""
+    docs = render(helm, {"writeInterval": 0})
+    assert plugin_config(docs).usage.write_interval_s == 0
+    assert proc_mounts(docs)[0] != []
+    assert claim_status_rules(docs) == []
+
+
+@pytest.mark.parametrize(
+    ("usage", "problem"),
+    [
+        ({"interval": 0}, "interval"),
+        ({"writeInterval": -1}, "writeInterval"),
+        ({"computeMargin": 101}, "computeMargin"),
+        ({"computeMargin": 2.5}, "computeMargin"),
+        ({"taintOvercommitted": "yes"}, "taintOvercommitted"),
+        ({"procRoot": "/proc"}, "procRoot"),
+    ],
+)
+def test_bad_usage_values_are_refused_by_the_schema(
+    helm: str, usage: dict[str, Any], problem: str
+) -> None:
+    result = run_helm(
+        helm,
+        "template",
+        RELEASE,
+        str(CHART_DIR),
+        "--set-json",
+        f"kubeletPlugin.usage={json.dumps(usage)}",
+    )
+    assert result.returncode != 0
+    assert problem in result.stderr
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_plugin_objects_validate_strictly(helm: str, version: str, enabled: bool) -> None:
+    docs = render(helm, {"enabled": enabled, "taintOvercommitted": True})
+    plugin_docs = [d for d in docs if d["kind"] in ("DaemonSet", "ClusterRole")]
+    assert len(plugin_docs) >= 2
+    assert [e for d in plugin_docs for e in validation_errors(d, version)] == []

@@ -1,0 +1,308 @@
+"""The parts of the real-GPU test that need no GPU: CDI -> emulated container, entering it, the
+CUDA probe's arguments, the host launcher's process scan, and the skip decision."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api import names
+from kubeletplugin.containeredits import ContainerEdits, DeviceNode
+from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
+from kubeletplugin.sharing.mps import container_pipe_dir, share_edits
+from kubeletplugin.sharing.mpspaths import MpsPaths
+from tests.gpu import cudaprobe, enter
+from tests.gpu.container import (
+    BindMount,
+    CdiError,
+    ContainerPlan,
+    load_specs,
+    missing_targets,
+    plan_for,
+)
+from tests.gpu.gpuenv import skip_reason
+from tests.gpu.hostlauncher import HostMpsLauncher, control_processes
+
+UUID = "GPU-00000000-1111-2222-3333-444444444444"
+KIND = names.cdi_kind(names.DEFAULT_DRIVER_NAME)
+GI = 1024**3
+
+
+def share_spec(mps_root: Path) -> dict[str, Any]:
+    """A claim spec as the plugin writes it for one MPS share, plus top-level edits."""
+    edits = ContainerEdits(
+        env=(f"NVIDIA_VISIBLE_DEVICES={UUID}", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"),
+        device_nodes=(DeviceNode("/dev/null"),),
+    ).merged(share_edits(MpsPaths(mps_root, UUID), 25, 10 * GI))
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": KIND,
+        "containerEdits": {"env": ["SPEC_LEVEL=1", "NVIDIA_VISIBLE_DEVICES=void"]},
+        "devices": [
+            {"name": "other", "containerEdits": {"env": ["OTHER=1"]}},
+            {"name": "claim-gpu", "containerEdits": edits.to_json()},
+        ],
+    }
+
+
+# --- CDI -> plan -----------------------------------------------------------------------------
+
+
+def test_plan_has_exactly_the_spec_env_and_mounts_in_order(tmp_path: Path) -> None:
+    spec = share_spec(tmp_path)
+    ids = ["nvidia.com/gpu=0", f"{KIND}=claim-gpu"]
+    plan = plan_for([spec], ids, skip_kinds=["nvidia.com/gpu"])
+    pipe = container_pipe_dir(UUID)
+    paths = MpsPaths(tmp_path, UUID)
+    assert plan.env == {
+        "SPEC_LEVEL": "1",
+        "NVIDIA_VISIBLE_DEVICES": UUID,  # the device's entry replaces the spec-level one
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",  # the share's, given last
+        "CUDA_MPS_PIPE_DIRECTORY": pipe,
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{UUID}=10240M",
+    }
+    assert plan.mounts == (
+        BindMount(str(paths.pipe), pipe, read_only=False, recursive=True),
+        BindMount("/dev/null", f"{pipe}/control_privileged", read_only=True, recursive=False),
+        BindMount(str(paths.shm), "/dev/shm", read_only=False, recursive=True),
+    )
+    assert plan.device_nodes == ("/dev/null",)
+
+
+def test_spec_level_edits_come_once_per_spec(tmp_path: Path) -> None:
+    spec = share_spec(tmp_path)
+    plan = plan_for([spec], [f"{KIND}=other", f"{KIND}=claim-gpu"])
+    assert list(plan.env)[:2] == ["SPEC_LEVEL", "OTHER"]
+    assert len(plan.mounts) == 3
+
+
+@pytest.mark.parametrize(
+    ("cdi_id", "edits", "message"),
+    [
+        ("no-equals", {}, "not of the form"),
+        (f"{KIND}=absent", {}, "no CDI spec has the device"),
+        (
+            f"{KIND}=d",
+            {"mounts": [{"hostPath": "/a", "containerPath": "/b", "type": "tmpfs"}]},
+            "type 'tmpfs'",
+        ),
+        (
+            f"{KIND}=d",
+            {"mounts": [{"hostPath": "/a", "containerPath": "/b", "options": ["x"]}]},
+            "options ['x']",
+        ),
+        (f"{KIND}=d", {"mounts": [{"hostPath": "/a"}]}, "lacks hostPath or containerPath"),
+        (f"{KIND}=d", {"hooks": [{"hookName": "prestart", "path": "/bin/true"}]}, "hooks"),
+        (f"{KIND}=d", {"env": ["NOVALUE"]}, "not KEY=VALUE"),
+        (f"{KIND}=d", {"deviceNodes": [{"path": "/dev/no-such-node"}]}, "absent on the host"),
+    ],
+)
+def test_what_cannot_be_emulated_is_named(cdi_id: str, edits: dict[str, Any], message: str) -> None:
+    spec = {"kind": KIND, "devices": [{"name": "d", "containerEdits": edits}]}
+    with pytest.raises(CdiError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        plan_for([spec], [cdi_id])
+
+
+def test_load_specs_reads_json_and_refuses_other_documents(tmp_path: Path) -> None:
+    (tmp_path / "b.json").write_text(json.dumps(share_spec(tmp_path)))
+    (tmp_path / "a.yaml").write_text("ignored: true\n")
+    assert [s["kind"] for s in load_specs(tmp_path)] == [KIND]
+    (tmp_path / "c.json").write_text("[]")
+    with pytest.raises(CdiError, match=r"c\.json: not a CDI spec"):
+        load_specs(tmp_path)
+
+
+def test_missing_targets_parents_first_and_not_inside_earlier_mounts(tmp_path: Path) -> None:
+    source_dir = tmp_path / "src"
+    source_dir.mkdir()
+    plan = ContainerPlan(
+        {},
+        (
+            BindMount(str(source_dir), str(tmp_path / "x" / "pipe")),
+            BindMount("/dev/null", str(tmp_path / "x" / "pipe" / "control_privileged")),
+            BindMount("/dev/null", str(tmp_path / "file")),
+            BindMount(str(source_dir), str(tmp_path)),
+        ),
+    )
+    assert missing_targets(plan) == [
+        (tmp_path / "x", True),
+        (tmp_path / "x" / "pipe", True),
+        (tmp_path / "file", False),
+    ]
+
+
+# --- entering the container ------------------------------------------------------------------
+
+
+class FakeLibc:
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.calls: list[tuple[bytes | None, bytes, int]] = []
+        self.fail_on = fail_on
+
+    def mount(
+        self, source: bytes | None, target: bytes, fstype: None, flags: Any, data: None
+    ) -> int:
+        self.calls.append((source, target, flags.value))
+        return -1 if target == (self.fail_on or "").encode() else 0
+
+
+def test_mounts_are_private_then_bound_in_order_read_only_remounted() -> None:
+    plan = ContainerPlan(
+        {"A": "1"},
+        (
+            BindMount("/h/pipe", "/c/pipe", recursive=True),
+            BindMount("/dev/null", "/c/x", read_only=True),
+        ),
+    )
+    doc = json.loads(plan.to_json(["/bin/true"], 1000))
+    assert (doc["argv"], doc["uid"], doc["env"]) == (["/bin/true"], 1000, {"A": "1"})
+    libc = FakeLibc()
+    enter.apply_mounts(libc, doc["mounts"])
+    assert libc.calls == [
+        (None, b"/", enter.MS_REC | enter.MS_PRIVATE),
+        (b"/h/pipe", b"/c/pipe", enter.MS_BIND | enter.MS_REC),
+        (b"/dev/null", b"/c/x", enter.MS_BIND),
+        (None, b"/c/x", enter.MS_REMOUNT | enter.MS_BIND | enter.MS_RDONLY),
+    ]
+
+
+def test_a_failing_mount_names_its_target() -> None:
+    with pytest.raises(enter.SetupError, match="/dev/null -> /c/x"):
+        enter.apply_mounts(FakeLibc(fail_on="/c/x"), [vars(BindMount("/dev/null", "/c/x"))])
+
+
+@pytest.mark.parametrize("argv", [["enter.py"], ["enter.py", "not json"], ["enter.py", "{}"]])
+def test_enter_refuses_a_bad_plan_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert enter.main(argv) == enter.EXIT_SETUP
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "enter.py" in err
+
+
+# --- the CUDA probe --------------------------------------------------------------------------
+
+
+def test_probe_arguments() -> None:
+    assert cudaprobe.parse_gib(["9"]) == 9.0
+    assert cudaprobe.parse_gib(["0.5"]) == 0.5
+    for bad, message in (
+        (["x"], "must be a number"),
+        (["0"], "must be positive"),
+        ([], "usage"),
+        (["1", "2"], "usage"),
+    ):
+        with pytest.raises(cudaprobe.UsageError, match=message):
+            cudaprobe.parse_gib(bad)
+
+
+def test_probe_usage_error_exit(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cudaprobe.main(["cudaprobe.py", "-1"]) == cudaprobe.EXIT_USAGE
+    assert "must be positive" in capsys.readouterr().err
+
+
+def test_probe_without_libcuda_reports_the_load_step() -> None:
+    status, report = cudaprobe.probe(1.0, library="libno-such-cuda.so.1")
+    assert status == cudaprobe.EXIT_START
+    assert report["step"] == "load" and "libno-such-cuda" in str(report["code"])
+
+
+# --- the host launcher -----------------------------------------------------------------------
+
+
+def fake_process(proc: Path, pid: int, argv0: str, state: str, env: dict[str, str]) -> None:
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    (d / "cmdline").write_bytes(argv0.encode() + b"\0-d\0")
+    (d / "stat").write_text(f"{pid} (nvidia-cuda-mps) {state} 1 1 1\n")
+    (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+
+
+def test_launcher_finds_its_daemons_in_proc(tmp_path: Path) -> None:
+    proc, mps = tmp_path / "proc", tmp_path / "mps"
+    paths = MpsPaths(mps, UUID)
+    other = MpsPaths(mps, "GPU-other")
+    fake_process(
+        proc,
+        10,
+        "/usr/bin/nvidia-cuda-mps-control",
+        "S",
+        {"CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe)},
+    )
+    fake_process(
+        proc, 11, "nvidia-cuda-mps-server", "S", {"CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe)}
+    )
+    fake_process(
+        proc, 12, "nvidia-cuda-mps-control", "Z", {"CUDA_MPS_PIPE_DIRECTORY": str(other.pipe)}
+    )
+    fake_process(
+        proc, 13, "nvidia-cuda-mps-control", "S", {"CUDA_MPS_PIPE_DIRECTORY": "/elsewhere/x/pipe"}
+    )
+    (proc / "self").mkdir()
+    assert sorted((p.pid, p.zombie) for p in control_processes(proc)) == [
+        (10, False),
+        (12, True),
+        (13, False),
+    ]
+    launcher = HostMpsLauncher(mps, "/usr/bin/nvidia-cuda-mps-control", proc_root=proc)
+    assert launcher.phase(DaemonSpec(paths)) is DaemonPhase.RUNNING
+    assert launcher.phase(DaemonSpec(other)) is DaemonPhase.FAILED
+    assert launcher.phase(DaemonSpec(MpsPaths(mps, "GPU-none"))) is DaemonPhase.ABSENT
+    assert launcher.present() == sorted({paths.id, other.id})
+    launcher.launch(DaemonSpec(paths))  # running already: nothing is started
+
+
+def test_launcher_command_binds_the_gpu_shm(tmp_path: Path) -> None:
+    paths = MpsPaths(tmp_path, UUID)
+    spec = DaemonSpec(paths, {"CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe)})
+    command = HostMpsLauncher(tmp_path, "/usr/bin/nvidia-cuda-mps-control").command(spec)
+    assert command[:5] == ["unshare", "--mount", "--propagation", "private", "--"]
+    plan = json.loads(command[-1])
+    assert plan["argv"] == ["/usr/bin/nvidia-cuda-mps-control", "-d"]
+    assert plan["env"] == dict(spec.env) and plan["uid"] == 0
+    assert plan["mounts"] == [vars(BindMount(str(paths.shm), "/dev/shm"))]
+
+
+# --- skipping --------------------------------------------------------------------------------
+
+
+def nvml(count: int = 1, init_error: Exception | None = None) -> types.ModuleType:
+    module = types.ModuleType("pynvml")
+
+    def init() -> None:
+        if init_error is not None:
+            raise init_error
+
+    module.nvmlInit = init  # type: ignore[attr-defined]
+    module.nvmlShutdown = lambda: None  # type: ignore[attr-defined]
+    module.nvmlDeviceGetCount = lambda: count  # type: ignore[attr-defined]
+    return module
+
+
+def _no_pynvml() -> types.ModuleType:
+    raise ImportError("No module named 'pynvml'")
+
+
+def test_skip_reasons() -> None:
+    def which(c: str) -> str | None:
+        return f"/usr/bin/{c}"
+
+    def root() -> int:
+        return 0
+
+    assert skip_reason(root, lambda: nvml(), which) is None
+    reason = skip_reason(root, _no_pynvml, which)
+    assert reason is not None and "no NVIDIA GPU" in reason
+    reason = skip_reason(root, lambda: nvml(init_error=OSError("libnvidia-ml.so.1")), which)
+    assert reason is not None and "libnvidia-ml.so.1" in reason
+    assert (
+        skip_reason(root, lambda: nvml(count=0), which) == "no NVIDIA GPU here (NVML reports none)"
+    )
+    reason = skip_reason(lambda: 1000, lambda: nvml(), which)
+    assert reason is not None and "needs root" in reason
+    reason = skip_reason(root, lambda: nvml(), lambda c: None if c == "unshare" else which(c))
+    assert reason == "commands missing: unshare"

@@ -1,0 +1,278 @@
+"""MPS daemons as pods: the pod made for a GPU, its phase read from its status (a crashed or
+zombie daemon is dead), and daemons that outlive a plugin restart, through a fake pod API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.gpuconfig import DriverConfigs
+from kubeletplugin.sharing.daemonpods import (
+    DAEMON_CONTAINER,
+    LABEL_GPU,
+    LABEL_NODE,
+    PodLauncher,
+    TemplateError,
+    daemon_pod,
+    load_pod_template,
+    pod_phase,
+)
+from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
+from kubeletplugin.sharing.enforcement import DeviceShare
+from kubeletplugin.sharing.enforcer import SharingEnforcer
+from kubeletplugin.sharing.mpspaths import MpsPaths, short_id
+from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
+from tests.kubeletplugin.prepare import helpers as h
+from tests.kubeletplugin.sharing.helpers import GI, FakePodApi, Tools
+
+NS = "sharegpu-system"
+NODE = "gpu-node-1"
+U = "GPU-11111111-2222-3333-4444-555555555555"
+
+TEMPLATE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "sharegpu-mps", "labels": {"app": "mps"}},
+    "spec": {
+        "priorityClassName": "system-node-critical",
+        "containers": [
+            {
+                "name": DAEMON_CONTAINER,
+                "image": "sharegpu:test",
+                "command": ["tini", "--", "nvidia-cuda-mps-control", "-f"],
+            }
+        ],
+    },
+}
+
+
+def spec(root: Path = Path("/run/sharegpu/mps")) -> DaemonSpec:
+    paths = MpsPaths(root, U)
+    return DaemonSpec(
+        paths, {"CUDA_VISIBLE_DEVICES": U, "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe)}
+    )
+
+
+def test_the_pod_runs_on_its_node_with_the_gpus_directories() -> None:
+    pod = daemon_pod(TEMPLATE, spec(), namespace=NS, node_name=NODE)
+    sid = short_id(U)
+    assert pod["metadata"]["name"] == f"sharegpu-mps-{sid}"
+    assert pod["metadata"]["namespace"] == NS
+    assert pod["metadata"]["labels"] == {
+        "app": "mps",
+        LABEL_GPU: sid,
+        LABEL_NODE: short_id(NODE),
+    }
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+    ]
+    [container] = pod["spec"]["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {
+        "mps-pipe": f"/run/sharegpu/mps/{sid}/pipe",
+        "mps-shm": "/dev/shm",
+        "mps-log": f"/run/sharegpu/mps/{sid}/log",
+    }
+    hosts = {v["name"]: v["hostPath"]["path"] for v in pod["spec"]["volumes"]}
+    assert hosts == {
+        "mps-pipe": f"/run/sharegpu/mps/{sid}/pipe",
+        "mps-shm": f"/run/sharegpu/mps/{sid}/shm",
+        "mps-log": f"/run/sharegpu/mps/{sid}/log",
+    }
+    assert {"name": "CUDA_VISIBLE_DEVICES", "value": U} in container["env"]
+    # The template is left as it was (it makes every GPU's pod).
+    assert "volumes" not in TEMPLATE["spec"] and "namespace" not in TEMPLATE["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("status", "deleting", "phase"),
+    [
+        (None, False, DaemonPhase.ABSENT),
+        ({"phase": "Pending"}, False, DaemonPhase.STARTING),
+        (
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": DAEMON_CONTAINER, "ready": True, "state": {"running": {}}}
+                ],
+            },
+            False,
+            DaemonPhase.RUNNING,
+        ),
+        (
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": DAEMON_CONTAINER, "ready": False, "state": {"running": {}}}
+                ],
+            },
+            False,
+            DaemonPhase.STARTING,
+        ),
+        (
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": DAEMON_CONTAINER, "state": {"terminated": {"exitCode": 139}}}
+                ],
+            },
+            False,
+            DaemonPhase.FAILED,
+        ),
+        (
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": DAEMON_CONTAINER,
+                        "restartCount": 3,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    }
+                ],
+            },
+            False,
+            DaemonPhase.FAILED,
+        ),
+        ({"phase": "Failed"}, False, DaemonPhase.FAILED),
+        (
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": DAEMON_CONTAINER, "ready": True, "state": {"running": {}}}
+                ],
+            },
+            True,
+            DaemonPhase.FAILED,
+        ),
+    ],
+)
+def test_phase_from_pod_status(status: Any, deleting: bool, phase: DaemonPhase) -> None:
+    pod = None
+    if status is not None:
+        pod = {"metadata": {"name": "p"}, "status": status}
+        if deleting:
+            pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert pod_phase(pod) is phase
+
+
+def test_launch_is_idempotent_and_present_lists_this_nodes_pods() -> None:
+    api = FakePodApi(SimulatedNvidiaTools())
+    launcher = PodLauncher(api, TEMPLATE, namespace=NS, node_name=NODE)
+    other = PodLauncher(api, TEMPLATE, namespace=NS, node_name="other-node")
+    api.sim.compute_modes[U] = "EXCLUSIVE_PROCESS"
+    launcher.launch(spec())
+    launcher.launch(spec())
+    assert api.created == 1
+    assert launcher.phase(spec()) is DaemonPhase.RUNNING
+    assert launcher.present() == [short_id(U)] and other.present() == []
+    launcher.remove(spec())
+    assert launcher.phase(spec()) is DaemonPhase.ABSENT and api.sim.daemons == {}
+
+
+def test_remove_waits_for_the_pod_to_be_gone_and_says_when_it_is_not() -> None:
+    api = FakePodApi(SimulatedNvidiaTools())
+    api.sim.compute_modes[U] = "EXCLUSIVE_PROCESS"
+    naps: list[float] = []
+    launcher = PodLauncher(
+        api, TEMPLATE, namespace=NS, node_name=NODE, remove_timeout=1.0, sleep=naps.append
+    )
+    launcher.launch(spec())
+    api.delete = lambda namespace, name, grace_seconds: None  # type: ignore[method-assign]
+    with pytest.raises(DaemonError, match=f"pod {NS}/sharegpu-mps-{short_id(U)} is still there"):
+        launcher.remove(spec())
+    assert naps  # it polled, with a bounded back-off
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("kind: Deployment\napiVersion: apps/v1\n", "not a v1 Pod manifest"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: ''}\n", "metadata.name must be"),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: a}]}\n",
+            f"no container named '{DAEMON_CONTAINER}'",
+        ),
+        ("{[", "cannot read it"),
+    ],
+)
+def test_a_bad_template_is_a_clear_error(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "pod.yaml"
+    path.write_text(text)
+    with pytest.raises(TemplateError) as info:
+        load_pod_template(path)
+    assert str(info.value).startswith(f"MPS daemon pod template {path}: ")
+    assert problem in str(info.value)
+
+
+# --- through the enforcer: survival across plugin restarts, crash detection ---------------------
+
+
+def enforcer(tools: Tools, api: FakePodApi, data_dir: Path) -> SharingEnforcer:
+    launcher = PodLauncher(api, TEMPLATE, namespace=NS, node_name=NODE, sleep=lambda _: None)
+    return SharingEnforcer(tools.fake, data_dir, driver_name=h.DRIVER, launcher=launcher)
+
+
+def share(cores: int, memory: int, share_id: str) -> DeviceShare:
+    return DeviceShare(h.gpus()[0], "gpu-0", ("gpu",), cores, memory, share_id=share_id)
+
+
+def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
+    tmp_path: Path,
+) -> None:
+    tools = Tools.new()
+    api = FakePodApi(tools.sim)
+    uuid = h.gpus()[0].uuid
+    first = enforcer(tools, api, tmp_path)
+    done = first.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
+    state = first.export_state()
+    assert state["mps"][uuid]["daemon"] == f"pod {NS}/sharegpu-mps-{short_id(uuid)}"
+    # The plugin container restarts (or the DaemonSet rolls): the daemon pod stays.
+    second = enforcer(tools, api, tmp_path)
+    second.restore(
+        state,
+        {"claim-a": ([share(30, 10 * GI, "s-1")], done.record)},
+        node_gpus=[g.uuid for g in h.gpus()],
+    )
+    assert api.created == 1 and tools.sim.daemons_started == 1
+    assert second.mps.running()[uuid].adopted
+    # The adopted daemon serves the next share; nothing new is created.
+    second.apply("claim-b", [share(20, 5 * GI, "s-2")], DriverConfigs())
+    assert api.created == 1
+    second.release("claim-a")
+    assert len(api.pods) == 1  # claim-b still uses it
+    second.release("claim-b")
+    assert api.pods == {} and tools.sim.mode(uuid) == "DEFAULT"
+
+
+def test_a_restart_stops_daemon_pods_no_prepared_claim_needs(tmp_path: Path) -> None:
+    tools = Tools.new()
+    api = FakePodApi(tools.sim)
+    uuid = h.gpus()[0].uuid
+    enforcer(tools, api, tmp_path).apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
+    # The checkpoint is lost and with it every record: the pod alone tells.
+    import shutil
+
+    shutil.rmtree(tmp_path / "mps")
+    enforcer(tools, api, tmp_path).restore(None, {}, node_gpus=[g.uuid for g in h.gpus()])
+    assert api.pods == {} and tools.sim.mode(uuid) == "DEFAULT"
+
+
+def test_a_crashed_daemon_pod_is_replaced_before_the_next_share_attaches(tmp_path: Path) -> None:
+    tools = Tools.new()
+    api = FakePodApi(tools.sim)
+    uuid = h.gpus()[0].uuid
+    plugin = enforcer(tools, api, tmp_path)
+    plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
+    api.crash(NS, f"sharegpu-mps-{short_id(uuid)}")
+    tools.fake.clear()
+    plugin.apply("claim-b", [share(20, 5 * GI, "s-2")], DriverConfigs())
+    # The crash-looping pod's status says dead: it is not even asked, but replaced.
+    assert tools.fake.argvs()[0] == ("nvidia-smi", "-i", uuid, "-c", "EXCLUSIVE_PROCESS")
+    assert api.created == 2 and tools.sim.daemons_started == 2
+    [pod] = api.pods.values()
+    assert pod_phase(pod) is DaemonPhase.RUNNING

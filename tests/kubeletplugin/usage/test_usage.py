@@ -1,0 +1,357 @@
+"""The usage stage with a fake NVML module, a fake /proc tree and a fake claim API."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.health.taintmerge import TaintMerger
+from kubeletplugin.usage.attribution import REASON_AMBIGUOUS, REASON_NO_SHARE, attribute
+from kubeletplugin.usage.claims import UsageWriter
+from kubeletplugin.usage.flags import UsageOptions
+from kubeletplugin.usage.mocksource import FileUsageSource
+from kubeletplugin.usage.model import GpuSample, PreparedShare, ProcessSample
+from kubeletplugin.usage.procfs import MAX_CGROUP_BYTES, REASON_GONE, pod_of_process
+from kubeletplugin.usage.sampler import UsageSampler
+from kubeletplugin.usage.source import NvmlUsageSource, UsageSourceError
+from sharegpu.kube.rest import KubeApiError
+from sharegpu.kube.telemetry import Telemetry
+
+GI = 2**30
+GPUS = MockBackend("node-a", 2).discover()
+GPU0, GPU1 = GPUS[0].uuid, GPUS[1].uuid
+POD_A = "0a1b2c3d-0000-4000-8000-00000000000a"
+POD_B = "0a1b2c3d-0000-4000-8000-00000000000b"
+CLAIM_A = "11111111-0000-4000-8000-000000000001"
+CLAIM_B = "11111111-0000-4000-8000-000000000002"
+
+
+def share(claim: str, name: str, gpu: str, cores: int, memory: int, sid: str) -> PreparedShare:
+    return PreparedShare(claim, "ml", name, "node-a", "gpu-0", sid, gpu, cores, memory)
+
+
+SHARE_A = share(CLAIM_A, "a", GPU0, 30, 10 * GI, "s-a")
+SHARE_B = share(CLAIM_B, "b", GPU0, 50, 20 * GI, "s-b")
+
+
+def write_proc(root: Path, pid: int, cgroup: bytes) -> None:
+    (root / str(pid)).mkdir(parents=True, exist_ok=True)
+    (root / str(pid) / "cgroup").write_bytes(cgroup)
+
+
+@pytest.fixture
+def proc(tmp_path: Path) -> Path:
+    root = tmp_path / "proc"
+    # cgroup v2 with the systemd driver, and v1 with cgroupfs.
+    write_proc(
+        root,
+        100,
+        b"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        + POD_A.replace("-", "_").encode()
+        + b".slice/cri-containerd-abc.scope\n",
+    )
+    write_proc(root, 200, f"4:memory:/kubepods/besteffort/pod{POD_B}/c0ffee\n".encode())
+    write_proc(root, 300, b"0::/system.slice/sshd.service\n")
+    return root
+
+
+# --- /proc --------------------------------------------------------------------------------
+
+
+def test_pod_of_process_both_cgroup_drivers(proc: Path) -> None:
+    assert pod_of_process(proc, 100).pod_uid == POD_A
+    assert pod_of_process(proc, 200).pod_uid == POD_B
+    assert pod_of_process(proc, 300).pod_uid is None
+
+
+def test_hostile_proc_contents_are_bounded(proc: Path) -> None:
+    # Odd bytes around a valid element still find the pod; nothing raises.
+    write_proc(proc, 400, b"\xff\xfe\x00garbage\n0::/kubepods/pod" + POD_A.encode() + b"/x\n")
+    assert pod_of_process(proc, 400).pod_uid == POD_A
+    # A huge file is read only up to the bound: a pod element past it is never seen.
+    write_proc(proc, 401, b"x" * (MAX_CGROUP_BYTES + 10) + b"\n0::/kubepods/pod" + POD_A.encode())
+    assert pod_of_process(proc, 401).pod_uid is None
+    # A FIFO in the way cannot block (opened non-blocking), a symlink is not followed.
+    (proc / "402").mkdir()
+    os.mkfifo(proc / "402" / "cgroup")
+    assert pod_of_process(proc, 402).pod_uid is None
+    (proc / "403").mkdir()
+    (proc / "403" / "cgroup").symlink_to(proc / "100" / "cgroup")
+    assert pod_of_process(proc, 403).reason.startswith("cgroup unreadable")
+    # Unreadable, exited, nonsense pids.
+    write_proc(proc, 404, b"0::/kubepods/pod" + POD_A.encode())
+    (proc / "404" / "cgroup").chmod(0)
+    if os.geteuid() != 0:
+        assert pod_of_process(proc, 404).reason.startswith("cgroup unreadable")
+    assert pod_of_process(proc, 999).reason == REASON_GONE
+    assert pod_of_process(proc, -1).pod_uid is None
+
+
+# --- attribution and overcommit ------------------------------------------------------------
+
+
+def test_processes_map_to_their_shares(proc: Path) -> None:
+    sample = GpuSample(
+        GPU0,
+        (ProcessSample(100, 4 * GI), ProcessSample(200, 25 * GI), ProcessSample(300, GI)),
+        {100: 20, 200: 70},
+    )
+    pods = {CLAIM_A: frozenset({POD_A}), CLAIM_B: frozenset({POD_B})}
+    result = attribute([sample], [SHARE_A, SHARE_B], lambda p: pod_of_process(proc, p), pods, 10)
+    a, b = result.usage[SHARE_A.key], result.usage[SHARE_B.key]
+    assert (a.used_memory, a.sm_utilization, a.processes, a.overcommitted) == (4 * GI, 20, 1, ())
+    # 25 GiB of 20 reserved and 70% SMs of 50 + 10: both exceeded.
+    assert (b.used_memory, b.processes, b.overcommitted) == (25 * GI, 1, ("memory", "compute"))
+    assert [(u.pid, u.reason) for u in result.unattributed] == [(300, "not in a pod's cgroup")]
+
+
+def test_unsupported_utilisation_is_absent_not_zero(proc: Path) -> None:
+    sample = GpuSample(GPU0, (ProcessSample(100, GI),), None)
+    result = attribute(
+        [sample], [SHARE_A], lambda p: pod_of_process(proc, p), {CLAIM_A: frozenset({POD_A})}, 10
+    )
+    assert result.usage[SHARE_A.key].sm_utilization is None
+    assert result.usage[SHARE_A.key].overcommitted == ()
+
+
+def test_process_that_exited_and_ambiguous_pods(proc: Path) -> None:
+    second = share(CLAIM_B, "b", GPU0, 10, GI, "s-b")
+    sample = GpuSample(GPU0, (ProcessSample(999, GI), ProcessSample(100, GI)), {})
+    both = {CLAIM_A: frozenset({POD_A}), CLAIM_B: frozenset({POD_A})}
+    result = attribute([sample], [SHARE_A, second], lambda p: pod_of_process(proc, p), both, 10)
+    assert [(u.pid, u.reason) for u in result.unattributed] == [
+        (999, REASON_GONE),
+        (100, REASON_AMBIGUOUS),
+    ]
+    assert result.usage[SHARE_A.key].processes == 0
+
+
+# --- the NVML source ----------------------------------------------------------------------
+
+
+class NvmlError(Exception):
+    pass
+
+
+class NotSupported(NvmlError):
+    pass
+
+
+class NotFound(NvmlError):
+    pass
+
+
+class FakeNvml:
+    """The few pynvml calls the source makes."""
+
+    NVMLError = NvmlError
+    NVMLError_NotSupported = NotSupported
+    NVMLError_NotFound = NotFound
+
+    def __init__(self) -> None:
+        self.processes: list[Any] = []
+        self.util: Any = []
+        self.since: list[int] = []
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        if uuid == "GPU-gone":
+            raise NvmlError("Not Found")
+        return uuid
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[Any]:
+        return self.processes
+
+    def nvmlDeviceGetProcessUtilization(self, handle: str, since: int) -> list[Any]:
+        self.since.append(since)
+        if isinstance(self.util, type):
+            raise self.util("nvml says so")
+        return list(self.util)
+
+
+def test_nvml_source_utilisation_and_last_seen() -> None:
+    fake = FakeNvml()
+    fake.processes = [
+        SimpleNamespace(pid=7, usedGpuMemory=GI),
+        SimpleNamespace(pid=8, usedGpuMemory=None),
+    ]
+    fake.util = [SimpleNamespace(pid=7, smUtil=140, timeStamp=500)]
+    source = NvmlUsageSource(fake)  # type: ignore[arg-type]
+    source.open()
+    s = source.sample(GPU0)
+    assert [(p.pid, p.used_memory) for p in s.processes] == [(7, GI), (8, None)]
+    assert s.sm_utilization == {7: 100}
+    fake.util = NotFound
+    assert source.sample(GPU0).sm_utilization == {7: 0, 8: 0}
+    assert fake.since == [0, 500]
+    fake.util = NotSupported
+    assert source.sample(GPU0).sm_utilization is None
+    fake.util = []
+    assert source.sample(GPU0).sm_utilization is None  # not asked again
+    with pytest.raises(UsageSourceError, match="GPU-gone"):
+        source.sample("GPU-gone")
+    source.close()
+
+
+# --- the mock source, the claim writer, metrics, taints --------------------------------------
+
+
+class FakeClaims:
+    def __init__(self) -> None:
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.puts: list[dict[str, Any]] = []
+        self.conflict = False
+
+    def add(self, name: str, uid: str, pods: list[str]) -> None:
+        self.claims[name] = {
+            "metadata": {"name": name, "namespace": "ml", "uid": uid},
+            "status": {
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": u} for u in pods],
+                "devices": [{"driver": "other.example.com", "pool": "x", "device": "y"}],
+            },
+        }
+
+    def get(self, namespace: str, name: str) -> dict[str, Any]:
+        if name not in self.claims:
+            raise KubeApiError(404, "NotFound", "gone")
+        return self.claims[name]
+
+    def put_status(self, namespace: str, name: str, claim: Any) -> dict[str, Any]:
+        if self.conflict:
+            raise KubeApiError(409, "Conflict", "changed")
+        self.puts.append(claim)
+        self.claims[name] = claim
+        return dict(claim)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.taints: Any = None
+
+    def set_taints(self, taints: Any) -> None:
+        self.taints = taints
+
+
+def sampler_for(
+    tmp_path: Path, claims: FakeClaims, clock: Clock, sink: Sink, **opts: Any
+) -> tuple[UsageSampler, Path, Telemetry]:
+    usage_file = tmp_path / "usage.yaml"
+    telemetry = Telemetry("test-usage", env={})
+    merger = TaintMerger(sink)
+    health = merger.source("health")
+    health.set_taints({"gpu-1": [{"key": "d/unhealthy", "effect": "NoSchedule"}]})
+    options = UsageOptions(proc_root=tmp_path / "proc", **opts)
+    sampler = UsageSampler(
+        options,
+        FileUsageSource(usage_file, GPUS),
+        lambda: [SHARE_A, SHARE_B],
+        claims,
+        "gpu.sharegpu.dev",
+        GPUS,
+        telemetry=telemetry,
+        taints=merger.source("usage"),
+        clock=clock,
+    )
+    return sampler, usage_file, telemetry
+
+
+def test_sampler_writes_claims_metrics_and_taint(tmp_path: Path) -> None:
+    claims, clock, sink = FakeClaims(), Clock(), Sink()
+    claims.add("a", CLAIM_A, [POD_A])
+    claims.add("b", CLAIM_B, [POD_B])
+    sampler, usage_file, telemetry = sampler_for(tmp_path, claims, clock, sink, taint=True)
+    usage_file.write_text(
+        "0:\n- {claim: ml/a, memory: 12Gi, sm: 20}\n- {claim: ml/b, memory: 1Gi}\n"
+    )
+    sampler.sample_once()
+    entries = {
+        e["device"] + e.get("shareID", ""): e for e in claims.claims["a"]["status"]["devices"]
+    }
+    assert entries["y"]["driver"] == "other.example.com"  # another driver's entry is kept
+    data = entries["gpu-0s-a"]["data"]
+    assert data["kind"] == "ShareUsage" and data["usedMemory"] == "12Gi"
+    assert data["overcommitted"] == ["memory"] and data["smUtilization"] == 20
+    assert len(claims.puts) == 2
+    # The health taint and the overcommit taint reach the publisher together.
+    assert sink.taints["gpu-1"][0]["key"] == "d/unhealthy"
+    assert sink.taints["gpu-0"][0]["key"] == "gpu.sharegpu.dev/overcommitted"
+    assert sink.taints["gpu-0"][0]["value"] == "memory"
+    text = telemetry.scrape().decode()
+    assert 'sharegpu_share_used_memory_bytes{claim_name="a"' in text
+    assert "sharegpu_share_overcommitted{" in text and 'resource="memory"' in text
+    # Small changes within the write interval are not written; later they are, beyond the
+    # threshold only.
+    usage_file.write_text(
+        "0:\n- {claim: ml/a, memory: 12.01Gi, sm: 22}\n- {claim: ml/b, memory: 1Gi}\n"
+    )
+    clock.now += 60
+    sampler.sample_once()
+    assert len(claims.puts) == 2
+    # Back within its reservation: written at once, taint gone.
+    usage_file.write_text("0:\n- {claim: ml/a, memory: 1Gi, sm: 20}\n")
+    clock.now += 1
+    sampler.sample_once()
+    assert claims.claims["a"]["status"]["devices"][1]["data"].get("overcommitted") is None
+    assert "gpu-0" not in sink.taints
+    telemetry.shutdown()
+
+
+def test_sampler_survives_bad_file_and_conflicts(tmp_path: Path) -> None:
+    claims, clock, sink = FakeClaims(), Clock(), Sink()
+    claims.add("a", CLAIM_A, [POD_A])
+    sampler, usage_file, telemetry = sampler_for(tmp_path, claims, clock, sink)
+    usage_file.write_text("0: [{claim: ml/a, memory: lots}]\n")
+    result = sampler.sample_once()
+    assert result.usage == {} and sampler.snapshot().errors == {GPU0: 1}
+    usage_file.write_text("0: [{claim: ml/a, memory: 1Gi}]\n")
+    claims.conflict = True
+    sampler.sample_once()
+    assert sampler.snapshot().writes == (0, 2)
+    assert sink.taints is not None and "gpu-0" not in sink.taints  # taint off by default
+    telemetry.shutdown()
+
+
+def test_writer_never_writes_when_disabled(tmp_path: Path) -> None:
+    claims, clock, sink = FakeClaims(), Clock(), Sink()
+    claims.add("a", CLAIM_A, [POD_A])
+    sampler, usage_file, telemetry = sampler_for(
+        tmp_path, claims, clock, sink, write_interval_s=0.0
+    )
+    usage_file.write_text("0: [{claim: ml/a, memory: 1Gi}]\n")
+    sampler.sample_once()
+    assert claims.puts == [] and sampler.snapshot().usage[0].used_memory == GI
+    assert isinstance(UsageWriter, type)
+    telemetry.shutdown()
+
+
+def test_unknown_pod_refreshes_shared_claim(proc: Path, tmp_path: Path) -> None:
+    claims, clock, sink = FakeClaims(), Clock(), Sink()
+    claims.add("a", CLAIM_A, [])
+    claims.add("b", CLAIM_B, [POD_B])
+    sampler, usage_file, telemetry = sampler_for(tmp_path, claims, clock, sink)
+    usage_file.write_text("0: [{pid: 100, memory: 2Gi}]\n")
+    first = sampler.sample_once()
+    assert [u.reason for u in first.unattributed] == [REASON_NO_SHARE]
+    claims.add("a", CLAIM_A, [POD_A])  # the shared claim gained the pod
+    clock.now += 3600
+    second = sampler.sample_once()
+    assert second.unattributed == () and second.usage[SHARE_A.key].used_memory == 2 * GI
+    telemetry.shutdown()
