@@ -14,6 +14,9 @@ informers have synced — writes the differences:
 - write ``status`` only when it differs from what is stored, and at most once per GPU per
   ``write_interval_s`` (later changes wait and are merged into the next write);
 - on a conflict the stored copy is refreshed and the write retried on the next round;
+- a share that becomes overcommitted after the informers synced gets a ``ShareOvercommitted``
+  Event on its pods (:mod:`controller.events`); every replica follows the transitions, only the
+  leader sends (what was overcommitted when the informers synced is the baseline: no Event);
 - the objects of one round are written by up to ``write_workers`` threads (they are
   independent), which matters for the first round of a large cluster.
 
@@ -46,6 +49,7 @@ from api.names import (
     RESOURCE_GROUP,
     RESOURCE_VERSION,
 )
+from controller.events import Overcommit, OvercommitEvents, ShareKey, overcommit_transitions
 from controller.gcfreeze import Freezer
 from controller.gpuindex import GpuIndex
 from controller.metrics import ControllerMetrics, GpuGauge
@@ -121,6 +125,11 @@ class Tracker:
         self._last_write: dict[str, float] = {}
         self.writes = 0
         self._was_leader = False
+        #: Overcommitted shares per GPU (only GPUs that have some); None until synced.
+        self._overcommitted: dict[str, frozenset[ShareKey]] | None = None
+        #: Transitions found by :meth:`refresh`, taken by the next :meth:`flush`.
+        self._overcommits: list[Overcommit] = []
+        self.events = OvercommitEvents(kube, clock=clock)
 
         label = f"{GPU_DRIVER_LABEL}={driver}"
         common: dict[str, Any] = {
@@ -294,13 +303,20 @@ class Tracker:
     def refresh(self) -> int:
         """Compute the desired objects of the dirty GPUs; returns how many were dirty."""
         with self._lock:
+            if self._overcommitted is None and self.synced():
+                self._overcommitted = {}
+                for name in self.index.names():
+                    self._note_overcommits(name, self.index.allocations(name))
+                self._overcommits.clear()  # the baseline: no Events
             dirty = self.index.take_dirty()
             for name in dirty:
                 hw = self.index.hardware(name)
+                allocs = [] if hw is None else self.index.allocations(name)
+                self._note_overcommits(name, allocs)
                 if hw is None:
                     self._desired.pop(name, None)
                 else:
-                    status = gpu_status_json(hw, self.index.allocations(name))
+                    status = gpu_status_json(hw, allocs)
                     self._desired[name] = (
                         json_digest(gpu_spec_json(hw)),
                         json_digest(status),
@@ -309,6 +325,15 @@ class Tracker:
                 self._unverified.add(name)
                 self.freezer.note()
             return len(dirty)
+
+    def _note_overcommits(self, name: str, allocs: list[Alloc]) -> None:
+        """Follow the overcommitted shares of GPU ``name``; queue those that became so."""
+        if self._overcommitted is None:
+            return
+        now, found = overcommit_transitions(self._overcommitted.pop(name, frozenset()), allocs)
+        if now:
+            self._overcommitted[name] = now
+        self._overcommits.extend(found)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -331,28 +356,12 @@ class Tracker:
         leading = self.is_leader() and self.synced()
         with self._lock:
             self.refresh()
-            if leading and not self._was_leader:
-                self._unverified.update(self._desired)
-                self._unverified.update(self._stored)
-            self._was_leader = leading
-            if not leading or not self._unverified:
-                return 0
-            now = self._clock.monotonic()
-            todo: list[str] = []
-            for name in sorted(self._unverified):
-                desired, stored = self._desired.get(name), self._stored.get(name)
-                if not _needs_write(desired, stored):
-                    self._unverified.discard(name)
-                    self._missing_since.pop(name, None)
-                    continue
-                if desired is None:
-                    since = self._missing_since.setdefault(name, now)
-                    if now - since < self.delete_grace_s:
-                        continue  # stays unverified: looked at again on the next round
-                else:
-                    self._missing_since.pop(name, None)
-                if now - self._last_write.get(name, -1e9) >= self.write_interval_s:
-                    todo.append(name)
+            overcommits, self._overcommits = self._overcommits, []
+            todo = self._due(leading)
+        if leading and overcommits and self.is_leader():
+            self.events.emit(overcommits)
+        if todo is None:
+            return 0
         writes = 0
         with self.tracer.start_as_current_span("reconcile") as span:
             span.set_attribute("sharegpu.gpus_to_write", len(todo))
@@ -367,6 +376,33 @@ class Tracker:
         if self.metrics is not None and todo:
             self.metrics.reconcile_duration.record(time.perf_counter() - start)
         return writes
+
+    def _due(self, leading: bool) -> list[str] | None:
+        """The GPU objects to write this round (caller holds the lock); None: nothing to look
+        at (not leading, or everything verified)."""
+        if leading and not self._was_leader:
+            self._unverified.update(self._desired)
+            self._unverified.update(self._stored)
+        self._was_leader = leading
+        if not leading or not self._unverified:
+            return None
+        now = self._clock.monotonic()
+        todo: list[str] = []
+        for name in sorted(self._unverified):
+            desired, stored = self._desired.get(name), self._stored.get(name)
+            if not _needs_write(desired, stored):
+                self._unverified.discard(name)
+                self._missing_since.pop(name, None)
+                continue
+            if desired is None:
+                since = self._missing_since.setdefault(name, now)
+                if now - since < self.delete_grace_s:
+                    continue  # stays unverified: looked at again on the next round
+            else:
+                self._missing_since.pop(name, None)
+            if now - self._last_write.get(name, -1e9) >= self.write_interval_s:
+                todo.append(name)
+        return todo
 
     def _write_if_leading(self, name: str) -> int:
         if self._stop.is_set() or not self.is_leader():

@@ -26,9 +26,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from api.names import DEFAULT_DRIVER_NAME
-from kubeletplugin.devices.mock import default_gpu
-from kubeletplugin.devices.slices import consumable_device, partition_devices
+from kubeletplugin.devices.mock import default_gpu, load_mock_config
+from kubeletplugin.devices.slices import consumable_device, desired_slices, partition_devices
+from kubeletplugin.devices.table import node_devices
 from sharegpu.cel import compile_selector, device_activation
+from sharegpu.cli.common import default_device_class
 from tests.deploy.helpers import (
     CERT_MANAGER_GROUPS,
     CHART_DIR,
@@ -71,6 +73,7 @@ VARIANTS: dict[str, list[str]] = {
         "kubeletPlugin.health.ignoreXids=13\\,31",
     ],
     "health-off": ["kubeletPlugin.health.enabled=false"],
+    "mps-off": ["kubeletPlugin.mps.enabled=false"],
     "no-webhook": ["controller.webhook.enabled=false", "metricsService.enabled=false"],
 }
 
@@ -320,16 +323,26 @@ def test_rbac_grants_exactly_what_the_code_uses(
             "resource.k8s.io", ["resourceslices"], ["list", "watch", "create", "update", "delete"]
         )
         | triples("", ["nodes"], ["get"])
+        # Measured usage written into the claims' status.devices (tests/deploy/test_chart_usage.py
+        # checks the driver rule's resourceNames).
+        | triples("resource.k8s.io", ["resourceclaims/status"], ["update"])
+        | triples("resource.k8s.io", ["resourceclaims/driver"], ["associated-node:update"])
     )
     assert rules_of(docs, "ClusterRole", "controller") == (
         triples("resource.k8s.io", ["resourceslices", "resourceclaims"], ["list", "watch"])
         | triples("", ["pods"], ["list", "watch"])
+        # ShareOvercommitted Events on the pods of an overcommitted share (create only).
+        | triples("", ["events"], ["create"])
         | triples(
             "resource.sharegpu.dev",
             ["gpus"],
             ["get", "list", "watch", "create", "update", "delete"],
         )
         | triples("resource.sharegpu.dev", ["gpus/status"], ["update"])
+        # GpuQuota: the webhook charges claims to a quota's status; the quota controller
+        # recomputes it.
+        | triples("resource.sharegpu.dev", ["gpuquotas"], ["get", "list", "watch"])
+        | triples("resource.sharegpu.dev", ["gpuquotas/status"], ["update"])
         | triples("authentication.k8s.io", ["tokenreviews"], ["create"])
         | triples("authorization.k8s.io", ["subjectaccessreviews"], ["create"])
     )
@@ -341,50 +354,6 @@ def test_rbac_grants_exactly_what_the_code_uses(
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert "secrets" not in rule["resources"]
-
-
-def test_resourceslice_policy_binds_writes_to_the_plugins_node(
-    rendered: dict[str, list[dict[str, Any]]],
-) -> None:
-    docs = rendered["default"]
-    policy = one(docs, "ValidatingAdmissionPolicy")
-    binding = one(docs, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
-    spec = policy["spec"]
-    (condition,) = spec["matchConditions"]
-    plugin_sa = one(
-        [d for d in docs if "kubelet-plugin" in d["metadata"]["name"]], "ServiceAccount"
-    )
-    expected_user = f"system:serviceaccount:{NAMESPACE}:{plugin_sa['metadata']['name']}"
-    assert expected_user in condition["expression"]
-    variables = {v["name"]: v["expression"] for v in spec["variables"]}
-    assert "authentication.kubernetes.io/node-name" in variables["nodeNameClaim"]
-    assert variables["sliceNodeName"] == "variables.slice.spec.?nodeName.orValue('')"
-    assert variables["slicePool"] == "variables.slice.spec.?pool.?name.orValue('')"
-    assert variables["sliceDriver"] == "variables.slice.spec.?driver.orValue('')"
-    # An update must also start from a slice of this plugin's node, pool and driver.
-    stored = variables["storedSliceIsOwn"]
-    for field in (
-        "oldObject.spec.?nodeName",
-        "oldObject.spec.?pool.?name",
-        "oldObject.spec.?driver",
-    ):
-        assert field in stored
-    assert '"gpu.sharegpu.dev"' in stored
-    validations = [v["expression"] for v in spec["validations"]]
-    assert validations == [
-        "variables.userNodeName != ''",
-        "variables.userNodeName == variables.sliceNodeName",
-        "variables.slicePool == variables.userNodeName",
-        'variables.sliceDriver == "gpu.sharegpu.dev"',
-        "variables.storedSliceIsOwn",
-    ]
-    assert set(spec["matchConstraints"]["resourceRules"][0]["operations"]) == {
-        "CREATE",
-        "UPDATE",
-        "DELETE",
-    }
 
 
 def _verify_signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> None:
@@ -439,17 +408,19 @@ def test_webhook_policy_and_cert_manager_injection(
 
 
 def test_device_classes(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    (gpu,) = by_kind(rendered["default"], "DeviceClass")
+    gpu, mig = by_kind(rendered["default"], "DeviceClass")
     assert gpu["metadata"]["name"] == "gpu.sharegpu.dev"
-    assert gpu["spec"]["selectors"] == [
-        {"cel": {"expression": 'device.driver == "gpu.sharegpu.dev"'}}
-    ]
+    assert mig["metadata"]["name"] == "mig.gpu.sharegpu.dev"
+    # The CLI's stand-in for the chart's class (explain, demo) selects the same devices.
+    cli_selectors = [s["cel"]["expression"] for s in default_device_class()["spec"]["selectors"]]
+    chart_selectors = [s["cel"]["expression"] for s in gpu["spec"]["selectors"]]
+    assert [e.replace('"', "'") for e in chart_selectors] == cli_selectors
     classes = {
         d["metadata"]["name"]: d for d in by_kind(rendered["extended-resource"], "DeviceClass")
     }
     extended = classes["extended.gpu.sharegpu.dev"]
     assert extended["spec"]["extendedResourceName"] == "nvidia.com/gpu"
-    (configured,) = by_kind(rendered["class-config"], "DeviceClass")
+    configured, _ = by_kind(rendered["class-config"], "DeviceClass")
     (config,) = configured["spec"]["config"]
     assert config["opaque"]["driver"] == "gpu.sharegpu.dev"
     assert config["opaque"]["parameters"] == {
@@ -459,18 +430,35 @@ def test_device_classes(rendered: dict[str, list[dict[str, Any]]]) -> None:
     }
 
 
+def mig_node_devices(tmp_path: Path) -> list[dict[str, Any]]:
+    """The published devices of a mock node whose GPU 0 holds two MIG devices, next to GPU 1."""
+    config = tmp_path / "gpus.yaml"
+    config.write_text(
+        "- migDevices: [{profile: 1g.10gb, gpuInstance: 9}, {profile: 3g.40gb, gpuInstance: 2}]\n"
+        "- {}\n"
+    )
+    devices = node_devices(load_mock_config("node-a", config), "consumable")
+    return [d for content in desired_slices(devices) for d in content.get("devices", [])]
+
+
 def test_device_class_selectors_compile_and_select_whole_gpus(
-    rendered: dict[str, list[dict[str, Any]]],
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     classes = {
         d["metadata"]["name"]: d for d in by_kind(rendered["extended-resource"], "DeviceClass")
     }
     gpu = H100_MOCK
+    mig = [d for d in mig_node_devices(tmp_path) if "-mig-" in d["name"]]
+    assert len(mig) == 2
     for name, devices, expected in [
         ("gpu.sharegpu.dev", [consumable_device(gpu)], ["gpu-0"]),
         ("gpu.sharegpu.dev", partition_devices(gpu), [d["name"] for d in partition_devices(gpu)]),
         ("extended.gpu.sharegpu.dev", [consumable_device(gpu)], ["gpu-0"]),
         ("extended.gpu.sharegpu.dev", partition_devices(gpu), ["gpu-0"]),
+        # MIG devices only through the MIG class.
+        ("gpu.sharegpu.dev", [consumable_device(gpu), *mig], ["gpu-0"]),
+        ("extended.gpu.sharegpu.dev", [consumable_device(gpu), *mig], ["gpu-0"]),
+        ("mig.gpu.sharegpu.dev", [consumable_device(gpu), *mig], [d["name"] for d in mig]),
     ]:
         programs = [
             compile_selector(s["cel"]["expression"]) for s in classes[name]["spec"]["selectors"]
@@ -484,9 +472,12 @@ def test_device_class_selectors_compile_and_select_whole_gpus(
 
 
 def test_gpu_crd_is_rendered_with_keep_policy(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    crd = one(rendered["default"], "CustomResourceDefinition")
-    assert crd["metadata"]["name"] == "gpus.resource.sharegpu.dev"
-    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    crds = {
+        d["metadata"]["name"]: d for d in by_kind(rendered["default"], "CustomResourceDefinition")
+    }
+    assert sorted(crds) == ["gpuquotas.resource.sharegpu.dev", "gpus.resource.sharegpu.dev"]
+    for crd in crds.values():
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
 
 def test_chart_crd_copy_matches_the_generated_crd() -> None:
@@ -540,7 +531,8 @@ def test_rendered_flags_are_accepted_by_the_daemons(
     from controller.main import build_parser as controller_parser
 
     for container in containers(rendered[variant], "DaemonSet"):
-        assert container["command"] == ["sharegpu-kubeletplugin"]
+        # tini (PID 1) reaps whatever the plugin does not wait for.
+        assert container["command"] == ["tini", "--", "sharegpu-kubeletplugin"]
         assert accepts(plugin_parser(), container["args"]) == ""
     for container in containers(rendered[variant], "Deployment"):
         assert container["command"] == ["sharegpu-controller"]

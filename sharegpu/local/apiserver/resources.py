@@ -223,6 +223,28 @@ def default_resources() -> list[ResourceType]:
             namespaced=False,
             validate=resource_schema_validator("DeviceClass"),
         ),
+        ResourceType(
+            "",
+            "v1",
+            "events",
+            "Event",
+            namespaced=True,
+            # the field labels the real server selects core/v1 Events by
+            field_labels=frozenset(
+                {
+                    "involvedObject.kind",
+                    "involvedObject.namespace",
+                    "involvedObject.name",
+                    "involvedObject.uid",
+                    "involvedObject.apiVersion",
+                    "involvedObject.resourceVersion",
+                    "involvedObject.fieldPath",
+                    "reason",
+                    "reportingComponent",
+                    "type",
+                }
+            ),
+        ),
         ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
         ResourceType(
             names.API_GROUP,
