@@ -129,6 +129,13 @@ OTHER_TOOLS_FLAGS = {
     "--strict",
     "--check",
     "--strict-markers",
+    # nvidia-ctk cdi generate / runtime configure (docs/install.md, sharing.md)
+    "--device-name-strategy",
+    # kubectl delete (examples)
+    "--ignore-not-found",
+    "--output",
+    "--runtime",
+    "--set-as-default",
     # helm package / helm upgrade (docs/install.md)
     "--destination",
     "--reuse-values",
