@@ -101,6 +101,10 @@ class HostMpsLauncher:
                 f"{(done.stderr or done.stdout).strip()}"
             )
 
+    def pids(self, spec: DaemonSpec) -> list[int]:
+        """The process ids of the live (not zombie) daemons of ``spec``, ascending."""
+        return sorted(p.pid for p in self._live(spec))
+
     def phase(self, spec: DaemonSpec) -> DaemonPhase:
         if self._live(spec):
             return DaemonPhase.RUNNING

@@ -1,9 +1,12 @@
 """The parts of the real-GPU test that need no GPU: CDI -> emulated container, entering it, the
-CUDA probe's arguments, the host launcher's process scan, and the skip decision."""
+CUDA probe's arguments and PTX, the checks' pure parts (:mod:`tests.gpu.checks`), the host
+launcher's process scan, and the skip decision."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import types
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from kubeletplugin.containeredits import ContainerEdits, DeviceNode
 from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.mps import container_pipe_dir, share_edits
 from kubeletplugin.sharing.mpspaths import MpsPaths
-from tests.gpu import cudaprobe, enter
+from tests.gpu import checks, cudaprobe, enter
 from tests.gpu.container import (
     BindMount,
     CdiError,
@@ -200,15 +203,159 @@ def test_probe_arguments() -> None:
             cudaprobe.parse_gib(bad)
 
 
+def test_probe_modes() -> None:
+    assert cudaprobe.parse_args(["9"]) == cudaprobe.Request("alloc", gib=9.0)
+    assert cudaprobe.parse_args(["compute", "1000"]) == cudaprobe.Request(
+        "compute", iterations=1000
+    )
+    assert cudaprobe.parse_args(["fault"]) == cudaprobe.Request("fault")
+    for bad, message in (
+        (["compute"], "compute takes one argument"),
+        (["compute", "1", "2"], "compute takes one argument"),
+        (["compute", "x"], "must be an integer"),
+        (["compute", "0"], "must be in 1..4294967295"),
+        (["compute", str(2**32)], "must be in 1..4294967295"),
+        (["fault", "1"], "fault takes no arguments"),
+        (["faulty"], "must be a number"),
+    ):
+        with pytest.raises(cudaprobe.UsageError, match=message):
+            cudaprobe.parse_args(bad)
+
+
+def test_probe_ptx_has_both_kernels_for_a_jit_target() -> None:
+    ptx = cudaprobe.PTX
+    assert ".version 7.0" in ptx and ".target sm_80" in ptx
+    assert ".visible .entry spin(.param .u64 out, .param .u32 n)" in ptx
+    assert ".visible .entry fault(.param .u64 p)" in ptx
+    assert ptx.count("{") == ptx.count("}") == 2
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_probe_ptx_assembles(arch: str, tmp_path: Path) -> None:
+    """What the driver JITs on A100/H100 (needs only ``ptxas`` of a CUDA toolkit)."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("ptxas (CUDA toolkit) not installed")
+    source = tmp_path / "probe.ptx"
+    source.write_text(cudaprobe.PTX)
+    done = subprocess.run(
+        [ptxas, f"-arch={arch}", str(source), "-o", str(tmp_path / "probe.cubin")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_probe_usage_error_exit(capsys: pytest.CaptureFixture[str]) -> None:
     assert cudaprobe.main(["cudaprobe.py", "-1"]) == cudaprobe.EXIT_USAGE
     assert "must be positive" in capsys.readouterr().err
+    assert cudaprobe.main(["cudaprobe.py", "compute", "-1"]) == cudaprobe.EXIT_USAGE
+    assert "ITERATIONS must be in" in capsys.readouterr().err
 
 
-def test_probe_without_libcuda_reports_the_load_step() -> None:
-    status, report = cudaprobe.probe(1.0, library="libno-such-cuda.so.1")
+@pytest.mark.parametrize(
+    "request_",
+    [
+        cudaprobe.Request("alloc", gib=1.0),
+        cudaprobe.Request("compute", iterations=10),
+        cudaprobe.Request("fault"),
+    ],
+)
+def test_probe_without_libcuda_reports_the_load_step(request_: cudaprobe.Request) -> None:
+    status, report = cudaprobe.probe(request_, library="libno-such-cuda.so.1")
     assert status == cudaprobe.EXIT_START
+    assert report["mode"] == request_.mode
     assert report["step"] == "load" and "libno-such-cuda" in str(report["code"])
+
+
+# --- the checks' pure parts --------------------------------------------------------------------
+
+
+def test_scaled_iterations() -> None:
+    assert checks.scaled_iterations(1000, 0.1, target=2.0) == 20_000
+    assert checks.scaled_iterations(1000, 5.0, target=2.0) == 1000  # never fewer than measured
+    assert checks.scaled_iterations(2**31, 0.001, target=2.0) == checks.MAX_ITERATIONS
+    for iterations, seconds in ((0, 1.0), (10, 0.0), (10, -1.0)):
+        with pytest.raises(ValueError, match="cannot scale"):
+            checks.scaled_iterations(iterations, seconds)
+
+
+def test_ratio_in_range() -> None:
+    assert checks.ratio_in_range(4.0, 2.0)
+    assert checks.ratio_in_range(3.0, 2.0)  # 1.5: the lower end is included
+    assert checks.ratio_in_range(5.4, 2.0)  # 2.7: the upper end is included
+    assert not checks.ratio_in_range(2.9, 2.0)
+    assert not checks.ratio_in_range(5.5, 2.0)
+    assert not checks.ratio_in_range(1.0, 0.0)
+
+
+POLICY_LIST = """\
++-------------------------------------+
+| GPU compute policies:               |
+| GPU   Name                  Value   |
+|=====================================|
+|  0    Timeslice             {}   |
++-------------------------------------+
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("Long", "Long"), ("DEFAULT", "Default"), ("2", "Medium"), ("0", "Default"), ("N/A", None)],
+)
+def test_timeslice_from_policy_list(value: str, expected: str | None) -> None:
+    assert checks.timeslice_from_policy_list(POLICY_LIST.format(value)) == expected
+
+
+def test_timeslice_from_other_layouts() -> None:
+    assert checks.timeslice_from_policy_list("Time-slice config: SHORT\n") == "Short"
+    assert checks.timeslice_from_policy_list("GPU 0\n  timeslice = 3\n") == "Long"
+    assert checks.timeslice_from_policy_list("No compute policies\n") is None
+    assert checks.timeslice_from_policy_list("") is None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_wait_until_returns_once_ready() -> None:
+    clock, answers = FakeClock(), iter([False, False, True])
+    assert checks.wait_until(lambda: next(answers), 10.0, 0.5, clock.time, clock.sleep)
+    assert clock.sleeps == [0.5, 0.5]
+
+
+def test_wait_until_gives_up_at_the_deadline_after_a_last_try() -> None:
+    clock, calls = FakeClock(), []
+
+    def never() -> bool:
+        calls.append(clock.now)
+        return False
+
+    assert not checks.wait_until(never, 1.0, 0.4, clock.time, clock.sleep)
+    assert calls == [0.0, 0.4, 0.8, 1.0]
+
+
+def test_taint_recorder_keeps_copies_of_the_latest_map() -> None:
+    recorder = checks.TaintRecorder()
+    assert recorder.latest("gpu-0") == []
+    taint = {"key": "k", "effect": "NoSchedule"}
+    given = {"gpu-0": [taint]}
+    recorder.set_taints(given)
+    taint["effect"] = "NoExecute"
+    assert recorder.latest("gpu-0") == [{"key": "k", "effect": "NoSchedule"}]
+    recorder.set_taints({})
+    assert recorder.latest("gpu-0") == []
 
 
 # --- the host launcher -----------------------------------------------------------------------
@@ -254,6 +401,8 @@ def test_launcher_finds_its_daemons_in_proc(tmp_path: Path) -> None:
     assert launcher.phase(DaemonSpec(MpsPaths(mps, "GPU-none"))) is DaemonPhase.ABSENT
     assert launcher.present() == sorted({paths.id, other.id})
     launcher.launch(DaemonSpec(paths))  # running already: nothing is started
+    assert launcher.pids(DaemonSpec(paths)) == [10]
+    assert launcher.pids(DaemonSpec(other)) == []  # a zombie is no live daemon
 
 
 def test_launcher_command_binds_the_gpu_shm(tmp_path: Path) -> None:

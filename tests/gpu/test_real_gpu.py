@@ -6,14 +6,26 @@
   :class:`~tests.gpu.hostlauncher.HostMpsLauncher`; CUDA clients run in containers emulated from
   each claim's CDI spec (:mod:`tests.gpu.container`, :mod:`tests.gpu.enter`) as
   :data:`CLIENT_UID`: an allocation below the share works, one above it fails; unprepare
-  restores the GPU's compute mode and leaves no daemon.
+  restores the GPU's compute mode and leaves no daemon;
+- compute shares: the same busy-loop kernel (``cudaprobe.py compute``) takes about twice as long
+  in a 25% MPS share as in a 50% one (:data:`~tests.gpu.checks.RATIO_RANGE`);
+- a control daemon killed with SIGKILL is started again by the next MPS prepare on its GPU, and
+  the new share's client works;
+- a TimeSlicing claim (interval Long) sets the GPU's interval and unprepare puts back Default
+  and the compute mode;
+- a client that stores through a null pointer (XID 31) makes the NVML health monitor taint its
+  GPU with the ordinary (not reset-required) unhealthy taint once application XIDs are not
+  ignored; with the default ignore list it stays untainted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,9 +36,15 @@ from typing import Any, Final
 import kubernetes.client
 import pytest
 
+from api import names
 from kubeletplugin.devices.mig import MIG_DISABLED, MIG_ENABLED
 from kubeletplugin.devices.nvml import NvmlBackend, normalize_pci_bus_id
 from kubeletplugin.devices.table import node_devices
+from kubeletplugin.health.events import is_reset_reason
+from kubeletplugin.health.monitor import HealthMonitor
+from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
+from kubeletplugin.health.settings import HealthSettings
+from kubeletplugin.health.taints import DEFAULT_TAINT_EFFECT
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.kubelet.server import PluginServer
 from kubeletplugin.model import GpuInfo
@@ -37,12 +55,22 @@ from kubeletplugin.prepare.state import DeviceState
 from kubeletplugin.runner import HostRunner
 from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import build_enforcer
-from kubeletplugin.sharing.mps import EXCLUSIVE_PROCESS
+from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, EXCLUSIVE_PROCESS
 from kubeletplugin.sharing.mpspaths import MpsPaths
 from kubeletplugin.sharing.timeslice import query_compute_mode
 from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimClaimResult
 from tests.gpu import cudaprobe
+from tests.gpu.checks import (
+    CALIBRATION_ITERATIONS,
+    RATIO_RANGE,
+    RATIO_SHARES,
+    TaintRecorder,
+    ratio_in_range,
+    scaled_iterations,
+    timeslice_from_policy_list,
+    wait_until,
+)
 from tests.gpu.container import (
     ContainerPlan,
     enter_command,
@@ -158,9 +186,9 @@ def shareable_gpu(gpus: list[GpuInfo]) -> GpuInfo:
     pytest.skip(f"no GPU without MIG and with {SHARES[1][3] + 2:.0f} GiB usable")
 
 
-def run_client(plan: ContainerPlan, gib: float, probe: Path) -> tuple[int, dict[str, Any]]:
-    """Run the CUDA probe for ``gib`` GiB in the emulated container; (exit status, report)."""
-    argv = [os.path.realpath(sys.executable), "-I", "-S", str(probe), str(gib)]
+def run_client(plan: ContainerPlan, args: list[str], probe: Path) -> tuple[int, dict[str, Any]]:
+    """Run the CUDA probe with ``args`` in the emulated container; (exit status, report)."""
+    argv = [os.path.realpath(sys.executable), "-I", "-S", str(probe), *args]
     created = missing_targets(plan)
     for path, is_dir in created:
         if is_dir:
@@ -181,9 +209,57 @@ def run_client(plan: ContainerPlan, gib: float, probe: Path) -> tuple[int, dict[
                 path.rmdir()
             else:
                 path.unlink()
+    return done.returncode, probe_report(done)
+
+
+def probe_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The probe's JSON line, or its stderr when it printed none."""
     lines = done.stdout.strip().splitlines()
-    report = json.loads(lines[-1]) if lines else {"stderr": done.stderr.strip()}
-    return done.returncode, report
+    report: dict[str, Any] = json.loads(lines[-1]) if lines else {"stderr": done.stderr.strip()}
+    return report
+
+
+def install_probe(root: Path) -> Path:
+    """A copy of the probe under ``root`` that :data:`CLIENT_UID` can read."""
+    probe = root / "cudaprobe.py"
+    shutil.copyfile(cudaprobe.__file__, probe)
+    probe.chmod(0o644)
+    return probe
+
+
+def mps_claim(name: str, gpu: GpuInfo, cores: int, gib: int) -> dict[str, Any]:
+    return claim(
+        name,
+        [result("gpu", f"gpu-{gpu.index}", share={"cores": cores, "memory": gib * GI})],
+        configs=[gpu_config({"strategy": "MPS"})],
+    )
+
+
+def store(apiserver: KubeAPIServer, claims: list[dict[str, Any]]) -> list[ClaimRef]:
+    for obj in claims:
+        apiserver.store.put("resourceclaims", obj)
+    return [ref(c) for c in claims]
+
+
+def prepare_ok(kplugin: RegisteredPlugin, refs: list[ClaimRef]) -> dict[str, SimClaimResult]:
+    results = kplugin.prepare(refs)
+    assert {uid: r.error for uid, r in results.items()} == {r.uid: "" for r in refs}
+    return results
+
+
+def plans(
+    node: GpuNode, results: dict[str, SimClaimResult], refs: list[ClaimRef]
+) -> list[ContainerPlan]:
+    """The emulated container of each claim of ``refs``, in that order."""
+    specs = load_specs(node.root / "cdi")
+    return [
+        plan_for(specs, [i for d in results[r.uid].devices for i in d.cdi_device_ids], SKIP_KINDS)
+        for r in refs
+    ]
+
+
+def daemon_of(node: GpuNode, gpu: GpuInfo) -> DaemonSpec:
+    return DaemonSpec(MpsPaths(node.mps_root, gpu.uuid))
 
 
 def test_mps_shares_limit_memory_and_unprepare_restores(
@@ -191,39 +267,197 @@ def test_mps_shares_limit_memory_and_unprepare_restores(
 ) -> None:
     gpu = shareable_gpu(gpu_node.gpus)
     mode_before = query_compute_mode(HostRunner("/"), gpu.uuid)
-    probe = gpu_node.root / "cudaprobe.py"
-    shutil.copyfile(cudaprobe.__file__, probe)
-    probe.chmod(0o644)
-    claims = [
-        claim(
-            f"mps-{size}gi",
-            [result("gpu", f"gpu-{gpu.index}", share={"cores": cores, "memory": size * GI})],
-            configs=[gpu_config({"strategy": "MPS"})],
-        )
-        for size, cores, _fits, _too_big in SHARES
-    ]
-    for obj in claims:
-        apiserver.store.put("resourceclaims", obj)
-    refs: list[ClaimRef] = [ref(c) for c in claims]
+    probe = install_probe(gpu_node.root)
+    claims = [mps_claim(f"mps-{size}gi", gpu, cores, size) for size, cores, _f, _t in SHARES]
+    refs = store(apiserver, claims)
     expected: dict[tuple[int, float], int] = {}
     got: dict[tuple[int, float], int] = {}
     reports: dict[tuple[int, float], dict[str, Any]] = {}
     with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
         try:
-            results = kplugin.prepare(refs)
-            assert {uid: r.error for uid, r in results.items()} == {r.uid: "" for r in refs}
+            results = prepare_ok(kplugin, refs)
             assert query_compute_mode(HostRunner("/"), gpu.uuid) == EXCLUSIVE_PROCESS
-            specs = load_specs(gpu_node.root / "cdi")
-            for (size, _cores, fits, too_big), one in zip(SHARES, refs, strict=True):
-                ids = [i for d in results[one.uid].devices for i in d.cdi_device_ids]
-                plan = plan_for(specs, ids, SKIP_KINDS)
+            for (size, _cores, fits, too_big), plan in zip(
+                SHARES, plans(gpu_node, results, refs), strict=True
+            ):
                 for gib, status in ((fits, cudaprobe.EXIT_OK), (too_big, cudaprobe.EXIT_ALLOC)):
                     expected[(size, gib)] = status
-                    got[(size, gib)], reports[(size, gib)] = run_client(plan, gib, probe)
+                    got[(size, gib)], reports[(size, gib)] = run_client(plan, [str(gib)], probe)
         finally:
             errors = kplugin.unprepare(refs)
     assert got == expected, reports
     assert errors == {r.uid: "" for r in refs}
     assert query_compute_mode(HostRunner("/"), gpu.uuid) == mode_before
-    daemon = DaemonSpec(MpsPaths(gpu_node.mps_root, gpu.uuid))
+    assert gpu_node.launcher.phase(daemon_of(gpu_node, gpu)) is DaemonPhase.ABSENT
+
+
+#: GiB of each compute-ratio share (the probe allocates almost nothing).
+RATIO_SHARE_GIB: Final = 4
+
+
+def test_mps_compute_shares_run_in_the_ratio_of_their_cores(
+    gpu_node: GpuNode, apiserver: KubeAPIServer
+) -> None:
+    gpu = shareable_gpu(gpu_node.gpus)
+    probe = install_probe(gpu_node.root)
+    claims = [mps_claim(f"cores-{c}", gpu, c, RATIO_SHARE_GIB) for c in RATIO_SHARES]
+    refs = store(apiserver, claims)
+    seconds: dict[int, float] = {}
+    reports: dict[str, dict[str, Any]] = {}
+    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
+        try:
+            small, large = plans(gpu_node, prepare_ok(kplugin, refs), refs)
+            # Sized in the larger share, so that one runs about TARGET_SECONDS; one at a time.
+            status, reports["calibration"] = run_client(
+                large, ["compute", str(CALIBRATION_ITERATIONS)], probe
+            )
+            assert status == cudaprobe.EXIT_OK, reports
+            turns = scaled_iterations(CALIBRATION_ITERATIONS, reports["calibration"]["seconds"])
+            for cores, plan in zip(RATIO_SHARES, (small, large), strict=True):
+                status, reports[str(cores)] = run_client(plan, ["compute", str(turns)], probe)
+                assert status == cudaprobe.EXIT_OK, reports
+                seconds[cores] = float(reports[str(cores)]["seconds"])
+        finally:
+            errors = kplugin.unprepare(refs)
+    assert errors == {r.uid: "" for r in refs}
+    slow, fast = seconds[RATIO_SHARES[0]], seconds[RATIO_SHARES[1]]
+    assert ratio_in_range(slow, fast), (
+        f"{slow:.2f} s / {fast:.2f} s not in {RATIO_RANGE}: {reports}"
+    )
+
+
+#: (cores %, GiB) of the shares prepared before the daemon is killed, and of the one after.
+BEFORE_KILL: Final = ((25, 4), (50, 8))
+AFTER_KILL: Final = (10, 2)
+CLIENT_GIB: Final = "1"
+KILL_WAIT_S: Final = 10.0
+
+
+def test_a_killed_mps_daemon_is_started_again_by_the_next_share(
+    gpu_node: GpuNode, apiserver: KubeAPIServer
+) -> None:
+    gpu = shareable_gpu(gpu_node.gpus)
+    mode_before = query_compute_mode(HostRunner("/"), gpu.uuid)
+    probe = install_probe(gpu_node.root)
+    daemon = daemon_of(gpu_node, gpu)
+    first = store(apiserver, [mps_claim(f"kill-{c}", gpu, c, g) for c, g in BEFORE_KILL])
+    later = store(apiserver, [mps_claim("after-kill", gpu, *AFTER_KILL)])
+    reports: dict[str, dict[str, Any]] = {}
+    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
+        try:
+            prepare_ok(kplugin, first)
+            killed = gpu_node.launcher.pids(daemon)
+            assert len(killed) == 1, killed
+            os.kill(killed[0], signal.SIGKILL)
+            assert wait_until(
+                lambda: gpu_node.launcher.phase(daemon) is not DaemonPhase.RUNNING, KILL_WAIT_S
+            )
+            (plan,) = plans(gpu_node, prepare_ok(kplugin, later), later)
+            started = gpu_node.launcher.pids(daemon)
+            phase = gpu_node.launcher.phase(daemon)
+            status, reports["after"] = run_client(plan, [CLIENT_GIB], probe)
+        finally:
+            errors = kplugin.unprepare(first + later)
+    assert phase is DaemonPhase.RUNNING
+    assert len(started) == 1 and started != killed, (killed, started)
+    assert status == cudaprobe.EXIT_OK, reports
+    assert errors == {r.uid: "" for r in first + later}
+    assert query_compute_mode(HostRunner("/"), gpu.uuid) == mode_before
     assert gpu_node.launcher.phase(daemon) is DaemonPhase.ABSENT
+
+
+def plain_gpu(gpus: list[GpuInfo]) -> GpuInfo:
+    """The first GPU without MIG (time-slicing and the fault check use a whole GPU)."""
+    for gpu in gpus:
+        if gpu.mig_mode != MIG_ENABLED:
+            return gpu
+    pytest.skip("every GPU here is in MIG mode")
+
+
+def read_timeslice(uuid: str) -> str | None:
+    """The GPU's time-slice interval as ``nvidia-smi compute-policy --list`` shows it; None when
+    it cannot be read (the command fails or prints no recognisable interval)."""
+    done = subprocess.run(
+        ["nvidia-smi", "compute-policy", "--list", "-i", uuid],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return timeslice_from_policy_list(done.stdout) if done.returncode == 0 else None
+
+
+def test_time_slicing_interval_is_set_and_restored(
+    gpu_node: GpuNode, apiserver: KubeAPIServer
+) -> None:
+    gpu = plain_gpu(gpu_node.gpus)
+    runner = HostRunner("/")
+    mode_before = query_compute_mode(runner, gpu.uuid)
+    interval_before = read_timeslice(gpu.uuid)
+    long = gpu_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})
+    refs = store(apiserver, [claim("slices", [result("gpu", f"gpu-{gpu.index}")], configs=[long])])
+    marker = gpu_node.root / "data" / "timeslice" / gpu.uuid
+    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
+        try:
+            prepare_ok(kplugin, refs)  # the plugin's nvidia-smi --set-timeslice=3 exited 0
+            marked = marker.read_text().splitlines() if marker.exists() else []
+            during = read_timeslice(gpu.uuid)
+            mode_during = query_compute_mode(runner, gpu.uuid)
+        finally:
+            errors = kplugin.unprepare(refs)
+    assert errors == {r.uid: "" for r in refs}
+    assert marked[:1] == ["Long"], marked
+    assert mode_during == DEFAULT_COMPUTE_MODE
+    assert not marker.exists()
+    after = read_timeslice(gpu.uuid)
+    # nvidia-smi's listing is not a stable interface: compared only where it could be read.
+    readable = [v is not None for v in (interval_before, during, after)]
+    assert readable in ([True] * 3, [False] * 3), (interval_before, during, after)
+    if all(readable):
+        assert (during, after) == ("Long", "Default")
+    assert query_compute_mode(runner, gpu.uuid) == mode_before
+
+
+FAULT_WAIT_S: Final = 30.0
+#: An application XID as its taint value starts: 13 (graphics engine exception), 31 (MMU fault).
+APPLICATION_XID: Final = re.compile(r"XID-(13|31)(-|$)")
+
+
+def test_a_faulting_client_taints_its_gpu() -> None:
+    gpus = NvmlBackend().discover()
+    gpu = plain_gpu(gpus)
+    device = names.device_name(gpu.index)
+    strict, default = TaintRecorder(), TaintRecorder()
+    monitors = [
+        HealthMonitor(
+            NvmlHealthChecker(),
+            DRIVER,
+            NODE,
+            node_devices(gpus, "consumable"),
+            settings,
+            taints=sink,
+        )
+        for settings, sink in ((HealthSettings(ignored_xids=frozenset()), strict), (None, default))
+    ]
+    with contextlib.ExitStack() as stack:
+        for monitor in monitors:
+            monitor.start()
+            stack.callback(monitor.stop)
+        assert strict.latest(device) == [], "the GPU is unhealthy before the fault"
+        done = subprocess.run(
+            [os.path.realpath(sys.executable), "-I", "-S", cudaprobe.__file__, "fault"],
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu.uuid},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        tainted = wait_until(lambda: bool(strict.latest(device)), FAULT_WAIT_S)
+    assert done.returncode == cudaprobe.EXIT_FAULTED, probe_report(done)
+    assert tainted, f"no taint on {device} within {FAULT_WAIT_S:.0f} s of the fault"
+    (taint,) = strict.latest(device)
+    assert taint["key"] == names.unhealthy_taint_key(DRIVER)
+    assert taint["effect"] == DEFAULT_TAINT_EFFECT
+    assert APPLICATION_XID.match(taint.get("value", "")), taint
+    assert not is_reset_reason(taint["value"])
+    assert default.latest(device) == [], "an application XID is ignored by default"
