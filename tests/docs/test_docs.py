@@ -131,6 +131,8 @@ OTHER_TOOLS_FLAGS = {
     "--strict-markers",
     # nvidia-ctk cdi generate / runtime configure (docs/install.md, sharing.md)
     "--device-name-strategy",
+    # nvidia-smi compute-policy (docs/development.md)
+    "--list",
     # kubectl delete (examples)
     "--ignore-not-found",
     "--output",
