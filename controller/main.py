@@ -46,6 +46,11 @@ API_AUTH_MODES: Final = (API_AUTH_KUBERNETES, API_AUTH_NONE)
 REQUEST_TIMEOUT_S = 30.0
 
 
+def _unknown(_namespace: str) -> bool | None:
+    """No quota cache: whether a namespace has GpuQuotas is unknown (ask the API server)."""
+    return None
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -232,8 +237,15 @@ class Controller:
             log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
         if not a.disable_webhook:
             certs = CertificateReloader(a.tls_cert_file, a.tls_key_file)
+            quotas = self.quotas
             admitter = (
-                QuotaAdmitter(kube, a.driver_name, a.device_class, self.quota_basis)
+                QuotaAdmitter(
+                    kube,
+                    a.driver_name,
+                    a.device_class,
+                    self.quota_basis,
+                    has_quotas=quotas.namespace_has_quotas if quotas is not None else _unknown,
+                )
                 if kube is not None
                 else None
             )

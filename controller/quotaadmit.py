@@ -82,12 +82,19 @@ class QuotaAdmitter:
         classes: Iterable[str] = (),
         basis: Callable[[], ChargeBasis] = ChargeBasis,
         clock: Callable[[], str] = now_text,
+        has_quotas: Callable[[str], bool | None] = lambda _namespace: None,
     ) -> None:
         self.kube = kube
         self.driver = driver
         self.classes = frozenset(classes)
         self.basis = basis
         self.clock = clock
+        #: Whether a namespace has GpuQuotas, from a watch cache (None: unknown, so ask the API
+        #: server). A namespace the cache knows has none is admitted without an API request, so
+        #: claim creation in namespaces without quotas neither waits for nor depends on the API
+        #: server. A quota created moments ago may not be in the cache yet: a claim admitted
+        #: then is charged by the controller's recomputation.
+        self.has_quotas = has_quotas
         #: Conflicts met (a measure of contention, for tests and benchmarks).
         self.conflicts = 0
 
@@ -101,6 +108,8 @@ class QuotaAdmitter:
         if not isinstance(name, str) or not name:
             name = str(meta.get("generateName") or "") + "(generated)"
         uid = meta.get("uid") if isinstance(meta.get("uid"), str) else None
+        if self.has_quotas(namespace) is False:
+            return None
         try:
             items, _ = self.kube.list_all(quota_path(namespace))
         except KubeApiError as exc:

@@ -197,6 +197,14 @@ class QuotaController:
         """Whether both informers completed their first list."""
         return self.quotas.synced.is_set() and self.claims.synced.is_set()
 
+    def namespace_has_quotas(self, namespace: str) -> bool | None:
+        """Whether the watched GpuQuotas include one in ``namespace``; None before the quota
+        informer's first list (the caller must then ask the API server)."""
+        if not self.quotas.synced.is_set():
+            return None
+        prefix = f"{namespace}/"
+        return any(key.startswith(prefix) for key in list(self.quotas.store))
+
     # --- events and work ---------------------------------------------------------------------
 
     def _on_event(self, key: str, old: Any, new: Any) -> None:

@@ -8,8 +8,9 @@ from typing import Any
 
 from controller.quotaadmit import QuotaAdmitter
 from controller.quotacharge import ChargeBasis
+from controller.quotacontroller import QuotaController
 from controller.webhook import AdmissionHandler
-from sharegpu.kube.rest import KubeRest
+from sharegpu.kube.rest import KubeApiError, KubeRest
 from tests.controller.quota_helpers import (
     DRIVER,
     GI,
@@ -130,3 +131,43 @@ def test_a_broken_quota_denies_with_a_clear_message(kube: KubeRest) -> None:
 
 def test_without_quotas_claims_are_allowed(kube: KubeRest) -> None:
     assert answer(handler(kube), claim("free", 100, "80Gi"))["allowed"]
+
+
+class _Unreachable(KubeRest):
+    """An API client whose every request fails, counting the attempts."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def list_all(self, path: str, **_: Any) -> Any:
+        self.requests += 1
+        raise KubeApiError(503, "Service Unavailable", "the API server is unreachable")
+
+
+def test_a_namespace_the_quota_cache_knows_has_none_is_admitted_without_the_api() -> None:
+    """Claim creation in namespaces without quotas neither waits for nor depends on the API
+    server: with the watch cache saying "none here", nothing is requested even when the API
+    server is down; when the cache cannot tell (not yet synced), the quotas are listed."""
+    kube = _Unreachable()
+    known_none = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: False)
+    assert AdmissionHandler(DRIVER, quota=known_none).review(review(claim("a", 30, "10Gi")))[
+        "response"
+    ]["allowed"]
+    assert kube.requests == 0
+    unknown = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: None)
+    denied = answer(AdmissionHandler(DRIVER, quota=unknown), claim("b", 30, "10Gi"))
+    assert kube.requests == 1 and not denied["allowed"]
+    assert "cannot read the GpuQuotas of namespace team-a" in denied["status"]["message"]
+
+
+def test_the_quota_controller_says_which_namespaces_have_quotas(kube: KubeRest) -> None:
+    create_quota(kube, quota("q", {"cores": 100}))
+    controller = QuotaController(kube, DRIVER, basis=lambda: BASIS)
+    assert controller.namespace_has_quotas("team-a") is None  # before the first list
+    controller.start()
+    try:
+        assert controller.quotas.synced.wait(10)
+        assert controller.namespace_has_quotas("team-a") is True
+        assert controller.namespace_has_quotas("team-b") is False
+    finally:
+        controller.stop()
