@@ -21,6 +21,9 @@ from kubeletplugin.usage.sampler import UsageSampler
 from kubeletplugin.usage.source import NvmlUsageSource, UsageSourceError
 from sharegpu.kube.rest import KubeApiError
 from sharegpu.kube.telemetry import Telemetry
+from tests.kubeletplugin.devices.helpers import NVMLError as NvmlError
+from tests.kubeletplugin.devices.helpers import NVMLError_NotFound as NotFound
+from tests.kubeletplugin.devices.helpers import NVMLError_NotSupported as NotSupported
 
 GI = 2**30
 GPUS = MockBackend("node-a", 2).discover()
@@ -134,18 +137,6 @@ def test_process_that_exited_and_ambiguous_pods(proc: Path) -> None:
 # --- the NVML source ----------------------------------------------------------------------
 
 
-class NvmlError(Exception):
-    pass
-
-
-class NotSupported(NvmlError):
-    pass
-
-
-class NotFound(NvmlError):
-    pass
-
-
 class FakeNvml:
     """The few pynvml calls the source makes."""
 
@@ -166,7 +157,7 @@ class FakeNvml:
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
         if uuid == "GPU-gone":
-            raise NvmlError("Not Found")
+            raise NotFound(6)
         return uuid
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[Any]:
@@ -175,7 +166,7 @@ class FakeNvml:
     def nvmlDeviceGetProcessUtilization(self, handle: str, since: int) -> list[Any]:
         self.since.append(since)
         if isinstance(self.util, type):
-            raise self.util("nvml says so")
+            raise self.util()
         return list(self.util)
 
 
