@@ -52,6 +52,20 @@ current-context: x
 """
 
 
+def share_claim(cores: str, memory: str) -> str:
+    """The claim with one consumable-capacity request of ``cores`` and ``memory`` (YAML scalars,
+    as written)."""
+    request = f"""\
+      exactly:
+        deviceClassName: gpu.sharegpu.dev
+        capacity:
+          requests:
+            cores: {cores}
+            memory: {memory}
+"""
+    return CLAIM.format(request=request)
+
+
 def write(path: Path, text: str) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -73,15 +87,8 @@ def messages(findings: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 def test_quantities_say_how_to_write_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    request = """\
-      exactly:
-        deviceClassName: gpu.sharegpu.dev
-        capacity:
-          requests:
-            cores: "30%"
-            memory: 10GB
-"""
-    code, found = validate(capsys, write(tmp_path / "c.yaml", CLAIM.format(request=request)))
+    claim_text = share_claim('"30%"', "10GB")
+    code, found = validate(capsys, write(tmp_path / "c.yaml", claim_text))
     where = "spec.devices.requests[0].exactly.capacity.requests["
     assert code == 1
     assert messages(found) == [
@@ -102,15 +109,8 @@ def test_quantities_say_how_to_write_them(
 def test_memory_misspelled_is_not_memory_missing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    request = """\
-      exactly:
-        deviceClassName: gpu.sharegpu.dev
-        capacity:
-          requests:
-            cores: 30
-            memory: 10gi
-"""
-    code, found = validate(capsys, write(tmp_path / "c.yaml", CLAIM.format(request=request)))
+    claim_text = share_claim("30", "10gi")
+    code, found = validate(capsys, write(tmp_path / "c.yaml", claim_text))
     assert code == 1
     assert [(s, m) for s, _, m in messages(found)] == [
         ("error", '"10gi" is not a Kubernetes quantity: use 10G (10^9 bytes) or 10Gi (2^30 bytes)')
@@ -255,16 +255,9 @@ def test_yaml_errors_point_at_the_line_to_fix(
 def test_a_bad_file_does_not_hide_the_others(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    request = """\
-      exactly:
-        deviceClassName: gpu.sharegpu.dev
-        capacity:
-          requests:
-            cores: 30
-            memory: 10GB
-"""
+    claim_text = share_claim("30", "10GB")
     write(tmp_path / "a-bad.yaml", "kind: ConfigMap\ndata:\n  a: [1, 2\n  b: c\n")
-    write(tmp_path / "b-claim.yaml", CLAIM.format(request=request))
+    write(tmp_path / "b-claim.yaml", claim_text)
     code = main(["validate", "-f", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
     assert code == 1
@@ -284,15 +277,8 @@ def test_a_bad_file_does_not_hide_the_others(
 def test_cores_above_the_gpu_is_a_policy_violation(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    request = """\
-      exactly:
-        deviceClassName: gpu.sharegpu.dev
-        capacity:
-          requests:
-            cores: 200
-            memory: 10Gi
-"""
-    f = write(tmp_path / "c.yaml", CLAIM.format(request=request))
+    claim_text = share_claim("200", "10Gi")
+    f = write(tmp_path / "c.yaml", claim_text)
     code = main(["explain", "-f", f, "--mock", "2", "--node-name", "n1", "-o", "json"])
     [entry] = json.loads(capsys.readouterr().out)["claims"]
     [req] = entry["nodes"][0]["requests"]
