@@ -103,21 +103,55 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     return result
 
 
-def crd_manifest() -> dict[str, Any]:
-    """The CustomResourceDefinition of ``GPU`` objects."""
+def _column(name: str, type_: str, json_path: str) -> dict[str, Any]:
+    return {"name": name, "type": type_, "jsonPath": json_path}
+
+
+#: The last printer column of every CRD of the group.
+_AGE_COLUMN = _column("Age", "date", ".metadata.creationTimestamp")
+
+
+def _crd(
+    *,
+    name: str,
+    kind: str,
+    plural: str,
+    short_name: str,
+    scope: str,
+    columns: list[dict[str, Any]],
+    description: str,
+    spec: type[BaseModel],
+    status: type[BaseModel],
+    spec_required: bool,
+) -> dict[str, Any]:
+    """A CustomResourceDefinition of this group: one served and stored version with a status
+    subresource, ``columns`` then Age as printer columns, and the models' structural schemas."""
+    root: dict[str, Any] = {
+        "type": "object",
+        "description": description,
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": openapi_schema(spec),
+            "status": openapi_schema(status),
+        },
+    }
+    if spec_required:
+        root["required"] = ["spec"]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": GPU_CRD_NAME},
+        "metadata": {"name": name},
         "spec": {
             "group": API_GROUP,
-            "scope": "Cluster",
+            "scope": scope,
             "names": {
-                "plural": GPU_PLURAL,
-                "singular": GPU_KIND.lower(),
-                "kind": GPU_KIND,
-                "listKind": f"{GPU_KIND}List",
-                "shortNames": [GPU_SHORT_NAME],
+                "plural": plural,
+                "singular": kind.lower(),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "shortNames": [short_name],
                 "categories": [GPU_CATEGORY],
             },
             "versions": [
@@ -126,99 +160,57 @@ def crd_manifest() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Node", "type": "string", "jsonPath": ".spec.node"},
-                        {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
-                        {"name": "Health", "type": "string", "jsonPath": ".status.health"},
-                        {"name": "Cores", "type": "string", "jsonPath": ".status.coresSummary"},
-                        {
-                            "name": "Memory",
-                            "type": "string",
-                            "jsonPath": ".status.memorySummary",
-                        },
-                        {"name": "Claims", "type": "integer", "jsonPath": ".status.claimCount"},
-                        {
-                            "name": "Age",
-                            "type": "date",
-                            "jsonPath": ".metadata.creationTimestamp",
-                        },
-                    ],
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "One physical GPU: its hardware and current usage.",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": openapi_schema(GpuSpec),
-                                "status": openapi_schema(GpuStatus),
-                            },
-                        }
-                    },
+                    "additionalPrinterColumns": [*columns, _AGE_COLUMN],
+                    "schema": {"openAPIV3Schema": root},
                 }
             ],
         },
     }
 
 
-def _summary_column(name: str, field: str) -> dict[str, Any]:
-    return {"name": name, "type": "string", "jsonPath": f".status.{field}"}
+def crd_manifest() -> dict[str, Any]:
+    """The CustomResourceDefinition of ``GPU`` objects."""
+    return _crd(
+        name=GPU_CRD_NAME,
+        kind=GPU_KIND,
+        plural=GPU_PLURAL,
+        short_name=GPU_SHORT_NAME,
+        scope="Cluster",
+        columns=[
+            _column("Node", "string", ".spec.node"),
+            _column("Model", "string", ".spec.model"),
+            _column("Health", "string", ".status.health"),
+            _column("Cores", "string", ".status.coresSummary"),
+            _column("Memory", "string", ".status.memorySummary"),
+            _column("Claims", "integer", ".status.claimCount"),
+        ],
+        description="One physical GPU: its hardware and current usage.",
+        spec=GpuSpec,
+        status=GpuStatus,
+        spec_required=False,
+    )
 
 
 def quota_crd_manifest() -> dict[str, Any]:
     """The CustomResourceDefinition of ``GpuQuota`` objects (namespaced, status subresource,
     used/hard printer columns)."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": GPU_QUOTA_CRD_NAME},
-        "spec": {
-            "group": API_GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "plural": GPU_QUOTA_PLURAL,
-                "singular": GPU_QUOTA_KIND.lower(),
-                "kind": GPU_QUOTA_KIND,
-                "listKind": f"{GPU_QUOTA_KIND}List",
-                "shortNames": [GPU_QUOTA_SHORT_NAME],
-                "categories": [GPU_CATEGORY],
-            },
-            "versions": [
-                {
-                    "name": API_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        _summary_column("Cores", "coresSummary"),
-                        _summary_column("Memory", "memorySummary"),
-                        _summary_column("Devices", "devicesSummary"),
-                        {
-                            "name": "Age",
-                            "type": "date",
-                            "jsonPath": ".metadata.creationTimestamp",
-                        },
-                    ],
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "Limits on the GPU cores, memory and devices that "
-                            "the ResourceClaims of one namespace may use (used/hard).",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": openapi_schema(GpuQuotaSpec),
-                                "status": openapi_schema(GpuQuotaStatus),
-                            },
-                            "required": ["spec"],
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return _crd(
+        name=GPU_QUOTA_CRD_NAME,
+        kind=GPU_QUOTA_KIND,
+        plural=GPU_QUOTA_PLURAL,
+        short_name=GPU_QUOTA_SHORT_NAME,
+        scope="Namespaced",
+        columns=[
+            _column("Cores", "string", ".status.coresSummary"),
+            _column("Memory", "string", ".status.memorySummary"),
+            _column("Devices", "string", ".status.devicesSummary"),
+        ],
+        description="Limits on the GPU cores, memory and devices that the ResourceClaims of "
+        "one namespace may use (used/hard).",
+        spec=GpuQuotaSpec,
+        status=GpuQuotaStatus,
+        spec_required=True,
+    )
 
 
 def render() -> str:
