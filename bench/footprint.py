@@ -36,9 +36,10 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Final
+
+from benchclaims import allocated_claim
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 NODE: Final = "footprint-node"
@@ -73,31 +74,7 @@ def serve(argv: list[str]) -> int:
 
 def make_claim(i: int, driver: str) -> dict[str, Any]:
     """A claim allocated as kube-scheduler writes it: one share on one GPU of the node."""
-    from api import names
-    from api.quantity import format_quantity
-
-    return {
-        "apiVersion": names.RESOURCE_GROUP_VERSION,
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"fp-{i}", "namespace": "default", "uid": str(uuid.uuid4())},
-        "spec": {"devices": {"requests": []}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "gpu",
-                            "driver": driver,
-                            "pool": NODE,
-                            "device": f"gpu-{i % 8}",
-                            "shareID": str(uuid.uuid4()),
-                            "consumedCapacity": {"cores": "10", "memory": format_quantity(GI)},
-                        }
-                    ]
-                }
-            }
-        },
-    }
+    return allocated_claim(f"fp-{i}", driver, NODE, f"gpu-{i % 8}", 10, GI)
 
 
 def daemon_args(tmp: Path, kubeconfig: str) -> list[str]:

@@ -31,7 +31,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,9 +39,9 @@ from typing import Any
 import grpc
 import kubernetes.client
 import kubernetes.config
+from benchclaims import allocated_claim
 
 from api import names
-from api.quantity import format_quantity
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.fsutil import atomic_write
@@ -70,33 +69,10 @@ COLD_SHARES_PER_GPU = 16
 
 
 def make_claim(i: int, *, gpu: int | None = None, cores: int = 10) -> dict[str, Any]:
-    """A claim allocated as kube-scheduler writes it: one share on one GPU (``gpu-<i % 8>``
+    """A claim allocated as kube-scheduler writes it: one 2Gi share on one GPU (``gpu-<i % 8>``
     unless ``gpu`` names the index)."""
-    return {
-        "apiVersion": names.RESOURCE_GROUP_VERSION,
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"bench-{i}", "namespace": "default", "uid": str(uuid.uuid4())},
-        "spec": {"devices": {"requests": []}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "gpu",
-                            "driver": DRIVER,
-                            "pool": NODE,
-                            "device": f"gpu-{i % 8 if gpu is None else gpu}",
-                            "shareID": str(uuid.uuid4()),
-                            "consumedCapacity": {
-                                "cores": str(cores),
-                                "memory": format_quantity(2 * GI),
-                            },
-                        }
-                    ]
-                }
-            }
-        },
-    }
+    device = f"gpu-{i % 8 if gpu is None else gpu}"
+    return allocated_claim(f"bench-{i}", DRIVER, NODE, device, cores, 2 * GI)
 
 
 class FloorServicer(dra_v1_pb2_grpc.DRAPluginServicer):  # type: ignore[misc]
