@@ -133,6 +133,8 @@ class Inputs:
     classes_from: str = "the files given"
     #: Claim ``namespace/name`` -> ``KIND/NAME`` of the pods and workloads of the files using it.
     users: dict[str, list[str]] = field(default_factory=dict)
+    #: The documents of the files given with ``-f``, in order.
+    manifests: list[Manifest] = field(default_factory=list)
 
 
 def claim_from_template(template: Obj) -> Obj:
@@ -299,7 +301,9 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
     own = {_name(c) for c in claims}
     others = [c for c in allocated if _name(c) not in own]
     users = claim_users(manifests)
-    return Inputs(claims, slices, by_name, others, labels, source, node, classes_from, users)
+    return Inputs(
+        claims, slices, by_name, others, labels, source, node, classes_from, users, manifests
+    )
 
 
 def claim_users(manifests: Sequence[Manifest]) -> dict[str, list[str]]:
@@ -666,16 +670,15 @@ def tables_of(report: Sequence[Obj]) -> list[Table]:
 
 
 def quota_report(
-    quota_file: str, filenames: Sequence[str], driver: str, classes: Iterable[str]
+    quota_file: str, manifests: Sequence[Manifest], driver: str, classes: Iterable[str]
 ) -> list[Obj]:
     """The verdict of the GpuQuota in ``quota_file`` (usage 0) on each ResourceClaim of its
-    namespace in the files, in file order: the rule and denial text of the admission webhook
+    namespace among ``manifests``, in order: the rule and denial text of the admission webhook
     (:mod:`sharegpu.cli.quota`)."""
     from sharegpu.cli.quota import DEFAULT_NAMESPACE, load_quota, quota_verdicts
 
     quota = load_quota(quota_file)
     namespace = quota.namespace or DEFAULT_NAMESPACE
-    manifests = load_manifests(filenames)
     denied = {id(m): f.message for m, f in quota_verdicts(quota, manifests, driver, classes)}
     out: list[Obj] = []
     for m in manifests:
@@ -709,7 +712,7 @@ def run(args: argparse.Namespace) -> int:
     tables = tables_of(report)
     verdicts: list[Obj] = []
     if args.quota:
-        verdicts = quota_report(args.quota, args.filename, args.driver_name, inputs.classes)
+        verdicts = quota_report(args.quota, inputs.manifests, args.driver_name, inputs.classes)
         data["quota"] = verdicts
         tables.append(quota_table(verdicts))
     emit(data, tables, resolve_format(args.output))
