@@ -44,6 +44,7 @@ from api.gpuquota import (
     summary,
 )
 from api.quantity import format_quantity
+from api.sharepolicy import consumable_capacity, memory_policy_max
 from sharegpu.admission.checks import is_driver_class
 from sharegpu.allocator.capacity import PolicyViolation, amount, consumed_amount
 from sharegpu.allocator.model import AllocatorInputError
@@ -117,34 +118,16 @@ class ChargeBasis:
     def capacity(self) -> dict[str, Any]:
         """The capacities and request policies of a consumable device of the largest GPU, as
         the plugin publishes them (``kubeletplugin/devices/slices.py``)."""
-        step = names.MEMORY_STEP_BYTES
-        memory_max = self.largest_memory - self.largest_memory % step
-        cores = format_quantity(names.CORES_PER_GPU)
-        memory: dict[str, Any] = {"value": format_quantity(self.largest_memory)}
-        if memory_max > 0:
-            memory["requestPolicy"] = {
-                "default": format_quantity(memory_max),
-                "validRange": {
-                    "min": format_quantity(step),
-                    "max": format_quantity(memory_max),
-                    "step": format_quantity(step),
-                },
-            }
-        else:  # nothing known: memory requests are rounded to the step, unasked memory is 0
-            memory["requestPolicy"] = {
-                "default": "0",
-                "validRange": {"min": format_quantity(step), "step": format_quantity(step)},
-            }
-        return {
-            names.CAP_CORES: {
-                "value": cores,
-                "requestPolicy": {
-                    "default": cores,
-                    "validRange": {"min": "1", "max": cores, "step": "1"},
-                },
-            },
-            names.CAP_MEMORY: memory,
+        if memory_policy_max(self.largest_memory) > 0:
+            return consumable_capacity(self.largest_memory)
+        # Nothing known: memory requests are rounded to the step, unasked memory is 0.
+        capacity = consumable_capacity(0)
+        step = format_quantity(names.MEMORY_STEP_BYTES)
+        capacity[names.CAP_MEMORY]["requestPolicy"] = {
+            "default": "0",
+            "validRange": {"min": step, "step": step},
         }
+        return capacity
 
     def whole_gpu(self) -> Amounts:
         """The charge of one whole GPU (one device, nothing asked)."""

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from api import names
 from api.quantity import format_quantity
+from api.sharepolicy import consumable_capacity
 from kubeletplugin.devices.table import NodeDevice, NodeDevices, node_devices
 from kubeletplugin.devices.versions import VersionError, to_semver
 from kubeletplugin.model import GpuInfo
@@ -41,11 +42,6 @@ Obj = dict[str, Any]
 
 #: Characters that ``generateName`` adds to a name prefix.
 GENERATED_SUFFIX_LENGTH: Final = 5
-
-
-def memory_policy_max(usable: int) -> int:
-    """Largest multiple of 256Mi that is not above ``usable`` (default and max of a request)."""
-    return usable - usable % names.MEMORY_STEP_BYTES
 
 
 def _string(value: str) -> Obj:
@@ -104,17 +100,7 @@ def consumable_device(gpu: GpuInfo, default_cores: int = names.CORES_PER_GPU) ->
     node says otherwise, ``--default-share-cores``) and all the memory; so a request for memory
     alone is charged ``default_cores`` cores.
     """
-    memory_max = memory_policy_max(gpu.memory_usable)
-    step = format_quantity(names.MEMORY_STEP_BYTES)
-    capacity = _capacity(names.CORES_PER_GPU, gpu.memory_usable)
-    capacity[names.CAP_CORES]["requestPolicy"] = {
-        "default": format_quantity(default_cores),
-        "validRange": {"min": "1", "max": format_quantity(names.CORES_PER_GPU), "step": "1"},
-    }
-    capacity[names.CAP_MEMORY]["requestPolicy"] = {
-        "default": format_quantity(memory_max),
-        "validRange": {"min": step, "max": format_quantity(memory_max), "step": step},
-    }
+    capacity = consumable_capacity(gpu.memory_usable, default_cores)
     return {
         "name": names.device_name(gpu.index),
         "attributes": gpu_attributes(gpu),

@@ -57,8 +57,8 @@ from api.gpuconfig import (
 )
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
+from api.sharepolicy import memory_policy_max
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
-from kubeletplugin.devices.slices import memory_policy_max
 from kubeletplugin.fsutil import child_path
 from kubeletplugin.model import base_request_names
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner

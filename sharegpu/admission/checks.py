@@ -47,6 +47,7 @@ from typing import Any, Final, Literal
 from api import names
 from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity, quantity_hint
+from api.sharepolicy import reserved_memory
 from sharegpu.admission import shape
 from sharegpu.cel import CelCompileError, compile_selector
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
@@ -293,13 +294,6 @@ def check_selectors(selectors: Any, path: str, driver: str) -> list[Finding]:
 
 
 # --- capacity requests -----------------------------------------------------------------------
-
-
-def reserved_memory(requested: int) -> int:
-    """Bytes the scheduler reserves for a memory request: rounded up to the 256Mi grid,
-    at least 256Mi (the devices' ``validRange``: min 256Mi, step 256Mi)."""
-    step = names.MEMORY_STEP_BYTES
-    return max(step, -(-requested // step) * step)
 
 
 def _capacity_name(key: str, driver: str) -> str | None:

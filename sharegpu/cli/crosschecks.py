@@ -38,8 +38,9 @@ from typing import Any, Final
 
 from api import names
 from api.quantity import QuantityError, format_bytes_human, quantity_int
+from api.sharepolicy import memory_policy_max
 from kubeletplugin.devices.mock import default_gpu
-from kubeletplugin.devices.slices import consumable_device, memory_policy_max
+from kubeletplugin.devices.slices import consumable_device
 from kubeletplugin.model import GpuInfo
 from sharegpu.admission import checks
 from sharegpu.allocator.capacity import PolicyViolation, consumed_amount

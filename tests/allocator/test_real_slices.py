@@ -8,8 +8,9 @@ import pytest
 
 from api import names
 from api.quantity import format_quantity, quantity_int
+from api.sharepolicy import memory_policy_max
 from kubeletplugin.devices.mock import MockBackend
-from kubeletplugin.devices.slices import desired_slices, memory_policy_max, resource_slice_objects
+from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import allocate_many, seeded_share_ids
 from tests.allocator.helpers import DRIVER, claim, device_class, exactly, share

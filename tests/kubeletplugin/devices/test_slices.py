@@ -11,10 +11,10 @@ import pytest
 
 from api import names
 from api.quantity import parse_quantity
+from api.sharepolicy import memory_policy_max
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import (
     desired_slices,
-    memory_policy_max,
     resource_slice_objects,
     slice_generate_name,
     slice_index,

@@ -432,7 +432,7 @@ def test_a_daemon_found_running_without_claims_is_stopped_when_the_checkpoint_is
 def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record(
     tmp_path: Path,
 ) -> None:
-    from kubeletplugin.devices.slices import memory_policy_max
+    from api.sharepolicy import memory_policy_max
     from kubeletplugin.sharing.enforcer import Grant
 
     tools = Tools.new()

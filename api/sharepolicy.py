@@ -1,0 +1,54 @@
+"""The request policy of a shareable GPU (consumable capacity, KEP-5075): the one place for it.
+
+The node plugin publishes it on every consumable device (``kubeletplugin/devices/slices.py``);
+the admission checks and the GpuQuota charge derive what a request reserves from it. Invariants:
+cores are whole percents 1..100 with the node's default for a request that names none; memory
+is granted in :data:`~api.names.MEMORY_STEP_BYTES` steps from one step up to the largest step
+multiple not above the usable memory, and a request without memory takes that largest amount.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api import names
+from api.quantity import format_quantity
+
+
+def memory_policy_max(usable: int) -> int:
+    """Largest multiple of 256Mi that is not above ``usable`` (default and max of a request)."""
+    return usable - usable % names.MEMORY_STEP_BYTES
+
+
+def reserved_memory(requested: int) -> int:
+    """Bytes the scheduler reserves for a memory request: rounded up to the 256Mi grid, at
+    least 256Mi (the policy's ``validRange``: min 256Mi, step 256Mi)."""
+    step = names.MEMORY_STEP_BYTES
+    return max(step, -(-requested // step) * step)
+
+
+def consumable_capacity(
+    memory_usable: int, default_cores: int = names.CORES_PER_GPU
+) -> dict[str, Any]:
+    """The ``capacity`` of a shareable GPU with ``memory_usable`` bytes: ``cores`` and
+    ``memory`` with their request policies (``default_cores`` for a request naming no cores)."""
+    memory_max = memory_policy_max(memory_usable)
+    step = format_quantity(names.MEMORY_STEP_BYTES)
+    cores = format_quantity(names.CORES_PER_GPU)
+    return {
+        names.CAP_CORES: {
+            "value": cores,
+            "requestPolicy": {
+                "default": format_quantity(default_cores),
+                "validRange": {"min": "1", "max": cores, "step": "1"},
+            },
+        },
+        names.CAP_MEMORY: {
+            "value": format_quantity(memory_usable),
+            "requestPolicy": {
+                "default": format_quantity(memory_max),
+                "validRange": {"min": step, "max": format_quantity(memory_max), "step": step},
+            },
+        },
+    }
