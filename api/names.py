@@ -40,6 +40,18 @@ ATTR_PARENT_INDEX: Final = "parentIndex"
 ATTR_MIG_GPU_INSTANCE: Final = "migGpuInstance"
 ATTR_MIG_COMPUTE_INSTANCE: Final = "migComputeInstance"
 ATTR_MULTIPROCESSORS: Final = "multiprocessorCount"
+#: Dynamic MIG devices (one per profile placement, created at prepare): the placement's first
+#: memory slice and its size, NVML's GPU-instance profile id, and the profile's engines.
+ATTR_PLACEMENT_START: Final = "placementStart"
+ATTR_PLACEMENT_SIZE: Final = "placementSize"
+ATTR_MIG_PROFILE_ID: Final = "migProfileId"
+ATTR_COPY_ENGINES: Final = "copyEngineCount"
+ATTR_DECODERS: Final = "decoderCount"
+ATTR_ENCODERS: Final = "encoderCount"
+ATTR_JPEG_ENGINES: Final = "jpegCount"
+ATTR_OFA_ENGINES: Final = "ofaCount"
+#: True on devices whose MIG instance the driver creates at prepare (dynamic MIG).
+ATTR_MIG_DYNAMIC: Final = "migDynamic"
 #: Standard, fully qualified attributes defined by Kubernetes.
 ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
 ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
@@ -58,6 +70,30 @@ SHARING_MODE_PARTITIONS: Final = "partitions"
 SHARING_MODE_EXCLUSIVE: Final = "exclusive"
 SHARING_MODES: Final = (SHARING_MODE_CONSUMABLE, SHARING_MODE_PARTITIONS, SHARING_MODE_EXCLUSIVE)
 
+# --- MIG strategies of the kubelet plugin (--mig) ---
+#: ``static``: publish the MIG devices an administrator created. ``dynamic`` (``partitions`` mode
+#: only): publish every placement of every MIG profile of an unpartitioned MIG-enabled GPU and
+#: create the MIG instance at prepare.
+MIG_STRATEGY_STATIC: Final = "static"
+MIG_STRATEGY_DYNAMIC: Final = "dynamic"
+MIG_STRATEGIES: Final = (MIG_STRATEGY_STATIC, MIG_STRATEGY_DYNAMIC)
+
+#: Shared counters of a dynamic-MIG GPU's counter set: one per memory slice, the compute slices,
+#: and one per profile that allows fewer instances than it has placements.
+COUNTER_COMPUTE_SLICES: Final = "computeSlices"
+
+
+def memory_slice_counter(slot: int) -> str:
+    """Counter of memory slice ``slot`` of a dynamic-MIG GPU: ``memorySlice<slot>``."""
+    return f"memorySlice{slot}"
+
+
+def profile_instances_counter(profile_id: int) -> str:
+    """Counter limiting the instances of GPU-instance profile ``profile_id``:
+    ``profile<id>Instances``."""
+    return f"profile{profile_id}Instances"
+
+
 #: Partition profiles of the ``partitions`` mode: name -> fraction denominator.
 PARTITION_PROFILES: Final = {"whole": 1, "half": 2, "quarter": 4, "eighth": 8}
 
@@ -73,6 +109,14 @@ def device_name(index: int) -> str:
 def partition_device_name(index: int, profile: str, j: int) -> str:
     """Name of partition ``j`` of profile ``profile`` (``half``, ``quarter``, ``eighth``)."""
     return f"gpu-{index}-{profile}-{j}"
+
+
+def mig_placement_device_name(index: int, profile: str, start: int) -> str:
+    """Name of the dynamic MIG device of profile ``profile`` at memory slice ``start`` of GPU
+    ``index``: ``gpu-<index>-mig-<profile>-<start>`` with the profile's ``.`` and ``+`` as
+    ``-`` (``gpu-0-mig-1g-10gb-3``, ``gpu-0-mig-1g-10gb-me-0``). Never equal to a static MIG
+    device's name (``gpu-<i>-mig-<gi>-<ci>``: digits only after ``mig-``)."""
+    return f"gpu-{index}-mig-{profile.replace('.', '-').replace('+', '-')}-{start}"
 
 
 def counter_set_name(index: int) -> str:

@@ -99,6 +99,9 @@ class PluginConfig:
     namespace: str | None = None
     #: ``--disable-usage``, ``--usage-*`` and ``--mock-usage-file``.
     usage: UsageOptions = DEFAULT_USAGE_OPTIONS
+    #: ``--mig``: ``static`` publishes existing MIG devices; ``dynamic`` (``partitions`` mode
+    #: only) publishes MIG profile placements and creates the instances at prepare.
+    mig_strategy: str = names.MIG_STRATEGY_STATIC
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=names.SHARING_MODE_CONSUMABLE,
         help="how GPUs are published: consumable capacity shares (KEP-5075), fixed partitions "
         "(KEP-4815), or whole GPUs only (default consumable)",
+    )
+    p.add_argument(
+        "--mig",
+        dest="mig_strategy",
+        choices=names.MIG_STRATEGIES,
+        default=names.MIG_STRATEGY_STATIC,
+        help="MIG-enabled GPUs: publish the MIG devices that exist (static), or every placement "
+        "of every MIG profile, creating the MIG instance when a claim is prepared (dynamic; "
+        "needs --sharing-mode partitions) (default static)",
     )
     p.add_argument(
         "--default-share-cores",
@@ -283,6 +295,15 @@ def config_from_args(
         raise ConfigError(
             f"--default-share-cores {args.default_share_cores}: must be 1 to {names.CORES_PER_GPU}"
         )
+    if (
+        args.mig_strategy == names.MIG_STRATEGY_DYNAMIC
+        and args.sharing_mode != names.SHARING_MODE_PARTITIONS
+    ):
+        raise ConfigError(
+            f"--mig {names.MIG_STRATEGY_DYNAMIC} needs --sharing-mode "
+            f"{names.SHARING_MODE_PARTITIONS} (got {args.sharing_mode}): dynamic MIG devices "
+            "consume shared counters, which only that mode publishes"
+        )
     try:
         health = health_options(args, args.device_backend)
     except HealthFlagError as exc:
@@ -318,6 +339,7 @@ def config_from_args(
         mps_daemon_pod_template=args.mps_daemon_pod_template,
         namespace=namespace,
         usage=usage,
+        mig_strategy=args.mig_strategy,
     )
 
 

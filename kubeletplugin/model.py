@@ -9,6 +9,63 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True, order=True)
+class MigPlacement:
+    """Where a GPU instance sits on its GPU, in NVML's placement units (memory slices).
+
+    Invariants: ``start >= 0``, ``size >= 1``; the instance occupies memory slices
+    ``start .. start + size - 1``.
+    """
+
+    start: int
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.size < 1:
+            raise ValueError(
+                f"MIG placement start {self.start} size {self.size} is not a placement"
+            )
+
+    @property
+    def slots(self) -> range:
+        """The memory slices the placement occupies."""
+        return range(self.start, self.start + self.size)
+
+    def overlaps(self, other: MigPlacement) -> bool:
+        """Whether the two placements share a memory slice."""
+        return self.start < other.start + other.size and other.start < self.start + self.size
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile of a MIG-capable GPU, as NVML describes it
+    (``nvmlDeviceGetGpuInstanceProfileInfo`` and ``nvmlDeviceGetGpuInstancePossiblePlacements``),
+    with the compute-instance profile that fills a GPU instance of it.
+
+    Invariants: ``name`` is the profile name ``nvidia-smi mig -lgip`` prints without ``MIG ``
+    (``1g.10gb``, ``1g.10gb+me``); ``profile_id`` is NVML's profile id (``info.id``, what
+    ``nvmlDeviceCreateGpuInstanceWithPlacement`` takes) and ``profile_index`` the
+    ``NVML_GPU_INSTANCE_PROFILE_*`` value it was read with; ``1 <= slice_count``;
+    ``instance_count >= 1``; every placement is one NVML lists for the profile; ``compute_profile``
+    is the ``NVML_COMPUTE_INSTANCE_PROFILE_*`` value whose slice count equals ``slice_count``.
+    """
+
+    profile_id: int
+    profile_index: int
+    name: str
+    slice_count: int
+    instance_count: int
+    memory_mb: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+    placements: tuple[MigPlacement, ...]
+    compute_profile: int
+
+
 @dataclass(frozen=True)
 class MigInfo:
     """What makes a :class:`GpuInfo` a MIG device: its place on the parent GPU.
@@ -25,6 +82,10 @@ class MigInfo:
     multiprocessors: int
     gpu_slices: int
     compute_slices: int
+    #: The GPU instance's placement and profile id (NVML ``nvmlGpuInstanceGetInfo``); None when
+    #: the backend could not read them (static MIG devices work without).
+    placement: MigPlacement | None = None
+    profile_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +128,10 @@ class GpuInfo:
     #: The MIG devices that exist on this GPU (``mig_mode == "Enabled"`` only), ordered by
     #: (GPU instance, compute instance).
     mig_devices: tuple[GpuInfo, ...] = field(default=())
+    #: The GPU-instance profiles the GPU can create (``mig_mode == "Enabled"`` only), ordered by
+    #: (slice count, memory, profile id); empty when NVML could not list them. What dynamic MIG
+    #: publishes (:mod:`kubeletplugin.devices.migtables`).
+    mig_profiles: tuple[MigProfile, ...] = field(default=())
     #: Set on a MIG device only (see the class docstring).
     mig: MigInfo | None = None
     #: Notes about fallbacks taken during discovery (shown by ``sharegpu devices``).

@@ -15,6 +15,14 @@ mode; each of its existing MIG devices is one exclusive device
 (:func:`kubeletplugin.devices.mig.mig_device_name`), whose ``gpu`` is the MIG device itself. A
 GPU whose MIG mode change is pending (it waits for a reset) is published as no device at all,
 with one warning line each time the table is computed (once per daemon).
+
+Dynamic MIG (``--mig dynamic``, ``partitions`` mode): a MIG-enabled GPU that NVML describes
+profiles for is published as one device per placement of each of its GPU-instance profiles
+(:func:`kubeletplugin.devices.mig.mig_placement_device_name`), whose ``gpu`` is the physical GPU
+and whose ``mig_profile``/``placement`` say which MIG instance prepare creates. Its existing MIG
+devices are not in the table: the ones prepared claims use are theirs, and placements blocked by
+instances created by someone else are left out of the published slices (not of the table, which
+never changes while the daemon runs).
 """
 
 from __future__ import annotations
@@ -24,8 +32,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api import names
-from kubeletplugin.devices.mig import MIG_ENABLED, mig_device_name
-from kubeletplugin.model import GpuInfo, MigInfo
+from kubeletplugin.devices.mig import MIG_ENABLED, mig_device_name, mig_placement_device_name
+from kubeletplugin.model import GpuInfo, MigInfo, MigPlacement, MigProfile
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,15 @@ class NodeDevice:
     name: str
     gpu: GpuInfo
     profile: str | None = None
+    #: Dynamic MIG only: the GPU-instance profile and placement prepare creates; ``gpu`` is then
+    #: the physical GPU. Both set or both None.
+    mig_profile: MigProfile | None = None
+    placement: MigPlacement | None = None
+
+    @property
+    def dynamic_mig(self) -> bool:
+        """Whether prepare creates this device's MIG instance (dynamic MIG)."""
+        return self.mig_profile is not None
 
     @property
     def mig(self) -> MigInfo | None:
@@ -111,13 +128,23 @@ def node_devices(
     gpus: Sequence[GpuInfo],
     sharing_mode: str,
     default_share_cores: int = names.CORES_PER_GPU,
+    mig_strategy: str = names.MIG_STRATEGY_STATIC,
 ) -> NodeDevices:
     """The table of the devices published for ``gpus`` in ``sharing_mode``.
 
-    Raises ValueError for an unknown sharing mode (the message lists the allowed ones), a
-    ``default_share_cores`` outside 1 to 100, or a GPU whose MIG devices are not its own or
-    repeat a (GPU instance, compute instance) pair.
+    Raises ValueError for an unknown sharing mode or MIG strategy (the message lists the allowed
+    ones), dynamic MIG outside ``partitions`` mode, a ``default_share_cores`` outside 1 to 100,
+    or a GPU whose MIG devices are not its own or repeat a (GPU instance, compute instance) pair.
     """
+    if mig_strategy not in names.MIG_STRATEGIES:
+        raise ValueError(
+            f"unknown MIG strategy {mig_strategy!r} (allowed: {', '.join(names.MIG_STRATEGIES)})"
+        )
+    dynamic = mig_strategy == names.MIG_STRATEGY_DYNAMIC
+    if dynamic and sharing_mode != names.SHARING_MODE_PARTITIONS:
+        raise ValueError(
+            f"dynamic MIG needs sharing mode {names.SHARING_MODE_PARTITIONS}, not {sharing_mode}"
+        )
     if sharing_mode not in names.SHARING_MODES:
         raise ValueError(
             f"unknown sharing mode {sharing_mode!r} (allowed: {', '.join(names.SHARING_MODES)})"
@@ -137,7 +164,18 @@ def node_devices(
                 gpu.uuid,
             )
             continue
+        if gpu.mig_mode == MIG_ENABLED and dynamic and gpu.mig_profiles:
+            for device in _placement_devices(gpu):
+                table[device.name] = device
+            continue
         if gpu.mig_mode == MIG_ENABLED:
+            if dynamic:
+                log.warning(
+                    "GPU %d (%s): NVML lists no MIG profiles for it; publishing its existing MIG "
+                    "devices as with --mig static",
+                    gpu.index,
+                    gpu.uuid,
+                )
             if not gpu.mig_devices:
                 log.warning(
                     "GPU %d (%s) is in MIG mode without MIG devices; publishing no device for it",
@@ -174,3 +212,18 @@ def _mig_devices(gpu: GpuInfo) -> list[NodeDevice]:
         name = mig_device_name(gpu.index, mig.gpu_instance, mig.compute_instance)
         devices.append(NodeDevice(name, device))
     return devices
+
+
+def _placement_devices(gpu: GpuInfo) -> list[NodeDevice]:
+    """One device per placement of each MIG profile of ``gpu`` (profiles in the GPU's order,
+    placements by start)."""
+    return [
+        NodeDevice(
+            mig_placement_device_name(gpu.index, profile.name, placement.start),
+            gpu,
+            mig_profile=profile,
+            placement=placement,
+        )
+        for profile in gpu.mig_profiles
+        for placement in sorted(profile.placements)
+    ]
