@@ -59,6 +59,7 @@ VARIANTS: dict[str, list[str]] = {
         "controller.webhook.certManager.issuerRef.kind=ClusterIssuer",
     ],
     "partitions": ["kubeletPlugin.sharingMode=partitions"],
+    "dynamic-mig": ["kubeletPlugin.sharingMode=partitions", "kubeletPlugin.mig=dynamic"],
     "exclusive": ["kubeletPlugin.sharingMode=exclusive"],
     "extended-resource": ["deviceClasses.extendedResource.enabled=true"],
     "mock-backend": [
@@ -225,6 +226,11 @@ def test_sharing_mode_and_mock_backend_reach_the_plugin(
 ) -> None:
     (partitions,) = containers(rendered["partitions"], "DaemonSet")
     assert "--sharing-mode=partitions" in partitions["args"]
+    assert "--mig=static" in partitions["args"]
+    (dynamic_mig,) = containers(rendered["dynamic-mig"], "DaemonSet")
+    assert {"--sharing-mode=partitions", "--mig=dynamic"} <= set(dynamic_mig["args"])
+    (consumable,) = containers(rendered["default"], "DaemonSet")
+    assert not [a for a in consumable["args"] if a.startswith("--mig")]
     (limits,) = containers(rendered["limits-library"], "DaemonSet")
     assert "--limits-library=/opt/hami/libvgpu.so" in limits["args"]
     (noexecute,) = containers(rendered["health-noexecute"], "DaemonSet")
@@ -498,6 +504,9 @@ def test_chart_crd_copy_matches_the_generated_crd() -> None:
         ("controller.webhook.failurePolicy=Retry", "/controller/webhook/failurePolicy"),
         ("controller.leaderElection.enabled=false", "/controller/leaderElection/enabled"),
         ("kubeletPlugin.unknownKey=1", "unknownKey"),
+        ("kubeletPlugin.mig=auto", "/kubeletPlugin/mig"),
+        # Dynamic MIG needs partitions mode (the default mode is consumable).
+        ("kubeletPlugin.mig=dynamic", "/kubeletPlugin/sharingMode"),
     ],
 )
 def test_values_schema_rejects_bad_values(helm: str, set_arg: str, message: str) -> None:
