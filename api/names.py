@@ -80,18 +80,19 @@ MIG_STRATEGIES: Final = (MIG_STRATEGY_STATIC, MIG_STRATEGY_DYNAMIC)
 
 #: Shared counters of a dynamic-MIG GPU's counter set: one per memory slice, the compute slices,
 #: and one per profile that allows fewer instances than it has placements.
-COUNTER_COMPUTE_SLICES: Final = "computeSlices"
+COUNTER_COMPUTE_SLICES: Final = "compute-slices"
 
 
 def memory_slice_counter(slot: int) -> str:
-    """Counter of memory slice ``slot`` of a dynamic-MIG GPU: ``memorySlice<slot>``."""
-    return f"memorySlice{slot}"
+    """Counter of memory slice ``slot`` of a dynamic-MIG GPU: ``memory-slice-<slot>`` (counter
+    names are DNS labels)."""
+    return f"memory-slice-{slot}"
 
 
 def profile_instances_counter(profile_id: int) -> str:
     """Counter limiting the instances of GPU-instance profile ``profile_id``:
-    ``profile<id>Instances``."""
-    return f"profile{profile_id}Instances"
+    ``profile-<id>-instances``."""
+    return f"profile-{profile_id}-instances"
 
 
 #: Partition profiles of the ``partitions`` mode: name -> fraction denominator.

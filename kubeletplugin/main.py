@@ -22,9 +22,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from api import names
 from kubeletplugin.claimservice import ClaimService
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
 from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
+from kubeletplugin.devices.migpartition import MigPartitioner
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.nvml import NvmlBackend
 from kubeletplugin.devices.prerequisites import check_driver_libraries
@@ -66,10 +68,37 @@ log = logging.getLogger(__name__)
 
 
 def make_backend(config: PluginConfig) -> DeviceBackend:
-    """The device backend chosen by ``--device-backend``."""
+    """The device backend chosen by ``--device-backend``. With ``--mig dynamic`` the default mock
+    GPUs are in MIG mode (a ``--mock-config`` file says per GPU)."""
     if config.device_backend == "mock":
-        return MockBackend(config.node_name, count=config.mock_gpus, config_file=config.mock_config)
+        return MockBackend(
+            config.node_name,
+            count=config.mock_gpus,
+            config_file=config.mock_config,
+            mig_enabled=config.mig_strategy == names.MIG_STRATEGY_DYNAMIC,
+        )
     return NvmlBackend()
+
+
+#: The mock backend's MIG instances, in the plugin data directory (they survive restarts and
+#: kill -9 like a real GPU's).
+MOCK_MIG_STATE_FILE = "mock-mig.json"
+
+
+def make_partitioner(
+    config: PluginConfig, backend: DeviceBackend, devices: NodeDevices
+) -> MigPartitioner | None:
+    """What creates and destroys MIG instances: None unless the table has dynamic MIG
+    devices; the mock partitioner for the mock backend, NVML otherwise."""
+    if not any(d.dynamic_mig for d in devices):
+        return None
+    if isinstance(backend, NvmlBackend):
+        from kubeletplugin.devices.nvmlmig import NvmlMigPartitioner
+
+        return NvmlMigPartitioner(backend)
+    from kubeletplugin.devices.mockmig import MockMigPartitioner
+
+    return MockMigPartitioner(config.plugin_data_dir / MOCK_MIG_STATE_FILE, config.node_name)
 
 
 def enforcer_for(config: PluginConfig, rest: KubeRest | None = None) -> SharingEnforcer:
@@ -218,7 +247,11 @@ def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
     import yaml  # only for --print-slices
 
     objects = resource_slice_objects(
-        desired_slices(node_devices(gpus, config.sharing_mode, config.default_share_cores)),
+        desired_slices(
+            node_devices(
+                gpus, config.sharing_mode, config.default_share_cores, config.mig_strategy
+            )
+        ),
         config.driver_name,
         config.node_name,
         node_uid=None,
@@ -279,7 +312,9 @@ class Plugin:
         self.api_client = api_client
         self.telemetry = telemetry
         #: The node's device table, computed once: the publisher, prepare and health share it.
-        self.devices = node_devices(gpus, config.sharing_mode, config.default_share_cores)
+        self.devices = node_devices(
+            gpus, config.sharing_mode, config.default_share_cores, config.mig_strategy
+        )
         self.publisher = SlicePublisher(
             KubeRest(api_client), config.driver_name, config.node_name, self.devices
         )

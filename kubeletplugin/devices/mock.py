@@ -15,6 +15,13 @@ MIG: an entry may list ``migDevices`` (which puts the GPU in MIG mode), each a m
 ``uuid`` (default: stable per node, GPU and instances), ``memory`` (bytes or a quantity; default
 the profile's GB figure in decimal gigabytes) and ``multiprocessors`` (default 16 per compute
 slice); ``migPending: true`` models a MIG mode change that waits for a GPU reset.
+
+Dynamic MIG: a GPU in MIG mode (``migMode: Enabled``, or ``migDevices``) gets the MIG profiles
+of its product from :mod:`kubeletplugin.devices.migtables` (``mig_profiles``, derived like
+``mig``: a config entry cannot set it); a MIG-enabled entry whose product has no reference table
+is a config error. ``MockBackend(..., mig_enabled=True)`` puts the default GPUs in MIG mode.
+The MIG instances dynamic MIG creates live in the file of a
+:class:`~kubeletplugin.devices.mockmig.MockMigPartitioner`, not in the config.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ import yaml
 from api.quantity import QuantityError, quantity_int
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mig import MIG_ENABLED, instance_key, parse_profile
-from kubeletplugin.model import GpuInfo, MigInfo
+from kubeletplugin.devices.migtables import REFERENCE_TABLES, reference_profiles
+from kubeletplugin.model import GpuInfo, MigInfo, MigProfile
 
 MIB: Final = 1024 * 1024
 #: What NVML reports for an H100 80GB HBM3.
@@ -44,6 +52,7 @@ DEFAULT_CUDA_DRIVER_VERSION: Final = "13.0"
 MAX_MOCK_GPUS: Final = 128
 #: Namespace of the mock UUIDs (uuid5 of the node name and index under it).
 MOCK_UUID_NAMESPACE: Final = uuid.UUID("6f1d3c2e-5a0b-4c8e-9d47-2b1e0f6a9c31")
+_H100_PROFILES: Final = reference_profiles(H100_PRODUCT_NAME) or ()
 
 _FIELDS: Final = {f.name: f for f in dataclasses.fields(GpuInfo)}
 _INT_FIELDS: Final = {"index", "minor"}
@@ -51,8 +60,9 @@ _BYTES_FIELDS: Final = {"memory_total", "memory_reserved", "memory_usable"}
 _OPTIONAL_INT_FIELDS: Final = {"numa_node"}
 _OPTIONAL_STR_FIELDS: Final = {"pcie_root", "mig_mode"}
 _BOOL_FIELDS: Final = {"mig_pending"}
-#: Fields a config entry cannot set (derived: ``mig`` is set on MIG devices only).
-_DERIVED_FIELDS: Final = {"mig"}
+#: Fields a config entry cannot set (derived: ``mig`` is set on MIG devices only;
+#: ``mig_profiles`` comes from the product's reference table).
+_DERIVED_FIELDS: Final = {"mig", "mig_profiles"}
 #: Keys of one ``migDevices`` entry -> whether it is required.
 _MIG_KEYS: Final = {
     "profile": True,
@@ -79,8 +89,9 @@ def mock_mig_uuid(node_name: str, index: int, gpu_instance: int, compute_instanc
     return f"MIG-{uuid.uuid5(MOCK_UUID_NAMESPACE, key)}"
 
 
-def default_gpu(node_name: str, index: int, count: int) -> GpuInfo:
-    """The default mock GPU ``index`` of ``count`` on ``node_name`` (an H100 80GB HBM3)."""
+def default_gpu(node_name: str, index: int, count: int, mig_enabled: bool = False) -> GpuInfo:
+    """The default mock GPU ``index`` of ``count`` on ``node_name`` (an H100 80GB HBM3); with
+    ``mig_enabled`` in MIG mode with the H100's MIG profiles and no MIG device."""
     half = (count + 1) // 2
     socket, position = (0, index) if index < half else (1, index - half)
     bus = (0x10 if socket == 0 else 0x90) + position
@@ -101,8 +112,31 @@ def default_gpu(node_name: str, index: int, count: int) -> GpuInfo:
         pcie_root="pci0000:00" if socket == 0 else "pci0000:80",
         numa_node=socket,
         memory_info_version="v2",
-        mig_mode="Disabled",
+        mig_mode=MIG_ENABLED if mig_enabled else "Disabled",
+        mig_profiles=_H100_PROFILES if mig_enabled else (),
     )
+
+
+def _profiles(where: str, gpu: GpuInfo) -> tuple[MigProfile, ...]:
+    """The MIG profiles of mock GPU ``gpu`` (its product's reference table) when it is in MIG
+    mode, else none; DiscoveryError for a MIG-enabled product without a table or with less
+    memory than its largest profile needs."""
+    if gpu.mig_mode != MIG_ENABLED:
+        return ()
+    profiles = reference_profiles(gpu.product_name)
+    if profiles is None:
+        known = ", ".join(repr(p) for p in REFERENCE_TABLES)
+        raise DiscoveryError(
+            f"{where}: migMode {MIG_ENABLED!r} needs a product with MIG profiles; "
+            f"{gpu.product_name!r} has none (products with profiles: {known})"
+        )
+    largest = max(profiles, key=lambda p: p.memory_mb)
+    if largest.memory_mb * MIB > gpu.memory_total:
+        raise DiscoveryError(
+            f"{where}: memory_total {gpu.memory_total} bytes is less than the "
+            f"{largest.memory_mb} MiB of MIG profile {largest.name} of {gpu.product_name!r}"
+        )
+    return profiles
 
 
 def _snake(key: str) -> str:
@@ -180,6 +214,7 @@ def gpu_from_entry(node_name: str, position: int, count: int, entry: Any) -> Gpu
     if base["memory_usable"] <= 0:
         raise DiscoveryError(f"{where}: usable memory must be positive")
     gpu = GpuInfo(**base)
+    gpu = dataclasses.replace(gpu, mig_profiles=_profiles(where, gpu))
     if raw_migs is None:
         return gpu
     return dataclasses.replace(
@@ -237,6 +272,26 @@ def mig_device_from_entry(node_name: str, parent: GpuInfo, entry: Any, where: st
     mig_uuid = entry.get("uuid", mock_mig_uuid(node_name, parent.index, gi, ci))
     if not isinstance(mig_uuid, str) or not mig_uuid.startswith("MIG-"):
         raise DiscoveryError(f"{where}: 'uuid' must be a string starting with 'MIG-'")
+    return mig_device(
+        parent,
+        mig_uuid,
+        memory,
+        MigInfo(
+            parent_uuid=parent.uuid,
+            gpu_instance=gi,
+            compute_instance=ci,
+            profile=profile,
+            multiprocessors=multiprocessors,
+            gpu_slices=gpu_slices,
+            compute_slices=compute_slices,
+        ),
+    )
+
+
+def mig_device(parent: GpuInfo, mig_uuid: str, memory: int, mig: MigInfo) -> GpuInfo:
+    """The mock MIG device ``mig`` of ``parent`` with ``memory`` bytes: the parent's index,
+    minor, PCI, NUMA, product and versions; no reserved memory, MIG mode, MIG devices, MIG
+    profiles or notes of its own (see :class:`~kubeletplugin.model.GpuInfo`)."""
     return dataclasses.replace(
         parent,
         uuid=mig_uuid,
@@ -246,15 +301,8 @@ def mig_device_from_entry(node_name: str, parent: GpuInfo, entry: Any, where: st
         mig_mode=None,
         mig_pending=False,
         mig_devices=(),
-        mig=MigInfo(
-            parent_uuid=parent.uuid,
-            gpu_instance=gi,
-            compute_instance=ci,
-            profile=profile,
-            multiprocessors=multiprocessors,
-            gpu_slices=gpu_slices,
-            compute_slices=compute_slices,
-        ),
+        mig_profiles=(),
+        mig=mig,
         notes=(),
     )
 
@@ -301,19 +349,29 @@ def load_mock_config(node_name: str, path: Path) -> list[GpuInfo]:
 
 
 class MockBackend:
-    """Reports default H100-like GPUs, or the GPUs of a YAML config file."""
+    """Reports default H100-like GPUs (in MIG mode with ``mig_enabled``), or the GPUs of a YAML
+    config file (``mig_enabled`` does not apply to those: their entries say)."""
 
     name = "mock"
 
-    def __init__(self, node_name: str, count: int = 8, config_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        count: int = 8,
+        config_file: Path | None = None,
+        mig_enabled: bool = False,
+    ) -> None:
         if config_file is None and not 1 <= count <= MAX_MOCK_GPUS:
             raise DiscoveryError(f"--mock-gpus must be between 1 and {MAX_MOCK_GPUS}, got {count}")
         self.node_name = node_name
         self.count = count
         self.config_file = config_file
+        self.mig_enabled = mig_enabled
 
     def discover(self) -> list[GpuInfo]:
         """The mock GPUs, ordered by index."""
         if self.config_file is not None:
             return load_mock_config(self.node_name, self.config_file)
-        return [default_gpu(self.node_name, i, self.count) for i in range(self.count)]
+        return [
+            default_gpu(self.node_name, i, self.count, self.mig_enabled) for i in range(self.count)
+        ]

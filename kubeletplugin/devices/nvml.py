@@ -18,23 +18,36 @@ Invariants:
 - on a GPU whose current MIG mode is enabled and has no change pending, every existing MIG
   device is read (:meth:`NvmlBackend._mig_devices`) as a :class:`~kubeletplugin.model.GpuInfo`
   with ``mig`` set; a MIG device NVML cannot describe is left out with one warning line, like a
-  GPU. A GPU whose mode change is pending is reported with ``mig_pending`` and no MIG devices.
+  GPU. A GPU whose mode change is pending is reported with ``mig_pending`` and no MIG devices;
+- on such a GPU the GPU-instance profiles it can create are read (:meth:`NvmlBackend.mig_profiles`)
+  into ``mig_profiles``: every ``NVML_GPU_INSTANCE_PROFILE_*`` index NVML describes, with its
+  possible placements, ordered by (slice count, memory, profile id). An index the GPU does not
+  support is skipped quietly; any other NVML error or malformed answer leaves ``mig_profiles``
+  empty with one warning line naming the GPU and the cause (the GPU and its MIG devices are
+  still published). An existing MIG device's GPU-instance placement and profile id are read
+  when NVML gives them (``None`` otherwise, without a warning);
+- every count and size NVML returns is checked against a bound (:data:`MAX_NVML_COUNT`,
+  :data:`MAX_MEMORY_SLICES`) before anything is allocated or looped over, so a broken driver
+  cannot make discovery allocate or loop without limit.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import importlib
 import logging
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mig import MIG_DISABLED, MIG_ENABLED, instance_key, profile_name
-from kubeletplugin.model import GpuInfo, MigInfo
+from kubeletplugin.model import GpuInfo, MigInfo, MigPlacement, MigProfile
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +102,60 @@ MEMORY_V1_NOTE: Final = (
     "NVML memory info v2 is not available (old driver): reserved memory is unknown and "
     "counted as 0, so the published memory may exceed what applications can allocate"
 )
+
+
+#: The most items (profiles, placements, instances, MIG device slots) one NVML listing may
+#: report; a larger count is treated as a malformed answer.
+MAX_NVML_COUNT: Final = 64
+
+#: The most memory slices a placement may reach into (8 on A100/H100).
+MAX_MEMORY_SLICES: Final = 32
+
+#: The largest slice count of a GPU-instance profile (8ths of a GPU).
+MAX_PROFILE_SLICES: Final = 8
+
+# nvml.h values used when a pynvml module lacks the constant.
+NVML_ERROR_INVALID_ARGUMENT: Final = 2
+NVML_ERROR_NOT_SUPPORTED: Final = 3
+NVML_ERROR_NO_PERMISSION: Final = 4
+NVML_ERROR_NOT_FOUND: Final = 6
+NVML_ERROR_IN_USE: Final = 19
+NVML_ERROR_INSUFFICIENT_RESOURCES: Final = 23
+NVML_GPU_INSTANCE_PROFILE_COUNT: Final = 0x12
+NVML_COMPUTE_INSTANCE_PROFILE_COUNT: Final = 0x9
+#: ``NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1`` and ``..._2_SLICE_REV1``: the media-extension
+#: profiles (``+me``).
+MEDIA_EXTENSION_PROFILE_INDEXES: Final = frozenset({0x7, 0x8})
+
+#: A profile name as NVML's profile info names it (after ``MIG ``) that is safe in a device
+#: name: ``1g.10gb``, ``1g.10gb+me``, ``1g.24gb-me``.
+_PROFILE_NAME_RE: Final = re.compile(r"^[1-8]g\.[1-9][0-9]{0,3}gb([+-][a-z]{1,8}){0,2}$")
+
+
+def nvml_error_code(exc: BaseException) -> int | None:
+    """The NVML return code of a ``pynvml.NVMLError`` (its ``value``), or None."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def bounded_count(what: str, value: Any, limit: int = MAX_NVML_COUNT) -> int:
+    """``value`` as an int in ``0..limit``; ValueError naming ``what`` otherwise."""
+    count = int(value)
+    if not 0 <= count <= limit:
+        raise ValueError(f"NVML reports {count} {what} (at most {limit} expected)")
+    return count
+
+
+def mig_profile_name(raw: str | bytes, index: int, slices: int, parent_total: int, mb: int) -> str:
+    """The profile name of GPU-instance profile ``index``: NVML's own (``MIG 1g.10gb+me`` ->
+    ``1g.10gb+me``) when it gives one of the expected form, else derived from the slice count
+    and memory (:func:`~kubeletplugin.devices.mig.profile_name`, ``+me`` for the
+    media-extension profile indexes). ValueError when neither works."""
+    text = _text(raw).strip().removeprefix("MIG ").strip()
+    if _PROFILE_NAME_RE.match(text):
+        return text
+    derived = profile_name(slices, slices, parent_total, mb)
+    return derived + "+me" if index in MEDIA_EXTENSION_PROFILE_INDEXES else derived
 
 
 def normalize_pci_bus_id(raw: str | bytes) -> str:
@@ -162,6 +229,30 @@ class NvmlBackend:
     def __init__(self, nvml: ModuleType | None = None, sysfs_root: Path | None = None) -> None:
         self._nvml = nvml
         self._sysfs_root = sysfs_root if sysfs_root is not None else DEFAULT_SYSFS_ROOT
+
+    # --- shared with the MIG partitioner (kubeletplugin.devices.nvmlmig) -------------------
+
+    def module(self) -> ModuleType:
+        """The pynvml module (imported on first use); DiscoveryError when it is missing."""
+        return self._module()
+
+    def nvml_error(self) -> type[BaseException]:
+        """``pynvml.NVMLError`` (an exception class nothing raises when the module lacks it)."""
+        return self._nvml_error()
+
+    @contextmanager
+    def session(self) -> Iterator[ModuleType]:
+        """An NVML session: ``nvmlInit`` (DiscoveryError naming the cause when it fails) and
+        ``nvmlShutdown`` on leaving, also on errors. NVML counts its sessions, so sessions of
+        several threads may overlap."""
+        self._init()
+        try:
+            yield self._module()
+        finally:
+            try:
+                self._module().nvmlShutdown()
+            except Exception as exc:
+                log.warning("nvmlShutdown failed: %s", exc)
 
     # --- error handling -------------------------------------------------------------------
 
@@ -356,7 +447,11 @@ class NvmlBackend:
         )
         if mig_mode != MIG_ENABLED or mig_pending:
             return gpu
-        return dataclasses.replace(gpu, mig_devices=self._mig_devices(gpu, handle))
+        return dataclasses.replace(
+            gpu,
+            mig_devices=self._mig_devices(gpu, handle),
+            mig_profiles=self._discover_mig_profiles(gpu, handle),
+        )
 
     def _memory(self, what: str, handle: Any) -> tuple[int, int, str]:
         """(total, reserved, "v2"|"v1") of device ``what`` (``GPU 0``) from NVML memory info,
@@ -414,6 +509,9 @@ class NvmlBackend:
         except DiscoveryError as exc:
             log.warning("%s: MIG devices left out (not published): %s", where, exc)
             return ()
+        if not 0 <= slots <= MAX_NVML_COUNT:
+            log.warning("%s: MIG devices left out: NVML reports %d MIG device slots", where, slots)
+            return ()
         found: list[GpuInfo] = []
         for slot in range(slots):
             try:
@@ -426,13 +524,26 @@ class NvmlBackend:
             except (_Missing, DiscoveryError):
                 continue  # an empty slot: NVML answers NOT_FOUND (or not supported)
             try:
-                found.append(self._mig_device(parent, slot, mig_handle))
+                found.append(self.mig_device(parent, slot, mig_handle, handle))
             except (_Missing, DiscoveryError, ValueError) as exc:
                 log.warning("MIG device %d of %s left out (not published): %s", slot, where, exc)
         return tuple(sorted(found, key=instance_key))
 
-    def _mig_device(self, parent: GpuInfo, slot: int, handle: Any) -> GpuInfo:
-        """One MIG device of ``parent`` (see :class:`~kubeletplugin.model.GpuInfo`)."""
+    def mig_device(
+        self, parent: GpuInfo, slot: int, handle: Any, parent_handle: Any = None
+    ) -> GpuInfo:
+        """One MIG device of ``parent`` (see :class:`~kubeletplugin.model.GpuInfo`), read from
+        its MIG device ``handle`` in slot ``slot``; with ``parent_handle`` its GPU instance's
+        placement and profile id too, when NVML gives them. Raises DiscoveryError or ValueError
+        for a device NVML cannot describe."""
+        try:
+            return self._mig_device(parent, slot, handle, parent_handle)
+        except _Missing as exc:
+            raise DiscoveryError(
+                f"MIG device {slot} of GPU {parent.index}: NVML function {exc} is missing"
+            ) from None
+
+    def _mig_device(self, parent: GpuInfo, slot: int, handle: Any, parent_handle: Any) -> GpuInfo:
         what = f"MIG device {slot} of GPU {parent.index}"
         uuid = _text(self._call(f"the UUID of {what}", "nvmlDeviceGetUUID", handle))
         gi = int(self._call(f"the GPU instance of {what}", "nvmlDeviceGetGpuInstanceId", handle))
@@ -459,6 +570,9 @@ class NvmlBackend:
             gpu_slices=gpu_slices,
             compute_slices=compute_slices,
         )
+        if parent_handle is not None:
+            placement, profile_id = self.gpu_instance_placement(parent_handle, gi)
+            mig = dataclasses.replace(mig, placement=placement, profile_id=profile_id)
         return dataclasses.replace(
             parent,
             uuid=uuid,
@@ -471,6 +585,176 @@ class NvmlBackend:
             mig=mig,
             notes=(),
         )
+
+    def gpu_instance_placement(
+        self, parent_handle: Any, gpu_instance: int
+    ) -> tuple[MigPlacement | None, int | None]:
+        """(placement, profile id) of GPU instance ``gpu_instance`` of the GPU ``parent_handle``
+        (``nvmlDeviceGetGpuInstanceById`` + ``nvmlGpuInstanceGetInfo``); (None, None) when NVML
+        cannot tell (old driver, no permission, static MIG set up without GI records). Quiet:
+        static MIG devices work without these."""
+        nvml = self._module()
+        try:
+            gi = nvml.nvmlDeviceGetGpuInstanceById(parent_handle, gpu_instance)
+            info = nvml.nvmlGpuInstanceGetInfo(gi)
+            placement = MigPlacement(int(info.placement.start), int(info.placement.size))
+            return placement, int(info.profileId)
+        except (AttributeError, TypeError, ValueError, self._nvml_error()) as exc:
+            log.debug("GPU instance %d: placement unknown: %s", gpu_instance, exc)
+            return None, None
+
+    # --- MIG profiles ---------------------------------------------------------------------
+
+    def _discover_mig_profiles(self, gpu: GpuInfo, handle: Any) -> tuple[MigProfile, ...]:
+        """:meth:`mig_profiles`, or () with one warning line naming the GPU and the cause."""
+        try:
+            return self.mig_profiles(gpu, handle)
+        except (ValueError, _Missing, self._nvml_error()) as exc:
+            cause = str(exc)
+            if isinstance(exc, _Missing):
+                cause = f"NVML function {exc} is missing (pynvml or driver too old)"
+            log.warning(
+                "GPU %d (%s): MIG profiles not read (no dynamic MIG devices): %s",
+                gpu.index,
+                gpu.uuid,
+                cause,
+            )
+            return ()
+
+    def gpu_instance_profile_infos(self, handle: Any) -> list[tuple[int, Any]]:
+        """``(profile index, nvmlGpuInstanceProfileInfo)`` of every GPU-instance profile index
+        the GPU supports, one per profile id, in index order. Indexes NVML answers
+        NOT_SUPPORTED or INVALID_ARGUMENT for are skipped; other NVML errors are raised."""
+        nvml = self._module()
+        fn: Callable[..., Any] | None = getattr(nvml, "nvmlDeviceGetGpuInstanceProfileInfo", None)
+        if fn is None:
+            raise _Missing("nvmlDeviceGetGpuInstanceProfileInfo")
+        count = bounded_count(
+            "GPU instance profile indexes",
+            getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", NVML_GPU_INSTANCE_PROFILE_COUNT),
+        )
+        skip = {NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT}
+        found: list[tuple[int, Any]] = []
+        seen: set[int] = set()
+        for index in range(count):
+            try:
+                info = self._profile_info(fn, handle, index)
+            except self._nvml_error() as exc:
+                if nvml_error_code(exc) in skip:
+                    continue
+                raise
+            profile_id = int(info.id)
+            if profile_id not in seen:
+                seen.add(profile_id)
+                found.append((index, info))
+        return found
+
+    def _profile_info(self, fn: Callable[..., Any], handle: Any, index: int) -> Any:
+        """Profile info v2 (with its name); v1 where the driver lacks v2."""
+        try:
+            return fn(handle, index)
+        except self._nvml_error() as exc:
+            cls = self._error_class("NVMLError_FunctionNotFound")
+            if cls is None or not isinstance(exc, cls):
+                raise
+        return fn(handle, index, version=1)
+
+    def possible_placements(self, handle: Any, profile_id: int) -> tuple[MigPlacement, ...]:
+        """Every placement NVML allows for GPU-instance profile ``profile_id``, ordered by start.
+
+        ``nvmlDeviceGetGpuInstancePossiblePlacements`` is asked twice as nvml.h describes:
+        with a NULL array for the count, then with an array of that size."""
+        nvml = self._module()
+        fn: Callable[..., Any] | None = getattr(
+            nvml, "nvmlDeviceGetGpuInstancePossiblePlacements", None
+        )
+        placement_type = getattr(nvml, "c_nvmlGpuInstancePlacement_t", None)
+        if fn is None or placement_type is None:
+            raise _Missing("nvmlDeviceGetGpuInstancePossiblePlacements")
+        count = ctypes.c_uint(0)
+        fn(handle, profile_id, None, ctypes.byref(count))
+        size = bounded_count(f"placements of profile {profile_id}", count.value)
+        if size == 0:
+            return ()
+        array = (placement_type * size)()
+        count = ctypes.c_uint(size)
+        fn(handle, profile_id, array, ctypes.byref(count))
+        filled = bounded_count(f"placements of profile {profile_id}", count.value, size)
+        placements = []
+        for item in array[:filled]:
+            placement = MigPlacement(int(item.start), int(item.size))
+            if placement.start + placement.size > MAX_MEMORY_SLICES:
+                raise ValueError(
+                    f"profile {profile_id}: placement {placement.start}:{placement.size} "
+                    f"reaches beyond {MAX_MEMORY_SLICES} memory slices"
+                )
+            placements.append(placement)
+        return tuple(sorted(set(placements)))
+
+    def mig_profiles(self, gpu: GpuInfo, handle: Any) -> tuple[MigProfile, ...]:
+        """The GPU-instance profiles of MIG-enabled ``gpu`` with their placements, ordered by
+        (slice count, memory, profile id). A profile whose slice count has no
+        ``NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE`` or that NVML gives no placement is left
+        out. Raises NVMLError, ValueError (malformed answer) or an internal "missing" error."""
+        nvml = self._module()
+        profiles: list[MigProfile] = []
+        for index, info in self.gpu_instance_profile_infos(handle):
+            profile_id = int(info.id)
+            slices = int(info.sliceCount)
+            memory_mb = int(info.memorySizeMB)
+            if not 1 <= slices <= MAX_PROFILE_SLICES or memory_mb <= 0:
+                raise ValueError(
+                    f"profile {profile_id}: NVML reports {slices} slices and {memory_mb} MiB"
+                )
+            compute_profile = getattr(nvml, f"NVML_COMPUTE_INSTANCE_PROFILE_{slices}_SLICE", None)
+            if not isinstance(compute_profile, int):
+                log.debug(
+                    "profile %d: no compute instance profile of %d slices", profile_id, slices
+                )
+                continue
+            placements = self.possible_placements(handle, profile_id)
+            if not placements:
+                continue
+            name = mig_profile_name(
+                getattr(info, "name", b""), index, slices, gpu.memory_total, memory_mb
+            )
+            profiles.append(
+                MigProfile(
+                    profile_id=profile_id,
+                    profile_index=index,
+                    name=name,
+                    slice_count=slices,
+                    instance_count=max(1, bounded_count("instances", info.instanceCount)),
+                    memory_mb=memory_mb,
+                    multiprocessors=int(info.multiprocessorCount),
+                    copy_engines=int(info.copyEngineCount),
+                    decoders=int(info.decoderCount),
+                    encoders=int(info.encoderCount),
+                    jpeg_engines=int(info.jpegCount),
+                    ofa_engines=int(info.ofaCount),
+                    placements=placements,
+                    compute_profile=compute_profile,
+                )
+            )
+        profiles.sort(key=lambda p: (p.slice_count, p.memory_mb, p.profile_id))
+        return _unique_names(gpu, profiles)
+
+
+def _unique_names(gpu: GpuInfo, profiles: list[MigProfile]) -> tuple[MigProfile, ...]:
+    """``profiles`` without a profile whose name an earlier one has (device names must be
+    unique); each one left out is named in a warning line."""
+    kept: dict[str, MigProfile] = {}
+    for profile in profiles:
+        first = kept.setdefault(profile.name, profile)
+        if first is not profile:
+            log.warning(
+                "GPU %d: MIG profile %d left out: its name %s is profile %d's too",
+                gpu.index,
+                profile.profile_id,
+                profile.name,
+                first.profile_id,
+            )
+    return tuple(kept.values())
 
 
 class _NeverRaised(Exception):

@@ -12,7 +12,12 @@ Invariants:
 - every ``consumesCounters`` entry names a counter set published in the same pool;
 - memory capacities are the GPU's usable memory (total - reserved), in bytes;
 - a MIG device (:func:`mig_device`) is exclusive in every sharing mode: no consumable capacity,
-  no counters, capacity ``memory`` only (the MIG device's own).
+  no counters, capacity ``memory`` only (the MIG device's own);
+- dynamic MIG (:func:`mig_placement_device`): a GPU whose devices are MIG placements gets the
+  counter set :func:`mig_counter_set` instead of the partitions' one; any set of its placement
+  devices whose consumption fits the counters is a set the hardware rule
+  (:func:`kubeletplugin.devices.migtables.placement_problem`) accepts, and the converse;
+- a device named in ``hidden`` is in no slice (its counters stay published).
 
 Kubernetes versions: every slice validates against the strict ``resource.k8s.io/v1`` schemas of
 1.34 and 1.36. The 1.34 schema already has ``allowMultipleAllocations``, ``requestPolicy``,
@@ -31,9 +36,10 @@ from typing import Any, Final
 from api import names
 from api.quantity import format_quantity
 from api.sharepolicy import consumable_capacity
+from kubeletplugin.devices import migtables
 from kubeletplugin.devices.table import NodeDevice, NodeDevices, node_devices
 from kubeletplugin.devices.versions import VersionError, to_semver
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.model import GpuInfo, MigProfile
 from sharegpu.kube import slicerules
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,8 @@ Obj = dict[str, Any]
 
 #: Characters that ``generateName`` adds to a name prefix.
 GENERATED_SUFFIX_LENGTH: Final = 5
+#: Bytes per MiB (MIG profile memory sizes are in MiB).
+MIB: Final = 1024 * 1024
 
 
 def _string(value: str) -> Obj:
@@ -187,6 +195,87 @@ def mig_device(device: NodeDevice) -> Obj:
     }
 
 
+# --- dynamic MIG -------------------------------------------------------------------------------
+
+
+def mig_instance_counters(profiles: Sequence[MigProfile]) -> dict[int, int]:
+    """Profile id -> instance limit, for the profiles whose ``instance_count`` is below their
+    number of placements (only these need a counter: the memory-slice counters already keep
+    the others within their limit). On an H100 and an A100 only ``1g.*+me`` (1 instance, 7
+    placements)."""
+    return {
+        p.profile_id: p.instance_count for p in profiles if p.instance_count < len(p.placements)
+    }
+
+
+def mig_counter_set(gpu: GpuInfo) -> Obj:
+    """The shared counter set ``gpu-<index>-counters`` of a dynamic-MIG GPU: ``memorySlice<k>``
+    (value 1) per memory slice, ``computeSlices`` (the GPU's compute slices) and
+    ``profile<id>Instances`` per profile of :func:`mig_instance_counters`. 8 + 1 + 1 counters
+    on an H100 or A100 (at most :data:`~sharegpu.kube.slicerules.MAX_COUNTERS_PER_SET`)."""
+    profiles = gpu.mig_profiles
+    counters: Obj = {
+        names.memory_slice_counter(k): {"value": format_quantity(1)}
+        for k in range(migtables.memory_slices(profiles))
+    }
+    counters[names.COUNTER_COMPUTE_SLICES] = {
+        "value": format_quantity(migtables.compute_slices(profiles))
+    }
+    for profile_id, limit in mig_instance_counters(profiles).items():
+        counters[names.profile_instances_counter(profile_id)] = {"value": format_quantity(limit)}
+    return {"name": names.counter_set_name(gpu.index), "counters": counters}
+
+
+def mig_placement_device(device: NodeDevice) -> Obj:
+    """One placement of one MIG profile of a dynamic-MIG GPU (KEP-4815), for one claim at a time.
+
+    Attributes: the parent GPU's (:func:`gpu_attributes`) without ``uuid`` (the MIG device and
+    its UUID only exist once prepare created it), the parent's UUID and index, the profile name
+    and NVML id, the placement, and the profile's multiprocessors and engines; ``migDynamic``
+    true. Capacity ``memory``: the profile's memory. Consumes, from the GPU's
+    :func:`mig_counter_set`, 1 of each memory slice of its placement, its slice count of
+    ``computeSlices`` and 1 of its profile's instance counter when it has one.
+    ValueError for a device that is not a placement device."""
+    profile, placement = device.mig_profile, device.placement
+    if profile is None or placement is None:
+        raise ValueError(f"device {device.name} is not a dynamic MIG placement device")
+    gpu = device.gpu
+    attrs = gpu_attributes(gpu)
+    del attrs[names.ATTR_UUID]
+    attrs[names.ATTR_PARENT_UUID] = _string(gpu.uuid)
+    attrs[names.ATTR_PARENT_INDEX] = {"int": gpu.index}
+    attrs[names.ATTR_PROFILE] = _string(profile.name)
+    for attr, value in (
+        (names.ATTR_MIG_PROFILE_ID, profile.profile_id),
+        (names.ATTR_PLACEMENT_START, placement.start),
+        (names.ATTR_PLACEMENT_SIZE, placement.size),
+        (names.ATTR_MULTIPROCESSORS, profile.multiprocessors),
+        (names.ATTR_COPY_ENGINES, profile.copy_engines),
+        (names.ATTR_DECODERS, profile.decoders),
+        (names.ATTR_ENCODERS, profile.encoders),
+        (names.ATTR_JPEG_ENGINES, profile.jpeg_engines),
+        (names.ATTR_OFA_ENGINES, profile.ofa_engines),
+    ):
+        attrs[attr] = {"int": value}
+    attrs[names.ATTR_MIG_DYNAMIC] = {"bool": True}
+    consumed: Obj = {
+        names.memory_slice_counter(k): {"value": format_quantity(1)} for k in placement.slots
+    }
+    consumed[names.COUNTER_COMPUTE_SLICES] = {"value": format_quantity(profile.slice_count)}
+    if profile.profile_id in mig_instance_counters(gpu.mig_profiles):
+        consumed[names.profile_instances_counter(profile.profile_id)] = {
+            "value": format_quantity(1)
+        }
+    return {
+        "name": device.name,
+        "attributes": attrs,
+        "capacity": {names.CAP_MEMORY: {"value": format_quantity(profile.memory_mb * MIB)}},
+        "consumesCounters": [
+            {"counterSet": names.counter_set_name(gpu.index), "counters": consumed}
+        ],
+    }
+
+
 def partition_devices(gpu: GpuInfo) -> list[Obj]:
     """Every partition device of ``gpu`` (whole, halves, quarters, eighths) as published."""
     table = node_devices([gpu], names.SHARING_MODE_PARTITIONS)
@@ -197,9 +286,12 @@ def device_object(
     device: NodeDevice, sharing_mode: str, default_cores: int = names.CORES_PER_GPU
 ) -> Obj:
     """The slice entry of one device of the table in ``sharing_mode`` (``default_cores``: see
-    :func:`consumable_device`); a MIG device is :func:`mig_device` in every mode."""
+    :func:`consumable_device`); a MIG device is :func:`mig_device` in every mode, a dynamic MIG
+    placement :func:`mig_placement_device`."""
     if device.mig is not None:
         return mig_device(device)
+    if device.dynamic_mig:
+        return mig_placement_device(device)
     if sharing_mode == names.SHARING_MODE_CONSUMABLE:
         return consumable_device(device.gpu, default_cores)
     if sharing_mode == names.SHARING_MODE_EXCLUSIVE:
@@ -213,7 +305,8 @@ def device_object(
 def _apply_taints(
     gpu: GpuInfo, devices: list[Obj], taints: Mapping[str, Sequence[Mapping[str, Any]]]
 ) -> None:
-    """Put the taints of ``gpu-<i>`` on every device of that GPU, plus each device's own."""
+    """Put the taints of ``gpu-<i>`` on every device of that GPU (its partitions, MIG devices
+    and MIG placements included), plus each device's own."""
     whole = list(taints.get(names.device_name(gpu.index), ()))
     for device in devices:
         own = (
@@ -260,6 +353,7 @@ def _split_group(group: list[Obj]) -> list[list[Obj]]:
 def desired_slices(
     devices: NodeDevices,
     taints: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    hidden: frozenset[str] = frozenset(),
 ) -> list[Obj]:
     """The content of every slice of the node's pool, in publishing order, rendered from the
     node's device table.
@@ -267,21 +361,31 @@ def desired_slices(
     Each element is ``{"devices": [...]}`` or ``{"sharedCounters": [...]}``. Counter slices
     come first (at most ``MAX_SHARED_COUNTER_SETS_PER_SLICE`` sets each), then device slices.
     ``taints`` maps a device name to its taints; a taint on ``gpu-<i>`` also applies to every
-    partition of GPU ``i``. With no GPUs the pool is one empty slice, which shows that the
-    driver is alive.
+    device of GPU ``i`` (partitions, MIG devices, MIG placements). The devices named in
+    ``hidden`` (dynamic MIG placements blocked by MIG instances the driver did not create) are
+    left out; the GPU's counter set stays as it is. With no GPUs the pool is one empty slice,
+    which shows that the driver is alive.
     """
     taints = taints or {}
     groups: list[list[Obj]] = []
+    dynamic: set[str] = set()
     for gpu in devices.gpus:
+        own = devices.of_gpu(gpu)
+        if any(d.dynamic_mig for d in own):
+            dynamic.add(gpu.uuid)
         group = [
             device_object(d, devices.sharing_mode, devices.default_share_cores)
-            for d in devices.of_gpu(gpu)
+            for d in own
+            if d.name not in hidden
         ]
         _apply_taints(gpu, group, taints)
         groups.append(group)
     result: list[Obj] = []
     if devices.sharing_mode == names.SHARING_MODE_PARTITIONS:
-        sets = [counter_set(gpu) for gpu in devices.gpus]
+        sets = [
+            mig_counter_set(gpu) if gpu.uuid in dynamic else counter_set(gpu)
+            for gpu in devices.gpus
+        ]
         per = slicerules.MAX_SHARED_COUNTER_SETS_PER_SLICE
         result += [{"sharedCounters": sets[i : i + per]} for i in range(0, len(sets), per)]
     result += [{"devices": group} for group in _pack(groups)]

@@ -68,9 +68,10 @@ class EventKind(enum.Enum):
 class HealthEvent:
     """One observation. ``uuid`` None means the event could not be tied to a GPU: all GPUs.
 
-    ``gpu_instance``/``compute_instance``: the MIG instance NVML names in the event, if any. The
-    fault still counts for the whole physical GPU (every MIG device of it is tainted, since health
-    is kept per GPU); the instance is named in the reason so the taint says where it happened.
+    ``gpu_instance``/``compute_instance``: the MIG instance NVML names in the event, if any
+    (``compute_instance`` is None when the event names a GPU instance only). Such a fault is the
+    fault of that instance's device only (:mod:`kubeletplugin.health.instances` finds it); the
+    instance is also named in the reason, so the taint says where it happened.
     """
 
     uuid: str | None

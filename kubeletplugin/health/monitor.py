@@ -2,14 +2,35 @@
 
 :class:`HealthMonitor` owns the :class:`~kubeletplugin.health.state.HealthStateMachine`. Its
 inputs are a :class:`HealthChecker` (NVML or mock) that pushes events from its own thread and
-answers periodic probes. On every change of a GPU's health it, at once and in this order:
+answers periodic probes. On every change of a GPU's or a MIG instance's health it, at once and
+in this order:
 
-1. hands the publisher the complete taint map (``gpu-<index>`` -> the unhealthy taint; the
-   slice builder copies it onto every device of that GPU, partitions included, and re-splits
-   slices to the tainted-device limit); the publisher writes it within its debounce interval
-   (at most one publish per second), so a flapping GPU costs at most one write per second;
+1. hands the publisher the complete taint map (``gpu-<index>`` -> the unhealthy taint of a
+   GPU-wide fault, which the slice builder copies onto every device of that GPU, partitions and
+   MIG devices included; a MIG instance device's name -> the taint of its own fault, which the
+   slice builder puts on that device only; the slice builder re-splits slices to the
+   tainted-device limit); the publisher writes it within its debounce interval (at most one
+   publish per second), so a flapping GPU costs at most one write per second;
 2. publishes the complete device list (every published device of every GPU, pool = node
    name) on the health stream.
+
+Health is kept at two levels, each by its own
+:class:`~kubeletplugin.health.state.HealthStateMachine` with the same rules:
+
+- per physical GPU: events without a MIG instance (or naming no GPU: every GPU), probes;
+- per MIG instance device (static MIG devices, dynamic MIG placement devices): events that name
+  a GPU instance (:mod:`kubeletplugin.health.instances` says which device; a dynamic device
+  through the resolver of :meth:`HealthMonitor.set_instance_resolver`). An instance the node
+  does not publish (created by someone else, or a dynamic instance no prepared claim owns)
+  gets one info line per event and no taint. An instance fault recovers like a GPU fault,
+  through healthy probes of its physical GPU (the probe is per GPU), and one that needs a reset
+  stays until the GPU is reset. It is a fault of the device, not of the instance: a dynamic
+  device keeps it after its claim is unprepared and its instance destroyed, because the next
+  instance at that placement uses the same memory and compute slices.
+
+A device is unhealthy on the health stream when its GPU or its own instance is. While its GPU
+is unhealthy, the device's own taint is left out of the map (the GPU's taint covers it; a device
+carries at most one unhealthy taint) and comes back when the GPU recovers.
 
 A fault that needs a GPU reset (:func:`~kubeletplugin.health.events.needs_reset`) keeps its
 taint for the life of this process: probes never clear it, because the GPU answers NVML
@@ -36,7 +57,8 @@ from typing import Any, Final, Protocol
 from api import names
 from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.health.events import HealthEvent, event_reason, is_reset_reason, needs_reset
-from kubeletplugin.health.restore import PublishedFault, node_boot_time
+from kubeletplugin.health.instances import InstanceDevices, InstanceResolver
+from kubeletplugin.health.restore import PublishedFault, node_boot_time, split_published
 from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.health.state import (
     GpuHealth,
@@ -88,6 +110,8 @@ class HealthMonitor:
     """Turns checker events and probes into taints and health-stream lists.
 
     Thread-safe. ``taints`` and ``stream`` may each be None (e.g. no API server in a test).
+    ``instance_resolver`` names the dynamic MIG device of a GPU instance (see
+    :meth:`set_instance_resolver`).
     """
 
     def __init__(
@@ -100,6 +124,7 @@ class HealthMonitor:
         taints: TaintSink | None = None,
         stream: HealthListSink | None = None,
         clock: Callable[[], float] = time.time,
+        instance_resolver: InstanceResolver | None = None,
     ) -> None:
         self.settings = settings or HealthSettings()
         self.checker = checker
@@ -115,6 +140,13 @@ class HealthMonitor:
             self.settings.flap_window,
             self.settings.max_recovery_factor,
         )
+        #: Health of the MIG instance devices' own faults, by device name.
+        self._instance_state = HealthStateMachine(
+            self.settings.recovery_probes,
+            self.settings.flap_window,
+            self.settings.max_recovery_factor,
+        )
+        self._resolver = instance_resolver
         self._gpus: tuple[GpuInfo, ...] = ()
         self._devices: dict[str, list[str]] = {}
         self._last_taints: Taints = {}
@@ -148,35 +180,59 @@ class HealthMonitor:
 
     # --- inputs ---------------------------------------------------------------------------
 
+    def set_instance_resolver(self, resolver: InstanceResolver | None) -> None:
+        """Use ``resolver`` (physical GPU UUID, GPU instance id -> the dynamic MIG device whose
+        prepared claim owns that instance, or None) for events naming a GPU instance of a
+        dynamic MIG GPU. Until one is set, such events taint nothing (the instance is unknown).
+        It is called without the monitor's lock held, from the checker's thread."""
+        with self._lock:
+            self._resolver = resolver
+
     def restore(
         self, published: Mapping[str, PublishedFault], booted_at: float | None = None
     ) -> None:
-        """Start the GPUs whose ``gpu-<index>`` device (in MIG mode: one of its MIG devices)
-        carries a published unhealthy taint as unhealthy (same reason and time, so the taint
-        is republished unchanged). A reset-required taint stays sticky unless the node booted
-        after it was added (``booted_at``: the node's boot time, read from ``/proc/stat`` when
-        None). Call before :meth:`start` and before the publisher's first sync."""
+        """Start the GPUs and MIG instance devices whose published unhealthy taints say so as
+        unhealthy (same reason and time, so each taint is republished unchanged, on the same
+        devices: :func:`~kubeletplugin.health.restore.split_published` tells a GPU-wide fault
+        from an instance device's own). A reset-required taint stays sticky unless the node
+        booted after it was added (``booted_at``: the node's boot time, read from
+        ``/proc/stat`` when None). Call before :meth:`start` and before the publisher's first
+        sync."""
         boot = node_boot_time() if booted_at is None else booted_at
         with self._lock:
-            changed = []
+            changed: list[str] = []
+            changed_devices: list[str] = []
             for gpu in self._gpus:
-                # A GPU in MIG mode publishes no gpu-<index>: its taint is on its MIG devices.
-                candidates = [names.device_name(gpu.index), *self._devices.get(gpu.uuid, [])]
-                fault = next((published[n] for n in candidates if n in published), None)
-                if fault is None:
-                    continue
-                sticky = is_reset_reason(fault.reason)
-                if sticky and boot is not None and boot > fault.since:
-                    log.info(
-                        "GPU %d: the node rebooted since its fault (%s); the GPU was reset and "
-                        "recovers through healthy probes",
-                        gpu.index,
-                        fault.reason,
-                    )
-                    sticky = False
-                if self._state.fault(gpu.uuid, fault.reason, fault.since, needs_reset=sticky):
-                    changed.append(gpu.uuid)
-            self._after_changes(changed)
+                restored = split_published(
+                    names.device_name(gpu.index), self.devices.of_gpu(gpu), published
+                )
+                if restored.gpu is not None:
+                    what = f"GPU {gpu.index}"
+                    if self._restore_fault(self._state, gpu.uuid, restored.gpu, boot, what):
+                        changed.append(gpu.uuid)
+                for name, fault in restored.devices.items():
+                    if self._restore_fault(self._instance_state, name, fault, boot, name):
+                        changed_devices.append(name)
+            self._after_changes(changed, changed_devices)
+
+    @staticmethod
+    def _restore_fault(
+        machine: HealthStateMachine,
+        key: str,
+        fault: PublishedFault,
+        boot: float | None,
+        what: str,
+    ) -> bool:
+        sticky = is_reset_reason(fault.reason)
+        if sticky and boot is not None and boot > fault.since:
+            log.info(
+                "%s: the node rebooted since its fault (%s); the GPU was reset and recovers "
+                "through healthy probes",
+                what,
+                fault.reason,
+            )
+            sticky = False
+        return machine.fault(key, fault.reason, fault.since, needs_reset=sticky)
 
     def handle_event(self, event: HealthEvent) -> None:
         """Apply one checker event (called from the checker's thread)."""
@@ -185,6 +241,16 @@ class HealthMonitor:
             log.info("GPU %s: ignoring XID %s (in the ignore list)", event.uuid or "?", event.xid)
             return
         now = self._clock()
+        if event.uuid is not None and event.gpu_instance is not None:
+            # Resolved outside the lock: the resolver takes prepare's lock.
+            with self._lock:
+                resolver = self._resolver
+            devices = self._instances.resolve(
+                event.uuid, event.gpu_instance, event.compute_instance, resolver
+            )
+            if devices is not None:
+                self._instance_fault(event, reason, devices, now)
+                return
         with self._lock:
             targets = [event.uuid] if event.uuid is not None else [g.uuid for g in self._gpus]
             sticky = needs_reset(event)
@@ -193,27 +259,63 @@ class HealthMonitor:
                 log.warning("health event for unknown GPU %s: %s", event.uuid, reason)
             self._after_changes(changed)
 
+    def _instance_fault(
+        self, event: HealthEvent, reason: str, targets: Sequence[str], now: float
+    ) -> None:
+        if not targets:
+            where = f"GPU instance {event.gpu_instance}"
+            if event.compute_instance is not None:
+                where += f" compute instance {event.compute_instance}"
+            log.info(
+                "GPU %s: %s is not a MIG device this node publishes; not tainting anything for: %s",
+                event.uuid,
+                where,
+                reason,
+            )
+            return
+        sticky = needs_reset(event)
+        with self._lock:
+            changed = [
+                n for n in targets if self._instance_state.fault(n, reason, now, needs_reset=sticky)
+            ]
+            self._after_changes((), changed)
+
     def probe_all(self) -> None:
-        """Probe every GPU once and apply the results (the probe thread calls this)."""
+        """Probe every GPU once and apply the results (the probe thread calls this); a GPU's
+        result also counts for the own faults of its MIG instance devices."""
         with self._lock:
             gpus = self._gpus
         results = [(gpu, self._probe(gpu)) for gpu in gpus]
         now = self._clock()
         with self._lock:
             changed = [g.uuid for g, error in results if self._state.probe(g.uuid, error, now)]
-            if changed:
-                self._after_changes(changed)
+            changed_devices = [
+                name
+                for gpu, error in results
+                for name in self._instances.names_of(gpu.uuid)
+                # A healthy device is left alone: a failing probe is the GPU's fault.
+                if not self._instance_state.get(name).healthy
+                and self._instance_state.probe(name, error, now)
+            ]
+            if changed or changed_devices:
+                self._after_changes(changed, changed_devices)
         self.refresh_stream()
 
     # --- outputs --------------------------------------------------------------------------
 
     def gpu_health(self) -> dict[str, GpuHealth]:
-        """Current health of every GPU by UUID."""
+        """Current health of every GPU by UUID (GPU-wide faults only)."""
         with self._lock:
             return self._state.snapshot()
 
+    def instance_health(self) -> dict[str, GpuHealth]:
+        """Current health of every MIG instance device's own faults, by device name."""
+        with self._lock:
+            return self._instance_state.snapshot()
+
     def taints(self) -> Taints:
-        """The taint map the publisher gets: ``gpu-<index>`` -> [unhealthy taint]."""
+        """The taint map the publisher gets: ``gpu-<index>`` -> [unhealthy taint] for GPU-wide
+        faults, a MIG instance device's name -> [unhealthy taint] for its own fault."""
         with self._lock:
             return self._taints_locked()
 
@@ -229,7 +331,10 @@ class HealthMonitor:
         self._gpus = devices.gpus
         #: GPU UUID -> names of its published devices (the health stream lists every one).
         self._devices = devices.names_by_gpu()
-        self._state.set_gpus([g.uuid for g in self._gpus], self._clock())
+        self._instances = InstanceDevices(devices)
+        now = self._clock()
+        self._state.set_gpus([g.uuid for g in self._gpus], now)
+        self._instance_state.set_gpus(self._instances.names(), now)
 
     def _probe(self, gpu: GpuInfo) -> str | None:
         try:
@@ -255,34 +360,34 @@ class HealthMonitor:
                 self.refresh_stream()
             self._stopping.wait(max(0.0, min(tick, next_probe - time.monotonic())))
 
-    def _after_changes(self, changed: Sequence[str]) -> None:
-        if not changed:
+    def _after_changes(self, changed: Sequence[str], changed_devices: Sequence[str] = ()) -> None:
+        if not changed and not changed_devices:
             return
-        self.changes += len(changed)
+        self.changes += len(changed) + len(changed_devices)
         by_uuid = {g.uuid: g for g in self._gpus}
         for uuid in changed:
-            state = self._state.get(uuid)
             index = by_uuid[uuid].index
-            if state.healthy:
-                log.info("GPU %d (%s) recovered", index, uuid)
-            elif state.needs_reset:
-                log.warning(
-                    "GPU %d (%s) is unhealthy until it is reset: %s", index, uuid, state.reason
-                )
-            else:
-                log.warning("GPU %d (%s) is unhealthy: %s", index, uuid, state.reason)
+            _log_change(f"GPU {index} ({uuid})", self._state.get(uuid))
+        for name in changed_devices:
+            _log_change(f"MIG device {name}", self._instance_state.get(name))
         self._emit_locked(force_stream=True)
+
+    def _taint(self, state: GpuHealth) -> list[dict[str, Any]]:
+        return [
+            unhealthy_taint(self.driver_name, state.reason, state.since, self.settings.taint_effect)
+        ]
 
     def _taints_locked(self) -> Taints:
         taints: Taints = {}
         for gpu in self._gpus:
             state = self._state.get(gpu.uuid)
             if not state.healthy:
-                taints[names.device_name(gpu.index)] = [
-                    unhealthy_taint(
-                        self.driver_name, state.reason, state.since, self.settings.taint_effect
-                    )
-                ]
+                taints[names.device_name(gpu.index)] = self._taint(state)
+                continue
+            for name in self._instances.names_of(gpu.uuid):
+                own = self._instance_state.get(name)
+                if not own.healthy:
+                    taints[name] = self._taint(own)
         return taints
 
     def _device_health_locked(self) -> list[DeviceHealthStatus]:
@@ -290,18 +395,19 @@ class HealthMonitor:
         # at the time the list is sent.
         sent = int(self._clock())
         result: list[DeviceHealthStatus] = []
+        instances = self._instance_state.snapshot()
         for gpu in self._gpus:
-            state = self._state.get(gpu.uuid)
-            health = Health.HEALTHY if state.healthy else Health.UNHEALTHY
-            message = state.reason[:MAX_MESSAGE_LENGTH]
+            gpu_state = self._state.get(gpu.uuid)
             for name in self._devices.get(gpu.uuid, []):
+                own = instances.get(name)
+                state = gpu_state if not gpu_state.healthy or own is None else own
                 result.append(
                     DeviceHealthStatus(
                         pool_name=self.node_name,
                         device_name=name,
-                        health=health,
+                        health=Health.HEALTHY if state.healthy else Health.UNHEALTHY,
                         last_updated=sent,
-                        message=message,
+                        message=state.reason[:MAX_MESSAGE_LENGTH],
                     )
                 )
         return result
@@ -314,3 +420,12 @@ class HealthMonitor:
         if force_stream and self._stream is not None:
             self._stream.publish(self._device_health_locked())
             self._last_stream = self._clock()
+
+
+def _log_change(what: str, state: GpuHealth) -> None:
+    if state.healthy:
+        log.info("%s recovered", what)
+    elif state.needs_reset:
+        log.warning("%s is unhealthy until it is reset: %s", what, state.reason)
+    else:
+        log.warning("%s is unhealthy: %s", what, state.reason)

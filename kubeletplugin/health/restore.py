@@ -7,17 +7,29 @@ taint found on the API server; :meth:`HealthMonitor.restore` starts those GPUs u
 they recover only through the usual consecutive healthy probes, or, for a fault that needs a
 GPU reset, not before the GPU was reset (:func:`node_boot_time` tells whether the node rebooted
 since).
+
+A GPU-wide fault is published on every device of its GPU, an instance-level fault (a health
+event that named a MIG instance) on the device of that instance only (on every device of a
+static GPU instance when the event named no compute instance). :func:`split_published` tells
+them apart again: on a GPU whose devices are MIG instances, a fault (same value and time) is
+GPU-wide when it is on devices of more than one GPU instance or on every device of the GPU;
+otherwise it is restored on the devices that carry it only. Two instance-level faults with the
+same value added in the same second on different instances read as GPU-wide (the fail-safe
+side: more devices stay tainted, never fewer).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
 from api import names
+from kubeletplugin.devices.table import NodeDevice
+from kubeletplugin.health.instances import instance_group
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
@@ -48,6 +60,42 @@ class PublishedFault:
 
     reason: str
     since: float
+
+
+@dataclass(frozen=True)
+class RestoredFaults:
+    """The published faults of one physical GPU: GPU-wide (``gpu``) and per instance device
+    (``devices``: device name -> its own fault)."""
+
+    gpu: PublishedFault | None = None
+    devices: dict[str, PublishedFault] = field(default_factory=dict)
+
+
+def split_published(
+    whole_name: str, devices: Sequence[NodeDevice], published: Mapping[str, PublishedFault]
+) -> RestoredFaults:
+    """Split the published faults of one GPU's ``devices`` (its ``gpu-<index>`` device is
+    ``whole_name``) into its GPU-wide fault and its instance-level ones (module doc).
+
+    A GPU whose devices are no MIG instances (whole GPU, partitions) has GPU-wide faults only:
+    the first published one of ``whole_name`` and its devices, in order."""
+    groups = {d.name: instance_group(d) for d in devices}
+    if not any(group is not None for group in groups.values()):
+        candidates = [whole_name, *groups]
+        return RestoredFaults(next((published[n] for n in candidates if n in published), None))
+    carriers: dict[PublishedFault, list[str]] = {}
+    for name in groups:
+        if name in published:
+            carriers.setdefault(published[name], []).append(name)
+    gpu_fault: PublishedFault | None = None
+    per_device: dict[str, PublishedFault] = {}
+    for fault, holders in carriers.items():
+        gpu_wide = len(holders) == len(groups) or len({groups[n] for n in holders}) > 1
+        if gpu_wide and gpu_fault is None:
+            gpu_fault = fault
+        else:
+            per_device.update((n, fault) for n in holders)
+    return RestoredFaults(gpu_fault, per_device)
 
 
 def _since(taint: dict[str, Any], default: float) -> float:

@@ -19,7 +19,8 @@
   retried slowly; nothing here ever raises into the caller's thread.
 
 Publishes are debounced: at most one sync starts per ``min_interval`` seconds, however often
-:meth:`SlicePublisher.update_devices` / :meth:`SlicePublisher.set_taints` are called.
+:meth:`SlicePublisher.update_devices` / :meth:`SlicePublisher.set_taints` /
+:meth:`SlicePublisher.set_hidden_devices` are called.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -191,7 +192,8 @@ def plan_sync(
 class SlicePublisher:
     """Publishes the node's pool and keeps it published until :meth:`stop`.
 
-    Thread-safe: :meth:`update_devices` and :meth:`set_taints` may be called from any thread.
+    Thread-safe: :meth:`update_devices`, :meth:`set_taints` and :meth:`set_hidden_devices` may
+    be called from any thread.
     """
 
     def __init__(
@@ -212,6 +214,7 @@ class SlicePublisher:
         self._clock = clock
         self._devices = devices
         self._taints: dict[str, list[dict[str, Any]]] = {}
+        self._hidden: frozenset[str] = frozenset()
         self._cond = threading.Condition()
         self._dirty = True
         self._not_before = 0.0
@@ -263,6 +266,23 @@ class SlicePublisher:
             self._taints = {k: [dict(t) for t in v] for k, v in taints.items()}
             self._mark_changed()
 
+    def set_hidden_devices(self, device_names: Iterable[str]) -> None:
+        """Replace the set of devices left out of the slices (dynamic MIG placements that MIG
+        instances created by someone else block); the table itself is unchanged. A name the
+        table does not have is ignored. Publishes only when the set changed."""
+        hidden = frozenset(device_names)
+        with self._cond:
+            if hidden == self._hidden:
+                return
+            self._hidden = hidden
+            self._mark_changed()
+
+    @property
+    def hidden_devices(self) -> frozenset[str]:
+        """The devices left out of the slices (:meth:`set_hidden_devices`)."""
+        with self._cond:
+            return self._hidden
+
     def request_sync(self) -> None:
         """Ask for a sync soon (e.g. after something else touched the slices)."""
         with self._cond:
@@ -272,8 +292,8 @@ class SlicePublisher:
     def desired_contents(self) -> list[Obj]:
         """The slice contents that would be published now."""
         with self._cond:
-            devices, taints = self._devices, dict(self._taints)
-        return desired_slices(devices, taints)
+            devices, taints, hidden = self._devices, dict(self._taints), self._hidden
+        return desired_slices(devices, taints, hidden)
 
     def _mark_changed(self) -> None:
         self._desired_version += 1

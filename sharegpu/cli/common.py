@@ -88,6 +88,24 @@ def default_device_class(driver: str = names.DEFAULT_DRIVER_NAME) -> Obj:
     }
 
 
+def mig_device_class(driver: str = names.DEFAULT_DRIVER_NAME) -> Obj:
+    """The MIG DeviceClass the Helm chart installs (``mig.<driver>``): every device of the driver
+    that has the attribute ``profile`` (static MIG devices and dynamic MIG placements); a request
+    picks a profile with a selector such as ``device.attributes['<driver>'].profile ==
+    '1g.10gb'``."""
+    return {
+        "apiVersion": names.RESOURCE_GROUP_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": f"mig.{driver}"},
+        "spec": {
+            "selectors": [
+                {"cel": {"expression": f"device.driver == {driver!r}"}},
+                {"cel": {"expression": f"{names.ATTR_PROFILE!r} in device.attributes[{driver!r}]"}},
+            ]
+        },
+    }
+
+
 def chart_device_class_names(driver: str = names.DEFAULT_DRIVER_NAME) -> tuple[str, ...]:
     """The names the Helm chart gives its DeviceClasses by default: the class of every device of
     the driver (:func:`default_device_class`, named like the driver) and the extended-resource
@@ -140,6 +158,14 @@ def add_node_flags(
         default=names.SHARING_MODE_CONSUMABLE,
         help="how the plugin publishes the GPUs (default consumable)",
     )
+    target.add_argument(
+        "--mig",
+        choices=names.MIG_STRATEGIES,
+        default=names.MIG_STRATEGY_STATIC,
+        help="how GPUs in MIG mode are published: static (the MIG devices that exist) or dynamic "
+        "(every placement of every MIG profile, created at prepare; needs --sharing-mode "
+        "partitions). With dynamic, the default mock GPUs are in MIG mode (default static)",
+    )
     target.add_argument("--node-name", help="node name (default $NODE_NAME, else the host name)")
     target.add_argument(
         "--driver-name",
@@ -159,10 +185,14 @@ class LocalNode:
     sharing_mode: str
     gpus: tuple[GpuInfo, ...]
     slices: tuple[Obj, ...]
+    mig_strategy: str = names.MIG_STRATEGY_STATIC
 
 
-def make_backend(args: argparse.Namespace, node_name: str) -> DeviceBackend:
-    """The backend the node flags ask for; usage errors raise :class:`CliError` (code 2)."""
+def make_backend(
+    args: argparse.Namespace, node_name: str, mig_enabled: bool = False
+) -> DeviceBackend:
+    """The backend the node flags ask for; usage errors raise :class:`CliError` (code 2).
+    ``mig_enabled``: the default mock GPUs are in MIG mode (not those of ``--mock-config``)."""
     from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MockBackend
     from kubeletplugin.devices.nvml import NvmlBackend
 
@@ -182,13 +212,15 @@ def make_backend(args: argparse.Namespace, node_name: str) -> DeviceBackend:
     if config is not None and not config.is_file():
         raise CliError(f"--mock-config {args.mock_config}: no such file")
     count = DEFAULT_MOCK_GPUS if args.mock is None else args.mock
-    return MockBackend(node_name, count, config)
+    return MockBackend(node_name, count, config, mig_enabled=mig_enabled)
 
 
 def local_node(args: argparse.Namespace) -> LocalNode:
     """Discover this node's GPUs and build the slices the plugin would publish.
 
-    Slices get names (``<generateName>local``) so that allocation order is defined.
+    Slices get names (``<generateName>local``) so that allocation order is defined. With
+    ``--mig dynamic`` the default mock GPUs are in MIG mode (H100s with their reference MIG
+    profiles); a ``--mock-config`` file says per GPU (``migMode``).
     """
     from kubeletplugin.devices.backend import DiscoveryError
     from kubeletplugin.devices.nvml import NvmlBackend
@@ -199,15 +231,22 @@ def local_node(args: argparse.Namespace) -> LocalNode:
     node = args.node_name or default_node_name()
     if not slicerules.is_dns_subdomain(node):
         raise CliError(f"--node-name {node!r}: must be a DNS subdomain", EXIT_USAGE)
-    backend = make_backend(args, node)
+    mig = getattr(args, "mig", names.MIG_STRATEGY_STATIC)
+    dynamic = mig == names.MIG_STRATEGY_DYNAMIC
+    if dynamic and args.sharing_mode != names.SHARING_MODE_PARTITIONS:
+        raise CliError(
+            f"--mig {mig} needs --sharing-mode {names.SHARING_MODE_PARTITIONS}, not "
+            f"{args.sharing_mode}",
+            EXIT_USAGE,
+        )
+    backend = make_backend(args, node, mig_enabled=dynamic)
     try:
         gpus = backend.discover()
     except DiscoveryError as exc:
         hint = NO_GPU_HINT if isinstance(backend, NvmlBackend) else ""
         raise CliError(f"{exc}{hint}") from None
-    objects = resource_slice_objects(
-        desired_slices(node_devices(gpus, args.sharing_mode)), args.driver_name, node, None, 1
-    )
+    table = node_devices(gpus, args.sharing_mode, mig_strategy=mig)
+    objects = resource_slice_objects(desired_slices(table), args.driver_name, node, None, 1)
     for obj in objects:
         obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"
     return LocalNode(
@@ -217,6 +256,7 @@ def local_node(args: argparse.Namespace) -> LocalNode:
         sharing_mode=args.sharing_mode,
         gpus=tuple(gpus),
         slices=tuple(objects),
+        mig_strategy=mig,
     )
 
 

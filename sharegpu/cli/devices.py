@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
+from api import names
 from api.quantity import format_bytes_human, format_quantity
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.model import GpuInfo, MigProfile
 from sharegpu.cli.common import (
     EXIT_OK,
     LocalNode,
@@ -20,6 +22,7 @@ from sharegpu.cli.common import (
 from sharegpu.cli.output import Table, emit, resolve_format
 
 HELP = "show this node's GPUs and the ResourceSlices that would be published"
+MIB: Final = 1024 * 1024
 
 
 def add_parser(sub: Any) -> None:
@@ -51,8 +54,67 @@ def gpu_json(gpu: GpuInfo) -> Obj:
             "infoVersion": gpu.memory_info_version,
         },
         "migMode": gpu.mig_mode,
+        "migProfiles": [mig_profile_json(p) for p in gpu.mig_profiles],
         "notes": list(gpu.notes),
     }
+
+
+def mig_profile_json(profile: MigProfile) -> Obj:
+    """One MIG profile a GPU can create, as ``sharegpu devices -o json`` reports it."""
+    return {
+        "name": profile.name,
+        "id": profile.profile_id,
+        "sliceCount": profile.slice_count,
+        "instanceCount": profile.instance_count,
+        "memory": format_quantity(profile.memory_mb * MIB),
+        "multiprocessors": profile.multiprocessors,
+        "placements": [{"start": p.start, "size": p.size} for p in profile.placements],
+    }
+
+
+def counter_sets(slices: Sequence[Obj]) -> list[Obj]:
+    """Every shared counter set of the slices: ``{"name", "counters": {name: value}}``."""
+    return [
+        {
+            "name": str(c.get("name")),
+            "counters": {k: str(v.get("value")) for k, v in (c.get("counters") or {}).items()},
+        }
+        for s in slices
+        for c in (s.get("spec") or {}).get("sharedCounters") or []
+    ]
+
+
+def mig_tables(node: LocalNode) -> list[Table]:
+    """Dynamic MIG: per GPU in MIG mode, its profiles and the devices published for their
+    placements; and the counter sets those devices consume."""
+    if node.mig_strategy != names.MIG_STRATEGY_DYNAMIC:
+        return []
+    profiles = Table(
+        ["GPU", "PROFILE", "ID", "SLICES", "MEMORY", "MAX", "PLACEMENTS (START:SIZE)", "DEVICES"],
+        title="MIG profiles published as placement devices (--mig dynamic; MAX: instances)",
+    )
+    for g in node.gpus:
+        for p in g.mig_profiles:
+            starts = sorted(p.placements)
+            profiles.add(
+                g.index,
+                p.name,
+                p.profile_id,
+                p.slice_count,
+                format_bytes_human(p.memory_mb * MIB),
+                p.instance_count,
+                " ".join(f"{pl.start}:{pl.size}" for pl in starts),
+                compact_names(
+                    [names.mig_placement_device_name(g.index, p.name, pl.start) for pl in starts],
+                    limit=2,
+                ),
+            )
+    if not profiles.rows:
+        return []
+    sets = Table(["COUNTER SET", "COUNTERS"], title="Shared counters")
+    for c in counter_sets(node.slices):
+        sets.add(c["name"], ", ".join(f"{k}={v}" for k, v in c["counters"].items()))
+    return [profiles, sets]
 
 
 def report(node: LocalNode) -> tuple[Obj, list[Table]]:
@@ -63,12 +125,14 @@ def report(node: LocalNode) -> tuple[Obj, list[Table]]:
         "driver": node.driver,
         "backend": node.backend,
         "sharingMode": node.sharing_mode,
+        "migStrategy": node.mig_strategy,
         "gpus": [gpu_json(g) for g in node.gpus],
         "resourceSlices": {
             "count": len(summary),
             "devices": sum(s["devices"] for s in summary),
             "counterSets": sum(s["counterSets"] for s in summary),
             "slices": summary,
+            "sharedCounters": counter_sets(node.slices),
         },
     }
     gpus = Table(
@@ -107,6 +171,7 @@ def report(node: LocalNode) -> tuple[Obj, list[Table]]:
             compact_names(s["deviceNames"] or s["counterSetNames"]) or "-",
         )
     tables.append(slices)
+    tables += mig_tables(node)
     return data, tables
 
 

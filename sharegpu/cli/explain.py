@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -42,11 +42,15 @@ from sharegpu.allocator import (
     AllocationOutcome,
     Allocator,
     AllocatorInputError,
+    DeviceId,
     Rejection,
     RequestReport,
     seeded_share_ids,
 )
 from sharegpu.allocator.capacity import describe_policy
+from sharegpu.allocator.explanation import explain as explain_plan
+from sharegpu.allocator.requests import parse_requests
+from sharegpu.allocator.search import ClaimPlan
 from sharegpu.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -58,6 +62,7 @@ from sharegpu.cli.common import (
     compact_names,
     default_device_class,
     local_node,
+    mig_device_class,
 )
 from sharegpu.cli.loading import SLICE_LIMITS, Manifest, load_manifests, load_objects
 from sharegpu.cli.output import Table, emit, resolve_format
@@ -298,11 +303,30 @@ def gather_inputs(args: argparse.Namespace) -> Inputs:
         classes_from = (
             "the classes known here (only the driver's default: pass others with -f or --classes)"
         )
+        if has_mig_devices(slices, args.driver_name):
+            mig = mig_device_class(args.driver_name)
+            by_name[mig["metadata"]["name"]] = mig
+            classes_from = (
+                "the classes known here (only the driver's default and MIG classes: pass others "
+                "with -f or --classes)"
+            )
     own = {_name(c) for c in claims}
     others = [c for c in allocated if _name(c) not in own]
     users = claim_users(manifests)
     return Inputs(
         claims, slices, by_name, others, labels, source, node, classes_from, users, manifests
+    )
+
+
+def has_mig_devices(slices: Sequence[Obj], driver: str) -> bool:
+    """Whether some device of ``driver`` in the slices is a MIG device (attribute ``profile``):
+    then the chart's MIG class (:func:`~sharegpu.cli.common.mig_device_class`) stands in too."""
+    return any(
+        names.ATTR_PROFILE in (d.get("attributes") or {})
+        for s in slices
+        if (s.get("spec") or {}).get("driver") == driver
+        for d in (s.get("spec") or {}).get("devices") or []
+        if isinstance(d, Mapping)
     )
 
 
@@ -407,7 +431,12 @@ def did_you_mean(name: str, known: Sequence[str]) -> str:
 
 def _device(slices: Sequence[Obj], rejection: Rejection) -> Mapping[str, Any]:
     """The device a rejection is about, as its slice publishes it (empty when not found)."""
-    driver, pool, device = _split(rejection)
+    return find_device(slices, *_split(rejection))
+
+
+def find_device(slices: Sequence[Obj], driver: str, pool: str, device: str) -> Mapping[str, Any]:
+    """Device ``device`` of ``driver``'s pool ``pool`` as its slice publishes it (empty when
+    not found)."""
     for s in slices:
         spec = s.get("spec") or {}
         if spec.get("driver") != driver or (spec.get("pool") or {}).get("name") != pool:
@@ -453,8 +482,43 @@ def reason_kind(rejection: Rejection, slices: Sequence[Obj]) -> str:
     return rejection.kind
 
 
-def describe(rejection: Rejection, slices: Sequence[Obj]) -> str:
-    """One rejection as a short sentence, without the device name."""
+#: The allocated devices holding what a ``counter-short`` rejection lacks: ``device (claim)``.
+HeldBy = Callable[[Rejection], list[str]]
+
+
+def counter_holders(allocator: Allocator) -> HeldBy:
+    """For a ``counter-short`` rejection, the devices allocated on ``allocator``'s node that
+    consume the exhausted counter (``device (claim)``, in pool order); empty for other kinds."""
+
+    def held_by(rejection: Rejection) -> list[str]:
+        if rejection.kind != "counter-short":
+            return []
+        driver, pool_name, _ = _split(rejection)
+        pool = allocator.pool_by_key.get((driver, pool_name))
+        if pool is None:
+            return []
+        set_name, counter = rejection.details.get("counterSet"), rejection.details.get("counter")
+        usage = allocator.usage
+        out: list[str] = []
+        for name, device in pool.all_devices.items():
+            dev = DeviceId(driver, pool_name, name)
+            holders = [usage.exclusive[dev]] if dev in usage.exclusive else usage.sharers.get(dev)
+            if not holders:
+                continue
+            if any(
+                e.get("counterSet") == set_name and counter in (e.get("counters") or {})
+                for e in device.get("consumesCounters") or []
+            ):
+                out.append(f"{name} ({', '.join(holders)})")
+        return out
+
+    return held_by
+
+
+def describe(rejection: Rejection, slices: Sequence[Obj], held_by: HeldBy | None = None) -> str:
+    """One rejection as a short sentence, without the device name. A ``counter-short``
+    rejection names the counter set, the counter, what the device needs and what is left, and
+    (with ``held_by``) the allocated devices that hold the counter."""
     d = rejection.details
     above = policy_maximum(rejection, slices)
     if above is not None:
@@ -484,11 +548,13 @@ def describe(rejection: Rejection, slices: Sequence[Obj]) -> str:
         return f"{d.get('source')} selector #{d.get('index')} is false: {d.get('expression')}"
     if rejection.kind == "counter-short":
         counter = str(d.get("counter", "?"))
-        return (
+        text = (
             f"counter {d.get('counterSet')}/{counter}: needs {_amount(counter, d.get('needed'))}, "
             f"available {_amount(counter, d.get('available'))} "
             f"(short {_amount(counter, d.get('shortBy'))})"
         )
+        holders = held_by(rejection) if held_by is not None else []
+        return text + (f"; held by {compact_names(holders)}" if holders else "")
     if rejection.kind == "already-allocated":
         return f"already allocated to {d.get('by')}"
     return rejection.message
@@ -498,11 +564,14 @@ def _split(rejection: Rejection) -> tuple[str, str, str]:
     return rejection.device.driver, rejection.device.pool, rejection.device.device
 
 
-def grouped_reasons(report: RequestReport, slices: Sequence[Obj]) -> list[Obj]:
+def grouped_reasons(
+    report: RequestReport, slices: Sequence[Obj], held_by: HeldBy | None = None
+) -> list[Obj]:
     """Rejections with the same reason merged: ``[{"kind", "reason", "devices"}]``."""
     groups: dict[tuple[str, str], list[str]] = {}
     for r in report.rejections:
-        groups.setdefault((reason_kind(r, slices), describe(r, slices)), []).append(r.device.device)
+        key = (reason_kind(r, slices), describe(r, slices, held_by))
+        groups.setdefault(key, []).append(r.device.device)
     return [
         {"kind": kind, "reason": reason, "devices": devices}
         for (kind, reason), devices in groups.items()
@@ -517,9 +586,9 @@ def _kind_counts(kinds: Iterable[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
 
 
-def report_json(report: RequestReport, slices: Sequence[Obj]) -> Obj:
+def report_json(report: RequestReport, slices: Sequence[Obj], held_by: HeldBy | None = None) -> Obj:
     """A request's report with every rejection labelled by :func:`reason_kind` (its list, and
-    the counts in its summary) and the grouped reasons."""
+    the counts in its summary) and the grouped reasons (:func:`describe` with ``held_by``)."""
     data = report.to_dict()
     kinds = [reason_kind(r, slices) for r in report.rejections]
     for rejection, kind in zip(data["rejections"], kinds, strict=True):
@@ -527,8 +596,46 @@ def report_json(report: RequestReport, slices: Sequence[Obj]) -> Obj:
     before = _kind_counts(r.kind for r in report.rejections)
     if before:
         data["summary"] = str(data["summary"]).replace(f"{before}", _kind_counts(kinds))
-    data["reasons"] = grouped_reasons(report, slices)
+    data["reasons"] = grouped_reasons(report, slices, held_by)
     return data
+
+
+# --- dynamic MIG placements --------------------------------------------------------------------
+
+
+def dynamic_mig_devices(slices: Sequence[Obj], allocation: Mapping[str, Any]) -> list[str]:
+    """The allocated devices of ``allocation`` that are dynamic MIG placements (attribute
+    ``migDynamic``)."""
+    out = []
+    for r in (allocation.get("devices") or {}).get("results") or []:
+        device = find_device(slices, str(r["driver"]), str(r["pool"]), str(r["device"]))
+        if ((device.get("attributes") or {}).get(names.ATTR_MIG_DYNAMIC) or {}).get("bool"):
+            out.append(str(r["device"]))
+    return out
+
+
+def placements_json(
+    allocator: Allocator, claim: Mapping[str, Any], slices: Sequence[Obj]
+) -> list[Obj]:
+    """Per request of ``claim``, against what ``allocator`` holds before the claim: the
+    candidate devices (those its selectors match) that fit (``fit``) and, grouped, why each
+    other candidate does not (``reasons``, counters named with the devices that hold them);
+    ``otherDevices`` counts the devices its selectors do not match."""
+    requests, constraints, _ = parse_requests(claim, allocator.classes)
+    held_by = counter_holders(allocator)
+    out = []
+    for report in explain_plan(allocator, ClaimPlan(claim, requests, constraints)):
+        candidates = [r for r in report.rejections if r.kind != "selector-false"]
+        shown = RequestReport(report.request, report.needed, report.eligible, candidates, "")
+        out.append(
+            {
+                "request": report.request,
+                "fit": [d.device for d in report.eligible],
+                "reasons": grouped_reasons(shown, slices, held_by),
+                "otherDevices": len(report.rejections) - len(candidates),
+            }
+        )
+    return out
 
 
 # --- explanation -----------------------------------------------------------------------------
@@ -610,7 +717,13 @@ def _allocate_group(
             names = ", ".join(_name(c) for c in claims)
             raise CliError(f"claim {names}: {exc}") from None
         if all(o.allocation is not None for o in outcomes):
-            for i, claim, outcome in zip(indices, claims, outcomes, strict=True):
+            placements = [
+                placements_json(allocator, claim, inputs.slices)
+                if o.allocation is not None and dynamic_mig_devices(inputs.slices, o.allocation)
+                else None
+                for claim, o in zip(claims, outcomes, strict=True)
+            ]
+            for i, claim, outcome, fits in zip(indices, claims, outcomes, placements, strict=True):
                 assert outcome.allocation is not None
                 allocator.commit(claim, outcome.allocation)
                 entries[i].update(
@@ -619,6 +732,8 @@ def _allocate_group(
                     results=allocation_rows(outcome.allocation),
                     allocation=outcome.allocation,
                 )
+                if fits is not None:
+                    entries[i]["placements"] = fits
             return
         attempts.append((node, outcomes))
     for k, i in enumerate(indices):
@@ -626,7 +741,10 @@ def _allocate_group(
             {
                 "node": node,
                 "error": outcomes[k].error,
-                "requests": [report_json(rep, inputs.slices) for rep in outcomes[k].reports],
+                "requests": [
+                    report_json(rep, inputs.slices, counter_holders(allocators[node]))
+                    for rep in outcomes[k].reports
+                ],
             }
             for node, outcomes in attempts
         ]
@@ -649,6 +767,7 @@ def tables_of(report: Sequence[Obj]) -> list[Table]:
                     consumed_text(r["consumedCapacity"]),
                 )
             tables.append(t)
+            tables += placement_tables(entry)
             continue
         if entry.get("error"):
             t = Table(
@@ -666,6 +785,23 @@ def tables_of(report: Sequence[Obj]) -> list[Table]:
                 for group in req["reasons"]:
                     t.add("", compact_names(group["devices"]), group["reason"])
             tables.append(t)
+    return tables
+
+
+def placement_tables(entry: Mapping[str, Any]) -> list[Table]:
+    """Dynamic MIG: for an allocated claim, per request the placements that fit and why each
+    other candidate does not (empty for other claims)."""
+    tables = []
+    for req in entry.get("placements") or []:
+        t = Table(
+            ["DEVICES", "FIT / REASON"],
+            title=f"{entry['claim']}: request {req['request']}: placements before this claim "
+            f"({req['otherDevices']} other device(s) do not match its selectors)",
+        )
+        t.add(compact_names(req["fit"]) or "-", "fit")
+        for group in req["reasons"]:
+            t.add(compact_names(group["devices"]), group["reason"])
+        tables.append(t)
     return tables
 
 

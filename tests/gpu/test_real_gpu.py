@@ -15,7 +15,10 @@
   and the compute mode;
 - a client that stores through a null pointer (XID 31) makes the NVML health monitor taint its
   GPU with the ordinary (not reset-required) unhealthy taint once application XIDs are not
-  ignored; with the default ignore list it stays untainted.
+  ignored; with the default ignore list it stays untainted;
+- dynamic MIG, on a GPU whose MIG mode is already enabled (never enabled or reset here): the
+  smallest profile created at its first free placement has the profile's memory, CUDA limited
+  to its UUID sees exactly its SMs, and destroy removes it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ import pytest
 
 from api import names
 from kubeletplugin.devices.mig import MIG_DISABLED, MIG_ENABLED
+from kubeletplugin.devices.migtables import placement_problem
 from kubeletplugin.devices.nvml import NvmlBackend, normalize_pci_bus_id
+from kubeletplugin.devices.nvmlmig import NvmlMigPartitioner
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.health.events import is_reset_reason
 from kubeletplugin.health.monitor import HealthMonitor
@@ -461,3 +466,61 @@ def test_a_faulting_client_taints_its_gpu() -> None:
     assert APPLICATION_XID.match(taint.get("value", "")), taint
     assert not is_reset_reason(taint["value"])
     assert default.latest(device) == [], "an application XID is ignored by default"
+
+
+def test_dynamic_mig_instance_is_created_used_and_destroyed() -> None:
+    """The smallest MIG profile at its first free placement, created through
+    :class:`NvmlMigPartitioner` on a GPU whose MIG mode is already enabled (never enabled or
+    reset here): its memory is the profile's, CUDA limited to its UUID sees exactly its SMs and
+    can allocate within it, and after destroy nvidia-smi no longer lists it."""
+    backend = NvmlBackend()
+    gpu = next(
+        (g for g in backend.discover() if g.mig_mode == MIG_ENABLED and g.mig_profiles), None
+    )
+    if gpu is None:
+        pytest.skip(
+            "no GPU with MIG mode enabled and NVML MIG profiles (MIG is never enabled here)"
+        )
+    part = NvmlMigPartitioner(backend)
+    taken = [(d.mig.profile_id, d.mig.placement) for d in part.instances(gpu) if d.mig]
+    if any(pid is None or where is None for pid, where in taken):
+        pytest.skip(f"GPU {gpu.index}: NVML does not report the existing instances' placements")
+    existing = [(pid, where) for pid, where in taken if pid is not None and where is not None]
+    smallest = gpu.mig_profiles[0]
+    free = [
+        p
+        for p in smallest.placements
+        if placement_problem(gpu.mig_profiles, existing, smallest.profile_id, p) is None
+    ]
+    if not free:
+        pytest.skip(f"GPU {gpu.index}: no free placement for profile {smallest.name}")
+    device = part.create(gpu, smallest, free[0])
+    assert device.mig is not None
+    try:
+        assert device.memory_total // MIB == smallest.memory_mb
+        assert (device.mig.placement, device.mig.profile_id) == (free[0], smallest.profile_id)
+        listed = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
+        assert device.uuid in listed
+        with tempfile.TemporaryDirectory() as tmp:
+            probe = install_probe(Path(tmp))
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": device.uuid}
+            done = subprocess.run(
+                [sys.executable, "-I", "-S", str(probe), "1"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+                env=env,
+            )
+            report = probe_report(done)
+            assert done.returncode == 0, report
+            assert report.get("sms") == smallest.multiprocessors, report
+    finally:
+        assert part.destroy(gpu, device.mig.gpu_instance) is True
+    assert part.destroy(gpu, device.mig.gpu_instance) is False
+    listed = subprocess.run(
+        ["nvidia-smi", "-L"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert device.uuid not in listed

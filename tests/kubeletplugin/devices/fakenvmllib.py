@@ -14,6 +14,10 @@ Invariants:
   raises ``NVMLError_FunctionNotFound``); names in ``absent`` emulate an older driver that lacks
   them and are not recorded;
 - results are written into the caller's ctypes objects exactly where the C library would;
+- a GPU with ``mig_profiles`` (a :mod:`~kubeletplugin.devices.migtables` table) answers the GPU
+  and compute instance entry points; a GPU instance is created only where
+  :func:`~kubeletplugin.devices.migtables.placement_problem` allows it (else
+  ``NVML_ERROR_INSUFFICIENT_RESOURCES``), and each compute instance is a MIG device in ``migs``;
 - :func:`installed` swaps pynvml's library and its function-pointer cache in and restores both.
 """
 
@@ -28,6 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pynvml
+
+from kubeletplugin.devices import migtables
+from kubeletplugin.model import MigPlacement, MigProfile
 
 SUCCESS: Final = 0
 MIB: Final = 1024**2
@@ -52,6 +59,28 @@ class FakeMig:
     memory_mb: int
     reserved: int = 0
     struct: Any = field(default_factory=pynvml.struct_c_nvmlDevice_t, repr=False)
+
+
+@dataclass(eq=False)
+class FakeComputeInstance:
+    """A compute instance and its MIG device."""
+
+    id: int
+    profile_id: int
+    slices: int
+    mig: FakeMig
+    struct: Any = field(default_factory=pynvml.struct_c_nvmlComputeInstance_t, repr=False)
+
+
+@dataclass(eq=False)
+class FakeGpuInstance:
+    """A GPU instance of ``profile`` at ``placement``."""
+
+    id: int
+    profile: MigProfile
+    placement: MigPlacement
+    cis: list[FakeComputeInstance] = field(default_factory=list)
+    struct: Any = field(default_factory=pynvml.struct_c_nvmlGpuInstance_t, repr=False)
 
 
 @dataclass
@@ -79,6 +108,9 @@ class FakeGpu:
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)
     retired_pages_pending: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    #: GPU instance profiles (MIG mode only); empty: NVML supports no profile
+    mig_profiles: tuple[MigProfile, ...] = ()
+    gpu_instances: list[FakeGpuInstance] = field(default_factory=list)
     struct: Any = field(default_factory=pynvml.struct_c_nvmlDevice_t, repr=False)
 
 
@@ -141,13 +173,16 @@ class FakeNvmlLib:
 
     # --- the library surface ----------------------------------------------------------
 
-    def __getattr__(self, name: str) -> Callable[..., int]:
+    def __getattr__(self, name: str) -> Callable[..., Any]:
         impl = getattr(type(self), "_c_" + name, None)
         if name in self.absent or not name.startswith("nvml"):
             raise AttributeError(name)
         if impl is None:
             self.missing.append(name)
             raise AttributeError(name)
+
+        if name == "nvmlErrorString":  # returns a string; callable outside a session
+            return lambda code: self._c_nvmlErrorString(code)
 
         def call(*args: Any) -> int:
             self.calls.append(name)
@@ -200,6 +235,13 @@ class FakeNvmlLib:
         return SUCCESS
 
     # --- system -----------------------------------------------------------------------
+
+    #: nvmlErrorString's texts for codes pynvml has no text of its own for.
+    ERROR_STRINGS: Final = {23: b"Insufficient Resources", 19: b"In use by another client"}
+
+    def _c_nvmlErrorString(self, code: Any) -> bytes:
+        self.calls.append("nvmlErrorString")
+        return self.ERROR_STRINGS.get(_value(code, ctypes.c_int), b"Unknown Error")
 
     def _c_nvmlInitWithFlags(self, flags: Any) -> int:
         _value(flags, ctypes.c_uint)
@@ -355,6 +397,255 @@ class FakeNvmlLib:
         attrs.gpuInstanceSliceCount = mig.gpu_slices
         attrs.computeInstanceSliceCount = mig.compute_slices
         attrs.memorySizeMB = mig.memory_mb
+        return SUCCESS
+
+    # --- GPU and compute instances ---------------------------------------------------
+
+    def _profile_at(self, gpu: FakeGpu, index: Any) -> MigProfile | None:
+        wanted = _value(index, ctypes.c_uint)
+        return next((p for p in gpu.mig_profiles if p.profile_index == wanted), None)
+
+    def _profile_by_id(self, gpu: FakeGpu, profile_id: Any) -> MigProfile | None:
+        return migtables.profile_by_id(gpu.mig_profiles, _value(profile_id, ctypes.c_uint))
+
+    @staticmethod
+    def _fill_gi_profile(info: Any, profile: MigProfile) -> None:
+        info.id, info.isP2pSupported = profile.profile_id, 0
+        info.sliceCount, info.instanceCount = profile.slice_count, profile.instance_count
+        info.multiprocessorCount = profile.multiprocessors
+        info.copyEngineCount, info.decoderCount = profile.copy_engines, profile.decoders
+        info.encoderCount, info.jpegCount = profile.encoders, profile.jpeg_engines
+        info.ofaCount, info.memorySizeMB = profile.ofa_engines, profile.memory_mb
+
+    def _gi_profile_info(self, handle: Any, index: Any, ref: Any, ctype: Any) -> int | MigProfile:
+        gpu = self._gpu(handle)
+        info = _out(ref, ctype)
+        if gpu.mig_mode is None or _value(index, ctypes.c_uint) >= 0x12:
+            return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        profile = self._profile_at(gpu, index)
+        if profile is None:
+            return int(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        self._fill_gi_profile(info, profile)
+        return profile
+
+    def _c_nvmlDeviceGetGpuInstanceProfileInfoV(self, handle: Any, index: Any, ref: Any) -> int:
+        info = _out(ref, pynvml.c_nvmlGpuInstanceProfileInfo_v2_t)
+        if info.version != pynvml.nvmlGpuInstanceProfileInfo_v2:
+            return int(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        found = self._gi_profile_info(handle, index, ref, pynvml.c_nvmlGpuInstanceProfileInfo_v2_t)
+        if isinstance(found, int):
+            return found
+        info.name = f"MIG {found.name}".encode()
+        return SUCCESS
+
+    def _c_nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, index: Any, ref: Any) -> int:
+        found = self._gi_profile_info(handle, index, ref, pynvml.c_nvmlGpuInstanceProfileInfo_t)
+        return found if isinstance(found, int) else SUCCESS
+
+    def _c_nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+        self, handle: Any, profile_id: Any, placements: Any, count_ref: Any
+    ) -> int:
+        gpu = self._gpu(handle)
+        count = _out(count_ref, ctypes.c_uint)
+        profile = self._profile_by_id(gpu, profile_id)
+        if profile is None:
+            return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if placements is not None:
+            kind = pynvml.c_nvmlGpuInstancePlacement_t
+            if not isinstance(placements, ctypes.Array) or placements._type_ is not kind:
+                raise _BadCall(f"expected an nvmlGpuInstancePlacement_t array, got {placements!r}")
+            if len(placements) < len(profile.placements):
+                return int(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+            for slot, placement in zip(placements, profile.placements, strict=False):
+                slot.start, slot.size = placement.start, placement.size
+        count.value = len(profile.placements)
+        return SUCCESS
+
+    def create_gpu_instance(
+        self, gpu: FakeGpu, profile: MigProfile, placement: MigPlacement
+    ) -> FakeGpuInstance | int:
+        """Create a GPU instance as the driver would; the error code where it does not fit."""
+        existing = [(gi.profile.profile_id, gi.placement) for gi in gpu.gpu_instances]
+        if migtables.placement_problem(gpu.mig_profiles, existing, profile.profile_id, placement):
+            return int(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        taken = {gi.id for gi in gpu.gpu_instances} | {m.gpu_instance for m in gpu.migs}
+        gi_id = next(i for i in range(1, 64) if i not in taken)
+        created = FakeGpuInstance(gi_id, profile, placement)
+        gpu.gpu_instances.append(created)
+        return created
+
+    def _c_nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: Any, profile_id: Any, placement_ref: Any, ref: Any
+    ) -> int:
+        gpu = self._gpu(handle)
+        where = _out(placement_ref, pynvml.c_nvmlGpuInstancePlacement_t)
+        out = _out(ref, pynvml.c_nvmlGpuInstance_t)
+        profile = self._profile_by_id(gpu, profile_id)
+        if profile is None or gpu.mig_mode != (1, 1) or where.size == 0:
+            return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        code = gpu.errors.get("nvmlDeviceCreateGpuInstanceWithPlacement", SUCCESS)
+        if code:
+            return code
+        created = self.create_gpu_instance(
+            gpu, profile, MigPlacement(int(where.start), int(where.size))
+        )
+        if isinstance(created, int):
+            return created
+        out.contents = created.struct
+        return SUCCESS
+
+    def _instance(self, handle: Any) -> tuple[FakeGpu, FakeGpuInstance]:
+        if not isinstance(handle, pynvml.c_nvmlGpuInstance_t) or not handle:
+            raise _BadCall(f"expected an nvmlGpuInstance_t handle, got {handle!r}")
+        address = ctypes.addressof(handle.contents)
+        for gpu in self.gpus:
+            for gi in gpu.gpu_instances:
+                if ctypes.addressof(gi.struct) == address:
+                    return gpu, gi
+        raise _BadCall(f"unknown (or destroyed) GPU instance handle {address:#x}")
+
+    def _compute(self, handle: Any) -> tuple[FakeGpu, FakeGpuInstance, FakeComputeInstance]:
+        if not isinstance(handle, pynvml.c_nvmlComputeInstance_t) or not handle:
+            raise _BadCall(f"expected an nvmlComputeInstance_t handle, got {handle!r}")
+        address = ctypes.addressof(handle.contents)
+        for gpu in self.gpus:
+            for gi in gpu.gpu_instances:
+                for ci in gi.cis:
+                    if ctypes.addressof(ci.struct) == address:
+                        return gpu, gi, ci
+        raise _BadCall(f"unknown (or destroyed) compute instance handle {address:#x}")
+
+    def _c_nvmlGpuInstanceDestroy(self, handle: Any) -> int:
+        gpu, gi = self._instance(handle)
+        if gi.cis:
+            return int(pynvml.NVML_ERROR_IN_USE)
+        code = gpu.errors.get("nvmlGpuInstanceDestroy", SUCCESS)
+        if code:
+            return code
+        gpu.gpu_instances.remove(gi)
+        return SUCCESS
+
+    @staticmethod
+    def _list(array: Any, kind: Any, count_ref: Any, items: list[Any], capacity: int) -> int:
+        count = _out(count_ref, ctypes.c_uint)
+        if not isinstance(array, ctypes.Array) or array._type_ is not kind:
+            raise _BadCall(f"expected an array of {kind.__name__}, got {array!r}")
+        if len(array) < capacity:
+            return int(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
+        for slot, item in enumerate(items):
+            array[slot] = ctypes.pointer(item.struct)
+        count.value = len(items)
+        return SUCCESS
+
+    def _c_nvmlDeviceGetGpuInstances(
+        self, handle: Any, profile_id: Any, array: Any, count_ref: Any
+    ) -> int:
+        gpu = self._gpu(handle)
+        profile = self._profile_by_id(gpu, profile_id)
+        if profile is None:
+            return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        found = sorted(
+            (gi for gi in gpu.gpu_instances if gi.profile is profile), key=lambda gi: gi.id
+        )
+        kind = pynvml.c_nvmlGpuInstance_t
+        return self._list(array, kind, count_ref, found, profile.instance_count)
+
+    def _c_nvmlDeviceGetGpuInstanceById(self, handle: Any, gi_id: Any, ref: Any) -> int:
+        gpu = self._gpu(handle)
+        out = _out(ref, pynvml.c_nvmlGpuInstance_t)
+        wanted = _value(gi_id, ctypes.c_uint)
+        if gpu.mig_mode != (1, 1):
+            return int(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        for gi in gpu.gpu_instances:
+            if gi.id == wanted:
+                out.contents = gi.struct
+                return SUCCESS
+        return int(pynvml.NVML_ERROR_NOT_FOUND)
+
+    def _c_nvmlGpuInstanceGetInfo(self, handle: Any, ref: Any) -> int:
+        gpu, gi = self._instance(handle)
+        info = _out(ref, pynvml.c_nvmlGpuInstanceInfo_t)
+        info.device = ctypes.pointer(gpu.struct)
+        info.id, info.profileId = gi.id, gi.profile.profile_id
+        info.placement.start, info.placement.size = gi.placement.start, gi.placement.size
+        return SUCCESS
+
+    def _c_nvmlGpuInstanceGetComputeInstanceProfileInfoV(
+        self, handle: Any, profile: Any, engine: Any, ref: Any
+    ) -> int:
+        _gpu, gi = self._instance(handle)
+        info = _out(ref, pynvml.c_nvmlComputeInstanceProfileInfo_v2_t)
+        if info.version != pynvml.nvmlComputeInstanceProfileInfo_v2:
+            return int(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        wanted, engine_profile = _value(profile, ctypes.c_uint), _value(engine, ctypes.c_uint)
+        slices = next((n for n, v in migtables.CI_FOR_SLICES.items() if v == wanted), None)
+        if wanted >= 0x9 or engine_profile != 0:
+            return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if slices is None or slices > gi.profile.slice_count:
+            return int(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        info.id, info.sliceCount = wanted, slices
+        info.instanceCount = gi.profile.slice_count // slices
+        info.multiprocessorCount = gi.profile.multiprocessors * slices // gi.profile.slice_count
+        info.name = f"MIG {gi.profile.name}".encode()
+        return SUCCESS
+
+    def _c_nvmlGpuInstanceCreateComputeInstance(self, handle: Any, profile: Any, ref: Any) -> int:
+        gpu, gi = self._instance(handle)
+        out = _out(ref, pynvml.c_nvmlComputeInstance_t)
+        wanted = _value(profile, ctypes.c_uint)
+        slices = next((n for n, v in migtables.CI_FOR_SLICES.items() if v == wanted), None)
+        if slices is None or slices > gi.profile.slice_count:
+            return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        code = gpu.errors.get("nvmlGpuInstanceCreateComputeInstance", SUCCESS)
+        if code:
+            return code
+        used = sum(ci.slices for ci in gi.cis)
+        if used + slices > gi.profile.slice_count or len(gpu.migs) >= gpu.mig_slots:
+            return int(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        ci_id = next(i for i in range(64) if i not in {ci.id for ci in gi.cis})
+        mig = FakeMig(
+            f"MIG-{gpu.minor:08x}-{gi.id:04x}-{ci_id:04x}-0000-{len(self.calls):012x}",
+            gi.id,
+            ci_id,
+            gi.profile.multiprocessors * slices // gi.profile.slice_count,
+            gi.profile.slice_count,
+            slices,
+            gi.profile.memory_mb,
+        )
+        created = FakeComputeInstance(ci_id, wanted, slices, mig)
+        gi.cis.append(created)
+        gpu.migs.append(mig)
+        out.contents = created.struct
+        return SUCCESS
+
+    def _c_nvmlGpuInstanceGetComputeInstances(
+        self, handle: Any, profile_id: Any, array: Any, count_ref: Any
+    ) -> int:
+        _gpu, gi = self._instance(handle)
+        wanted = _value(profile_id, ctypes.c_uint)
+        slices = next((n for n, v in migtables.CI_FOR_SLICES.items() if v == wanted), None)
+        if slices is None or slices > gi.profile.slice_count:
+            return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        found = sorted((ci for ci in gi.cis if ci.profile_id == wanted), key=lambda c: c.id)
+        kind = pynvml.c_nvmlComputeInstance_t
+        return self._list(array, kind, count_ref, found, gi.profile.slice_count // slices)
+
+    def _c_nvmlComputeInstanceGetInfo_v2(self, handle: Any, ref: Any) -> int:
+        gpu, gi, ci = self._compute(handle)
+        info = _out(ref, pynvml.c_nvmlComputeInstanceInfo_t)
+        info.device = ctypes.pointer(gpu.struct)
+        info.gpuInstance = ctypes.pointer(gi.struct)
+        info.id, info.profileId = ci.id, ci.profile_id
+        info.placement.start, info.placement.size = 0, ci.slices
+        return SUCCESS
+
+    def _c_nvmlComputeInstanceDestroy(self, handle: Any) -> int:
+        gpu, gi, ci = self._compute(handle)
+        code = gpu.errors.get("nvmlComputeInstanceDestroy", SUCCESS)
+        if code:
+            return code
+        gi.cis.remove(ci)
+        gpu.migs.remove(ci.mig)
         return SUCCESS
 
     # --- health -----------------------------------------------------------------------

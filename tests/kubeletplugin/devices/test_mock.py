@@ -1,4 +1,4 @@
-"""The mock backend: default H100-like GPUs and YAML configs."""
+"""The mock backend: default H100-like GPUs, YAML configs and the MIG profiles of MIG GPUs."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from api import names
+from kubeletplugin.devices import migtables
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mock import H100_MEMORY_TOTAL, MockBackend, mock_uuid
+from kubeletplugin.devices.table import node_devices
 
 
 def test_default_gpus_look_like_h100() -> None:
@@ -117,3 +120,74 @@ def test_bad_config(tmp_path: Path, text: str, message: str) -> None:
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(DiscoveryError, match="cannot read mock config"):
         MockBackend("n1", config_file=tmp_path / "absent.yaml").discover()
+
+
+# -- MIG profiles (dynamic MIG) --------------------------------------------------------------
+
+
+def test_default_gpus_have_no_mig_profiles() -> None:
+    assert all(
+        g.mig_profiles == () and g.mig_mode == "Disabled" for g in MockBackend("n1").discover()
+    )
+
+
+def test_mig_enabled_default_gpus_get_the_h100_table() -> None:
+    gpus = MockBackend("n1", count=2, mig_enabled=True).discover()
+    assert [(g.mig_mode, g.mig_devices) for g in gpus] == [("Enabled", ())] * 2
+    assert all(g.mig_profiles == migtables.H100_80GB for g in gpus)
+    table = node_devices(
+        gpus, names.SHARING_MODE_PARTITIONS, mig_strategy=names.MIG_STRATEGY_DYNAMIC
+    )
+    assert "gpu-1-mig-1g-10gb-6" in table.devices and "gpu-0" not in table.devices
+
+
+def test_mig_enabled_entries_get_their_products_table(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f"""
+- migMode: Enabled
+- productName: {migtables.A100_40GB_PRODUCT}
+  memoryTotal: 40Gi
+  memoryReserved: 512Mi
+  migMode: Enabled
+- migDevices: [{{profile: 3g.40gb, gpuInstance: 2}}]
+- productName: NVIDIA A30
+  migMode: Disabled
+""",
+    )
+    h100, a100, static, a30 = MockBackend("n1", config_file=path).discover()
+    assert h100.mig_profiles == migtables.H100_80GB
+    assert a100.mig_profiles == migtables.A100_40GB
+    assert [p.name for p in a100.mig_profiles][:3] == ["1g.5gb", "1g.5gb+me", "1g.10gb"]
+    assert static.mig_profiles == migtables.H100_80GB
+    assert [d.mig_profiles for d in static.mig_devices] == [()], "MIG devices have no profiles"
+    assert a30.mig_profiles == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "- {productName: NVIDIA H200, migMode: Enabled}\n",
+            r"mock GPU entry 0: migMode 'Enabled' needs a product with MIG profiles; 'NVIDIA H200'"
+            r" has none \(products with profiles: 'NVIDIA H100 80GB HBM3', "
+            r"'NVIDIA A100-SXM4-40GB'\)",
+        ),
+        (
+            "- {}\n- {productName: NVIDIA A30, migDevices: [{profile: 1g.6gb, gpuInstance: 1}]}\n",
+            r"mock GPU entry 1: migMode 'Enabled' needs a product with MIG profiles; 'NVIDIA A30'",
+        ),
+        (
+            f"- {{productName: {migtables.A100_40GB_PRODUCT}, memoryTotal: 20Gi, "
+            "migMode: Enabled}\n",
+            r"entry 0: memory_total 21474836480 bytes is less than the 40192 MiB of MIG profile "
+            r"7g.40gb",
+        ),
+        ("- migProfiles: []\n", r"entry 0: unknown field 'migProfiles'"),
+        ("- mig_profiles: []\n", r"entry 0: unknown field 'mig_profiles'"),
+    ],
+)
+def test_bad_mig_config(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(DiscoveryError, match=message) as info:
+        MockBackend("n1", config_file=write(tmp_path, text)).discover()
+    assert "\n" not in str(info.value)

@@ -16,11 +16,14 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from kubeletplugin.devices import migtables
 from kubeletplugin.devices.backend import DiscoveryError
+from kubeletplugin.devices.migpartition import MigError
 from kubeletplugin.devices.nvml import MEMORY_V1_NOTE, NvmlBackend
+from kubeletplugin.devices.nvmlmig import NvmlMigPartitioner
 from kubeletplugin.health.events import EventKind, HealthEvent
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.model import GpuInfo, MigPlacement
 from kubeletplugin.usage.model import ProcessSample
 from kubeletplugin.usage.source import NvmlUsageSource, UsageSourceError
 from tests.kubeletplugin.devices.fakenvmllib import (
@@ -358,3 +361,45 @@ def test_fake_catches_a_wrong_argument_type() -> None:
         "nvmlDeviceGetHandleByIndex_v2: expected byref(LP_struct_c_nvmlDevice_t), got None"
     ]
     assert lib.missing == ["nvmlDeviceGetPowerUsage"]
+
+
+# --- dynamic MIG ------------------------------------------------------------------------------
+
+
+def h100_mig_empty(index: int = 0) -> FakeGpu:
+    """An H100 in MIG mode with no GPU instance and the H100 profile table."""
+    gpu = h100(index)
+    gpu.mig_mode, gpu.mig_slots, gpu.mig_profiles = (1, 1), 7, migtables.H100_80GB
+    return gpu
+
+
+def test_mig_profiles_and_placements_are_read_through_pynvml() -> None:
+    (gpu,) = discover(FakeNvmlLib([h100_mig_empty()]))
+    assert gpu.mig_profiles == migtables.H100_80GB
+
+
+def test_mig_instances_are_created_listed_and_destroyed_through_pynvml() -> None:
+    lib = FakeNvmlLib([h100_mig_empty()])
+    with real_pynvml(lib) as nvml:
+        backend = NvmlBackend(nvml=nvml, sysfs_root=NO_SYSFS)
+        (gpu,) = backend.discover()
+        part = NvmlMigPartitioner(backend)
+        small = next(p for p in gpu.mig_profiles if p.name == "1g.10gb+me")
+        big = next(p for p in gpu.mig_profiles if p.name == "3g.40gb")
+        first = part.create(gpu, small, MigPlacement(6, 1))
+        second = part.create(gpu, big, MigPlacement(0, 4))
+        with pytest.raises(MigError, match="Insufficient Resources"):
+            part.create(gpu, big, MigPlacement(4, 4))  # overlaps 6:1
+        assert part.instances(gpu) == tuple(
+            sorted((first, second), key=lambda d: d.mig.gpu_instance if d.mig else 0)
+        )
+        assert first.mig is not None and second.mig is not None
+        assert (first.mig.profile, first.mig.placement) == ("1g.10gb+me", MigPlacement(6, 1))
+        assert second.memory_total == big.memory_mb * 1024**2
+        (again,) = backend.discover()
+        assert {d.uuid for d in again.mig_devices} == {first.uuid, second.uuid}
+        assert part.destroy(gpu, first.mig.gpu_instance) is True
+        assert part.destroy(gpu, first.mig.gpu_instance) is False
+        assert part.destroy(gpu, second.mig.gpu_instance) is True
+        assert part.instances(gpu) == ()
+    assert lib.gpus[0].gpu_instances == [] and lib.gpus[0].migs == []

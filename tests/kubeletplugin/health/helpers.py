@@ -23,6 +23,8 @@ NVML_ERROR_NOT_SUPPORTED = 3
 XID = 0x0008
 DBE = 0x0002
 GPU_UNAVAILABLE = 0x4000
+#: The MIG instance id of an NVML event that names none.
+NO_INSTANCE = 0xFFFFFFFF
 
 
 class NVMLError(Exception):
@@ -38,14 +40,15 @@ def gpus(count: int = 2) -> list[GpuInfo]:
 class FakeEventNvml:
     """The part of pynvml the health checker uses.
 
-    ``push(uuid, event_type, data)`` queues an event for ``nvmlEventSetWait``, which honours its
-    timeout (raising the timeout error); ``lost`` holds UUIDs whose queries fail with GPU lost.
+    ``push(uuid, event_type, data, gi, ci)`` queues an event for ``nvmlEventSetWait`` (``gi``,
+    ``ci``: the MIG instance ids it names, ``0xFFFFFFFF`` for none), which honours its timeout
+    (raising the timeout error); ``lost`` holds UUIDs whose queries fail with GPU lost.
     """
 
     def __init__(self, uuids: Sequence[str], supported: int = XID | DBE | GPU_UNAVAILABLE) -> None:
         self.uuids = list(uuids)
         self.supported = supported
-        self.events: queue.Queue[tuple[str | None, int, int]] = queue.Queue()
+        self.events: queue.Queue[tuple[str | None, int, int, int, int]] = queue.Queue()
         self.lost: set[str] = set()
         #: UUID -> (isPending, failureOccurred) of nvmlDeviceGetRemappedRows
         self.remap: dict[str, tuple[bool, bool]] = {}
@@ -61,8 +64,15 @@ class FakeEventNvml:
         self.freed = False
         self._lock = threading.Lock()
 
-    def push(self, uuid: str | None, event_type: int, data: int = 0) -> None:
-        self.events.put((uuid, event_type, data))
+    def push(
+        self,
+        uuid: str | None,
+        event_type: int,
+        data: int = 0,
+        gi: int = NO_INSTANCE,
+        ci: int = NO_INSTANCE,
+    ) -> None:
+        self.events.put((uuid, event_type, data, gi, ci))
 
     def module(self, with_unavailable_constant: bool = True) -> types.ModuleType:
         mod = types.ModuleType("pynvml")
@@ -122,7 +132,7 @@ class FakeEventNvml:
     def _wait(self, event_set: Any, timeout_ms: int) -> Any:
         self.waits += 1
         try:
-            uuid, event_type, data = self.events.get(timeout=timeout_ms / 1000)
+            uuid, event_type, data, gi, ci = self.events.get(timeout=timeout_ms / 1000)
         except queue.Empty:
             raise NVMLError(NVML_ERROR_TIMEOUT) from None
         device = {"uuid": uuid} if uuid is not None else None
@@ -130,8 +140,8 @@ class FakeEventNvml:
             device=device,
             eventType=event_type,
             eventData=data,
-            gpuInstanceId=0xFFFFFFFF,
-            computeInstanceId=0xFFFFFFFF,
+            gpuInstanceId=gi,
+            computeInstanceId=ci,
         )
 
     def _uuid(self, handle: dict[str, str] | None) -> str:
