@@ -1,14 +1,16 @@
 """The daemon component that serves kubelet: DeviceState (prepare/unprepare, checkpoint, CDI)
 behind the PluginServer (registration and DRA v1/v1beta1 sockets).
 
-``start`` recovers the node state from the checkpoint first, then opens the sockets, so kubelet
-never reaches a plugin that has not finished recovering. ``stop`` closes the sockets (kubelet
-deregisters) and leaves every prepared claim and spec file in place.
+``start`` recovers the node state from the checkpoint first (with dynamic MIG: the MIG
+instances too, which also decides :meth:`DeviceState.hidden_devices`), then opens the sockets,
+so kubelet never reaches a plugin that has not finished recovering. ``stop`` closes the sockets
+(kubelet deregisters) and leaves every prepared claim and spec file in place.
 """
 
 from __future__ import annotations
 
 from kubeletplugin.config import PluginConfig
+from kubeletplugin.devices.migpartition import MigPartitioner
 from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.kubelet.healthservice import HealthSource
 from kubeletplugin.kubelet.server import PluginServer
@@ -32,7 +34,10 @@ class ClaimService:
         enforcer: ShareEnforcer,
         health_source: HealthSource | None = None,
         telemetry: Telemetry | None = None,
+        partitioner: MigPartitioner | None = None,
     ) -> None:
+        """``partitioner`` creates the MIG instances of dynamic MIG devices: required when
+        ``devices`` has any (``--mig dynamic`` on a MIG-enabled GPU), None otherwise."""
         # Device nodes are added only for real GPUs; mock GPUs have none.
         dev_root = config.dev_root if config.device_backend == "nvml" else None
         self.state = DeviceState(
@@ -53,6 +58,7 @@ class ClaimService:
             checkpoint=Checkpoint(config.plugin_data_dir, boot_id_file=config.boot_id_file),
             enforcer=enforcer,
             telemetry=telemetry,
+            partitioner=partitioner,
         )
         self.server = PluginServer(
             config.driver_name,

@@ -102,6 +102,9 @@ class PluginConfig:
     #: ``--mig``: ``static`` publishes existing MIG devices; ``dynamic`` (``partitions`` mode
     #: only) publishes MIG profile placements and creates the instances at prepare.
     mig_strategy: str = names.MIG_STRATEGY_STATIC
+    #: Mock backend: seconds between the two steps of creating or destroying a MIG instance
+    #: (``--mock-mig-step-seconds``).
+    mock_mig_step_seconds: float = 0.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -179,6 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="MIG-enabled GPUs: publish the MIG devices that exist (static), or every placement "
         "of every MIG profile, creating the MIG instance when a claim is prepared (dynamic; "
         "needs --sharing-mode partitions) (default static)",
+    )
+    p.add_argument(
+        "--mock-mig-step-seconds",
+        type=float,
+        default=0.0,
+        help="mock backend, --mig dynamic: seconds between the two steps of creating or "
+        "destroying a MIG instance, as NVML takes time for them (0 to 60, default 0)",
     )
     p.add_argument(
         "--default-share-cores",
@@ -295,6 +305,10 @@ def config_from_args(
         raise ConfigError(
             f"--default-share-cores {args.default_share_cores}: must be 1 to {names.CORES_PER_GPU}"
         )
+    if not 0.0 <= args.mock_mig_step_seconds <= 60.0:
+        raise ConfigError(f"--mock-mig-step-seconds {args.mock_mig_step_seconds}: must be 0 to 60")
+    if args.mock_mig_step_seconds and args.device_backend != "mock":
+        raise ConfigError("--mock-mig-step-seconds needs --device-backend mock")
     if (
         args.mig_strategy == names.MIG_STRATEGY_DYNAMIC
         and args.sharing_mode != names.SHARING_MODE_PARTITIONS
@@ -340,6 +354,7 @@ def config_from_args(
         namespace=namespace,
         usage=usage,
         mig_strategy=args.mig_strategy,
+        mock_mig_step_seconds=args.mock_mig_step_seconds,
     )
 
 

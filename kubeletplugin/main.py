@@ -98,7 +98,11 @@ def make_partitioner(
         return NvmlMigPartitioner(backend)
     from kubeletplugin.devices.mockmig import MockMigPartitioner
 
-    return MockMigPartitioner(config.plugin_data_dir / MOCK_MIG_STATE_FILE, config.node_name)
+    return MockMigPartitioner(
+        config.plugin_data_dir / MOCK_MIG_STATE_FILE,
+        config.node_name,
+        step_seconds=config.mock_mig_step_seconds,
+    )
 
 
 def enforcer_for(config: PluginConfig, rest: KubeRest | None = None) -> SharingEnforcer:
@@ -248,9 +252,7 @@ def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
 
     objects = resource_slice_objects(
         desired_slices(
-            node_devices(
-                gpus, config.sharing_mode, config.default_share_cores, config.mig_strategy
-            )
+            node_devices(gpus, config.sharing_mode, config.default_share_cores, config.mig_strategy)
         ),
         config.driver_name,
         config.node_name,
@@ -287,6 +289,21 @@ class MetricsEndpoint:
         if server is not None:
             server.shutdown()
             server.server_close()
+
+
+class UnblockedPlacements:
+    """Started after the claim service: publishes the dynamic MIG placements that no MIG
+    instance created by someone else blocks (:meth:`DeviceState.hidden_devices`)."""
+
+    def __init__(self, publisher: SlicePublisher, claims: ClaimService) -> None:
+        self._publisher = publisher
+        self._claims = claims
+
+    def start(self) -> None:
+        self._publisher.set_hidden_devices(self._claims.state.hidden_devices())
+
+    def stop(self) -> None:
+        """Nothing runs."""
 
 
 class Plugin:
@@ -421,6 +438,7 @@ def build_plugin(config: PluginConfig) -> Plugin:
         )
         install_reload_signal(plugin.health.checker)
         plugin.add_component(plugin.health)
+    partitioner = make_partitioner(config, backend, plugin.devices)
     plugin.claims = ClaimService(
         config,
         plugin.devices,
@@ -428,8 +446,16 @@ def build_plugin(config: PluginConfig) -> Plugin:
         enforcer_for(config, KubeRest(api_client)),
         plugin.health_source,
         plugin.telemetry,
+        partitioner=partitioner,
     )
     plugin.add_component(plugin.claims)
+    if partitioner is not None:
+        # Dynamic MIG placements stay out of the slices until prepare has matched the GPUs'
+        # MIG instances to its claims; then only those that other instances block stay hidden.
+        plugin.publisher.set_hidden_devices(d.name for d in plugin.devices if d.dynamic_mig)
+        plugin.add_component(UnblockedPlacements(plugin.publisher, plugin.claims))
+        if plugin.health is not None:
+            plugin.health.set_instance_resolver(plugin.claims.state.mig_device_for)
     if config.usage.enabled:
         plugin.usage = build_usage(plugin, plugin.claims, usage_taints)
         plugin.add_component(plugin.usage)

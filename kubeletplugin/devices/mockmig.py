@@ -47,6 +47,7 @@ import json
 import os
 import stat
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -245,11 +246,17 @@ def _dump(state: MockMigState) -> bytes:
 class MockMigPartitioner:
     """:class:`~kubeletplugin.devices.migpartition.MigPartitioner` of mock GPUs (their
     ``mig_profiles`` come from :mod:`kubeletplugin.devices.migtables`), with the instances in
-    ``state_file`` (see the module docstring). ``node_name`` seeds the MIG UUIDs."""
+    ``state_file`` (see the module docstring). ``node_name`` seeds the MIG UUIDs.
+    ``step_seconds``: how long the wait between the two durable steps of a create or destroy
+    lasts (NVML takes a noticeable time to create or destroy an instance; the daemon's kill -9
+    tests use it to land kills between the steps)."""
 
-    def __init__(self, state_file: Path, node_name: str) -> None:
+    def __init__(self, state_file: Path, node_name: str, step_seconds: float = 0.0) -> None:
+        if not 0.0 <= step_seconds <= 60.0:
+            raise ValueError(f"MIG step time {step_seconds} s is outside 0 to 60 s")
         self.state_file = state_file
         self.node_name = node_name
+        self.step_seconds = step_seconds
         self._lock = threading.Lock()
         self._lock_file = state_file.parent / f".{state_file.name}.lock"
         self._temp_cleaned = False
@@ -292,6 +299,7 @@ class MockMigPartitioner:
             created = Instance(gi, None, profile.profile_id, placement, state.serial)
             state.gpus[parent.uuid] = sorted([*found, created], key=lambda x: x.gpu_instance)
             self._write(state, f"creating GPU instance {gi} on GPU {parent.uuid}")
+            self._between_steps()
             done = Instance(gi, 0, profile.profile_id, placement, created.serial)
             self._replace(state, parent.uuid, done)
             try:
@@ -318,11 +326,16 @@ class MockMigPartitioner:
                 self._write(
                     state, f"destroying the compute instance of GPU instance {gpu_instance}"
                 )
+                self._between_steps()
             state.gpus[parent.uuid] = [x for x in found if x.gpu_instance != gpu_instance]
             self._write(state, f"destroying GPU instance {gpu_instance} of GPU {parent.uuid}")
         return True
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _between_steps(self) -> None:
+        if self.step_seconds:
+            time.sleep(self.step_seconds)
 
     def _profiles(self, parent: GpuInfo) -> tuple[MigProfile, ...]:
         if parent.mig is not None:

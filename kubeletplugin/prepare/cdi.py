@@ -40,7 +40,9 @@ device variables ``SHAREGPU_MIG_PROFILE`` and ``SHAREGPU_MIG_PARENT_UUID`` say w
 device nodes are the parent's ``/dev/nvidia<minor>``, the control nodes, and the two capability
 nodes of its GPU and compute instance (:mod:`kubeletplugin.devices.migcaps`); a MIG device whose
 capabilities the driver does not list fails the prepare, because without them the container
-could not use it.
+could not use it. A dynamic MIG device (whose instance prepare created) is rendered the same
+way from its created MIG device (:attr:`SpecDevice.gpu`), although its record names the physical
+GPU: the GPU UUID variables always name the device's :attr:`SpecDevice.gpu`.
 
 ``cdiVersion`` is the lowest version the content needs (:func:`minimum_cdi_version`), so runtimes
 with older CDI libraries accept the files.
@@ -235,11 +237,11 @@ class SpecDevice:
             f"{ENV_CLAIM_UID}={self.claim_uid}",
             f"{ENV_REQUEST}={','.join(r.base_requests)}",
             f"{ENV_DEVICE}={r.device}",
-            f"{ENV_GPU_UUID}={r.gpu_uuid}",
+            f"{ENV_GPU_UUID}={self.gpu.uuid}",
             f"{ENV_CORES}={r.cores}",
             f"{ENV_MEMORY}={r.memory}",
             f"{ENV_DEVICES}={','.join(d.record.device for d in ordered)}",
-            f"{ENV_GPU_UUIDS}={','.join(d.record.gpu_uuid for d in ordered)}",
+            f"{ENV_GPU_UUIDS}={','.join(d.gpu.uuid for d in ordered)}",
             f"{ENV_CORES_LIST}={','.join(str(d.record.cores) for d in ordered)}",
             f"{ENV_MEMORY_LIST}={','.join(str(d.record.memory) for d in ordered)}",
         ]

@@ -9,7 +9,9 @@ The document (``version`` is the writer's format version)::
                           "devices": [{"requests": [...], "pool": ..., "device": ...,
                                        "gpuUUID": ..., "cores": ..., "memory": ...,
                                        "shareID": ..., "partition": ..., "adminAccess": ...,
-                                       "cdiName": ..., "cdiDeviceIds": [...]}],
+                                       "cdiName": ..., "cdiDeviceIds": [...],
+                                       "migGpuInstance": ..., "migComputeInstance": ...,
+                                       "migUUID": ...}],
                           "sharing": {...}}},
      "sharing": {...}}
 
@@ -21,6 +23,12 @@ The document (``version`` is the writer's format version)::
   means the node rebooted, and every recorded claim is stale.
 - ``sharing`` sections are opaque to this module: per claim, the enforcer's record; top level,
   its node-wide state.
+- ``migGpuInstance``, ``migComputeInstance`` and ``migUUID`` are written only for a dynamic MIG
+  device whose instance exists (created by prepare, or found by its UUID when the state was
+  rebuilt from the CDI specs); documents without them (older plugins, other devices) load as
+  before. On load each is checked: instance ids integers in ``0..MAX_MIG_INSTANCE_ID`` (what
+  ``/proc/driver/nvidia-caps/mig-minors`` can name), the compute instance only with the GPU
+  instance, the UUID a short token (:data:`MIG_UUID_RE`).
 
 The file (:mod:`kubeletplugin.prepare.slotfile` has the byte layout): two preallocated slots,
 each a header (sequence number, length, SHA-256 of header and body) and the document's bytes
@@ -50,6 +58,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -86,8 +95,17 @@ _DEVICE_KEYS = frozenset(
         "adminAccess",
         "cdiName",
         "cdiDeviceIds",
+        "migGpuInstance",
+        "migComputeInstance",
+        "migUUID",
     }
 )
+#: The largest GPU or compute instance id a record may hold (four digits: what the driver's
+#: ``mig-minors`` file names).
+MAX_MIG_INSTANCE_ID = 9999
+#: What a recorded MIG UUID may look like (``MIG-<uuid>``, or ``MIG-GPU-<uuid>/<gi>/<ci>`` of
+#: older drivers): it ends up in container environments, so no separators or whitespace.
+MIG_UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9/_.:-]{0,127}$")
 _CLAIM_KEYS = frozenset({"state", "namespace", "name", "devices", "sharing"})
 _TOP_KEYS = frozenset({"version", "bootID", "checksum", "claims", "sharing"})
 
@@ -105,6 +123,12 @@ class DeviceRecord:
 
     ``requests`` are the requests served as allocated (``req`` or ``req/sub``); ``base_requests``
     their base names, computed once here; ``extra`` keeps fields of newer checkpoint versions.
+
+    Dynamic MIG devices: ``gpu_uuid`` is the physical GPU's UUID (what the conflict check
+    indexes, so overlapping placements of one GPU meet), and ``mig_gpu_instance``,
+    ``mig_compute_instance`` and ``mig_uuid`` name the MIG instance prepare created for the
+    device; all three are None until it exists (``PrepareStarted`` is recorded before the
+    create), and None for every other device.
     """
 
     requests: tuple[str, ...]
@@ -118,6 +142,9 @@ class DeviceRecord:
     share_id: str | None = None
     partition: str | None = None
     admin_access: bool = False
+    mig_gpu_instance: int | None = None
+    mig_compute_instance: int | None = None
+    mig_uuid: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     #: ``requests`` reduced to base names (``req/sub`` -> ``req``), in order without repeats.
     base_requests: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -138,8 +165,16 @@ class DeviceRecord:
         return self.device
 
     def to_json(self) -> dict[str, Any]:
+        mig: dict[str, Any] = {}
+        if self.mig_gpu_instance is not None:
+            mig["migGpuInstance"] = self.mig_gpu_instance
+        if self.mig_compute_instance is not None:
+            mig["migComputeInstance"] = self.mig_compute_instance
+        if self.mig_uuid is not None:
+            mig["migUUID"] = self.mig_uuid
         return {
             **self.extra,
+            **mig,
             "requests": list(self.requests),
             "pool": self.pool,
             "device": self.device,
@@ -170,10 +205,39 @@ class DeviceRecord:
                 share_id=_opt_str(raw.get("shareID"), f"{where}.shareID"),
                 partition=_opt_str(raw.get("partition"), f"{where}.partition"),
                 admin_access=raw.get("adminAccess") is True,
+                **_mig_fields(raw, where),
                 extra={k: v for k, v in raw.items() if k not in _DEVICE_KEYS},
             )
         except KeyError as exc:
             raise CheckpointError(f"{where}: missing field {exc}") from exc
+
+
+def _mig_fields(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The MIG instance fields of a device entry, checked (see the module docstring)."""
+    out: dict[str, Any] = {}
+    for key, attr in (
+        ("migGpuInstance", "mig_gpu_instance"),
+        ("migComputeInstance", "mig_compute_instance"),
+    ):
+        value = raw.get(key)
+        if value is None:
+            continue
+        number = _int(value, f"{where}.{key}")
+        if not 0 <= number <= MAX_MIG_INSTANCE_ID:
+            raise CheckpointError(f"{where}.{key} {number} is outside 0..{MAX_MIG_INSTANCE_ID}")
+        out[attr] = number
+    if "mig_compute_instance" in out and "mig_gpu_instance" not in out:
+        raise CheckpointError(f"{where}.migComputeInstance is set without migGpuInstance")
+    uuid = raw.get("migUUID")
+    if uuid is not None:
+        text = _str(uuid, f"{where}.migUUID")
+        if not MIG_UUID_RE.match(text):
+            raise CheckpointError(
+                f"{where}.migUUID {text[:64]!r} is not a MIG UUID (letters, digits and "
+                "/_.:- only, at most 128 characters)"
+            )
+        out["mig_uuid"] = text
+    return out
 
 
 @dataclass(frozen=True)

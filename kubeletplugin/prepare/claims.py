@@ -38,6 +38,8 @@ REASON_CONFLICT = "conflict"
 REASON_ENFORCEMENT = "enforcement"
 #: A spec file or the checkpoint could not be written.
 REASON_IO = "io"
+#: A dynamic MIG device's instance could not be created (or a leftover one destroyed).
+REASON_MIG = "mig"
 #: A bug: logged with its traceback.
 REASON_INTERNAL = "internal"
 

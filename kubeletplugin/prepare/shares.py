@@ -6,6 +6,11 @@ partition profile); :func:`device_share` is the one place that turns an allocati
 from the partition profile for partition devices
 (:func:`kubeletplugin.devices.slices.partition_share`,
 the amounts the slice publishes), the whole GPU otherwise.
+
+A dynamic MIG device's share is on its physical GPU until prepare has created its instance
+(every core, the profile's memory); prepare then replaces it with the share of the created MIG
+device. Such a device is never a consumable-capacity share and never prepared with adminAccess:
+its instance exists only for the claim that holds it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from api import names
 from api.quantity import QuantityError, quantity_int
+from kubeletplugin.devices.mig import MIB
 from kubeletplugin.devices.slices import partition_share
 from kubeletplugin.devices.table import NodeDevice
 from kubeletplugin.prepare.claims import AllocationResult, ClaimError
@@ -42,7 +48,15 @@ def device_share(
     result = results[0]
     gpu = device.gpu
     label = f"{claim_label}: request {result.request!r} on {result.device}"
-    if device.partition is not None:
+    if device.mig_profile is not None:
+        if result.share_id is not None or any(r.admin_access for r in results):
+            raise ClaimError(
+                f"{label}: a dynamic MIG device is prepared only as a whole device, without "
+                "shareID or adminAccess (its MIG instance is created for the one claim holding it)"
+            )
+        cores = names.CORES_PER_GPU
+        memory = min(device.mig_profile.memory_mb * MIB, gpu.memory_usable)
+    elif device.partition is not None:
         cores, memory = partition_share(gpu, device.partition)
     elif result.share_id is not None:
         # The scheduler records every capacity in consumedCapacity; a missing one counts whole.

@@ -22,8 +22,19 @@ Invariants:
   ``fdatasync`` (see :mod:`kubeletplugin.prepare.checkpoint`). Slow work for different claims
   therefore runs in parallel, and concurrent prepares share their durable writes.
 - Last line of defence: a GPU prepared exclusively for one claim is never prepared for another
-  at the same time (only consumable-capacity shares, partitions and adminAccess allocations may
-  share a GPU; the same partition device is never held twice).
+  at the same time (only consumable-capacity shares, partitions, dynamic MIG devices and
+  adminAccess allocations may share a GPU; the same partition device is never held twice, and
+  two dynamic MIG devices of one GPU only when their placements do not overlap).
+- Dynamic MIG (:mod:`kubeletplugin.prepare.miginstances`): ``PrepareStarted`` (the placement
+  devices, no instance yet) is durable before any instance is created; each placement device's
+  instance is then created and the share, the enforcement and the CDI spec use the created MIG
+  device, whose ids and UUID the ``PrepareCompleted`` record carries. A failed create fails only
+  its claim, after destroying what the claim created. Undo and unprepare destroy the claim's
+  instances before the record is dropped; while an instance cannot be destroyed the record
+  stays (unprepare answers kubelet with the error, and kubelet retries). ``start`` rolls back
+  prepared claims whose instance is gone, destroys the instances of rolled-back claims, never
+  touches instances no record owns (foreign), and computes the placement devices those hide
+  (:meth:`DeviceState.hidden_devices`). NVML is never called with the node-wide lock held.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from dataclasses import replace
 from typing import Any
 
 from api.names import CORES_PER_GPU
+from kubeletplugin.devices.migpartition import MigError, MigPartitioner
 from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.fsutil import remove_durably
 from kubeletplugin.kubelet.preparer import (
@@ -45,6 +57,7 @@ from kubeletplugin.kubelet.preparer import (
     UnprepareOutcome,
     claim_ref_problem,
 )
+from kubeletplugin.model import GpuInfo, MigPlacement
 from kubeletplugin.prepare import cdi as cdimod
 from kubeletplugin.prepare.cdi import CdiSpecWriter, SpecDevice
 from kubeletplugin.prepare.checkpoint import (
@@ -62,6 +75,7 @@ from kubeletplugin.prepare.claims import (
     REASON_ENFORCEMENT,
     REASON_INTERNAL,
     REASON_IO,
+    REASON_MIG,
     AllocationResult,
     ClaimAllocation,
     ClaimError,
@@ -69,6 +83,7 @@ from kubeletplugin.prepare.claims import (
     extract_allocation,
 )
 from kubeletplugin.prepare.metrics import StateMetrics
+from kubeletplugin.prepare.miginstances import MigInstances, RecordedInstance
 from kubeletplugin.prepare.shares import device_share
 from kubeletplugin.sharing.enforcement import DeviceShare, NoEnforcement, ShareEnforcer, ShareError
 from sharegpu.kube.telemetry import Telemetry
@@ -103,10 +118,19 @@ def _claim_label(namespace: str, name: str, uid: str) -> str:
     return f"ResourceClaim {namespace}/{name} (UID {uid})"
 
 
-def _conflict(new: DeviceRecord, held: DeviceRecord) -> bool:
-    """Whether ``new`` cannot be prepared while another claim holds ``held``."""
+def _conflict(
+    new: DeviceRecord,
+    held: DeviceRecord,
+    new_placement: MigPlacement | None,
+    held_placement: MigPlacement | None,
+) -> bool:
+    """Whether ``new`` cannot be prepared while another claim holds ``held`` (the placements:
+    those of dynamic MIG devices, None for other devices)."""
     if new.admin_access or held.admin_access or new.gpu_uuid != held.gpu_uuid:
         return False
+    if new_placement is not None and held_placement is not None:
+        # Two MIG instances of one GPU coexist unless they share a memory slice.
+        return new_placement.overlaps(held_placement)
     new_whole = new.share_id is None and new.partition is None
     held_whole = held.share_id is None and held.partition is None
     if new_whole or held_whole:
@@ -132,7 +156,14 @@ class DeviceState:
         checkpoint: Checkpoint,
         enforcer: ShareEnforcer | None = None,
         telemetry: Telemetry | None = None,
+        partitioner: MigPartitioner | None = None,
     ) -> None:
+        """``partitioner`` creates and destroys the MIG instances of dynamic MIG devices; it is
+        needed (ValueError without it) exactly when ``devices`` has such devices."""
+        #: Whether the table has dynamic MIG devices (then the partitioner is needed).
+        self._dynamic_mig = any(d.dynamic_mig for d in devices)
+        if partitioner is None and self._dynamic_mig:
+            raise ValueError("the device table has dynamic MIG devices but no MIG partitioner")
         self.driver_name = driver_name
         self.node_name = node_name
         #: The node's device table (shared with the publisher and health; never changed here).
@@ -146,6 +177,7 @@ class DeviceState:
         self._cdi = cdi
         self._checkpoint = checkpoint
         self._enforcer: ShareEnforcer = enforcer or NoEnforcement()
+        self._mig = MigInstances(partitioner, devices)
         self._claim_locks = KeyedLocks()
         #: Guards ``_claims`` and the commit counters; held only for in-memory operations.
         self._mu = threading.Lock()
@@ -153,6 +185,15 @@ class DeviceState:
         #: ``_claims`` by GPU UUID (the conflict check's index); changed with ``_claims`` only
         #: through :meth:`_put` and :meth:`_drop`.
         self._by_gpu: dict[str, dict[str, ClaimRecord]] = {}
+        #: Dynamic MIG device name -> the MIG device (instance) the claim holding it has; set
+        #: when the instance is created or adopted at start, dropped when it is destroyed.
+        self._mig_devices: dict[str, GpuInfo] = {}
+        #: Claims whose create was interrupted, or recorded at start with instances that could
+        #: not be destroyed: a device of theirs without a recorded instance id may still own
+        #: the instance at its placement.
+        self._unsure: set[str] = set()
+        #: Placement devices that instances no record owns block (computed at start).
+        self._hidden: frozenset[str] = frozenset()
         #: Serializes checkpoint writes (group commit).
         self._write_lock = threading.Lock()
         self._changes = 0
@@ -214,6 +255,7 @@ class DeviceState:
                     uid,
                 )
                 rollback.add(uid)
+        pending = self._reconcile_mig(claims, rollback)
         # Only the claims that stay prepared: resuming enforcement for a claim about to be
         # rolled back would start daemons just to stop them. Whatever a rolled-back claim left
         # running is a leftover the enforcer cleans up when no remaining claim needs it.
@@ -229,7 +271,11 @@ class DeviceState:
         for uid in sorted(rollback):
             self._cdi.remove(uid)
             self._enforcer.release(uid)
-            claims.pop(uid, None)
+            if uid in pending:
+                # Its MIG instance could not be destroyed: keep it recorded for a retry.
+                claims[uid] = replace(claims[uid], state=STATE_STARTED)
+            else:
+                claims.pop(uid, None)
         for uid in self._cdi.list_claim_uids():
             if uid not in claims:
                 log.info("removing CDI spec of claim %s, which is not prepared", uid)
@@ -245,6 +291,80 @@ class DeviceState:
         log.info(
             "device state ready: %d prepared claims (checkpoint %s)", len(claims), loaded.status
         )
+
+    def _reconcile_mig(self, claims: dict[str, ClaimRecord], rollback: set[str]) -> set[str]:
+        """Start, dynamic MIG: match the recorded instances with the GPUs' (see
+        :meth:`MigInstances.reconcile`). Adds the claims whose instance is missing to
+        ``rollback``, gives the surviving records their instance (and the CDI IDs of its MIG
+        device) in ``claims``; returns the rolled-back claims to keep recorded (their instance
+        could not be destroyed)."""
+        if not self._dynamic_mig:
+            return set()
+        recorded = {
+            uid: found for uid, rec in claims.items() if (found := self._recorded_instances(rec))
+        }
+        reconciled = self._mig.reconcile(recorded, [u for u in recorded if u not in rollback])
+        rollback |= reconciled.missing
+        for (uid, device), mig in reconciled.owned.items():
+            claims[uid] = self._with_instance(claims[uid], device, mig)
+        self._mig_devices = {device: mig for (_, device), mig in reconciled.owned.items()}
+        self._unsure = set(reconciled.pending)
+        self._hidden = reconciled.hidden
+        return reconciled.pending
+
+    def _recorded_instances(self, rec: ClaimRecord) -> list[RecordedInstance]:
+        """What ``rec`` says about the instances of its dynamic MIG devices."""
+        out = []
+        for d in rec.devices:
+            device = self._devices.get(d.device)
+            if device is not None and device.dynamic_mig:
+                out.append(
+                    RecordedInstance(
+                        device=device,
+                        gpu_instance=d.mig_gpu_instance,
+                        compute_instance=d.mig_compute_instance,
+                        mig_uuid=d.mig_uuid,
+                        memory=d.memory,
+                    )
+                )
+        return out
+
+    def _with_instance(self, rec: ClaimRecord, device: str, mig: GpuInfo) -> ClaimRecord:
+        """``rec`` with the device record of ``device`` naming MIG device ``mig`` (its ids,
+        UUID and CDI IDs)."""
+        info = mig.mig
+        assert info is not None
+        return replace(
+            rec,
+            devices=tuple(
+                replace(
+                    d,
+                    mig_gpu_instance=info.gpu_instance,
+                    mig_compute_instance=info.compute_instance,
+                    mig_uuid=mig.uuid,
+                    cdi_device_ids=self._cdi.cdi_ids(d.cdi_name, mig),
+                )
+                if d.device == device
+                else d
+                for d in rec.devices
+            ),
+        )
+
+    def hidden_devices(self) -> frozenset[str]:
+        """Dynamic MIG devices not to publish: the hardware rule refuses their placement next to
+        the instances no prepared claim owns (an administrator's: the placement overlaps one,
+        or the profile's instance limit is used up), found at start (empty before)."""
+        return self._hidden
+
+    def mig_device_for(self, parent_uuid: str, gpu_instance: int) -> str | None:
+        """The dynamic MIG device whose claim's instance is GPU instance ``gpu_instance`` of
+        GPU ``parent_uuid``, or None (for health events)."""
+        with self._mu:
+            for name, device in self._mig_devices.items():
+                mig = device.mig
+                if mig and mig.parent_uuid == parent_uuid and mig.gpu_instance == gpu_instance:
+                    return name
+        return None
 
     def _revalidated(self, rec: ClaimRecord) -> ClaimRecord:
         """``rec`` (read from the checkpoint or a spec file) checked against the node's device
@@ -274,6 +394,19 @@ class DeviceState:
                     f"{at}.partition {d.partition!r} is not device {d.device}'s "
                     f"({node_device.partition!r})"
                 )
+            if node_device.dynamic_mig and d.admin_access:
+                raise CheckpointError(
+                    f"{at}.adminAccess: dynamic MIG device {d.device} is never prepared with "
+                    "adminAccess"
+                )
+            if not node_device.dynamic_mig and d.mig_gpu_instance is not None:
+                raise CheckpointError(
+                    f"{at}.migGpuInstance is set, but {d.device} is not a dynamic MIG device"
+                )
+            if not node_device.dynamic_mig and d.mig_uuid is not None:
+                raise CheckpointError(
+                    f"{at}.migUUID is set, but {d.device} is not a dynamic MIG device"
+                )
             if not 0 <= d.cores <= CORES_PER_GPU:
                 raise CheckpointError(f"{at}.cores {d.cores} is outside 0..{CORES_PER_GPU}")
             if not 0 <= d.memory <= gpu.memory_total:
@@ -298,16 +431,25 @@ class DeviceState:
                 namespace=spec.namespace,
                 name=spec.name,
                 state=STATE_COMPLETED,
-                devices=tuple(spec.devices),
+                devices=tuple(self._physical(d) for d in spec.devices),
             )
             for spec in specs
         }
+
+    def _physical(self, d: DeviceRecord) -> DeviceRecord:
+        """A device read from a spec file, recorded as prepare records it: a dynamic MIG
+        device's spec names its MIG device's UUID, its record the physical GPU (and the MIG
+        UUID, by which ``start`` finds the instance)."""
+        device = self._devices.get(d.device)
+        if device is None or not device.dynamic_mig or d.gpu_uuid == device.gpu.uuid:
+            return d
+        return replace(d, gpu_uuid=device.gpu.uuid, mig_uuid=d.gpu_uuid)
 
     def _shares_of(self, rec: ClaimRecord) -> list[DeviceShare]:
         """Device shares of a recorded claim (devices of GPUs no longer present are left out)."""
         shares = []
         for d in rec.devices:
-            gpu = self._gpus_by_uuid.get(d.gpu_uuid)
+            gpu = self._mig_devices.get(d.device) or self._gpus_by_uuid.get(d.gpu_uuid)
             if gpu is not None:
                 shares.append(
                     DeviceShare(
@@ -435,7 +577,14 @@ class DeviceState:
                 stale = self._claims.get(ref.uid)
             if stale is not None:
                 # Recorded but unusable (spec file gone): undo and prepare again.
-                self._undo(stale.uid)
+                try:
+                    self._undo(stale.uid)
+                except MigError as exc:
+                    label = _claim_label(ref.namespace, ref.name, ref.uid)
+                    raise ClaimError(
+                        f"{label}: cannot destroy the MIG instance of its earlier prepare: {exc}",
+                        REASON_MIG,
+                    ) from exc
             if fetched is None:
                 fetched = self._fetch(ref)
             if isinstance(fetched, ClaimError):
@@ -498,6 +647,18 @@ class DeviceState:
             state=STATE_STARTED,
             devices=records,
         )
+        dynamic = [self._devices[s.device] for s in shares if self._devices[s.device].dynamic_mig]
+        if dynamic:
+            # The claims of this node first (the clearer message), then the GPUs' instances.
+            with self._mu:
+                conflict = self._find_conflict(started)
+            if conflict is not None:
+                raise ClaimError(f"{label}: {conflict}", REASON_CONFLICT)
+            try:
+                for device in dynamic:
+                    self._mig.check_free(device)
+            except MigError as exc:
+                raise ClaimError(f"{label}: {exc}", REASON_MIG) from exc
         with self._mu:
             conflict = self._find_conflict(started)
             if conflict is not None:
@@ -506,6 +667,8 @@ class DeviceState:
             change = self._changed()
         try:
             self._persist(change)
+            started, shares = self._create_instances(started, shares)
+            records = started.devices
             enforcement = self._enforcer.apply(ref.uid, shares, allocation.configs)
             if len(enforcement.device_edits) != len(shares):
                 raise ShareError(
@@ -534,10 +697,16 @@ class DeviceState:
                 self._persist(change)
             finally:
                 spec_written.result()
-        except (ShareError, OSError) as exc:
+        except (ShareError, OSError, MigError) as exc:
             log.warning("preparing %s failed: %s", label, exc)
             self._undo_quietly(ref.uid)
-            reason = REASON_ENFORCEMENT if isinstance(exc, ShareError) else REASON_IO
+            reason = (
+                REASON_ENFORCEMENT
+                if isinstance(exc, ShareError)
+                else REASON_MIG
+                if isinstance(exc, MigError)
+                else REASON_IO
+            )
             raise ClaimError(f"{label}: {exc}", reason) from exc
         except BaseException:
             self._undo_quietly(ref.uid)
@@ -545,46 +714,147 @@ class DeviceState:
         log.info("prepared %s: %s", label, ", ".join(d.cdi_name for d in completed.devices))
         return self._outcome(completed)
 
+    def _create_instances(
+        self, started: ClaimRecord, shares: Sequence[DeviceShare]
+    ) -> tuple[ClaimRecord, list[DeviceShare]]:
+        """Create the MIG instance of each dynamic MIG device of ``started`` (whose
+        ``PrepareStarted`` is durable); the record and shares with the created MIG devices in
+        place of the physical GPU. Each instance is recorded in memory as soon as it exists, so
+        an undo destroys it by its id. MigError: the instance of that device was not created;
+        any other exception: it may have been (the claim becomes one of :attr:`_unsure`)."""
+        rec, out = started, list(shares)
+        for i, share in enumerate(shares):
+            device = self._devices[share.device]
+            if not device.dynamic_mig:
+                continue
+            try:
+                mig = self._mig.create(device)
+            except MigError:
+                raise  # the partitioner left nothing behind
+            except BaseException:
+                # Interrupted: the instance may exist, without its id known here.
+                with self._mu:
+                    self._unsure.add(rec.uid)
+                raise
+            rec = self._with_instance(rec, share.device, mig)
+            d = replace(rec.devices[i], memory=mig.memory_usable)
+            rec = replace(rec, devices=(*rec.devices[:i], d, *rec.devices[i + 1 :]))
+            out[i] = replace(share, gpu=mig, cores=CORES_PER_GPU, memory=mig.memory_usable)
+            with self._mu:
+                self._put(rec)
+                self._mig_devices[share.device] = mig
+        return rec, out
+
+    def _placement(self, device: str) -> MigPlacement | None:
+        """The placement of dynamic MIG device ``device``; None for other devices."""
+        node_device = self._devices.get(device)
+        return node_device.placement if node_device is not None else None
+
     def _find_conflict(self, new: ClaimRecord) -> str | None:
         """Caller holds ``_mu``. Why ``new`` cannot be prepared now, or None. Only claims that
-        hold one of ``new``'s GPUs can conflict with it."""
-        for a in new.devices:
+        hold one of ``new``'s GPUs can conflict with it; two dynamic MIG devices of ``new``
+        itself conflict when their placements overlap."""
+        for i, a in enumerate(new.devices):
+            pa = self._placement(a.device)
+            for b in new.devices[i + 1 :]:
+                pb = self._placement(b.device)
+                if (
+                    pa is not None
+                    and pb is not None
+                    and a.device != b.device
+                    and a.gpu_uuid == b.gpu_uuid
+                    and pa.overlaps(pb)
+                ):
+                    return (
+                        f"MIG devices {a.device} and {b.device} of GPU {a.gpu_uuid} overlap "
+                        "(they share a memory slice); refusing to prepare both"
+                    )
             for uid, other in self._by_gpu.get(a.gpu_uuid, {}).items():
                 if uid == new.uid:
                     continue
                 for b in other.devices:
-                    if _conflict(a, b):
-                        how = (
-                            "exclusively"
-                            if b.share_id is None and b.partition is None
-                            else (f"as {b.device}" if b.partition else "as a share")
-                        )
+                    pb = self._placement(b.device)
+                    if not _conflict(a, b, pa, pb):
+                        continue
+                    if pa is not None and pb is not None:
                         return (
-                            f"GPU {a.gpu_uuid} ({a.device}) is already prepared {how} for "
-                            f"ResourceClaim {other.namespace}/{other.name} (UID {uid}); "
-                            "refusing to hand it out twice"
+                            f"GPU {a.gpu_uuid}: MIG device {a.device} overlaps {b.device}, "
+                            f"already prepared for ResourceClaim {other.namespace}/{other.name} "
+                            f"(UID {uid}); refusing to hand the memory slices out twice"
                         )
+                    how = (
+                        "exclusively"
+                        if b.share_id is None and b.partition is None
+                        else (f"as {b.device}" if b.partition else "as a share")
+                    )
+                    return (
+                        f"GPU {a.gpu_uuid} ({a.device}) is already prepared {how} for "
+                        f"ResourceClaim {other.namespace}/{other.name} (UID {uid}); "
+                        "refusing to hand it out twice"
+                    )
         return None
 
     def _undo(self, uid: str) -> None:
-        """Roll back whatever a prepare of ``uid`` did, then drop its record durably."""
+        """Roll back whatever a prepare of ``uid`` did, then drop its record durably. MigError:
+        an instance could not be destroyed, and the record stays."""
         self._cdi.remove(uid)
         self._enforcer.release(uid)
+        self._destroy_instances(uid)
         with self._mu:
             self._drop(uid)
             change = self._changed()
         self._persist(change)
 
+    def _destroy_instances(self, uid: str) -> None:
+        """Destroy the MIG instances ``uid``'s record owns (the record stays; MigError for the
+        first that cannot be destroyed). A device without a recorded instance id owns nothing
+        (its create failed cleanly, or never ran), except in a record of :attr:`_unsure`."""
+        with self._mu:
+            rec = self._claims.get(uid)
+            unsure = uid in self._unsure
+        if rec is None:
+            return
+        for recorded in self._recorded_instances(rec):
+            known = recorded.gpu_instance is not None or recorded.mig_uuid is not None
+            if known or unsure:
+                self._mig.destroy(recorded)
+            with self._mu:
+                self._mig_devices.pop(recorded.device.name, None)
+        with self._mu:
+            self._unsure.discard(uid)
+
     def _undo_quietly(self, uid: str) -> None:
         try:
             self._undo(uid)
+            return
+        except MigError as exc:
+            self._keep_for_retry(uid, exc)
+            return
         except (ShareError, OSError) as exc:
             # Expected (a full disk, a command that failed): the next start or call retries.
             log.error("rolling back the failed prepare of claim %s failed: %s", uid, exc)
-            self._forget(uid)
         except Exception:
             log.exception("rolling back the failed prepare of claim %s failed", uid)
-            self._forget(uid)
+        try:
+            self._destroy_instances(uid)
+        except MigError as exc:
+            self._keep_for_retry(uid, exc)
+            return
+        self._forget(uid)
+
+    def _keep_for_retry(self, uid: str, exc: MigError) -> None:
+        """A failed prepare whose MIG instance could not be destroyed: its record (with the
+        instance ids known) stays, so the claim's next call or the next start destroys it."""
+        log.error(
+            "cannot destroy the MIG instance of the failed prepare of claim %s (%s); its next "
+            "call or the next start retries",
+            uid,
+            exc,
+        )
+        try:
+            self._persist()
+        except OSError as write_error:
+            log.error("cannot write the checkpoint: %s", write_error)
 
     def _forget(self, uid: str) -> None:
         """Drop ``uid``'s record from memory; the next checkpoint write makes it durable."""
@@ -633,12 +903,14 @@ class DeviceState:
                     known = ref.uid in self._claims
                 if known:
                     self._enforcer.release(ref.uid)
+                    # Before the record goes: a MigError keeps it, and kubelet retries.
+                    self._destroy_instances(ref.uid)
                     with self._mu:
                         self._drop(ref.uid)
                         self._changed()
                     dropped.append(label)
             return UnprepareOutcome()
-        except (ShareError, OSError) as exc:
+        except (ShareError, OSError, MigError) as exc:
             log.warning("unpreparing %s failed: %s", label, exc)
             return UnprepareOutcome(error=f"{label}: {exc}")
         except Exception as exc:

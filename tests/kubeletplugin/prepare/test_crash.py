@@ -51,6 +51,10 @@ class PluginProcess:
 
     root: Path
     kubeconfig: Path
+    #: Further daemon flags (e.g. the sharing mode).
+    extra_args: tuple[str, ...] = ()
+    #: ``--mock-gpus``.
+    gpus: int = GPUS
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     logs: list[Path] = field(default_factory=list)
@@ -78,7 +82,7 @@ class PluginProcess:
                     "-m",
                     "kubeletplugin",
                     "--device-backend=mock",
-                    f"--mock-gpus={GPUS}",
+                    f"--mock-gpus={self.gpus}",
                     f"--node-name={NODE}",
                     f"--kubeconfig={self.kubeconfig}",
                     f"--plugin-registry-dir={self.registry}",
@@ -87,6 +91,7 @@ class PluginProcess:
                     f"--boot-id-file={self.root / 'boot_id'}",
                     f"--nvidia-cdi-dirs={self.root / 'no-toolkit'}",
                     "--disable-health",
+                    *self.extra_args,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -1,0 +1,240 @@
+"""Dynamic MIG end to end through the real plugin process, the embedded API server and the kubelet
+simulator: kill -9 at random points of a long prepare/unprepare loop (so also between creating a
+GPU instance and its compute instance, and between destroying them), restart, retry like
+kubelet, and check the node's MIG instances after every step.
+
+The mock backend's MIG instances live in ``<data dir>/mock-mig.json``, which outlives the process
+like a real GPU's instances. An instance "created by someone else" exists before the plugin
+starts; it must survive everything, and the placements it blocks must never be published.
+The "scheduler" here deliberately hands overlapping placements to different claims (a stale
+decision), so the plugin's last line of defence is exercised too.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from api import names
+from kubeletplugin.devices.migtables import H100_80GB
+from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.mockmig import MockMigPartitioner
+from kubeletplugin.kubelet.preparer import ClaimRef
+from kubeletplugin.model import GpuInfo, MigPlacement
+from sharegpu.local.apiserver import KubeAPIServer
+from sharegpu.local.kubelet import KubeletSim
+from tests.kubeletplugin.prepare.helpers import DRIVER, NODE, assert_valid_cdi, claim, ref, result
+from tests.kubeletplugin.prepare.test_crash import PluginProcess, _check_node
+
+pytestmark = pytest.mark.process
+
+SEED = 20261125
+OPERATIONS = 80
+MIG_GPUS = 2
+#: Creating or destroying an instance waits 50 ms between its two steps (as NVML takes time),
+#: so that kills land between them.
+MIG_ARGS = ("--sharing-mode=partitions", "--mig=dynamic", "--mock-mig-step-seconds=0.05")
+#: The instance someone else created before the plugin started: GPU 1, 1g.10gb at slice 6.
+FOREIGN = (1, "1g.10gb", 6)
+
+
+def _profile(name: str) -> Any:
+    return next(p for p in H100_80GB if p.name == name)
+
+
+def _gpus() -> list[GpuInfo]:
+    return MockBackend(NODE, count=MIG_GPUS, mig_enabled=True).discover()
+
+
+def _instances(plugin: PluginProcess) -> dict[str, tuple[GpuInfo, ...]]:
+    """Every MIG instance of the mock GPUs, by parent UUID (read as another process would)."""
+    partitioner = MockMigPartitioner(plugin.data_dir / "mock-mig.json", NODE)
+    return {gpu.uuid: partitioner.instances(gpu) for gpu in _gpus()}
+
+
+def _placement_of(device: str) -> tuple[int, str, int]:
+    """(GPU index, profile name, start) of a placement device name."""
+    gpu = _gpus()[int(device.split("-")[1])]
+    for profile in gpu.mig_profiles:
+        for placement in profile.placements:
+            name = names.mig_placement_device_name(gpu.index, profile.name, placement.start)
+            if name == device:
+                return gpu.index, profile.name, placement.start
+    raise AssertionError(f"{device} is no placement device")
+
+
+@pytest.fixture
+def env() -> Iterator[tuple[KubeAPIServer, PluginProcess]]:
+    root = Path(tempfile.mkdtemp(prefix="sgmig-", dir="/tmp"))
+    (root / "boot_id").write_text("3c9e1c7e-7d7b-4c42-9a4c-0d9b1f0e0c11\n")
+    with KubeAPIServer() as apiserver:
+        kubeconfig = root / "kubeconfig"
+        apiserver.write_kubeconfig(kubeconfig)
+        plugin = PluginProcess(root, kubeconfig, extra_args=MIG_ARGS, gpus=MIG_GPUS)
+        try:
+            yield apiserver, plugin
+        finally:
+            plugin.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _claims(rng: random.Random) -> list[dict[str, Any]]:
+    """Claims on placement devices of both GPUs, some overlapping each other, and two on
+    placements the foreign instance blocks."""
+    devices = [
+        names.mig_placement_device_name(i, profile.name, placement.start)
+        for i in range(MIG_GPUS)
+        for profile in H100_80GB
+        for placement in profile.placements
+    ]
+    chosen = rng.sample(devices, 14)
+    chosen += ["gpu-1-mig-1g-10gb-6", "gpu-1-mig-7g-80gb-0"]
+    return [claim(f"mig-{n}", [result("mig", device)]) for n, device in enumerate(chosen)]
+
+
+def _check_mig(
+    plugin: PluginProcess,
+    prepared: dict[str, str],
+    foreign: GpuInfo,
+) -> None:
+    """The node as it must be between kubelet calls: exactly one instance (with its compute
+    instance) per prepared claim, at the claim's placement, named in its spec; the foreign
+    instance untouched; nothing else."""
+    _check_node(plugin, set(prepared))
+    instances = _instances(plugin)
+    gpus = _gpus()
+    found: dict[tuple[int, str, int], GpuInfo] = {}
+    for gpu in gpus:
+        for inst in instances[gpu.uuid]:
+            assert inst.mig is not None and inst.mig.placement is not None
+            key = (gpu.index, inst.mig.profile, inst.mig.placement.start)
+            assert key not in found
+            found[key] = inst
+    assert found.pop(FOREIGN) == foreign, "the foreign instance was touched"
+    expected = {_placement_of(device): uid for uid, device in prepared.items()}
+    assert set(found) == set(expected), f"instances {sorted(found)} != claims {sorted(expected)}"
+    for key, inst in found.items():
+        assert inst.mig is not None and inst.mig.compute_instance >= 0, f"{key} has no CI"
+        uid = expected[key]
+        spec = assert_valid_cdi(plugin.cdi_dir / f"k8s.{DRIVER}-claim_{uid}.json")
+        (device,) = spec["devices"]
+        env = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
+        assert env["NVIDIA_VISIBLE_DEVICES"] == inst.uuid
+
+
+def _published_devices(apiserver: KubeAPIServer) -> set[str]:
+    return {
+        d["name"]
+        for s in apiserver.store.list("resourceslices")
+        for d in s["spec"].get("devices", [])
+    }
+
+
+def test_kill_9_during_mig_create_and_destroy(env: tuple[KubeAPIServer, PluginProcess]) -> None:
+    apiserver, plugin = env
+    rng = random.Random(SEED)
+    gpu1 = _gpus()[FOREIGN[0]]
+    plugin.data_dir.mkdir(parents=True)
+    foreign = MockMigPartitioner(plugin.data_dir / "mock-mig.json", NODE).create(
+        gpu1, _profile(FOREIGN[1]), MigPlacement(FOREIGN[2], 1)
+    )
+    apiserver.store.put("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    objs = _claims(rng)
+    for obj in objs:
+        apiserver.store.put("resourceclaims", obj)
+    refs = {o["metadata"]["uid"]: ref(o) for o in objs}
+    device_of = {
+        o["metadata"]["uid"]: o["status"]["allocation"]["devices"]["results"][0]["device"]
+        for o in objs
+    }
+    prepared: dict[str, str] = {}
+    kills = lost_calls = 0
+    refusals: list[str] = []
+    plugin.start()
+    sim = KubeletSim(plugin.registry)
+    kplugin = plugin.register(sim)
+
+    def call(op: str, r: ClaimRef, kill_after: float | None) -> tuple[str, Any]:
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                if op == "prepare":
+                    box["result"] = kplugin.prepare([r])[r.uid].error
+                else:
+                    box["result"] = kplugin.unprepare([r])[r.uid]
+            except grpc.RpcError as exc:
+                box["rpc_error"] = exc
+
+        t = threading.Thread(target=run)
+        t.start()
+        if kill_after is not None:
+            time.sleep(kill_after)
+            plugin.kill()
+        t.join(timeout=60)
+        assert not t.is_alive()
+        if "rpc_error" in box:
+            return "lost", box["rpc_error"]
+        return "done", box["result"]
+
+    try:
+        deadline = time.monotonic() + 60
+        while "gpu-0-mig-1g-10gb-0" not in _published_devices(apiserver):
+            assert time.monotonic() < deadline, (
+                f"placements were never published: {plugin.logs[-1].read_text()[-3000:]}"
+            )
+            time.sleep(0.05)
+        published = _published_devices(apiserver)
+        # The placements the foreign instance blocks are not published; the others are.
+        assert "gpu-1-mig-1g-10gb-6" not in published
+        assert "gpu-1-mig-7g-80gb-0" not in published
+        assert "gpu-1-mig-1g-10gb-5" in published
+        for step in range(OPERATIONS):
+            candidates = [u for u in refs if u not in prepared]
+            if prepared and (not candidates or rng.random() < 0.45):
+                op, uid = "unprepare", rng.choice(sorted(prepared))
+            else:
+                op, uid = "prepare", rng.choice(sorted(candidates))
+            kill_after = rng.uniform(0.0, 0.12) if rng.random() < 0.25 else None
+            outcome, value = call(op, refs[uid], kill_after)
+            lost_calls += outcome == "lost"
+            while outcome == "lost" or (plugin.proc is not None and plugin.proc.poll() is not None):
+                if plugin.proc is not None and plugin.proc.poll() is not None:
+                    kills += 1
+                    kplugin.close()
+                    plugin.start()
+                    kplugin = plugin.register(sim)
+                if outcome == "lost":
+                    outcome, value = call(op, refs[uid], None)
+            if op == "prepare":
+                if value == "":
+                    prepared[uid] = device_of[uid]
+                else:
+                    refusals.append(value)
+                    assert "overlap" in value or "cannot create" in value, value
+            else:
+                assert value == "", value
+                prepared.pop(uid, None)
+            _check_mig(plugin, prepared, foreign)
+            assert step < OPERATIONS
+        errors = kplugin.unprepare([refs[u] for u in sorted(prepared)])
+        assert set(errors.values()) <= {""}
+        prepared.clear()
+        _check_mig(plugin, prepared, foreign)
+        assert kills >= 5, f"only {kills} kills happened; the seed no longer exercises crashes"
+        logs = "".join(log.read_text() for log in plugin.logs)
+        # Some kills landed while an instance was being created: the restart destroyed it.
+        assert "of rolled-back claim" in logs, "no kill landed during a MIG create"
+        assert any("overlap" in r for r in refusals)
+    finally:
+        kplugin.close()
+        sim.close()
