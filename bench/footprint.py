@@ -1,14 +1,32 @@
 """Memory footprint of the node daemon, idle and under prepare/unprepare load.
 
 Starts the plugin daemon (``kubeletplugin.main``, mock backend, 8 GPUs, consumable mode, health
-monitoring on) as a subprocess against the in-process API server, registers it through the
-kubelet simulator, and prints:
+monitoring on, ``/metrics`` served as the chart configures it) as a subprocess against the
+in-process API server, registers it through the kubelet simulator, and prints:
 
 - its idle RSS (after start-up and registration; target <= 50 MiB) and how many modules it has
   loaded, with the heavy packages among them;
-- its RSS after 1,000 / 5,000 / 10,000 prepare/unprepare cycles (each cycle: one claim with one
-  consumable-capacity share, prepared then unprepared through the DRA gRPC socket, as kubelet
-  does). Flat means nothing grows per cycle.
+- its RSS after the first claim, which carries an opaque GpuConfig (so the config models are
+  loaded), and after 1,000 / 5,000 / 10,000 prepare/unprepare cycles (each cycle: one claim with
+  one consumable-capacity share, prepared then unprepared through the DRA gRPC socket, as
+  kubelet does). Flat means nothing grows per cycle.
+
+Next to each RSS figure: PSS and private memory (``/proc/<pid>/smaps_rollup``; shared-library
+pages that other processes also map count fully in RSS, proportionally in PSS, not in private).
+
+The daemon connects as it does in production unless ``--auth kubeconfig`` is given:
+
+- ``in-cluster`` (default): the service-account way, no kubeconfig. ``KUBERNETES_SERVICE_HOST``
+  and ``KUBERNETES_SERVICE_PORT`` point at a TLS front (a test CA's certificate for 127.0.0.1)
+  that forwards to the in-process API server, and the official in-cluster loader reads the token
+  and CA from a temporary directory instead of ``/var/run/secrets/kubernetes.io/serviceaccount``
+  (the wrapper sets the two file names of the lightly loaded loader module before the daemon
+  starts; nothing else differs from production);
+- ``kubeconfig``: a kubeconfig with a token, plain HTTP (as on a developer's machine).
+
+The daemon runs with the environment the container image sets (the ``ENV`` instructions of
+``deploy/Dockerfile``, read from that file) on top of this process's, so the bench measures the
+interpreter settings production runs with.
 
 Then, in this process, the client CPU time (``time.thread_time`` of the calling thread) of one
 claim GET as prepare sends it, against the same in-process API server: through
@@ -20,9 +38,9 @@ node (so the official path runs the kubeconfig's token-refresh hook on every req
 The daemon runs under a small wrapper (``--serve``) that also answers ``modules`` on its standard
 input with its module count; it stops when standard input closes.
 
-Run: ``python bench/footprint.py [--cycles 1000,5000,10000] [--root DIR] [--gets 3000]``
-(``--root``: the source tree the daemon runs from, default this one; ``--cycles ''`` or
-``--gets 0`` skips that part).
+Run: ``python bench/footprint.py [--cycles 1000,5000,10000] [--auth in-cluster|kubeconfig]
+[--root DIR] [--gets 3000]`` (``--root``: the source tree the daemon runs from, default this
+one; ``--cycles ''`` or ``--gets 0`` skips that part).
 """
 
 from __future__ import annotations
@@ -30,12 +48,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,7 +69,61 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 NODE: Final = "footprint-node"
 GI: Final = 1024**3
 #: Top-level packages whose presence in the daemon is reported.
-HEAVY: Final = ("kubernetes", "grpc", "opentelemetry", "yaml", "jsonschema", "google", "requests")
+HEAVY: Final = (
+    "kubernetes",
+    "grpc",
+    "opentelemetry",
+    "yaml",
+    "jsonschema",
+    "google",
+    "requests",
+    "pydantic",
+)
+AUTHS: Final = ("in-cluster", "kubeconfig")
+#: Environment variable of the wrapper: the directory holding the service account's
+#: ``token`` and ``ca.crt`` (in-cluster runs only; removed before the daemon starts).
+SA_DIR_ENV: Final = "SHAREGPU_FOOTPRINT_SA_DIR"
+#: An ``ENV`` instruction of a Dockerfile (continuation lines joined), and its ``KEY=VALUE``s.
+_DOCKER_ENV: Final = re.compile(r"^ENV\s+((?:[^\n]*\\\n)*[^\n]*)", re.MULTILINE)
+
+
+def image_env(dockerfile: Path) -> dict[str, str]:
+    """The variables the ``ENV`` instructions of ``dockerfile`` set (``KEY=VALUE`` form, as the
+    project's Dockerfile writes them), in order."""
+    env: dict[str, str] = {}
+    for match in _DOCKER_ENV.finditer(dockerfile.read_text()):
+        for word in shlex.split(match.group(1).replace("\\\n", " ")):
+            key, sep, value = word.partition("=")
+            if not sep:
+                raise ValueError(f"{dockerfile}: ENV {word!r} is not KEY=VALUE")
+            env[key] = value
+    return env
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """``Rss``, ``Pss`` and ``Private`` (clean + dirty) of ``pid`` in KiB, from
+    ``/proc/<pid>/smaps_rollup``."""
+    fields: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == "kB":
+            fields[parts[0].rstrip(":")] = int(parts[1])
+    return {
+        "Rss": fields["Rss"],
+        "Pss": fields["Pss"],
+        "Private": fields["Private_Clean"] + fields["Private_Dirty"],
+    }
+
+
+def memory_line(pid: int, base: int | None = None) -> tuple[int, str]:
+    """RSS of ``pid`` in KiB and a line of its figures (with the RSS change from ``base``)."""
+    mem = memory_kib(pid)
+    rss = rss_kib(pid)
+    change = "" if base is None else f" ({(rss - base) / 1024:+.1f} MiB)"
+    return rss, (
+        f"RSS {rss / 1024:6.1f} MiB{change}; PSS {mem['Pss'] / 1024:.1f}, "
+        f"private {mem['Private'] / 1024:.1f} MiB"
+    )
 
 
 def rss_kib(pid: int) -> int:
@@ -57,7 +135,19 @@ def rss_kib(pid: int) -> int:
 
 
 def serve(argv: list[str]) -> int:
-    """Child mode: run the daemon's ``main`` with ``argv``; answer ``modules`` on stdin."""
+    """Child mode: run the daemon's ``main`` with ``argv``; answer ``modules`` on stdin. With
+    :data:`SA_DIR_ENV` set, the in-cluster loader reads the service account from there."""
+    sa_dir = os.environ.pop(SA_DIR_ENV, None)
+    if sa_dir is not None:
+        from sharegpu.kube.connection import official
+
+        # The module the daemon's load_connection will use (lightly loaded, kept by official()):
+        # its loader reads these two module globals when called.
+        loader = official()._modules.get("kubernetes.config.incluster_config")
+        vars(loader).update(
+            SERVICE_TOKEN_FILENAME=os.path.join(sa_dir, "token"),
+            SERVICE_CERT_FILENAME=os.path.join(sa_dir, "ca.crt"),
+        )
     from kubeletplugin.main import main
 
     def answer() -> None:
@@ -72,19 +162,115 @@ def serve(argv: list[str]) -> int:
     return main(argv)
 
 
-def make_claim(i: int, driver: str) -> dict[str, Any]:
-    """A claim allocated as kube-scheduler writes it: one share on one GPU of the node."""
-    return allocated_claim(f"fp-{i}", driver, NODE, f"gpu-{i % 8}", 10, GI)
+def make_claim(i: int, driver: str, opaque: bool = False) -> dict[str, Any]:
+    """A claim allocated as kube-scheduler writes it: one share on one GPU of the node; with
+    ``opaque``, the allocation also carries a GpuConfig from the claim (MPS, 50% threads)."""
+    claim = allocated_claim(f"fp-{i}", driver, NODE, f"gpu-{i % 8}", 10, GI)
+    if opaque:
+        from api import names
+
+        parameters = {
+            "apiVersion": names.GROUP_VERSION,
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 5}},
+        }
+        claim["status"]["allocation"]["devices"]["config"] = [
+            {
+                "source": "FromClaim",
+                "requests": ["gpu"],
+                "opaque": {"driver": driver, "parameters": parameters},
+            }
+        ]
+    return claim
 
 
-def daemon_args(tmp: Path, kubeconfig: str) -> list[str]:
+class TlsFront:
+    """HTTPS on 127.0.0.1 (a test CA's certificate for that address) forwarding every
+    connection's bytes to an HTTP server, as a cluster's API server answers in-cluster clients.
+    ``ca_pem`` is the CA certificate; :meth:`close` ends every connection."""
+
+    def __init__(self, backend_port: int) -> None:
+        import trustme
+
+        ca = trustme.CA()
+        self.ca_pem = ca.cert_pem.bytes()
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(self._context)
+        self._backend = ("127.0.0.1", backend_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                raw, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._connect, args=(raw,), daemon=True).start()
+
+    def _connect(self, raw: socket.socket) -> None:
+        try:
+            client = self._context.wrap_socket(raw, server_side=True)
+            backend = socket.create_connection(self._backend)
+        except OSError:
+            raw.close()
+            return
+        with self._lock:
+            self._sockets += [client, backend]
+        threading.Thread(target=self._pump, args=(backend, client), daemon=True).start()
+        self._pump(client, backend)
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for sock in (source, sink):
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()
+
+
+@contextmanager
+def connection(auth: str, apiserver: Any, tmp: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """The daemon's flags and environment variables to reach ``apiserver`` the ``auth`` way
+    (module docstring)."""
+    if auth == "kubeconfig":
+        yield ["--kubeconfig", apiserver.write_kubeconfig(tmp / "kubeconfig")], {}
+        return
+    front = TlsFront(apiserver.port)
+    try:
+        sa_dir = tmp / "serviceaccount"
+        sa_dir.mkdir()
+        (sa_dir / "token").write_text("sharegpu-test-token")
+        (sa_dir / "ca.crt").write_bytes(front.ca_pem)
+        yield (
+            [],
+            {
+                "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_PORT": str(front.port),
+                SA_DIR_ENV: str(sa_dir),
+            },
+        )
+    finally:
+        front.close()
+
+
+def daemon_args(tmp: Path, auth_args: list[str]) -> list[str]:
     (tmp / "boot_id").write_text("0f2b7a52-5d7e-4c1e-9a51-2f4d8c9e6b10\n")
     (tmp / "registry").mkdir()
     return [
         "--node-name",
         NODE,
-        "--kubeconfig",
-        kubeconfig,
+        *auth_args,
         "--device-backend",
         "mock",
         "--mock-gpus",
@@ -97,12 +283,14 @@ def daemon_args(tmp: Path, kubeconfig: str) -> list[str]:
         str(tmp / "cdi"),
         "--boot-id-file",
         str(tmp / "boot_id"),
+        "--metrics-address",  # served in production (the chart always sets it)
+        "127.0.0.1:0",
         "--log-level",
         "warning",
     ]
 
 
-def measure(cycles: list[int], root: Path) -> None:
+def measure(cycles: list[int], root: Path, auth: str) -> None:
     from api import names
     from kubeletplugin.kubelet.preparer import ClaimRef
     from sharegpu.local.apiserver import KubeAPIServer
@@ -111,15 +299,22 @@ def measure(cycles: list[int], root: Path) -> None:
     driver = names.DEFAULT_DRIVER_NAME
     tmp = Path(tempfile.mkdtemp(prefix="sgfp-", dir="/tmp"))
     try:
-        with KubeAPIServer() as apiserver:
+        with (
+            KubeAPIServer() as apiserver,
+            connection(auth, apiserver, tmp) as (auth_args, auth_env),
+        ):
             apiserver.store.create(
                 "nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
             )
-            kubeconfig = apiserver.write_kubeconfig(tmp / "kubeconfig")
-            env = {**os.environ, "PYTHONPATH": str(root)}
-            env.pop("OTEL_TRACES_EXPORTER", None)
+            image = image_env(root / "deploy" / "Dockerfile")
+            env = {**os.environ, **image, **auth_env, "PYTHONPATH": str(root)}
+            for name in ("OTEL_TRACES_EXPORTER", "KUBECONFIG"):
+                env.pop(name, None)
+            if auth == "kubeconfig":
+                for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+                    env.pop(name, None)
             proc = subprocess.Popen(
-                [sys.executable, __file__, "--serve", *daemon_args(tmp, kubeconfig)],
+                [sys.executable, __file__, "--serve", *daemon_args(tmp, auth_args)],
                 cwd=root,
                 env=env,
                 stdin=subprocess.PIPE,
@@ -127,6 +322,15 @@ def measure(cycles: list[int], root: Path) -> None:
                 text=True,
             )
             assert proc.stdin is not None and proc.stdout is not None
+
+            def modules() -> str:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write("modules\n")
+                proc.stdin.flush()
+                loaded = json.loads(proc.stdout.readline())
+                heavy = ", ".join(f"{k} {v}" for k, v in loaded["heavy"].items())
+                return f"{loaded['modules']} modules ({heavy})"
+
             try:
                 with KubeletSim(tmp / "registry") as kubelet:
                     deadline = time.monotonic() + 60
@@ -136,23 +340,19 @@ def measure(cycles: list[int], root: Path) -> None:
                         time.sleep(0.1)
                     plugin = kubelet.register(driver, timeout=30)
                     time.sleep(2.0)  # let start-up work (first publish, health) settle
-                    proc.stdin.write("modules\n")
-                    proc.stdin.flush()
-                    loaded = json.loads(proc.stdout.readline())
-                    idle = rss_kib(proc.pid)
+                    loaded = modules()
+                    idle, figures = memory_line(proc.pid)
+                    settings = " ".join(f"{k}={v}" for k, v in image.items())
                     print(
-                        f"plugin daemon (mock backend, 8 GPUs), tree {root}, "
-                        f"python {sys.version.split()[0]}"
+                        f"plugin daemon (mock backend, 8 GPUs, {auth}), tree {root}, "
+                        f"python {sys.version.split()[0]}, image env: {settings or 'none'}"
                     )
-                    print(
-                        f"  idle: RSS {idle / 1024:6.1f} MiB, {loaded['modules']} modules "
-                        f"({', '.join(f'{k} {v}' for k, v in loaded['heavy'].items())})"
-                    )
+                    print(f"  idle: {figures}, {loaded}")
                     done = 0
                     start = time.perf_counter()
-                    for target in cycles:
+                    for target in [1, *cycles]:
                         while done < target:
-                            obj = make_claim(done, driver)
+                            obj = make_claim(done, driver, opaque=done == 0)
                             apiserver.store.put("resourceclaims", obj)
                             meta = obj["metadata"]
                             claim = ClaimRef(
@@ -166,12 +366,18 @@ def measure(cycles: list[int], root: Path) -> None:
                                 raise RuntimeError(f"unprepare {meta['name']}: {errors}")
                             apiserver.store.delete_now("resourceclaims", meta["name"], "default")
                             done += 1
-                        rss = rss_kib(proc.pid)
-                        per = (rss - idle) * 1024 / done
+                        rss, figures = memory_line(proc.pid, idle)
+                        if done == 1:
+                            print(
+                                f"  after the first claim (opaque GpuConfig): {figures}, "
+                                f"{modules()}"
+                            )
+                            first = rss
+                            continue
+                        per = (rss - first) * 1024 / (done - 1)
                         print(
-                            f"  after {done:6d} cycles: RSS {rss / 1024:6.1f} MiB "
-                            f"({(rss - idle) / 1024:+.1f} MiB, {per:+.0f} bytes/cycle; "
-                            f"{(time.perf_counter() - start) / done * 1000:.2f} ms/cycle)"
+                            f"  after {done:6d} cycles: {figures}, {per:+.0f} bytes/cycle since "
+                            f"the first; {(time.perf_counter() - start) / done * 1000:.2f} ms/cycle"
                         )
                     plugin.close()
             finally:
@@ -264,10 +470,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--cycles", default="1000,5000,10000", help="checkpoints, ascending")
     parser.add_argument("--root", type=Path, default=ROOT, help="source tree to measure")
+    parser.add_argument(
+        "--auth", choices=AUTHS, default=AUTHS[0], help="how the daemon connects (docstring)"
+    )
     parser.add_argument("--gets", type=int, default=3000, help="claim GETs per client path")
     ns = parser.parse_args(args)
     if ns.cycles:
-        measure([int(c) for c in ns.cycles.split(",")], ns.root.resolve())
+        measure([int(c) for c in ns.cycles.split(",")], ns.root.resolve(), ns.auth)
     if ns.gets:
         claim_get_cpu(ns.gets)
     return 0

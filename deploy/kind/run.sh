@@ -138,6 +138,11 @@ install_chart consumable --set-file kubeletPlugin.mock.config="$mig_gpus"
 run_example mig-static
 rm -f "$mig_gpus"
 
+# mig-dynamic: partitions mode with --mig dynamic; the mock GPUs are in MIG mode and the plugin
+# creates each MIG instance when its pod's claim is prepared (in its data directory's mock file).
+install_chart partitions --set kubeletPlugin.mig=dynamic --set-string kubeletPlugin.mock.config=
+run_example mig-dynamic
+
 # gpu-quota creates claims, no pods: the second claim must be denied by the quota.
 log "example gpu-quota"
 kubectl apply -f "$repo/examples/gpu-quota/gpu-quota.yaml"
