@@ -127,6 +127,63 @@ class PluginProcess:
                 time.sleep(0.05)
 
 
+@dataclass
+class CrashingKubelet:
+    """Kubelet's side of the kill -9 loops: one call at a time, the plugin killed before or
+    during a call on request, and every call retried (restarting a killed plugin) until it
+    gets an answer, as kubelet retries."""
+
+    plugin: PluginProcess
+    sim: KubeletSim
+    kplugin: RegisteredPlugin
+    kills: int = 0
+    lost_calls: int = 0
+
+    def call(self, op: str, r: ClaimRef, kill_after: float | None) -> tuple[str, Any]:
+        """One kubelet call; ``kill_after`` < 0 kills the plugin before it, >= 0 that many
+        seconds after it started (it may or may not have finished by then)."""
+        box: dict[str, Any] = {}
+        kplugin = self.kplugin
+
+        def run() -> None:
+            try:
+                if op == "prepare":
+                    box["result"] = kplugin.prepare([r])[r.uid].error
+                else:
+                    box["result"] = kplugin.unprepare([r])[r.uid]
+            except grpc.RpcError as exc:
+                box["rpc_error"] = exc
+
+        if kill_after is not None and kill_after < 0:
+            self.plugin.kill()  # dead before the call: the call is certainly lost
+        t = threading.Thread(target=run)
+        t.start()
+        if kill_after is not None and kill_after >= 0:
+            time.sleep(kill_after)
+            self.plugin.kill()
+        t.join(timeout=60)
+        assert not t.is_alive()
+        if "rpc_error" in box:
+            return "lost", box["rpc_error"]
+        return "done", box["result"]
+
+    def answered(self, op: str, r: ClaimRef, kill_after: float | None) -> Any:
+        """The answer to ``op`` of ``r`` (the prepare error, or the unprepare outcome), after
+        as many retries and restarts as it takes."""
+        proc = self.plugin
+        outcome, value = self.call(op, r, kill_after)
+        self.lost_calls += outcome == "lost"
+        while outcome == "lost" or (proc.proc is not None and proc.proc.poll() is not None):
+            if proc.proc is not None and proc.proc.poll() is not None:
+                self.kills += 1
+                self.kplugin.close()
+                proc.start()
+                self.kplugin = proc.register(self.sim)
+            if outcome == "lost":
+                outcome, value = self.call(op, r, None)
+        return value
+
+
 @pytest.fixture
 def env() -> Iterator[tuple[KubeAPIServer, PluginProcess]]:
     root = Path(tempfile.mkdtemp(prefix="sgcr-", dir="/tmp"))
@@ -188,38 +245,11 @@ def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> No
         apiserver.store.put("resourceclaims", obj)
     refs = {o["metadata"]["uid"]: ref(o) for o in objs}
     prepared: set[str] = set()
-    kills = lost_calls = killed_before = 0
+    killed_before = 0
     refusals: list[str] = []
     plugin.start()
     sim = KubeletSim(plugin.registry)
-    kplugin = plugin.register(sim)
-
-    def call(op: str, r: ClaimRef, kill_after: float | None) -> tuple[str, Any]:
-        """One kubelet call; ``kill_after`` < 0 kills the plugin before it, >= 0 that many
-        seconds after it started (it may or may not have finished by then)."""
-        box: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                if op == "prepare":
-                    box["result"] = kplugin.prepare([r])[r.uid].error
-                else:
-                    box["result"] = kplugin.unprepare([r])[r.uid]
-            except grpc.RpcError as exc:
-                box["rpc_error"] = exc
-
-        if kill_after is not None and kill_after < 0:
-            plugin.kill()  # dead before the call: the call is certainly lost
-        t = threading.Thread(target=run)
-        t.start()
-        if kill_after is not None and kill_after >= 0:
-            time.sleep(kill_after)
-            plugin.kill()
-        t.join(timeout=60)
-        assert not t.is_alive()
-        if "rpc_error" in box:
-            return "lost", box["rpc_error"]
-        return "done", box["result"]
+    kubelet = CrashingKubelet(plugin, sim, plugin.register(sim))
 
     try:
         for step in range(OPERATIONS):
@@ -233,17 +263,7 @@ def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> No
             if rng.random() < 0.125:
                 kill_after = -1.0 if rng.random() < 0.34 else rng.uniform(0.0, 0.02)
                 killed_before += kill_after < 0
-            outcome, value = call(op, refs[uid], kill_after)
-            lost_calls += outcome == "lost"
-            # Retry like kubelet until an answer arrives, restarting a killed plugin.
-            while outcome == "lost" or (plugin.proc is not None and plugin.proc.poll() is not None):
-                if plugin.proc is not None and plugin.proc.poll() is not None:
-                    kills += 1
-                    kplugin.close()
-                    plugin.start()
-                    kplugin = plugin.register(sim)
-                if outcome == "lost":
-                    outcome, value = call(op, refs[uid], None)
+            value = kubelet.answered(op, refs[uid], kill_after)
             if op == "prepare":
                 if value == "":
                     prepared.add(uid)
@@ -256,17 +276,18 @@ def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> No
             _check_node(plugin, prepared)
             assert step < OPERATIONS
         # Kubelet unprepares everything at the end.
-        errors = kplugin.unprepare([refs[u] for u in sorted(prepared)])
+        errors = kubelet.kplugin.unprepare([refs[u] for u in sorted(prepared)])
         assert set(errors.values()) <= {""}
         prepared.clear()
         _check_node(plugin, prepared)
         assert list(plugin.cdi_dir.glob("*.json")) == []
+        kills = kubelet.kills
         assert kills >= 5, f"only {kills} kills happened; the seed no longer exercises crashes"
         assert killed_before >= 2, "the seed no longer kills the plugin before a call"
-        assert lost_calls >= killed_before
+        assert kubelet.lost_calls >= killed_before
         assert any("refusing to hand it out twice" in r for r in refusals)
     finally:
-        kplugin.close()
+        kubelet.kplugin.close()
         sim.close()
 
 

@@ -15,25 +15,22 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from api import names
 from kubeletplugin.devices.migtables import H100_80GB
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.mockmig import MockMigPartitioner
-from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.model import GpuInfo, MigPlacement
 from sharegpu.local.apiserver import KubeAPIServer
 from sharegpu.local.kubelet import KubeletSim
 from tests.kubeletplugin.prepare.helpers import DRIVER, NODE, assert_valid_cdi, claim, ref, result
-from tests.kubeletplugin.prepare.test_crash import PluginProcess, _check_node
+from tests.kubeletplugin.prepare.test_crash import CrashingKubelet, PluginProcess, _check_node
 
 pytestmark = pytest.mark.process
 
@@ -157,34 +154,10 @@ def test_kill_9_during_mig_create_and_destroy(env: tuple[KubeAPIServer, PluginPr
         for o in objs
     }
     prepared: dict[str, str] = {}
-    kills = lost_calls = 0
     refusals: list[str] = []
     plugin.start()
     sim = KubeletSim(plugin.registry)
-    kplugin = plugin.register(sim)
-
-    def call(op: str, r: ClaimRef, kill_after: float | None) -> tuple[str, Any]:
-        box: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                if op == "prepare":
-                    box["result"] = kplugin.prepare([r])[r.uid].error
-                else:
-                    box["result"] = kplugin.unprepare([r])[r.uid]
-            except grpc.RpcError as exc:
-                box["rpc_error"] = exc
-
-        t = threading.Thread(target=run)
-        t.start()
-        if kill_after is not None:
-            time.sleep(kill_after)
-            plugin.kill()
-        t.join(timeout=60)
-        assert not t.is_alive()
-        if "rpc_error" in box:
-            return "lost", box["rpc_error"]
-        return "done", box["result"]
+    kubelet = CrashingKubelet(plugin, sim, plugin.register(sim))
 
     try:
         deadline = time.monotonic() + 60
@@ -205,16 +178,7 @@ def test_kill_9_during_mig_create_and_destroy(env: tuple[KubeAPIServer, PluginPr
             else:
                 op, uid = "prepare", rng.choice(sorted(candidates))
             kill_after = rng.uniform(0.0, 0.12) if rng.random() < 0.25 else None
-            outcome, value = call(op, refs[uid], kill_after)
-            lost_calls += outcome == "lost"
-            while outcome == "lost" or (plugin.proc is not None and plugin.proc.poll() is not None):
-                if plugin.proc is not None and plugin.proc.poll() is not None:
-                    kills += 1
-                    kplugin.close()
-                    plugin.start()
-                    kplugin = plugin.register(sim)
-                if outcome == "lost":
-                    outcome, value = call(op, refs[uid], None)
+            value = kubelet.answered(op, refs[uid], kill_after)
             if op == "prepare":
                 if value == "":
                     prepared[uid] = device_of[uid]
@@ -226,15 +190,16 @@ def test_kill_9_during_mig_create_and_destroy(env: tuple[KubeAPIServer, PluginPr
                 prepared.pop(uid, None)
             _check_mig(plugin, prepared, foreign)
             assert step < OPERATIONS
-        errors = kplugin.unprepare([refs[u] for u in sorted(prepared)])
+        errors = kubelet.kplugin.unprepare([refs[u] for u in sorted(prepared)])
         assert set(errors.values()) <= {""}
         prepared.clear()
         _check_mig(plugin, prepared, foreign)
+        kills = kubelet.kills
         assert kills >= 5, f"only {kills} kills happened; the seed no longer exercises crashes"
         logs = "".join(log.read_text() for log in plugin.logs)
         # Some kills landed while an instance was being created: the restart destroyed it.
         assert "of rolled-back claim" in logs, "no kill landed during a MIG create"
         assert any("overlap" in r for r in refusals)
     finally:
-        kplugin.close()
+        kubelet.kplugin.close()
         sim.close()
