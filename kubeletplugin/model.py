@@ -6,7 +6,7 @@ Nothing here does I/O or imports another part of the plugin.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, order=True)
@@ -136,6 +136,26 @@ class GpuInfo:
     mig: MigInfo | None = None
     #: Notes about fallbacks taken during discovery (shown by ``sharegpu devices``).
     notes: tuple[str, ...] = field(default=())
+
+    def mig_device(
+        self, uuid: str, memory_total: int, mig: MigInfo, memory_reserved: int = 0
+    ) -> GpuInfo:
+        """This GPU's MIG device ``mig``: its UUID and memory; every other field (index,
+        minor, PCI, NUMA, product, versions) this GPU's; no MIG mode, MIG devices, MIG profiles
+        or notes of its own (see the class docstring). The one builder of MIG device records."""
+        return replace(
+            self,
+            uuid=uuid,
+            memory_total=memory_total,
+            memory_reserved=memory_reserved,
+            memory_usable=memory_total - memory_reserved,
+            mig_mode=None,
+            mig_pending=False,
+            mig_devices=(),
+            mig_profiles=(),
+            mig=mig,
+            notes=(),
+        )
 
 
 def base_request_names(requests: Iterable[str]) -> tuple[str, ...]:

@@ -272,8 +272,7 @@ def mig_device_from_entry(node_name: str, parent: GpuInfo, entry: Any, where: st
     mig_uuid = entry.get("uuid", mock_mig_uuid(node_name, parent.index, gi, ci))
     if not isinstance(mig_uuid, str) or not mig_uuid.startswith("MIG-"):
         raise DiscoveryError(f"{where}: 'uuid' must be a string starting with 'MIG-'")
-    return mig_device(
-        parent,
+    return parent.mig_device(
         mig_uuid,
         memory,
         MigInfo(
@@ -285,25 +284,6 @@ def mig_device_from_entry(node_name: str, parent: GpuInfo, entry: Any, where: st
             gpu_slices=gpu_slices,
             compute_slices=compute_slices,
         ),
-    )
-
-
-def mig_device(parent: GpuInfo, mig_uuid: str, memory: int, mig: MigInfo) -> GpuInfo:
-    """The mock MIG device ``mig`` of ``parent`` with ``memory`` bytes: the parent's index,
-    minor, PCI, NUMA, product and versions; no reserved memory, MIG mode, MIG devices, MIG
-    profiles or notes of its own (see :class:`~kubeletplugin.model.GpuInfo`)."""
-    return dataclasses.replace(
-        parent,
-        uuid=mig_uuid,
-        memory_total=memory,
-        memory_reserved=0,
-        memory_usable=memory,
-        mig_mode=None,
-        mig_pending=False,
-        mig_devices=(),
-        mig_profiles=(),
-        mig=mig,
-        notes=(),
     )
 
 

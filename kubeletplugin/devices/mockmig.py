@@ -57,7 +57,7 @@ from typing import Any, Final, NoReturn
 from kubeletplugin import fsutil
 from kubeletplugin.devices.migpartition import MigError
 from kubeletplugin.devices.migtables import placement_problem, profile_by_id
-from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MIB, MOCK_UUID_NAMESPACE, mig_device
+from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MIB, MOCK_UUID_NAMESPACE
 from kubeletplugin.model import GpuInfo, MigInfo, MigPlacement, MigProfile
 
 #: The only file format version.
@@ -382,8 +382,7 @@ class MockMigPartitioner:
             if inst.compute_instance is None
             else mock_dynamic_mig_uuid(self.node_name, parent.uuid, inst.gpu_instance, inst.serial)
         )
-        return mig_device(
-            parent,
+        return parent.mig_device(
             mig_uuid,
             profile.memory_mb * MIB,
             MigInfo(

@@ -573,18 +573,7 @@ class NvmlBackend:
         if parent_handle is not None:
             placement, profile_id = self.gpu_instance_placement(parent_handle, gi)
             mig = dataclasses.replace(mig, placement=placement, profile_id=profile_id)
-        return dataclasses.replace(
-            parent,
-            uuid=uuid,
-            memory_total=total,
-            memory_reserved=reserved,
-            memory_usable=total - reserved,
-            mig_mode=None,
-            mig_pending=False,
-            mig_devices=(),
-            mig=mig,
-            notes=(),
-        )
+        return parent.mig_device(uuid, total, mig, memory_reserved=reserved)
 
     def gpu_instance_placement(
         self, parent_handle: Any, gpu_instance: int

@@ -328,19 +328,10 @@ class NvmlMigPartitioner:
                 if mig.compute_slices == mig.gpu_slices:
                     mig = dataclasses.replace(mig, profile=name)
                 return dataclasses.replace(device, mig=mig)
-        total = memory_mb * MIB
-        return dataclasses.replace(
-            parent,
-            uuid="",
-            memory_total=total,
-            memory_reserved=0,
-            memory_usable=total,
-            mig_mode=None,
-            mig_pending=False,
-            mig_devices=(),
-            mig_profiles=(),
-            notes=(),
-            mig=MigInfo(
+        return parent.mig_device(
+            "",
+            memory_mb * MIB,
+            MigInfo(
                 parent_uuid=parent.uuid,
                 gpu_instance=gi_id,
                 compute_instance=ci_ids[0] if ci_ids else -1,

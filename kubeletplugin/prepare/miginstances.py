@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kubeletplugin.devices.migpartition import MigError, MigPartitioner
 from kubeletplugin.devices.migtables import placement_problem
@@ -329,17 +329,10 @@ def _described(recorded: RecordedInstance) -> GpuInfo | None:
     ):
         return None
     parent = recorded.parent
-    return replace(
-        parent,
-        uuid=recorded.mig_uuid,
-        memory_total=recorded.memory,
-        memory_reserved=0,
-        memory_usable=recorded.memory,
-        mig_mode=None,
-        mig_pending=False,
-        mig_devices=(),
-        mig_profiles=(),
-        mig=MigInfo(
+    return parent.mig_device(
+        recorded.mig_uuid,
+        recorded.memory,
+        MigInfo(
             parent_uuid=parent.uuid,
             gpu_instance=recorded.gpu_instance,
             compute_instance=recorded.compute_instance,
@@ -350,5 +343,4 @@ def _described(recorded: RecordedInstance) -> GpuInfo | None:
             placement=placement,
             profile_id=profile.profile_id,
         ),
-        notes=(),
     )
