@@ -18,7 +18,6 @@ import math
 import re
 from typing import Final
 
-from api import names
 from kubeletplugin.model import GpuInfo
 
 #: ``GpuInfo.mig_mode`` values (NVML's current MIG mode).
@@ -44,12 +43,6 @@ def instance_key(device: GpuInfo) -> tuple[int, int]:
 def mig_device_name(parent_index: int, gpu_instance: int, compute_instance: int) -> str:
     """``gpu-<parent index>-mig-<gpu instance>-<compute instance>``."""
     return f"gpu-{parent_index}-mig-{gpu_instance}-{compute_instance}"
-
-
-def mig_placement_device_name(parent_index: int, profile: str, start: int) -> str:
-    """The dynamic MIG device of ``profile`` at memory slice ``start`` of GPU ``parent_index``
-    (see :func:`api.names.mig_placement_device_name`)."""
-    return names.mig_placement_device_name(parent_index, profile, start)
 
 
 def profile_memory_gb(parent_memory_total: int, memory_mb: int) -> int:

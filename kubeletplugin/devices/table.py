@@ -18,7 +18,7 @@ with one warning line each time the table is computed (once per daemon).
 
 Dynamic MIG (``--mig dynamic``, ``partitions`` mode): a MIG-enabled GPU that NVML describes
 profiles for is published as one device per placement of each of its GPU-instance profiles
-(:func:`kubeletplugin.devices.mig.mig_placement_device_name`), whose ``gpu`` is the physical GPU
+(:func:`api.names.mig_placement_device_name`), whose ``gpu`` is the physical GPU
 and whose ``mig_profile``/``placement`` say which MIG instance prepare creates. Its existing MIG
 devices are not in the table: the ones prepared claims use are theirs, and placements blocked by
 instances created by someone else are left out of the published slices (not of the table, which
@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api import names
-from kubeletplugin.devices.mig import MIG_ENABLED, mig_device_name, mig_placement_device_name
+from kubeletplugin.devices.mig import MIG_ENABLED, mig_device_name
 from kubeletplugin.model import GpuInfo, MigInfo, MigPlacement, MigProfile
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ def _placement_devices(gpu: GpuInfo) -> list[NodeDevice]:
     placements by start)."""
     return [
         NodeDevice(
-            mig_placement_device_name(gpu.index, profile.name, placement.start),
+            names.mig_placement_device_name(gpu.index, profile.name, placement.start),
             gpu,
             mig_profile=profile,
             placement=placement,
