@@ -209,9 +209,9 @@ def mig_instance_counters(profiles: Sequence[MigProfile]) -> dict[int, int]:
 
 
 def mig_counter_set(gpu: GpuInfo) -> Obj:
-    """The shared counter set ``gpu-<index>-counters`` of a dynamic-MIG GPU: ``memorySlice<k>``
-    (value 1) per memory slice, ``computeSlices`` (the GPU's compute slices) and
-    ``profile<id>Instances`` per profile of :func:`mig_instance_counters`. 8 + 1 + 1 counters
+    """The shared counter set ``gpu-<index>-counters`` of a dynamic-MIG GPU: ``memory-slice-<k>``
+    (value 1) per memory slice, ``compute-slices`` (the GPU's compute slices) and
+    ``profile-<id>-instances`` per profile of :func:`mig_instance_counters`. 8 + 1 + 1 counters
     on an H100 or A100 (at most :data:`~sharegpu.kube.slicerules.MAX_COUNTERS_PER_SET`)."""
     profiles = gpu.mig_profiles
     counters: Obj = {
@@ -234,7 +234,7 @@ def mig_placement_device(device: NodeDevice) -> Obj:
     and NVML id, the placement, and the profile's multiprocessors and engines; ``migDynamic``
     true. Capacity ``memory``: the profile's memory. Consumes, from the GPU's
     :func:`mig_counter_set`, 1 of each memory slice of its placement, its slice count of
-    ``computeSlices`` and 1 of its profile's instance counter when it has one.
+    ``compute-slices`` and 1 of its profile's instance counter when it has one.
     ValueError for a device that is not a placement device."""
     profile, placement = device.mig_profile, device.placement
     if profile is None or placement is None:

@@ -28,8 +28,9 @@ Invariants of :meth:`MigInstances.reconcile` (the plugin's start):
   cannot be listed) stays recorded as ``PrepareStarted``, and the next prepare, unprepare or
   start of its claim tries again;
 - instances no record owns are *foreign* (made by an administrator or another tool): never
-  destroyed; the placement devices they overlap are *hidden* (left out of the published
-  slices), as are all placement devices of a GPU whose instances cannot be listed.
+  destroyed; the placement devices the hardware rule refuses next to them (overlapping, or of
+  a profile whose instance limit they use up) are *hidden* (left out of the published slices),
+  as are all placement devices of a GPU whose instances cannot be listed.
 
 Calls for one GPU may run concurrently for different claims; the partitioner serialises them
 per GPU, and the conflict check of the state module keeps the placements of different claims
@@ -82,7 +83,8 @@ class Reconciled:
     pending: set[str] = field(default_factory=set)
     #: Instances no record owns, never touched.
     foreign: list[GpuInfo] = field(default_factory=list)
-    #: Placement devices overlapping a foreign instance (or on a GPU that cannot be listed).
+    #: Placement devices the hardware rule refuses next to the foreign instances (or on a GPU
+    #: that cannot be listed).
     hidden: frozenset[str] = frozenset()
 
 
