@@ -1,4 +1,9 @@
-"""Memory footprint of the node daemon, idle and under prepare/unprepare load.
+"""Memory footprint of the node daemon, idle and under prepare/unprepare load, against a floor.
+
+First, unless ``--no-floor``, a *floor*: the least a Python node daemon of this design runs (a
+urllib3 TLS GET of its Node the in-cluster way, the DRA and registration gRPC servers of the
+generated stubs; :func:`floor_serve`), its idle RSS, then its RSS after it also imports each of
+the libraries the daemon is built on besides gRPC and the HTTP client (:data:`FLOOR_LIBRARIES`).
 
 Starts the plugin daemon (``kubeletplugin.main``, mock backend, 8 GPUs, consumable mode, health
 monitoring on, ``/metrics`` served as the chart configures it) as a subprocess against the
@@ -39,13 +44,14 @@ The daemon runs under a small wrapper (``--serve``) that also answers ``modules`
 input with its module count; it stops when standard input closes.
 
 Run: ``python bench/footprint.py [--cycles 1000,5000,10000] [--auth in-cluster|kubeconfig]
-[--root DIR] [--gets 3000]`` (``--root``: the source tree the daemon runs from, default this
-one; ``--cycles ''`` or ``--gets 0`` skips that part).
+[--root DIR] [--gets 3000] [--no-floor]`` (``--root``: the source tree the daemon and the floor
+run from, default this one; ``--cycles ''`` or ``--gets 0`` skips that part).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -160,6 +166,123 @@ def serve(argv: list[str]) -> int:
 
     threading.Thread(target=answer, daemon=True).start()
     return main(argv)
+
+
+#: The floor's steps after its start: a label and the modules it then imports. These are the
+#: libraries the daemon is built on besides gRPC and the HTTP client (pydantic: the GpuConfig
+#: models; the OpenTelemetry metrics SDK and its Prometheus exporter: ``/metrics``; PyYAML: CDI
+#: specs, the mock backend's file and the MPS daemon's pod template).
+FLOOR_LIBRARIES: Final = (
+    ("pydantic (BaseModel)", ("pydantic.main",)),
+    (
+        "OpenTelemetry metrics + Prometheus exporter",
+        ("opentelemetry.sdk.metrics", "opentelemetry.exporter.prometheus"),
+    ),
+    ("PyYAML", ("yaml",)),
+)
+
+
+def floor_serve() -> int:
+    """Child mode of the floor: the least a Python node daemon of this design runs. It GETs its
+    Node over TLS the in-cluster way (the service account of :data:`SA_DIR_ENV`, the API server
+    of ``KUBERNETES_SERVICE_HOST``/``PORT``) with urllib3, and serves the DRA and registration
+    gRPC services (the generated stubs, the daemon's thread-pool sizes) on unix sockets in the
+    current directory; then imports the modules each ``import a,b`` line on stdin names, answering
+    every line with ``ok``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+    import urllib3
+
+    from kubeletplugin.kubelet.grpcapi.gen import dra_v1_pb2_grpc, pluginregistration_v1_pb2_grpc
+    from kubeletplugin.kubelet.server import REGISTRATION_WORKERS
+
+    sa_dir = Path(os.environ.pop(SA_DIR_ENV))
+    pool = urllib3.HTTPSConnectionPool(
+        os.environ["KUBERNETES_SERVICE_HOST"],
+        int(os.environ["KUBERNETES_SERVICE_PORT"]),
+        ca_certs=str(sa_dir / "ca.crt"),
+        cert_reqs="CERT_REQUIRED",
+    )
+    token = (sa_dir / "token").read_text()
+    response = pool.request(
+        "GET", f"/api/v1/nodes/{NODE}", headers={"Authorization": f"Bearer {token}"}
+    )
+    json.loads(response.data)
+    dra = grpc.server(ThreadPoolExecutor(32))
+    dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(dra_v1_pb2_grpc.DRAPluginServicer(), dra)
+    dra.add_insecure_port("unix:dra.sock")
+    reg = grpc.server(ThreadPoolExecutor(REGISTRATION_WORKERS))
+    pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(
+        pluginregistration_v1_pb2_grpc.RegistrationServicer(), reg
+    )
+    reg.add_insecure_port("unix:reg.sock")
+    dra.start()
+    reg.start()
+    print("ok", flush=True)
+    for line in sys.stdin:
+        command, _, names = line.strip().partition(" ")
+        if command == "import":
+            for name in names.split(","):
+                importlib.import_module(name)
+        print("ok", flush=True)
+    dra.stop(None)
+    reg.stop(None)
+    return 0
+
+
+def floor_footprint(root: Path) -> None:
+    """Print the floor's RSS (:func:`floor_serve`), idle, then with each of
+    :data:`FLOOR_LIBRARIES` imported, in the image's environment, reaching the API server the
+    in-cluster way as the daemon does."""
+    from sharegpu.local.apiserver import KubeAPIServer
+
+    tmp = Path(tempfile.mkdtemp(prefix="sgfloor-", dir="/tmp"))
+    try:
+        with (
+            KubeAPIServer() as apiserver,
+            connection("in-cluster", apiserver, tmp) as (_, auth_env),
+        ):
+            apiserver.store.create(
+                "nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
+            )
+            image = image_env(root / "deploy" / "Dockerfile")
+            env = {**os.environ, **image, **auth_env, "PYTHONPATH": str(root)}
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--floor-serve"],
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                if proc.stdout.readline().strip() != "ok":
+                    raise RuntimeError(f"the floor did not start ({proc.poll()})")
+                time.sleep(2.0)  # as the daemon's figure: let its threads settle
+                base, figures = memory_line(proc.pid)
+                print(
+                    "floor (Python, urllib3 TLS GET in-cluster, DRA + registration gRPC servers; "
+                    f"python {sys.version.split()[0]}):"
+                )
+                print(f"  idle: {figures}")
+                for label, modules in FLOOR_LIBRARIES:
+                    proc.stdin.write(f"import {','.join(modules)}\n")
+                    proc.stdin.flush()
+                    if proc.stdout.readline().strip() != "ok":
+                        raise RuntimeError(f"the floor failed to import {modules}")
+                    _, figures = memory_line(proc.pid, base)
+                    print(f"  + {label}: {figures}")
+            finally:
+                proc.stdin.close()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def make_claim(i: int, driver: str, opaque: bool = False) -> dict[str, Any]:
@@ -350,7 +473,7 @@ def measure(cycles: list[int], root: Path, auth: str) -> None:
                     print(f"  idle: {figures}, {loaded}")
                     done = 0
                     start = time.perf_counter()
-                    for target in [1, *cycles]:
+                    for target in [1, *(c for c in cycles if c > 1)]:
                         while done < target:
                             obj = make_claim(done, driver, opaque=done == 0)
                             apiserver.store.put("resourceclaims", obj)
@@ -467,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--serve"]:
         return serve(args[1:])
+    if args[:1] == ["--floor-serve"]:
+        return floor_serve()
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--cycles", default="1000,5000,10000", help="checkpoints, ascending")
     parser.add_argument("--root", type=Path, default=ROOT, help="source tree to measure")
@@ -474,7 +599,12 @@ def main(argv: list[str] | None = None) -> int:
         "--auth", choices=AUTHS, default=AUTHS[0], help="how the daemon connects (docstring)"
     )
     parser.add_argument("--gets", type=int, default=3000, help="claim GETs per client path")
+    parser.add_argument(
+        "--floor", action=argparse.BooleanOptionalAction, default=True, help="measure the floor"
+    )
     ns = parser.parse_args(args)
+    if ns.floor:
+        floor_footprint(ns.root.resolve())
     if ns.cycles:
         measure([int(c) for c in ns.cycles.split(",")], ns.root.resolve(), ns.auth)
     if ns.gets:
