@@ -59,16 +59,17 @@ import shlex
 import shutil
 import socket
 import ssl
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from benchchild import bench_child
 from benchclaims import allocated_claim
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -182,6 +183,46 @@ FLOOR_LIBRARIES: Final = (
 )
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What a measured child runs against: the in-process API server (with the bench's Node),
+    a temporary directory, the child's flags and environment to reach the server the ``auth``
+    way (the image's environment on top of this process's), and the image's variables."""
+
+    apiserver: Any
+    tmp: Path
+    auth_args: list[str]
+    env: dict[str, str]
+    image: dict[str, str]
+
+
+@contextmanager
+def apiserver_setup(root: Path, auth: str, prefix: str) -> Iterator[Setup]:
+    """The API server, connection and environment a child measured from ``root`` uses; all of
+    it is removed on exit."""
+    from sharegpu.local.apiserver import KubeAPIServer
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        with (
+            KubeAPIServer() as apiserver,
+            connection(auth, apiserver, tmp) as (auth_args, auth_env),
+        ):
+            apiserver.store.create(
+                "nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
+            )
+            image = image_env(root / "deploy" / "Dockerfile")
+            env = {**os.environ, **image, **auth_env, "PYTHONPATH": str(root)}
+            for name in ("OTEL_TRACES_EXPORTER", "KUBECONFIG"):
+                env.pop(name, None)
+            if auth == "kubeconfig":
+                for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+                    env.pop(name, None)
+            yield Setup(apiserver, tmp, auth_args, env, image)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def floor_serve() -> int:
     """Child mode of the floor: the least a Python node daemon of this design runs. It GETs its
     Node over TLS the in-cluster way (the service account of :data:`SA_DIR_ENV`, the API server
@@ -235,54 +276,27 @@ def floor_footprint(root: Path) -> None:
     """Print the floor's RSS (:func:`floor_serve`), idle, then with each of
     :data:`FLOOR_LIBRARIES` imported, in the image's environment, reaching the API server the
     in-cluster way as the daemon does."""
-    from sharegpu.local.apiserver import KubeAPIServer
-
-    tmp = Path(tempfile.mkdtemp(prefix="sgfloor-", dir="/tmp"))
-    try:
-        with (
-            KubeAPIServer() as apiserver,
-            connection("in-cluster", apiserver, tmp) as (_, auth_env),
-        ):
-            apiserver.store.create(
-                "nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
-            )
-            image = image_env(root / "deploy" / "Dockerfile")
-            env = {**os.environ, **image, **auth_env, "PYTHONPATH": str(root)}
-            proc = subprocess.Popen(
-                [sys.executable, __file__, "--floor-serve"],
-                cwd=tmp,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert proc.stdin is not None and proc.stdout is not None
-            try:
-                if proc.stdout.readline().strip() != "ok":
-                    raise RuntimeError(f"the floor did not start ({proc.poll()})")
-                time.sleep(2.0)  # as the daemon's figure: let its threads settle
-                base, figures = memory_line(proc.pid)
-                print(
-                    "floor (Python, urllib3 TLS GET in-cluster, DRA + registration gRPC servers; "
-                    f"python {sys.version.split()[0]}):"
-                )
-                print(f"  idle: {figures}")
-                for label, modules in FLOOR_LIBRARIES:
-                    proc.stdin.write(f"import {','.join(modules)}\n")
-                    proc.stdin.flush()
-                    if proc.stdout.readline().strip() != "ok":
-                        raise RuntimeError(f"the floor failed to import {modules}")
-                    _, figures = memory_line(proc.pid, base)
-                    print(f"  + {label}: {figures}")
-            finally:
-                proc.stdin.close()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with (
+        apiserver_setup(root, "in-cluster", "sgfloor-") as setup,
+        bench_child(__file__, ["--floor-serve"], setup.tmp, setup.env) as proc,
+    ):
+        assert proc.stdin is not None and proc.stdout is not None
+        if proc.stdout.readline().strip() != "ok":
+            raise RuntimeError(f"the floor did not start ({proc.poll()})")
+        time.sleep(2.0)  # as the daemon's figure: let its threads settle
+        base, figures = memory_line(proc.pid)
+        print(
+            "floor (Python, urllib3 TLS GET in-cluster, DRA + registration gRPC servers; "
+            f"python {sys.version.split()[0]}):"
+        )
+        print(f"  idle: {figures}")
+        for label, modules in FLOOR_LIBRARIES:
+            proc.stdin.write(f"import {','.join(modules)}\n")
+            proc.stdin.flush()
+            if proc.stdout.readline().strip() != "ok":
+                raise RuntimeError(f"the floor failed to import {modules}")
+            _, figures = memory_line(proc.pid, base)
+            print(f"  + {label}: {figures}")
 
 
 def make_claim(i: int, driver: str, opaque: bool = False) -> dict[str, Any]:
@@ -416,102 +430,68 @@ def daemon_args(tmp: Path, auth_args: list[str]) -> list[str]:
 def measure(cycles: list[int], root: Path, auth: str) -> None:
     from api import names
     from kubeletplugin.kubelet.preparer import ClaimRef
-    from sharegpu.local.apiserver import KubeAPIServer
     from sharegpu.local.kubelet import KubeletSim
 
     driver = names.DEFAULT_DRIVER_NAME
-    tmp = Path(tempfile.mkdtemp(prefix="sgfp-", dir="/tmp"))
-    try:
-        with (
-            KubeAPIServer() as apiserver,
-            connection(auth, apiserver, tmp) as (auth_args, auth_env),
-        ):
-            apiserver.store.create(
-                "nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
-            )
-            image = image_env(root / "deploy" / "Dockerfile")
-            env = {**os.environ, **image, **auth_env, "PYTHONPATH": str(root)}
-            for name in ("OTEL_TRACES_EXPORTER", "KUBECONFIG"):
-                env.pop(name, None)
-            if auth == "kubeconfig":
-                for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
-                    env.pop(name, None)
-            proc = subprocess.Popen(
-                [sys.executable, __file__, "--serve", *daemon_args(tmp, auth_args)],
-                cwd=root,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
+    with (
+        apiserver_setup(root, auth, "sgfp-") as setup,
+        bench_child(
+            __file__, ["--serve", *daemon_args(setup.tmp, setup.auth_args)], root, setup.env
+        ) as proc,
+        KubeletSim(setup.tmp / "registry") as kubelet,
+    ):
+        apiserver = setup.apiserver
+
+        def modules() -> str:
             assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("modules\n")
+            proc.stdin.flush()
+            loaded = json.loads(proc.stdout.readline())
+            heavy = ", ".join(f"{k} {v}" for k, v in loaded["heavy"].items())
+            return f"{loaded['modules']} modules ({heavy})"
 
-            def modules() -> str:
-                assert proc.stdin is not None and proc.stdout is not None
-                proc.stdin.write("modules\n")
-                proc.stdin.flush()
-                loaded = json.loads(proc.stdout.readline())
-                heavy = ", ".join(f"{k} {v}" for k, v in loaded["heavy"].items())
-                return f"{loaded['modules']} modules ({heavy})"
-
-            try:
-                with KubeletSim(tmp / "registry") as kubelet:
-                    deadline = time.monotonic() + 60
-                    while not kubelet.registration_sockets():
-                        if proc.poll() is not None or time.monotonic() > deadline:
-                            raise RuntimeError(f"the daemon did not start ({proc.poll()})")
-                        time.sleep(0.1)
-                    plugin = kubelet.register(driver, timeout=30)
-                    time.sleep(2.0)  # let start-up work (first publish, health) settle
-                    loaded = modules()
-                    idle, figures = memory_line(proc.pid)
-                    settings = " ".join(f"{k}={v}" for k, v in image.items())
-                    print(
-                        f"plugin daemon (mock backend, 8 GPUs, {auth}), tree {root}, "
-                        f"python {sys.version.split()[0]}, image env: {settings or 'none'}"
-                    )
-                    print(f"  idle: {figures}, {loaded}")
-                    done = 0
-                    start = time.perf_counter()
-                    for target in [1, *(c for c in cycles if c > 1)]:
-                        while done < target:
-                            obj = make_claim(done, driver, opaque=done == 0)
-                            apiserver.store.put("resourceclaims", obj)
-                            meta = obj["metadata"]
-                            claim = ClaimRef(
-                                namespace=meta["namespace"], uid=meta["uid"], name=meta["name"]
-                            )
-                            result = plugin.prepare([claim])[meta["uid"]]
-                            if result.error:
-                                raise RuntimeError(f"prepare {meta['name']}: {result.error}")
-                            errors = plugin.unprepare([claim])
-                            if errors[meta["uid"]]:
-                                raise RuntimeError(f"unprepare {meta['name']}: {errors}")
-                            apiserver.store.delete_now("resourceclaims", meta["name"], "default")
-                            done += 1
-                        rss, figures = memory_line(proc.pid, idle)
-                        if done == 1:
-                            print(
-                                f"  after the first claim (opaque GpuConfig): {figures}, "
-                                f"{modules()}"
-                            )
-                            first = rss
-                            continue
-                        per = (rss - first) * 1024 / (done - 1)
-                        print(
-                            f"  after {done:6d} cycles: {figures}, {per:+.0f} bytes/cycle since "
-                            f"the first; {(time.perf_counter() - start) / done * 1000:.2f} ms/cycle"
-                        )
-                    plugin.close()
-            finally:
-                proc.stdin.close()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        deadline = time.monotonic() + 60
+        while not kubelet.registration_sockets():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the daemon did not start ({proc.poll()})")
+            time.sleep(0.1)
+        plugin = kubelet.register(driver, timeout=30)
+        time.sleep(2.0)  # let start-up work (first publish, health) settle
+        loaded = modules()
+        idle, figures = memory_line(proc.pid)
+        settings = " ".join(f"{k}={v}" for k, v in setup.image.items())
+        print(
+            f"plugin daemon (mock backend, 8 GPUs, {auth}), tree {root}, "
+            f"python {sys.version.split()[0]}, image env: {settings or 'none'}"
+        )
+        print(f"  idle: {figures}, {loaded}")
+        done = 0
+        start = time.perf_counter()
+        for target in [1, *(c for c in cycles if c > 1)]:
+            while done < target:
+                obj = make_claim(done, driver, opaque=done == 0)
+                apiserver.store.put("resourceclaims", obj)
+                meta = obj["metadata"]
+                claim = ClaimRef(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
+                result = plugin.prepare([claim])[meta["uid"]]
+                if result.error:
+                    raise RuntimeError(f"prepare {meta['name']}: {result.error}")
+                errors = plugin.unprepare([claim])
+                if errors[meta["uid"]]:
+                    raise RuntimeError(f"unprepare {meta['name']}: {errors}")
+                apiserver.store.delete_now("resourceclaims", meta["name"], "default")
+                done += 1
+            rss, figures = memory_line(proc.pid, idle)
+            if done == 1:
+                print(f"  after the first claim (opaque GpuConfig): {figures}, {modules()}")
+                first = rss
+                continue
+            per = (rss - first) * 1024 / (done - 1)
+            print(
+                f"  after {done:6d} cycles: {figures}, {per:+.0f} bytes/cycle since "
+                f"the first; {(time.perf_counter() - start) / done * 1000:.2f} ms/cycle"
+            )
+        plugin.close()
 
 
 def claim_get_cpu(gets: int) -> None:

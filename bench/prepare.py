@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from typing import Any
 import grpc
 import kubernetes.client
 import kubernetes.config
+from benchchild import bench_child
 from benchclaims import allocated_claim
 
 from api import names
@@ -262,37 +262,13 @@ def server_process(kind: str, root: Path, cdi_dir: Path, kubeconfig: Path) -> It
     """Run :func:`serve` in a child process (its own interpreter, as on a node); yields the
     socket path."""
     root.mkdir(parents=True)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            __file__,
-            "--serve",
-            kind,
-            "--root",
-            str(root),
-            "--cdi-dir",
-            str(cdi_dir),
-            "--kubeconfig",
-            str(kubeconfig),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    args = ["--serve", kind, "--root", str(root), "--cdi-dir", str(cdi_dir)]
+    with bench_child(__file__, [*args, "--kubeconfig", str(kubeconfig)]) as proc:
         assert proc.stdout is not None
         socket = proc.stdout.readline().strip()
         if not socket:
             raise RuntimeError(f"{kind} server did not start (exit code {proc.wait()})")
         yield socket
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
