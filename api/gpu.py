@@ -92,24 +92,6 @@ class Resources(_Model):
     memory: str = Field(description="Memory (quantity).")
 
 
-#: ``kind`` of the usage record the node plugin writes into a claim's ``status.devices[].data``.
-SHARE_USAGE_KIND: Final = "ShareUsage"
-#: What a share may exceed: ``memory`` (bytes used above the reserved memory) and ``compute``
-#: (SM utilisation above the reserved cores plus the plugin's margin).
-OVER_MEMORY: Final = "memory"
-OVER_COMPUTE: Final = "compute"
-OVERCOMMIT_RESOURCES: Final = (OVER_MEMORY, OVER_COMPUTE)
-#: The GPU object's condition type for shares that use more than they reserved.
-CONDITION_OVERCOMMITTED: Final = "Overcommitted"
-#: Suffix of the optional device taint of an overcommitted GPU: ``<driver>/overcommitted``.
-TAINT_OVERCOMMITTED_SUFFIX: Final = "overcommitted"
-
-
-def overcommitted_taint_key(driver_name: str) -> str:
-    """Taint key the node plugin may put on a GPU one of whose shares is overcommitted."""
-    return f"{driver_name}/{TAINT_OVERCOMMITTED_SUFFIX}"
-
-
 class ShareUsage(_Model):
     """What one allocation's processes used at the node plugin's last sample.
 

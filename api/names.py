@@ -130,6 +130,24 @@ def unhealthy_taint_key(driver_name: str) -> str:
     return f"{driver_name}/{TAINT_UNHEALTHY_SUFFIX}"
 
 
+#: ``kind`` of the usage record the node plugin writes into a claim's ``status.devices[].data``.
+SHARE_USAGE_KIND: Final = "ShareUsage"
+#: What a share may exceed: ``memory`` (bytes used above the reserved memory) and ``compute``
+#: (SM utilisation above the reserved cores plus the plugin's margin).
+OVER_MEMORY: Final = "memory"
+OVER_COMPUTE: Final = "compute"
+OVERCOMMIT_RESOURCES: Final = (OVER_MEMORY, OVER_COMPUTE)
+#: The GPU object's condition type for shares that use more than they reserved.
+CONDITION_OVERCOMMITTED: Final = "Overcommitted"
+#: Suffix of the optional device taint of an overcommitted GPU: ``<driver>/overcommitted``.
+TAINT_OVERCOMMITTED_SUFFIX: Final = "overcommitted"
+
+
+def overcommitted_taint_key(driver_name: str) -> str:
+    """Taint key the node plugin may put on a GPU one of whose shares is overcommitted."""
+    return f"{driver_name}/{TAINT_OVERCOMMITTED_SUFFIX}"
+
+
 def qualify(driver_name: str, name: str) -> str:
     """Fully qualified attribute or capacity name (names with a ``/`` are already qualified)."""
     return name if "/" in name else f"{driver_name}/{name}"

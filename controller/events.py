@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from api.gpu import OVER_COMPUTE, OVER_MEMORY
+from api.names import OVER_COMPUTE, OVER_MEMORY
 from api.quantity import format_bytes_human
 from controller.reconcile import Alloc
 from controller.records import UsageRecord

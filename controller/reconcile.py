@@ -35,10 +35,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api.gpu import CONDITION_OVERCOMMITTED, HEALTHY, UNHEALTHY, GpuObject, node_label_value
+from api.gpu import HEALTHY, UNHEALTHY, GpuObject, node_label_value
 from api.names import (
     CAP_CORES,
     CAP_MEMORY,
+    CONDITION_OVERCOMMITTED,
     CORES_PER_GPU,
     GPU_KIND,
     GPU_NODE_LABEL,

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from api.gpu import OVERCOMMIT_RESOURCES, SHARE_USAGE_KIND
 from api.names import (
     ATTR_INDEX,
     ATTR_PARENT_UUID,
@@ -28,6 +27,8 @@ from api.names import (
     ATTR_UUID,
     CAP_CORES,
     CAP_MEMORY,
+    OVERCOMMIT_RESOURCES,
+    SHARE_USAGE_KIND,
     unhealthy_taint_key,
 )
 from api.quantity import QuantityError, quantity_int
@@ -224,7 +225,7 @@ class UsageRecord:
     ``status.devices[].data`` (an :class:`api.gpu.ShareUsage` with ``kind`` ShareUsage).
 
     ``sm_utilization`` is None where the GPU does not report it; ``overcommitted`` holds only
-    the known resource names (:data:`api.gpu.OVERCOMMIT_RESOURCES`), in that order.
+    the known resource names (:data:`api.names.OVERCOMMIT_RESOURCES`), in that order.
     """
 
     used_memory: int

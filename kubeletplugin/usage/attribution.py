@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from api.gpu import OVER_COMPUTE, OVER_MEMORY
+from api.names import OVER_COMPUTE, OVER_MEMORY
 from kubeletplugin.usage.model import (
     GpuSample,
     PreparedShare,

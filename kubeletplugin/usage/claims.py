@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from api.gpu import SHARE_USAGE_KIND
-from api.names import GROUP_VERSION, RESOURCE_GROUP, RESOURCE_VERSION
+from api.names import GROUP_VERSION, RESOURCE_GROUP, RESOURCE_VERSION, SHARE_USAGE_KIND
 from api.quantity import format_quantity
 from kubeletplugin.usage.model import PreparedShare, ShareUsage
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path

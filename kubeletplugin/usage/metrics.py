@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from api.gpu import OVERCOMMIT_RESOURCES
+from api.names import OVERCOMMIT_RESOURCES
 from kubeletplugin.usage.model import ShareUsage, Unattributed
 from sharegpu.kube.telemetry import Telemetry
 

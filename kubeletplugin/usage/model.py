@@ -71,7 +71,7 @@ class PreparedShare:
 @dataclass(frozen=True, slots=True)
 class ShareUsage:
     """What one share's processes used at one sample, and what of its reservation they exceed
-    (``overcommitted``: names of :data:`api.gpu.OVERCOMMIT_RESOURCES`, in that order)."""
+    (``overcommitted``: names of :data:`api.names.OVERCOMMIT_RESOURCES`, in that order)."""
 
     share: PreparedShare
     used_memory: int

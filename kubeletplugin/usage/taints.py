@@ -1,6 +1,6 @@
 """The optional device taint of a GPU with an overcommitted share (``--usage-taint``).
 
-Key ``<driver>/overcommitted`` (:func:`api.gpu.overcommitted_taint_key`), effect NoSchedule
+Key ``<driver>/overcommitted`` (:func:`api.names.overcommitted_taint_key`), effect NoSchedule
 (new claims stay away; running pods are never evicted), value the resources exceeded
 (``memory``, ``compute`` or ``memory.compute``), ``timeAdded`` when the GPU became
 overcommitted, so the taint stays byte-identical while it lasts. It is put on the GPU's whole
@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api import names
-from api.gpu import OVERCOMMIT_RESOURCES, overcommitted_taint_key
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.usage.model import ShareUsage
 
@@ -46,8 +45,8 @@ class OvercommitTaints:
 
     def _taint(self, what: set[str], since: float) -> dict[str, Any]:
         return {
-            "key": overcommitted_taint_key(self._driver),
-            "value": ".".join(r for r in OVERCOMMIT_RESOURCES if r in what),
+            "key": names.overcommitted_taint_key(self._driver),
+            "value": ".".join(r for r in names.OVERCOMMIT_RESOURCES if r in what),
             "effect": "NoSchedule",
             "timeAdded": rfc3339(since),
         }

@@ -14,7 +14,6 @@ import argparse
 from typing import Any, Final
 
 from api import names
-from api.gpu import CONDITION_OVERCOMMITTED
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from controller.status import COLUMNS, gpu_rows
 from sharegpu.cli.common import EXIT_OK, CliError, Obj, add_output_flag
@@ -90,7 +89,7 @@ def _gpu_key(obj: Obj) -> tuple[str, str]:
 def overcommitted_condition(obj: Obj) -> dict[str, Any] | None:
     """The GPU object's ``Overcommitted`` condition, None when it has none."""
     for condition in _list(_mapping(obj.get("status")).get("conditions")):
-        if isinstance(condition, dict) and condition.get("type") == CONDITION_OVERCOMMITTED:
+        if isinstance(condition, dict) and condition.get("type") == names.CONDITION_OVERCOMMITTED:
             return condition
     return None
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from api import names
-from api.gpu import SHARE_USAGE_KIND
+from api.names import SHARE_USAGE_KIND
 from controller.reconcile import reconcile
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from api.gpu import OVER_COMPUTE, OVER_MEMORY
+from api.names import OVER_COMPUTE, OVER_MEMORY
 from controller.events import (
     COMPONENT,
     EVENT_WINDOW_S,
