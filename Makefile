@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean
+.PHONY: demo test lint typecheck unit gpu-test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	bash tests/setup-system.sh
 	$(BIN)/pytest -q -p no:cacheprovider
+
+## The real-GPU suite (root, NVIDIA GPU) in the mode that never changes the GPU's settings,
+## with a JSON report; elsewhere every test skips with the reason.
+GPU_REPORT ?= gpu-report.json
+gpu-test: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider tests/gpu --keep-gpu-settings --gpu-report=$(GPU_REPORT)
 
 ## Set up everything and run the whole test suite (linters, type checks, tests).
 test: lint typecheck unit

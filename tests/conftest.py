@@ -11,6 +11,7 @@ from hypothesis import settings
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.deploy.helpers import helm_binary
+from tests.gpu.conftest import add_gpu_options
 
 # Property tests draw the same examples on every run (seeded from each test), so a run on a
 # busy CI machine is repeatable; explicit @example cases pin the regressions found so far.
@@ -52,3 +53,7 @@ def helm() -> str:
     if path is None:
         pytest.fail("helm not found: run `bash tests/install-helm.sh` (make test does)")
     return path
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_gpu_options(parser)

@@ -1,4 +1,4 @@
-"""MPS control daemons as pods: one pod per shared GPU, created by the plugin through the API.
+"""MPS control daemons as pods: one pod per claim and GPU, created by the plugin through the API.
 
 A daemon pod is no part of the plugin's DaemonSet, so it survives a plugin container restart, an
 OOM kill of the plugin and a DaemonSet rollout; kubelet reaps and restarts its process
@@ -9,13 +9,15 @@ The chart renders the node-independent part as a Pod manifest (image, driver fil
 context, priority class, tolerations, readiness probe); :func:`daemon_pod` adds what depends on
 the GPU and the node:
 
-- the name ``<template name>-<short id>`` in the plugin's namespace, and labels naming the GPU
-  (:data:`LABEL_GPU`) and the node (:data:`LABEL_NODE`, a hash: node names may be longer than a
-  label value), which :meth:`PodLauncher.present` selects on;
+- the name ``<template name>-<daemon id>`` in the plugin's namespace, and labels naming the
+  daemon (:data:`LABEL_DAEMON`), the GPU (:data:`LABEL_GPU`) and the node (:data:`LABEL_NODE`);
+  GPU and node as hashes, since their names may be longer than a label value;
+  :meth:`PodLauncher.present` selects on the node; annotations name the claim, GPU and node;
 - a required node affinity on ``metadata.name`` (what the DaemonSet controller uses), so the pod
   runs on this node and nowhere else;
-- the GPU's host directories: ``pipe`` and ``log`` at their host paths (the plugin reaches the
-  same sockets at the same paths), ``shm`` at ``/dev/shm``; and the daemon's environment.
+- the daemon's host directories: ``pipe`` and ``log`` at their host paths (the plugin reaches
+  the same sockets at the same paths), ``shm`` at ``/dev/shm``; and the daemon's environment
+  (with the share's limits as its defaults).
 """
 
 from __future__ import annotations
@@ -30,20 +32,22 @@ from typing import Any, Final, Protocol
 import yaml
 
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
-from kubeletplugin.sharing.mpspaths import short_id
+from kubeletplugin.sharing.mpspaths import DAEMON_ID_LENGTH, short_id
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
 
 #: The container of the template that runs ``nvidia-cuda-mps-control -f``.
 DAEMON_CONTAINER: Final = "mps-control-daemon"
+LABEL_DAEMON: Final = "mps.sharegpu.dev/daemon"
 LABEL_GPU: Final = "mps.sharegpu.dev/gpu"
 LABEL_NODE: Final = "mps.sharegpu.dev/node"
 ANNOTATION_UUID: Final = "mps.sharegpu.dev/gpu-uuid"
+ANNOTATION_CLAIM: Final = "mps.sharegpu.dev/claim-uid"
 ANNOTATION_NODE: Final = "mps.sharegpu.dev/node-name"
 #: A pod name is a DNS label here (at most 63 characters), so the template name leaves room
-#: for ``-<short id>``.
-MAX_TEMPLATE_NAME: Final = 63 - 9
+#: for ``-<daemon id>``.
+MAX_TEMPLATE_NAME: Final = 63 - 1 - DAEMON_ID_LENGTH
 #: Seconds :meth:`PodLauncher.remove` waits for a deleted pod to be gone.
 REMOVE_TIMEOUT_S: Final = 60.0
 DELETE_GRACE_S: Final = 10
@@ -146,15 +150,17 @@ def pod_name(template: Mapping[str, Any], spec: DaemonSpec) -> str:
 def daemon_pod(
     template: Mapping[str, Any], spec: DaemonSpec, *, namespace: str, node_name: str
 ) -> dict[str, Any]:
-    """The pod running GPU ``spec.uuid``'s daemon on ``node_name`` (see the module docstring);
-    ``template`` is not modified."""
+    """The pod running claim ``spec.claim_uid``'s daemon of GPU ``spec.uuid`` on ``node_name``
+    (see the module docstring); ``template`` is not modified."""
     pod: dict[str, Any] = copy.deepcopy(dict(template))
     meta = pod.setdefault("metadata", {})
     meta["name"] = pod_name(template, spec)
     meta["namespace"] = namespace
-    meta.setdefault("labels", {}).update({LABEL_GPU: spec.id, LABEL_NODE: short_id(node_name)})
+    meta.setdefault("labels", {}).update(
+        {LABEL_DAEMON: spec.id, LABEL_GPU: short_id(spec.uuid), LABEL_NODE: short_id(node_name)}
+    )
     meta.setdefault("annotations", {}).update(
-        {ANNOTATION_UUID: spec.uuid, ANNOTATION_NODE: node_name}
+        {ANNOTATION_UUID: spec.uuid, ANNOTATION_CLAIM: spec.claim_uid, ANNOTATION_NODE: node_name}
     )
     body = pod.setdefault("spec", {})
     body.pop("nodeName", None)
@@ -206,7 +212,8 @@ def pod_phase(pod: Mapping[str, Any] | None) -> DaemonPhase:
 
 
 class PodLauncher:
-    """Runs each GPU's daemon as a pod in ``namespace`` on ``node_name`` (see module doc)."""
+    """Runs each claim's daemon of a GPU as a pod in ``namespace`` on ``node_name`` (see the
+    module doc)."""
 
     def __init__(
         self,
@@ -242,7 +249,12 @@ class PodLauncher:
             self.api.create(self.namespace, pod)
         except KubeApiError as exc:
             raise DaemonError(f"cannot create {self.describe(spec)}: {exc}") from None
-        log.info("created %s for the MPS daemon of GPU %s", self.describe(spec), spec.uuid)
+        log.info(
+            "created %s for the MPS daemon of claim %s on GPU %s",
+            self.describe(spec),
+            spec.claim_uid,
+            spec.uuid,
+        )
 
     def phase(self, spec: DaemonSpec) -> DaemonPhase:
         return pod_phase(self._get(spec))
@@ -271,7 +283,7 @@ class PodLauncher:
         except KubeApiError as exc:
             raise DaemonError(f"cannot list the MPS daemon pods of this node: {exc}") from None
         ids = {
-            str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_GPU, "")) for p in pods
+            str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_DAEMON, "")) for p in pods
         }
         return sorted(i for i in ids if i)
 

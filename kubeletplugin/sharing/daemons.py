@@ -1,21 +1,23 @@
 """The seam between the MPS manager and whatever runs the MPS control daemons.
 
-The manager decides when a GPU's daemon must run, which compute mode the GPU has and which
-limits the daemon sets; a :class:`DaemonLauncher` only makes the daemon process exist or not,
-outside the plugin container so that it outlives plugin restarts and upgrades:
+The manager decides when a claim's daemon on a GPU must run and which limits it starts with; a
+:class:`DaemonLauncher` only makes the daemon process exist or not, outside the plugin container
+so that it outlives plugin restarts and upgrades:
 :class:`~kubeletplugin.sharing.daemonpods.PodLauncher` runs each daemon as its own pod;
 :class:`~kubeletplugin.sharing.simulator.SimulatedLauncher` stands in for it with the mock backend.
 
 Invariants every launcher keeps:
 
 - ``launch`` of a daemon that already exists (in any phase) changes nothing: a daemon is never
-  started twice for one GPU;
+  started twice for one claim and GPU;
 - ``phase`` is :attr:`DaemonPhase.RUNNING` only for a daemon process that is running now; a
   daemon that exited, crashed or is being deleted is :attr:`DaemonPhase.FAILED`, never running
   (a zombie counts as dead);
 - ``remove`` returns once the daemon is gone (``phase`` is :attr:`DaemonPhase.ABSENT`), or raises
   :class:`DaemonError`;
-- ``present`` lists the short ids of this node's daemons that exist, whatever their phase.
+- ``present`` lists the ids of this node's daemons that exist, whatever their phase;
+- ``phase``, ``remove`` and ``describe`` need only the spec's ``paths`` (a leftover daemon found by
+  its id has no known claim or GPU).
 """
 
 from __future__ import annotations
@@ -41,15 +43,15 @@ class DaemonPhase(enum.Enum):
 
 @dataclass(frozen=True)
 class DaemonSpec:
-    """What the daemon of one GPU runs with: its directories and its environment."""
+    """What the daemon of one claim on one GPU runs with: its directories and its environment
+    (``uuid``, ``claim_uid`` and ``env`` are empty for a leftover known only by its id)."""
 
     paths: MpsPaths
-    #: ``CUDA_VISIBLE_DEVICES``, ``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_LOG_DIRECTORY``.
+    #: ``CUDA_VISIBLE_DEVICES``, ``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_LOG_DIRECTORY`` and
+    #: the share's default limits.
     env: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def uuid(self) -> str:
-        return self.paths.uuid
+    uuid: str = ""
+    claim_uid: str = ""
 
     @property
     def id(self) -> str:

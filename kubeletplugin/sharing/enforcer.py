@@ -8,29 +8,28 @@ claim:
 2. overrides are checked against the share (never above its cores or memory) and ``Limits`` needs
    a configured interception library;
 3. under the locks of the GPUs involved, the claim is checked against the other claims on those
-   GPUs: strategies must coexist (MPS only with MPS, because MPS puts the GPU in
-   EXCLUSIVE_PROCESS mode; TimeSlicing and Limits together; Exclusive with nothing) and the sum
-   of granted cores and memory never exceeds the GPU's 100 cores and usable memory;
-4. node state is driven (MPS daemon started, adopted or restarted, its default limits set to the
-   largest MPS share on the GPU, time-slice interval set) and the edits are returned: MPS client
-   variables, pipe and shm mounts, or the Limits library and its limits.
+   GPUs: strategies must coexist (MPS only with MPS: other strategies' processes would run
+   beside the MPS servers without their limits; TimeSlicing and Limits together; Exclusive with
+   nothing) and the sum of granted cores and memory never exceeds the GPU's 100 cores and usable
+   memory;
+4. node state is driven (the claim's own MPS daemon per GPU started, adopted or restarted with
+   the claim's limits as its defaults, time-slice interval set) and the edits are returned: MPS
+   client variables, pipe and shm mounts, or the Limits library and its limits.
 
-Allocations with adminAccess are neither counted nor enforced. ``release`` stops a GPU's MPS
-daemon after its last MPS share and restores its time-slice interval after its last holder; a
-failed stop is retried on every later call. ``export_state``/``restore`` carry daemons and
-intervals across plugin restarts; each claim's grants travel in its checkpoint record.
+Allocations with adminAccess are neither counted nor enforced. ``release`` stops the claim's MPS
+daemons and restores a GPU's time-slice interval after its last holder; a failed stop is retried
+on every later call. ``export_state``/``restore`` carry intervals across plugin restarts; each
+claim's grants travel in its checkpoint record, and its daemons follow from them.
 
 MPS daemons run outside the plugin container (see :mod:`kubeletplugin.sharing.daemons`), so after
-a plugin restart ``restore`` adopts every daemon a prepared claim uses (never a second start, never
-a stop) and stops the daemons no prepared claim needs.
+a plugin restart ``restore`` adopts the daemon of every prepared claim (never a second start,
+never a stop) and stops the daemons no prepared claim needs.
 
 A prepare interrupted after it drove the node but before its checkpoint record (and the exported
-state) was written leaves changes no checkpoint mentions. Both kinds leave a per-GPU mark before
-the GPU is changed: a daemon's pipe directory (created before the compute mode is set, gone once a
-stop restored it) or its launcher's record (a pod), and a time-slice marker. ``restore`` undoes
-every marked GPU that no surviving claim uses that way: the daemon is stopped if it still runs
-and the compute mode set back (to ``DEFAULT`` when the checkpoint does not know the previous one),
-the interval set back to ``Default``.
+state) was written leaves changes no checkpoint mentions. Both kinds leave a mark before the node
+is changed: a daemon's directory or its launcher's record (a pod), and a time-slice marker.
+``restore`` undoes every mark that no surviving claim needs: the daemon is stopped, the interval
+set back to ``Default``.
 """
 
 from __future__ import annotations
@@ -65,7 +64,8 @@ from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
 from kubeletplugin.sharing.daemons import DaemonLauncher, NoLauncher
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.sharing.limits import limits_edits
-from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, MPS_ERRORS, MpsManager
+from kubeletplugin.sharing.mps import MPS_ERRORS, MpsLimits, MpsManager
+from kubeletplugin.sharing.shm import PlainDirectory, ShmMounter, TmpfsMounter
 from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import (
     DEFAULT_INTERVAL,
@@ -76,7 +76,7 @@ from kubeletplugin.sharing.timeslice import (
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION: Final = 1
+STATE_VERSION: Final = 2
 
 #: Strategies that may share one GPU between different claims.
 _COMPATIBLE: Final = {
@@ -153,14 +153,19 @@ class SharingEnforcer:
         launcher: DaemonLauncher,
         limits_library: str | None = None,
         mps_root: str | Path | None = None,
+        shm: ShmMounter | None = None,
     ) -> None:
         """``launcher`` runs the MPS daemons; their host directories live under ``mps_root``
-        (default ``<data_dir>/mps``; keep it short: socket paths hold at most 107 bytes)."""
+        (default ``<data_dir>/mps``; keep it short: socket paths hold at most 107 bytes) and
+        ``shm`` bounds each daemon's shared memory."""
         self.runner = runner
         self.driver_name = driver_name
         self.limits_library = limits_library
         self.mps = MpsManager(
-            runner, Path(data_dir) / "mps" if mps_root is None else Path(mps_root), launcher
+            runner,
+            Path(data_dir) / "mps" if mps_root is None else Path(mps_root),
+            launcher,
+            shm=shm,
         )
         #: Parent of the per-claim lock directories of the Limits strategy (see limits.py).
         self.limits_lock_root = Path(data_dir) / "limits" / "vgpulock"
@@ -193,16 +198,32 @@ class SharingEnforcer:
     def release(self, claim_uid: str) -> None:
         with self._lock:
             grants = self._grants.pop(claim_uid, ())
-            mps_owned = set(self.mps.running())
+            needed = self._needed_daemons()
         if any(g.strategy == STRATEGY_LIMITS for g in grants):
             self._remove_lock_dir(claim_uid)
-        uuids = sorted({g.gpu_uuid for g in grants} | mps_owned | set(self.timeslice.gpus()))
+        # This claim's daemons, and any whose earlier stop failed (retried on every release).
+        unneeded = {i: d.uuid for i, d in self.mps.running().items() if i not in needed}
+        uuids = sorted({g.gpu_uuid for g in grants} | set(unneeded.values()))
         problems: list[str] = []
         with self._locked(uuids):
+            for daemon_id, uuid in sorted(unneeded.items()):
+                try:
+                    self.mps.stop(daemon_id)
+                except MPS_ERRORS as exc:
+                    problems.append(f"cannot stop the MPS daemon {daemon_id} of GPU {uuid}: {exc}")
             for uuid in uuids:
-                problems += self._settle_gpu(uuid, claim_uid)
+                problems += self._settle_timeslice(uuid, claim_uid)
         if problems:
             raise ShareError("; ".join(problems))
+
+    def _needed_daemons(self) -> dict[str, tuple[str, str, MpsLimits]]:
+        """``{daemon id: (claim, GPU, limits)}`` of the recorded claims' MPS grants (call with
+        ``self._lock`` held)."""
+        needed: dict[str, tuple[str, str, MpsLimits]] = {}
+        for claim_uid, grants in self._grants.items():
+            for uuid, limits in _daemon_limits(grants).items():
+                needed[self.mps.paths(claim_uid, uuid).id] = (claim_uid, uuid, limits)
+        return needed
 
     def export_state(self) -> dict[str, Any]:
         return {
@@ -220,9 +241,6 @@ class SharingEnforcer:
     ) -> None:
         state = state if isinstance(state, Mapping) else {}
         known = frozenset(node_gpus)
-        modes = _on_node(
-            MpsManager.previous_modes(_mapping(state.get("mps"))), known, "MPS compute mode"
-        )
         intervals = _on_node(
             TimeSliceManager.intervals(_mapping(state.get("timeSlicing"))),
             known,
@@ -231,34 +249,31 @@ class SharingEnforcer:
         with self._lock:
             for claim_uid, (devices, record) in prepared.items():
                 self._grants[claim_uid] = _grants_from_record(devices, record)
+            needed = self._needed_daemons()
+            all_grants = [(c, g) for c, gs in self._grants.items() for g in gs]
         for uuid, interval in intervals.items():
             self.timeslice.adopt(uuid, interval)
-        with self._lock:
-            all_grants = [(c, g) for c, gs in self._grants.items() for g in gs]
-        for uuid in sorted({g.gpu_uuid for _, g in all_grants if g.strategy == STRATEGY_MPS}):
+        for claim_uid, uuid, limits in sorted(needed.values()):
             try:
-                self.mps.ensure_running(uuid, modes.pop(uuid, None))
-                self._set_mps_defaults(uuid, [])
+                self.mps.ensure_running(claim_uid, uuid, limits)
             except MPS_ERRORS as exc:
-                log.error("cannot resume the MPS daemon of GPU %s: %s", uuid, exc)
+                log.error(
+                    "cannot resume the MPS daemon of claim %s on GPU %s: %s", claim_uid, uuid, exc
+                )
         for claim_uid, grant in all_grants:
             if grant.strategy == STRATEGY_TIME_SLICING and grant.interval is not None:
                 try:
                     self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
                 except (CommandError, TimeSliceConflict) as exc:
                     log.error("cannot resume time-slicing on GPU %s: %s", grant.gpu_uuid, exc)
-        # Daemons no claim needs: recorded in the checkpoint, or found through their pipe
-        # directories or their launcher (checkpoint lost, or a prepare interrupted before its
-        # record): running or not, the GPU's compute mode may still be EXCLUSIVE_PROCESS.
-        mps_gpus = {g.gpu_uuid for _, g in all_grants if g.strategy == STRATEGY_MPS}
-        for uuid in self.mps.leftovers(known):
-            if uuid not in mps_gpus and uuid not in modes:
-                modes[uuid] = DEFAULT_COMPUTE_MODE
-        for uuid, mode in sorted(modes.items()):
+        # Daemons no prepared claim needs: found through their directories or their launcher
+        # (a claim unprepared while the plugin was down, or a prepare interrupted before its
+        # record).
+        for daemon_id in self.mps.leftovers(needed):
             try:
-                self.mps.cleanup(uuid, mode)
+                self.mps.stop(daemon_id)
             except MPS_ERRORS as exc:
-                log.error("cannot stop the leftover MPS daemon of GPU %s: %s", uuid, exc)
+                log.error("cannot stop the leftover MPS daemon %s: %s", daemon_id, exc)
         # Lock directories of claims that are not prepared any more (the checkpoint decides).
         with self._lock:
             prepared_claims = set(self._grants)
@@ -411,17 +426,15 @@ class SharingEnforcer:
     # --- node state ---
 
     def _drive_node(self, claim_uid: str, grants: Sequence[Grant]) -> None:
-        """Start or adopt MPS daemons and set intervals; on failure undo this claim's part."""
+        """Start or adopt the claim's MPS daemons and set intervals; on failure undo this
+        claim's part."""
         started: list[str] = []
         acquired: list[str] = []
         if any(g.strategy == STRATEGY_LIMITS for g in grants):
             self._make_lock_dir(claim_uid)
         try:
-            for uuid in sorted({g.gpu_uuid for g in grants if g.strategy == STRATEGY_MPS}):
-                if uuid not in self.mps.running():
-                    started.append(uuid)
-                self.mps.ensure_running(uuid)
-                self._set_mps_defaults(uuid, grants)
+            for uuid, limits in sorted(_daemon_limits(grants).items()):
+                started.append(self.mps.ensure_running(claim_uid, uuid, limits).paths.id)
             for grant in grants:
                 if grant.strategy == STRATEGY_TIME_SLICING and grant.gpu_uuid not in acquired:
                     self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
@@ -430,51 +443,14 @@ class SharingEnforcer:
             for uuid in acquired:
                 with contextlib.suppress(CommandError):
                     self.timeslice.release(uuid, claim_uid)
-            for uuid in started:
-                if not self._mps_users(uuid, exclude=claim_uid):
-                    with contextlib.suppress(*MPS_ERRORS):
-                        self.mps.stop(uuid)
+            for daemon_id in started:
+                with contextlib.suppress(*MPS_ERRORS):
+                    self.mps.stop(daemon_id)
             raise ShareError(f"cannot enforce the share: {exc}") from None
 
-    def _set_mps_defaults(self, uuid: str, new_grants: Sequence[Grant]) -> None:
-        """Set GPU ``uuid``'s daemon defaults to the largest MPS limits a container on it gets
-        (of the recorded claims and ``new_grants``): a client that drops its own variables gets
-        at most that, never the whole GPU. Raises CommandError."""
-        with self._lock:
-            recorded = list(self._grants.values())
-        largest = [
-            limits
-            for gs in [*recorded, tuple(new_grants)]
-            for (_, gpu, strategy), limits in _group_limits(gs).items()
-            if gpu == uuid and strategy == STRATEGY_MPS
-        ]
-        if largest:
-            self.mps.set_default_limits(
-                uuid, max(c for c, _ in largest), max(m for _, m in largest)
-            )
-
-    def _mps_users(self, uuid: str, exclude: str = "") -> list[str]:
-        with self._lock:
-            return [
-                uid
-                for uid, gs in self._grants.items()
-                if uid != exclude
-                and any(g.gpu_uuid == uuid and g.strategy == STRATEGY_MPS for g in gs)
-            ]
-
-    def _settle_gpu(self, uuid: str, released_claim: str) -> list[str]:
-        """After ``released_claim`` left: stop an unused daemon, drop its interval hold."""
+    def _settle_timeslice(self, uuid: str, released_claim: str) -> list[str]:
+        """After ``released_claim`` left: drop its interval hold on ``uuid``."""
         problems: list[str] = []
-        if uuid in self.mps.running() and not self._mps_users(uuid):
-            try:
-                self.mps.stop(uuid)
-            except MPS_ERRORS as exc:
-                problems.append(f"cannot stop the MPS daemon of GPU {uuid}: {exc}")
-        elif uuid in self.mps.running():
-            try:  # lower the defaults to what the remaining shares need
-                self._set_mps_defaults(uuid, [])
-            except CommandError as exc:
-                log.warning("cannot lower the MPS defaults of GPU %s: %s", uuid, exc)
         holders = self.timeslice.holders(uuid)
         if released_claim in holders or (uuid in self.timeslice.gpus() and not holders):
             try:
@@ -533,7 +509,7 @@ class SharingEnforcer:
                 continue
             cores, memory = limits[(grant.requests, grant.gpu_uuid, grant.strategy)]
             if grant.strategy == STRATEGY_MPS:
-                edits.append(self.mps.container_edits(grant.gpu_uuid, cores, memory))
+                edits.append(self.mps.container_edits(claim_uid, grant.gpu_uuid, cores, memory))
             elif grant.strategy == STRATEGY_LIMITS and self.limits_library:
                 edits.append(
                     limits_edits(
@@ -565,6 +541,22 @@ def _group_limits(
         )
         for key, group in groups.items()
     }
+
+
+def _daemon_limits(grants: Sequence[Grant]) -> dict[str, MpsLimits]:
+    """The default limits of one claim's MPS daemon per GPU: the largest limits a container of
+    the claim gets there (a container with lower limits sets its own client variables)."""
+    daemons: dict[str, MpsLimits] = {}
+    for (_, uuid, strategy), (cores, memory) in _group_limits(grants).items():
+        if strategy != STRATEGY_MPS:
+            continue
+        known = daemons.get(uuid)
+        daemons[uuid] = (
+            MpsLimits(cores, memory)
+            if known is None
+            else MpsLimits(max(known.cores, cores), max(known.memory, memory))
+        )
+    return daemons
 
 
 def _limits(config: GpuConfig, share: DeviceShare, label: str) -> tuple[int, int]:
@@ -704,12 +696,15 @@ def build_enforcer(
     shares are refused) with the NVML backend; a FakeRunner over :class:`SimulatedNvidiaTools`
     and its :class:`SimulatedLauncher` with the mock backend."""
     runner: Runner
+    shm: ShmMounter
     if device_backend == "mock":
         sim = SimulatedNvidiaTools()
         runner = sim.install(FakeRunner())
         launcher = launcher or SimulatedLauncher(sim)
+        shm = PlainDirectory()
     else:
         runner = HostRunner(driver_root)
+        shm = TmpfsMounter()
         launcher = launcher or NoLauncher(
             "this node's plugin has no MPS daemon pod template (--mps-daemon-pod-template), "
             "so it cannot run MPS daemons; use strategy TimeSlicing or Limits"
@@ -721,4 +716,5 @@ def build_enforcer(
         launcher=launcher,
         limits_library=limits_library,
         mps_root=mps_root,
+        shm=shm,
     )

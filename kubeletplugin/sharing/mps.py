@@ -1,31 +1,37 @@
-"""One MPS control daemon per shared GPU, outside the plugin container, and the container edits
-that attach a share to it.
+"""One MPS control daemon per claim and GPU, outside the plugin container, and the container
+edits that attach a share to it.
 
-Per GPU (UUID ``U``) the plugin owns the host directories of :class:`~kubeletplugin.sharing.
-mpspaths.MpsPaths` (``<root>/<short id>/{pipe,shm,log}``); a
-:class:`~kubeletplugin.sharing.daemons.DaemonLauncher` runs the daemon (a pod per GPU on a real
-node), so a plugin restart, OOM kill or upgrade leaves it running.
+Why one per claim: a daemon's ``set_default_*`` limits reach only MPS servers it starts later, a
+server outlives its clients, and every client of one UID shares one server; so with one daemon
+per GPU a later, larger share got the limits of the first share's server (measured on an H200).
+Each claim's daemon starts with that claim's limits on that GPU as its defaults, so a share's
+limits hold whatever the order of prepares, client starts and unprepares.
 
-- start: every socket path the daemon will create must fit a unix socket address (else the
-  prepare fails naming the path); remember the GPU's compute mode, set ``EXCLUSIVE_PROCESS``,
-  launch the daemon with ``CUDA_VISIBLE_DEVICES=U`` and the pipe and log directories, and wait
-  until it answers ``get_server_list``: a share is only handed out once its daemon serves;
-- alive: the launcher says the daemon runs (a crashed, exited or zombie daemon, or a pod being
-  deleted, is dead) *and* it answers ``get_server_list``. Checked before every share attaches;
-- adopt: a daemon that is alive but not owned (found after a plugin restart) is taken over,
-  never started a second time and never stopped while a prepared claim uses it;
-- restart: an owned daemon that is not alive is removed and launched again (the remembered
-  compute mode is kept) before another share attaches;
-- limits: the daemon's defaults (``set_default_active_thread_percentage`` and
-  ``set_default_device_pinned_mem_limit U <N>M``) are the largest share on the GPU, set again
-  whenever a share attaches; each client's own variables lower them to its share;
-- stop: ``quit``, then the launcher removes the daemon, then the compute mode is restored and
-  the pipe and shm directories are removed (the log directory stays for inspection).
+Per daemon (claim ``C``, GPU ``U``) the plugin owns the host directories of
+:class:`~kubeletplugin.sharing.mpspaths.MpsPaths` (``<root>/<daemon id>/{pipe,shm,log}``); a
+:class:`~kubeletplugin.sharing.daemons.DaemonLauncher` runs it (a pod on a real node), so a
+plugin restart, OOM kill or upgrade leaves it running.
 
-Because the daemon is started with only its GPU visible, a client sees that GPU as device 0 and
-attaches to one daemon (one GPU) at a time; the enforcer keeps the MPS devices of a request on
-one GPU. Clients get the pipe directory (with ``control_privileged`` masked) and the GPU's
-``shm`` directory at ``/dev/shm``; never the log directory.
+- start: every socket path must fit a unix socket address, and the GPU must be in compute mode
+  ``DEFAULT`` (the claims' servers run side by side; the plugin never changes the mode for MPS);
+  the ``shm`` directory becomes a bounded tmpfs; the daemon is launched with
+  ``CUDA_VISIBLE_DEVICES=U``, its directories and the limits in its environment
+  (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, so a daemon its
+  pod restarts keeps them), and once it answers ``get_server_list`` the same limits are set with
+  ``set_default_*`` before any client can know the daemon (the claim's CDI spec comes later);
+- alive: the launcher says it runs (a crashed, exited or zombie daemon, or a pod being deleted,
+  is dead) *and* it answers ``get_server_list``;
+- adopt: an alive daemon that is not owned (found after a plugin restart) is taken over, never
+  started a second time; restart: an owned daemon that is not alive is removed and launched again;
+- stop: ``quit``, the launcher removes the daemon, the tmpfs is unmounted and the daemon's
+  directory removed. Leftovers (directories or pods of no prepared claim) are stopped the same way.
+
+Clients get the pipe directory read-only (a tenant cannot plant a file or link for the privileged
+daemon to follow) with ``control_privileged`` masked, and the daemon's ``shm`` at ``/dev/shm``;
+never the log directory. The daemon sees only its GPU, so a client sees it as device 0 and
+attaches to one daemon (one GPU) at a time; the enforcer keeps the MPS devices of a request on one
+GPU. Clients of one claim that run as different UIDs queue behind each other: the daemon runs one
+server at a time, for one UID.
 """
 
 from __future__ import annotations
@@ -35,33 +41,26 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from kubeletplugin.containeredits import ContainerEdits, Mount
-from kubeletplugin.runner import MPS_CONTROL, NVIDIA_SMI, CommandError, Runner
+from kubeletplugin.runner import MPS_CONTROL, CommandError, Runner
+from kubeletplugin.sharing.computemode import DEFAULT_COMPUTE_MODE, query_compute_mode
 from kubeletplugin.sharing.daemons import DaemonError, DaemonLauncher, DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.mpspaths import (
     PRIVILEGED_SOCKET,
     MpsPathError,
     MpsPaths,
     check_socket_paths,
-    short_id,
+    is_daemon_id,
 )
+from kubeletplugin.sharing.shm import DEFAULT_SHM_BYTES, PlainDirectory, ShmMounter
 
 log = logging.getLogger(__name__)
 
-EXCLUSIVE_PROCESS: Final = "EXCLUSIVE_PROCESS"
-DEFAULT_COMPUTE_MODE: Final = "DEFAULT"
-#: Compute modes ``nvidia-smi -c`` accepts, by the names ``--query-gpu=compute_mode`` prints.
-_COMPUTE_MODES: Final = {
-    "default": "DEFAULT",
-    "exclusive_process": "EXCLUSIVE_PROCESS",
-    "exclusive_thread": "EXCLUSIVE_THREAD",
-    "prohibited": "PROHIBITED",
-}
 #: Where containers see the daemon's pipe directory (per GPU, so two GPUs never collide).
 CONTAINER_MPS_ROOT: Final = "/run/sharegpu/mps"
 #: Where MPS clients and their daemon share memory.
@@ -74,33 +73,46 @@ START_TIMEOUT_S: Final = 60.0
 MPS_ERRORS: Final = (CommandError, DaemonError, MpsPathError, OSError)
 
 
+class ComputeModeError(DaemonError):
+    """The GPU's compute mode does not let several MPS servers share it."""
+
+
+@dataclass(frozen=True)
+class MpsLimits:
+    """A daemon's default limits: active thread percentage (1-100) and pinned device memory in
+    bytes (passed in whole MiB, rounded down: never above the share)."""
+
+    cores: int
+    memory: int
+
+    def pinned_limit(self, uuid: str) -> str:
+        """NVIDIA's ``<device>=<limit>`` form, keyed by the GPU's UUID."""
+        return f"{uuid}={self.memory // MIB}M"
+
+
 @dataclass(frozen=True)
 class MpsDaemon:
-    """A daemon the plugin started or adopted for GPU ``uuid``."""
+    """A daemon the plugin started or adopted for claim ``claim_uid`` on GPU ``uuid``."""
 
+    claim_uid: str
     uuid: str
     paths: MpsPaths
-    #: Compute mode to restore when the daemon stops (``nvidia-smi -c`` spelling).
-    previous_compute_mode: str
+    limits: MpsLimits
     adopted: bool = False
 
 
-def compute_mode_argument(reported: str) -> str:
-    """``nvidia-smi -c`` spelling of a mode as ``--query-gpu=compute_mode`` prints it
-    (``Exclusive_Process`` -> ``EXCLUSIVE_PROCESS``); raises ValueError for unknown text."""
-    key = reported.strip().lower().replace(" ", "_")
-    if key not in _COMPUTE_MODES:
-        raise ValueError(f"unknown compute mode {reported.strip()!r}")
-    return _COMPUTE_MODES[key]
-
-
 def container_pipe_dir(uuid: str) -> str:
-    """Where a client container sees GPU ``uuid``'s pipe directory."""
+    """Where a client container sees its claim's pipe directory of GPU ``uuid``."""
     return f"{CONTAINER_MPS_ROOT}/{uuid}/pipe"
 
 
+def control_env(paths: MpsPaths) -> dict[str, str]:
+    """Environment of a control command (``get_server_list``, ``quit``) to the daemon."""
+    return {"CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe), "CUDA_MPS_LOG_DIRECTORY": str(paths.log)}
+
+
 class MpsManager:
-    """Starts, adopts, restarts and stops the per-GPU MPS control daemons. Callers serialise
+    """Starts, adopts, restarts and stops the per-claim MPS control daemons. Callers serialise
     calls for one GPU (the enforcer holds that GPU's lock); the table of owned daemons is
     thread-safe."""
 
@@ -110,12 +122,16 @@ class MpsManager:
         root: str | Path,
         launcher: DaemonLauncher,
         *,
+        shm: ShmMounter | None = None,
+        shm_bytes: int = DEFAULT_SHM_BYTES,
         start_timeout: float = START_TIMEOUT_S,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.runner = runner
         self.root = Path(root)
         self.launcher = launcher
+        self.shm = shm or PlainDirectory()
+        self.shm_bytes = shm_bytes
         self.start_timeout = start_timeout
         self._sleep = sleep
         self._daemons: dict[str, MpsDaemon] = {}
@@ -123,283 +139,246 @@ class MpsManager:
 
     # --- paths and environment ---
 
-    def paths(self, uuid: str) -> MpsPaths:
-        return MpsPaths(self.root, uuid)
+    def paths(self, claim_uid: str, uuid: str) -> MpsPaths:
+        return MpsPaths.of(self.root, claim_uid, uuid)
 
-    def pipe_dir(self, uuid: str) -> Path:
-        return self.paths(uuid).pipe
-
-    def daemon_env(self, uuid: str) -> dict[str, str]:
-        """Environment of the daemon and of every control command for GPU ``uuid``."""
-        paths = self.paths(uuid)
-        return {
+    def spec(self, claim_uid: str, uuid: str, limits: MpsLimits) -> DaemonSpec:
+        """The daemon's spec; its environment carries the limits as the daemon's defaults."""
+        paths = self.paths(claim_uid, uuid)
+        env = {
             "CUDA_VISIBLE_DEVICES": uuid,
-            "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe),
-            "CUDA_MPS_LOG_DIRECTORY": str(paths.log),
+            **control_env(paths),
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(limits.cores),
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": limits.pinned_limit(uuid),
         }
-
-    def spec(self, uuid: str) -> DaemonSpec:
-        return DaemonSpec(self.paths(uuid), self.daemon_env(uuid))
+        return DaemonSpec(paths, env, uuid=uuid, claim_uid=claim_uid)
 
     # --- lifecycle ---
 
     def running(self) -> dict[str, MpsDaemon]:
-        """Daemons currently owned, by GPU UUID."""
+        """Daemons currently owned, by daemon id."""
         with self._lock:
             return dict(self._daemons)
 
-    def ensure_running(self, uuid: str, previous_compute_mode: str | None = None) -> MpsDaemon:
-        """The daemon of ``uuid``: owned and alive, adopted, restarted or started now.
-
-        ``previous_compute_mode`` (from a checkpoint) is what stop restores; when None it is
-        queried before the mode is changed. Raises one of :data:`MPS_ERRORS`.
-        """
-        check_socket_paths(self.paths(uuid).pipe, container_pipe_dir(uuid))
+    def ensure_running(self, claim_uid: str, uuid: str, limits: MpsLimits) -> MpsDaemon:
+        """Claim ``claim_uid``'s daemon on ``uuid``: owned and alive, adopted, restarted or
+        started now with ``limits``. Raises one of :data:`MPS_ERRORS`."""
+        spec = self.spec(claim_uid, uuid, limits)
+        check_socket_paths(spec.paths.pipe, container_pipe_dir(uuid))
         with self._lock:
-            known = self._daemons.get(uuid)
-        if known is not None:
-            if self.is_alive(uuid):
-                return known
-            # A client that cannot reach a daemon runs without MPS, i.e. without limits: start
-            # a new daemon rather than attach another share to a dead one.
-            log.warning("the MPS control daemon of GPU %s is dead; starting it again", uuid)
-            daemon = self._start(uuid, known.previous_compute_mode)
-        elif self.is_alive(uuid):
-            daemon = MpsDaemon(
-                uuid,
-                self.paths(uuid),
-                previous_compute_mode or DEFAULT_COMPUTE_MODE,
-                adopted=True,
-            )
+            known = self._daemons.get(spec.id)
+        if known is not None and known.limits == limits and self._is_alive(spec):
+            return known
+        if known is None and self._is_alive(spec):
+            daemon = MpsDaemon(claim_uid, uuid, spec.paths, limits, adopted=True)
             log.info(
-                "adopted the running MPS control daemon of GPU %s (%s)",
+                "adopted the running MPS control daemon of claim %s on GPU %s (%s)",
+                claim_uid,
                 uuid,
-                self.launcher.describe(self.spec(uuid)),
+                self.launcher.describe(spec),
             )
         else:
-            daemon = self._start(uuid, previous_compute_mode)
+            if known is not None:
+                # A client that cannot reach its daemon runs without MPS, i.e. without limits.
+                log.warning(
+                    "the MPS control daemon of claim %s on GPU %s is dead; starting it again",
+                    claim_uid,
+                    uuid,
+                )
+            daemon = self._start(spec, limits)
         with self._lock:
-            self._daemons[uuid] = daemon
+            self._daemons[spec.id] = daemon
         return daemon
 
-    def _start(self, uuid: str, previous_compute_mode: str | None) -> MpsDaemon:
-        previous = previous_compute_mode or self.query_compute_mode(uuid)
-        spec = self.spec(uuid)
+    def _start(self, spec: DaemonSpec, limits: MpsLimits) -> MpsDaemon:
+        mode = query_compute_mode(self.runner, spec.uuid)
+        if mode != DEFAULT_COMPUTE_MODE:
+            raise ComputeModeError(
+                f"GPU {spec.uuid} is in compute mode {mode}; MPS shares need {DEFAULT_COMPUTE_MODE}"
+                f", where each claim's MPS server runs beside the others' (sharegpu does not "
+                f"change it for MPS: nvidia-smi -i {spec.uuid} -c {DEFAULT_COMPUTE_MODE})"
+            )
         if self.launcher.phase(spec) is not DaemonPhase.ABSENT:
-            self.launcher.remove(spec)  # dead, or not answering: never two daemons for a GPU
+            self.launcher.remove(spec)  # dead, or not answering: never two daemons for a claim
         paths = spec.paths
         # Stale sockets and shared memory of a dead daemon go; the directories stay, because
         # running containers hold bind mounts of them and must see the new daemon's files.
-        for directory, mode in ((paths.pipe, 0o755), (paths.shm, 0o1777), (paths.log, 0o755)):
+        for directory, mode_bits in ((paths.pipe, 0o755), (paths.shm, 0o1777), (paths.log, 0o755)):
             directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(mode)
-        _clear_directory(paths.pipe)
-        _clear_directory(paths.shm)
-        self.runner.run(NVIDIA_SMI, ["-i", uuid, "-c", EXCLUSIVE_PROCESS])
+            directory.chmod(mode_bits)
+        self.shm.mount(paths.shm, self.shm_bytes)
         try:
+            _clear_directory(paths.pipe)
+            _clear_directory(paths.shm)
             self.launcher.launch(spec)
-            self._wait_until_answering(uuid)
-        except (CommandError, DaemonError):
+            self._wait_until_answering(spec)
+            self._set_default_limits(spec, limits)
+        except (CommandError, DaemonError, OSError):
             self._remove_quietly(spec)
-            self._restore_mode(uuid, previous)
             raise
-        log.info("started the MPS control daemon of GPU %s (compute mode was %s)", uuid, previous)
-        return MpsDaemon(uuid, paths, previous)
+        log.info(
+            "started the MPS control daemon of claim %s on GPU %s (%d%% of the SMs, %d MiB)",
+            spec.claim_uid,
+            spec.uuid,
+            limits.cores,
+            limits.memory // MIB,
+        )
+        return MpsDaemon(spec.claim_uid, spec.uuid, paths, limits)
 
-    def set_default_limits(self, uuid: str, cores: int, memory_bytes: int) -> None:
-        """Set the daemon's default active thread percentage and pinned memory limit of GPU
-        ``uuid`` (whole MiB, rounded down): what a client that sets no variable of its own gets.
-        Raises CommandError when the daemon refuses."""
-        env = self.daemon_env(uuid)
+    def _set_default_limits(self, spec: DaemonSpec, limits: MpsLimits) -> None:
+        """``set_default_*`` on the new daemon, before any server exists. The control command
+        exits 0 even when it refuses one, so its answer is checked too. Raises CommandError."""
         for command in (
-            f"set_default_active_thread_percentage {cores}",
-            f"set_default_device_pinned_mem_limit {uuid} {memory_bytes // MIB}M",
+            f"set_default_active_thread_percentage {limits.cores}",
+            f"set_default_device_pinned_mem_limit {spec.uuid} {limits.memory // MIB}M",
         ):
-            self.runner.run(MPS_CONTROL, [], env=env, stdin=command + "\n")
+            answer = self.runner.run(
+                MPS_CONTROL, [], env=control_env(spec.paths), stdin=command + "\n"
+            )
+            refused = [w for w in ("error", "invalid", "unknown") if w in answer.stdout.lower()]
+            if refused:
+                raise CommandError(answer.argv, f"{command!r} refused: {answer.stdout.strip()}")
 
-    def stop(self, uuid: str) -> None:
-        """Quit the daemon of ``uuid`` (owned or found), remove it, restore the compute mode.
-        A GPU without a daemon is left alone. Raises CommandError or DaemonError on failure;
-        the daemon then stays owned so a later stop can retry."""
-        spec = self.spec(uuid)
+    def stop(self, daemon_id: str) -> None:
+        """Quit and remove daemon ``daemon_id`` (owned or found), unmount its shm and remove its
+        directory. Raises CommandError, DaemonError or OSError; the daemon then stays owned so a
+        later stop can retry."""
+        spec = DaemonSpec(MpsPaths(self.root, daemon_id))
         with self._lock:
-            daemon = self._daemons.get(uuid)
-        if daemon is None:
-            if self.launcher.phase(spec) is DaemonPhase.ABSENT:
-                return
-            daemon = MpsDaemon(uuid, spec.paths, DEFAULT_COMPUTE_MODE, adopted=True)
-            with self._lock:
-                self._daemons[uuid] = daemon
+            daemon = self._daemons.get(daemon_id)
+        if daemon is not None:
+            spec = DaemonSpec(spec.paths, uuid=daemon.uuid, claim_uid=daemon.claim_uid)
         # ``quit`` lets the daemon end its servers cleanly; a daemon that is dead already
         # does not answer, and removing it is enough.
-        self.runner.run(MPS_CONTROL, [], env=spec.env, stdin="quit\n", check=False)
+        if spec.paths.pipe.is_dir():
+            self.runner.run(
+                MPS_CONTROL, [], env=control_env(spec.paths), stdin="quit\n", check=False
+            )
         self.launcher.remove(spec)
-        self._restore_mode(uuid, daemon.previous_compute_mode)
+        if spec.paths.shm.is_dir():
+            self.shm.unmount(spec.paths.shm)
+        shutil.rmtree(spec.paths.directory, ignore_errors=True)
         with self._lock:
-            self._daemons.pop(uuid, None)
-        for directory in (spec.paths.pipe, spec.paths.shm):
-            shutil.rmtree(directory, ignore_errors=True)
-        log.info("stopped the MPS control daemon of GPU %s", uuid)
+            self._daemons.pop(daemon_id, None)
+        log.info("stopped the MPS control daemon %s (%s)", daemon_id, self.launcher.describe(spec))
 
-    def cleanup(self, uuid: str, previous_compute_mode: str) -> None:
-        """Stop a daemon no share needs any more (found after a restart), if it still exists,
-        and restore ``previous_compute_mode``; never starts anything.
-
-        The mode is restored only while the GPU is in ``EXCLUSIVE_PROCESS``, the mode the plugin
-        sets for MPS: a recorded mode never changes a GPU the plugin did not switch."""
-        current = self.query_compute_mode(uuid)
-        if current != EXCLUSIVE_PROCESS and previous_compute_mode != current:
-            log.info(
-                "GPU %s is in compute mode %s, not %s: leaving it (the checkpoint says %s)",
-                uuid,
-                current,
-                EXCLUSIVE_PROCESS,
-                previous_compute_mode,
-            )
-            previous_compute_mode = current
-        with self._lock:
-            self._daemons.setdefault(
-                uuid, MpsDaemon(uuid, self.paths(uuid), previous_compute_mode, adopted=True)
-            )
-        self.stop(uuid)
-
-    def leftovers(self, node_gpus: Collection[str]) -> list[str]:
-        """UUIDs of ``node_gpus`` with a daemon directory or a daemon the launcher knows
-        (daemons may have run there); other names found are logged and ignored."""
-        by_id = {short_id(u): u for u in node_gpus}
+    def leftovers(self, needed: Collection[str]) -> list[str]:
+        """Ids of daemons with a directory or a launcher record that are not in ``needed``
+        (the daemon ids of prepared claims); other names under the root are logged and ignored."""
         found: set[str] = set()
         with contextlib.suppress(OSError):
-            found |= {p.name for p in self.root.iterdir() if (p / "pipe").is_dir()}
+            for entry in self.root.iterdir():
+                if is_daemon_id(entry.name) and entry.is_dir() and not entry.is_symlink():
+                    found.add(entry.name)
+                else:
+                    log.warning("ignoring %s: not an MPS daemon directory", entry)
         try:
-            found |= set(self.launcher.present())
+            found |= {i for i in self.launcher.present() if is_daemon_id(i)}
         except DaemonError as exc:
             log.error("cannot list the MPS daemons of this node: %s", exc)
-        for name in sorted(found - set(by_id)):
-            log.warning("ignoring the MPS daemon or directory %r: this node has no such GPU", name)
-        return sorted(by_id[name] for name in found if name in by_id)
+        return sorted(found - set(needed))
 
-    def is_alive(self, uuid: str) -> bool:
-        """True when the launcher says the daemon runs and it answers ``get_server_list``."""
-        spec = self.spec(uuid)
+    def _is_alive(self, spec: DaemonSpec) -> bool:
         if self.launcher.phase(spec) is not DaemonPhase.RUNNING:
             return False
         return self._answers(spec)
 
     def _answers(self, spec: DaemonSpec) -> bool:
         answer = self.runner.run(
-            MPS_CONTROL, [], env=spec.env, stdin="get_server_list\n", check=False
+            MPS_CONTROL, [], env=control_env(spec.paths), stdin="get_server_list\n", check=False
         )
         return answer.returncode == 0
 
-    def _wait_until_answering(self, uuid: str) -> None:
+    def _wait_until_answering(self, spec: DaemonSpec) -> None:
         """Poll until the launched daemon runs and answers; DaemonError when it failed or after
         the start timeout."""
-        spec = self.spec(uuid)
         deadline = time.monotonic() + self.start_timeout
         delay = 0.05
+        what = f"the MPS control daemon of claim {spec.claim_uid} on GPU {spec.uuid}"
         while True:
             phase = self.launcher.phase(spec)
             if phase is DaemonPhase.FAILED:
                 raise DaemonError(
-                    f"the MPS control daemon of GPU {uuid} failed to start "
-                    f"(see {self.launcher.describe(spec)} and {spec.paths.log})"
+                    f"{what} failed to start (see {self.launcher.describe(spec)} and "
+                    f"{spec.paths.log})"
                 )
             if phase is DaemonPhase.RUNNING and self._answers(spec):
                 return
             if time.monotonic() + delay > deadline:
                 raise DaemonError(
-                    f"the MPS control daemon of GPU {uuid} did not answer within "
-                    f"{self.start_timeout:g}s of starting ({self.launcher.describe(spec)} is "
-                    f"{phase.value})"
+                    f"{what} did not answer within {self.start_timeout:g}s of starting "
+                    f"({self.launcher.describe(spec)} is {phase.value})"
                 )
             self._sleep(delay)
             delay = min(delay * 2, 1.0)
 
     def _remove_quietly(self, spec: DaemonSpec) -> None:
+        """Undo a failed start: the daemon and the shm mount go (the directories stay for a
+        retry; a leftover scan finds them)."""
         try:
             self.launcher.remove(spec)
         except DaemonError as exc:
-            log.warning("could not remove the failed MPS daemon of GPU %s: %s", spec.uuid, exc)
-
-    def query_compute_mode(self, uuid: str) -> str:
-        """The GPU's compute mode in ``nvidia-smi -c`` spelling."""
-        result = self.runner.run(
-            NVIDIA_SMI, ["-i", uuid, "--query-gpu=compute_mode", "--format=csv,noheader"]
-        )
+            log.warning("could not remove the failed MPS daemon %s: %s", spec.id, exc)
         try:
-            return compute_mode_argument(result.stdout.strip().splitlines()[0])
-        except (ValueError, IndexError):
-            raise CommandError(
-                result.argv, f"unexpected output {result.stdout.strip()!r}"
-            ) from None
+            self.shm.unmount(spec.paths.shm)
+        except OSError as exc:
+            log.warning("could not unmount the shm of MPS daemon %s: %s", spec.id, exc)
 
-    def _restore_mode(self, uuid: str, mode: str) -> None:
-        self.runner.run(NVIDIA_SMI, ["-i", uuid, "-c", mode])
-
-    # --- checkpoint ---
+    # --- checkpoint (informational: restore derives daemons from the prepared claims) ---
 
     def export_state(self) -> dict[str, Any]:
-        """``{uuid: {"previousComputeMode", "shortId", "daemon"}}`` for every owned daemon (the
-        last two say where it runs; only the mode is read back)."""
+        """``{daemon id: {"claim", "gpu", "daemon"}}`` for every owned daemon."""
         with self._lock:
             daemons = sorted(self._daemons.items())
         return {
-            uuid: {
-                "previousComputeMode": d.previous_compute_mode,
-                "shortId": d.paths.id,
-                "daemon": self.launcher.describe(self.spec(uuid)),
+            daemon_id: {
+                "claim": d.claim_uid,
+                "gpu": d.uuid,
+                "daemon": self.launcher.describe(DaemonSpec(d.paths)),
             }
-            for uuid, d in daemons
+            for daemon_id, d in daemons
         }
-
-    @staticmethod
-    def previous_modes(state: Mapping[str, Any] | None) -> dict[str, str]:
-        """Compute modes to restore, read back from :meth:`export_state` output (bad entries
-        are skipped)."""
-        modes: dict[str, str] = {}
-        for uuid, entry in (state or {}).items():
-            mode = entry.get("previousComputeMode") if isinstance(entry, Mapping) else None
-            if isinstance(uuid, str) and isinstance(mode, str) and mode in _COMPUTE_MODES.values():
-                modes[uuid] = mode
-        return modes
 
     # --- per-share container edits ---
 
     def container_edits(
-        self, uuid: str, active_thread_percentage: int, pinned_memory_bytes: int
+        self, claim_uid: str, uuid: str, active_thread_percentage: int, pinned_memory_bytes: int
     ) -> ContainerEdits:
-        """Edits attaching a container to GPU ``uuid``'s daemon with the given limits."""
-        return share_edits(self.paths(uuid), active_thread_percentage, pinned_memory_bytes)
+        """Edits attaching a container to its claim's daemon on ``uuid`` with the given limits."""
+        return share_edits(
+            self.paths(claim_uid, uuid), uuid, active_thread_percentage, pinned_memory_bytes
+        )
 
 
 def share_edits(
-    paths: MpsPaths, active_thread_percentage: int, pinned_memory_bytes: int
+    paths: MpsPaths, uuid: str, active_thread_percentage: int, pinned_memory_bytes: int
 ) -> ContainerEdits:
     """Mounts of the daemon's pipe and shm directories and the MPS client variables of one share.
 
-    - the pipe directory at :func:`container_pipe_dir`, with ``control_privileged`` (the socket
-      of ``quit`` and the ``set_*`` commands) covered by ``/dev/null``: a root client cannot
-      reconfigure or stop a daemon other tenants use through it;
-    - the GPU's shm directory at ``/dev/shm``, where the MPS client library and the daemon
-      exchange shared memory (a private ``/dev/shm`` makes clients fail or hang);
+    - the pipe directory at :func:`container_pipe_dir`, read-only, with ``control_privileged``
+      (the socket of ``quit`` and the ``set_*`` commands) covered by ``/dev/null``;
+    - the daemon's shm directory at ``/dev/shm``, where the MPS client library and the daemon
+      exchange shared memory;
     - never the log directory, and no ``CUDA_MPS_LOG_DIRECTORY``;
     - the pinned memory limit in whole MiB, rounded down (never above the share), keyed by the
       GPU's UUID (NVIDIA's ``<device>=<limit>`` format).
     """
-    uuid = paths.uuid
     pipe = container_pipe_dir(uuid)
-    options = ("rbind", "rw", "nosuid", "nodev", "noexec")
+    readonly = ("rbind", "ro", "nosuid", "nodev", "noexec")
     masked = ("bind", "ro", "nosuid", "nodev", "noexec")
+    limits = MpsLimits(active_thread_percentage, pinned_memory_bytes)
     return ContainerEdits(
         env=(
             f"CUDA_MPS_PIPE_DIRECTORY={pipe}",
             f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={active_thread_percentage}",
-            f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={uuid}={pinned_memory_bytes // MIB}M",
+            f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limits.pinned_limit(uuid)}",
         ),
         mounts=(
-            Mount(str(paths.pipe), pipe, options=options),
+            Mount(str(paths.pipe), pipe, options=readonly),
             Mount("/dev/null", f"{pipe}/{PRIVILEGED_SOCKET}", options=masked),
-            Mount(str(paths.shm), CONTAINER_SHM, options=options),
+            Mount(
+                str(paths.shm), CONTAINER_SHM, options=("rbind", "rw", "nosuid", "nodev", "noexec")
+            ),
         ),
     )
 

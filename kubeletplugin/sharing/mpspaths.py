@@ -1,14 +1,16 @@
-"""Where the MPS control daemon of one GPU keeps its files on the host, and the socket-length rule.
+"""Where the MPS control daemon of one claim on one GPU keeps its files on the host, and the
+socket-length rule.
 
-Per GPU the plugin owns ``<root>/<short id>/{pipe,shm,log}`` on the host (``<root>`` is the chart's
-``/run/sharegpu/mps``): ``pipe`` holds the daemon's unix sockets and pid file, ``shm`` is mounted at
-``/dev/shm`` in the daemon and in every client of that GPU (MPS clients and their daemon exchange
-shared memory there), ``log`` holds the daemon's logs and is never given to clients.
+Per daemon the plugin owns ``<root>/<daemon id>/{pipe,shm,log}`` on the host (``<root>`` is the
+chart's ``/run/sharegpu/mps``): ``pipe`` holds the daemon's unix sockets and pid file, ``shm`` is
+mounted at ``/dev/shm`` in the daemon and in the claim's clients on that GPU, ``log`` holds the
+daemon's logs and is never given to clients.
 
 Invariants:
 
-- the short id is a function of the GPU UUID alone (the first :data:`SHORT_ID_LENGTH` hex digits
-  of its SHA-256), so a restarted plugin finds the directories of the daemons it started;
+- the daemon id is a function of the claim UID and the GPU UUID alone (the first
+  :data:`DAEMON_ID_LENGTH` hex digits of the SHA-256 of both), so a restarted plugin finds the
+  directories and pods of the daemons it started, and two claims never share one;
 - a unix socket path holds at most :data:`MAX_SOCKET_PATH` bytes; :func:`check_socket_paths` is
   the one place that checks every socket the daemon creates in a pipe directory, on the host and
   where clients see it, before anything is started.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -32,27 +35,42 @@ DAEMON_SOCKETS: Final = ("control", "control_privileged")
 #: The socket of privileged control commands (``quit``, ``set_default_*``): clients never need it.
 PRIVILEGED_SOCKET: Final = "control_privileged"
 SHORT_ID_LENGTH: Final = 8
+#: Hex digits of a daemon id (48 bits: a collision among one node's daemons is not a concern).
+DAEMON_ID_LENGTH: Final = 12
+_DAEMON_ID: Final = re.compile(f"[0-9a-f]{{{DAEMON_ID_LENGTH}}}")
 
 
 class MpsPathError(ValueError):
     """A pipe directory whose sockets would not fit a unix socket address."""
 
 
-def short_id(uuid: str) -> str:
-    """The GPU's directory name under the MPS root (8 hex digits, stable across restarts)."""
-    return hashlib.sha256(uuid.encode("utf-8", "surrogateescape")).hexdigest()[:SHORT_ID_LENGTH]
+def short_id(name: str) -> str:
+    """8 hex digits naming ``name`` (a node or GPU) in labels, stable across restarts."""
+    return hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:SHORT_ID_LENGTH]
+
+
+def daemon_id(claim_uid: str, uuid: str) -> str:
+    """The id of claim ``claim_uid``'s daemon on GPU ``uuid``: its directory and pod name."""
+    both = f"{claim_uid}\0{uuid}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(both).hexdigest()[:DAEMON_ID_LENGTH]
+
+
+def is_daemon_id(name: str) -> bool:
+    """Whether ``name`` has the shape of :func:`daemon_id` (directory names found on disk)."""
+    return _DAEMON_ID.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
 class MpsPaths:
-    """The host directories of GPU ``uuid``'s daemon under ``root``."""
+    """The host directories of daemon ``id`` under ``root``."""
 
     root: Path
-    uuid: str
+    id: str
 
-    @property
-    def id(self) -> str:
-        return short_id(self.uuid)
+    @staticmethod
+    def of(root: Path, claim_uid: str, uuid: str) -> MpsPaths:
+        """The directories of claim ``claim_uid``'s daemon on GPU ``uuid``."""
+        return MpsPaths(root, daemon_id(claim_uid, uuid))
 
     @property
     def directory(self) -> Path:

@@ -3,6 +3,12 @@
 Used by the mock device backend and by tests: it keeps per-GPU compute modes and time-slice
 settings and per-pipe-directory MPS daemons with their default limits, and writes and removes the
 daemon's pid file and socket placeholders in the pipe directory as the real daemon does.
+
+MPS servers behave as measured on a real GPU (:meth:`SimulatedNvidiaTools.connect_client`): a
+daemon starts one server per UID, on the first client of that UID, with the defaults the daemon
+has *then* (from its environment, changed by ``set_default_*``); later defaults reach only later
+servers, a server outlives its clients until ``quit``, and a client of another UID queues while a
+server runs.
 :class:`SimulatedLauncher` stands in for the daemon pods. Only the commands the plugin issues are
 understood; anything else exits non-zero with an error, like an unknown option or command.
 """
@@ -48,8 +54,10 @@ class SimulatedNvidiaTools:
     #: Pid written into pid files, as the real daemon does (the plugin never reads it).
     daemon_pid: int = field(default_factory=os.getpid)
     daemons_started: int = 0
-    #: Defaults set with ``set_default_*``, by pipe directory.
+    #: Defaults from the daemon's environment and ``set_default_*``, by pipe directory.
     default_limits: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Running servers by pipe directory: UID -> the limits it started with.
+    servers: dict[str, dict[int, dict[str, str]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, runner: FakeRunner) -> FakeRunner:
@@ -65,6 +73,20 @@ class SimulatedNvidiaTools:
         with self._lock:
             self.daemons.clear()
             self.default_limits.clear()
+            self.servers.clear()
+
+    def connect_client(self, pipe: str, uid: int) -> dict[str, str] | None:
+        """A CUDA client of ``uid`` attaching through ``pipe``: the limits of the server it gets
+        (started now with the daemon's current defaults when none of that UID runs), or None
+        when it queues behind another UID's server. KeyError when no daemon runs there (a real
+        client would then run without MPS, on the whole GPU)."""
+        with self._lock:
+            if pipe not in self.daemons:
+                raise KeyError(pipe)
+            servers = self.servers.setdefault(pipe, {})
+            if uid not in servers and servers:
+                return None
+            return dict(servers.setdefault(uid, dict(self.default_limits.get(pipe, {}))))
 
     def _nvidia_smi(self, call: RecordedCall) -> CommandResult:
         args = list(call.args)
@@ -86,15 +108,23 @@ class SimulatedNvidiaTools:
                 return CommandResult(call.argv, 0, _MODE_DISPLAY[self.mode(args[1])] + "\n")
         return CommandResult(call.argv, 2, "", f"invalid arguments {args}")
 
-    def start_daemon(self, pipe: str, uuid: str) -> bool:
+    def start_daemon(self, pipe: str, uuid: str, env: dict[str, str] | None = None) -> bool:
         """Start the daemon of ``pipe`` as ``nvidia-cuda-mps-control -f`` would: write its pid
-        file and socket placeholders. False (no daemon) when one runs there already or the GPU
-        is not in EXCLUSIVE_PROCESS (the real daemon starts anyway; the plugin must never rely
-        on that)."""
+        file and socket placeholders, take its defaults from ``env``. False (no daemon) when one
+        runs there already or the GPU is not in DEFAULT compute mode (the servers of several
+        daemons could not share it; the plugin must never rely on that)."""
+        env = env or {}
+        defaults = {}
+        if "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in env:
+            defaults["active_thread_percentage"] = env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
+        if "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" in env:
+            limit = env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]
+            defaults["pinned_mem_limit"] = limit.rpartition("=")[2]
         with self._lock:
-            if pipe in self.daemons or self.mode(uuid) != "EXCLUSIVE_PROCESS":
+            if pipe in self.daemons or self.mode(uuid) != "DEFAULT":
                 return False
             self.daemons[pipe] = uuid
+            self.default_limits[pipe] = defaults
             self.daemons_started += 1
         directory = Path(pipe)
         directory.mkdir(parents=True, exist_ok=True)
@@ -108,6 +138,7 @@ class SimulatedNvidiaTools:
         with self._lock:
             self.daemons.pop(pipe, None)
             self.default_limits.pop(pipe, None)
+            self.servers.pop(pipe, None)
         for name in (PID_FILE, *DAEMON_SOCKETS):
             (Path(pipe) / name).unlink(missing_ok=True)
 
@@ -166,7 +197,7 @@ class SimulatedLauncher:
                 return
             self.pods[spec.id] = spec
             self.launches += 1
-        self.tools.start_daemon(str(spec.paths.pipe), spec.uuid)
+        self.tools.start_daemon(str(spec.paths.pipe), spec.uuid, dict(spec.env))
 
     def phase(self, spec: DaemonSpec) -> DaemonPhase:
         with self._lock:

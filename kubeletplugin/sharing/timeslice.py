@@ -32,8 +32,12 @@ from typing import Any, Final
 
 from api.gpuconfig import TimeSliceInterval
 from kubeletplugin.fsutil import TEMP_SUFFIX, atomic_write, child_path, fsync_dir, remove_durably
-from kubeletplugin.runner import NVIDIA_SMI, CommandError, Runner
-from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, compute_mode_argument
+from kubeletplugin.runner import NVIDIA_SMI, Runner
+from kubeletplugin.sharing.computemode import (
+    DEFAULT_COMPUTE_MODE,
+    compute_mode_argument,
+    query_compute_mode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +57,6 @@ class _Setting:
     #: The compute mode the GPU had before it was set to DEFAULT (``nvidia-smi -c`` spelling);
     #: None when the manager did not change it.
     previous_mode: str | None = None
-
-
-def query_compute_mode(runner: Runner, uuid: str) -> str:
-    """The GPU's compute mode in ``nvidia-smi -c`` spelling; CommandError for odd output."""
-    result = runner.run(
-        NVIDIA_SMI, ["-i", uuid, "--query-gpu=compute_mode", "--format=csv,noheader"]
-    )
-    try:
-        return compute_mode_argument(result.stdout.strip().splitlines()[0])
-    except (ValueError, IndexError):
-        raise CommandError(result.argv, f"unexpected output {result.stdout.strip()!r}") from None
 
 
 class TimeSliceManager:

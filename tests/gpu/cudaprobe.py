@@ -4,11 +4,14 @@ Usage (standalone: it runs with only an emulated container's environment):
 
 - ``python cudaprobe.py GIB``: one ``cuMemAlloc`` of GIB GiB (a positive number); exits 0 when it
   succeeded, 1 when the allocation failed;
-- ``python cudaprobe.py compute ITERATIONS``: loads :data:`PTX` with ``cuModuleLoadData`` (the
-  driver JITs it for the GPU), runs ``spin`` once briefly to warm up, then launches it over
-  :data:`BLOCKS_PER_SM` blocks per SM (many waves, so a share with fewer SMs takes
-  proportionally longer) with ITERATIONS loop turns per thread; ``seconds`` is the wall time of
-  that launch up to ``cuCtxSynchronize``; exits 0;
+- ``python cudaprobe.py hold GIB``: like GIB, but keeps the allocation, prints its line, and
+  holds it until its standard input closes (a client that runs while others start);
+- ``python cudaprobe.py compute ITERATIONS BLOCKS``: loads :data:`PTX` with ``cuModuleLoadData``
+  (the driver JITs it for the GPU), runs ``spin`` once briefly to warm up, then launches it over
+  a fixed grid of BLOCKS blocks (the caller sizes it from the whole GPU, :data:`BLOCKS_PER_SM`
+  per SM: under MPS the SM count a client reads is already its share's, so a grid sized from it
+  would take the same time in every share) with ITERATIONS loop turns per thread; ``seconds``
+  is the wall time of that launch up to ``cuCtxSynchronize``; exits 0;
 - ``python cudaprobe.py fault``: launches ``fault``, which stores through a null pointer (an MMU
   fault, XID 31); exits 3 when the synchronize reports the fault (``code`` is its CUDA error),
   0 if it did not fault.
@@ -32,7 +35,8 @@ GIB: Final = 1024**3
 #: ``CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`` in cuda.h.
 ATTR_SM_COUNT: Final = 16
 EXIT_OK, EXIT_ALLOC, EXIT_START, EXIT_FAULTED, EXIT_USAGE = 0, 1, 2, 3, 64
-MODES: Final = ("alloc", "compute", "fault")
+MODES: Final = ("alloc", "hold", "compute", "fault")
+MAX_BLOCKS: Final = 2**31 - 1
 #: Blocks per SM of the compute launch and threads per block.
 BLOCKS_PER_SM: Final = 64
 THREADS: Final = 256
@@ -89,14 +93,16 @@ class UsageError(ValueError):
 
 @dataclass(frozen=True)
 class Request:
-    """What to do: ``mode`` in :data:`MODES`; ``gib`` for alloc, ``iterations`` for compute."""
+    """What to do: ``mode`` in :data:`MODES`; ``gib`` for alloc and hold, ``iterations`` and
+    ``blocks`` for compute."""
 
     mode: str
     gib: float = 0.0
     iterations: int = 0
+    blocks: int = 0
 
 
-USAGE: Final = "usage: cudaprobe.py GIB | compute ITERATIONS | fault"
+USAGE: Final = "usage: cudaprobe.py GIB | hold GIB | compute ITERATIONS BLOCKS | fault"
 
 
 def parse_gib(argv: list[str]) -> float:
@@ -112,22 +118,30 @@ def parse_gib(argv: list[str]) -> float:
     return gib
 
 
+def _bounded_int(name: str, text: str, limit: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{name} must be an integer, got {text!r}") from None
+    if not 0 < value <= limit:
+        raise UsageError(f"{name} must be in 1..{limit}, got {text!r}")
+    return value
+
+
 def parse_args(argv: list[str]) -> Request:
     """The request of ``argv`` (without the program name); :class:`UsageError` when bad."""
     if argv[:1] == ["fault"]:
         if len(argv) != 1:
             raise UsageError(f"fault takes no arguments; {USAGE}")
         return Request("fault")
+    if argv[:1] == ["hold"]:
+        return Request("hold", gib=parse_gib(argv[1:]))
     if argv[:1] == ["compute"]:
-        if len(argv) != 2:
-            raise UsageError(f"compute takes one argument; {USAGE}")
-        try:
-            iterations = int(argv[1])
-        except ValueError:
-            raise UsageError(f"ITERATIONS must be an integer, got {argv[1]!r}") from None
-        if not 0 < iterations <= MAX_ITERATIONS:
-            raise UsageError(f"ITERATIONS must be in 1..{MAX_ITERATIONS}, got {argv[1]!r}")
-        return Request("compute", iterations=iterations)
+        if len(argv) != 3:
+            raise UsageError(f"compute takes two arguments; {USAGE}")
+        iterations = _bounded_int("ITERATIONS", argv[1], MAX_ITERATIONS)
+        blocks = _bounded_int("BLOCKS", argv[2], MAX_BLOCKS)
+        return Request("compute", iterations=iterations, blocks=blocks)
     return Request("alloc", gib=parse_gib(argv))
 
 
@@ -201,7 +215,7 @@ class Cuda:
         self.lib.cuDevicePrimaryCtxRelease(self.device)
 
 
-def _alloc(cuda: Cuda, gib: float, report: dict[str, object]) -> int:
+def _alloc(cuda: Cuda, gib: float, report: dict[str, object], hold: bool = False) -> int:
     pointer = ctypes.c_uint64()
     try:
         cuda.call(
@@ -210,11 +224,14 @@ def _alloc(cuda: Cuda, gib: float, report: dict[str, object]) -> int:
         )
     except CudaFailed:
         return EXIT_ALLOC
+    if hold:
+        print(json.dumps(report), flush=True)
+        sys.stdin.read()
     cuda.lib.cuMemFree_v2(pointer)
     return EXIT_OK
 
 
-def _compute(cuda: Cuda, iterations: int, report: dict[str, object]) -> int:
+def _compute(cuda: Cuda, iterations: int, blocks: int, report: dict[str, object]) -> int:
     out = ctypes.c_uint64()
     cuda.call(
         "cuMemAlloc_v2", lambda: cuda.lib.cuMemAlloc_v2(ctypes.byref(out), ctypes.c_size_t(4))
@@ -222,7 +239,6 @@ def _compute(cuda: Cuda, iterations: int, report: dict[str, object]) -> int:
     spin = cuda.function("spin")
     cuda.launch(spin, cuda.sms, [out, ctypes.c_uint32(WARMUP_ITERATIONS)])
     cuda.synchronize()
-    blocks = cuda.sms * BLOCKS_PER_SM
     started = time.perf_counter()
     cuda.launch(spin, blocks, [out, ctypes.c_uint32(iterations)])
     cuda.synchronize()
@@ -244,7 +260,7 @@ def _fault(cuda: Cuda, report: dict[str, object]) -> int:
 def probe(request: Request, library: str = "libcuda.so.1") -> tuple[int, dict[str, object]]:
     """(exit status, report) of ``request`` on device 0."""
     report: dict[str, object] = {"mode": request.mode, "step": "load", "code": None, "sms": None}
-    if request.mode == "alloc":
+    if request.mode in ("alloc", "hold"):
         report["gib"] = request.gib
     try:
         cuda = Cuda(library, report)
@@ -254,10 +270,10 @@ def probe(request: Request, library: str = "libcuda.so.1") -> tuple[int, dict[st
     except CudaFailed:
         return EXIT_START, report
     try:
-        if request.mode == "alloc":
-            return _alloc(cuda, request.gib, report), report
+        if request.mode in ("alloc", "hold"):
+            return _alloc(cuda, request.gib, report, hold=request.mode == "hold"), report
         if request.mode == "compute":
-            return _compute(cuda, request.iterations, report), report
+            return _compute(cuda, request.iterations, request.blocks, report), report
         return _fault(cuda, report), report
     except CudaFailed:
         return EXIT_START, report

@@ -40,7 +40,7 @@ def share_spec(mps_root: Path) -> dict[str, Any]:
     edits = ContainerEdits(
         env=(f"NVIDIA_VISIBLE_DEVICES={UUID}", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"),
         device_nodes=(DeviceNode("/dev/null"),),
-    ).merged(share_edits(MpsPaths(mps_root, UUID), 25, 10 * GI))
+    ).merged(share_edits(MpsPaths.of(mps_root, "claim", UUID), UUID, 25, 10 * GI))
     return {
         "cdiVersion": "0.5.0",
         "kind": KIND,
@@ -60,7 +60,7 @@ def test_plan_has_exactly_the_spec_env_and_mounts_in_order(tmp_path: Path) -> No
     ids = ["nvidia.com/gpu=0", f"{KIND}=claim-gpu"]
     plan = plan_for([spec], ids, skip_kinds=["nvidia.com/gpu"])
     pipe = container_pipe_dir(UUID)
-    paths = MpsPaths(tmp_path, UUID)
+    paths = MpsPaths.of(tmp_path, "claim", UUID)
     assert plan.env == {
         "SPEC_LEVEL": "1",
         "NVIDIA_VISIBLE_DEVICES": UUID,  # the device's entry replaces the spec-level one
@@ -69,7 +69,7 @@ def test_plan_has_exactly_the_spec_env_and_mounts_in_order(tmp_path: Path) -> No
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{UUID}=10240M",
     }
     assert plan.mounts == (
-        BindMount(str(paths.pipe), pipe, read_only=False, recursive=True),
+        BindMount(str(paths.pipe), pipe, read_only=True, recursive=True),
         BindMount("/dev/null", f"{pipe}/control_privileged", read_only=True, recursive=False),
         BindMount(str(paths.shm), "/dev/shm", read_only=False, recursive=True),
     )
@@ -205,16 +205,20 @@ def test_probe_arguments() -> None:
 
 def test_probe_modes() -> None:
     assert cudaprobe.parse_args(["9"]) == cudaprobe.Request("alloc", gib=9.0)
-    assert cudaprobe.parse_args(["compute", "1000"]) == cudaprobe.Request(
-        "compute", iterations=1000
+    assert cudaprobe.parse_args(["hold", "2"]) == cudaprobe.Request("hold", gib=2.0)
+    assert cudaprobe.parse_args(["compute", "1000", "8448"]) == cudaprobe.Request(
+        "compute", iterations=1000, blocks=8448
     )
     assert cudaprobe.parse_args(["fault"]) == cudaprobe.Request("fault")
     for bad, message in (
-        (["compute"], "compute takes one argument"),
-        (["compute", "1", "2"], "compute takes one argument"),
-        (["compute", "x"], "must be an integer"),
-        (["compute", "0"], "must be in 1..4294967295"),
-        (["compute", str(2**32)], "must be in 1..4294967295"),
+        (["compute"], "compute takes two arguments"),
+        (["compute", "1"], "compute takes two arguments"),
+        (["compute", "1", "2", "3"], "compute takes two arguments"),
+        (["compute", "x", "1"], "ITERATIONS must be an integer"),
+        (["compute", "0", "1"], "ITERATIONS must be in 1..4294967295"),
+        (["compute", str(2**32), "1"], "ITERATIONS must be in 1..4294967295"),
+        (["compute", "1", "0"], "BLOCKS must be in 1..2147483647"),
+        (["hold"], "GIB"),
         (["fault", "1"], "fault takes no arguments"),
         (["faulty"], "must be a number"),
     ):
@@ -251,7 +255,7 @@ def test_probe_ptx_assembles(arch: str, tmp_path: Path) -> None:
 def test_probe_usage_error_exit(capsys: pytest.CaptureFixture[str]) -> None:
     assert cudaprobe.main(["cudaprobe.py", "-1"]) == cudaprobe.EXIT_USAGE
     assert "must be positive" in capsys.readouterr().err
-    assert cudaprobe.main(["cudaprobe.py", "compute", "-1"]) == cudaprobe.EXIT_USAGE
+    assert cudaprobe.main(["cudaprobe.py", "compute", "-1", "1"]) == cudaprobe.EXIT_USAGE
     assert "ITERATIONS must be in" in capsys.readouterr().err
 
 
@@ -371,8 +375,8 @@ def fake_process(proc: Path, pid: int, argv0: str, state: str, env: dict[str, st
 
 def test_launcher_finds_its_daemons_in_proc(tmp_path: Path) -> None:
     proc, mps = tmp_path / "proc", tmp_path / "mps"
-    paths = MpsPaths(mps, UUID)
-    other = MpsPaths(mps, "GPU-other")
+    paths = MpsPaths.of(mps, "claim", UUID)
+    other = MpsPaths.of(mps, "claim", "GPU-other")
     fake_process(
         proc,
         10,
@@ -398,7 +402,7 @@ def test_launcher_finds_its_daemons_in_proc(tmp_path: Path) -> None:
     launcher = HostMpsLauncher(mps, "/usr/bin/nvidia-cuda-mps-control", proc_root=proc)
     assert launcher.phase(DaemonSpec(paths)) is DaemonPhase.RUNNING
     assert launcher.phase(DaemonSpec(other)) is DaemonPhase.FAILED
-    assert launcher.phase(DaemonSpec(MpsPaths(mps, "GPU-none"))) is DaemonPhase.ABSENT
+    assert launcher.phase(DaemonSpec(MpsPaths.of(mps, "claim", "GPU-none"))) is DaemonPhase.ABSENT
     assert launcher.present() == sorted({paths.id, other.id})
     launcher.launch(DaemonSpec(paths))  # running already: nothing is started
     assert launcher.pids(DaemonSpec(paths)) == [10]
@@ -406,7 +410,7 @@ def test_launcher_finds_its_daemons_in_proc(tmp_path: Path) -> None:
 
 
 def test_launcher_command_binds_the_gpu_shm(tmp_path: Path) -> None:
-    paths = MpsPaths(tmp_path, UUID)
+    paths = MpsPaths.of(tmp_path, "claim", UUID)
     spec = DaemonSpec(paths, {"CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe)})
     command = HostMpsLauncher(tmp_path, "/usr/bin/nvidia-cuda-mps-control").command(spec)
     assert command[:5] == ["unshare", "--mount", "--propagation", "private", "--"]

@@ -2,15 +2,18 @@
 
 - discovery through NVML equals what ``nvidia-smi --query-gpu`` prints;
 - two MPS shares (10Gi/25% and 20Gi/50%) of one GPU, prepared over the real DRA socket from
-  claims in the embedded API server, with the MPS daemon run by
+  claims in the embedded API server, each with its own MPS daemon run by
   :class:`~tests.gpu.hostlauncher.HostMpsLauncher`; CUDA clients run in containers emulated from
   each claim's CDI spec (:mod:`tests.gpu.container`, :mod:`tests.gpu.enter`) as
-  :data:`CLIENT_UID`: an allocation below the share works, one above it fails; unprepare
-  restores the GPU's compute mode and leaves no daemon;
-- compute shares: the same busy-loop kernel (``cudaprobe.py compute``) takes about twice as long
-  in a 25% MPS share as in a 50% one (:data:`~tests.gpu.checks.RATIO_RANGE`);
-- a control daemon killed with SIGKILL is started again by the next MPS prepare on its GPU, and
-  the new share's client works;
+  :data:`CLIENT_UID`: an allocation below the share works, one above it fails; the compute mode
+  is never changed; unprepare leaves no daemon;
+- the order that broke one daemon per GPU: share A prepared, A's client holds memory, share B
+  prepared, B's client (same UID) gets B's SMs and memory, not A's;
+- compute shares: the same busy-loop kernel over a fixed grid sized from the whole GPU
+  (``cudaprobe.py compute``) takes about twice as long in a 25% MPS share as in a 50% one
+  (:data:`~tests.gpu.checks.RATIO_RANGE`);
+- a claim's control daemon killed with SIGKILL does not stop another claim on the GPU from
+  getting its own daemon, whose client works;
 - a TimeSlicing claim (interval Long) sets the GPU's interval and unprepare puts back Default
   and the compute mode;
 - a client that stores through a null pointer (XID 31) makes the NVML health monitor taint its
@@ -58,11 +61,10 @@ from kubeletplugin.prepare.checkpoint import Checkpoint
 from kubeletplugin.prepare.claims import KubeClaimGetter
 from kubeletplugin.prepare.state import DeviceState
 from kubeletplugin.runner import HostRunner
+from kubeletplugin.sharing.computemode import DEFAULT_COMPUTE_MODE, query_compute_mode
 from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import build_enforcer
-from kubeletplugin.sharing.mps import DEFAULT_COMPUTE_MODE, EXCLUSIVE_PROCESS
 from kubeletplugin.sharing.mpspaths import MpsPaths
-from kubeletplugin.sharing.timeslice import query_compute_mode
 from sharegpu.local.apiserver import KubeAPIServer
 from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimClaimResult
 from tests.gpu import cudaprobe
@@ -85,6 +87,7 @@ from tests.gpu.container import (
 )
 from tests.gpu.gpuenv import skip_reason
 from tests.gpu.hostlauncher import HostMpsLauncher
+from tests.gpu.settingsguard import SettingsGuard
 from tests.kubeletplugin.prepare.helpers import DRIVER, GI, NODE, claim, ref, result
 from tests.kubeletplugin.sharing.helpers import gpu_config
 
@@ -263,11 +266,33 @@ def plans(
     ]
 
 
-def daemon_of(node: GpuNode, gpu: GpuInfo) -> DaemonSpec:
-    return DaemonSpec(MpsPaths(node.mps_root, gpu.uuid))
+def daemon_of(node: GpuNode, claim_ref: ClaimRef, gpu: GpuInfo) -> DaemonSpec:
+    return DaemonSpec(MpsPaths.of(node.mps_root, claim_ref.uid, gpu.uuid))
 
 
-def test_mps_shares_limit_memory_and_unprepare_restores(
+def whole_gpu_sms(gpu: GpuInfo, probe: Path) -> int:
+    """The GPU's SM count as a plain CUDA client sees it (before any MPS daemon serves it)."""
+    done = subprocess.run(
+        [os.path.realpath(sys.executable), "-I", "-S", str(probe), "1"],
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu.uuid},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    report = probe_report(done)
+    assert done.returncode == cudaprobe.EXIT_OK, report
+    return int(report["sms"])
+
+
+def share_sms(whole: int, cores: int) -> tuple[int, int]:
+    """The SM counts a client of a ``cores`` % share may see (MPS rounds to whole SMs, and to
+    SM pairs on some GPUs)."""
+    exact = whole * cores / 100
+    return int(exact) - 2, int(exact) + 2
+
+
+def test_mps_shares_limit_memory_and_leave_the_compute_mode(
     gpu_node: GpuNode, apiserver: KubeAPIServer
 ) -> None:
     gpu = shareable_gpu(gpu_node.gpus)
@@ -281,7 +306,7 @@ def test_mps_shares_limit_memory_and_unprepare_restores(
     with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
         try:
             results = prepare_ok(kplugin, refs)
-            assert query_compute_mode(HostRunner("/"), gpu.uuid) == EXCLUSIVE_PROCESS
+            mode_during = query_compute_mode(HostRunner("/"), gpu.uuid)
             for (size, _cores, fits, too_big), plan in zip(
                 SHARES, plans(gpu_node, results, refs), strict=True
             ):
@@ -292,8 +317,82 @@ def test_mps_shares_limit_memory_and_unprepare_restores(
             errors = kplugin.unprepare(refs)
     assert got == expected, reports
     assert errors == {r.uid: "" for r in refs}
-    assert query_compute_mode(HostRunner("/"), gpu.uuid) == mode_before
-    assert gpu_node.launcher.phase(daemon_of(gpu_node, gpu)) is DaemonPhase.ABSENT
+    assert mode_during == mode_before == DEFAULT_COMPUTE_MODE
+    for r in refs:
+        assert gpu_node.launcher.phase(daemon_of(gpu_node, r, gpu)) is DaemonPhase.ABSENT
+
+
+#: (GiB, cores %) of the first share, the GiB its client holds, and the second, larger share
+#: with the GiB its client allocates (above the first share, within the second).
+FIRST_SHARE: Final = (10, 25)
+FIRST_HOLDS_GIB: Final = "4"
+SECOND_SHARE: Final = (20, 50)
+SECOND_ALLOCATES_GIB: Final = "15"
+
+
+def test_a_later_larger_share_gets_its_own_limits_while_an_earlier_client_runs(
+    gpu_node: GpuNode, apiserver: KubeAPIServer
+) -> None:
+    gpu = shareable_gpu(gpu_node.gpus)
+    probe = install_probe(gpu_node.root)
+    whole = whole_gpu_sms(gpu, probe)
+    first = store(apiserver, [mps_claim("first", gpu, FIRST_SHARE[1], FIRST_SHARE[0])])
+    second = store(apiserver, [mps_claim("second", gpu, SECOND_SHARE[1], SECOND_SHARE[0])])
+    reports: dict[str, dict[str, Any]] = {}
+    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
+        try:
+            (plan_a,) = plans(gpu_node, prepare_ok(kplugin, first), first)
+            with holding_client(plan_a, ["hold", FIRST_HOLDS_GIB], probe) as held:
+                reports["first"] = held
+                (plan_b,) = plans(gpu_node, prepare_ok(kplugin, second), second)
+                status, reports["second"] = run_client(plan_b, [SECOND_ALLOCATES_GIB], probe)
+        finally:
+            errors = kplugin.unprepare(first + second)
+    assert errors == {r.uid: "" for r in first + second}
+    assert status == cudaprobe.EXIT_OK, reports
+    low, high = share_sms(whole, FIRST_SHARE[1])
+    assert low <= int(reports["first"]["sms"]) <= high, (whole, reports)
+    low, high = share_sms(whole, SECOND_SHARE[1])
+    assert low <= int(reports["second"]["sms"]) <= high, (whole, reports)
+
+
+@contextlib.contextmanager
+def holding_client(plan: ContainerPlan, args: list[str], probe: Path) -> Iterator[dict[str, Any]]:
+    """A client that holds its allocation while the body runs; yields its report line."""
+    argv = [os.path.realpath(sys.executable), "-I", "-S", str(probe), *args]
+    created = missing_targets(plan)
+    for path, is_dir in created:
+        if is_dir:
+            path.mkdir()
+        else:
+            path.touch()
+    process = subprocess.Popen(
+        enter_command(plan, argv, CLIENT_UID),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdin is not None
+        line = process.stdout.readline()
+        report: dict[str, Any] = json.loads(line) if line.strip() else {"stdout": line}
+        assert report.get("step") != "load" and report.get("code") in (None, 0), report
+        yield report
+    finally:
+        with contextlib.suppress(OSError):
+            if process.stdin is not None:
+                process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+        for path, is_dir in reversed(created):
+            if is_dir:
+                path.rmdir()
+            else:
+                path.unlink()
 
 
 #: GiB of each compute-ratio share (the probe allocates almost nothing).
@@ -305,6 +404,7 @@ def test_mps_compute_shares_run_in_the_ratio_of_their_cores(
 ) -> None:
     gpu = shareable_gpu(gpu_node.gpus)
     probe = install_probe(gpu_node.root)
+    blocks = str(whole_gpu_sms(gpu, probe) * cudaprobe.BLOCKS_PER_SM)
     claims = [mps_claim(f"cores-{c}", gpu, c, RATIO_SHARE_GIB) for c in RATIO_SHARES]
     refs = store(apiserver, claims)
     seconds: dict[int, float] = {}
@@ -314,12 +414,14 @@ def test_mps_compute_shares_run_in_the_ratio_of_their_cores(
             small, large = plans(gpu_node, prepare_ok(kplugin, refs), refs)
             # Sized in the larger share, so that one runs about TARGET_SECONDS; one at a time.
             status, reports["calibration"] = run_client(
-                large, ["compute", str(CALIBRATION_ITERATIONS)], probe
+                large, ["compute", str(CALIBRATION_ITERATIONS), blocks], probe
             )
             assert status == cudaprobe.EXIT_OK, reports
             turns = scaled_iterations(CALIBRATION_ITERATIONS, reports["calibration"]["seconds"])
             for cores, plan in zip(RATIO_SHARES, (small, large), strict=True):
-                status, reports[str(cores)] = run_client(plan, ["compute", str(turns)], probe)
+                status, reports[str(cores)] = run_client(
+                    plan, ["compute", str(turns), blocks], probe
+                )
                 assert status == cudaprobe.EXIT_OK, reports
                 seconds[cores] = float(reports[str(cores)]["seconds"])
         finally:
@@ -331,35 +433,39 @@ def test_mps_compute_shares_run_in_the_ratio_of_their_cores(
     )
 
 
-#: (cores %, GiB) of the shares prepared before the daemon is killed, and of the one after.
-BEFORE_KILL: Final = ((25, 4), (50, 8))
+#: (cores %, GiB) of the share whose daemon is killed, and of the one prepared after.
+BEFORE_KILL: Final = (25, 4)
 AFTER_KILL: Final = (10, 2)
 CLIENT_GIB: Final = "1"
 KILL_WAIT_S: Final = 10.0
 
 
-def test_a_killed_mps_daemon_is_started_again_by_the_next_share(
+def test_a_killed_daemon_does_not_stop_the_next_claim_getting_its_own(
     gpu_node: GpuNode, apiserver: KubeAPIServer
 ) -> None:
     gpu = shareable_gpu(gpu_node.gpus)
     mode_before = query_compute_mode(HostRunner("/"), gpu.uuid)
     probe = install_probe(gpu_node.root)
-    daemon = daemon_of(gpu_node, gpu)
-    first = store(apiserver, [mps_claim(f"kill-{c}", gpu, c, g) for c, g in BEFORE_KILL])
+    first = store(apiserver, [mps_claim("kill", gpu, *BEFORE_KILL)])
     later = store(apiserver, [mps_claim("after-kill", gpu, *AFTER_KILL)])
+    killed_daemon, later_daemon = (
+        daemon_of(gpu_node, first[0], gpu),
+        daemon_of(gpu_node, later[0], gpu),
+    )
     reports: dict[str, dict[str, Any]] = {}
     with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
         try:
             prepare_ok(kplugin, first)
-            killed = gpu_node.launcher.pids(daemon)
+            killed = gpu_node.launcher.pids(killed_daemon)
             assert len(killed) == 1, killed
             os.kill(killed[0], signal.SIGKILL)
             assert wait_until(
-                lambda: gpu_node.launcher.phase(daemon) is not DaemonPhase.RUNNING, KILL_WAIT_S
+                lambda: gpu_node.launcher.phase(killed_daemon) is not DaemonPhase.RUNNING,
+                KILL_WAIT_S,
             )
             (plan,) = plans(gpu_node, prepare_ok(kplugin, later), later)
-            started = gpu_node.launcher.pids(daemon)
-            phase = gpu_node.launcher.phase(daemon)
+            started = gpu_node.launcher.pids(later_daemon)
+            phase = gpu_node.launcher.phase(later_daemon)
             status, reports["after"] = run_client(plan, [CLIENT_GIB], probe)
         finally:
             errors = kplugin.unprepare(first + later)
@@ -368,7 +474,7 @@ def test_a_killed_mps_daemon_is_started_again_by_the_next_share(
     assert status == cudaprobe.EXIT_OK, reports
     assert errors == {r.uid: "" for r in first + later}
     assert query_compute_mode(HostRunner("/"), gpu.uuid) == mode_before
-    assert gpu_node.launcher.phase(daemon) is DaemonPhase.ABSENT
+    assert gpu_node.launcher.phase(later_daemon) is DaemonPhase.ABSENT
 
 
 def plain_gpu(gpus: list[GpuInfo]) -> GpuInfo:
@@ -393,7 +499,7 @@ def read_timeslice(uuid: str) -> str | None:
 
 
 def test_time_slicing_interval_is_set_and_restored(
-    gpu_node: GpuNode, apiserver: KubeAPIServer
+    gpu_node: GpuNode, apiserver: KubeAPIServer, settings_guard: SettingsGuard | None
 ) -> None:
     gpu = plain_gpu(gpu_node.gpus)
     runner = HostRunner("/")
@@ -414,6 +520,14 @@ def test_time_slicing_interval_is_set_and_restored(
     assert marked[:1] == ["Long"], marked
     assert mode_during == DEFAULT_COMPUTE_MODE
     assert not marker.exists()
+    if settings_guard is not None:
+        # The GPU's interval was left alone: the commands the plugin ran prove what they can.
+        intervals = [a for a in settings_guard.recorded if a[:1] == ["compute-policy"]]
+        assert intervals[-2:] == [
+            ["compute-policy", "-i", gpu.uuid, "--set-timeslice=3"],
+            ["compute-policy", "-i", gpu.uuid, "--set-timeslice=0"],
+        ], settings_guard.recorded
+        return
     after = read_timeslice(gpu.uuid)
     # nvidia-smi's listing is not a stable interface: compared only where it could be read.
     readable = [v is not None for v in (interval_before, during, after)]

@@ -95,7 +95,7 @@ class FakePodApi:
         assert (namespace, name) not in self.pods, "a pod is never created twice"
         container = next(c for c in body["spec"]["containers"] if c["name"] == DAEMON_CONTAINER)
         env = {e["name"]: e["value"] for e in container["env"]}
-        self.sim.start_daemon(env["CUDA_MPS_PIPE_DIRECTORY"], env["CUDA_VISIBLE_DEVICES"])
+        self.sim.start_daemon(env["CUDA_MPS_PIPE_DIRECTORY"], env["CUDA_VISIBLE_DEVICES"], env)
         body["status"] = {
             "phase": "Running",
             "containerStatuses": [

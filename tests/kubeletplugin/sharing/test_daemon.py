@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kubeletplugin.config import parse_config
 from kubeletplugin.main import build_plugin
-from kubeletplugin.sharing.mpspaths import short_id
+from kubeletplugin.sharing.mpspaths import daemon_id
 from kubeletplugin.sharing.simulator import PID_FILE
 from sharegpu.local.apiserver import KubeAPIServer
 from sharegpu.local.kubelet import KubeletSim
@@ -61,9 +61,9 @@ def test_daemon_enforces_a_30_core_10gi_share(apiserver: KubeAPIServer) -> None:
                 assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{plugin.gpus[1].uuid}=10240M"
                 gpu_uuid = plugin.gpus[1].uuid
                 assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"/run/sharegpu/mps/{gpu_uuid}/pipe"
-                # The simulated daemon writes its pid file where the real one does: in the GPU's
-                # host directory, named by its short id.
-                pid_file = dirs.data / "mps" / short_id(gpu_uuid) / "pipe" / PID_FILE
+                # The simulated daemon writes its pid file where the real one does: in the
+                # claim's host directory on that GPU, named by its daemon id.
+                pid_file = dirs.data / "mps" / daemon_id(uid, gpu_uuid) / "pipe" / PID_FILE
                 assert pid_file.exists()
                 assert kplugin.unprepare([ref(obj)]) == {uid: ""}
                 assert not pid_file.exists()

@@ -1,5 +1,6 @@
-"""MPS daemons as pods: the pod made for a GPU, its phase read from its status (a crashed or
-zombie daemon is dead), and daemons that outlive a plugin restart, through a fake pod API."""
+"""MPS daemons as pods: the pod made for a claim on a GPU, its phase read from its status (a
+crashed or zombie daemon is dead), and daemons that outlive a plugin restart, through a fake pod
+API."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.sharing.daemonpods import (
     DAEMON_CONTAINER,
+    LABEL_DAEMON,
     LABEL_GPU,
     LABEL_NODE,
     PodLauncher,
@@ -22,7 +24,7 @@ from kubeletplugin.sharing.daemonpods import (
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcement import DeviceShare
 from kubeletplugin.sharing.enforcer import SharingEnforcer
-from kubeletplugin.sharing.mpspaths import MpsPaths, short_id
+from kubeletplugin.sharing.mpspaths import MpsPaths, daemon_id, short_id
 from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, FakePodApi, Tools
@@ -30,6 +32,7 @@ from tests.kubeletplugin.sharing.helpers import GI, FakePodApi, Tools
 NS = "sharegpu-system"
 NODE = "gpu-node-1"
 U = "GPU-11111111-2222-3333-4444-555555555555"
+CLAIM = "claim-a"
 
 TEMPLATE: dict[str, Any] = {
     "apiVersion": "v1",
@@ -49,21 +52,30 @@ TEMPLATE: dict[str, Any] = {
 
 
 def spec(root: Path = Path("/run/sharegpu/mps")) -> DaemonSpec:
-    paths = MpsPaths(root, U)
+    paths = MpsPaths.of(root, CLAIM, U)
     return DaemonSpec(
-        paths, {"CUDA_VISIBLE_DEVICES": U, "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe)}
+        paths,
+        {"CUDA_VISIBLE_DEVICES": U, "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe)},
+        uuid=U,
+        claim_uid=CLAIM,
     )
 
 
-def test_the_pod_runs_on_its_node_with_the_gpus_directories() -> None:
+def test_the_pod_runs_on_its_node_with_the_claims_directories() -> None:
     pod = daemon_pod(TEMPLATE, spec(), namespace=NS, node_name=NODE)
-    sid = short_id(U)
+    sid = daemon_id(CLAIM, U)
     assert pod["metadata"]["name"] == f"sharegpu-mps-{sid}"
     assert pod["metadata"]["namespace"] == NS
     assert pod["metadata"]["labels"] == {
         "app": "mps",
-        LABEL_GPU: sid,
+        LABEL_DAEMON: sid,
+        LABEL_GPU: short_id(U),
         LABEL_NODE: short_id(NODE),
+    }
+    assert pod["metadata"]["annotations"] == {
+        "mps.sharegpu.dev/gpu-uuid": U,
+        "mps.sharegpu.dev/claim-uid": CLAIM,
+        "mps.sharegpu.dev/node-name": NODE,
     }
     terms = pod["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
@@ -164,26 +176,24 @@ def test_launch_is_idempotent_and_present_lists_this_nodes_pods() -> None:
     api = FakePodApi(SimulatedNvidiaTools())
     launcher = PodLauncher(api, TEMPLATE, namespace=NS, node_name=NODE)
     other = PodLauncher(api, TEMPLATE, namespace=NS, node_name="other-node")
-    api.sim.compute_modes[U] = "EXCLUSIVE_PROCESS"
     launcher.launch(spec())
     launcher.launch(spec())
     assert api.created == 1
     assert launcher.phase(spec()) is DaemonPhase.RUNNING
-    assert launcher.present() == [short_id(U)] and other.present() == []
+    assert launcher.present() == [daemon_id(CLAIM, U)] and other.present() == []
     launcher.remove(spec())
     assert launcher.phase(spec()) is DaemonPhase.ABSENT and api.sim.daemons == {}
 
 
 def test_remove_waits_for_the_pod_to_be_gone_and_says_when_it_is_not() -> None:
     api = FakePodApi(SimulatedNvidiaTools())
-    api.sim.compute_modes[U] = "EXCLUSIVE_PROCESS"
     naps: list[float] = []
     launcher = PodLauncher(
         api, TEMPLATE, namespace=NS, node_name=NODE, remove_timeout=1.0, sleep=naps.append
     )
     launcher.launch(spec())
     api.delete = lambda namespace, name, grace_seconds: None  # type: ignore[method-assign]
-    with pytest.raises(DaemonError, match=f"pod {NS}/sharegpu-mps-{short_id(U)} is still there"):
+    with pytest.raises(DaemonError, match=f"pod {NS}/sharegpu-mps-{daemon_id(CLAIM, U)} is still"):
         launcher.remove(spec())
     assert naps  # it polled, with a bounded back-off
 
@@ -230,7 +240,8 @@ def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
     first = enforcer(tools, api, tmp_path)
     done = first.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
     state = first.export_state()
-    assert state["mps"][uuid]["daemon"] == f"pod {NS}/sharegpu-mps-{short_id(uuid)}"
+    daemon = daemon_id("claim-a", uuid)
+    assert state["mps"][daemon]["daemon"] == f"pod {NS}/sharegpu-mps-{daemon}"
     # The plugin container restarts (or the DaemonSet rolls): the daemon pod stays.
     second = enforcer(tools, api, tmp_path)
     second.restore(
@@ -239,12 +250,12 @@ def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
         node_gpus=[g.uuid for g in h.gpus()],
     )
     assert api.created == 1 and tools.sim.daemons_started == 1
-    assert second.mps.running()[uuid].adopted
-    # The adopted daemon serves the next share; nothing new is created.
+    assert second.mps.running()[daemon].adopted
+    # The next claim gets a daemon of its own; releasing the first leaves it alone.
     second.apply("claim-b", [share(20, 5 * GI, "s-2")], DriverConfigs())
-    assert api.created == 1
+    assert api.created == 2
     second.release("claim-a")
-    assert len(api.pods) == 1  # claim-b still uses it
+    assert len(api.pods) == 1 and tools.sim.daemons_started == 2
     second.release("claim-b")
     assert api.pods == {} and tools.sim.mode(uuid) == "DEFAULT"
 
@@ -268,11 +279,10 @@ def test_a_crashed_daemon_pod_is_replaced_before_the_next_share_attaches(tmp_pat
     uuid = h.gpus()[0].uuid
     plugin = enforcer(tools, api, tmp_path)
     plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
-    api.crash(NS, f"sharegpu-mps-{short_id(uuid)}")
+    api.crash(NS, f"sharegpu-mps-{daemon_id('claim-a', uuid)}")
     tools.fake.clear()
-    plugin.apply("claim-b", [share(20, 5 * GI, "s-2")], DriverConfigs())
-    # The crash-looping pod's status says dead: it is not even asked, but replaced.
-    assert tools.fake.argvs()[0] == ("nvidia-smi", "-i", uuid, "-c", "EXCLUSIVE_PROCESS")
+    # A re-prepare of the claim (kubelet retries) replaces its crash-looping daemon.
+    plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
     assert api.created == 2 and tools.sim.daemons_started == 2
     [pod] = api.pods.values()
     assert pod_phase(pod) is DaemonPhase.RUNNING

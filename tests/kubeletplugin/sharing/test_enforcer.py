@@ -12,7 +12,7 @@ from api import names
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.devices.slices import partition_share
 from kubeletplugin.sharing.enforcement import DeviceShare
-from kubeletplugin.sharing.mpspaths import short_id
+from kubeletplugin.sharing.mpspaths import daemon_id
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import (
     GI,
@@ -51,15 +51,15 @@ def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Pat
     assert "CUDA_MPS_LOG_DIRECTORY" not in env
     assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
     [mounts] = claim_mounts(node, c["metadata"]["uid"])
-    host = node.data_dir / "mps" / short_id(uuid)
+    daemon = daemon_id(c["metadata"]["uid"], uuid)
+    host = node.data_dir / "mps" / daemon
     assert [(m["hostPath"], m["containerPath"]) for m in mounts] == [
         (str(host / "pipe"), f"/run/sharegpu/mps/{uuid}/pipe"),
         ("/dev/null", f"/run/sharegpu/mps/{uuid}/pipe/control_privileged"),
         (str(host / "shm"), "/dev/shm"),
     ]
     assert tools.fake.argvs() == [
-        query_compute_mode(uuid),
-        ("nvidia-smi", "-i", uuid, "-c", "EXCLUSIVE_PROCESS"),
+        query_compute_mode(uuid),  # must be DEFAULT; never changed for MPS
         ("nvidia-cuda-mps-control",),  # get_server_list: the launched daemon answers
         ("nvidia-cuda-mps-control",),  # set_default_active_thread_percentage 30
         ("nvidia-cuda-mps-control",),  # set_default_device_pinned_mem_limit <uuid> 10240M
@@ -69,29 +69,38 @@ def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Pat
         "pinned_mem_limit": "10240M",
     }
     assert node.checkpoint()["sharing"]["mps"] == {
-        uuid: {
-            "previousComputeMode": "DEFAULT",
-            "shortId": short_id(uuid),
-            "daemon": f"simulated daemon {short_id(uuid)}",
+        daemon: {
+            "claim": c["metadata"]["uid"],
+            "gpu": uuid,
+            "daemon": f"simulated daemon {daemon}",
         }
     }
     tools.fake.clear()
     assert state.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
-    assert tools.fake.argvs() == [
-        ("nvidia-cuda-mps-control",),
-        ("nvidia-smi", "-i", uuid, "-c", "DEFAULT"),
-    ]
+    assert tools.fake.argvs() == [("nvidia-cuda-mps-control",)]  # quit
     assert tools.pods.present() == []
     assert tools.sim.daemons == {} and node.spec_files() == []
 
 
-def test_one_daemon_serves_every_share_of_a_gpu(tmp_path: Path) -> None:
+def test_each_claim_on_a_gpu_gets_its_own_daemon_with_its_own_limits(tmp_path: Path) -> None:
     node, claims, tools, state = setup(tmp_path)
     a = h.claim("a", [h.result("gpu", "gpu-3", share={"cores": 25, "memory": 20 * GI})])
     b = h.claim("b", [h.result("gpu", "gpu-3", share={"cores": 50, "memory": 40 * GI})])
     claims.add(a, b)
-    assert prepare(state, a) == "" and prepare(state, b) == ""
-    assert tools.sim.daemons_started == 1
+    assert prepare(state, a) == ""
+    # a's client starts before b is prepared: its server takes a's limits, b's must not.
+    uuid = h.gpus()[3].uuid
+    pipe_a, pipe_b = (
+        str(node.data_dir / "mps" / daemon_id(c["metadata"]["uid"], uuid) / "pipe") for c in (a, b)
+    )
+    client_a = tools.sim.connect_client(pipe_a, 1000)
+    assert prepare(state, b) == ""
+    assert tools.sim.daemons_started == 2
+    assert client_a == {"active_thread_percentage": "25", "pinned_mem_limit": "20480M"}
+    assert tools.sim.connect_client(pipe_b, 1000) == {
+        "active_thread_percentage": "50",
+        "pinned_mem_limit": "40960M",
+    }
     env_a, env_b = (
         claim_env(node, a["metadata"]["uid"])[0],
         claim_env(node, b["metadata"]["uid"])[0],
@@ -103,9 +112,10 @@ def test_one_daemon_serves_every_share_of_a_gpu(tmp_path: Path) -> None:
         "25",
         "50",
     )
-    assert env_a["CUDA_MPS_PIPE_DIRECTORY"] == env_b["CUDA_MPS_PIPE_DIRECTORY"]
+    assert claim_mounts(node, a["metadata"]["uid"])[0][0]["hostPath"] == pipe_a
+    assert claim_mounts(node, b["metadata"]["uid"])[0][0]["hostPath"] == pipe_b
     state.unprepare([h.ref(a)])
-    assert len(tools.sim.daemons) == 1  # b still uses it
+    assert list(tools.sim.daemons) == [pipe_b]  # b's daemon is left alone
     state.unprepare([h.ref(b)])
     assert tools.sim.daemons == {}
     assert tools.sim.mode(h.gpus()[3].uuid) == "DEFAULT"
@@ -363,12 +373,8 @@ def test_daemons_are_adopted_after_a_plugin_restart(tmp_path: Path) -> None:
     assert prepare(state, c) == ""
     tools.fake.clear()
     restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
-    # get_server_list answers: adopted; then its defaults are set again (the same values)
-    assert [c.stdin for c in tools.fake.calls] == [
-        "get_server_list\n",
-        "set_default_active_thread_percentage 30\n",
-        f"set_default_device_pinned_mem_limit {h.gpus()[0].uuid} 10240M\n",
-    ]
+    # get_server_list answers: adopted, nothing else is sent (its defaults are set already)
+    assert [c.stdin for c in tools.fake.calls] == ["get_server_list\n"]
     assert tools.sim.daemons_started == 1 and tools.pods.launches == 1
     assert restarted.unprepare([h.ref(c)])[c["metadata"]["uid"]].error == ""
     assert tools.sim.daemons == {} and tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
@@ -492,41 +498,30 @@ def test_the_daemon_of_a_claim_rolled_back_at_restart_is_stopped(tmp_path: Path)
     assert node.checkpoint()["sharing"]["mps"] == {}
 
 
-def test_a_daemon_that_died_while_the_plugin_runs_is_started_again_for_the_next_share(
+def test_another_claims_dead_daemon_neither_blocks_nor_serves_a_new_claim(
     tmp_path: Path,
 ) -> None:
-    # Without a daemon, a CUDA client that cannot reach MPS runs without it: no limits. A new
-    # share on the GPU must not be handed out attached to a dead daemon. A daemon whose process
-    # died but whose pod is still there (exited, crash-looping, a zombie) is dead.
+    # A CUDA client that cannot reach MPS runs without it: no limits. A claim is never handed
+    # out attached to a dead daemon: it gets its own. The dead one's pod restarts its daemon
+    # (restartPolicy Always) with the limits in its environment.
     node, claims, tools, state = setup(tmp_path)
     first = h.claim("a", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
     second = h.claim("b", [h.result("gpu", "gpu-0", share={"cores": 20, "memory": 5 * GI})])
-    live = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 10, "memory": 2 * GI})])
-    claims.add(first, second, live)
+    claims.add(first, second)
     assert prepare(state, first) == "" and tools.sim.daemons_started == 1
-    # While the daemon lives, attaching another share only checks it and sets its defaults.
-    tools.fake.clear()
-    assert prepare(state, live) == ""
-    assert [c.stdin.split()[0] for c in tools.fake.calls if c.stdin] == [
-        "get_server_list",
-        "set_default_active_thread_percentage",
-        "set_default_device_pinned_mem_limit",
-    ]
-    assert tools.sim.daemons_started == 1
-    assert state.unprepare([h.ref(live)])[live["metadata"]["uid"]].error == ""
     uuid = h.gpus()[0].uuid
+    dead = daemon_id(first["metadata"]["uid"], uuid)
     tools.sim.kill_daemons()
-    assert tools.pods.present() == [short_id(uuid)]  # the pod is still there
+    assert tools.pods.present() == [dead]  # the pod is still there
     assert prepare(state, second) == ""
-    assert tools.sim.daemons_started == 2 and len(tools.sim.daemons) == 1
-    assert tools.pods.launches == 2
-    assert tools.sim.mode(uuid) == "EXCLUSIVE_PROCESS"
-    # The new daemon got the defaults of the largest share on the GPU again.
-    pipe = str(node.data_dir / "mps" / short_id(uuid) / "pipe")
-    assert tools.sim.default_limits[pipe]["active_thread_percentage"] == "30"
+    assert tools.sim.daemons_started == 2 and tools.pods.launches == 2
+    pipe = str(node.data_dir / "mps" / daemon_id(second["metadata"]["uid"], uuid) / "pipe")
+    assert list(tools.sim.daemons) == [pipe]
+    assert tools.sim.default_limits[pipe]["active_thread_percentage"] == "20"
+    assert tools.sim.mode(uuid) == "DEFAULT"
     outcomes = state.unprepare([h.ref(first), h.ref(second)])
     assert [o.error for o in outcomes.values()] == ["", ""]
-    assert tools.sim.daemons == {} and tools.sim.mode(uuid) == "DEFAULT"
+    assert tools.sim.daemons == {} and tools.pods.present() == []
 
 
 def test_a_restart_removes_lock_directories_of_claims_no_longer_prepared(tmp_path: Path) -> None:

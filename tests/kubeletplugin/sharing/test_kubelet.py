@@ -66,10 +66,15 @@ def run_shares(dirs: Dirs, shares: list[tuple[int, int]], version: str) -> None:
             for o in objs
         }
         assert len(limits) == len(shares)
-        assert tools.sim.daemons_started == 1 and len(tools.sim.daemons) == 1
+        # One daemon per claim, each started with its claim's limits as its defaults.
+        assert tools.sim.daemons_started == len(shares) == len(tools.sim.daemons)
+        assert sorted(
+            (int(d["active_thread_percentage"]), d["pinned_mem_limit"])
+            for d in tools.sim.default_limits.values()
+        ) == sorted((cores, f"{memory * 1024}M") for cores, memory in shares)
         # Repeating the prepare (kubelet retries) starts nothing new.
         assert plugin.prepare(refs[:1], version=version)[refs[0].uid].error == ""
-        assert tools.sim.daemons_started == 1
+        assert tools.sim.daemons_started == len(shares)
         errors = plugin.unprepare(refs[:-1], version=version)
         assert set(errors.values()) == {""}
         assert len(tools.sim.daemons) == 1

@@ -14,7 +14,7 @@ from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE, STATE_STARTED
 from kubeletplugin.runner import CommandResult, RecordedCall
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.sharing.enforcer import SharingEnforcer
-from kubeletplugin.sharing.mpspaths import short_id
+from kubeletplugin.sharing.mpspaths import daemon_id
 from kubeletplugin.sharing.timeslice import TimeSliceManager
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config, query_compute_mode
@@ -155,17 +155,17 @@ def test_a_gpu_a_surviving_time_slicing_claim_holds_keeps_its_interval(tmp_path:
 
 
 @pytest.mark.parametrize("daemon", ["running", "dead", "never-started"])
-def test_a_compute_mode_changed_for_an_interrupted_prepare_is_restored(
+def test_the_daemon_of_an_interrupted_prepare_is_stopped_and_its_directory_removed(
     tmp_path: Path, daemon: str
 ) -> None:
-    # "never-started": the plugin died between setting EXCLUSIVE_PROCESS and launching the
-    # daemon pod; "dead": the daemon pod is there but its daemon died.
+    # "never-started": the plugin died between creating the daemon's directory and launching
+    # its pod; "dead": the daemon pod is there but its daemon died.
     node, claims, tools = h.Node(tmp_path), h.FakeClaims(), Tools.new()
     uuid = h.gpus()[0].uuid
     c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
     crash_during_prepare(node, claims, tools, c)
     assert node.checkpoint()["sharing"]["mps"] == {}  # no record of the daemon
-    pipe = node.data_dir / "mps" / short_id(uuid) / "pipe"
+    directory = node.data_dir / "mps" / daemon_id(c["metadata"]["uid"], uuid)
     if daemon != "running":
         tools.sim.kill_daemons()
     if daemon == "never-started":
@@ -174,17 +174,12 @@ def test_a_compute_mode_changed_for_an_interrupted_prepare_is_restored(
 
     restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
     assert c["metadata"]["uid"] not in restarted.prepared_claims()
-    query = ("nvidia-smi", "-i", uuid, "--query-gpu=compute_mode", "--format=csv,noheader")
-    # quit (answered by a running daemon only), the pod removed, the mode restored
-    assert tools.fake.argvs() == [
-        query,
-        ("nvidia-cuda-mps-control",),
-        ("nvidia-smi", "-i", uuid, "-c", "DEFAULT"),
-    ]
-    assert tools.fake.calls[1].stdin == "quit\n"
+    # quit (answered by a running daemon only), the pod removed; the compute mode never changed
+    assert tools.fake.argvs() == [("nvidia-cuda-mps-control",)]
+    assert tools.fake.calls[0].stdin == "quit\n"
     assert tools.pods.present() == []
     assert tools.sim.mode(uuid) == "DEFAULT" and tools.sim.daemons == {}
-    assert not pipe.exists()
+    assert not directory.exists()
     # A prepare that never set an interval leaves no time-slice marker behind.
     assert not (node.data_dir / "timeslice").exists()
     tools.fake.clear()

@@ -64,9 +64,9 @@ app.kubernetes.io/component: {{ .component }}
 - --log-level={{ .Values.logging.level }}
 {{- end }}
 
-{{/* Name of the MPS daemon pods (the plugin appends -<8 hex digits> per GPU). */}}
+{{/* Name of the MPS daemon pods (the plugin appends -<12 hex digits> per claim and GPU). */}}
 {{- define "sharegpu.mpsDaemonName" -}}
-{{- printf "%s-mps" (include "sharegpu.fullname" .) | trunc 54 | trimSuffix "-" }}
+{{- printf "%s-mps" (include "sharegpu.fullname" .) | trunc 50 | trimSuffix "-" }}
 {{- end }}
 
 {{/* The host path of the driver files mounted into the driver-files init container (see
