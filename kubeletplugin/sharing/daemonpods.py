@@ -16,8 +16,10 @@ the GPU and the node:
 - a required node affinity on ``metadata.name`` (what the DaemonSet controller uses), so the pod
   runs on this node and nowhere else;
 - the daemon's host directories: ``pipe`` and ``log`` at their host paths (the plugin reaches
-  the same sockets at the same paths), ``shm`` at ``/dev/shm``; and the daemon's environment
-  (with the share's limits as its defaults).
+  the same sockets at the same paths), ``shm`` at ``/dev/shm``; the daemon's environment; and a
+  ``postStart`` hook that sets the share's limits as the daemon's defaults after every container
+  (re)start, before the pod is ready (a restarted daemon would otherwise serve without a memory
+  limit: its environment does not set one).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Final, Protocol
 import yaml
 
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
+from kubeletplugin.sharing.mps import DEFAULTS_ENV
 from kubeletplugin.sharing.mpspaths import DAEMON_ID_LENGTH, short_id
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
@@ -48,6 +51,12 @@ ANNOTATION_NODE: Final = "mps.sharegpu.dev/node-name"
 #: A pod name is a DNS label here (at most 63 characters), so the template name leaves room
 #: for ``-<daemon id>``.
 MAX_TEMPLATE_NAME: Final = 63 - 1 - DAEMON_ID_LENGTH
+#: The daemon container's postStart hook: once the daemon answers (at most 30 s), run the
+#: ``set_default_*`` commands of its environment.
+SET_DEFAULTS_SCRIPT: Final = (
+    f'for i in $(seq 150); do printf "%s" "${DEFAULTS_ENV}" | nvidia-cuda-mps-control '
+    "&& exit 0; sleep 0.2; done; exit 1"
+)
 #: Seconds :meth:`PodLauncher.remove` waits for a deleted pod to be gone.
 REMOVE_TIMEOUT_S: Final = 60.0
 DELETE_GRACE_S: Final = 10
@@ -187,6 +196,9 @@ def daemon_pod(
         container.setdefault("volumeMounts", []).extend(
             {"name": name, "mountPath": path} for name, _, path in volumes
         )
+        container.setdefault("lifecycle", {})["postStart"] = {
+            "exec": {"command": ["sh", "-c", SET_DEFAULTS_SCRIPT]}
+        }
     return pod
 
 

@@ -15,10 +15,13 @@ plugin restart, OOM kill or upgrade leaves it running.
 - start: every socket path must fit a unix socket address, and the GPU must be in compute mode
   ``DEFAULT`` (the claims' servers run side by side; the plugin never changes the mode for MPS);
   the ``shm`` directory becomes a bounded tmpfs; the daemon is launched with
-  ``CUDA_VISIBLE_DEVICES=U``, its directories and the limits in its environment
-  (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, so a daemon its
-  pod restarts keeps them), and once it answers ``get_server_list`` the same limits are set with
-  ``set_default_*`` before any client can know the daemon (the claim's CDI spec comes later);
+  ``CUDA_VISIBLE_DEVICES=U``, its directories, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (a control
+  daemon's environment sets its default thread percentage; measured on an H200 with driver 580,
+  where ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` in its environment set nothing) and
+  :data:`DEFAULTS_ENV`, the ``set_default_*`` commands its pod runs after every container
+  (re)start; once it answers ``get_server_list`` the plugin sets them too, before any client can
+  know the daemon (the claim's CDI spec comes later), and reads the thread percentage back: the
+  control command exits 0 and keeps the old value when it refuses one (measured);
 - alive: the launcher says it runs (a crashed, exited or zombie daemon, or a pod being deleted,
   is dead) *and* it answers ``get_server_list``;
 - adopt: an alive daemon that is not owned (found after a plugin restart) is taken over, never
@@ -69,6 +72,8 @@ MIB: Final = 1024 * 1024
 #: Seconds a newly launched daemon has to answer ``get_server_list`` (a pod must be scheduled
 #: and its init container copy the driver files first).
 START_TIMEOUT_S: Final = 60.0
+#: The daemon's environment variable holding its ``set_default_*`` commands (one per line).
+DEFAULTS_ENV: Final = "SHAREGPU_MPS_DEFAULTS"
 #: What a failed MPS operation raises.
 MPS_ERRORS: Final = (CommandError, DaemonError, MpsPathError, OSError)
 
@@ -88,6 +93,13 @@ class MpsLimits:
     def pinned_limit(self, uuid: str) -> str:
         """NVIDIA's ``<device>=<limit>`` form, keyed by the GPU's UUID."""
         return f"{uuid}={self.memory // MIB}M"
+
+    def default_commands(self, uuid: str) -> tuple[str, str]:
+        """The control commands that make these limits a daemon's defaults on GPU ``uuid``."""
+        return (
+            f"set_default_active_thread_percentage {self.cores}",
+            f"set_default_device_pinned_mem_limit {uuid} {self.memory // MIB}M",
+        )
 
 
 @dataclass(frozen=True)
@@ -149,7 +161,7 @@ class MpsManager:
             "CUDA_VISIBLE_DEVICES": uuid,
             **control_env(paths),
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(limits.cores),
-            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": limits.pinned_limit(uuid),
+            DEFAULTS_ENV: "".join(c + "\n" for c in limits.default_commands(uuid)),
         }
         return DaemonSpec(paths, env, uuid=uuid, claim_uid=claim_uid)
 
@@ -226,18 +238,24 @@ class MpsManager:
         return MpsDaemon(spec.claim_uid, spec.uuid, paths, limits)
 
     def _set_default_limits(self, spec: DaemonSpec, limits: MpsLimits) -> None:
-        """``set_default_*`` on the new daemon, before any server exists. The control command
-        exits 0 even when it refuses one, so its answer is checked too. Raises CommandError."""
-        for command in (
-            f"set_default_active_thread_percentage {limits.cores}",
-            f"set_default_device_pinned_mem_limit {spec.uuid} {limits.memory // MIB}M",
-        ):
-            answer = self.runner.run(
-                MPS_CONTROL, [], env=control_env(spec.paths), stdin=command + "\n"
+        """``set_default_*`` on the new daemon, before any server exists, then the thread
+        percentage read back (a refused command exits 0). Raises CommandError."""
+        env = control_env(spec.paths)
+        for command in limits.default_commands(spec.uuid):
+            self.runner.run(MPS_CONTROL, [], env=env, stdin=command + "\n")
+        answer = self.runner.run(
+            MPS_CONTROL, [], env=env, stdin="get_default_active_thread_percentage\n"
+        )
+        try:
+            current: float | None = float(answer.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            current = None
+        if current != float(limits.cores):
+            raise CommandError(
+                answer.argv,
+                f"the default active thread percentage is {answer.stdout.strip()!r} after "
+                f"setting {limits.cores}: the daemon refused it",
             )
-            refused = [w for w in ("error", "invalid", "unknown") if w in answer.stdout.lower()]
-            if refused:
-                raise CommandError(answer.argv, f"{command!r} refused: {answer.stdout.strip()}")
 
     def stop(self, daemon_id: str) -> None:
         """Quit and remove daemon ``daemon_id`` (owned or found), unmount its shm and remove its

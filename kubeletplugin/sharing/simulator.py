@@ -117,9 +117,14 @@ class SimulatedNvidiaTools:
         defaults = {}
         if "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in env:
             defaults["active_thread_percentage"] = env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
-        if "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" in env:
-            limit = env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]
-            defaults["pinned_mem_limit"] = limit.rpartition("=")[2]
+        # As measured: a pinned memory limit in the daemon's environment sets nothing; the
+        # daemon pod's start hook runs the commands of SHAREGPU_MPS_DEFAULTS.
+        for line in env.get("SHAREGPU_MPS_DEFAULTS", "").splitlines():
+            words = line.split()
+            if len(words) == 2 and words[0] == "set_default_active_thread_percentage":
+                defaults["active_thread_percentage"] = words[1]
+            if len(words) == 3 and words[0] == "set_default_device_pinned_mem_limit":
+                defaults["pinned_mem_limit"] = words[2]
         with self._lock:
             if pipe in self.daemons or self.mode(uuid) != "DEFAULT":
                 return False
@@ -153,6 +158,15 @@ class SimulatedNvidiaTools:
         words = call.stdin.split()
         if words == ["get_server_list"]:
             return CommandResult(call.argv, 0, "")
+        if words == ["get_default_active_thread_percentage"] or (
+            len(words) == 2
+            and words[0] == "set_default_active_thread_percentage"
+            and not (words[1].isdigit() and 1 <= int(words[1]) <= 100)
+        ):
+            # As measured: a refused percentage is not applied, and the command exits 0.
+            with self._lock:
+                value = self.default_limits.get(pipe, {}).get("active_thread_percentage", "100")
+            return CommandResult(call.argv, 0, f"{float(value):.1f}\n")
         if words == ["quit"]:
             self.end_daemon(pipe)
             return CommandResult(call.argv, 0)

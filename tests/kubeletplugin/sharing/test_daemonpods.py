@@ -15,6 +15,7 @@ from kubeletplugin.sharing.daemonpods import (
     LABEL_DAEMON,
     LABEL_GPU,
     LABEL_NODE,
+    SET_DEFAULTS_SCRIPT,
     PodLauncher,
     TemplateError,
     daemon_pod,
@@ -97,6 +98,13 @@ def test_the_pod_runs_on_its_node_with_the_claims_directories() -> None:
         "mps-log": f"/run/sharegpu/mps/{sid}/log",
     }
     assert {"name": "CUDA_VISIBLE_DEVICES", "value": U} in container["env"]
+    # Every (re)start of the daemon container sets the share's defaults again.
+    assert container["lifecycle"]["postStart"]["exec"]["command"] == [
+        "sh",
+        "-c",
+        SET_DEFAULTS_SCRIPT,
+    ]
+    assert '"$SHAREGPU_MPS_DEFAULTS" | nvidia-cuda-mps-control' in SET_DEFAULTS_SCRIPT
     # The template is left as it was (it makes every GPU's pod).
     assert "volumes" not in TEMPLATE["spec"] and "namespace" not in TEMPLATE["metadata"]
 

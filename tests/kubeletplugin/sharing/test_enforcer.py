@@ -63,6 +63,7 @@ def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Pat
         ("nvidia-cuda-mps-control",),  # get_server_list: the launched daemon answers
         ("nvidia-cuda-mps-control",),  # set_default_active_thread_percentage 30
         ("nvidia-cuda-mps-control",),  # set_default_device_pinned_mem_limit <uuid> 10240M
+        ("nvidia-cuda-mps-control",),  # get_default_active_thread_percentage: read back
     ]
     assert tools.sim.default_limits[str(host / "pipe")] == {
         "active_thread_percentage": "30",

@@ -62,11 +62,12 @@ def test_start_checks_the_mode_launches_with_the_limits_and_sets_them_as_default
     mps = manager(fake, pods, tmp_path, shm=shm, shm_bytes=64 * 1024**2)
     daemon = mps.ensure_running(A, U, SMALL)
     paths = MpsPaths.of(tmp_path, A, U)
-    assert fake.argvs() == [QUERY_MODE] + [("nvidia-cuda-mps-control",)] * 3
+    assert fake.argvs() == [QUERY_MODE] + [("nvidia-cuda-mps-control",)] * 4
     assert [c.stdin for c in list(fake.calls)[1:]] == [
         "get_server_list\n",
         "set_default_active_thread_percentage 25\n",
         f"set_default_device_pinned_mem_limit {U} 10240M\n",
+        "get_default_active_thread_percentage\n",  # read back: a refusal exits 0
     ]
     assert pods.present() == [daemon_id(A, U)]
     assert pods.pods[daemon_id(A, U)].env == {
@@ -74,7 +75,10 @@ def test_start_checks_the_mode_launches_with_the_limits_and_sets_them_as_default
         "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe),
         "CUDA_MPS_LOG_DIRECTORY": str(paths.log),
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{U}=10240M",
+        "SHAREGPU_MPS_DEFAULTS": (
+            f"set_default_active_thread_percentage 25\nset_default_device_pinned_mem_limit {U} "
+            "10240M\n"
+        ),
     }
     assert {p.name for p in paths.directory.iterdir()} == {"pipe", "shm", "log"}
     assert shm.mounted == {paths.shm: 64 * 1024**2}
@@ -204,13 +208,14 @@ def test_leftovers_are_the_daemons_no_prepared_claim_needs(tmp_path: Path) -> No
 
 def test_a_refused_default_is_an_error_and_the_daemon_is_removed(tmp_path: Path) -> None:
     _, fake, pods = tools()
-    # nvidia-cuda-mps-control exits 0 when it refuses a command: its answer is read.
+    # nvidia-cuda-mps-control exits 0 and keeps the old value when it refuses a command
+    # (measured): the value is read back.
     fake.on(
         "nvidia-cuda-mps-control",
-        stdin="set_default_active_thread_percentage 25\n",
-        stdout="Error: invalid percentage\n",
+        stdin="get_default_active_thread_percentage\n",
+        stdout="100.0\n",
     )
-    with pytest.raises(CommandError, match="refused: Error: invalid percentage"):
+    with pytest.raises(CommandError, match=r"is '100\.0' after setting 25: the daemon refused it"):
         manager(fake, pods, tmp_path).ensure_running(A, U, SMALL)
     assert pods.present() == []
 
