@@ -42,7 +42,13 @@ from api.names import (
     GPU_QUOTA_KIND,
     GROUP_VERSION,
 )
-from api.quantity import MAX_QUANTITY, QuantityError, format_quantity, parse_quantity
+from api.quantity import (
+    MAX_QUANTITY,
+    QUANTITY_PATTERN,
+    QuantityError,
+    format_quantity,
+    parse_quantity,
+)
 
 #: The largest ``devices`` limit accepted (far beyond any cluster; a bigger number is a typo).
 MAX_QUOTA_DEVICES: Final = 1_000_000
@@ -137,6 +143,7 @@ Memory = Annotated[
         {
             "anyOf": [{"type": "string"}, {"type": "integer"}],
             "x-kubernetes-int-or-string": True,
+            "pattern": QUANTITY_PATTERN,
             "description": "Memory (a Kubernetes quantity such as 80Gi).",
         }
     ),

@@ -53,8 +53,16 @@ _SUFFIX_EXPONENTS: dict[str, tuple[int, int]] = {
 #: The upstream scanner: sign, digits, optional fraction, suffix letters, optional signed digits.
 _SCANNER = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)")
 _EXPONENT = re.compile(r"[eE]([+-]?[0-9]+)")
-_FORMAT_WRONG = (
+#: apimachinery's ``ErrFormatWrong`` text: what the API server answers for a malformed quantity.
+FORMAT_WRONG = (
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+_FORMAT_WRONG = FORMAT_WRONG
+#: The OpenAPI ``pattern`` of a quantity string in a CRD schema, as controller-gen writes it for
+#: ``resource.Quantity`` fields, so the API server itself refuses ``"lots"`` or ``"10GB"``.
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?"
+    r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _NANO = Decimal("1e-9")

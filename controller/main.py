@@ -249,6 +249,8 @@ class Controller:
                 if kube is not None
                 else None
             )
+            if admitter is not None:
+                self.metrics.set_quota_crd_source(admitter.crd_served)
             admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class, admitter)
             self.webhook = WebhookServer(a.webhook_address, admission, certs).start()
             self.lifecycle.running("webhook", self.webhook.stop)

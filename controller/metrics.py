@@ -17,6 +17,9 @@ GPU objects the tracker computes; nothing is stored twice. Prometheus names (aft
 - ``sharegpu_quota_used`` / ``sharegpu_quota_hard`` (labels ``namespace``, ``quota``,
   ``resource``: ``cores``, ``memory`` in bytes, ``devices``): what each GpuQuota charges and
   allows (no ``hard`` sample for an absent limit), observed from the quota controller's cache
+- ``sharegpu_quota_crd_installed``: 1 while the webhook finds GpuQuotas served, 0 while the
+  GpuQuota CRD is not installed (claims are then admitted with a warning, quotas not enforced);
+  no sample before the webhook first listed GpuQuotas
 """
 
 from __future__ import annotations
@@ -145,6 +148,12 @@ class ControllerMetrics:
             callbacks=[self._quota_observer(True)],
             description="The limit of a GpuQuota (cores, memory bytes, devices)",
         )
+        self._quota_crd: Callable[[], bool | None] = lambda: None
+        meter.create_observable_gauge(
+            "sharegpu_quota_crd_installed",
+            callbacks=[self._observe_quota_crd],
+            description="1 if GpuQuotas are served (quotas enforced), 0 if their CRD is absent",
+        )
 
     def set_gpu_source(self, gpus: GpuSource) -> None:
         """Read per-GPU gauges from ``gpus`` from now on."""
@@ -166,6 +175,15 @@ class ControllerMetrics:
     def set_quota_source(self, quotas: QuotaSource) -> None:
         """Read per-quota gauges from ``quotas`` from now on."""
         self._quotas = quotas
+
+    def set_quota_crd_source(self, served: Callable[[], bool | None]) -> None:
+        """Read whether the GpuQuota CRD is installed from ``served`` from now on."""
+        self._quota_crd = served
+
+    def _observe_quota_crd(self, _: CallbackOptions) -> Iterator[Observation]:
+        served = self._quota_crd()
+        if served is not None:
+            yield Observation(1 if served else 0)
 
     def _quota_observer(self, hard: bool) -> Callable[[CallbackOptions], Iterator[Observation]]:
         def observe(_: CallbackOptions) -> Iterator[Observation]:

@@ -12,17 +12,26 @@ by the controller when no such claim appears within its grace period
 (:mod:`controller.quotacontroller`).
 
 ``dryRun`` requests are judged without writing anything.
+
+A GpuQuota resource the API server does not serve (HTTP 404 on the list: the CRD is not
+installed, e.g. a chart installed with ``--skip-crds`` before the CRDs are applied) means no
+quota is enforced: the claim is admitted with :data:`CRD_ABSENT_WARNING` as an AdmissionReview
+warning, logged once per change of that state, and quotas apply again from the first list that
+succeeds (no restart). Any other failure to read the quotas still denies, naming the error (the
+webhook's ``failurePolicy`` decides only when the webhook itself does not answer).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from api.gpuquota import GpuQuota, GpuQuotaError, parse_gpu_quota
-from api.names import API_GROUP, API_VERSION, GPU_QUOTA_KIND, GPU_QUOTA_PLURAL
+from api.names import API_GROUP, API_VERSION, GPU_QUOTA_CRD_NAME, GPU_QUOTA_KIND, GPU_QUOTA_PLURAL
 from controller.quotacharge import (
     ChargeBasis,
     charge_entry,
@@ -37,6 +46,19 @@ log = logging.getLogger(__name__)
 
 #: Attempts to write one charge before admission gives up (each conflict is another writer).
 MAX_ATTEMPTS: Final = 64
+#: The warning of a claim admitted while the API server does not serve GpuQuotas.
+CRD_ABSENT_WARNING: Final = (
+    f"the GpuQuota CRD ({GPU_QUOTA_CRD_NAME}) is not installed, so GpuQuotas are not enforced"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDecision:
+    """What quota admission decided: ``denial`` (None: admitted) and a ``warning`` to return
+    with an admitted claim."""
+
+    denial: str | None = None
+    warning: str | None = None
 
 
 def now_text() -> str:
@@ -97,23 +119,56 @@ class QuotaAdmitter:
         self.has_quotas = has_quotas
         #: Conflicts met (a measure of contention, for tests and benchmarks).
         self.conflicts = 0
+        self._served_lock = threading.Lock()
+        self._served: bool | None = None
 
-    def admit(self, namespace: str, claim: Mapping[str, Any], dry_run: bool = False) -> str | None:
-        """Charge ``claim`` (being created in ``namespace``) to every quota it touches; the
-        denial text, or None when admitted. A quota that cannot be read or decoded denies
-        (naming the quota and the problem): a quota is only enforced while it is valid."""
+    def crd_served(self) -> bool | None:
+        """Whether the last list of GpuQuotas found the resource served (None: not listed yet).
+        False while the GpuQuota CRD is not installed and quotas are therefore not enforced."""
+        with self._served_lock:
+            return self._served
+
+    def _note_served(self, served: bool) -> None:
+        """Record whether GpuQuotas are served; log each change of that once."""
+        with self._served_lock:
+            changed, self._served = self._served != served, served
+        if changed and not served:
+            log.warning("quota: %s; claims are admitted with a warning", CRD_ABSENT_WARNING)
+        elif changed and served:
+            log.info("quota: the GpuQuota resource is served; quotas are enforced")
+
+    def admit(
+        self, namespace: str, claim: Mapping[str, Any], dry_run: bool = False
+    ) -> QuotaDecision:
+        """Charge ``claim`` (being created in ``namespace``) to every quota it touches. A quota
+        that cannot be read or decoded denies (naming the quota and the problem): a quota is
+        only enforced while it is valid. GpuQuotas not served at all admit with a warning."""
+        if self.has_quotas(namespace) is False:
+            return QuotaDecision()
+        try:
+            items, _ = self.kube.list_all(quota_path(namespace))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                self._note_served(False)
+                return QuotaDecision(warning=CRD_ABSENT_WARNING)
+            return QuotaDecision(f"cannot read the GpuQuotas of namespace {namespace}: {exc}")
+        self._note_served(True)
+        return QuotaDecision(self._admit_listed(namespace, claim, items, dry_run))
+
+    def _admit_listed(
+        self,
+        namespace: str,
+        claim: Mapping[str, Any],
+        items: list[dict[str, Any]],
+        dry_run: bool,
+    ) -> str | None:
+        """The denial of ``claim`` by the listed quotas ``items``, or None (charged)."""
         meta = claim.get("metadata")
         meta = meta if isinstance(meta, Mapping) else {}
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             name = str(meta.get("generateName") or "") + "(generated)"
         uid = meta.get("uid") if isinstance(meta.get("uid"), str) else None
-        if self.has_quotas(namespace) is False:
-            return None
-        try:
-            items, _ = self.kube.list_all(quota_path(namespace))
-        except KubeApiError as exc:
-            return f"cannot read the GpuQuotas of namespace {namespace}: {exc}"
         basis = self.basis()
         charged: list[str] = []
         spec = claim.get("spec")

@@ -16,7 +16,8 @@ objects of other kinds are allowed unchecked.
 
 GpuQuota: with a :class:`~controller.quotaadmit.QuotaAdmitter`, a ResourceClaim that passes the
 checks is, on CREATE, charged to its namespace's GpuQuotas and denied (403 Forbidden, naming the
-quota, what is used, asked and left) when it does not fit.
+quota, what is used, asked and left) when it does not fit. Without the GpuQuota CRD installed,
+claims are admitted with a warning that quotas are not enforced.
 
 Malformed input: every body that is an AdmissionReview with a string ``request.uid`` gets an
 AdmissionReview answer (HTTP 200) with that uid. A review whose fields have the wrong JSON type
@@ -331,14 +332,18 @@ class AdmissionHandler:
     ) -> tuple[dict[str, Any], ReviewResult]:
         """Charge an admitted claim on CREATE to its namespace's GpuQuotas
         (:mod:`controller.quotaadmit`); a claim that does not fit is denied 403 Forbidden with
-        the quota, what is used, asked, the limit and what is left."""
+        the quota, what is used, asked, the limit and what is left. While the GpuQuota CRD is
+        not installed the claim is admitted with a warning saying quotas are not enforced."""
         namespace = request.get("namespace")
         if self.quota is None or request.get("operation") != "CREATE":
             return response, result
         if not isinstance(namespace, str) or not namespace:
             return response, result
-        refused = self.quota.admit(namespace, obj, dry_run=request.get("dryRun") is True)
-        if refused is None:
+        decision = self.quota.admit(namespace, obj, dry_run=request.get("dryRun") is True)
+        if decision.warning is not None:
+            warns = [*response.get("warnings", []), decision.warning][:_MAX_WARNINGS]
+            return {**response, "warnings": warns}, "warned"
+        if decision.denial is None:
             return response, result
         denied = {
             **response,
@@ -346,7 +351,7 @@ class AdmissionHandler:
             "status": {
                 "code": 403,
                 "reason": "Forbidden",
-                "message": f"{what} is forbidden: {_clip(refused, _MAX_FINDING_CHARS)}",
+                "message": f"{what} is forbidden: {_clip(decision.denial, _MAX_FINDING_CHARS)}",
             },
         }
         return denied, "denied"

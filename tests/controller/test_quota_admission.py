@@ -3,14 +3,22 @@ optimistic-concurrency charge under 50 concurrent admissions, dry runs and broke
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from controller.quotaadmit import QuotaAdmitter
+import pytest
+
+from api.crd import quota_crd_manifest
+from api.names import GPU_QUOTA_CRD_NAME
+from controller.metrics import ControllerMetrics
+from controller.quotaadmit import CRD_ABSENT_WARNING, QuotaAdmitter
 from controller.quotacharge import ChargeBasis
 from controller.quotacontroller import QuotaController
 from controller.webhook import AdmissionHandler
 from sharegpu.kube.rest import KubeApiError, KubeRest
+from sharegpu.kube.telemetry import Telemetry
+from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller.quota_helpers import (
     DRIVER,
     GI,
@@ -117,10 +125,16 @@ def test_a_denial_by_a_second_quota_releases_the_first_charge(kube: KubeRest) ->
     assert not read_quota(kube, "a-cores")["status"]["claims"]
 
 
-def test_a_broken_quota_denies_with_a_clear_message(kube: KubeRest) -> None:
-    # The embedded server does not apply the CRD schema, like a cluster without the CRD's
-    # validation would not: the webhook itself names the problem.
-    create_quota(kube, quota("bad", {"cores": -5, "memory": "lots", "devices": "two"}))
+def test_a_broken_quota_denies_with_a_clear_message(
+    apiserver: KubeAPIServer, kube: KubeRest
+) -> None:
+    broken = quota("bad", {"cores": -5, "memory": "lots", "devices": "two"})
+    # The API server refuses it through the CRD schema ...
+    with pytest.raises(KubeApiError) as err:
+        create_quota(kube, broken)
+    assert err.value.status == 422
+    # ... but a quota stored past it (a CRD without that schema) is named by the webhook.
+    apiserver.store.put("gpuquotas", broken)
     h = handler(kube)
     denied = answer(h, claim("x", 10))
     message = denied["status"]["message"]
@@ -171,3 +185,46 @@ def test_the_quota_controller_says_which_namespaces_have_quotas(kube: KubeRest) 
         assert controller.namespace_has_quotas("team-b") is False
     finally:
         controller.stop()
+
+
+def test_without_the_quota_crd_claims_are_admitted_with_a_warning_until_it_appears(
+    apiserver: KubeAPIServer, kube: KubeRest, caplog: pytest.LogCaptureFixture
+) -> None:
+    apiserver.store.delete("customresourcedefinitions", GPU_QUOTA_CRD_NAME)
+    telemetry = Telemetry("test-quota-crd")
+    metrics = ControllerMetrics(telemetry)
+    admitter = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS)
+    metrics.set_quota_crd_source(admitter.crd_served)
+    h = AdmissionHandler(DRIVER, metrics, quota=admitter)
+    try:
+        with caplog.at_level(logging.INFO, logger="controller.quotaadmit"):
+            for name in ("a", "b", "c"):
+                response = answer(h, claim(name, 100, "80Gi"))
+                assert response["allowed"] and response["warnings"] == [CRD_ABSENT_WARNING]
+            assert admitter.crd_served() is False
+            text = telemetry.scrape().decode()
+            assert "sharegpu_quota_crd_installed 0.0" in text
+            assert (
+                'sharegpu_webhook_reviews_total{kind="ResourceClaim",result="warned"} 3.0' in text
+            )
+            # The CRD appears (applied later): quotas are enforced again, no restart.
+            apiserver.store.create("customresourcedefinitions", quota_crd_manifest())
+            create_quota(kube, quota("q", {"cores": 50}))
+            assert "warnings" not in answer(h, claim("d", 40, "1Gi"))
+            denied = answer(h, claim("e", 40, "1Gi"))
+            assert not denied["allowed"] and "GpuQuota team-a/q" in denied["status"]["message"]
+            assert admitter.crd_served() is True
+            assert "sharegpu_quota_crd_installed 1.0" in telemetry.scrape().decode()
+    finally:
+        telemetry.shutdown()
+    absent = [r for r in caplog.records if CRD_ABSENT_WARNING in r.getMessage()]
+    assert len(absent) == 1 and absent[0].levelno == logging.WARNING
+    assert sum("quotas are enforced" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_other_read_errors_still_deny(apiserver: KubeAPIServer, kube: KubeRest) -> None:
+    apiserver.inject_fault(verb="list", resource="gpuquotas", code=500, times=None)
+    denied = answer(handler(kube), claim("a", 10, "1Gi"))
+    assert not denied["allowed"]
+    assert "cannot read the GpuQuotas of namespace team-a" in denied["status"]["message"]
+    assert "warnings" not in denied

@@ -141,6 +141,10 @@ OTHER_TOOLS_FLAGS = {
     # helm package / helm upgrade (docs/install.md)
     "--destination",
     "--reuse-values",
+    # helm install without the CRDs (docs/quota.md), kubectl apply without OpenAPI
+    # (docs/development.md)
+    "--skip-crds",
+    "--validate",
     # kubectl create clusterrole / clusterrolebinding (docs/observability.md)
     "--verb",
     "--resource",

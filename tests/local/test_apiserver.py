@@ -15,6 +15,7 @@ from kubernetes.client import ApiClient, ApiException
 
 from api import names
 from sharegpu.local.apiserver import KubeAPIServer
+from tests.local.objects import gpu_spec, gpu_status, request_json
 
 Obj = dict[str, Any]
 DRIVER = names.DEFAULT_DRIVER_NAME
@@ -71,19 +72,6 @@ def pod_obj(name: str, node: str = "", **labels: str) -> Obj:
 def raw(resp: Any) -> Obj:
     data: Obj = json.loads(resp.data)
     return data
-
-
-def request_json(api: ApiClient, method: str, path: str, body: Any = None) -> tuple[int, Obj]:
-    """A raw JSON request, bypassing the client's model validation of request bodies."""
-    resp = api.call_api(
-        method,
-        api.configuration.host + path,
-        header_params={"Content-Type": "application/json", "Accept": "application/json"},
-        body=body,
-    )
-    resp.read()
-    data: Obj = json.loads(resp.data)
-    return resp.status, data
 
 
 # --- CRUD ----------------------------------------------------------------------------------
@@ -216,14 +204,18 @@ def test_update_of_a_recreated_object_conflicts_on_uid(kube_client: ApiClient) -
 def test_custom_resource_update_needs_resource_version(kube_client: ApiClient) -> None:
     custom = client.CustomObjectsApi(kube_client)
     args = (names.API_GROUP, names.API_VERSION, names.GPU_PLURAL)
-    created = custom.create_cluster_custom_object(*args, {"metadata": {"name": "g"}, "spec": {}})
-    unconditional = {**created, "metadata": {"name": "g"}, "spec": {"uuid": "x"}}
+    created = custom.create_cluster_custom_object(
+        *args, {"metadata": {"name": "g"}, "spec": gpu_spec()}
+    )
+    changed = {**gpu_spec(), "uuid": "x"}
+    unconditional = {**created, "metadata": {"name": "g"}, "spec": changed}
     with pytest.raises(ApiException) as err:
         custom.replace_cluster_custom_object(*args, "g", unconditional)
     assert err.value.status == 422
-    assert custom.replace_cluster_custom_object(*args, "g", {**created, "spec": {"uuid": "x"}})[
-        "spec"
-    ] == {"uuid": "x"}
+    assert (
+        custom.replace_cluster_custom_object(*args, "g", {**created, "spec": changed})["spec"]
+        == changed
+    )
 
 
 def test_noop_update_writes_nothing(apiserver: KubeAPIServer, kube_client: ApiClient) -> None:
@@ -273,9 +265,9 @@ def test_slice_with_129_devices_is_invalid(kube_client: ApiClient) -> None:
     assert status["reason"] == "Invalid"
     assert status["details"]["kind"] == "ResourceSlice"
     assert {
-        "reason": "FieldValueInvalid",
+        "reason": "FieldValueTooMany",
         "field": "spec.devices",
-        "message": status["details"]["causes"][0]["message"],
+        "message": "Too many: 129: must have at most 128 items",
     } in status["details"]["causes"]
     assert "must have at most 128" in status["message"]
 
@@ -812,7 +804,7 @@ def test_gpu_custom_resource_with_status(kube_client: ApiClient) -> None:
         "apiVersion": names.GROUP_VERSION,
         "kind": names.GPU_KIND,
         "metadata": {"name": "node-1-gpu-0"},
-        "spec": {"nodeName": "node-1", "uuid": "GPU-0"},
+        "spec": gpu_spec(),
         "status": {"allocated": "ignored on create"},
     }
     created = custom.create_cluster_custom_object(
@@ -824,12 +816,12 @@ def test_gpu_custom_resource_with_status(kube_client: ApiClient) -> None:
         names.API_VERSION,
         names.GPU_PLURAL,
         "node-1-gpu-0",
-        {"status": {"shares": 2}},
+        {"status": gpu_status(claims=2)},
     )
     got = custom.get_cluster_custom_object(
         names.API_GROUP, names.API_VERSION, names.GPU_PLURAL, "node-1-gpu-0"
     )
-    assert got["status"] == {"shares": 2} and got["spec"]["uuid"] == "GPU-0"
+    assert got["status"] == gpu_status(claims=2) and got["spec"]["uuid"] == "GPU-0"
     listed = custom.list_cluster_custom_object(names.API_GROUP, names.API_VERSION, names.GPU_PLURAL)
     assert [i["metadata"]["name"] for i in listed["items"]] == ["node-1-gpu-0"]
     custom.delete_cluster_custom_object(
@@ -847,15 +839,16 @@ def test_crds_and_leases_are_stored(kube_client: ApiClient) -> None:
     ext = client.ApiextensionsV1Api(kube_client)
     ext.create_custom_resource_definition(
         {
-            "metadata": {"name": names.GPU_CRD_NAME},
+            "metadata": {"name": "widgets.example.com"},
             "spec": {
-                "group": names.API_GROUP,
-                "names": {"plural": names.GPU_PLURAL, "kind": names.GPU_KIND},
+                "group": "example.com",
+                "names": {"plural": "widgets", "kind": "Widget"},
                 "scope": "Cluster",
-                "versions": [{"name": names.API_VERSION, "served": True, "storage": True}],
+                "versions": [{"name": "v1", "served": True, "storage": True}],
             },
         }
     )
+    assert ext.read_custom_resource_definition("widgets.example.com").spec.group == "example.com"
     assert ext.read_custom_resource_definition(names.GPU_CRD_NAME).spec.group == names.API_GROUP
     coord = client.CoordinationV1Api(kube_client)
     coord.create_namespaced_lease(
@@ -1055,10 +1048,10 @@ def test_concurrent_writers_and_a_watcher(apiserver: KubeAPIServer) -> None:
             args = (names.API_GROUP, names.API_VERSION, names.GPU_PLURAL)
             for i in range(per_writer):
                 created = custom.create_cluster_custom_object(
-                    *args, {"metadata": {"name": f"w{k}-{i}"}}
+                    *args, {"metadata": {"name": f"w{k}-{i}"}, "spec": gpu_spec(index=i)}
                 )
                 custom.patch_cluster_custom_object_status(
-                    *args, created["metadata"]["name"], {"status": {"i": i}}
+                    *args, created["metadata"]["name"], {"status": gpu_status(claims=i)}
                 )
 
     consumer = threading.Thread(target=consume)

@@ -6,12 +6,14 @@ subresources, the field labels it can be selected by, and optional admission hoo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from api import names
+from sharegpu.local.apiserver.quantities import quantity_problem
 from sharegpu.local.apiserver.validation import (
     resource_schema_validator,
     validate_resource_slice_object,
@@ -33,6 +35,12 @@ class ResourceType:
     update (before validation).
     ``allow_unconditional_update``: whether PUT may omit ``metadata.resourceVersion`` (custom
     resources and CRDs require it, like the real server).
+    ``decode_problem`` returns why the real server could not even decode the object (a
+    malformed Quantity), answered 400 BadRequest before any validation. ``prune`` drops, in
+    place, the fields the type does not declare (before validation, on every write, status
+    writes included). ``short_names``, ``categories`` and ``printer_columns``
+    (``additionalPrinterColumns``) are what discovery and Table answers show. ``crd``: the
+    CustomResourceDefinition a custom resource type was made from (:mod:`.crds`).
     """
 
     group: str
@@ -48,11 +56,25 @@ class ResourceType:
     status_on_create: bool = False
     allow_unconditional_update: bool = True
     default_status: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    prune: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
+    decode_problem: Callable[[dict[str, Any]], str | None] | None = field(
+        default=None, compare=False
+    )
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    printer_columns: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
+    crd: dict[str, Any] | None = field(default=None, hash=False, compare=False)
 
     @property
     def api_version(self) -> str:
         """``group/version``, or just ``version`` for the core group."""
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular_name(self) -> str:
+        """The singular name (``kind`` in lower case unless the type names one)."""
+        return self.singular or self.kind.lower()
 
     @property
     def has_status(self) -> bool:
@@ -141,7 +163,15 @@ def _default_claim_template(obj: dict[str, Any]) -> None:
 
 
 def default_resources() -> list[ResourceType]:
-    """The resources sharegpu's components and tests use."""
+    """The resources sharegpu's components and tests use, the project's CRDs included."""
+    # imported here: the CRD module builds ResourceTypes of this module
+    from sharegpu.local.apiserver.crds import (
+        builtin_crds,
+        crd_problems,
+        default_crd_status,
+        resource_type,
+    )
+
     status = frozenset({"status"})
     return [
         ResourceType(
@@ -188,6 +218,7 @@ def default_resources() -> list[ResourceType]:
             names.RESOURCE_VERSION,
             "resourceslices",
             "ResourceSlice",
+            decode_problem=functools.partial(quantity_problem, "ResourceSlice"),
             namespaced=False,
             field_labels=frozenset({"spec.nodeName", "spec.driver"}),
             validate=validate_resource_slice_object,
@@ -199,6 +230,7 @@ def default_resources() -> list[ResourceType]:
             names.RESOURCE_VERSION,
             "resourceclaims",
             "ResourceClaim",
+            decode_problem=functools.partial(quantity_problem, "ResourceClaim"),
             namespaced=True,
             subresources=status,
             validate=resource_schema_validator("ResourceClaim"),
@@ -210,6 +242,7 @@ def default_resources() -> list[ResourceType]:
             names.RESOURCE_VERSION,
             "resourceclaimtemplates",
             "ResourceClaimTemplate",
+            decode_problem=functools.partial(quantity_problem, "ResourceClaimTemplate"),
             namespaced=True,
             validate=resource_schema_validator("ResourceClaimTemplate"),
             validate_update=_immutable("spec"),
@@ -247,32 +280,19 @@ def default_resources() -> list[ResourceType]:
         ),
         ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
         ResourceType(
-            names.API_GROUP,
-            names.API_VERSION,
-            names.GPU_PLURAL,
-            names.GPU_KIND,
-            namespaced=False,
-            subresources=status,
-            allow_unconditional_update=False,
-        ),
-        ResourceType(
-            names.API_GROUP,
-            names.API_VERSION,
-            "gpuquotas",
-            "GpuQuota",
-            namespaced=True,
-            subresources=status,
-            allow_unconditional_update=False,
-        ),
-        ResourceType(
             "apiextensions.k8s.io",
             "v1",
             "customresourcedefinitions",
             "CustomResourceDefinition",
             namespaced=False,
             subresources=status,
+            validate=crd_problems,
+            apply_defaults=default_crd_status,
             allow_unconditional_update=False,
+            short_names=("crd", "crds"),
+            categories=("api-extensions",),
         ),
+        *(resource_type(crd) for crd in builtin_crds()),
         # Create-only reviews, answered from KubeAPIServer.reviews and never stored.
         ResourceType(
             "authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False
@@ -302,6 +322,18 @@ class ResourceRegistry:
             raise ValueError(f"resource {rt.plural!r} is already registered")
         self._by_plural[rt.plural] = rt
         self._by_gvr[(rt.group, rt.version, rt.plural)] = rt
+
+    def replace(self, rt: ResourceType) -> None:
+        """Register ``rt`` in place of the type of the same plural (a changed CRD)."""
+        self.remove(rt.plural)
+        self.add(rt)
+
+    def remove(self, plural: str) -> ResourceType | None:
+        """Stop serving ``plural``; returns the type it was, if any."""
+        rt = self._by_plural.pop(plural, None)
+        if rt is not None:
+            self._by_gvr.pop((rt.group, rt.version, rt.plural), None)
+        return rt
 
     def get(self, plural: str) -> ResourceType:
         """The resource type named ``plural``; KeyError naming the known ones otherwise."""

@@ -37,7 +37,8 @@ from sharegpu.local.apiserver.faults import (
     Fault,
     FaultInjector,
 )
-from sharegpu.local.apiserver.patch import apply_patch
+from sharegpu.local.apiserver.patch import SUPPORTED_PATCH_TYPES, apply_patch
+from sharegpu.local.apiserver.tables import table, wants_table
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -45,6 +46,9 @@ from sharegpu.local.apiserver.resources import ResourceRegistry, ResourceType, d
 from sharegpu.local.apiserver.reviews import REVIEW_PLURALS, Reviews
 from sharegpu.local.apiserver.store import CLOSED, Event, ObjectStore, Watcher
 
+#: Media types of request bodies this server decodes (create, update, delete options); the
+#: real server also reads protobuf and CBOR, which this one answers 415 Unsupported Media Type.
+BODY_MEDIA_TYPES = ("application/json", "application/yaml")
 #: Watch streams without ``timeoutSeconds`` end after this long (the real server: 30-60 min).
 DEFAULT_WATCH_TIMEOUT_S = 1800.0
 #: How often an idle watch checks whether its client went away.
@@ -182,12 +186,20 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Retry-After"] = str(err.retry_after_seconds)
         self._send_json(err.code, err.status(), headers)
 
-    def _read_body(self) -> Any:
+    def _read_body(self, method: str) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if not raw:
             return None
         content_type = (self.headers.get("Content-Type") or "").lower()
+        media = content_type.split(";")[0].strip()
+        accepted = SUPPORTED_PATCH_TYPES if method == "PATCH" else BODY_MEDIA_TYPES
+        if media and media not in accepted:
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types "
+                f"include: {', '.join(accepted)}",
+            )
         try:
             if "yaml" in content_type:
                 return yaml.safe_load(raw)
@@ -217,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
-            body = self._read_body()
+            body = self._read_body(method)
             if method == "GET" and self._serve_discovery(url.path):
                 return
             route = _route(api.store.registry, url.path)
@@ -283,8 +295,11 @@ class _Handler(BaseHTTPRequestHandler):
         store = self.server.api.store
         rt = route.rt
         dry_run = bool(query.get("dryRun"))
+        as_table = wants_table(self.headers.get("Accept") or "")
         if verb == "list":
             items, rv = store.list_refs(rt.plural, route.namespace, self._matcher(route, query))
+            if as_table:
+                return 200, table(rt, items, str(rv), query.get("includeObject"))
             return 200, {
                 "kind": f"{rt.kind}List",
                 "apiVersion": rt.api_version,
@@ -318,6 +333,10 @@ class _Handler(BaseHTTPRequestHandler):
                     name=route.name,
                     group=rt.group,
                     kind=rt.plural,
+                )
+            if as_table and route.subresource is None:
+                return 200, table(
+                    rt, [obj], obj["metadata"]["resourceVersion"], query.get("includeObject")
                 )
             return 200, obj
         if verb == "update":
@@ -492,15 +511,18 @@ class _Handler(BaseHTTPRequestHandler):
         resources: list[dict[str, Any]] = []
         for rt in types:
             verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update"]
-            resources.append(
-                {
-                    "name": rt.plural,
-                    "singularName": rt.kind.lower(),
-                    "namespaced": rt.namespaced,
-                    "kind": rt.kind,
-                    "verbs": [*verbs, "watch"],
-                }
-            )
+            entry: dict[str, Any] = {
+                "name": rt.plural,
+                "singularName": rt.singular_name,
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": [*verbs, "watch"],
+            }
+            if rt.short_names:
+                entry["shortNames"] = list(rt.short_names)
+            if rt.categories:
+                entry["categories"] = list(rt.categories)
+            resources.append(entry)
             for sub in sorted(rt.subresources):
                 resources.append(
                     {

@@ -25,6 +25,7 @@ from typing import Any
 
 from sharegpu.kube.slicerules import is_dns_label, is_dns_subdomain
 from sharegpu.local.apiserver import selectors
+from sharegpu.local.apiserver.crds import crd_problems, default_crd_status, resource_type
 from sharegpu.local.apiserver.errors import ApiError
 from sharegpu.local.apiserver.patch import apply_patch
 from sharegpu.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
@@ -33,6 +34,19 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 Matcher = Callable[[Mapping[str, Any]], bool]
 ObjList = list[Obj]
+
+#: The resource whose objects define the custom resources served.
+_CRD_PLURAL = "customresourcedefinitions"
+#: ``field.ErrorType`` of each ``ErrorBody`` prefix, for the causes of a 422 Invalid.
+_CAUSE_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Not found", "FieldValueNotFound"),
+)
 
 #: Namespaces that exist in every cluster.
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -126,6 +140,7 @@ class ObjectStore:
         self, registry: ResourceRegistry | None = None, *, history_size: int = 200_000
     ) -> None:
         self.registry = registry or ResourceRegistry(default_resources())
+        self._history_size = history_size
         self._lock = threading.RLock()
         self._rv = 0
         self._objects: dict[str, dict[Key, Obj]] = {rt.plural: {} for rt in self.registry.all()}
@@ -139,6 +154,12 @@ class ObjectStore:
         self._uids: dict[str, tuple[str, Key]] = {}
         for ns in DEFAULT_NAMESPACES:
             self.put("namespaces", {"metadata": {"name": ns}, "status": {"phase": "Active"}})
+        if _CRD_PLURAL in self._objects:
+            for rt in self.registry.all():
+                if rt.crd is not None:
+                    crd = deep_copy(rt.crd)
+                    default_crd_status(crd)
+                    self.put(_CRD_PLURAL, crd)
 
     # ----------------------------------------------------------------- reads
 
@@ -263,6 +284,7 @@ class ObjectStore:
         new.setdefault("apiVersion", rt.api_version)
         new.setdefault("kind", rt.kind)
         self._check_type(rt, new)
+        self._check_decodes(rt, new)
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise ApiError(400, "metadata must be an object")
@@ -288,6 +310,8 @@ class ObjectStore:
                 meta["name"] = self._generate_name(rt, prefix, meta.get("namespace", ""))
             meta["uid"] = str(uuid.uuid4())
             self._validate_names(rt, meta)
+            if rt.prune is not None:
+                rt.prune(new)
             if rt.apply_defaults is not None:
                 rt.apply_defaults(new)
             self._validate(rt, new)
@@ -556,6 +580,8 @@ class ObjectStore:
             self._unindex(rt, old)
         self._index(rt, new)
         self._emit(rt, Event("ADDED" if old is None else "MODIFIED", new, self._rv, old))
+        if rt.plural == _CRD_PLURAL and not new["metadata"].get("deletionTimestamp"):
+            self._serve_crd(new)
         if (
             old is not None
             and new["metadata"].get("deletionTimestamp")
@@ -571,9 +597,50 @@ class ObjectStore:
         self._unindex(rt, old)
         self._emit(rt, Event("DELETED", gone, self._rv))
         self._collect_garbage(old)
+        if rt.plural == _CRD_PLURAL:
+            self._unserve_crd(old)
         if rt.plural == "namespaces":
             self._delete_namespace_contents(old["metadata"]["name"])
         return gone
+
+    def _serve_crd(self, crd: Obj) -> None:
+        """Serve (or re-serve, when changed) the resource ``crd`` defines. A plural that a
+        built-in type serves is left to it."""
+        if crd_problems(crd):
+            return
+        rt = resource_type(crd)
+        try:
+            current: ResourceType | None = self.registry.get(rt.plural)
+        except KeyError:
+            current = None
+        if current is not None and current.crd is None:
+            return
+        self.registry.replace(rt)
+        self._objects.setdefault(rt.plural, {})
+        self._history.setdefault(rt.plural, deque(maxlen=self._history_size))
+        self._compacted.setdefault(rt.plural, 0)
+        self._watchers.setdefault(rt.plural, [])
+
+    def _unserve_crd(self, crd: Obj) -> None:
+        """Stop serving what ``crd`` defined: its objects are deleted (watchers see DELETED,
+        then their streams end) and its resource answers 404 from now on."""
+        names = (crd.get("spec") or {}).get("names") or {}
+        try:
+            rt = self.registry.get(str(names.get("plural")))
+        except KeyError:
+            return
+        if rt.crd is None or (rt.crd.get("metadata") or {}).get("name") != crd["metadata"].get(
+            "name"
+        ):
+            return
+        for obj in list(self._objects[rt.plural].values()):
+            self._remove(rt, obj)
+        for watcher in self._watchers.pop(rt.plural, []):
+            watcher.close()
+        self.registry.remove(rt.plural)
+        self._objects.pop(rt.plural, None)
+        self._history.pop(rt.plural, None)
+        self._compacted.pop(rt.plural, None)
 
     def _collect_garbage(self, owner: Obj) -> None:
         uid = owner["metadata"].get("uid", "")
@@ -682,6 +749,9 @@ class ObjectStore:
                 else:
                     meta.pop(f, None)
         new["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
+        self._check_decodes(rt, new)
+        if rt.prune is not None:
+            rt.prune(new)
         if rt.apply_defaults is not None and subresource is None:
             rt.apply_defaults(new)
         if _without_volatile(new) == _without_volatile(old):
@@ -743,6 +813,16 @@ class ObjectStore:
             )
 
     @staticmethod
+    def _check_decodes(rt: ResourceType, obj: Obj) -> None:
+        """400 BadRequest, worded as the real server's decoder, for what it could not decode."""
+        problem = rt.decode_problem(obj) if rt.decode_problem is not None else None
+        if problem is not None:
+            raise ApiError(
+                400,
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {problem}',
+            )
+
+    @staticmethod
     def _check_subresource(rt: ResourceType, subresource: str | None) -> None:
         if subresource is not None and subresource not in rt.subresources:
             raise ApiError(404, f"{rt.qualified} has no subresource {subresource!r}")
@@ -774,17 +854,24 @@ class ObjectStore:
 
     @staticmethod
     def _invalid(rt: ResourceType, name: str, messages: Iterable[str]) -> ApiError:
-        messages = list(messages)
+        """422 Invalid for ``path: body`` messages, shaped as ``errors.NewInvalid`` shapes it:
+        duplicates dropped, one message as is or several in brackets, a cause per message with
+        its ``field.ErrorType``."""
+        unique = list(dict.fromkeys(messages))
         causes = []
-        for m in messages:
+        for m in unique:
             field_path, _, detail = m.partition(": ")
-            causes.append(
-                {"reason": "FieldValueInvalid", "message": detail or m, "field": field_path}
-            )
+            body = detail or m
+            reason = next((r for p, r in _CAUSE_REASONS if body.startswith(p)), None)
+            if reason is None:
+                typed = " in body must be of type " in body
+                reason = "FieldValueTypeInvalid" if typed else "FieldValueInvalid"
+            causes.append({"reason": reason, "message": body, "field": field_path})
         group_kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+        listed = unique[0] if len(unique) == 1 else f"[{', '.join(unique)}]"
         return ApiError(
             422,
-            f'{group_kind} "{name}" is invalid: [{", ".join(messages)}]',
+            f'{group_kind} "{name}" is invalid: {listed}',
             reason="Invalid",
             name=name,
             group=rt.group,
