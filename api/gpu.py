@@ -18,7 +18,9 @@ Invariants kept by the tracker:
 - ``status.allocations[].usage`` is what the node plugin last measured for that allocation (see
   :class:`ShareUsage`); absent when nothing was measured. ``status.conditions`` holds the
   ``Overcommitted`` condition only when at least one allocation carries a measurement: True
-  naming the claims whose usage exceeds what they reserved, else False.
+  naming the claims whose usage exceeds what they reserved, else False; and the
+  ``MPSEscaped`` condition only when at least one MPS share's usage judged escapes: True when a
+  compute process runs outside MPS on the GPU, else False.
 """
 
 from __future__ import annotations
@@ -117,10 +119,23 @@ class ShareUsage(_Model):
         default_factory=list,
         description="What the share uses beyond its reservation: memory, compute.",
     )
+    processes_outside_mps: int | None = Field(
+        default=None,
+        ge=0,
+        alias="processesOutsideMPS",
+        description="MPS shares: compute processes on the share's GPU that run outside MPS "
+        "(whoever runs them; each gets the whole GPU); absent where this was not judged.",
+    )
+    escaped_pods: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="MPS shares: UIDs of the share's own pods that run a compute process "
+        "outside MPS.",
+    )
 
 
 class GpuCondition(_Model):
-    """A condition of the GPU object (``type`` :data:`CONDITION_OVERCOMMITTED`)."""
+    """A condition of the GPU object (type Overcommitted or MPSEscaped)."""
 
     type: str
     status: Literal["True", "False"]
@@ -170,7 +185,9 @@ class GpuStatus(_Model):
     conditions: list[GpuCondition] | None = Field(
         default=None,
         description="Overcommitted: whether a share uses more than it reserved (present only "
-        "when some allocation carries measured usage).",
+        "when some allocation carries measured usage). MPSEscaped: whether a compute process "
+        "runs outside MPS on this GPU next to MPS shares (present only when some MPS share's "
+        "usage judged it).",
     )
 
 

@@ -148,6 +148,19 @@ def overcommitted_taint_key(driver_name: str) -> str:
     return f"{driver_name}/{TAINT_OVERCOMMITTED_SUFFIX}"
 
 
+#: The GPU object's condition type for compute processes that run outside MPS on a GPU with MPS
+#: shares (they get the whole GPU, beyond every share's limits).
+CONDITION_MPS_ESCAPED: Final = "MPSEscaped"
+#: Suffix of the optional device taint of a GPU where a process escaped MPS:
+#: ``<driver>/mps-escape``.
+TAINT_MPS_ESCAPE_SUFFIX: Final = "mps-escape"
+
+
+def mps_escape_taint_key(driver_name: str) -> str:
+    """Taint key the node plugin may put on a GPU where a compute process runs outside MPS."""
+    return f"{driver_name}/{TAINT_MPS_ESCAPE_SUFFIX}"
+
+
 def qualify(driver_name: str, name: str) -> str:
     """Fully qualified attribute or capacity name (names with a ``/`` are already qualified)."""
     return name if "/" in name else f"{driver_name}/{name}"

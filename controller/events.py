@@ -1,16 +1,19 @@
-"""``ShareOvercommitted`` Events on the pods of a share that starts using more than it reserved.
+"""Warning Events on the pods of a share: ``ShareOvercommitted`` when the share starts using
+more than it reserved, ``MPSEscape`` when one of its pods starts running a compute process
+outside MPS (the node plugin names the share's pods that do, see :class:`api.gpu.ShareUsage`).
 
 Two parts, kept apart so the rule can be tested without a server:
 
-- :func:`overcommit_transitions` (pure): from the shares of one GPU that were overcommitted and
-  its current allocations, the shares overcommitted now and those that *became* overcommitted
-  (were within their reservation, or unmeasured, or absent before). A share stays in the set
-  while it stays overcommitted, so it yields one transition until it recovers.
-- :class:`OvercommitEvents`: creates one core/v1 Event (type Warning, reason
-  :data:`REASON`, source component :data:`COMPONENT`) per transition and reserving pod, at most
-  one per claim, resource and pod within :data:`EVENT_WINDOW_S` seconds of its clock; later
-  transitions inside the window are counted in :attr:`OvercommitEvents.suppressed`, not sent.
-  The window's memory holds at most ``max_keys`` entries, each dropped once its window ends.
+- :func:`overcommit_transitions` and :func:`escape_transitions` (pure; :func:`transitions` is
+  both): from the keys of one GPU's shares that were overcommitted (or whose pod had escaped)
+  and its current allocations, the keys now and those that *became* so (were within their
+  reservation, or unmeasured, or absent before). A key stays in the set while its state lasts,
+  so it yields one transition until it recovers.
+- :class:`OvercommitEvents`: creates one core/v1 Event (type Warning, the transition's
+  ``reason``, source component :data:`COMPONENT`) per transition and pod, at most one per
+  claim, resource and pod within :data:`EVENT_WINDOW_S` seconds of its clock; later transitions
+  inside the window are counted in :attr:`OvercommitEvents.suppressed`, not sent. The window's
+  memory holds at most ``max_keys`` entries, each dropped once its window ends.
 
 The tracker decides *when* (it calls :meth:`OvercommitEvents.emit` only while it leads); a
 failed create is logged and not retried (the next transition sends a new one).
@@ -35,6 +38,9 @@ from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 log = logging.getLogger(__name__)
 
 REASON: Final = "ShareOvercommitted"
+ESCAPE_REASON: Final = "MPSEscape"
+#: The ``resource`` of an escape's key and window entry.
+ESCAPE_RESOURCE: Final = "mps-escape"
 COMPONENT: Final = "sharegpu-controller"
 #: At most one Event per claim, resource and pod within this many seconds.
 EVENT_WINDOW_S: Final = 300.0
@@ -64,6 +70,10 @@ class Overcommit:
     pods: tuple[tuple[str, str], ...]
 
     @property
+    def reason(self) -> str:
+        return REASON
+
+    @property
     def message(self) -> str:
         """The Event's message, e.g. ``claim ns/a on GPU node-a-gpu-0 uses 12Gi of GPU memory,
         10Gi reserved``."""
@@ -72,6 +82,42 @@ class Overcommit:
             f"claim {self.claim_namespace}/{self.claim_name} on GPU {self.gpu} uses "
             f"{self.used} of {what}, {self.reserved} reserved"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class MpsEscape:
+    """A pod of an MPS share that started running a compute process outside MPS on ``gpu``.
+
+    ``pods`` is that one pod as ``(name, uid)``; ``cores`` and ``memory`` are the share's, as
+    shown (what the process is no longer held to).
+    """
+
+    claim_namespace: str
+    claim_name: str
+    claim_uid: str
+    gpu: str
+    cores: int
+    memory: str
+    pods: tuple[tuple[str, str], ...]
+    resource: str = ESCAPE_RESOURCE
+
+    @property
+    def reason(self) -> str:
+        return ESCAPE_REASON
+
+    @property
+    def message(self) -> str:
+        """The Event's message, e.g. ``a process of this pod runs outside MPS on GPU
+        node-a-gpu-0 and gets the whole GPU, not claim ns/a's 25 cores and 10Gi``."""
+        return (
+            f"a compute process of this pod runs outside MPS on GPU {self.gpu} and gets the whole "
+            f"GPU, not claim {self.claim_namespace}/{self.claim_name}'s {self.cores} cores and "
+            f"{self.memory}"
+        )
+
+
+#: What the Events are about: an overcommitted share or a pod that escaped MPS.
+ShareEvent = Overcommit | MpsEscape
 
 
 def _share_key(a: Alloc, resource: str) -> ShareKey:
@@ -127,7 +173,51 @@ def overcommit_transitions(
     return frozenset(now), [o for _, o in found]
 
 
-def event_body(o: Overcommit, pod: str, pod_uid: str, when: datetime) -> dict[str, Any]:
+def escape_transitions(
+    before: frozenset[ShareKey], allocations: Iterable[Alloc]
+) -> tuple[frozenset[ShareKey], list[MpsEscape]]:
+    """The (share, escaped pod) keys of one GPU now, and those of them not in ``before`` (the
+    previous call's result for the GPU), sorted by claim and key. A pod the claim's
+    ``reservedFor`` does not name (no Event could name it) is left out until it does."""
+    now: set[ShareKey] = set()
+    found: list[tuple[ShareKey, MpsEscape]] = []
+    for a in allocations:
+        if a.usage is None:
+            continue
+        names = {uid: name for name, uid, _ in a.pods if uid}
+        for uid in a.usage.escaped_pods:
+            if uid not in names:
+                continue
+            key = _share_key(a, f"{ESCAPE_RESOURCE}/{uid}")
+            now.add(key)
+            if key in before:
+                continue
+            escape = MpsEscape(
+                claim_namespace=a.claim_namespace,
+                claim_name=a.claim_name,
+                claim_uid=a.claim_uid,
+                gpu=a.gpu,
+                cores=a.cores,
+                memory=format_bytes_human(a.memory),
+                pods=((names[uid], uid),),
+            )
+            found.append((key, escape))
+    found.sort(key=lambda f: (f[1].claim_namespace, f[1].claim_name, f[0]))
+    return frozenset(now), [e for _, e in found]
+
+
+def transitions(
+    before: frozenset[ShareKey], allocations: Iterable[Alloc]
+) -> tuple[frozenset[ShareKey], list[ShareEvent]]:
+    """:func:`overcommit_transitions` and :func:`escape_transitions` of one GPU together (their
+    keys never meet: an escape's resource is ``mps-escape/<pod uid>``)."""
+    allocs = list(allocations)
+    over_now, over = overcommit_transitions(before, allocs)
+    escape_now, escapes = escape_transitions(before, allocs)
+    return over_now | escape_now, [*over, *escapes]
+
+
+def event_body(o: ShareEvent, pod: str, pod_uid: str, when: datetime) -> dict[str, Any]:
     """The core/v1 Event of ``o`` on pod ``pod`` (in the claim's namespace) at ``when``."""
     ref: dict[str, Any] = {
         "apiVersion": "v1",
@@ -144,7 +234,7 @@ def event_body(o: Overcommit, pod: str, pod_uid: str, when: datetime) -> dict[st
         "metadata": {"generateName": f"{pod}.", "namespace": o.claim_namespace},
         "involvedObject": ref,
         "type": "Warning",
-        "reason": REASON,
+        "reason": o.reason,
         "message": o.message,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
@@ -186,7 +276,7 @@ class OvercommitEvents:
         """How many (claim, resource, pod) entries the window remembers now."""
         return len(self._sent)
 
-    def emit(self, overcommits: Iterable[Overcommit]) -> int:
+    def emit(self, overcommits: Iterable[ShareEvent]) -> int:
         """Create the Events of ``overcommits`` that the window allows; returns how many."""
         now = self._clock.monotonic()
         self._expire(now)
@@ -204,13 +294,13 @@ class OvercommitEvents:
         self.created += created
         return created
 
-    def _create(self, o: Overcommit, pod: str, uid: str) -> bool:
+    def _create(self, o: ShareEvent, pod: str, uid: str) -> bool:
         path = resource_path("", "v1", "events", namespace=o.claim_namespace)
         body = event_body(o, pod, uid, datetime.fromtimestamp(time.time(), UTC))
         try:
             self.kube.request("POST", path, body=body)
         except KubeApiError as exc:
-            log.warning("events: %s on pod %s/%s: %s", REASON, o.claim_namespace, pod, exc)
+            log.warning("events: %s on pod %s/%s: %s", o.reason, o.claim_namespace, pod, exc)
             return False
         return True
 

@@ -22,6 +22,8 @@ Rules, stated once:
   (``status.devices[].data`` of the claim, see :func:`controller.records.device_usage`). The
   plugin decides what is overcommitted; the GPU's ``Overcommitted`` condition only gathers those
   verdicts (:func:`overcommitted_condition`), and is left out when no allocation was measured.
+  Likewise the ``MPSEscaped`` condition gathers the MPS shares' count of processes outside MPS
+  on the GPU (:func:`mps_escaped_condition`), left out when no MPS share judged it.
 - Pods come from the claim's ``status.reservedFor``; their containers are those whose
   ``resources.claims`` name the pod's claim entry that resolves to this claim (and, if a request
   is named, the result's top-level request).
@@ -39,6 +41,7 @@ from api.gpu import HEALTHY, UNHEALTHY, GpuObject, node_label_value
 from api.names import (
     CAP_CORES,
     CAP_MEMORY,
+    CONDITION_MPS_ESCAPED,
     CONDITION_OVERCOMMITTED,
     CORES_PER_GPU,
     GPU_KIND,
@@ -305,6 +308,10 @@ def usage_json(u: UsageRecord) -> Json:
         out["sampledAt"] = u.sampled_at
     if u.overcommitted:
         out["overcommitted"] = list(u.overcommitted)
+    if u.outside_mps is not None:
+        out["processesOutsideMPS"] = u.outside_mps
+    if u.escaped_pods:
+        out["escapedPods"] = list(u.escaped_pods)
     return out
 
 
@@ -340,6 +347,46 @@ def overcommitted_condition(allocations: Iterable[Alloc]) -> Json | None:
     }
 
 
+def mps_escaped_condition(allocations: Iterable[Alloc]) -> Json | None:
+    """The ``MPSEscaped`` condition of a GPU's (sorted) allocations: True when a measured MPS
+    share reports compute processes outside MPS on the GPU (naming the claims whose own pods run
+    them), False when every judged MPS share reports none, None when none was judged."""
+    judged = False
+    outside = 0
+    claims: dict[str, int] = {}
+    for a in allocations:
+        if a.usage is None or a.usage.outside_mps is None:
+            continue
+        judged = True
+        outside = max(outside, a.usage.outside_mps)
+        if a.usage.escaped_pods:
+            label = f"{a.claim_namespace}/{a.claim_name}"
+            claims[label] = claims.get(label, 0) + len(a.usage.escaped_pods)
+    if not judged:
+        return None
+    if not outside:
+        return {
+            "type": CONDITION_MPS_ESCAPED,
+            "status": "False",
+            "reason": "AllProcessesInMPS",
+            "message": "every compute process on the GPU is an MPS client or server",
+        }
+    message = (
+        f"{outside} compute process{'es' if outside != 1 else ''} outside MPS get the whole GPU, "
+        "beyond the MPS shares' limits"
+    )
+    if claims:
+        message += "; pods of claims: " + ", ".join(
+            f"{claim} ({n} pod{'s' if n != 1 else ''})" for claim, n in sorted(claims.items())
+        )
+    return {
+        "type": CONDITION_MPS_ESCAPED,
+        "status": "True",
+        "reason": "ProcessOutsideMPS",
+        "message": message,
+    }
+
+
 def usage(allocations: Iterable[Alloc]) -> tuple[int, int, int]:
     """``(cores, memory bytes, distinct claims)`` the allocations of one GPU use; a claim is
     told apart by its UID, or by namespace and name when it has none."""
@@ -372,9 +419,11 @@ def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Json:
         coresSummary=f"{used_cores}/{gpu.cores}",
         memorySummary=f"{format_bytes_human(used_memory)}/{format_bytes_human(gpu.memory)}",
     )
-    condition = overcommitted_condition(allocs)
-    if condition is not None:
-        status["conditions"] = [condition]
+    conditions = [
+        c for c in (overcommitted_condition(allocs), mps_escaped_condition(allocs)) if c is not None
+    ]
+    if conditions:
+        status["conditions"] = conditions
     return status
 
 

@@ -233,10 +233,26 @@ class UsageRecord:
     processes: int
     sampled_at: str | None
     overcommitted: tuple[str, ...]
+    #: MPS shares: processes outside MPS on the GPU (None: not judged), and the share's own
+    #: pods among them (UIDs, sorted).
+    outside_mps: int | None = None
+    escaped_pods: tuple[str, ...] = ()
 
 
 #: Longest ``sampledAt`` kept (an RFC 3339 time is 20 to 35 characters).
 _MAX_SAMPLED_AT = 64
+#: Most escaped pods read from one entry (a claim reserves at most 256 pods), and the longest
+#: UID kept.
+_MAX_ESCAPED_PODS = 256
+_MAX_UID = 64
+
+
+def _escaped_pods(value: Any) -> tuple[str, ...]:
+    """The ``escapedPods`` of an entry, bounded; malformed items dropped."""
+    if not isinstance(value, list):
+        return ()
+    uids = {v for v in value[:_MAX_ESCAPED_PODS] if isinstance(v, str) and 0 < len(v) <= _MAX_UID}
+    return tuple(sorted(uids))
 
 
 def _plain_int(value: Any) -> int | None:
@@ -258,12 +274,15 @@ def usage_record(data: Any) -> UsageRecord | None:
         sampled = None
     over = data.get("overcommitted")
     over_set = set(over) if isinstance(over, list) and all(isinstance(o, str) for o in over) else ()
+    outside = _plain_int(data.get("processesOutsideMPS"))
     return UsageRecord(
         used_memory=used,
         sm_utilization=sm if sm is not None and 0 <= sm <= 100 else None,
         processes=processes,
         sampled_at=sampled,
         overcommitted=tuple(r for r in OVERCOMMIT_RESOURCES if r in over_set),
+        outside_mps=outside if outside is not None and outside >= 0 else None,
+        escaped_pods=_escaped_pods(data.get("escapedPods")),
     )
 
 

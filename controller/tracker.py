@@ -15,7 +15,8 @@ informers have synced — writes the differences:
   ``write_interval_s`` (later changes wait and are merged into the next write);
 - on a conflict the stored copy is refreshed and the write retried on the next round;
 - a share that becomes overcommitted after the informers synced gets a ``ShareOvercommitted``
-  Event on its pods (:mod:`controller.events`); every replica follows the transitions, only the
+  Event on its pods, and a pod of an MPS share that starts running a process outside MPS an
+  ``MPSEscape`` Event (:mod:`controller.events`); every replica follows the transitions, only the
   leader sends (what was overcommitted when the informers synced is the baseline: no Event);
 - the objects of one round are written by up to ``write_workers`` threads (they are
   independent), which matters for the first round of a large cluster.
@@ -49,7 +50,7 @@ from api.names import (
     RESOURCE_GROUP,
     RESOURCE_VERSION,
 )
-from controller.events import Overcommit, OvercommitEvents, ShareKey, overcommit_transitions
+from controller.events import OvercommitEvents, ShareEvent, ShareKey, transitions
 from controller.gcfreeze import Freezer
 from controller.gpuindex import GpuIndex
 from controller.metrics import ControllerMetrics, GpuGauge
@@ -128,7 +129,7 @@ class Tracker:
         #: Overcommitted shares per GPU (only GPUs that have some); None until synced.
         self._overcommitted: dict[str, frozenset[ShareKey]] | None = None
         #: Transitions found by :meth:`refresh`, taken by the next :meth:`flush`.
-        self._overcommits: list[Overcommit] = []
+        self._overcommits: list[ShareEvent] = []
         self.events = OvercommitEvents(kube, clock=clock)
 
         label = f"{GPU_DRIVER_LABEL}={driver}"
@@ -327,10 +328,11 @@ class Tracker:
             return len(dirty)
 
     def _note_overcommits(self, name: str, allocs: list[Alloc]) -> None:
-        """Follow the overcommitted shares of GPU ``name``; queue those that became so."""
+        """Follow the overcommitted shares and escaped pods of GPU ``name``; queue those that
+        became so."""
         if self._overcommitted is None:
             return
-        now, found = overcommit_transitions(self._overcommitted.pop(name, frozenset()), allocs)
+        now, found = transitions(self._overcommitted.pop(name, frozenset()), allocs)
         if now:
             self._overcommitted[name] = now
         self._overcommits.extend(found)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from api import names
+from api.gpuconfig import STRATEGY_MPS
 from kubeletplugin.claimservice import ClaimService
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
 from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
@@ -51,6 +52,8 @@ from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
 from kubeletplugin.usage.claims import KubeClaimApi
 from kubeletplugin.usage.mocksource import FileUsageSource
 from kubeletplugin.usage.model import PreparedShare
+from kubeletplugin.usage.mpsdaemons import DaemonPods, KubePodLister
+from kubeletplugin.usage.procfs import pid_namespace_problem
 from kubeletplugin.usage.sampler import TaintSink as UsageTaintSink
 from kubeletplugin.usage.sampler import UsageSampler
 from kubeletplugin.usage.source import NvmlUsageSource, UsageSource
@@ -184,11 +187,29 @@ def usage_source(config: PluginConfig, gpus: Sequence[GpuInfo]) -> UsageSource:
     return NvmlUsageSource()
 
 
-def prepared_shares(claims: ClaimService) -> Callable[[], list[PreparedShare]]:
-    """The prepared devices of the completed claims, as the usage stage reads them."""
+def mps_devices(enforcer: SharingEnforcer) -> Callable[[], set[tuple[str, str]]]:
+    """``(claim UID, device)`` of every device the enforcer holds to MPS now."""
+
+    def devices() -> set[tuple[str, str]]:
+        return {
+            (uid, g.device)
+            for uid, grants in enforcer.grants().items()
+            for g in grants
+            if g.strategy == STRATEGY_MPS
+        }
+
+    return devices
+
+
+def prepared_shares(
+    claims: ClaimService, mps: Callable[[], set[tuple[str, str]]] = set
+) -> Callable[[], list[PreparedShare]]:
+    """The prepared devices of the completed claims, as the usage stage reads them (``mps``:
+    the ``(claim UID, device)`` pairs enforced by MPS)."""
 
     def shares() -> list[PreparedShare]:
         out = []
+        mps_now = mps()
         for rec in claims.state.prepared_claims().values():
             if rec.state != STATE_COMPLETED:
                 continue
@@ -205,6 +226,7 @@ def prepared_shares(claims: ClaimService) -> Callable[[], list[PreparedShare]]:
                         cores=d.cores,
                         memory=d.memory,
                         admin_access=d.admin_access,
+                        mps=(rec.uid, d.device) in mps_now,
                     )
                 )
         return out
@@ -213,19 +235,39 @@ def prepared_shares(claims: ClaimService) -> Callable[[], list[PreparedShare]]:
 
 
 def build_usage(
-    plugin: Plugin, claims: ClaimService, taints: UsageTaintSink | None
+    plugin: Plugin,
+    claims: ClaimService,
+    taints: UsageTaintSink | None,
+    enforcer: SharingEnforcer | None = None,
 ) -> UsageSampler:
-    """The usage sampler (not started) over the prepared claims."""
+    """The usage sampler (not started) over the prepared claims; with ``enforcer``, its MPS
+    shares are judged for escapes, the MPS servers found through the daemon pods of the plugin's
+    namespace (``--namespace``)."""
     config = plugin.config
+    rest = KubeRest(plugin.api_client)
+    if config.device_backend == "nvml" and (problem := pid_namespace_problem()):
+        log.warning("usage: %s", problem)
+    daemon_pods = None
+    if config.namespace is not None:
+        interval = config.usage.interval_s
+        daemon_pods = DaemonPods(
+            KubePodLister(rest),
+            config.namespace,
+            config.node_name,
+            time.time,
+            refresh_s=max(interval * 6, 60.0),
+            min_interval_s=interval,
+        )
     return UsageSampler(
         config.usage,
         usage_source(config, plugin.gpus),
-        prepared_shares(claims),
-        KubeClaimApi(KubeRest(plugin.api_client)),
+        prepared_shares(claims, mps_devices(enforcer) if enforcer is not None else set),
+        KubeClaimApi(rest),
         config.driver_name,
         plugin.gpus,
         telemetry=plugin.telemetry,
         taints=taints,
+        daemon_pods=daemon_pods,
     )
 
 
@@ -421,7 +463,8 @@ def build_plugin(config: PluginConfig) -> Plugin:
     # Health and usage taints reach the publisher merged (each sets its complete map).
     merger = TaintMerger(plugin.publisher)
     health_taints = merger.source("health")
-    usage_taints = merger.source("usage") if config.usage.taint else None
+    usage = config.usage
+    usage_taints = merger.source("usage") if usage.taint or usage.escape_taint else None
     if config.health.enabled:
         plugin.health, plugin.health_source = build_health(
             config.health,
@@ -439,11 +482,12 @@ def build_plugin(config: PluginConfig) -> Plugin:
         install_reload_signal(plugin.health.checker)
         plugin.add_component(plugin.health)
     partitioner = make_partitioner(config, backend, plugin.devices)
+    enforcer = enforcer_for(config, KubeRest(api_client))
     plugin.claims = ClaimService(
         config,
         plugin.devices,
         api_client,
-        enforcer_for(config, KubeRest(api_client)),
+        enforcer,
         plugin.health_source,
         plugin.telemetry,
         partitioner=partitioner,
@@ -457,7 +501,7 @@ def build_plugin(config: PluginConfig) -> Plugin:
         if plugin.health is not None:
             plugin.health.set_instance_resolver(plugin.claims.state.mig_device_for)
     if config.usage.enabled:
-        plugin.usage = build_usage(plugin, plugin.claims, usage_taints)
+        plugin.usage = build_usage(plugin, plugin.claims, usage_taints, enforcer)
         plugin.add_component(plugin.usage)
     return plugin
 

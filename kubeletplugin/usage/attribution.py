@@ -10,6 +10,15 @@ The mapping, in order:
 3. Exactly one candidate share: attributed. None, or several (one pod with two shares on the
    same GPU: the process cannot be told apart), or no pod: :class:`Unattributed`, with why.
 
+MPS (``daemon_pods``: the UIDs of this node's MPS daemon pods, see
+:mod:`kubeletplugin.usage.mpsdaemons`; None when unknown). A process that is no MPS client and
+whose pod is a daemon pod is an MPS server: neither a share's process nor unattributed. On a GPU
+that has MPS shares, whose MPS clients the source listed and with the daemon pods known, every
+other process that is no MPS client escaped MPS (it gets the whole GPU): an :class:`Escape`,
+still counted in its share's usage when it has one. Each MPS share's usage then carries the
+number of escapes on its GPU and its own pods among them. An MPS share's SM utilisation is
+absent: NVML reports its clients' SM time under their server, not per client.
+
 Every prepared share on a sampled GPU gets a :class:`ShareUsage`, also with no process (so
 "within its reservation" is known). Overcommit, the one rule: memory when the used bytes exceed
 the reserved bytes; compute when the measured SM utilisation exceeds the reserved cores plus
@@ -25,6 +34,7 @@ from dataclasses import dataclass
 
 from api.names import OVER_COMPUTE, OVER_MEMORY
 from kubeletplugin.usage.model import (
+    Escape,
     GpuSample,
     PreparedShare,
     ProcessSample,
@@ -40,10 +50,13 @@ REASON_UNKNOWN_CLAIM = "its claim has no prepared share on this GPU"
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
-    """One sample's outcome: usage by share key, and the processes left over."""
+    """One sample's outcome: usage by share key, the processes left over, and the escapes from
+    MPS found on the GPUs where they were judged (``judged``: their UUIDs)."""
 
     usage: dict[tuple[str, str, str, str | None], ShareUsage]
     unattributed: tuple[Unattributed, ...]
+    escapes: tuple[Escape, ...] = ()
+    judged: tuple[str, ...] = ()
 
 
 def overcommitted(
@@ -61,22 +74,33 @@ def overcommitted(
     return tuple(out)
 
 
+def _pod(process: ProcessSample, pod_of: Callable[[int], PodLookup]) -> PodLookup:
+    """The pod of ``process``: the one its source named, else none when its source named its
+    claim, else the one its cgroup names."""
+    if process.pod_uid is not None:
+        return PodLookup(process.pod_uid)
+    if process.claim is not None:
+        return PodLookup(None, "its source named only its claim")
+    return pod_of(process.pid)
+
+
 def _owner(
     process: ProcessSample,
+    lookup: PodLookup,
     shares: list[PreparedShare],
-    pod_of: Callable[[int], PodLookup],
     claim_pods: Mapping[str, frozenset[str]],
 ) -> PreparedShare | str:
-    """The share that owns ``process`` among the GPU's ``shares``, or why none does."""
+    """The share that owns ``process`` (whose pod is ``lookup``) among the GPU's ``shares``, or
+    why none does."""
     if process.claim is not None:
         found = [s for s in shares if process.claim in (s.claim_uid, s.claim_label)]
         if not found:
             return REASON_UNKNOWN_CLAIM
     else:
-        lookup = pod_of(process.pid)
         if lookup.pod_uid is None:
             return lookup.reason
-        found = [s for s in shares if lookup.pod_uid in claim_pods.get(s.claim_uid, ())]
+        uid = lookup.pod_uid
+        found = [s for s in shares if uid in claim_pods.get(s.claim_uid, ())]
         if not found:
             return REASON_NO_SHARE
     return found[0] if len(found) == 1 else REASON_AMBIGUOUS
@@ -88,37 +112,77 @@ def attribute(
     pod_of: Callable[[int], PodLookup],
     claim_pods: Mapping[str, frozenset[str]],
     compute_margin: int,
+    daemon_pods: frozenset[str] | None = None,
 ) -> Attribution:
-    """Map every sampled process to its share and add up each share's usage."""
+    """Map every sampled process to its share, add up each share's usage, and find the
+    processes that escaped MPS (see the module docstring)."""
     by_gpu: dict[str, list[PreparedShare]] = defaultdict(list)
     for share in shares:
         by_gpu[share.gpu_uuid].append(share)
     usage: dict[tuple[str, str, str, str | None], ShareUsage] = {}
     left: list[Unattributed] = []
+    escapes: list[Escape] = []
+    judged_gpus: list[str] = []
     for sample in samples:
         gpu_shares = by_gpu.get(sample.gpu_uuid, [])
+        judged = daemon_pods is not None and sample.mps_listed and any(s.mps for s in gpu_shares)
         owned: dict[tuple[str, str, str, str | None], list[ProcessSample]] = {
             s.key: [] for s in gpu_shares
         }
+        gpu_escapes: list[Escape] = []
+        if judged:
+            judged_gpus.append(sample.gpu_uuid)
         for process in sample.processes:
-            owner = _owner(process, gpu_shares, pod_of, claim_pods)
+            lookup = _pod(process, pod_of)
+            pod_uid = lookup.pod_uid
+            if (
+                daemon_pods is not None
+                and not process.mps_client
+                and pod_uid is not None
+                and pod_uid in daemon_pods
+            ):
+                continue  # an MPS server: its clients are counted, it is not a tenant
+            owner = _owner(process, lookup, gpu_shares, claim_pods)
+            memory = process.used_memory or 0
+            if judged and not process.mps_client:
+                culprit = None if isinstance(owner, str) else owner
+                gpu_escapes.append(Escape(sample.gpu_uuid, process.pid, memory, pod_uid, culprit))
             if isinstance(owner, str):
-                left.append(
-                    Unattributed(sample.gpu_uuid, process.pid, process.used_memory or 0, owner)
-                )
+                left.append(Unattributed(sample.gpu_uuid, process.pid, memory, owner))
             else:
                 owned[owner.key].append(process)
+        escapes.extend(gpu_escapes)
         for share in gpu_shares:
             processes = owned[share.key]
             memory = sum(p.used_memory or 0 for p in processes)
             sm = None
-            if sample.sm_utilization is not None:
+            if sample.sm_utilization is not None and not share.mps:
                 sm = min(sum(sample.sm_utilization.get(p.pid, 0) for p in processes), 100)
+            outside: int | None = None
+            escaped: tuple[str, ...] = ()
+            if share.mps and judged:
+                outside = len(gpu_escapes)
+                escaped = _escaped_pods(gpu_escapes, share)
             usage[share.key] = ShareUsage(
                 share=share,
                 used_memory=memory,
                 sm_utilization=sm,
                 processes=len(processes),
                 overcommitted=overcommitted(share, memory, sm, compute_margin),
+                outside_mps=outside,
+                escaped_pods=escaped,
             )
-    return Attribution(usage, tuple(left))
+    return Attribution(usage, tuple(left), tuple(escapes), tuple(judged_gpus))
+
+
+def _escaped_pods(escapes: Iterable[Escape], share: PreparedShare) -> tuple[str, ...]:
+    """The UIDs (sorted) of ``share``'s pods among ``escapes``."""
+    return tuple(
+        sorted(
+            {
+                e.pod_uid
+                for e in escapes
+                if e.share is not None and e.share.key == share.key and e.pod_uid is not None
+            }
+        )
+    )

@@ -8,7 +8,8 @@ claim gained a pod). Writes: :class:`UsageWriter` puts the usage of a claim's sh
 entries, and the ``conditions`` and ``networkData`` of ours, are kept), with an update of the
 ``status`` subresource guarded by the claim's ``resourceVersion``. A claim is written at most
 once per ``interval_s``, and only when its usage changed beyond the thresholds of
-:func:`changed` (or what it exceeds changed, which is written at once).
+:func:`changed`; a change of its :attr:`~kubeletplugin.usage.model.ShareUsage.alerts` (what it
+exceeds, an escape from MPS starting or ending) is written at once.
 """
 
 from __future__ import annotations
@@ -129,17 +130,22 @@ def usage_data(usage: ShareUsage, sampled_at: str) -> dict[str, Any]:
         data["smUtilization"] = usage.sm_utilization
     if usage.overcommitted:
         data["overcommitted"] = list(usage.overcommitted)
+    if usage.outside_mps is not None:
+        data["processesOutsideMPS"] = usage.outside_mps
+    if usage.escaped_pods:
+        data["escapedPods"] = list(usage.escaped_pods)
     return data
 
 
 def changed(old: ShareUsage | None, new: ShareUsage, memory_threshold: int) -> bool:
     """Whether ``new`` differs from what was written (``old``) enough to write again: another
-    process count or overcommit verdict, utilisation appearing, vanishing or moving by
-    :data:`SM_THRESHOLD` points, or memory moving by the larger of ``memory_threshold`` and
-    :data:`MEMORY_CHANGE_FRACTION` of the share's reservation."""
+    process count, count of processes outside MPS, or :attr:`ShareUsage.alerts`, utilisation
+    appearing, vanishing or moving by :data:`SM_THRESHOLD` points, or memory moving by the
+    larger of ``memory_threshold`` and :data:`MEMORY_CHANGE_FRACTION` of the share's
+    reservation."""
     if old is None:
         return True
-    if old.processes != new.processes or old.overcommitted != new.overcommitted:
+    if (old.processes, old.outside_mps, old.alerts) != (new.processes, new.outside_mps, new.alerts):
         return True
     if (old.sm_utilization is None) != (new.sm_utilization is None):
         return True
@@ -196,8 +202,7 @@ class UsageWriter:
         if last is None:
             return True
         if any(
-            last.usage.get(k) is None or last.usage[k].overcommitted != u.overcommitted
-            for k, u in shares.items()
+            last.usage.get(k) is None or last.usage[k].alerts != u.alerts for k, u in shares.items()
         ):
             return True
         if now - last.at < self._interval_s:

@@ -35,6 +35,7 @@ class UsageOptions:
     memory_threshold: int = DEFAULT_MEMORY_THRESHOLD
     compute_margin: int = DEFAULT_COMPUTE_MARGIN
     taint: bool = False
+    escape_taint: bool = False
     proc_root: Path = DEFAULT_PROC_ROOT
     mock_usage_file: Path | None = None
 
@@ -86,11 +87,17 @@ def add_usage_flags(parser: argparse.ArgumentParser) -> None:
         "than it reserved, so no new share lands on it (default: off)",
     )
     g.add_argument(
+        "--usage-escape-taint",
+        action="store_true",
+        help="taint a GPU NoSchedule (<driver>/mps-escape) while a compute process runs on it "
+        "outside MPS next to MPS shares, so no new share lands on it (default: off)",
+    )
+    g.add_argument(
         "--usage-proc-root",
         type=Path,
         default=DEFAULT_PROC_ROOT,
-        help="the host's /proc, where a process's cgroup names its pod (default /proc; the "
-        "chart mounts the host's at /host/proc)",
+        help="the host's /proc, where a process's cgroup names its pod (default /proc: the "
+        "chart runs the plugin in the host PID namespace, where NVML lists every process)",
     )
     g.add_argument(
         "--mock-usage-file",
@@ -130,6 +137,7 @@ def usage_options(args: argparse.Namespace, device_backend: str) -> UsageOptions
         memory_threshold=threshold,
         compute_margin=args.usage_compute_margin,
         taint=args.usage_taint,
+        escape_taint=args.usage_escape_taint,
         proc_root=args.usage_proc_root,
         mock_usage_file=args.mock_usage_file,
     )

@@ -11,7 +11,10 @@ set is bounded by what the node prepared, never by what runs on it):
 - ``sharegpu_share_processes``;
 - ``sharegpu_share_overcommitted{resource}``: 1 while the share exceeds its reservation of
   ``memory`` or ``compute``, else 0;
-- ``sharegpu_usage_unattributed_processes{gpu}``: compute processes of no prepared share;
+- ``sharegpu_usage_unattributed_processes{gpu}``: compute processes of no prepared share (MPS
+  servers of this driver's daemon pods are not counted);
+- ``sharegpu_mps_escaped_processes{gpu}``: compute processes outside MPS on a GPU with MPS
+  shares (they get the whole GPU); a series only for the GPUs where this was judged;
 - ``sharegpu_usage_sample_errors_total{gpu}``: failed samples of a GPU;
 - ``sharegpu_usage_claim_writes_total{result}``: usage writes to claims, ``ok`` or ``error``.
 """
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from api.names import OVERCOMMIT_RESOURCES
-from kubeletplugin.usage.model import ShareUsage, Unattributed
+from kubeletplugin.usage.model import Escape, ShareUsage, Unattributed
 from sharegpu.kube.telemetry import Telemetry
 
 
@@ -35,6 +38,9 @@ class UsageSnapshot:
 
     usage: tuple[ShareUsage, ...] = ()
     unattributed: tuple[Unattributed, ...] = ()
+    escapes: tuple[Escape, ...] = ()
+    #: The GPUs where escapes from MPS were judged.
+    judged_gpus: tuple[str, ...] = ()
     sampled_gpus: tuple[str, ...] = ()
     writes: tuple[int, int] = (0, 0)
     errors: dict[str, int] = field(default_factory=dict)
@@ -69,6 +75,11 @@ class UsageMetrics:
                 "sharegpu_usage_unattributed_processes",
                 "Compute processes of no prepared share",
                 self._unattributed,
+            ),
+            (
+                "sharegpu_mps_escaped_processes",
+                "Compute processes outside MPS on a GPU with MPS shares",
+                self._escaped,
             ),
         )
         for name, description, callback in gauges:
@@ -115,6 +126,12 @@ class UsageMetrics:
         snap = self._snapshot()
         counts = Counter(p.gpu_uuid for p in snap.unattributed)
         for gpu in snap.sampled_gpus:
+            yield Observation(counts.get(gpu, 0), {"gpu": gpu})
+
+    def _escaped(self, _: CallbackOptions) -> Iterator[Observation]:
+        snap = self._snapshot()
+        counts = Counter(e.gpu_uuid for e in snap.escapes)
+        for gpu in snap.judged_gpus:
             yield Observation(counts.get(gpu, 0), {"gpu": gpu})
 
     def _errors(self, _: CallbackOptions) -> Iterator[Observation]:

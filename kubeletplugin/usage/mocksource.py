@@ -7,19 +7,27 @@ The file maps a GPU (its index, as a number or a string, or its UUID) to a list 
       - {claim: ml/large, memory: 1Gi}
     GPU-6b2c...:
       - {pid: 4242, memory: 2Gi}                  # a host process, mapped through /proc
+    1:
+      - {claim: ml/mps, pod: <uid>, mpsClient: true, memory: 3Gi}  # an MPS client
+      - {pod: <uid of an MPS daemon pod>, memory: 64Mi, sm: 30}     # its MPS server
+      - {pod: <uid>, memory: 2Gi, sm: 60}         # a plain process: outside MPS
 
 Fields: ``claim`` (a claim UID or ``<namespace>/<name>``: the owner, no /proc lookup), ``pid``
-(a positive host pid, looked up like an NVML process; needs no ``claim``), ``memory`` (a
-quantity, default 0), ``sm`` (0-100). A GPU reports per-process utilisation only when one of its
-processes has ``sm`` (the others then read 0); otherwise utilisation is absent, as on GPUs
-without support. A GPU the file does not name has no processes; a missing file means no
-processes anywhere. An invalid file fails every GPU's sample with the problem (logged by the
-sampler), so a typo never reads as "idle".
+(a positive host pid, looked up like an NVML process), ``pod`` (the pod UID the process's
+cgroup names, no /proc lookup), ``mpsClient`` (true: NVML lists it among the GPU's MPS
+clients), ``memory`` (a quantity, default 0), ``sm`` (0-100; not on an MPS client, whose SM
+time NVML reports under its server). Each process needs a ``claim``, a ``pid`` or a ``pod``. A
+GPU reports per-process utilisation only when one of its processes has ``sm`` (the others then
+read 0); otherwise utilisation is absent, as on GPUs without support. The GPU's MPS clients are
+always known, as on a driver that lists them. A GPU the file does not name has no processes; a
+missing file means no processes anywhere. An invalid file fails every GPU's sample with the
+problem (logged by the sampler), so a typo never reads as "idle".
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,12 +36,12 @@ import yaml
 from api.quantity import QuantityError, quantity_int
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.usage.model import GpuSample, ProcessSample
-from kubeletplugin.usage.procfs import read_bounded
+from kubeletplugin.usage.procfs import is_pod_uid, read_bounded
 from kubeletplugin.usage.source import UsageSourceError
 
 #: Largest usage file read.
 MAX_FILE_BYTES: Final = 1024 * 1024
-_FIELDS: Final = ("claim", "pid", "memory", "sm")
+_FIELDS: Final = ("claim", "pid", "pod", "mpsClient", "memory", "sm")
 
 
 def _gpu_uuid(key: Any, gpus: Sequence[GpuInfo]) -> str:
@@ -57,8 +65,14 @@ def _process(where: str, value: Any) -> tuple[ProcessSample, int | None]:
         raise UsageSourceError(f"{where}.claim: expected a claim UID or namespace/name")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
         raise UsageSourceError(f"{where}.pid: expected a positive integer, got {pid!r}")
-    if claim is None and pid == 0:
-        raise UsageSourceError(f"{where}: needs a claim or a pid")
+    pod = value.get("pod")
+    if pod is not None and (not isinstance(pod, str) or not is_pod_uid(pod)):
+        raise UsageSourceError(f"{where}.pod: expected a pod UID (lower-case), got {pod!r}")
+    client = value.get("mpsClient", False)
+    if not isinstance(client, bool):
+        raise UsageSourceError(f"{where}.mpsClient: expected true or false, got {client!r}")
+    if claim is None and pid == 0 and pod is None:
+        raise UsageSourceError(f"{where}: needs a claim, a pid or a pod")
     try:
         memory = quantity_int(value.get("memory", 0))
     except QuantityError as exc:
@@ -68,7 +82,11 @@ def _process(where: str, value: Any) -> tuple[ProcessSample, int | None]:
     sm = value.get("sm")
     if sm is not None and (not isinstance(sm, int) or isinstance(sm, bool) or not 0 <= sm <= 100):
         raise UsageSourceError(f"{where}.sm: expected 0 to 100, got {sm!r}")
-    return ProcessSample(pid, memory, claim), sm
+    if sm is not None and client:
+        raise UsageSourceError(
+            f"{where}.sm: NVML reports an MPS client's SM time under its server, not the client"
+        )
+    return ProcessSample(pid, memory, claim, pod, client), sm
 
 
 def parse_usage_file(text: str, gpus: Sequence[GpuInfo]) -> dict[str, GpuSample]:
@@ -95,10 +113,10 @@ def parse_usage_file(text: str, gpus: Sequence[GpuInfo]) -> dict[str, GpuSample]
             process, util = _process(f"entry {key!r}[{i}]", item)
             # Processes without a pid get distinct negative ones, never a host pid.
             pid = process.pid or -(i + 1)
-            processes.append(ProcessSample(pid, process.used_memory, process.claim))
+            processes.append(replace(process, pid=pid))
             sm[pid] = util or 0
             reported = reported or util is not None
-        out[uuid] = GpuSample(uuid, tuple(processes), sm if reported else None)
+        out[uuid] = GpuSample(uuid, tuple(processes), sm if reported else None, mps_listed=True)
     return out
 
 
@@ -116,9 +134,9 @@ class FileUsageSource:
     def close(self) -> None:
         return None
 
-    def sample(self, gpu_uuid: str) -> GpuSample:
+    def sample(self, gpu_uuid: str, mps: bool = False) -> GpuSample:
         samples = self._read()
-        return samples.get(gpu_uuid) or GpuSample(gpu_uuid, (), None)
+        return samples.get(gpu_uuid) or GpuSample(gpu_uuid, (), None, mps_listed=True)
 
     def _read(self) -> dict[str, GpuSample]:
         if self.path is None:

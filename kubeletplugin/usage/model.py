@@ -13,24 +13,33 @@ from dataclasses import dataclass
 class ProcessSample:
     """One compute process on a GPU, as the source reports it.
 
-    ``used_memory`` is None where the driver does not report it (counted as 0). ``claim`` is set
-    only by sources that already know the owner (the mock source): a claim UID, or
-    ``<namespace>/<name>``; real processes are mapped through ``/proc``.
+    ``used_memory`` is None where the driver does not report it (counted as 0). ``claim`` and
+    ``pod_uid`` are set only by sources that already know the owner (the mock source): a claim
+    UID or ``<namespace>/<name>``, and the pod UID its cgroup would name; real processes are
+    mapped through ``/proc``. ``mps_client``: NVML lists the process among the GPU's MPS clients
+    (meaningful only where the sample's ``mps_listed`` is True).
     """
 
     pid: int
     used_memory: int | None
     claim: str | None = None
+    pod_uid: str | None = None
+    mps_client: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU at one sample: its compute processes, and per-process SM utilisation by pid
-    (None where the GPU does not support per-process utilisation: absent, never zero)."""
+    (None where the GPU does not support per-process utilisation: absent, never zero).
+
+    ``mps_listed``: the source read the GPU's MPS client list, so a process without
+    ``mps_client`` is known not to be an MPS client (False: unknown, no escape is judged).
+    """
 
     gpu_uuid: str
     processes: tuple[ProcessSample, ...]
     sm_utilization: dict[int, int] | None
+    mps_listed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +61,8 @@ class PreparedShare:
     memory: int
     #: adminAccess allocations reserve nothing and are never overcommitted.
     admin_access: bool = False
+    #: The share is enforced by MPS (its processes must be clients of an MPS server).
+    mps: bool = False
 
     @property
     def key(self) -> tuple[str, str, str, str | None]:
@@ -71,13 +82,40 @@ class PreparedShare:
 @dataclass(frozen=True, slots=True)
 class ShareUsage:
     """What one share's processes used at one sample, and what of its reservation they exceed
-    (``overcommitted``: names of :data:`api.names.OVERCOMMIT_RESOURCES`, in that order)."""
+    (``overcommitted``: names of :data:`api.names.OVERCOMMIT_RESOURCES`, in that order).
+
+    MPS shares only (else ``None`` and ``()``): ``outside_mps`` counts the compute processes on
+    the share's GPU that run outside MPS, whoever runs them (None: not judged this sample);
+    ``escaped_pods`` are the UIDs (sorted) of the share's own pods among them.
+    """
 
     share: PreparedShare
     used_memory: int
     sm_utilization: int | None
     processes: int
     overcommitted: tuple[str, ...]
+    outside_mps: int | None = None
+    escaped_pods: tuple[str, ...] = ()
+
+    @property
+    def alerts(self) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+        """What is written at once when it changes: the overcommit verdict, the escaped pods and
+        whether any process runs outside MPS on the GPU."""
+        return (self.overcommitted, self.escaped_pods, bool(self.outside_mps))
+
+
+@dataclass(frozen=True, slots=True)
+class Escape:
+    """A compute process on a GPU with MPS shares that is neither an MPS client nor an MPS
+    server of one of this driver's daemon pods: it runs outside MPS and gets the whole GPU.
+    ``pod_uid`` when its cgroup names a pod; ``share`` when that pod (or the claim the source
+    named) owns one share on the GPU."""
+
+    gpu_uuid: str
+    pid: int
+    used_memory: int
+    pod_uid: str | None
+    share: PreparedShare | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,12 @@ sample calls, for each GPU (by UUID):
 - ``nvmlDeviceGetProcessUtilization(handle, last_seen)``: per-process SM utilisation since the
   previous sample of that GPU (microsecond timestamps). ``NotSupported`` makes utilisation
   absent for the GPU (None, never zero) and is not asked again; ``NotFound`` (no sample since
-  ``last_seen``) means no process used the SMs: zero for each listed process.
+  ``last_seen``) means no process used the SMs: zero for each listed process. MPS clients are
+  not in it: their SM time is reported under their MPS server;
+- with ``mps`` (the GPU has MPS shares), ``nvmlDeviceGetMPSComputeRunningProcesses``: the
+  GPU's MPS clients only (measured on driver 580: clients are in both lists, servers and plain
+  processes only in the first). Where it fails or is missing the sample's ``mps_listed`` is
+  False (no escape is judged), and a GPU answering ``NotSupported`` is not asked again.
 
 A failing call fails only that GPU's sample (:class:`UsageSourceError`), also pynvml's
 ``NVMLLibraryMismatchError`` (no NVMLError: a driver without the versioned process query).
@@ -20,6 +25,7 @@ import importlib
 import logging
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -42,8 +48,9 @@ class UsageSource(Protocol):
         """Prepare for sampling (raise :class:`UsageSourceError` when impossible)."""
         ...
 
-    def sample(self, gpu_uuid: str) -> GpuSample:
-        """The GPU's processes now (raise :class:`UsageSourceError` for this GPU)."""
+    def sample(self, gpu_uuid: str, mps: bool = False) -> GpuSample:
+        """The GPU's processes now, with its MPS clients marked when ``mps`` (raise
+        :class:`UsageSourceError` for this GPU)."""
         ...
 
     def close(self) -> None:
@@ -60,6 +67,7 @@ class NvmlUsageSource:
         self._handles: dict[str, Any] = {}
         self._last_seen: dict[str, int] = {}
         self._unsupported: set[str] = set()
+        self._mps_unsupported: set[str] = set()
         self._open = False
         self._lock = threading.Lock()
 
@@ -107,7 +115,7 @@ class NvmlUsageSource:
             self._handles[gpu_uuid] = handle
         return handle
 
-    def sample(self, gpu_uuid: str) -> GpuSample:
+    def sample(self, gpu_uuid: str, mps: bool = False) -> GpuSample:
         nvml = self._module()
         failures = (self._error("NVMLError"), self._error("NVMLLibraryMismatchError"))
         try:
@@ -117,7 +125,39 @@ class NvmlUsageSource:
             self._handles.pop(gpu_uuid, None)
             raise UsageSourceError(f"GPU {gpu_uuid}: listing compute processes: {exc}") from None
         processes = tuple(_process(p) for p in raw or ())
-        return GpuSample(gpu_uuid, processes, self._utilization(gpu_uuid, handle, processes))
+        clients = self._mps_clients(gpu_uuid, handle) if mps else None
+        if clients is not None:
+            processes = tuple(
+                replace(p, mps_client=True) if p.pid in clients else p for p in processes
+            )
+        return GpuSample(
+            gpu_uuid,
+            processes,
+            self._utilization(gpu_uuid, handle, processes),
+            mps_listed=clients is not None,
+        )
+
+    def _mps_clients(self, gpu_uuid: str, handle: Any) -> frozenset[int] | None:
+        """The pids of the GPU's MPS clients, None when NVML cannot tell."""
+        if gpu_uuid in self._mps_unsupported:
+            return None
+        nvml = self._module()
+        try:
+            raw = nvml.nvmlDeviceGetMPSComputeRunningProcesses(handle)
+        except self._error("NVMLError_NotSupported"):
+            log.warning(
+                "GPU %s does not list its MPS clients; escapes from MPS go unseen", gpu_uuid
+            )
+            self._mps_unsupported.add(gpu_uuid)
+            return None
+        except (
+            self._error("NVMLError"),
+            self._error("NVMLLibraryMismatchError"),
+            AttributeError,
+        ) as exc:
+            log.warning("GPU %s: listing MPS clients: %s", gpu_uuid, exc)
+            return None
+        return frozenset(p.pid for p in (_process(r) for r in raw or ()) if p.pid > 0)
 
     def _utilization(
         self, gpu_uuid: str, handle: Any, processes: Iterable[ProcessSample]

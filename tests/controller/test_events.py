@@ -3,6 +3,7 @@ them (only while leading) through the in-process API server."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,11 +11,14 @@ import pytest
 from api.names import OVER_COMPUTE, OVER_MEMORY
 from controller.events import (
     COMPONENT,
+    ESCAPE_REASON,
     EVENT_WINDOW_S,
     REASON,
     Overcommit,
     OvercommitEvents,
+    escape_transitions,
     overcommit_transitions,
+    transitions,
 )
 from controller.reconcile import Alloc
 from controller.records import UsageRecord
@@ -102,6 +106,34 @@ def test_shares_are_told_apart_and_gone_shares_leave_the_state() -> None:
     assert "uses more of GPU compute, 30 cores reserved" in found[0].message
 
 
+def _escaped(uids: tuple[str, ...], over: tuple[str, ...] = ()) -> Alloc:
+    a = _alloc(over, pods=(("p", "uid-p", ("main",)), ("q", "uid-q", ("main",))))
+    assert a.usage is not None
+    usage = UsageRecord(
+        a.usage.used_memory, None, 1, None, over, outside_mps=len(uids), escaped_pods=uids
+    )
+    return replace(a, usage=usage)
+
+
+def test_an_escaped_pod_is_a_transition_once_and_only_for_pods_the_claim_names() -> None:
+    state, found = escape_transitions(frozenset(), [_escaped(("uid-q", "uid-gone"))])
+    assert [(e.pods, e.reason) for e in found] == [((("q", "uid-q"),), ESCAPE_REASON)]
+    assert found[0].message == (
+        "a compute process of this pod runs outside MPS on GPU node-a-gpu-0 and gets the whole "
+        "GPU, not claim ml/a's 30 cores and 10Gi"
+    )
+    assert escape_transitions(state, [_escaped(("uid-q",))])[1] == []  # still escaped
+    state, found = escape_transitions(state, [_escaped(("uid-p", "uid-q"))])
+    assert [e.pods for e in found] == [(("p", "uid-p"),)]
+    state, _ = escape_transitions(state, [_escaped(())])  # back in MPS
+    assert state == frozenset()
+    assert len(escape_transitions(state, [_escaped(("uid-q",))])[1]) == 1
+    # Overcommits and escapes of one GPU followed together, their keys apart.
+    both, found = transitions(frozenset(), [_escaped(("uid-q",), (OVER_MEMORY,))])
+    assert sorted(type(f).__name__ for f in found) == ["MpsEscape", "Overcommit"]
+    assert len(both) == 2 and transitions(both, [_escaped(("uid-q",), (OVER_MEMORY,))])[1] == []
+
+
 # --- the sender -------------------------------------------------------------------------------
 
 
@@ -175,11 +207,14 @@ class _Share:
         self.result = h.result("node-a", "gpu-0", cores=30, memory="10Gi", share_id="s-1")
         self.cluster.add_claim(name, [self.result], pods=self.pods)
 
-    def measure(self, memory: str, over: bool) -> None:
+    def measure(self, memory: str, over: bool, escaped: tuple[str, ...] = ()) -> None:
         current = self.kube.get(h.claims_path(name=self.name))
         data: dict[str, Any] = {"kind": "ShareUsage", "usedMemory": memory, "processes": 1}
         if over:
             data["overcommitted"] = ["memory"]
+        if escaped:
+            data["processesOutsideMPS"] = len(escaped)
+            data["escapedPods"] = [uid for name, uid in self.pods if name in escaped]
         current["status"]["devices"] = [
             {
                 "driver": h.DRIVER,
@@ -290,5 +325,26 @@ def test_overcommitted_before_the_informers_synced_is_the_baseline(
         _flush_seen(apiserver, tracker, "12Gi")
         tracker.flush()
         assert _events(kube) == []
+    finally:
+        tracker.stop()
+
+
+def test_tracker_sends_mps_escape_events_to_the_escaped_pod_only(
+    apiserver: KubeAPIServer, kube: KubeRest
+) -> None:
+    share = _Share(kube)
+    tracker = _tracker(kube, FakeClock())
+    try:
+        tracker.flush()
+        share.measure("3Gi", over=False)
+        _flush_seen(apiserver, tracker, "3Gi")
+        share.measure("4Gi", over=False, escaped=("p2",))
+        _flush_seen(apiserver, tracker, "4Gi")
+        [event] = _events(kube)
+        assert (event["involvedObject"]["name"], event["reason"]) == ("p2", ESCAPE_REASON)
+        assert event["type"] == "Warning" and "runs outside MPS" in event["message"]
+        [gpu] = [g for g in tracker.gpus("node-a") if g.spec.index == 0]
+        [cond] = [c for c in gpu.status.conditions or [] if c.type == "MPSEscaped"]
+        assert cond.status == "True" and "default/share (1 pod)" in cond.message
     finally:
         tracker.stop()

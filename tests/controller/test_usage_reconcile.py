@@ -91,3 +91,62 @@ def test_hostile_usage_data_is_ignored() -> None:
     assert record is not None and record.results[0].usage is not None
     u = record.results[0].usage
     assert (u.sm_utilization, u.sampled_at, u.overcommitted) == (None, None, ())
+
+
+def mps_usage(outside: int | None, pods: list[str] | None = None) -> dict[str, Any]:
+    data = usage("3Gi")
+    if outside is not None:
+        data["processesOutsideMPS"] = outside
+    if pods is not None:
+        data["escapedPods"] = pods
+    return data
+
+
+def conditions(obj: GpuObject) -> dict[str, Any]:
+    return {c.type: c for c in obj.status.conditions or []}
+
+
+def test_mps_escaped_condition_names_the_claims_whose_pods_escaped() -> None:
+    obj = gpu([claim("a", "s-a", mps_usage(2, ["pod-1"])), claim("b", "s-b", mps_usage(2))])
+    cond = conditions(obj)[names.CONDITION_MPS_ESCAPED]
+    assert (cond.status, cond.reason) == ("True", "ProcessOutsideMPS")
+    assert cond.message.startswith("2 compute processes outside MPS get the whole GPU")
+    assert cond.message.endswith("pods of claims: ml/a (1 pod)")
+    allocs = {a.claim_name: a for a in obj.status.allocations}
+    a_usage = allocs["a"].usage
+    assert a_usage is not None
+    assert (a_usage.processes_outside_mps, a_usage.escaped_pods) == (2, ["pod-1"])
+    assert obj.manifest()["status"]["allocations"][0]["usage"]["processesOutsideMPS"] == 2
+    # Another tenant's process (no share's pod): still True, no claim named.
+    (other,) = [
+        c
+        for c in (gpu([claim("a", "s-a", mps_usage(1))]).status.conditions or [])
+        if c.type == names.CONDITION_MPS_ESCAPED
+    ]
+    assert other.status == "True" and "claims" not in other.message
+
+
+def test_mps_escaped_condition_false_or_absent() -> None:
+    cond = conditions(gpu([claim("a", "s-a", mps_usage(0))]))[names.CONDITION_MPS_ESCAPED]
+    assert (cond.status, cond.reason) == ("False", "AllProcessesInMPS")
+    # Not judged (no MPS share, or escapes could not be told): no condition.
+    assert names.CONDITION_MPS_ESCAPED not in conditions(gpu([claim("a", "s-a", mps_usage(None))]))
+
+
+def test_hostile_escape_fields_are_bounded_or_dropped() -> None:
+    odd = {**usage("1Gi"), "processesOutsideMPS": -3, "escapedPods": ["x" * 100, 7, "p", "p"]}
+    record = claim_record(claim("a", "s-a", odd), DRIVER)
+    assert record is not None and record.results[0].usage is not None
+    assert (record.results[0].usage.outside_mps, record.results[0].usage.escaped_pods) == (
+        None,
+        ("p",),
+    )
+    many = {
+        **usage("1Gi"),
+        "processesOutsideMPS": True,
+        "escapedPods": [f"p{i}" for i in range(999)],
+    }
+    record = claim_record(claim("a", "s-a", many), DRIVER)
+    assert record is not None and record.results[0].usage is not None
+    assert record.results[0].usage.outside_mps is None
+    assert len(record.results[0].usage.escaped_pods) == 256

@@ -540,8 +540,9 @@ def test_rendered_flags_are_accepted_by_the_daemons(
     from controller.main import build_parser as controller_parser
 
     for container in containers(rendered[variant], "DaemonSet"):
-        # tini (PID 1) reaps whatever the plugin does not wait for.
-        assert container["command"] == ["tini", "--", "sharegpu-kubeletplugin"]
+        # tini (PID 1, or the child subreaper in the host PID namespace) reaps whatever the
+        # plugin does not wait for.
+        assert container["command"] == ["tini", "-s", "--", "sharegpu-kubeletplugin"]
         assert accepts(plugin_parser(), container["args"]) == ""
     for container in containers(rendered[variant], "Deployment"):
         assert container["command"] == ["sharegpu-controller"]

@@ -138,7 +138,7 @@ def test_the_plugin_may_manage_pods_in_its_namespace_only(default: list[dict[str
 def test_the_plugin_gets_the_mps_root_template_and_namespace(default: list[dict[str, Any]]) -> None:
     pod = plugin_pod(default)
     [plugin] = pod["containers"]
-    assert plugin["command"] == ["tini", "--", "sharegpu-kubeletplugin"]
+    assert plugin["command"] == ["tini", "-s", "--", "sharegpu-kubeletplugin"]
     assert "--mps-root=/run/sharegpu/mps" in plugin["args"]
     assert "--mps-daemon-pod-template=/etc/sharegpu/mps/daemon-pod.yaml" in plugin["args"]
     mounts = {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]}

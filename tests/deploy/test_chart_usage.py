@@ -1,8 +1,10 @@
 """The chart's measured-usage wiring: ``kubeletPlugin.usage`` values become the plugin's usage
-flags (checked by the plugin's own parser), the host's /proc is mounted read-only only while
-usage is sampled, the pod never joins the host PID namespace, and the plugin may write claim
-status (``resourceclaims/status`` and, for granular status authorization, its driver's
-``resourceclaims/driver``) only while usage is written to claims."""
+flags (checked by the plugin's own parser), the plugin pod joins the host PID namespace only
+while usage is sampled (NVML lists no process of another PID namespace) and then reads the
+host's processes at /proc (no hostPath of /proc, no other host namespace), tini stays their
+reaper as a subreaper, and the plugin may write claim status (``resourceclaims/status`` and,
+for granular status authorization, its driver's ``resourceclaims/driver``) only while usage is
+written to claims."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.helm
 NAMESPACE = "gpu-operators"
 RELEASE = "sharegpu"
 DRIVER = "gpu.sharegpu.dev"
-PROC_ROOT = Path("/host/proc")
+PROC_ROOT = Path("/proc")
 
 
 def render(helm: str, usage: dict[str, Any] | None = None, *set_args: str) -> list[dict[str, Any]]:
@@ -64,11 +66,15 @@ def plugin_config(docs: list[dict[str, Any]]) -> PluginConfig:
 
 
 def proc_mounts(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumeMounts of the plugin at /host/proc, hostPath volumes of /proc)."""
+    """(volumeMounts of the plugin under a proc path, hostPath volumes of /proc)."""
     spec = daemonset(docs)["spec"]["template"]["spec"]
-    mounts = [m for m in plugin_container(docs)["volumeMounts"] if m["mountPath"] == "/host/proc"]
+    mounts = [m for m in plugin_container(docs)["volumeMounts"] if "proc" in m["mountPath"]]
     volumes = [v for v in spec["volumes"] if v.get("hostPath", {}).get("path") == "/proc"]
     return mounts, volumes
+
+
+def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(daemonset(docs)["spec"]["template"]["spec"])
 
 
 def plugin_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -96,18 +102,26 @@ def test_default_values_give_the_plugins_default_usage_options(
         "--usage-interval=10",
         "--usage-write-interval=30",
         "--usage-compute-margin=10",
-        "--usage-proc-root=/host/proc",
     ]
-    # The chart's defaults are the plugin's, but for where the host's /proc is.
+    # The chart's defaults are the plugin's (the host's /proc is /proc in the host PID namespace).
     assert plugin_config(default).usage == replace(DEFAULT_USAGE_OPTIONS, proc_root=PROC_ROOT)
+    assert plugin_config(default).usage == DEFAULT_USAGE_OPTIONS
 
 
 @pytest.mark.parametrize(
-    ("usage", "interval", "write_interval", "margin", "taint"),
+    ("usage", "interval", "write_interval", "margin", "taint", "escape_taint"),
     [
-        ({"interval": 2.5, "writeInterval": 0}, 2.5, 0.0, 10, False),
-        ({"computeMargin": 0, "taintOvercommitted": True}, 10.0, 30.0, 0, True),
-        ({"interval": 60, "writeInterval": 120.5, "computeMargin": 100}, 60.0, 120.5, 100, False),
+        ({"interval": 2.5, "writeInterval": 0}, 2.5, 0.0, 10, False, False),
+        ({"computeMargin": 0, "taintOvercommitted": True}, 10.0, 30.0, 0, True, False),
+        ({"taintEscapes": True}, 10.0, 30.0, 10, False, True),
+        (
+            {"interval": 60, "writeInterval": 120.5, "computeMargin": 100},
+            60.0,
+            120.5,
+            100,
+            False,
+            False,
+        ),
     ],
 )
 def test_the_flags_follow_the_values(
@@ -117,35 +131,38 @@ def test_the_flags_follow_the_values(
     write_interval: float,
     margin: int,
     taint: bool,
+    escape_taint: bool,
 ) -> None:
     docs = render(helm, usage)
     options = plugin_config(docs).usage
     assert options.enabled is True
     assert (options.interval_s, options.write_interval_s) == (interval, write_interval)
     assert (options.compute_margin, options.taint) == (margin, taint)
+    assert options.escape_taint is escape_taint
     assert options.proc_root == PROC_ROOT
     assert ("--usage-taint" in usage_args(docs)) is taint
+    assert ("--usage-escape-taint" in usage_args(docs)) is escape_taint
 
 
-def test_the_host_proc_is_mounted_read_only_and_the_pod_keeps_its_pid_namespace(
+def test_usage_joins_the_host_pid_namespace_and_nothing_more(
     default: list[dict[str, Any]],
 ) -> None:
-    [mount], [volume] = proc_mounts(default)
-    assert mount["readOnly"] is True
-    assert mount["name"] == volume["name"]
-    assert volume["hostPath"]["type"] == "Directory"
-    assert mount.get("mountPropagation", "None") == "None"
-    pod = daemonset(default)["spec"]["template"]["spec"]
-    assert not pod.get("hostPID") and not pod.get("hostIPC")
+    pod = pod_spec(default)
+    assert pod["hostPID"] is True
+    # No other host namespace, no hostPath of /proc: /proc is the host's in its PID namespace.
+    assert not pod.get("hostIPC") and not pod.get("hostNetwork")
+    assert proc_mounts(default) == ([], [])
+    # Not PID 1 there: tini reaps the plugin's orphans as the container's child subreaper.
+    assert plugin_container(default)["command"] == ["tini", "-s", "--", "sharegpu-kubeletplugin"]
 
 
-def test_disabled_usage_has_no_flags_no_proc_and_no_claim_status_rbac(helm: str) -> None:
-    docs = render(helm, {"enabled": False, "taintOvercommitted": True})
+def test_disabled_usage_has_no_flags_no_host_pid_and_no_claim_status_rbac(helm: str) -> None:
+    docs = render(helm, {"enabled": False, "taintOvercommitted": True, "taintEscapes": True})
     assert usage_args(docs) == ["--disable-usage"]
     assert plugin_config(docs).usage.enabled is False
     assert proc_mounts(docs) == ([], [])
     assert claim_status_rules(docs) == []
-    assert not daemonset(docs)["spec"]["template"]["spec"].get("hostPID")
+    assert not pod_spec(docs).get("hostPID")
 
 
 def test_the_plugin_may_update_claim_status_of_its_own_driver_on_its_node(
@@ -178,7 +195,7 @@ def test_usage_never_written_means_no_claim_status_rbac(helm: str) -> None:
     """writeInterval 0: the plugin samples (and may taint) but never writes claims."""
     docs = render(helm, {"writeInterval": 0})
     assert plugin_config(docs).usage.write_interval_s == 0
-    assert proc_mounts(docs)[0] != []
+    assert pod_spec(docs)["hostPID"] is True
     assert claim_status_rules(docs) == []
 
 
@@ -190,6 +207,7 @@ def test_usage_never_written_means_no_claim_status_rbac(helm: str) -> None:
         ({"computeMargin": 101}, "computeMargin"),
         ({"computeMargin": 2.5}, "computeMargin"),
         ({"taintOvercommitted": "yes"}, "taintOvercommitted"),
+        ({"taintEscapes": 1}, "taintEscapes"),
         ({"procRoot": "/proc"}, "procRoot"),
     ],
 )
@@ -211,7 +229,7 @@ def test_bad_usage_values_are_refused_by_the_schema(
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 @pytest.mark.parametrize("enabled", [True, False])
 def test_the_plugin_objects_validate_strictly(helm: str, version: str, enabled: bool) -> None:
-    docs = render(helm, {"enabled": enabled, "taintOvercommitted": True})
+    docs = render(helm, {"enabled": enabled, "taintOvercommitted": True, "taintEscapes": True})
     plugin_docs = [d for d in docs if d["kind"] in ("DaemonSet", "ClusterRole")]
     assert len(plugin_docs) >= 2
     assert [e for d in plugin_docs for e in validation_errors(d, version)] == []

@@ -103,6 +103,8 @@ class FakeGpu:
     mig_slots: int = 0
     migs: list[FakeMig] = field(default_factory=list)
     processes: list[tuple[int, int | None]] = field(default_factory=list)
+    #: Pids among ``processes`` that are MPS clients (what the MPS process list reports).
+    mps_clients: list[int] = field(default_factory=list)
     utilization: list[tuple[int, int, int]] | None = field(default_factory=list)
     supported_events: int = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x4000
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)
@@ -712,11 +714,32 @@ class FakeNvmlLib:
         self, handle: Any, count_ref: Any, infos: Any
     ) -> int:
         gpu = self._gpu(handle)
+        return self._process_list(
+            gpu, "nvmlDeviceGetComputeRunningProcesses_v3", gpu.processes, count_ref, infos
+        )
+
+    def _c_nvmlDeviceGetMPSComputeRunningProcesses_v3(
+        self, handle: Any, count_ref: Any, infos: Any
+    ) -> int:
+        gpu = self._gpu(handle)
+        clients = [p for p in gpu.processes if p[0] in gpu.mps_clients]
+        return self._process_list(
+            gpu, "nvmlDeviceGetMPSComputeRunningProcesses_v3", clients, count_ref, infos
+        )
+
+    def _process_list(
+        self,
+        gpu: FakeGpu,
+        name: str,
+        processes: list[tuple[int, int | None]],
+        count_ref: Any,
+        infos: Any,
+    ) -> int:
         count = _out(count_ref, ctypes.c_uint)
-        code = gpu.errors.get("nvmlDeviceGetComputeRunningProcesses_v3", SUCCESS)
+        code = gpu.errors.get(name, SUCCESS)
         if code:
             return code
-        wanted = len(gpu.processes)
+        wanted = len(processes)
         if infos is None:
             count.value = wanted
             return int(pynvml.NVML_ERROR_INSUFFICIENT_SIZE) if wanted else SUCCESS
@@ -725,7 +748,7 @@ class FakeNvmlLib:
         if count.value < wanted or len(infos) < count.value:
             count.value = wanted
             return int(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
-        for slot, (pid, used) in zip(infos, gpu.processes, strict=False):
+        for slot, (pid, used) in zip(infos, processes, strict=False):
             slot.pid = pid
             slot.usedGpuMemory = used if used is not None else 2**64 - 1
             slot.gpuInstanceId = slot.computeInstanceId = 0xFFFFFFFF

@@ -346,6 +346,28 @@ def test_usage_driver_without_process_info_v3_is_a_source_error() -> None:
         source.close()
 
 
+def test_usage_marks_the_mps_clients_when_asked() -> None:
+    gpu = h100(0)
+    gpu.processes = [(10, 3 * GIB), (11, 69 * 2**20), (12, 2 * GIB)]
+    gpu.mps_clients = [10]
+    lib = FakeNvmlLib([gpu])
+    with real_pynvml(lib) as nvml:
+        source = NvmlUsageSource(nvml=nvml)
+        source.open()
+        plain = source.sample(gpu.uuid)
+        mps = source.sample(gpu.uuid, mps=True)
+        gpu.errors["nvmlDeviceGetMPSComputeRunningProcesses_v3"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+        unsupported = [source.sample(gpu.uuid, mps=True) for _ in range(2)]
+        source.close()
+    assert not plain.mps_listed and not any(p.mps_client for p in plain.processes)
+    assert mps.mps_listed
+    assert [(p.pid, p.mps_client) for p in mps.processes] == [(10, True), (11, False), (12, False)]
+    # A driver that cannot list its MPS clients: nothing judged, and not asked again.
+    assert [s.mps_listed for s in unsupported] == [False, False]
+    # pynvml asks twice for a list (its size, then the list), once for the NotSupported answer.
+    assert lib.calls.count("nvmlDeviceGetMPSComputeRunningProcesses_v3") == 2 + 1
+
+
 def test_fake_catches_a_wrong_argument_type() -> None:
     """The net that makes these tests worth running: a call that does not match nvml.h."""
     lib = FakeNvmlLib([h100(0)])
