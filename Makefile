@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean
+.PHONY: demo test lint typecheck unit e2e local-cluster venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,19 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	bash tests/setup-system.sh
 	$(BIN)/pytest -q -p no:cacheprovider
+
+## Build the upstream Kubernetes binaries (cached outside the checkout), start etcd and the control
+## plane on 127.0.0.1 and check the driver's control-plane side against it (tests/e2e/).
+e2e: $(STAMP)
+	bash tests/install-helm.sh
+	$(BIN)/python -m tests.e2e.binaries
+	$(BIN)/pytest -q -p no:cacheprovider tests/e2e
+
+## The same control plane with the CRDs, the controller and its webhook, kept running for kubectl.
+local-cluster: $(STAMP)
+	bash tests/install-helm.sh
+	$(BIN)/python -m tests.e2e.binaries
+	$(BIN)/python -m tests.e2e.cluster
 
 ## Set up everything and run the whole test suite (linters, type checks, tests).
 test: lint typecheck unit
