@@ -28,6 +28,7 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	bash tests/setup-system.sh
+	$(BIN)/python -m tests.e2e.binaries
 	$(BIN)/pytest -q -p no:cacheprovider
 
 ## Build the upstream Kubernetes binaries (cached outside the checkout), start etcd and the control

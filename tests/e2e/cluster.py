@@ -31,15 +31,20 @@ def _stop(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the local cluster until interrupted; returns the exit code."""
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of ``python -m tests.e2e.cluster``."""
     parser = argparse.ArgumentParser(prog="python -m tests.e2e.cluster", description=__doc__)
     parser.add_argument("--work", type=Path, help="work directory (default: a new temporary one)")
     parser.add_argument("--node", default="local-node", help="node of the mock GPUs")
     parser.add_argument(
         "--gpus", type=int, default=4, choices=range(0, 9), metavar="0..8", help="mock GPUs"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the local cluster until interrupted; returns the exit code."""
+    args = build_parser().parse_args(argv)
     missing = missing_prerequisites()
     absent = missing_binaries(CONTROL_PLANE[:3])
     helm = helm_binary()

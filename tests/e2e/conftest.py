@@ -1,7 +1,8 @@
 """Fixtures of the end-to-end run: a real control plane, the CRDs, the controller, the webhook.
 
-Everything here is session-scoped: the control plane starts once, and every process it and the
-fixtures start is stopped by its PID when the session ends, also after a failure. The run skips,
+Everything here is package-scoped: the control plane starts once for tests/e2e/, and every
+process it and the fixtures start is stopped by its PID after the last of these tests, also
+after a failure. The run skips,
 naming what is missing, where it cannot happen (not Linux, not root, no Go toolchain) or where
 the binaries are not built yet (``make e2e`` builds them first).
 """
@@ -31,7 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1."""
     missing = missing_prerequisites()
@@ -52,26 +53,26 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         plane.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def chart(helm: str) -> list[dict[str, Any]]:
     """The chart rendered as the e2e run applies parts of it (webhook failure policy Fail)."""
     return driver.render_chart(helm)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def crds(control_plane: ControlPlane) -> ControlPlane:
     """The control plane with the CRDs of deploy/crds established."""
     driver.apply_crds(control_plane)
     return control_plane
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def controller(crds: ControlPlane, chart: list[dict[str, Any]]) -> driver.RunningController:
     """The controller process with the chart's RBAC."""
     return driver.start_controller(crds, chart)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def webhook(
     controller: driver.RunningController, crds: ControlPlane, chart: list[dict[str, Any]]
 ) -> str:
