@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit gpu-test venv clean
+.PHONY: demo test lint typecheck unit e2e local-cluster gpu-test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,7 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	bash tests/setup-system.sh
+	$(BIN)/python -m tests.e2e.binaries
 	$(BIN)/pytest -q -p no:cacheprovider
 
 ## The real-GPU suite (root, NVIDIA GPU) in the mode that never changes the GPU's settings,
@@ -35,6 +36,19 @@ unit: $(STAMP)
 GPU_REPORT ?= gpu-report.json
 gpu-test: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/gpu --keep-gpu-settings --gpu-report=$(GPU_REPORT)
+
+## Build the upstream Kubernetes binaries (cached outside the checkout), start etcd and the control
+## plane on 127.0.0.1 and check the driver's control-plane side against it (tests/e2e/).
+e2e: $(STAMP)
+	bash tests/install-helm.sh
+	$(BIN)/python -m tests.e2e.binaries
+	$(BIN)/pytest -q -p no:cacheprovider tests/e2e
+
+## The same control plane with the CRDs, the controller and its webhook, kept running for kubectl.
+local-cluster: $(STAMP)
+	bash tests/install-helm.sh
+	$(BIN)/python -m tests.e2e.binaries
+	$(BIN)/python -m tests.e2e.cluster
 
 ## Set up everything and run the whole test suite (linters, type checks, tests).
 test: lint typecheck unit

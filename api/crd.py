@@ -15,7 +15,8 @@
 ``python -m api.crd --check`` exits 1 when any committed file differs from the models.
 
 The CRD's pydantic JSON schema is turned into a *structural* OpenAPI v3 schema as the API server
-requires: ``$ref`` inlined, ``Optional`` unions reduced to their type, titles and defaults dropped.
+requires: ``$ref`` inlined, ``Optional`` unions reduced to their type, titles and defaults dropped,
+int-or-string fields written as ``anyOf: [integer, string]``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ VALUES_SCHEMA_PATH = _REPO_ROOT / "deploy" / "helm" / "sharegpu" / "values.schem
 CONFIG_VALUES_PATH = ("deviceClasses", "gpu", "config")
 
 _DROPPED_KEYS = frozenset({"title", "default"})
+#: The only ``anyOf`` a structural schema allows beside ``x-kubernetes-int-or-string: true``
+#: (integer first: the API server compares the list exactly and rejects another order).
+INT_OR_STRING_ANY_OF: list[dict[str, str]] = [{"type": "integer"}, {"type": "string"}]
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
@@ -74,7 +78,11 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
         return _structural(merged, defs)
     if "anyOf" in node and node.get("x-kubernetes-int-or-string"):
-        return {k: v for k, v in node.items() if k not in _DROPPED_KEYS}
+        return {
+            k: [dict(o) for o in INT_OR_STRING_ANY_OF] if k == "anyOf" else v
+            for k, v in node.items()
+            if k not in _DROPPED_KEYS
+        }
     if "anyOf" in node:
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
         if len(options) != 1:

@@ -1,5 +1,7 @@
 """Where the tests find the repository's own files. The suite reads nothing outside the repository:
-data it needs from elsewhere is vendored under ``tests/data/`` with its source and license."""
+data it needs from elsewhere is vendored under ``tests/data/`` with its source and license. The
+one exception is the upstream binaries of ``tests/e2e/``, built from the Go modules pinned under
+``tests/e2e/upstream/`` into the user's cache directory."""
 
 from __future__ import annotations
 

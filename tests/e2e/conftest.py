@@ -1,0 +1,80 @@
+"""Fixtures of the end-to-end run: a real control plane, the CRDs, the controller, the webhook.
+
+Everything here is package-scoped: the control plane starts once for tests/e2e/, and every
+process it and the fixtures start is stopped by its PID after the last of these tests, also
+after a failure. The run skips,
+naming what is missing, where it cannot happen (not Linux, not root, no Go toolchain) or where
+the binaries are not built yet (``make e2e`` builds them first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e import driver
+from tests.e2e.binaries import bin_dir, missing_binaries, missing_prerequisites
+from tests.e2e.controlplane import ControlPlane
+from tests.e2e.processes import step
+
+#: Binaries without which nothing runs (the controller manager and scheduler are optional).
+REQUIRED = ("etcd", "kube-apiserver", "kubectl")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of this folder carries the ``e2e`` marker."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="package")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1."""
+    missing = missing_prerequisites()
+    if missing:
+        pytest.skip("e2e: " + "; ".join(missing))
+    absent = missing_binaries(REQUIRED)
+    if absent:
+        pytest.skip(
+            f"e2e: upstream binaries not built ({', '.join(absent)} under {bin_dir()}); "
+            "`make e2e` builds them (tests/e2e/build-binaries.sh)"
+        )
+    plane = ControlPlane(bin_dir(), tmp_path_factory.mktemp("e2e"))
+    try:
+        with step("start the control plane"):
+            plane.start()
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="package")
+def chart(helm: str) -> list[dict[str, Any]]:
+    """The chart rendered as the e2e run applies parts of it (webhook failure policy Fail)."""
+    return driver.render_chart(helm)
+
+
+@pytest.fixture(scope="package")
+def crds(control_plane: ControlPlane) -> ControlPlane:
+    """The control plane with the CRDs of deploy/crds established."""
+    driver.apply_crds(control_plane)
+    return control_plane
+
+
+@pytest.fixture(scope="package")
+def controller(crds: ControlPlane, chart: list[dict[str, Any]]) -> driver.RunningController:
+    """The controller process with the chart's RBAC."""
+    return driver.start_controller(crds, chart)
+
+
+@pytest.fixture(scope="package")
+def webhook(
+    controller: driver.RunningController, crds: ControlPlane, chart: list[dict[str, Any]]
+) -> str:
+    """The chart's webhook registration, pointed at the controller and called by the API server."""
+    return driver.register_webhook(crds, controller, chart)

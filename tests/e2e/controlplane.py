@@ -1,0 +1,350 @@
+"""A Kubernetes control plane from the upstream binaries: etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler, all on 127.0.0.1, in one work directory.
+
+Certificates come from one CA made with ``trustme`` (serving certificate of the API server,
+client certificates of the admin and of each component, named as Kubernetes' bootstrap RBAC
+policy expects); the service-account signing key is an RSA key. Every process logs to
+``<work>/logs/<name>.log`` and is stopped by its PID in :meth:`ControlPlane.stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Final
+
+import trustme
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.e2e.processes import Process, Processes, StepFailed, failure, wait_until
+
+#: DRA features sharegpu uses (on by default in 1.37; set so an older pin enables them too).
+FEATURE_GATES: Final = (
+    "DRAConsumableCapacity=true,DRAPartitionableDevices=true,"
+    "DRADeviceTaints=true,DRAExtendedResource=true"
+)
+#: Served next to resource.k8s.io/v1 for clients that still speak v1beta2.
+RUNTIME_CONFIG: Final = "resource.k8s.io/v1beta2=true"
+SERVICE_CIDR: Final = "10.96.0.0/24"
+#: Seconds a component may take to become ready on a busy 2-core machine.
+READY_DEADLINE_S: Final = 240.0
+#: Seconds one kubectl command may take.
+KUBECTL_TIMEOUT_S: Final = 120.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for servers that need a fixed one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Pki:
+    """The CA and the certificates and keys of one control plane, written under ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.ca = trustme.CA(organization_name="sharegpu-e2e")
+        self.ca_file = directory / "ca.crt"
+        self.ca.cert_pem.write_to_path(str(self.ca_file))
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.sa_key = directory / "sa.key"
+        self.sa_key.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        self.sa_pub = directory / "sa.pub"
+        self.sa_pub.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+
+    def issue(
+        self, name: str, *hosts: str, user: str | None = None, group: str | None = None
+    ) -> tuple[Path, Path]:
+        """A certificate (serving for ``hosts``; client for ``user`` in ``group``) and its key."""
+        leaf = self.ca.issue_cert(*(hosts or (name,)), common_name=user, organization_name=group)
+        cert, key = self.dir / f"{name}.crt", self.dir / f"{name}.key"
+        leaf.cert_chain_pems[0].write_to_path(str(cert))
+        leaf.private_key_pem.write_to_path(str(key))
+        return cert, key
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_file: Path,
+    *,
+    cert: tuple[Path, Path] | None = None,
+    token: str | None = None,
+) -> Path:
+    """A kubeconfig for ``server`` with a client certificate or a bearer token."""
+    user: dict[str, str] = {}
+    if cert is not None:
+        user = {"client-certificate": str(cert[0]), "client-key": str(cert[1])}
+    if token is not None:
+        user["token"] = token
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+        ],
+        "users": [{"name": "e2e", "user": user}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+        "current-context": "e2e",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+class ControlPlane:
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler of one run."""
+
+    def __init__(self, bin_dir: Path, work: Path) -> None:
+        self.bin = bin_dir
+        self.work = work
+        (work / "logs").mkdir(parents=True, exist_ok=True)
+        self.home = work / "home"
+        self.home.mkdir(exist_ok=True)
+        self.processes = Processes(work / "logs")
+        self.pki = Pki(work / "pki")
+        self.api_port = 0
+        self.server = ""
+        self.admin_cert = self.pki.issue("admin", user="e2e-admin", group="system:masters")
+        self.admin_kubeconfig = work / "admin.kubeconfig"
+        self.apiserver: Process | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every component and wait until the API server is ready; fails the step with the
+        log of the component that did not come up."""
+        etcd_url = self._start_etcd()
+        self._start_apiserver(etcd_url)
+        self._start_component(
+            "kube-controller-manager",
+            "system:kube-controller-manager",
+            [
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.pki.sa_key}",
+                f"--root-ca-file={self.pki.ca_file}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # No kubelet sends heartbeats here: nodes are never tainted unreachable.
+                "--controllers=*,-nodelifecycle",
+                f"--feature-gates={FEATURE_GATES}",
+            ],
+        )
+        self._start_component(
+            "kube-scheduler",
+            "system:kube-scheduler",
+            [
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--leader-elect=false",
+                f"--feature-gates={FEATURE_GATES}",
+            ],
+        )
+
+    def stop(self) -> None:
+        """Stop every process this control plane started, by PID, in reverse order."""
+        self.processes.stop_all()
+
+    def _start_etcd(self) -> str:
+        name = "etcd"
+        for _attempt in range(3):
+            client, peer = free_port(), free_port()
+            client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+            proc = self.processes.start(
+                name,
+                [
+                    str(self.bin / "etcd"),
+                    "--name=e2e",
+                    f"--data-dir={self.work / 'etcd'}",
+                    f"--listen-client-urls={client_url}",
+                    f"--advertise-client-urls={client_url}",
+                    f"--listen-peer-urls={peer_url}",
+                    f"--initial-advertise-peer-urls={peer_url}",
+                    f"--initial-cluster=e2e={peer_url}",
+                    "--log-level=warn",
+                    # Test data only: no fsync keeps a slow shared disk from stalling the run.
+                    "--unsafe-no-fsync=true",
+                ],
+            )
+
+            def healthy(url: str = client_url) -> bool:
+                with urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
+                    return bool(json.load(resp).get("health") == "true")
+
+            try:
+                wait_until(healthy, "start etcd", "etcd /health", process=proc, deadline_s=60)
+                return client_url
+            except StepFailed:
+                if "address already in use" not in _read(proc.log):
+                    raise
+                self.processes.stop(proc)
+        raise StepFailed(failure("start etcd", name, "no free port pair after 3 attempts"))
+
+    def _start_apiserver(self, etcd_url: str) -> None:
+        serving = self.pki.issue(
+            "apiserver",
+            "127.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "10.96.0.1",
+        )
+        for _attempt in range(3):
+            self.api_port = free_port()
+            self.server = f"https://127.0.0.1:{self.api_port}"
+            write_kubeconfig(
+                self.admin_kubeconfig, self.server, self.pki.ca_file, cert=self.admin_cert
+            )
+            proc = self.apiserver = self.processes.start(
+                "kube-apiserver",
+                [
+                    str(self.bin / "kube-apiserver"),
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={self.api_port}",
+                    f"--cert-dir={self.work / 'apiserver-certs'}",
+                    f"--tls-cert-file={serving[0]}",
+                    f"--tls-private-key-file={serving[1]}",
+                    f"--client-ca-file={self.pki.ca_file}",
+                    "--authorization-mode=Node,RBAC",
+                    "--enable-admission-plugins=NodeRestriction",
+                    "--allow-privileged=true",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    "--service-account-issuer=https://kubernetes.default.svc",
+                    f"--service-account-key-file={self.pki.sa_pub}",
+                    f"--service-account-signing-key-file={self.pki.sa_key}",
+                    # Loopback addresses are not valid Endpoints of the kubernetes Service.
+                    "--endpoint-reconciler-type=none",
+                    f"--feature-gates={FEATURE_GATES}",
+                    f"--runtime-config={RUNTIME_CONFIG}",
+                ],
+            )
+            try:
+                wait_until(
+                    lambda: self.request("GET", "/readyz")[0] == 200,
+                    "start kube-apiserver",
+                    "kube-apiserver /readyz 200",
+                    process=proc,
+                    deadline_s=READY_DEADLINE_S,
+                    interval_s=1.0,
+                )
+                return
+            except StepFailed:
+                if "address already in use" not in _read(proc.log):
+                    raise
+                self.processes.stop(proc)
+        raise StepFailed(failure("start kube-apiserver", "kube-apiserver", "no free port"))
+
+    def _start_component(self, name: str, user: str, flags: list[str]) -> None:
+        if not os.access(self.bin / name, os.X_OK):
+            return
+        kubeconfig = write_kubeconfig(
+            self.work / f"{name}.kubeconfig",
+            self.server,
+            self.pki.ca_file,
+            cert=self.pki.issue(name, user=user),
+        )
+        self.processes.start(name, [str(self.bin / name), f"--kubeconfig={kubeconfig}", *flags])
+
+    # --- clients -----------------------------------------------------------------------------
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS to the API server as the admin (trusting only this run's CA)."""
+        context = ssl.create_default_context(cafile=str(self.pki.ca_file))
+        context.load_cert_chain(str(self.admin_cert[0]), str(self.admin_cert[1]))
+        return context
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        """One request as the admin; returns the HTTP status and the decoded JSON body (or the
+        text where it is no JSON). HTTP errors are returned, not raised."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(request, timeout=60, context=self.ssl_context()) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def kubectl(
+        self,
+        *args: str,
+        stdin: str | None = None,
+        step_name: str = "kubectl",
+        check: bool = True,
+        kubeconfig: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane; with ``check`` a non-zero exit fails the step
+        with the command, its output and the API server's log."""
+        argv = [
+            str(self.bin / "kubectl"),
+            f"--kubeconfig={kubeconfig or self.admin_kubeconfig}",
+            *args,
+        ]
+        env = {**os.environ, "HOME": str(self.home)}
+        result = subprocess.run(
+            argv,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=KUBECTL_TIMEOUT_S,
+            env=env,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise StepFailed(
+                failure(
+                    step_name,
+                    argv,
+                    f"exit code {result.returncode}\n  stdout: {result.stdout.strip()}"
+                    f"\n  stderr: {result.stderr.strip()}",
+                    self.apiserver.log if self.apiserver is not None else None,
+                )
+            )
+        return result
+
+    def check_running(self, step_name: str) -> None:
+        """Fail the step when a component of the control plane has exited."""
+        for process in self.processes.started:
+            process.check_running(step_name)
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
