@@ -26,9 +26,9 @@ from typing import Any, Final
 import yaml
 
 from api.quantity import QuantityError, quantity_int
+from kubeletplugin.fsutil import read_bounded
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.usage.model import GpuSample, ProcessSample
-from kubeletplugin.usage.procfs import read_bounded
 from kubeletplugin.usage.source import UsageSourceError
 
 #: Largest usage file read.
