@@ -1,11 +1,11 @@
 """The MIG capability nodes: ``/proc/driver/nvidia-caps/mig-minors`` parsed strictly, and the
 nodes named by their numbers.
 
-``data/mig-minors`` is the file as the driver writes it for two GPUs: ``config`` and
-``monitor`` first, then per GPU and GPU instance (0 to 14) the instance's access capability
-followed by those of its eight compute instances, numbered from 3 on (an H200 node lists
-``config 1``, ``monitor 2``, ``gpu0/gi0/access 3``, ``gpu0/gi0/ci0/access 4``, ... the same way).
-``data/proc-devices`` gives ``nvidia-caps`` the major 241, as on that node.
+``data/mig-minors`` is the first 272 lines of the file as read on an H200 node (driver
+580.159.04; the whole file lists 32 GPUs in 4,322 lines, 109,408 bytes): ``config 1`` and
+``monitor 2`` first, then per GPU and GPU instance (0 to 14) the instance's access capability
+followed by those of its eight compute instances, numbered from 3 on. ``data/proc-devices``,
+read on the same node, gives ``nvidia-caps`` the major 241.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Character device majors from ``/proc/devices``: parsing, bounds, lookups.
 
-``data/proc-devices`` is a kernel's file with the NVIDIA majors measured on an H200 node
-(``238 nvidia-uvm``, ``241 nvidia-caps``).
+``data/proc-devices`` is the file as read on an H200 node (driver 580.159.04): ``238
+nvidia-uvm``, ``241 nvidia-caps``, and ``195`` listed twice, as ``nvidia`` and ``nvidiactl``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ def test_the_kernel_file_gives_the_nvidia_majors(tmp_path: Path) -> None:
     assert devices.char_major("nvidia-uvm") == 238
     assert devices.char_major("nvidia-caps") == 241
     assert devices.char_major("/dev/vc/0") == 4
+    assert devices.char_major("nvidia") == devices.char_major("nvidiactl") == 195
     table = devices.char_majors()
-    assert "loop" not in table and "device-mapper" not in table, "block devices are not used"
+    assert "loop" not in table and "zram" not in table, "block devices are not used"
+    assert table["infiniband_verbs"] == {231, 244}
 
 
 def test_a_name_the_kernel_does_not_list_names_the_file_and_the_device(tmp_path: Path) -> None:
