@@ -49,6 +49,7 @@ class ClaimService:
                 config.cdi_dir,
                 config.driver_name,
                 dev_root=dev_root,
+                proc_root=config.proc_root,
                 nvidia=NvidiaCdiDetector(
                     config.nvidia_cdi_kind,
                     config.nvidia_cdi_dirs,

@@ -15,6 +15,7 @@ from typing import Final
 
 from api import names
 from api.version import VERSION
+from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT
 from kubeletplugin.health.flags import (
     DEFAULT_HEALTH_OPTIONS,
     HealthFlagError,
@@ -88,6 +89,8 @@ class PluginConfig:
     boot_id_file: Path = DEFAULT_BOOT_ID_FILE
     #: Host directory of the GPU device nodes put into CDI specs (NVML backend only).
     dev_root: Path = DEFAULT_DEV_ROOT
+    #: procfs of ``/proc/devices`` and the MIG capability minors (NVML backend only).
+    proc_root: Path = DEFAULT_PROC_ROOT
     #: Consumable mode: cores charged to a request that names none (``--default-share-cores``).
     default_share_cores: int = names.CORES_PER_GPU
     #: Host directory of the per-GPU MPS directories (``--mps-root``); None: ``<data dir>/mps``.
@@ -166,6 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_DEV_ROOT,
         help="host directory of the nvidia* device nodes put into CDI specs with the NVML backend "
         f"(default {DEFAULT_DEV_ROOT})",
+    )
+    p.add_argument(
+        "--proc-root",
+        type=Path,
+        default=DEFAULT_PROC_ROOT,
+        help="procfs the device numbers of the UVM and MIG capability nodes are read from "
+        f"(devices, driver/nvidia-caps/mig-minors) with the NVML backend (default "
+        f"{DEFAULT_PROC_ROOT})",
     )
     p.add_argument(
         "--sharing-mode",
@@ -286,6 +297,7 @@ def config_from_args(
         ("--limits-library", args.limits_library),
         ("--boot-id-file", args.boot_id_file),
         ("--dev-root", args.dev_root),
+        ("--proc-root", args.proc_root),
         *(("--nvidia-cdi-dirs", d) for d in nvidia_cdi_dirs),
     ):
         if path is not None and not path.is_absolute():
@@ -348,6 +360,7 @@ def config_from_args(
         nvidia_cdi_dirs=nvidia_cdi_dirs,
         boot_id_file=args.boot_id_file,
         dev_root=args.dev_root,
+        proc_root=args.proc_root,
         default_share_cores=args.default_share_cores,
         mps_root=args.mps_root,
         mps_daemon_pod_template=args.mps_daemon_pod_template,

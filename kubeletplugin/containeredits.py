@@ -7,25 +7,70 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kubeletplugin.model import GpuInfo, base_request_names
 
 # --- Container edits ---------------------------------------------------------------------------
 
 
+#: Largest major and minor number of a Linux device (12 and 20 bits).
+MAX_DEVICE_MAJOR: Final = (1 << 12) - 1
+MAX_DEVICE_MINOR: Final = (1 << 20) - 1
+
+
 @dataclass(frozen=True)
 class DeviceNode:
-    """A device node to create in the container; ``host_path`` defaults to ``path``."""
+    """A device node to create in the container; ``host_path`` defaults to ``path``.
+
+    A node given by its numbers (:meth:`char`: ``type`` ``c``, ``major``, ``minor``,
+    ``file_mode``) is created by the runtime from them, whether or not the host has such a node
+    file; one given by ``host_path`` alone takes its numbers and mode from the host's node."""
 
     path: str
     host_path: str | None = None
+    #: cgroup access the container gets: a subset of ``rwm`` (runtime default ``rwm``).
     permissions: str | None = None
+    type: str | None = None
+    major: int | None = None
+    minor: int | None = None
+    #: Permission bits of the node the runtime creates (CDI ``fileMode``).
+    file_mode: int | None = None
+
+    @classmethod
+    def char(
+        cls, path: str, major: int, minor: int, file_mode: int, permissions: str = "rw"
+    ) -> DeviceNode:
+        """A character device by its numbers. ValueError for a major outside 1..4095 (CDI
+        takes 0 for "unknown" and would look the node up on the host), a minor outside the
+        20-bit range or a mode with bits beyond ``0o777``."""
+        if not 1 <= major <= MAX_DEVICE_MAJOR:
+            raise ValueError(f"device major {major} of {path} is outside 1..{MAX_DEVICE_MAJOR}")
+        if not 0 <= minor <= MAX_DEVICE_MINOR:
+            raise ValueError(f"device minor {minor} of {path} is outside 0..{MAX_DEVICE_MINOR}")
+        if not 0 <= file_mode <= 0o777:
+            raise ValueError(f"file mode {file_mode:o} of {path} is not a permission mode")
+        return cls(
+            path=path,
+            permissions=permissions,
+            type="c",
+            major=major,
+            minor=minor,
+            file_mode=file_mode,
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path}
         if self.host_path is not None:
             out["hostPath"] = self.host_path
+        if self.type is not None:
+            out["type"] = self.type
+        if self.major is not None:
+            out["major"] = self.major
+        if self.minor is not None:
+            out["minor"] = self.minor
+        if self.file_mode is not None:
+            out["fileMode"] = self.file_mode
         if self.permissions is not None:
             out["permissions"] = self.permissions
         return out

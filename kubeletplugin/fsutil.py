@@ -1,4 +1,5 @@
-"""Crash-safe file writes shared by the CDI spec writer and the checkpoint.
+"""Crash-safe file writes shared by the CDI spec writer and the checkpoint, and bounded reads of
+files the host provides (procfs).
 
 Invariant: a reader (a container runtime, the plugin after a crash) sees either the old content of
 a path or the complete new content, never a partial file. Temporary files start with ``.`` and end
@@ -18,6 +19,12 @@ TEMP_SUFFIX = ".tmp"
 #: Mode of the directories the plugin creates for its sockets and state (kubelet and the plugin
 #: run as root; nobody else needs to enter them).
 PRIVATE_DIR_MODE = 0o750
+
+
+class HostFileError(OSError):
+    """A host file that cannot be used: unreadable, larger than its bound, or not ASCII text.
+    The message names the file. An :class:`OSError`, so a prepare reports it as an I/O
+    failure of the claim."""
 
 
 #: The longest file name Linux file systems take.
@@ -150,3 +157,30 @@ def make_private_dirs(directory: Path, mode: int = PRIVATE_DIR_MODE) -> None:
             continue
         # mkdir's mode is filtered by the umask; set it exactly.
         os.chmod(created, mode)
+
+
+def read_bounded(path: Path, limit: int, *, follow: bool = False) -> bytes:
+    """At most ``limit`` bytes of ``path``, opened non-blocking (a FIFO in the way cannot hang
+    the reader) and, unless ``follow``, not through a final symbolic link (raises OSError)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def read_host_text(path: Path, limit: int) -> str:
+    """The whole of host file ``path`` as ASCII text (procfs files are), read in one bounded
+    call: :class:`HostFileError` naming the file when it cannot be read, holds more than
+    ``limit`` bytes (never truncated to fit) or bytes that are not ASCII."""
+    try:
+        data = read_bounded(path, limit + 1)
+    except OSError as exc:
+        raise HostFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise HostFileError(f"{path} is larger than {limit} bytes; refusing it")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise HostFileError(f"{path} is not ASCII text (byte {exc.start})") from None

@@ -31,9 +31,10 @@ from kubeletplugin.devices.migpartition import MigPartitioner
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.nvml import NvmlBackend
 from kubeletplugin.devices.prerequisites import check_driver_libraries
+from kubeletplugin.devices.procdevices import ProcDevices
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import NodeDevices, node_devices
-from kubeletplugin.devices.uvm import ensure_uvm_device_nodes
+from kubeletplugin.devices.uvm import check_uvm
 from kubeletplugin.health.flags import HealthOptions
 from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.monitor import HealthChecker, HealthMonitor, TaintSink
@@ -46,7 +47,6 @@ from kubeletplugin.model import GpuInfo
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector, spec_file_prefix
 from kubeletplugin.prepare.checkpoint import STATE_COMPLETED
 from kubeletplugin.publish.publisher import SlicePublisher
-from kubeletplugin.runner import HostRunner
 from kubeletplugin.sharing.daemonpods import TemplateError, pod_launcher_from_file
 from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
 from kubeletplugin.usage.claims import KubeClaimApi
@@ -436,9 +436,10 @@ class Plugin:
 
 def check_gpu_node(config: PluginConfig) -> None:
     """What a real GPU node needs beyond the plugin (logged, never fatal): the CUDA
-    unified-memory device nodes, created when missing, and driver libraries for the workloads
-    (the NVIDIA Container Toolkit's CDI spec or the ``nvidia`` default runtime)."""
-    ensure_uvm_device_nodes(HostRunner(str(config.driver_root)), config.dev_root)
+    unified-memory module (its nodes go into claims by their numbers when absent), and driver
+    libraries for the workloads (the NVIDIA Container Toolkit's CDI spec or the ``nvidia``
+    default runtime)."""
+    check_uvm(config.dev_root, ProcDevices(config.proc_root))
     detector = NvidiaCdiDetector(
         config.nvidia_cdi_kind,
         config.nvidia_cdi_dirs,

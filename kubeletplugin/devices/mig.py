@@ -14,7 +14,6 @@ Invariants:
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Final
 
@@ -46,19 +45,25 @@ def mig_device_name(parent_index: int, gpu_instance: int, compute_instance: int)
 
 
 def profile_memory_gb(parent_memory_total: int, memory_mb: int) -> int:
-    """The ``<n>gb`` figure of a profile name: the MIG memory as a fraction of the parent's,
-    rounded up to an eighth, times the parent's memory in whole GB (rounded up), rounded.
+    """The ``<n>gb`` figure of a profile name, computed as NVIDIA's tools name profiles: the MIG
+    memory as a fraction of the parent's, rounded up to an eighth, times the parent's memory in
+    whole GB (rounded up), rounded half up (never half to even: an H200's 4/8 of 141 GB is
+    ``71gb``, as NVML names it, not 70).
 
-    H100 80GB (85520809984 bytes): 9856 MiB -> 10, 40192 MiB -> 40, 80896 MiB -> 80.
+    Exact integer arithmetic throughout, so no float error can move a half across.
+    H100 80GB (85520809984 bytes): 9856 MiB -> 10, 40192 MiB -> 40, 80896 MiB -> 80;
+    H200 (150754820096 bytes): 16384 MiB -> 18, 71424 MiB -> 71.
     Raises ValueError for non-positive sizes.
     """
     if parent_memory_total <= 0 or memory_mb <= 0:
         raise ValueError(
             f"MIG memory {memory_mb} MiB of a GPU with {parent_memory_total} bytes is not a size"
         )
-    fraction = math.ceil(memory_mb * MIB * MEMORY_FRACTIONS / parent_memory_total)
+    eighths = -(-memory_mb * MIB * MEMORY_FRACTIONS // parent_memory_total)
     parent_gb = -(-parent_memory_total // GIB)
-    return max(1, round(fraction * parent_gb / MEMORY_FRACTIONS))
+    # floor(eighths * parent_gb / 8 + 1/2): round half up.
+    half = MEMORY_FRACTIONS // 2
+    return max(1, (eighths * parent_gb + half) // MEMORY_FRACTIONS)
 
 
 def profile_name(

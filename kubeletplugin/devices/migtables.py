@@ -1,9 +1,12 @@
 """MIG profiles of known GPUs and the rule that says where a new GPU instance fits.
 
-The reference tables are what NVML reports on an NVIDIA H100 80GB HBM3 and an A100-SXM4-40GB
-(NVIDIA Multi-Instance GPU User Guide, "Supported MIG Profiles" and the ``nvidia-smi mig -lgip``
-/ ``-lgipp`` listings there). They back the mock backend (``sharegpu devices --mock``, the demo,
-the kill -9 tests) and the fake NVML of the tests; the NVML backend reads the real GPU's
+The reference tables are what NVML reports on an NVIDIA H100 80GB HBM3, an H200, an
+A100-SXM4-40GB and an A100-SXM4-80GB (NVIDIA Multi-Instance GPU User Guide, "Supported MIG
+Profiles", whose profile names, engines and instance counts these follow, and the ``nvidia-smi
+mig -lgip`` / ``-lgipp`` listings for the memory sizes and placements). The H200's names and
+memory sizes were read through NVML on an H200 (driver 580); its SM counts are the H100's (the
+same GH100 chip with 132 SMs). They back the mock backend (``sharegpu devices --mock``, the
+demo, the kill -9 tests) and the fake NVML of the tests; the NVML backend reads the real GPU's
 profiles and placements from NVML and never uses these tables.
 
 :func:`placement_problem` is the one statement of the hardware rule that the mock partitioner
@@ -18,9 +21,11 @@ slice count is the GPU's number of compute slices (:func:`compute_slices`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from kubeletplugin.devices.mig import MIB
 from kubeletplugin.model import MigPlacement, MigProfile
 
 # NVML_GPU_INSTANCE_PROFILE_* (profile index) and NVML_COMPUTE_INSTANCE_PROFILE_* values.
@@ -34,7 +39,9 @@ GI_1_SLICE_REV2: Final = 0x9
 CI_FOR_SLICES: Final = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4}
 
 H100_80GB_PRODUCT: Final = "NVIDIA H100 80GB HBM3"
+H200_PRODUCT: Final = "NVIDIA H200"
 A100_40GB_PRODUCT: Final = "NVIDIA A100-SXM4-40GB"
+A100_80GB_PRODUCT: Final = "NVIDIA A100-SXM4-80GB"
 
 
 def _placements(starts: Iterable[int], size: int) -> tuple[MigPlacement, ...]:
@@ -119,10 +126,63 @@ A100_40GB: Final = (
     _profile(GI_7_SLICE, 0, "7g.40gb", 7, 1, 40192, 98, (7, 5, 0, 1, 1), _placements((0,), 8)),
 )
 
+
+def _same_chip(
+    base: Sequence[MigProfile], names_and_memory: Sequence[tuple[str, int]]
+) -> tuple[MigProfile, ...]:
+    """``base``'s profiles (ids, slices, SMs, engines, placements) with the names and memory
+    sizes (MiB) of the same chip with more memory, in ``base``'s order."""
+    if len(names_and_memory) != len(base):
+        raise ValueError(f"{len(names_and_memory)} names for {len(base)} profiles")
+    return tuple(
+        dataclasses.replace(profile, name=name, memory_mb=memory_mb)
+        for profile, (name, memory_mb) in zip(base, names_and_memory, strict=True)
+    )
+
+
+#: H200 (141 GB HBM3e): the H100's layout, with the names and sizes NVML gives on an H200.
+H200: Final = _same_chip(
+    H100_80GB,
+    (
+        ("1g.18gb", 16384),
+        ("1g.18gb+me", 16384),
+        ("1g.35gb", 33280),
+        ("2g.35gb", 33280),
+        ("3g.71gb", 71424),
+        ("4g.71gb", 71424),
+        ("7g.141gb", 143360),
+    ),
+)
+
+#: A100-SXM4-80GB: the A100 40GB's layout with twice the memory (the user guide's names).
+A100_80GB: Final = _same_chip(
+    A100_40GB,
+    (
+        ("1g.10gb", 9728),
+        ("1g.10gb+me", 9728),
+        ("1g.20gb", 19968),
+        ("2g.20gb", 19968),
+        ("3g.40gb", 40192),
+        ("4g.40gb", 40192),
+        ("7g.80gb", 80896),
+    ),
+)
+
 #: Product name as NVML reports it -> its reference table.
 REFERENCE_TABLES: Final[dict[str, tuple[MigProfile, ...]]] = {
     H100_80GB_PRODUCT: H100_80GB,
+    H200_PRODUCT: H200,
     A100_40GB_PRODUCT: A100_40GB,
+    A100_80GB_PRODUCT: A100_80GB,
+}
+
+#: Product name -> the GPU's total memory in bytes as NVML reports it (``nvidia-smi`` prints the
+#: same figure in MiB), from which the ``<n>gb`` of a profile name is derived.
+REFERENCE_MEMORY_TOTAL: Final[dict[str, int]] = {
+    H100_80GB_PRODUCT: 81559 * MIB,
+    H200_PRODUCT: 143771 * MIB,
+    A100_40GB_PRODUCT: 40960 * MIB,
+    A100_80GB_PRODUCT: 81920 * MIB,
 }
 
 

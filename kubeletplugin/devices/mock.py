@@ -37,13 +37,18 @@ import yaml
 from api.quantity import QuantityError, quantity_int
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mig import MIG_ENABLED, instance_key, parse_profile
-from kubeletplugin.devices.migtables import REFERENCE_TABLES, reference_profiles
+from kubeletplugin.devices.migtables import (
+    H100_80GB_PRODUCT,
+    REFERENCE_MEMORY_TOTAL,
+    REFERENCE_TABLES,
+    reference_profiles,
+)
 from kubeletplugin.model import GpuInfo, MigInfo, MigProfile
 
 MIB: Final = 1024 * 1024
 #: What NVML reports for an H100 80GB HBM3.
-H100_PRODUCT_NAME: Final = "NVIDIA H100 80GB HBM3"
-H100_MEMORY_TOTAL: Final = 81559 * MIB
+H100_PRODUCT_NAME: Final = H100_80GB_PRODUCT
+H100_MEMORY_TOTAL: Final = REFERENCE_MEMORY_TOTAL[H100_PRODUCT_NAME]
 #: Memory reserved by the driver and firmware (NVML memory info v2 ``reserved``).
 H100_MEMORY_RESERVED: Final = 527 * MIB
 DEFAULT_DRIVER_VERSION: Final = "580.95.05"

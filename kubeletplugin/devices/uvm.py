@@ -1,20 +1,26 @@
 """The CUDA unified-memory device nodes (``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``).
 
-The NVIDIA driver creates ``/dev/nvidia<N>`` and ``/dev/nvidiactl`` when it loads, but the UVM
-nodes only appear once something loads the ``nvidia-uvm`` module and creates them (usually the
-first CUDA program on the host, through ``nvidia-modprobe``). Claim specs list the nodes that exist
-when a claim is prepared, so on a freshly booted node the first workloads would run without UVM
-and fail in ``cuInit``. :func:`ensure_uvm_device_nodes` runs ``nvidia-modprobe -u -c=0`` (load
-``nvidia-uvm``, create its nodes for minor 0) once at start.
+Every CUDA program needs them (``cuInit`` fails without), but the driver does not create them
+when it loads: they exist once the ``nvidia-uvm`` kernel module is loaded and something (udev
+rules, ``nvidia-modprobe -u -c=0``, usually run by the first CUDA program on the host) created
+the node files, ``nvidia-uvm`` with minor 0 and ``nvidia-uvm-tools`` with minor 1 of the major
+that ``/proc/devices`` lists as ``nvidia-uvm``.
 
-Invariants:
-- idempotent: nothing is run when both nodes already exist under ``dev_root``; running it again
-  after they were created changes nothing;
-- the binary is taken from the driver root through the plugin's
-  :class:`~kubeletplugin.runner.Runner` (never from ``PATH``);
-- never raises for an expected failure: a missing binary, a failing run or nodes that are still
-  absent afterwards give exactly one warning line, and the plugin carries on (claims then get
-  the nodes that exist, as before).
+The plugin cannot load a kernel module: its image has neither ``modprobe`` nor the host's
+``/lib/modules``, so ``nvidia-modprobe -u`` fails there unless the module is loaded already, and
+then all it would do is create the two node files from the ``/proc/devices`` major in the host's
+``/dev``. The plugin gives containers the same nodes without writing to the host:
+
+- at prepare (:func:`uvm_device_nodes`), a UVM node present under the device root goes into the
+  claim's spec as the host's node, as the GPU nodes do; an absent one goes in as a character
+  device by its numbers (major from ``/proc/devices``, the minor above, mode ``0666`` as the
+  driver's tools create it), which the runtime creates in the container whatever the host has;
+- at start (:func:`check_uvm`), absent nodes without the module loaded (no ``nvidia-uvm`` in
+  ``/proc/devices``) is reported as the host prerequisite it is, in one warning line.
+
+Invariants: never raises for an expected condition (an unreadable or garbled ``/proc/devices``,
+a module that is not loaded): a node that cannot be named is left out with one warning line,
+and the plugin carries on (such a container fails in ``cuInit``, as it would on the host).
 """
 
 from __future__ import annotations
@@ -23,49 +29,70 @@ import logging
 from pathlib import Path
 from typing import Final
 
-from kubeletplugin.runner import CommandError, Runner
+from kubeletplugin.containeredits import DeviceNode
+from kubeletplugin.devices.procdevices import ProcDevices, ProcDevicesError
 
 log = logging.getLogger(__name__)
 
-NVIDIA_MODPROBE: Final = "nvidia-modprobe"
-#: ``-u``: load nvidia-uvm and create its device nodes; ``-c=0``: for minor number 0.
-MODPROBE_UVM_ARGS: Final = ("-u", "-c=0")
-UVM_DEVICE_NODES: Final = ("nvidia-uvm", "nvidia-uvm-tools")
-#: Seconds nvidia-modprobe may take (loading a kernel module is quick).
-MODPROBE_TIMEOUT_S: Final = 30.0
+#: Node name below the device root -> its minor of the ``nvidia-uvm`` major.
+UVM_DEVICE_NODES: Final = (("nvidia-uvm", 0), ("nvidia-uvm-tools", 1))
+#: The ``/proc/devices`` name of the UVM nodes' major.
+UVM_DEVICE_NAME: Final = "nvidia-uvm"
+#: Mode ``nvidia-modprobe`` and the driver's udev rules give the UVM nodes.
+UVM_FILE_MODE: Final = 0o666
+#: What an administrator runs on the host to load the module and create the nodes.
+HOST_COMMAND: Final = "nvidia-modprobe -u -c=0"
 
 
 def missing_uvm_nodes(dev_root: Path) -> list[Path]:
     """The UVM device nodes absent under ``dev_root``."""
-    return [dev_root / name for name in UVM_DEVICE_NODES if not (dev_root / name).exists()]
+    return [dev_root / name for name, _ in UVM_DEVICE_NODES if not (dev_root / name).exists()]
 
 
-def ensure_uvm_device_nodes(runner: Runner, dev_root: Path) -> bool:
-    """Create the UVM device nodes if absent; True when both exist afterwards.
+def uvm_device_nodes(dev_root: Path, devices: ProcDevices) -> tuple[DeviceNode, ...]:
+    """The UVM nodes of a claim's spec: the host's node where ``dev_root`` has it, else the
+    node by its numbers; a node that has neither is left out with a warning."""
+    nodes: list[DeviceNode] = []
+    major: int | None = None
+    for name, minor in UVM_DEVICE_NODES:
+        host = dev_root / name
+        if host.exists():
+            nodes.append(DeviceNode(path=f"/dev/{name}", host_path=str(host)))
+            continue
+        if major is None:
+            try:
+                major = devices.char_major(UVM_DEVICE_NAME)
+            except ProcDevicesError as exc:
+                log.warning(
+                    "device node %s is absent on the host and cannot be named: %s", host, exc
+                )
+                continue
+        nodes.append(DeviceNode.char(f"/dev/{name}", major, minor, UVM_FILE_MODE))
+    return tuple(nodes)
 
-    ``dev_root`` is the host's ``/dev`` as the plugin sees it (``--dev-root``); nvidia-modprobe
-    creates the nodes in the ``/dev`` of the plugin's mount namespace, so the two must be the same
-    directory for the nodes to appear (the warning says so otherwise).
-    """
-    if not missing_uvm_nodes(dev_root):
+
+def check_uvm(dev_root: Path, devices: ProcDevices) -> bool:
+    """Report at start whether claims can get the UVM nodes: True when the host has both nodes
+    or the module is loaded (claims then get the nodes by their numbers; one info line). Else
+    one warning line naming the host prerequisite, and False."""
+    missing = missing_uvm_nodes(dev_root)
+    if not missing:
         log.debug("UVM device nodes present under %s", dev_root)
         return True
     try:
-        runner.run(NVIDIA_MODPROBE, MODPROBE_UVM_ARGS, timeout=MODPROBE_TIMEOUT_S)
-    except CommandError as exc:
+        major = devices.char_major(UVM_DEVICE_NAME)
+    except ProcDevicesError as exc:
         log.warning(
-            "cannot create the UVM device nodes (CUDA workloads may fail until a CUDA program "
-            "runs on the host): %s",
+            "the CUDA unified-memory module is not usable on this node, so CUDA workloads fail "
+            "in cuInit: load it on the host (%s, or modprobe nvidia-uvm at boot); the plugin "
+            "cannot load a kernel module. %s",
+            HOST_COMMAND,
             exc,
         )
         return False
-    still_missing = missing_uvm_nodes(dev_root)
-    if still_missing:
-        log.warning(
-            "%s ran but %s still absent (is --dev-root the /dev the plugin runs in?)",
-            " ".join((NVIDIA_MODPROBE, *MODPROBE_UVM_ARGS)),
-            ", ".join(str(p) for p in still_missing),
-        )
-        return False
-    log.info("created the UVM device nodes under %s", dev_root)
+    log.info(
+        "%s absent on the host; claims get them by their numbers (major %d of nvidia-uvm)",
+        ", ".join(str(p) for p in missing),
+        major,
+    )
     return True

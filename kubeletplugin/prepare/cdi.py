@@ -38,11 +38,13 @@ A MIG device is the GPU its container sees: ``NVIDIA_VISIBLE_DEVICES`` and ``SHA
 hold its MIG UUID, ``SHAREGPU_CORES``/``SHAREGPU_MEMORY`` its whole compute and memory, and the
 device variables ``SHAREGPU_MIG_PROFILE`` and ``SHAREGPU_MIG_PARENT_UUID`` say what it is. Its
 device nodes are the parent's ``/dev/nvidia<minor>``, the control nodes, and the two capability
-nodes of its GPU and compute instance (:mod:`kubeletplugin.devices.migcaps`); a MIG device whose
-capabilities the driver does not list fails the prepare, because without them the container
-could not use it. A dynamic MIG device (whose instance prepare created) is rendered the same
-way from its created MIG device (:attr:`SpecDevice.gpu`), although its record names the physical
-GPU: the GPU UUID variables always name the device's :attr:`SpecDevice.gpu`.
+nodes of its GPU and compute instance, as character devices by their numbers
+(:mod:`kubeletplugin.devices.migcaps`); a MIG device whose capability nodes cannot be named
+(``mig-minors`` or ``/proc/devices`` unreadable, garbled or without the entry) fails the
+prepare, because without them the container could not use it. A dynamic MIG device (whose
+instance prepare created) is rendered the same way from its created MIG device
+(:attr:`SpecDevice.gpu`), although its record names the physical GPU: the GPU UUID variables
+always name the device's :attr:`SpecDevice.gpu`.
 
 ``cdiVersion`` is the lowest version the content needs (:func:`minimum_cdi_version`), so runtimes
 with older CDI libraries accept the files.
@@ -63,7 +65,9 @@ import yaml
 
 from api import names
 from kubeletplugin.containeredits import ContainerEdits, DeviceNode, cuda_order, given_together
-from kubeletplugin.devices.migcaps import MigCaps, cap_node_name
+from kubeletplugin.devices.migcaps import MigCaps
+from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT, ProcDevices
+from kubeletplugin.devices.uvm import uvm_device_nodes
 from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
 from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.model import GpuInfo
@@ -104,8 +108,9 @@ ENV_MIG_PROFILE = "SHAREGPU_MIG_PROFILE"
 #: UUID of the physical GPU a MIG device lives on; unset otherwise.
 ENV_MIG_PARENT_UUID = "SHAREGPU_MIG_PARENT_UUID"
 
-#: Device nodes every container with a GPU needs besides ``nvidia<minor>``.
-CONTROL_DEVICE_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+#: The control node every container with a GPU needs besides ``nvidia<minor>`` (and the UVM
+#: nodes of :mod:`kubeletplugin.devices.uvm`).
+CONTROL_DEVICE_NODE = "nvidiactl"
 
 _DEVICE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
@@ -391,9 +396,11 @@ class CdiSpecWriter:
     """Writes, reads back and deletes this driver's claim specs in ``cdi_dir``.
 
     ``dev_root``: where the GPU device nodes live on the host (``/dev`` with the NVML backend);
-    ``None`` adds no device nodes (the mock backend). Absent nodes are skipped with a warning.
-    ``mig_caps``: where the capability minors of MIG devices are looked up (default
-    ``/proc``; used only with a ``dev_root``).
+    ``None`` adds no device nodes (the mock backend). ``proc_root``: the procfs the device
+    numbers of the UVM and MIG capability nodes are read from (``/proc``; used only with a
+    ``dev_root``). An absent GPU or control node is skipped with a warning, an absent UVM node
+    goes in by its numbers (:mod:`~kubeletplugin.devices.uvm`), and the capability nodes of a
+    MIG device always go in by their numbers (:mod:`~kubeletplugin.devices.migcaps`).
     """
 
     def __init__(
@@ -402,14 +409,15 @@ class CdiSpecWriter:
         driver_name: str,
         dev_root: Path | None = None,
         nvidia: NvidiaCdiDetector | None = None,
-        mig_caps: MigCaps | None = None,
+        proc_root: Path = DEFAULT_PROC_ROOT,
     ) -> None:
         self.cdi_dir = cdi_dir
         self.driver_name = driver_name
         self.kind = names.cdi_kind(driver_name)
         self.dev_root = dev_root
         self.nvidia = nvidia
-        self.mig_caps = mig_caps if mig_caps is not None else MigCaps()
+        self.proc_devices = ProcDevices(proc_root)
+        self.mig_caps = MigCaps(proc_root)
 
     def ensure_dir(self) -> None:
         """Create the CDI directory if needed and remove temporary files of interrupted writes."""
@@ -442,22 +450,22 @@ class CdiSpecWriter:
         return (*extra, ours)
 
     def _device_nodes(self, gpu: GpuInfo) -> tuple[DeviceNode, ...]:
-        """``/dev/nvidia<minor>`` of the (parent) GPU, the control nodes and, for a MIG device,
-        its two capability nodes (:class:`~kubeletplugin.devices.migcaps.MigCapsError` when the
-        driver does not list them)."""
+        """``/dev/nvidia<minor>`` of the (parent) GPU, the control node, the UVM nodes and, for
+        a MIG device, its two capability nodes (:class:`~kubeletplugin.devices.migcaps.
+        MigCapsError`, an OSError naming the file and the entry, when they cannot be named)."""
         if self.dev_root is None:
             return ()
-        wanted = [f"nvidia{gpu.minor}", *CONTROL_DEVICE_NODES]
-        if gpu.mig is not None:
-            caps = self.mig_caps.minors(gpu.minor, gpu.mig.gpu_instance, gpu.mig.compute_instance)
-            wanted += [cap_node_name(minor) for minor in caps]
         nodes: list[DeviceNode] = []
-        for name in wanted:
+        for name in (f"nvidia{gpu.minor}", CONTROL_DEVICE_NODE):
             host = self.dev_root / name
             if not host.exists():
                 log.warning("device node %s is absent on the host; not adding it", host)
                 continue
             nodes.append(DeviceNode(path=f"/dev/{name}", host_path=str(host)))
+        nodes += uvm_device_nodes(self.dev_root, self.proc_devices)
+        if gpu.mig is not None:
+            mig = gpu.mig
+            nodes += self.mig_caps.device_nodes(gpu.minor, mig.gpu_instance, mig.compute_instance)
         return tuple(nodes)
 
     def build(self, devices: Sequence[SpecDevice]) -> dict[str, Any]:

@@ -34,9 +34,10 @@ from typing import Any, Final
 import yaml
 
 from api.quantity import QuantityError, quantity_int
+from kubeletplugin.fsutil import read_bounded
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.usage.model import GpuSample, ProcessSample
-from kubeletplugin.usage.procfs import is_pod_uid, read_bounded
+from kubeletplugin.usage.procfs import is_pod_uid
 from kubeletplugin.usage.source import UsageSourceError
 
 #: Largest usage file read.

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from kubeletplugin.fsutil import read_bounded
+
 #: A cgroup file larger than this is not a kubelet-made one; only this much is read.
 MAX_CGROUP_BYTES: Final = 16 * 1024
 
@@ -52,17 +54,6 @@ class PodLookup:
 
     pod_uid: str | None
     reason: str = ""
-
-
-def read_bounded(path: Path, limit: int, *, follow: bool = False) -> bytes:
-    """At most ``limit`` bytes of ``path``, opened non-blocking (a FIFO in the way cannot hang
-    the sampler) and, unless ``follow``, not through a final symbolic link (raises OSError)."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
-    try:
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
 
 
 def is_pod_uid(text: str) -> bool:

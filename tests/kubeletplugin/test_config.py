@@ -9,7 +9,7 @@ import pytest
 
 from kubeletplugin.config import ConfigError, PluginConfig, parse_config
 from kubeletplugin.devices.mock import MockBackend
-from kubeletplugin.main import Plugin
+from kubeletplugin.main import Plugin, check_gpu_node
 from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
 from sharegpu.local.apiserver import KubeAPIServer
@@ -55,6 +55,7 @@ def test_environment_fallbacks_and_flag_precedence() -> None:
         (["--node-name", "n1", "--metrics-address", "nowhere"], "--metrics-address: invalid"),
         (["--node-name", "n1", "--device-backend", "mock", "--mock-gpus", "0"], "--mock-gpus"),
         (["--node-name", "n1", "--mock-config", "x.yaml"], "--mock-config needs"),
+        (["--node-name", "n1", "--proc-root", "proc"], "--proc-root 'proc': must be an absolute"),
     ],
 )
 def test_bad_flags(argv: list[str], message: str) -> None:
@@ -187,3 +188,20 @@ def test_default_share_cores_flag() -> None:
     for bad in ("0", "101"):
         with pytest.raises(ConfigError, match=f"--default-share-cores {bad}: must be 1 to 100"):
             parse_config([*base, "--default-share-cores", bad])
+
+
+def test_the_gpu_node_check_reads_the_configured_proc_root(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir()
+    proc.mkdir()
+    (proc / "devices").write_text("Character devices:\n195 nvidia\n")
+    config = parse_config(
+        ["--node-name", "n1", "--dev-root", str(dev), "--proc-root", str(proc)], environ={}
+    )
+    assert config.proc_root == proc
+    with caplog.at_level("WARNING", logger="kubeletplugin.devices.uvm"):
+        check_gpu_node(config)
+    assert f"{proc / 'devices'} lists no character device 'nvidia-uvm'" in caplog.text
+    assert "nvidia-modprobe -u -c=0" in caplog.text

@@ -13,10 +13,11 @@ import pytest
 
 from api import names
 from kubeletplugin.containeredits import cuda_order
+from kubeletplugin.devices import migtables
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mig import parse_profile, profile_memory_gb, profile_name
 from kubeletplugin.devices.mock import MockBackend, load_mock_config
-from kubeletplugin.devices.nvml import NvmlBackend
+from kubeletplugin.devices.nvml import NvmlBackend, mig_profile_name
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.model import GpuInfo
@@ -32,6 +33,7 @@ from tests.kubeletplugin.devices.helpers import (
 DRIVER = names.DEFAULT_DRIVER_NAME
 MIB = 1024 * 1024
 H100_TOTAL = 85520809984
+H200_TOTAL = 143771 * MIB
 
 #: The node of the MIG tests: GPU 0 in MIG mode with two 1g.10gb and one 3g.40gb, GPU 1 whole.
 MIG_NAMES = ["gpu-0-mig-2-0", "gpu-0-mig-9-0", "gpu-0-mig-10-0"]
@@ -81,6 +83,15 @@ def devices_by_name(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         (1, 1, 42949672960, 4864, "1g.5gb"),
         (3, 3, 42949672960, 19968, "3g.20gb"),
         (7, 7, 42949672960, 40192, "7g.40gb"),
+        # H200 (143771 MiB), as NVML names its GPU-instance profiles on driver 580: half a GB
+        # rounds up (4/8 of 141 GB is 70.5 -> 71), as in NVIDIA's go-nvlib.
+        (1, 1, H200_TOTAL, 16384, "1g.18gb"),
+        (1, 1, H200_TOTAL, 33280, "1g.35gb"),
+        (2, 2, H200_TOTAL, 33280, "2g.35gb"),
+        (3, 3, H200_TOTAL, 71424, "3g.71gb"),
+        (4, 4, H200_TOTAL, 71424, "4g.71gb"),
+        (7, 7, H200_TOTAL, 143360, "7g.141gb"),
+        (3, 1, H200_TOTAL, 71424, "1c.3g.71gb"),
     ],
 )
 def test_profile_names_match_nvidia_smi(
@@ -88,6 +99,66 @@ def test_profile_names_match_nvidia_smi(
 ) -> None:
     assert profile_name(gi, ci, total, memory_mb) == expected
     assert parse_profile(expected) == (gi, ci, int(expected.split(".")[-1][:-2]))
+
+
+@pytest.mark.parametrize("product", sorted(migtables.REFERENCE_TABLES))
+def test_derived_names_match_every_reference_table(product: str) -> None:
+    """The name derived when NVML gives none is the reference table's, ``+me`` included."""
+    total = migtables.REFERENCE_MEMORY_TOTAL[product]
+    for p in migtables.REFERENCE_TABLES[product]:
+        assert mig_profile_name(b"", p.profile_index, p.slice_count, total, p.memory_mb) == p.name
+        assert mig_profile_name(b"MIG " + p.name.encode(), 0, 1, total, 1) == p.name
+
+
+@pytest.mark.parametrize(
+    ("product", "names"),
+    [
+        (
+            migtables.H200_PRODUCT,
+            ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"],
+        ),
+        (
+            migtables.H100_80GB_PRODUCT,
+            ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
+        ),
+        (
+            migtables.A100_80GB_PRODUCT,
+            ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
+        ),
+        (
+            migtables.A100_40GB_PRODUCT,
+            ["1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"],
+        ),
+    ],
+)
+def test_reference_tables_carry_nvidias_names(product: str, names: list[str]) -> None:
+    """The names of NVIDIA's MIG user guide ("Supported MIG Profiles"), in table order."""
+    assert [p.name for p in migtables.REFERENCE_TABLES[product]] == names
+
+
+@pytest.mark.parametrize(
+    ("memory_mb", "expected"),
+    [
+        # 141 GB parent: eighths give 17.625, 35.25, 52.875, 70.5, 88.125, 105.75, 123.375, 141.
+        (16384, 18),
+        (33280, 35),
+        (49000, 53),
+        (71424, 71),
+        (88000, 88),
+        (105000, 106),
+        (123000, 123),
+        (143360, 141),
+    ],
+)
+def test_memory_figures_round_half_up(memory_mb: int, expected: int) -> None:
+    assert profile_memory_gb(H200_TOTAL, memory_mb) == expected
+
+
+def test_an_exact_half_rounds_up_on_an_even_figure_too() -> None:
+    """Half to even would give 2 for 2.5 and 4 for 4.5; half up gives 3 and 5."""
+    # A 20 GiB parent: 1/8 is 2.5 GB, 2/8 is 5, ... ; a 36 GiB parent: 1/8 is 4.5.
+    assert profile_memory_gb(20 * 1024**3, 2560) == 3
+    assert profile_memory_gb(36 * 1024**3, 4608) == 5
 
 
 @pytest.mark.parametrize(("gi", "ci"), [(0, 0), (9, 1), (2, 3)])

@@ -164,14 +164,28 @@ def test_mig_enabled_entries_get_their_products_table(tmp_path: Path) -> None:
     assert a30.mig_profiles == ()
 
 
+def test_an_h200_entry_gets_the_h200_table(tmp_path: Path) -> None:
+    total = migtables.REFERENCE_MEMORY_TOTAL[migtables.H200_PRODUCT] // 2**20
+    path = write(
+        tmp_path,
+        f"- {{productName: {migtables.H200_PRODUCT}, memoryTotal: {total}Mi, migMode: Enabled}}\n",
+    )
+    (h200,) = MockBackend("n1", config_file=path).discover()
+    assert h200.mig_profiles == migtables.H200
+    table = node_devices(
+        [h200], names.SHARING_MODE_PARTITIONS, mig_strategy=names.MIG_STRATEGY_DYNAMIC
+    )
+    assert {"gpu-0-mig-3g-71gb-0", "gpu-0-mig-7g-141gb-0"} <= set(table.devices)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         (
-            "- {productName: NVIDIA H200, migMode: Enabled}\n",
-            r"mock GPU entry 0: migMode 'Enabled' needs a product with MIG profiles; 'NVIDIA H200'"
-            r" has none \(products with profiles: 'NVIDIA H100 80GB HBM3', "
-            r"'NVIDIA A100-SXM4-40GB'\)",
+            "- {productName: NVIDIA L40S, migMode: Enabled}\n",
+            r"mock GPU entry 0: migMode 'Enabled' needs a product with MIG profiles; 'NVIDIA L40S'"
+            r" has none \(products with profiles: 'NVIDIA H100 80GB HBM3', 'NVIDIA H200', "
+            r"'NVIDIA A100-SXM4-40GB', 'NVIDIA A100-SXM4-80GB'\)",
         ),
         (
             "- {}\n- {productName: NVIDIA A30, migDevices: [{profile: 1g.6gb, gpuInstance: 1}]}\n",

@@ -1,84 +1,122 @@
-"""Creating the UVM device nodes at start, with the fake command runner."""
+"""The CUDA unified-memory nodes: the host's where it has them, else by their numbers from
+``/proc/devices`` (``238 nvidia-uvm`` on an H200 node), and the start-up check."""
 
 from __future__ import annotations
 
+import logging
+import shutil
 from pathlib import Path
 
 import pytest
 
-from kubeletplugin.devices.uvm import NVIDIA_MODPROBE, ensure_uvm_device_nodes
-from kubeletplugin.runner import CommandResult, FakeRunner, HostRunner, RecordedCall
+from kubeletplugin.containeredits import DeviceNode
+from kubeletplugin.devices.procdevices import ProcDevices
+from kubeletplugin.devices.uvm import UVM_FILE_MODE, check_uvm, uvm_device_nodes
 
-MODPROBE = (NVIDIA_MODPROBE, "-u", "-c=0")
-
-
-def creating(dev: Path) -> FakeRunner:
-    """A runner whose nvidia-modprobe creates the nodes, as the real one does."""
-
-    def answer(call: RecordedCall) -> CommandResult:
-        for name in ("nvidia-uvm", "nvidia-uvm-tools"):
-            (dev / name).touch()
-        return CommandResult(call.argv, 0)
-
-    runner = FakeRunner()
-    runner.on(NVIDIA_MODPROBE, answer=answer)
-    return runner
+FIXTURE = Path(__file__).parent / "data" / "proc-devices"
+H200_UVM_MAJOR = 238
 
 
-def test_creates_the_nodes_once_then_does_nothing(tmp_path: Path) -> None:
-    runner = creating(tmp_path)
-    assert ensure_uvm_device_nodes(runner, tmp_path) is True
-    assert runner.argvs() == [MODPROBE]
-    assert (tmp_path / "nvidia-uvm").exists() and (tmp_path / "nvidia-uvm-tools").exists()
-    assert ensure_uvm_device_nodes(runner, tmp_path) is True
-    assert runner.argvs() == [MODPROBE]
+def host(tmp_path: Path, *present: str, loaded: bool = True) -> tuple[Path, ProcDevices]:
+    """(dev root with the ``present`` nodes, /proc/devices with or without nvidia-uvm)."""
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir(parents=True)
+    proc.mkdir()
+    for name in present:
+        (dev / name).touch()
+    if loaded:
+        shutil.copy(FIXTURE, proc / "devices")
+    else:
+        (proc / "devices").write_text("Character devices:\n195 nvidia-frontend\n")
+    return dev, ProcDevices(proc)
 
 
-def test_nothing_runs_when_the_nodes_exist(tmp_path: Path) -> None:
-    (tmp_path / "nvidia-uvm").touch()
-    (tmp_path / "nvidia-uvm-tools").touch()
-    runner = FakeRunner()
-    assert ensure_uvm_device_nodes(runner, tmp_path) is True
-    assert runner.argvs() == []
+def test_nodes_the_host_has_go_in_as_the_hosts(tmp_path: Path) -> None:
+    dev, devices = host(tmp_path, "nvidia-uvm", "nvidia-uvm-tools")
+    assert uvm_device_nodes(dev, devices) == (
+        DeviceNode("/dev/nvidia-uvm", str(dev / "nvidia-uvm")),
+        DeviceNode("/dev/nvidia-uvm-tools", str(dev / "nvidia-uvm-tools")),
+    )
 
 
-def test_one_missing_node_is_enough_to_run(tmp_path: Path) -> None:
-    (tmp_path / "nvidia-uvm").touch()
-    runner = creating(tmp_path)
-    assert ensure_uvm_device_nodes(runner, tmp_path) is True
-    assert runner.argvs() == [MODPROBE]
+def test_absent_nodes_go_in_by_their_numbers(tmp_path: Path) -> None:
+    dev, devices = host(tmp_path, "nvidia-uvm")
+    nodes = uvm_device_nodes(dev, devices)
+    assert nodes == (
+        DeviceNode("/dev/nvidia-uvm", str(dev / "nvidia-uvm")),
+        DeviceNode.char("/dev/nvidia-uvm-tools", H200_UVM_MAJOR, 1, UVM_FILE_MODE),
+    )
+    dev2, devices2 = host(tmp_path / "bare")
+    assert [n.to_json() for n in uvm_device_nodes(dev2, devices2)] == [
+        {
+            "path": "/dev/nvidia-uvm",
+            "type": "c",
+            "major": H200_UVM_MAJOR,
+            "minor": 0,
+            "fileMode": 0o666,
+            "permissions": "rw",
+        },
+        {
+            "path": "/dev/nvidia-uvm-tools",
+            "type": "c",
+            "major": H200_UVM_MAJOR,
+            "minor": 1,
+            "fileMode": 0o666,
+            "permissions": "rw",
+        },
+    ]
 
 
-def test_a_failing_run_is_one_warning_line(
+def test_without_the_module_absent_nodes_are_left_out_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    runner = FakeRunner()
-    runner.on(NVIDIA_MODPROBE, returncode=1, stderr="FATAL: Module nvidia_uvm not found")
-    with caplog.at_level("DEBUG", logger="kubeletplugin.devices.uvm"):
-        assert ensure_uvm_device_nodes(runner, tmp_path) is False
+    dev, devices = host(tmp_path, "nvidia-uvm", loaded=False)
+    with caplog.at_level(logging.WARNING, logger="kubeletplugin.devices.uvm"):
+        nodes = uvm_device_nodes(dev, devices)
+    assert nodes == (DeviceNode("/dev/nvidia-uvm", str(dev / "nvidia-uvm")),)
     (record,) = caplog.records
-    assert record.levelname == "WARNING"
+    assert str(dev / "nvidia-uvm-tools") in record.getMessage()
+    assert "lists no character device 'nvidia-uvm'" in record.getMessage()
+
+
+def test_a_garbled_proc_devices_is_a_warning_not_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev, devices = host(tmp_path)
+    devices.path.write_text("<html>\n")
+    with caplog.at_level(logging.WARNING, logger="kubeletplugin.devices.uvm"):
+        assert uvm_device_nodes(dev, devices) == ()
+    assert "line 1" in caplog.text
+
+
+def test_the_start_check_is_quiet_when_the_host_has_the_nodes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev, devices = host(tmp_path, "nvidia-uvm", "nvidia-uvm-tools", loaded=False)
+    with caplog.at_level(logging.INFO, logger="kubeletplugin.devices.uvm"):
+        assert check_uvm(dev, devices) is True
+    assert caplog.records == []
+
+
+def test_the_start_check_says_how_absent_nodes_are_given(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev, devices = host(tmp_path)
+    with caplog.at_level(logging.INFO, logger="kubeletplugin.devices.uvm"):
+        assert check_uvm(dev, devices) is True
+    (record,) = caplog.records
+    assert record.levelname == "INFO"
+    assert "by their numbers (major 238 of nvidia-uvm)" in record.getMessage()
+
+
+def test_the_start_check_names_the_host_prerequisite_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev, devices = host(tmp_path, loaded=False)
+    with caplog.at_level(logging.INFO, logger="kubeletplugin.devices.uvm"):
+        assert check_uvm(dev, devices) is False
+    (record,) = caplog.records
     message = record.getMessage()
-    assert "nvidia-modprobe -u -c=0: exit code 1" in message
-    assert "Module nvidia_uvm not found" in message
-    assert "\n" not in message
-
-
-def test_nodes_still_absent_after_a_successful_run_is_one_warning_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    with caplog.at_level("DEBUG", logger="kubeletplugin.devices.uvm"):
-        assert ensure_uvm_device_nodes(FakeRunner(), tmp_path) is False
-    (record,) = caplog.records
-    assert record.levelname == "WARNING"
-    assert str(tmp_path / "nvidia-uvm-tools") in record.getMessage()
-    assert "--dev-root" in record.getMessage()
-
-
-def test_the_binary_comes_from_the_driver_root(tmp_path: Path) -> None:
-    """With the real runner a driver root without nvidia-modprobe is a warning, not a crash."""
-    root = tmp_path / "driver"
-    root.mkdir()
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    assert ensure_uvm_device_nodes(HostRunner(root, base_env={}), dev) is False
+    assert record.levelname == "WARNING" and "\n" not in message
+    assert "nvidia-modprobe -u -c=0" in message and "cannot load a kernel module" in message
+    assert str(devices.path) in message

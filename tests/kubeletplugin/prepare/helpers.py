@@ -173,15 +173,24 @@ class Node:
         sharing_mode: str = names.SHARING_MODE_CONSUMABLE,
         enforcer: ShareEnforcer | None = None,
         dev_root: Path | None = None,
+        proc_root: Path | None = None,
         nvidia: NvidiaCdiDetector | None = None,
         start: bool = True,
     ) -> DeviceState:
+        """``proc_root`` None: ``<root>/proc``, which has no ``devices`` file unless a test
+        writes one (never the machine's own /proc)."""
         state = DeviceState(
             driver_name=DRIVER,
             node_name=NODE,
             devices=node_devices(gpu_list if gpu_list is not None else gpus(), sharing_mode),
             claims=claims,
-            cdi=CdiSpecWriter(self.cdi_dir, DRIVER, dev_root=dev_root, nvidia=nvidia),
+            cdi=CdiSpecWriter(
+                self.cdi_dir,
+                DRIVER,
+                dev_root=dev_root,
+                nvidia=nvidia,
+                proc_root=proc_root if proc_root is not None else self.root / "proc",
+            ),
             checkpoint=Checkpoint(self.data_dir, boot_id_file=self.boot_id_file),
             enforcer=enforcer,
         )

@@ -248,29 +248,34 @@ def mig_node_devices() -> NodeDevices:
     )
 
 
+#: The ``nvidia-caps`` major of the simulated host's ``/proc/devices``.
+CAPS_MAJOR = 241
+
+
 def cap_minors(gpu_minor: int, gi: int, ci: int | None) -> int:
     """The capability minor the fixture's mig-minors file gives."""
     return 1000 + gpu_minor * 1000 + gi * 10 + (0 if ci is None else 1 + ci)
 
 
 def write_host(root: Path, gpu_minors: Iterable[int] = (0, 1, 2)) -> tuple[Path, Path]:
-    """(dev root, proc root): the GPU, control and capability nodes and a mig-minors file
-    listing GPU instances 0..63 with compute instances 0..7 of each GPU."""
+    """(dev root, proc root): the GPU and control nodes (no capability node: the host has none
+    for an instance created after the plugin started), a ``/proc/devices`` with the
+    ``nvidia-caps`` major and a mig-minors file listing GPU instances 0..63 with compute
+    instances 0..7 of each GPU."""
     dev, proc = root / "dev", root / "proc"
-    (dev / "nvidia-caps").mkdir(parents=True)
+    dev.mkdir(parents=True)
     for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
         (dev / name).touch()
-    lines = []
+    lines = ["config 1", "monitor 2"]
     for minor in gpu_minors:
         (dev / f"nvidia{minor}").touch()
         for gi in range(64):
             lines.append(f"gpu{minor}/gi{gi}/access {cap_minors(minor, gi, None)}")
             for ci in range(8):
                 lines.append(f"gpu{minor}/gi{gi}/ci{ci}/access {cap_minors(minor, gi, ci)}")
-    for line in lines:
-        (dev / "nvidia-caps" / f"nvidia-cap{line.rsplit(' ', 1)[1]}").touch()
     (proc / MIG_MINORS_FILE).parent.mkdir(parents=True)
     (proc / MIG_MINORS_FILE).write_text("\n".join(lines) + "\n")
+    (proc / "devices").write_text(f"Character devices:\n195 nvidia\n{CAPS_MAJOR} nvidia-caps\n")
     return dev, proc
 
 

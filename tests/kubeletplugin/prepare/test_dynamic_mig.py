@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from kubeletplugin.devices.migcaps import MigCaps
 from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.cdi import CdiSpecWriter
@@ -47,6 +46,7 @@ from tests.kubeletplugin.prepare.helpers import (
     spec_env,
 )
 from tests.kubeletplugin.prepare.migfakes import (
+    CAPS_MAJOR,
     CREATE_AFTER,
     CREATE_AFTER_GI,
     CREATE_BEFORE,
@@ -99,7 +99,7 @@ class MigNode:
                 self.node.cdi_dir,
                 DRIVER,
                 dev_root=self.dev,
-                mig_caps=MigCaps(self.proc) if self.proc is not None else None,
+                proc_root=self.proc if self.proc is not None else self.node.root / "proc",
             ),
             checkpoint=Checkpoint(self.node.data_dir, boot_id_file=self.node.boot_id_file),
             enforcer=enforcer,
@@ -160,14 +160,19 @@ def test_prepare_creates_one_instance_per_placement_device_and_the_spec_names_it
         assert env["SHAREGPU_MIG_PROFILE"] == inst.profile.name
         assert env["SHAREGPU_MIG_PARENT_UUID"] == mig.devices.gpus[0].uuid
         assert env["SHAREGPU_MEMORY"] == str(inst.profile.memory_mb * 1024**2)
-        nodes = [n["path"] for n in doc["devices"][index]["containerEdits"]["deviceNodes"]]
-        assert nodes == [
+        nodes = doc["devices"][index]["containerEdits"]["deviceNodes"]
+        assert [n["path"] for n in nodes] == [
             "/dev/nvidia0",
             "/dev/nvidiactl",
             "/dev/nvidia-uvm",
             "/dev/nvidia-uvm-tools",
             f"/dev/nvidia-caps/nvidia-cap{cap_minors(0, inst.gi, None)}",
             f"/dev/nvidia-caps/nvidia-cap{cap_minors(0, inst.gi, 0)}",
+        ]
+        # The new instance's capability nodes do not exist on the host: they go in by number.
+        assert [(n.get("type"), n.get("major"), n.get("minor")) for n in nodes[-2:]] == [
+            ("c", CAPS_MAJOR, cap_minors(0, inst.gi, None)),
+            ("c", CAPS_MAJOR, cap_minors(0, inst.gi, 0)),
         ]
         assert (record.mig_gpu_instance, record.mig_compute_instance) == (inst.gi, 0)
         assert record.mig_uuid == inst.uuid

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from api import names
-from kubeletplugin.devices.migcaps import MIG_MINORS_FILE, MigCaps
+from kubeletplugin.devices.migcaps import MIG_MINORS_FILE
 from kubeletplugin.devices.mock import load_mock_config
 from kubeletplugin.devices.table import NodeDevices, node_devices
 from kubeletplugin.model import GpuInfo
@@ -36,6 +36,9 @@ from tests.kubeletplugin.prepare.helpers import (
 from tests.kubeletplugin.sharing.helpers import Tools, gpu_config
 
 MINORS_FIXTURE = Path(__file__).parents[1] / "devices" / "data" / "mig-minors"
+#: ``/proc/devices`` with ``241 nvidia-caps``, as on an H200 node.
+DEVICES_FIXTURE = Path(__file__).parents[1] / "devices" / "data" / "proc-devices"
+CAPS_MAJOR = 241
 MIG_CONFIG = """\
 - migDevices:
     - {profile: 1g.10gb, gpuInstance: 9}
@@ -51,19 +54,24 @@ def mig_gpus(tmp_path: Path) -> list[GpuInfo]:
     return load_mock_config(NODE, path)
 
 
-def host(tmp_path: Path, minors: bytes | None = None) -> tuple[Path, Path]:
-    """(dev root with the GPU, control and capability nodes, proc root with mig-minors)."""
+def host(
+    tmp_path: Path, minors: bytes | None = None, devices: bytes | None = None
+) -> tuple[Path, Path]:
+    """(dev root with the GPU and control nodes but no capability node, proc root with
+    mig-minors and ``/proc/devices``; the fixtures unless ``minors``/``devices`` are given)."""
     dev, proc = tmp_path / "dev", tmp_path / "proc"
-    (dev / "nvidia-caps").mkdir(parents=True)
+    dev.mkdir(parents=True)
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
         (dev / name).touch()
-    for minor in range(3, 300):
-        (dev / "nvidia-caps" / f"nvidia-cap{minor}").touch()
     (proc / MIG_MINORS_FILE).parent.mkdir(parents=True)
     if minors is None:
         shutil.copy(MINORS_FIXTURE, proc / MIG_MINORS_FILE)
     else:
         (proc / MIG_MINORS_FILE).write_bytes(minors)
+    if devices is None:
+        shutil.copy(DEVICES_FIXTURE, proc / "devices")
+    else:
+        (proc / "devices").write_bytes(devices)
     return dev, proc
 
 
@@ -82,7 +90,7 @@ def state(
         DRIVER,
         dev_root=dev,
         nvidia=nvidia,
-        mig_caps=MigCaps(proc) if proc is not None else None,
+        proc_root=proc if proc is not None else node.root / "proc",
     )
     st = DeviceState(
         driver_name=DRIVER,
@@ -127,14 +135,26 @@ def test_the_container_gets_the_mig_device_and_its_capabilities(
     assert env["SHAREGPU_MIG_PROFILE"] == "1g.10gb"
     assert env["SHAREGPU_MIG_PARENT_UUID"] == parent.uuid
     assert "SHAREGPU_PARTITION" not in env and "SHAREGPU_SHARE_ID" not in env
-    paths = [n["path"] for n in doc["devices"][0]["containerEdits"]["deviceNodes"]]
-    assert paths == [
+    nodes = doc["devices"][0]["containerEdits"]["deviceNodes"]
+    assert [n["path"] for n in nodes] == [
         "/dev/nvidia0",
         "/dev/nvidiactl",
         "/dev/nvidia-uvm",
         "/dev/nvidia-uvm-tools",
         "/dev/nvidia-caps/nvidia-cap84",
         "/dev/nvidia-caps/nvidia-cap85",
+    ]
+    # The host has no capability node files (see host()): they go in by their numbers.
+    assert nodes[-2:] == [
+        {
+            "path": f"/dev/nvidia-caps/nvidia-cap{minor}",
+            "type": "c",
+            "major": CAPS_MAJOR,
+            "minor": minor,
+            "fileMode": 0o444,
+            "permissions": "rw",
+        }
+        for minor in (84, 85)
     ]
 
 
@@ -170,6 +190,50 @@ def test_a_mig_device_the_driver_lists_no_capability_for_fails_its_claim(
     error = state(node, claims, devices, dev=dev, proc=proc).prepare([ref(c)])
     message = error[c["metadata"]["uid"]].error
     assert "no entry for gpu0/gi9/ci0/access" in message
+    assert node.spec_files() == []
+
+
+@pytest.mark.parametrize(
+    ("minors", "devices_text", "message"),
+    [
+        (None, b"Character devices:\n195 nvidia\n", "lists no character device 'nvidia-caps'"),
+        (None, b"<html>\n", "devices line 1: '<html>' is not a '<major> <name>' entry"),
+        (b"gpu0/gi9/access 84\ngpu0/gi9/ci0/access 85 86\n", None, "mig-minors line 2:"),
+        (
+            b"gpu0/gi9/access 84\ngpu0/gi9/access 90\ngpu0/gi9/ci0/access 85\n",
+            None,
+            "lists gpu0/gi9/access twice with different minors",
+        ),
+    ],
+)
+def test_capability_nodes_that_cannot_be_named_fail_the_claim_naming_the_file(
+    node: Node,
+    tmp_path: Path,
+    devices: NodeDevices,
+    minors: bytes | None,
+    devices_text: bytes | None,
+    message: str,
+) -> None:
+    dev, proc = host(tmp_path, minors=minors, devices=devices_text)
+    claims = FakeClaims()
+    c = claim("mig", [result("gpu", "gpu-0-mig-9-0")])
+    claims.add(c)
+    error = state(node, claims, devices, dev=dev, proc=proc).prepare([ref(c)])
+    text = error[c["metadata"]["uid"]].error
+    assert message in text and str(proc) in text
+    assert node.spec_files() == []
+
+
+def test_a_missing_mig_minors_file_fails_the_claim_naming_it(
+    node: Node, tmp_path: Path, devices: NodeDevices
+) -> None:
+    dev, proc = host(tmp_path)
+    (proc / MIG_MINORS_FILE).unlink()
+    claims = FakeClaims()
+    c = claim("mig", [result("gpu", "gpu-0-mig-9-0")])
+    claims.add(c)
+    error = state(node, claims, devices, dev=dev, proc=proc).prepare([ref(c)])
+    assert f"cannot read {proc / MIG_MINORS_FILE}" in error[c["metadata"]["uid"]].error
     assert node.spec_files() == []
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from kubeletplugin.devices.migcaps import MIG_MINORS_FILE
+from kubeletplugin.devices.mock import load_mock_config
 from kubeletplugin.sharing.enforcement import ShareEnforcer
 from kubeletplugin.sharing.enforcer import build_enforcer
 from tests.kubeletplugin.prepare.helpers import (
@@ -38,6 +40,8 @@ PODMAN = shutil.which("podman")
 BUSYBOX = shutil.which("busybox")
 RUN_FLAGS = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 SYSTEM_CDI_DIR = Path("/var/run/cdi")
+#: The driver-format ``mig-minors`` and ``/proc/devices`` fixtures.
+DATA = Path(__file__).parents[1] / "devices" / "data"
 
 
 def _podman(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -59,7 +63,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("rootfs")
     (root / "bin").mkdir()
     shutil.copy(BUSYBOX, root / "bin" / "busybox")
-    for applet in ("sh", "env", "test"):
+    for applet in ("sh", "env", "test", "stat"):
         os.symlink("busybox", root / "bin" / applet)
     archive = root.parent / "rootfs.tar"
     with tarfile.open(archive, "w") as tar:
@@ -85,10 +89,15 @@ def node(tmp_path: Path) -> Node:
 
 
 def _run_env(
-    image: str, spec: Path, cdi_ids: Sequence[str], probe_dir: str | None = None
+    image: str,
+    spec: Path,
+    cdi_ids: Sequence[str],
+    probe_dir: str | None = None,
+    command: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """``env`` inside a container started with ``--device <id>`` for each of ``cdi_ids`` from
-    ``spec`` (after checking that ``probe_dir`` is a directory there, when given)."""
+    ``spec`` (after checking that ``probe_dir`` is a directory there, when given), or the
+    ``key=value`` lines ``command`` prints."""
     args = ["run", "--rm", *RUN_FLAGS]
     copied: Path | None = None
     if _supports_cdi_spec_dir():
@@ -100,7 +109,10 @@ def _run_env(
         copied = SYSTEM_CDI_DIR / spec.name
         shutil.copyfile(spec, copied)
     try:
-        command = ["env"] if probe_dir is None else ["sh", "-c", f'test -d "{probe_dir}" && env']
+        if command is None:
+            command = (
+                ["env"] if probe_dir is None else ["sh", "-c", f'test -d "{probe_dir}" && env']
+            )
         devices = [arg for cdi_id in cdi_ids for arg in ("--device", cdi_id)]
         run = _podman(*args, *devices, image, *command)
     finally:
@@ -193,3 +205,50 @@ def test_a_container_given_both_devices_of_a_request_sees_both_gpus(image: str, 
     assert env["SHAREGPU_CORES_LIST"] == "20,30"
     assert env["SHAREGPU_MEMORY_LIST"] == f"{4 * GI},{10 * GI}"
     assert env["SHAREGPU_REQUEST"] == "gpu"
+
+
+def test_device_nodes_given_by_their_numbers_are_created_in_the_container(
+    image: str, node: Node, tmp_path: Path
+) -> None:
+    """A MIG device's capability nodes and absent UVM nodes go into the spec as character
+    devices by their numbers; the runtime creates them although the host has no such files
+    (the H200's majors: 238 nvidia-uvm, 241 nvidia-caps)."""
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir()
+    (proc / MIG_MINORS_FILE).parent.mkdir(parents=True)
+    shutil.copy(DATA / "mig-minors", proc / MIG_MINORS_FILE)
+    shutil.copy(DATA / "proc-devices", proc / "devices")
+    config = tmp_path / "gpus.yaml"
+    config.write_text("- migDevices: [{profile: 1g.10gb, gpuInstance: 9}]\n")
+    claims = FakeClaims()
+    obj = claim("podman-mig", [result("gpu", "gpu-0-mig-9-0")])
+    claims.add(obj)
+    state = node.state(
+        claims, gpu_list=load_mock_config("node-a", config), dev_root=dev, proc_root=proc
+    )
+    r = ref(obj)
+    out = state.prepare([r])[r.uid]
+    assert out.error == ""
+    spec = node.cdi_dir / f"k8s.gpu.sharegpu.dev-claim_{r.uid}.json"
+    try:
+        doc = assert_valid_cdi(spec)
+        paths = [n["path"] for n in doc["devices"][0]["containerEdits"]["deviceNodes"]]
+        assert paths == [
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-caps/nvidia-cap84",
+            "/dev/nvidia-caps/nvidia-cap85",
+        ]
+        script = " && ".join(f"test -c {p} && echo {p}=$(stat -c '%t:%T:%a' {p})" for p in paths)
+        found = _run_env(
+            image, spec, out.devices[0].cdi_device_ids[:1], command=["sh", "-c", script]
+        )
+    finally:
+        state.unprepare([r])
+    # stat prints the major and minor in hex: 238 = ee, 241 = f1, 84 = 54, 85 = 55.
+    assert found == {
+        "/dev/nvidia-uvm": "ee:0:666",
+        "/dev/nvidia-uvm-tools": "ee:1:666",
+        "/dev/nvidia-caps/nvidia-cap84": "f1:54:444",
+        "/dev/nvidia-caps/nvidia-cap85": "f1:55:444",
+    }

@@ -387,6 +387,45 @@ def test_device_nodes_with_a_dev_root(node: Node, tmp_path: Path) -> None:
     assert doc["cdiVersion"] == "0.5.0"
 
 
+def test_absent_uvm_nodes_go_in_by_their_numbers(node: Node, tmp_path: Path) -> None:
+    """The host lacks /dev/nvidia-uvm*, but the module is loaded: the container gets them."""
+    dev, proc = tmp_path / "dev", tmp_path / "proc"
+    dev.mkdir()
+    proc.mkdir()
+    for name in ("nvidia2", "nvidiactl"):
+        (dev / name).touch()
+    (proc / "devices").write_text("Character devices:\n195 nvidia\n238 nvidia-uvm\n")
+    claims = FakeClaims()
+    c = claim("uvm", [result("gpu", "gpu-2")])
+    claims.add(c)
+    assert (
+        node.state(claims, dev_root=dev, proc_root=proc)
+        .prepare([ref(c)])[c["metadata"]["uid"]]
+        .error
+        == ""
+    )
+    doc = assert_valid_cdi(node.spec_files()[0])
+    nodes = doc["devices"][0]["containerEdits"]["deviceNodes"]
+    assert nodes[2:] == [
+        {
+            "path": "/dev/nvidia-uvm",
+            "type": "c",
+            "major": 238,
+            "minor": 0,
+            "fileMode": 0o666,
+            "permissions": "rw",
+        },
+        {
+            "path": "/dev/nvidia-uvm-tools",
+            "type": "c",
+            "major": 238,
+            "minor": 1,
+            "fileMode": 0o666,
+            "permissions": "rw",
+        },
+    ]
+
+
 def test_nvidia_toolkit_spec_adds_its_device_id(node: Node, tmp_path: Path) -> None:
     etc = tmp_path / "etc-cdi"
     etc.mkdir()
