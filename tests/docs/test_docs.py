@@ -144,6 +144,8 @@ OTHER_TOOLS_FLAGS = {
     # helm install without the CRDs (docs/quota.md), kubectl apply without OpenAPI
     # (docs/development.md)
     "--skip-crds",
+    "--keep-gpu-settings",
+    "--gpu-report",
     "--validate",
     # kubectl create clusterrole / clusterrolebinding (docs/observability.md)
     "--verb",
