@@ -141,6 +141,9 @@ OTHER_TOOLS_FLAGS = {
     # helm package / helm upgrade (docs/install.md)
     "--destination",
     "--reuse-values",
+    # podman save, kube-apiserver (docs/development.md, the node side of the e2e run)
+    "--format",
+    "--kubelet-preferred-address-types",
     # kubectl create clusterrole / clusterrolebinding (docs/observability.md)
     "--verb",
     "--resource",
