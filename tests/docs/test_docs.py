@@ -144,9 +144,13 @@ OTHER_TOOLS_FLAGS = {
     # helm install without the CRDs (docs/quota.md), kubectl apply without OpenAPI
     # (docs/development.md)
     "--skip-crds",
+    "--validate",
+    # podman save, kube-apiserver (docs/development.md, the node side of the e2e run)
+    "--format",
+    "--kubelet-preferred-address-types",
+    # the real-GPU suite's pytest options (docs/development.md)
     "--keep-gpu-settings",
     "--gpu-report",
-    "--validate",
     # kubectl create clusterrole / clusterrolebinding (docs/observability.md)
     "--verb",
     "--resource",

@@ -6,8 +6,9 @@
 # seconds. The Go build and module caches live under the same cache directory.
 #
 # Usage: build-binaries.sh [--print-dir] [binary...]
-#   binary: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet
-#           (default: $SHAREGPU_E2E_BINARIES, else the control-plane set below)
+#   binary: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet containerd
+#           (default: $SHAREGPU_E2E_BINARIES, else the control-plane set below; containerd
+#           builds containerd, containerd-shim-runc-v2 and ctr)
 #   --print-dir: print the bin directory and exit without building.
 # The last line on stdout is the bin directory. Build times are appended to <dir>/build-times.log.
 set -euo pipefail
@@ -23,8 +24,8 @@ binaries=()
 for arg in "$@"; do
   case "$arg" in
     --print-dir) print_only=1 ;;
-    etcd|kube-apiserver|kubectl|kube-controller-manager|kube-scheduler|kubelet) binaries+=("$arg") ;;
-    *) die "unknown argument '$arg' (allowed: --print-dir, etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet)" ;;
+    etcd|kube-apiserver|kubectl|kube-controller-manager|kube-scheduler|kubelet|containerd) binaries+=("$arg") ;;
+    *) die "unknown argument '$arg' (allowed: --print-dir, etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet, containerd)" ;;
   esac
 done
 if [ "${#binaries[@]}" = 0 ]; then
@@ -33,8 +34,7 @@ fi
 
 k8s_version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3; exit}' "$pins/kubernetes/go.mod")"
 [ -n "$k8s_version" ] || die "cannot read the k8s.io/kubernetes version from $pins/kubernetes/go.mod"
-pin_hash="$(cat "$pins/kubernetes/go.mod" "$pins/kubernetes/go.sum" "$pins/etcd/go.mod" "$pins/etcd/go.sum" \
-  | sha256sum | cut -c1-12)"
+pin_hash="$(cat "$pins"/{kubernetes,etcd,containerd}/go.{mod,sum} | sha256sum | cut -c1-12)"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/sharegpu-e2e"
 out="$cache_root/$k8s_version-$pin_hash"
 bin="$out/bin"
@@ -65,16 +65,27 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
 done
 
 build_one() {
-  local name="$1" dir pkg ldflags="-s -w"
+  local name="$1" dir pkgs ldflags="-s -w" tags=""
   case "$name" in
-    etcd) dir="$pins/etcd"; pkg="go.etcd.io/etcd/server/v3" ;;
-    *) dir="$pins/kubernetes"; pkg="k8s.io/kubernetes/cmd/$name"; ldflags+="$version_ldflags" ;;
+    etcd) dir="$pins/etcd"; pkgs=(go.etcd.io/etcd/server/v3) ;;
+    containerd)
+      # Static, without the snapshotters that need C libraries (btrfs, devmapper, zfs).
+      dir="$pins/containerd"; tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
+      pkgs=(github.com/containerd/containerd/v2/cmd/{containerd,containerd-shim-runc-v2,ctr}) ;;
+    *) dir="$pins/kubernetes"; pkgs=("k8s.io/kubernetes/cmd/$name"); ldflags+="$version_ldflags" ;;
   esac
-  local start=$SECONDS
-  echo "build-binaries: building $name ($pkg) ..." >&2
-  (cd "$dir" && nice -n 10 go build -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg") \
-    || die "building $name failed (command: cd $dir && go build -o $bin/$name $pkg)"
-  mv "$bin/$name.tmp" "$bin/$name"
+  local start=$SECONDS tmp="$out/build-$name"
+  echo "build-binaries: building $name (${pkgs[*]}) ..." >&2
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  if [ "${#pkgs[@]}" = 1 ]; then
+    (cd "$dir" && nice -n 10 go build -tags "$tags" -ldflags "$ldflags" -o "$tmp/$name" "${pkgs[0]}")
+  else
+    (cd "$dir" && nice -n 10 go build -tags "$tags" -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+  fi || die "building $name failed (command: cd $dir && go build -o $tmp ${pkgs[*]})"
+  # The binary named like the target goes last: its presence means the whole target is built.
+  find "$tmp" -maxdepth 1 -type f ! -name "$name" -exec mv {} "$bin/" \;
+  mv "$tmp/$name" "$bin/$name"
+  rmdir "$tmp"
   local took=$((SECONDS - start))
   echo "build-binaries: built $name in ${took}s" >&2
   echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $name ${took}s nproc=$(nproc)" >> "$out/build-times.log"

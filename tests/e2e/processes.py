@@ -64,14 +64,18 @@ class Process:
         self.argv = list(argv)
         self.log = log
         self._log_file = log.open("ab")
-        self.popen = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            start_new_session=True,
-        )
+        try:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                start_new_session=True,
+            )
+        except OSError:
+            self._log_file.close()
+            raise
 
     @property
     def pid(self) -> int:
@@ -121,9 +125,9 @@ class Processes:
         process.stop()
         self.started.remove(process)
 
-    def stop_all(self) -> None:
+    def stop_all(self, grace_s: float = 20.0) -> None:
         for process in reversed(self.started):
-            process.stop()
+            process.stop(grace_s)
         self.started.clear()
 
 
