@@ -52,11 +52,25 @@ class OracleCase:
 
 
 def normalized(body: Any) -> Any:
-    """``body`` without the fields that change between runs (an object's uid, resourceVersion,
-    timestamps and managed fields)."""
-    if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
+    """``body`` without what changes between runs: an object's uid, resourceVersion, timestamps
+    and managed fields, and the order of a Status's causes (the API server validates a schema's
+    properties in map order, so two errors come in either order; causes are sorted by field, and
+    the message's ``[...]`` list is rebuilt in that order when it lists exactly those causes)."""
+    if not isinstance(body, dict):
+        return body
+    if isinstance(body.get("metadata"), dict):
         meta = {k: v for k, v in body["metadata"].items() if k not in VOLATILE_METADATA}
-        return {**body, "metadata": meta}
+        body = {**body, "metadata": meta}
+    causes = (body.get("details") or {}).get("causes") if body.get("kind") == "Status" else None
+    if isinstance(causes, list) and len(causes) > 1 and all(isinstance(c, dict) for c in causes):
+        ordered = sorted(causes, key=lambda c: (str(c.get("field")), str(c.get("message"))))
+        body = {**body, "details": {**body["details"], "causes": ordered}}
+        message = body.get("message")
+        parts = [f"{c.get('field')}: {c.get('message')}" for c in causes]
+        listed = f"[{', '.join(parts)}]"
+        if isinstance(message, str) and message.endswith(listed):
+            rebuilt = ", ".join(f"{c.get('field')}: {c.get('message')}" for c in ordered)
+            body["message"] = f"{message[: -len(listed)]}[{rebuilt}]"
     return body
 
 
@@ -139,6 +153,13 @@ CASES = (
         "POST",
         QUOTAS + "?fieldValidation=Strict",
         _quota("unknown-strict", {"cores": 100}, colour="blue"),
+    ),
+    OracleCase(
+        "gpuquota-field-validation-unknown-value",
+        "a GpuQuota created with fieldValidation=Bogus (no such directive)",
+        "POST",
+        QUOTAS + "?fieldValidation=Bogus",
+        _quota("bogus-validation", {"cores": 100}),
     ),
     OracleCase(
         "gpuquota-unknown-field-pruned",

@@ -45,22 +45,28 @@ _PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _INT_OR_STRING = "x-kubernetes-int-or-string"
 
 
-def prune(schema: Schema, obj: dict[str, Any]) -> None:
-    """Drop, in place, what the schema does not declare (see the module invariants)."""
-    _prune_object(schema, obj, root=True)
+def prune(schema: Schema, obj: dict[str, Any]) -> list[str]:
+    """Drop, in place, what the schema does not declare (see the module invariants); returns
+    the paths of the unknown fields dropped, sorted (``spec.colour``, ``spec.items[0].x``), what a
+    request with ``fieldValidation=Strict`` is refused for (nulls dropped are not listed)."""
+    unknown: list[str] = []
+    _prune_object(schema, obj, root=True, path="", unknown=unknown)
+    return sorted(unknown)
 
 
-def _prune(schema: Schema, value: Any) -> None:
+def _prune(schema: Schema, value: Any, path: str, unknown: list[str]) -> None:
     if isinstance(value, dict):
-        _prune_object(schema, value, root=False)
+        _prune_object(schema, value, root=False, path=path, unknown=unknown)
     elif isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, Mapping):
-            for item in value:
-                _prune(items, item)
+            for i, item in enumerate(value):
+                _prune(items, item, f"{path}[{i}]", unknown)
 
 
-def _prune_object(schema: Schema, obj: dict[str, Any], *, root: bool) -> None:
+def _prune_object(
+    schema: Schema, obj: dict[str, Any], *, root: bool, path: str, unknown: list[str]
+) -> None:
     properties = schema.get("properties")
     properties = properties if isinstance(properties, Mapping) else {}
     additional = schema.get("additionalProperties")
@@ -71,14 +77,16 @@ def _prune_object(schema: Schema, obj: dict[str, Any], *, root: bool) -> None:
         sub = properties.get(key)
         if sub is None and isinstance(additional, Mapping):
             sub = additional
+        child = f"{path}.{key}" if path else key
         if sub is None:
             if not preserve:
                 del obj[key]
+                unknown.append(child)
             continue
         if obj[key] is None and not sub.get("nullable"):
             del obj[key]
             continue
-        _prune(sub, obj[key])
+        _prune(sub, obj[key], child, unknown)
 
 
 def validate(schema: Schema, obj: Mapping[str, Any]) -> list[str]:

@@ -56,7 +56,7 @@ class ResourceType:
     status_on_create: bool = False
     allow_unconditional_update: bool = True
     default_status: dict[str, Any] | None = field(default=None, hash=False, compare=False)
-    prune: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
+    prune: Callable[[dict[str, Any]], list[str]] | None = field(default=None, compare=False)
     decode_problem: Callable[[dict[str, Any]], str | None] | None = field(
         default=None, compare=False
     )

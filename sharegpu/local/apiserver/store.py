@@ -275,10 +275,13 @@ class ObjectStore:
 
     # ----------------------------------------------------------------- API verbs
 
-    def create_ref(self, resource: str, obj: Obj, *, dry_run: bool = False) -> Obj:
+    def create_ref(
+        self, resource: str, obj: Obj, *, dry_run: bool = False, strict: bool = False
+    ) -> Obj:
         """Create as the API server does: generateName, uid, resourceVersion, timestamps,
-        generation 1, status dropped unless the type keeps it, validation (422), 409 if the
-        name exists. Returns the stored object itself (never mutate it; see :meth:`create`)."""
+        generation 1, status dropped unless the type keeps it, undeclared fields pruned (refused
+        with ``strict``), validation (422), 409 if the name exists. Returns the stored object
+        itself (never mutate it; see :meth:`create`)."""
         rt = self.registry.get(resource)
         new = deep_copy(obj)
         new.setdefault("apiVersion", rt.api_version)
@@ -310,8 +313,7 @@ class ObjectStore:
                 meta["name"] = self._generate_name(rt, prefix, meta.get("namespace", ""))
             meta["uid"] = str(uuid.uuid4())
             self._validate_names(rt, meta)
-            if rt.prune is not None:
-                rt.prune(new)
+            self._prune(rt, new, strict)
             if rt.apply_defaults is not None:
                 rt.apply_defaults(new)
             self._validate(rt, new)
@@ -329,7 +331,13 @@ class ObjectStore:
             return self._commit(rt, new, None)
 
     def update_ref(
-        self, resource: str, obj: Obj, *, subresource: str | None = None, dry_run: bool = False
+        self,
+        resource: str,
+        obj: Obj,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        strict: bool = False,
     ) -> Obj:
         """Replace (PUT). 409 Conflict if ``metadata.resourceVersion`` is set and stale. On the
         main resource, status changes are ignored for types with a status subresource; on
@@ -351,7 +359,7 @@ class ObjectStore:
                         "must be specified for an update"
                     ],
                 )
-            return self._update(rt, old, obj, subresource, dry_run=dry_run)
+            return self._update(rt, old, obj, subresource, dry_run=dry_run, strict=strict)
 
     def patch_ref(
         self,
@@ -362,6 +370,7 @@ class ObjectStore:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        strict: bool = False,
     ) -> Obj:
         """Apply ``apply(old) -> new`` atomically, then update like :meth:`update`."""
         rt = self.registry.get(resource)
@@ -376,7 +385,9 @@ class ObjectStore:
                 raise ApiError(422, "metadata: must be an object")
             if new_meta.get("name") != name:
                 raise self._invalid(rt, name, ["metadata.name: field is immutable"])
-            return self._update(rt, old, new, subresource, dry_run=dry_run)
+            return self._update(
+                rt, old, new, subresource, dry_run=dry_run, strict=strict, patched=True
+            )
 
     def delete_ref(
         self,
@@ -701,7 +712,15 @@ class ObjectStore:
             watcher.offer(event)
 
     def _update(
-        self, rt: ResourceType, old: Obj, obj: Obj, subresource: str | None, *, dry_run: bool
+        self,
+        rt: ResourceType,
+        old: Obj,
+        obj: Obj,
+        subresource: str | None,
+        *,
+        dry_run: bool,
+        strict: bool = False,
+        patched: bool = False,
     ) -> Obj:
         name = old["metadata"]["name"]
         given_uid = (obj.get("metadata") or {}).get("uid")
@@ -750,8 +769,7 @@ class ObjectStore:
                     meta.pop(f, None)
         new["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
         self._check_decodes(rt, new)
-        if rt.prune is not None:
-            rt.prune(new)
+        self._prune(rt, new, strict, patched=patched)
         if rt.apply_defaults is not None and subresource is None:
             rt.apply_defaults(new)
         if _without_volatile(new) == _without_volatile(old):
@@ -811,6 +829,28 @@ class ObjectStore:
                 f"the API version in the data ({api_version}) and kind ({kind}) do not match "
                 f"the expected {rt.api_version} {rt.kind}",
             )
+
+    @staticmethod
+    def _prune(rt: ResourceType, obj: Obj, strict: bool, *, patched: bool = False) -> None:
+        """Drop undeclared fields; with ``strict`` (``fieldValidation=Strict``) refuse them
+        instead, worded as the real server: 400 BadRequest from the decoder for a body sent
+        whole, 422 Invalid naming ``patch`` and the patched object for a patch."""
+        before = json.dumps(obj, separators=(",", ":"), sort_keys=True) if patched else ""
+        unknown = rt.prune(obj) if rt.prune is not None else []
+        if not strict or not unknown:
+            return
+        problem = "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown)
+        if patched:
+            detail = f"Invalid value: {json.dumps(before)}: {problem}"
+            raise ApiError(
+                422,
+                f' "" is invalid: patch: {detail}',
+                reason="Invalid",
+                causes=[{"reason": "FieldValueInvalid", "message": detail, "field": "patch"}],
+            )
+        raise ApiError(
+            400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {problem}'
+        )
 
     @staticmethod
     def _check_decodes(rt: ResourceType, obj: Obj) -> None:
