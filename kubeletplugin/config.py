@@ -93,7 +93,7 @@ class PluginConfig:
     proc_root: Path = DEFAULT_PROC_ROOT
     #: Consumable mode: cores charged to a request that names none (``--default-share-cores``).
     default_share_cores: int = names.CORES_PER_GPU
-    #: Host directory of the per-GPU MPS directories (``--mps-root``); None: ``<data dir>/mps``.
+    #: Host directory of the per-daemon MPS directories (``--mps-root``); None: ``<data dir>/mps``.
     mps_root: Path | None = None
     #: Pod manifest the MPS daemon pods are made from (``--mps-daemon-pod-template``); None: the
     #: NVML backend refuses MPS shares.
@@ -246,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mps-root",
         type=Path,
-        help="host directory holding one <short id>/{pipe,shm,log} directory per GPU with an MPS "
-        "daemon, mounted at the same path in the plugin; keep it short, a unix socket path "
+        help="host directory holding one <daemon id>/{pipe,shm,log} directory per MPS daemon (one "
+        "per claim and GPU), mounted at the same path in the plugin; keep it short, a unix socket path "
         "holds at most 107 bytes (default: <plugin data dir>/mps)",
     )
     p.add_argument(

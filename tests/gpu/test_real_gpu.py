@@ -65,6 +65,10 @@ from kubeletplugin.sharing.computemode import DEFAULT_COMPUTE_MODE, query_comput
 from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import build_enforcer
 from kubeletplugin.sharing.mpspaths import MpsPaths
+from kubeletplugin.usage.attribution import attribute
+from kubeletplugin.usage.model import GpuSample, PreparedShare
+from kubeletplugin.usage.procfs import PodLookup
+from kubeletplugin.usage.source import NvmlUsageSource
 from sharegpu.local.apiserver import KubeAPIServer
 from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimClaimResult
 from tests.gpu import cudaprobe
@@ -638,3 +642,153 @@ def test_dynamic_mig_instance_is_created_used_and_destroyed() -> None:
         ["nvidia-smi", "-L"], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert device.uuid not in listed
+
+
+#: Seconds a just-started CUDA process has to appear in NVML's lists.
+LISTED_WAIT_S: Final = 20.0
+DAEMON_POD, TENANT_POD, PLAIN_POD = "daemon-pod", "tenant-pod", "plain-pod"
+
+
+def child_pids(pid: int) -> list[int]:
+    """The children of ``pid`` (``/proc/<pid>/task/<pid>/children``)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def plain_holder_in_own_pid_namespace(gpu: GpuInfo, probe: Path) -> Iterator[int]:
+    """A CUDA process outside MPS (no pipe directory) in a PID namespace of its own, as a pod
+    without hostPID runs, holding 2 GiB; yields its PID as the host sees it."""
+    process = subprocess.Popen(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            os.path.realpath(sys.executable),
+            "-I",
+            "-S",
+            str(probe),
+            "hold",
+            "2",
+        ],
+        env={"PATH": os.environ.get("PATH", ""), "CUDA_VISIBLE_DEVICES": gpu.uuid},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.strip(), process.stderr.read() if process.stderr else ""
+        (host_pid,) = child_pids(process.pid)
+        yield host_pid
+    finally:
+        with contextlib.suppress(OSError):
+            if process.stdin is not None:
+                process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+
+
+def nvml_pids_seen_from_a_new_pid_namespace(gpu: GpuInfo) -> list[int]:
+    """The compute processes of ``gpu`` as NVML lists them to a process in a new PID namespace
+    (a plugin pod without hostPID)."""
+    code = (
+        "import json,sys,pynvml as n;n.nvmlInit();"
+        "h=n.nvmlDeviceGetHandleByUUID(sys.argv[1]);"
+        "print(json.dumps([p.pid for p in n.nvmlDeviceGetComputeRunningProcesses(h)]))"
+    )
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code, gpu.uuid],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    pids: list[int] = json.loads(done.stdout.strip().splitlines()[-1])
+    return pids
+
+
+def test_usage_sees_other_pid_namespaces_and_flags_a_process_outside_mps(
+    gpu_node: GpuNode, apiserver: KubeAPIServer
+) -> None:
+    """A share's MPS client (emulated container) and a plain CUDA process in a PID namespace of
+    its own run on one GPU. From the host PID namespace (the chart's hostPID) NVML lists both and
+    the MPS client list marks the client; attribution with the node's daemon and pods (mapped
+    here by the test, as cgroups map them on a node) flags only the plain process. From a new
+    PID namespace NVML lists none of them: why the sampler needs the host's."""
+    gpu = shareable_gpu(gpu_node.gpus)
+    probe = install_probe(gpu_node.root)
+    refs = store(apiserver, [mps_claim("watched", gpu, 25, 4)])
+    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
+        try:
+            (plan,) = plans(gpu_node, prepare_ok(kplugin, refs), refs)
+            with (
+                holding_client(plan, ["hold", "1"], probe),
+                plain_holder_in_own_pid_namespace(gpu, probe) as plain_pid,
+            ):
+                source = NvmlUsageSource()
+                source.open()
+                try:
+                    samples: list[GpuSample] = []
+
+                    def both_listed() -> bool:
+                        samples[:] = [source.sample(gpu.uuid, mps=True)]
+                        listed = {p.pid: p for p in samples[0].processes}
+                        return plain_pid in listed and any(p.mps_client for p in listed.values())
+
+                    assert wait_until(both_listed, LISTED_WAIT_S), samples
+                finally:
+                    source.close()
+                from_new_namespace = nvml_pids_seen_from_a_new_pid_namespace(gpu)
+        finally:
+            errors = kplugin.unprepare(refs)
+    assert errors == {r.uid: "" for r in refs}
+    (sample,) = samples
+    clients = {p.pid for p in sample.processes if p.mps_client}
+    servers = {p.pid for p in sample.processes if process_name(p.pid) == "nvidia-cuda-mps-server"}
+    assert sample.mps_listed and len(clients) == 1 and len(servers) == 1, sample
+
+    def pod_of(pid: int) -> PodLookup:
+        uid = DAEMON_POD if pid in servers else TENANT_POD if pid in clients else PLAIN_POD
+        return PodLookup(uid)
+
+    share = PreparedShare(
+        refs[0].uid,
+        "default",
+        "watched",
+        NODE,
+        f"gpu-{gpu.index}",
+        None,
+        gpu.uuid,
+        25,
+        4 * GI,
+        mps=True,
+    )
+    result = attribute(
+        [sample],
+        [share],
+        pod_of,
+        {refs[0].uid: frozenset({TENANT_POD})},
+        compute_margin=0,
+        daemon_pods=frozenset({DAEMON_POD}),
+    )
+    assert [(e.pid, e.pod_uid) for e in result.escapes] == [(plain_pid, PLAIN_POD)]
+    [usage] = result.usage.values()
+    assert (usage.processes, usage.outside_mps) == (1, 1)
+    assert from_new_namespace == []
