@@ -246,9 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mps-root",
         type=Path,
-        help="host directory holding one <daemon id>/{pipe,shm,log} directory per MPS daemon (one "
-        "per claim and GPU), mounted at the same path in the plugin; keep it short, a unix socket path "
-        "holds at most 107 bytes (default: <plugin data dir>/mps)",
+        help="host directory holding one <daemon id>/{pipe,shm,log} directory per MPS daemon "
+        "(one per claim and GPU), mounted at the same path in the plugin; keep it short, a unix "
+        "socket path holds at most 107 bytes (default: <plugin data dir>/mps)",
     )
     p.add_argument(
         "--mps-daemon-pod-template",
