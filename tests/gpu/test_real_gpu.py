@@ -201,13 +201,7 @@ def shareable_gpu(gpus: list[GpuInfo]) -> GpuInfo:
 def run_client(plan: ContainerPlan, args: list[str], probe: Path) -> tuple[int, dict[str, Any]]:
     """Run the CUDA probe with ``args`` in the emulated container; (exit status, report)."""
     argv = [os.path.realpath(sys.executable), "-I", "-S", str(probe), *args]
-    created = missing_targets(plan)
-    for path, is_dir in created:
-        if is_dir:
-            path.mkdir()
-        else:
-            path.touch()
-    try:
+    with mount_targets(plan):
         done = subprocess.run(
             enter_command(plan, argv, CLIENT_UID),
             capture_output=True,
@@ -215,13 +209,38 @@ def run_client(plan: ContainerPlan, args: list[str], probe: Path) -> tuple[int, 
             timeout=300,
             check=False,
         )
+    return done.returncode, probe_report(done)
+
+
+@contextlib.contextmanager
+def mount_targets(plan: ContainerPlan) -> Iterator[None]:
+    """The host paths the emulated container's mounts need, there while the body runs."""
+    created = missing_targets(plan)
+    for path, is_dir in created:
+        if is_dir:
+            path.mkdir()
+        else:
+            path.touch()
+    try:
+        yield
     finally:
         for path, is_dir in reversed(created):
             if is_dir:
                 path.rmdir()
             else:
                 path.unlink()
-    return done.returncode, probe_report(done)
+
+
+def stop_holder(process: subprocess.Popen[str]) -> None:
+    """End a ``cudaprobe.py hold`` process: close its input, wait, kill it if it lingers."""
+    with contextlib.suppress(OSError):
+        if process.stdin is not None:
+            process.stdin.close()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
 
 
 def probe_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -364,39 +383,22 @@ def test_a_later_larger_share_gets_its_own_limits_while_an_earlier_client_runs(
 def holding_client(plan: ContainerPlan, args: list[str], probe: Path) -> Iterator[dict[str, Any]]:
     """A client that holds its allocation while the body runs; yields its report line."""
     argv = [os.path.realpath(sys.executable), "-I", "-S", str(probe), *args]
-    created = missing_targets(plan)
-    for path, is_dir in created:
-        if is_dir:
-            path.mkdir()
-        else:
-            path.touch()
-    process = subprocess.Popen(
-        enter_command(plan, argv, CLIENT_UID),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None and process.stdin is not None
-        line = process.stdout.readline()
-        report: dict[str, Any] = json.loads(line) if line.strip() else {"stdout": line}
-        assert report.get("step") != "load" and report.get("code") in (None, 0), report
-        yield report
-    finally:
-        with contextlib.suppress(OSError):
-            if process.stdin is not None:
-                process.stdin.close()
+    with mount_targets(plan):
+        process = subprocess.Popen(
+            enter_command(plan, argv, CLIENT_UID),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-        for path, is_dir in reversed(created):
-            if is_dir:
-                path.rmdir()
-            else:
-                path.unlink()
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            report: dict[str, Any] = json.loads(line) if line.strip() else {"stdout": line}
+            assert report.get("step") != "load" and report.get("code") in (None, 0), report
+            yield report
+        finally:
+            stop_holder(process)
 
 
 #: GiB of each compute-ratio share (the probe allocates almost nothing).
@@ -695,14 +697,7 @@ def plain_holder_in_own_pid_namespace(gpu: GpuInfo, probe: Path) -> Iterator[int
         (host_pid,) = child_pids(process.pid)
         yield host_pid
     finally:
-        with contextlib.suppress(OSError):
-            if process.stdin is not None:
-                process.stdin.close()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
+        stop_holder(process)
 
 
 def nvml_pids_seen_from_a_new_pid_namespace(gpu: GpuInfo) -> list[int]:
