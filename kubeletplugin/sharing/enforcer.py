@@ -206,7 +206,13 @@ class SharingEnforcer:
         uuids = sorted({g.gpu_uuid for g in grants} | set(unneeded.values()))
         problems: list[str] = []
         with self._locked(uuids):
+            # A daemon another claim's apply started before the snapshot above has its grants
+            # recorded once that apply released its GPU lock: ask again under the lock.
+            with self._lock:
+                needed = self._needed_daemons()
             for daemon_id, uuid in sorted(unneeded.items()):
+                if daemon_id in needed:
+                    continue
                 try:
                     self.mps.stop(daemon_id)
                 except MPS_ERRORS as exc:

@@ -244,3 +244,53 @@ def test_concurrent_prepares_start_one_daemon_per_claim_and_never_overbook() -> 
         for uid in accepted:
             enforcer.release(uid)
         assert tools.sim.daemons == {}
+
+
+def test_a_release_never_stops_the_daemon_of_a_claim_whose_apply_is_in_flight() -> None:
+    """Claim B's apply has started its daemon on GPU 0 and is starting the one on GPU 1 (its
+    grants are not recorded yet) when claim A is released: A's release sees B's first daemon as
+    no prepared claim's, but must leave it running once B's apply is done."""
+    import threading
+
+    from kubeletplugin.sharing.daemons import DaemonSpec
+
+    tools = Tools.new()
+    gpu0, gpu1 = GPUS
+    with tempfile.TemporaryDirectory() as tmp:
+        enforcer = tools.enforcer(Path(tmp))
+        a = DeviceShare(gpu0, "gpu-0", ("gpu",), 10, GI, share_id="a")
+        enforcer.apply("claim-a", [a], DriverConfigs())
+        launching, proceed, snapshot = threading.Event(), threading.Event(), threading.Event()
+        launch = tools.pods.launch
+
+        def slow_launch(spec: DaemonSpec) -> None:
+            if spec.uuid == gpu1.uuid:
+                launching.set()
+                assert proceed.wait(timeout=30)
+            launch(spec)
+
+        running = enforcer.mps.running
+
+        def observed_running() -> Any:
+            found = running()
+            if threading.current_thread().name == "release-a":
+                snapshot.set()
+            return found
+
+        tools.pods.launch = slow_launch  # type: ignore[method-assign]
+        enforcer.mps.running = observed_running  # type: ignore[method-assign]
+        b = [
+            DeviceShare(gpu0, "gpu-0", ("first",), 10, GI, share_id="b0"),
+            DeviceShare(gpu1, "gpu-1", ("second",), 10, GI, share_id="b1"),
+        ]
+        applying = threading.Thread(target=enforcer.apply, args=("claim-b", b, DriverConfigs()))
+        applying.start()
+        assert launching.wait(timeout=30)
+        releasing = threading.Thread(target=enforcer.release, args=("claim-a",), name="release-a")
+        releasing.start()
+        assert snapshot.wait(timeout=30)
+        proceed.set()
+        applying.join(timeout=60)
+        releasing.join(timeout=60)
+        assert sorted(tools.sim.daemons.values()) == sorted([gpu0.uuid, gpu1.uuid])
+        assert set(enforcer.grants()) == {"claim-b"}
