@@ -114,7 +114,8 @@ def test_the_driver_root_is_mounted_with_host_to_container_propagation(helm: str
         assert hosts["host-driver"] == "/run/nvidia/driver"
         script = init["args"][0]
         assert "libnvidia-ml.so.1" in script.split("mkdir")[0]  # waits for NVML first
-        assert "nvidia-modprobe" in script
+        assert "nvidia-cuda-mps-control" in script
+        assert "nvidia-modprobe" not in script  # the plugin does not run it (no modules there)
 
 
 def test_the_plugin_may_manage_pods_in_its_namespace_only(default: list[dict[str, Any]]) -> None:
@@ -186,18 +187,18 @@ def test_a_driver_container_root_is_copied_from_once_nvml_is_there(
     helm: str, tmp_path: Path
 ) -> None:
     """With a driver container's root the script first waits for NVML (mounted later by the
-    driver container); when it is there, it copies at once, nvidia-modprobe included."""
+    driver container); when it is there, it copies at once, the MPS binaries included."""
     docs = render(helm, "kubeletPlugin.driverRoot=/run/nvidia/driver")
     [init] = plugin_pod(docs)["initContainers"]
     host, dest = tmp_path / "driver", tmp_path / "nvidia-root"
     (host / "usr" / "lib64").mkdir(parents=True)
     (host / "usr" / "bin").mkdir(parents=True)
     (host / "usr" / "lib64" / "libnvidia-ml.so.1").write_text("nvml")
-    (host / "usr" / "bin" / "nvidia-modprobe").write_text("modprobe")
+    (host / "usr" / "bin" / "nvidia-cuda-mps-control").write_text("mps")
     script = init["args"][0].replace("/host-driver-root", str(host))
     script = script.replace("/nvidia-root", str(dest))
     assert "nvml_present" in script  # the wait is there for a driver container's root
     result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert (dest / "usr" / "bin" / "nvidia-modprobe").read_text() == "modprobe"
+    assert (dest / "usr" / "bin" / "nvidia-cuda-mps-control").read_text() == "mps"
     assert (dest / "usr" / "lib64" / "libnvidia-ml.so.1").read_text() == "nvml"

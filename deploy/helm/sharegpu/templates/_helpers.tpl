@@ -110,7 +110,7 @@ pod start, so they match the loaded kernel module after a driver upgrade.
       while ! nvml_present && [ "$waited" -lt 600 ]; do sleep 5; waited=$((waited + 5)); done
       {{- end }}
       mkdir -p "$dest/usr/bin" "$dest/usr/lib64"
-      for name in nvidia-smi nvidia-cuda-mps-control nvidia-cuda-mps-server nvidia-modprobe; do
+      for name in nvidia-smi nvidia-cuda-mps-control nvidia-cuda-mps-server; do
         for dir in "$src/usr/bin"; do
           if [ -e "$dir/$name" ]; then cp -L "$dir/$name" "$dest/usr/bin/$name" || exit 1; break; fi
         done
