@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from api import names
+from api.quantity import quantity_int
 from api.version import VERSION
 from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT
 from kubeletplugin.health.flags import (
@@ -23,6 +24,7 @@ from kubeletplugin.health.flags import (
     add_health_flags,
     health_options,
 )
+from kubeletplugin.sharing.shm import DEFAULT_SHM_BYTES
 from kubeletplugin.usage.flags import (
     DEFAULT_USAGE_OPTIONS,
     UsageFlagError,
@@ -95,6 +97,8 @@ class PluginConfig:
     default_share_cores: int = names.CORES_PER_GPU
     #: Host directory of the per-daemon MPS directories (``--mps-root``); None: ``<data dir>/mps``.
     mps_root: Path | None = None
+    #: Bytes of each MPS daemon's shm tmpfs (``--mps-shm-size``).
+    mps_shm_bytes: int = DEFAULT_SHM_BYTES
     #: Pod manifest the MPS daemon pods are made from (``--mps-daemon-pod-template``); None: the
     #: NVML backend refuses MPS shares.
     mps_daemon_pod_template: Path | None = None
@@ -251,6 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
         "socket path holds at most 107 bytes (default: <plugin data dir>/mps)",
     )
     p.add_argument(
+        "--mps-shm-size",
+        default="256Mi",
+        help="size bound of each MPS daemon's shared-memory tmpfs, mounted at /dev/shm in the "
+        f"daemon and its claim's clients (a quantity, {MIN_SHM_SIZE} to {MAX_SHM_SIZE}; "
+        "default: 256Mi)",
+    )
+    p.add_argument(
         "--mps-daemon-pod-template",
         type=Path,
         help="YAML Pod manifest each GPU's MPS control daemon pod is made from (NVML backend; "
@@ -264,6 +275,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_health_flags(p)
     add_usage_flags(p)
     return p
+
+
+#: Bounds of ``--mps-shm-size`` (a daemon and its clients need some; a tmpfs is memory).
+MIN_SHM_SIZE: Final = "16Mi"
+MAX_SHM_SIZE: Final = "64Gi"
+
+
+def _shm_bytes(text: str) -> int:
+    """``--mps-shm-size`` in bytes; ConfigError naming the flag, the value and the bounds."""
+    low, high = quantity_int(MIN_SHM_SIZE), quantity_int(MAX_SHM_SIZE)
+    try:
+        value = quantity_int(text)
+    except ValueError as exc:
+        raise ConfigError(f"--mps-shm-size {text!r}: {exc}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"--mps-shm-size {text!r}: must be {MIN_SHM_SIZE} to {MAX_SHM_SIZE}")
+    return value
 
 
 def config_from_args(
@@ -313,6 +341,7 @@ def config_from_args(
         raise ConfigError(f"--mps-daemon-pod-template needs --namespace (or ${ENV_POD_NAMESPACE})")
     if namespace is not None and not slicerules.is_dns_label(namespace):
         raise ConfigError(f"--namespace {namespace!r}: must be a DNS label")
+    mps_shm_bytes = _shm_bytes(args.mps_shm_size)
     if not 1 <= args.default_share_cores <= names.CORES_PER_GPU:
         raise ConfigError(
             f"--default-share-cores {args.default_share_cores}: must be 1 to {names.CORES_PER_GPU}"
@@ -363,6 +392,7 @@ def config_from_args(
         proc_root=args.proc_root,
         default_share_cores=args.default_share_cores,
         mps_root=args.mps_root,
+        mps_shm_bytes=mps_shm_bytes,
         mps_daemon_pod_template=args.mps_daemon_pod_template,
         namespace=namespace,
         usage=usage,

@@ -111,9 +111,9 @@ def make_partitioner(
 def enforcer_for(config: PluginConfig, rest: KubeRest | None = None) -> SharingEnforcer:
     """The enforcer the daemon passes to ``DeviceState`` (``--device-backend``,
     ``--plugin-data-dir``, ``--driver-root``, ``--limits-library``, ``--mps-root``,
-    ``--mps-daemon-pod-template``, ``--namespace``). MPS daemons run as pods (through ``rest``)
-    only on real GPUs with a pod template and a namespace; raises TemplateError for an unusable
-    daemon pod template."""
+    ``--mps-shm-size``, ``--mps-daemon-pod-template``, ``--namespace``). MPS daemons run as pods
+    (through ``rest``) only on real GPUs with a pod template and a namespace; raises
+    TemplateError for an unusable daemon pod template."""
     launcher = None
     if (
         config.device_backend != "mock"
@@ -134,6 +134,7 @@ def enforcer_for(config: PluginConfig, rest: KubeRest | None = None) -> SharingE
         driver_root=str(config.driver_root),
         limits_library=None if config.limits_library is None else str(config.limits_library),
         mps_root=config.mps_root,
+        mps_shm_bytes=config.mps_shm_bytes,
         launcher=launcher,
     )
 

@@ -65,7 +65,12 @@ from kubeletplugin.sharing.daemons import DaemonLauncher, NoLauncher
 from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
 from kubeletplugin.sharing.limits import limits_edits
 from kubeletplugin.sharing.mps import MPS_ERRORS, MpsLimits, MpsManager
-from kubeletplugin.sharing.shm import PlainDirectory, ShmMounter, TmpfsMounter
+from kubeletplugin.sharing.shm import (
+    DEFAULT_SHM_BYTES,
+    PlainDirectory,
+    ShmMounter,
+    TmpfsMounter,
+)
 from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import (
     DEFAULT_INTERVAL,
@@ -154,10 +159,11 @@ class SharingEnforcer:
         limits_library: str | None = None,
         mps_root: str | Path | None = None,
         shm: ShmMounter | None = None,
+        shm_bytes: int = DEFAULT_SHM_BYTES,
     ) -> None:
         """``launcher`` runs the MPS daemons; their host directories live under ``mps_root``
         (default ``<data_dir>/mps``; keep it short: socket paths hold at most 107 bytes) and
-        ``shm`` bounds each daemon's shared memory."""
+        ``shm`` mounts each daemon's shared memory, at most ``shm_bytes``."""
         self.runner = runner
         self.driver_name = driver_name
         self.limits_library = limits_library
@@ -166,6 +172,7 @@ class SharingEnforcer:
             Path(data_dir) / "mps" if mps_root is None else Path(mps_root),
             launcher,
             shm=shm,
+            shm_bytes=shm_bytes,
         )
         #: Parent of the per-claim lock directories of the Limits strategy (see limits.py).
         self.limits_lock_root = Path(data_dir) / "limits" / "vgpulock"
@@ -695,6 +702,7 @@ def build_enforcer(
     driver_root: str = "/",
     limits_library: str | None = None,
     mps_root: str | Path | None = None,
+    mps_shm_bytes: int = DEFAULT_SHM_BYTES,
     launcher: DaemonLauncher | None = None,
 ) -> SharingEnforcer:
     """The enforcer for a plugin: real commands under ``driver_root`` and MPS daemons run by
@@ -723,4 +731,5 @@ def build_enforcer(
         limits_library=limits_library,
         mps_root=mps_root,
         shm=shm,
+        shm_bytes=mps_shm_bytes,
     )

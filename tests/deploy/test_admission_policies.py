@@ -141,7 +141,12 @@ def daemon_pod_for(docs: list[dict[str, Any]], node: str = NODE) -> dict[str, An
         if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-mps-template")
     ]
     template = yaml.safe_load(cm["data"]["daemon-pod.yaml"])
-    spec = DaemonSpec(MpsPaths(Path("/run/sharegpu/mps"), UUID), {"CUDA_VISIBLE_DEVICES": UUID})
+    spec = DaemonSpec(
+        MpsPaths.of(Path("/run/sharegpu/mps"), "claim-uid", UUID),
+        {"CUDA_VISIBLE_DEVICES": UUID},
+        uuid=UUID,
+        claim_uid="claim-uid",
+    )
     return daemon_pod(template, spec, namespace=NAMESPACE, node_name=node)
 
 

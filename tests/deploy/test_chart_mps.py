@@ -29,6 +29,7 @@ pytestmark = pytest.mark.helm
 NAMESPACE = "gpu-operators"
 RELEASE = "sharegpu"
 UUID = "GPU-33c27bfa-6498-554f-8335-0c2ead16ec2f"
+CLAIM_UID = "0b7e5c1a-3f2d-4c6b-9a8e-1d2c3b4a5f60"
 
 
 def render(helm: str, *set_args: str) -> list[dict[str, Any]]:
@@ -67,10 +68,15 @@ def test_the_daemon_pod_the_plugin_makes_validates_strictly(
 ) -> None:
     template = template_of(default)
     assert template_problem(template) == ""
-    paths = MpsPaths(Path("/run/sharegpu/mps"), UUID)
+    paths = MpsPaths.of(Path("/run/sharegpu/mps"), CLAIM_UID, UUID)
     pod = daemon_pod(
         template,
-        DaemonSpec(paths, {"CUDA_VISIBLE_DEVICES": UUID, "CUDA_MPS_PIPE_DIRECTORY": "/p"}),
+        DaemonSpec(
+            paths,
+            {"CUDA_VISIBLE_DEVICES": UUID, "CUDA_MPS_PIPE_DIRECTORY": "/p"},
+            uuid=UUID,
+            claim_uid=CLAIM_UID,
+        ),
         namespace=NAMESPACE,
         node_name="gpu-node-1",
     )
@@ -141,6 +147,7 @@ def test_the_plugin_gets_the_mps_root_template_and_namespace(default: list[dict[
     [plugin] = pod["containers"]
     assert plugin["command"] == ["tini", "-s", "--", "sharegpu-kubeletplugin"]
     assert "--mps-root=/run/sharegpu/mps" in plugin["args"]
+    assert "--mps-shm-size=256Mi" in plugin["args"]
     assert "--mps-daemon-pod-template=/etc/sharegpu/mps/daemon-pod.yaml" in plugin["args"]
     mounts = {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -153,7 +160,8 @@ def test_the_plugin_gets_the_mps_root_template_and_namespace(default: list[dict[
     args = [a for a in plugin["args"] if not a.startswith("--metrics-address")]
     config = parse_config(args, environ={"NODE_NAME": "n", "POD_NAMESPACE": NAMESPACE})
     assert config.mps_root is not None and config.namespace == NAMESPACE
-    check_socket_paths(MpsPaths(config.mps_root, UUID).pipe)
+    assert config.mps_shm_bytes == 256 * 1024**2
+    check_socket_paths(MpsPaths.of(config.mps_root, CLAIM_UID, UUID).pipe)
 
 
 def test_without_mps_pods_there_is_no_template_and_no_pod_rbac(helm: str) -> None:
@@ -162,6 +170,20 @@ def test_without_mps_pods_there_is_no_template_and_no_pod_rbac(helm: str) -> Non
     assert find(docs, "Role", "-mps-pods") == [] and find(docs, "RoleBinding", "-mps-pods") == []
     [plugin] = plugin_pod(docs)["containers"]
     assert not [a for a in plugin["args"] if a.startswith("--mps-daemon-pod-template")]
+
+
+@pytest.mark.parametrize("size", ["256MB", "1.5Gi", "-1Mi", ""])
+def test_a_malformed_shm_size_is_refused_by_the_values_schema(helm: str, size: str) -> None:
+    result = run_helm(
+        helm,
+        "template",
+        RELEASE,
+        str(CHART_DIR),
+        "--set-string",
+        f"kubeletPlugin.mps.shmSize={size}",
+    )
+    assert result.returncode != 0
+    assert "shmSize" in result.stderr
 
 
 def test_a_long_mps_root_is_refused_by_the_values_schema(helm: str) -> None:

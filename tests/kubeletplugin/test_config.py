@@ -56,6 +56,9 @@ def test_environment_fallbacks_and_flag_precedence() -> None:
         (["--node-name", "n1", "--device-backend", "mock", "--mock-gpus", "0"], "--mock-gpus"),
         (["--node-name", "n1", "--mock-config", "x.yaml"], "--mock-config needs"),
         (["--node-name", "n1", "--proc-root", "proc"], "--proc-root 'proc': must be an absolute"),
+        (["--node-name", "n1", "--mps-shm-size", "8Mi"], "--mps-shm-size '8Mi': must be 16Mi to"),
+        (["--node-name", "n1", "--mps-shm-size", "65Gi"], "--mps-shm-size '65Gi': must be 16Mi"),
+        (["--node-name", "n1", "--mps-shm-size", "lots"], "--mps-shm-size 'lots': "),
     ],
 )
 def test_bad_flags(argv: list[str], message: str) -> None:
@@ -179,6 +182,12 @@ def test_the_plugin_health_check_asks_its_grpc_endpoint(apiserver: KubeAPIServer
 
     plugin.claims = Claims()  # type: ignore[assignment]
     assert not plugin.responsive()
+
+
+def test_mps_shm_size_flag() -> None:
+    assert parse_config(["--node-name", "n1"], environ={}).mps_shm_bytes == 256 * 1024**2
+    config = parse_config(["--node-name", "n1", "--mps-shm-size", "1Gi"], environ={})
+    assert config.mps_shm_bytes == 1024**3
 
 
 def test_default_share_cores_flag() -> None:

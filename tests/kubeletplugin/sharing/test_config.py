@@ -102,3 +102,11 @@ def test_without_a_launcher_real_gpus_refuse_mps_shares_with_a_clear_error(
     with pytest.raises(ShareError, match="no MPS daemon pod template"):
         enforcer.apply("claim-a", [share], DriverConfigs())
     assert enforcer.mps.root == tmp_path / "m"
+
+
+def test_the_shm_bound_reaches_the_mps_manager(tmp_path: Path) -> None:
+    from kubeletplugin.sharing.enforcer import build_enforcer
+    from tests.kubeletplugin.prepare import helpers as h
+
+    enforcer = build_enforcer("mock", tmp_path, driver_name=h.DRIVER, mps_shm_bytes=64 * 1024**2)
+    assert enforcer.mps.shm_bytes == 64 * 1024**2
