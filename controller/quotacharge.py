@@ -282,27 +282,24 @@ def allocated(
         if not _in_scope(by_request.get(str(r.get("request"))), driver, known, only):
             continue
         consumed = r.get("consumedCapacity")
+        whole = basis.whole_gpu()
         if isinstance(consumed, Mapping):
-            cores = next(
-                (
-                    consumed[k]
-                    for k in (names.CAP_CORES, names.qualify(driver, names.CAP_CORES))
-                    if k in consumed
-                ),
-                0,
+            # A missing amount counts whole, as the node plugin grants and the tracker counts it.
+            cores = _consumed_amount(consumed, driver, names.CAP_CORES)
+            memory = _consumed_amount(consumed, driver, names.CAP_MEMORY)
+            total += Amounts(
+                whole.cores if cores is None else _qty_int(cores),
+                whole.memory if memory is None else _qty_int(memory),
+                1,
             )
-            memory = next(
-                (
-                    consumed[k]
-                    for k in (names.CAP_MEMORY, names.qualify(driver, names.CAP_MEMORY))
-                    if k in consumed
-                ),
-                0,
-            )
-            total += Amounts(_qty_int(cores), _qty_int(memory), 1)
         else:
-            total += basis.whole_gpu()
+            total += whole
     return total
+
+
+def _consumed_amount(consumed: Mapping[str, Any], driver: str, name: str) -> Any:
+    """The recorded amount of ``name`` (plain or driver-qualified key), None when absent."""
+    return next((consumed[k] for k in (name, names.qualify(driver, name)) if k in consumed), None)
 
 
 def claim_charge(

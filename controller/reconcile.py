@@ -203,13 +203,19 @@ def pool_hardware(
 
 
 def _consumption(
-    consumed: tuple[int, int] | None, device: DeviceRecord, gpu: GpuHardware
+    consumed: tuple[int | None, int | None] | None, device: DeviceRecord, gpu: GpuHardware
 ) -> tuple[int, int]:
-    if consumed is not None:
-        return consumed
+    """What a result holds: each amount its ``consumedCapacity`` recorded, else the device's
+    own (a share device's is its whole GPU's, which is what the node plugin grants)."""
     cores = device.cores if device.cores is not None else device.counter_cores
     memory = device.memory if device.memory is not None else device.counter_memory
-    return (gpu.cores if cores is None else cores, gpu.memory if memory is None else memory)
+    whole = (gpu.cores if cores is None else cores, gpu.memory if memory is None else memory)
+    if consumed is None:
+        return whole
+    return (
+        whole[0] if consumed[0] is None else consumed[0],
+        whole[1] if consumed[1] is None else consumed[1],
+    )
 
 
 def claim_allocations(

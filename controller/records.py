@@ -305,8 +305,9 @@ def device_usage(claim: Obj, driver: str) -> dict[tuple[str, str, str | None], U
 class ResultRecord:
     """One allocation result of the driver.
 
-    ``consumed`` is ``(cores, memory)`` when the scheduler recorded a ``consumedCapacity``
-    (a missing or invalid amount reads 0), None when it recorded none. ``usage`` is the node
+    ``consumed`` is ``(cores, memory)`` when the scheduler recorded a ``consumedCapacity`` (an
+    invalid amount reads 0; a missing one is None and counts as the device's whole amount, as
+    the node plugin counts it), None when it recorded none. ``usage`` is the node
     plugin's measurement of the result's device (and share), None when there is none.
     """
 
@@ -315,7 +316,7 @@ class ResultRecord:
     device: str
     share_id: str | None
     admin_access: bool
-    consumed: tuple[int, int] | None
+    consumed: tuple[int | None, int | None] | None
     usage: UsageRecord | None = None
 
 
@@ -340,16 +341,19 @@ def reserved_pods(claim: Obj) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _amount(consumed: Mapping[str, Any], driver: str, name: str) -> int | None:
+    """One amount of a ``consumedCapacity``: None when absent, 0 when invalid."""
+    value = _key_of(consumed, driver, name)
+    return None if value is None else qty(value) or 0
+
+
 def _result_record(
     r: Obj, driver: str, usage: Mapping[tuple[str, str, str | None], UsageRecord]
 ) -> ResultRecord:
     consumed = r.get("consumedCapacity")
     amounts = None
     if isinstance(consumed, Mapping):
-        amounts = (
-            qty(_key_of(consumed, driver, CAP_CORES)) or 0,
-            qty(_key_of(consumed, driver, CAP_MEMORY)) or 0,
-        )
+        amounts = (_amount(consumed, driver, CAP_CORES), _amount(consumed, driver, CAP_MEMORY))
     pool, device = _s(r.get("pool")), _s(r.get("device"))
     share_id = str(r["shareID"]) if r.get("shareID") else None
     return ResultRecord(

@@ -98,3 +98,27 @@ def test_basis_from_published_gpus() -> None:
     gpus = [("a", 80 * GI), ("a", 80 * GI), ("b", 141 * GI)]
     assert basis_of(gpus) == ChargeBasis(141 * GI, 2)
     assert basis_of([]) == ChargeBasis(0, 1)
+
+
+def test_a_missing_consumed_amount_is_charged_whole_as_the_node_grants_it() -> None:
+    """kube-scheduler records every capacity; should an amount be missing, the node plugin
+    grants the whole amount (kubeletplugin.prepare.shares), so the quota charges it too."""
+    result = {"request": "r", "driver": DRIVER, "device": "gpu-0", "shareID": "s"}
+    claim = {
+        "spec": spec(exactly(**asks("30", "10Gi"))),
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {**result, "consumedCapacity": {"memory": "10Gi"}},
+                        {**result, "consumedCapacity": {f"{DRIVER}/cores": "30"}},
+                    ]
+                }
+            }
+        },
+    }
+    whole = BASIS.whole_gpu()
+    assert claim_charge(claim, DRIVER, (), BASIS) == (
+        Amounts(whole.cores + 30, 10 * GI + whole.memory, 2),
+        True,
+    )

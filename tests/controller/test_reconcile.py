@@ -281,3 +281,20 @@ def test_gpu_json_built_directly_is_what_the_model_validates_and_writes() -> Non
             assert gpu_manifest(hw, mine) == gpu_object(hw, mine).manifest(), name
             checked += 1
     assert checked == 4
+
+
+def test_a_missing_consumed_amount_counts_the_device_whole_as_the_node_grants_it() -> None:
+    """The tracker and the node plugin count a consumedCapacity without ``cores`` alike: the
+    device's whole amount (the node: kubeletplugin.prepare.shares.device_share)."""
+    from controller.reconcile import claim_allocations, newest_generation, pool_hardware
+    from controller.records import claim_record, slice_record
+
+    r = h.result("n1", "gpu-0", cores=30, memory="10Gi")
+    del r["consumedCapacity"]["cores"]
+    rec = claim_record(h.claim("a", [r]), h.DRIVER)
+    assert rec is not None
+    records = [slice_record(h.node_slice("n1", devices=[h.whole_device("n1", 0)]), h.DRIVER)]
+    [(pool, pool_slices)] = newest_generation(records).items()
+    gpus, devs = pool_hardware(pool, pool_slices)
+    [alloc] = claim_allocations(rec, {(pool, n): d for n, d in devs.items()}, gpus, {})
+    assert (alloc.cores, alloc.memory) == (100, 10 * 1024**3)

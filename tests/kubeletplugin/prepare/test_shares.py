@@ -1,0 +1,24 @@
+"""What an allocation result grants on the node (:func:`kubeletplugin.prepare.shares.
+device_share`), for the amounts the controller counts alike (tests/controller)."""
+
+from __future__ import annotations
+
+from api import names
+from kubeletplugin.devices.table import node_devices
+from kubeletplugin.prepare.claims import AllocationResult
+from kubeletplugin.prepare.shares import device_share
+from tests.kubeletplugin.prepare import helpers as h
+
+GI = 1024**3
+
+
+def test_a_missing_consumed_amount_grants_the_whole_amount() -> None:
+    """kube-scheduler records every capacity; should ``cores`` be missing, the share gets every
+    core, which is what the tracker and the GpuQuota charge count too."""
+    devices = node_devices(h.gpus(1), "consumable")
+    device = devices["gpu-0"]
+    result = AllocationResult(
+        "gpu", h.NODE, "gpu-0", share_id="s", consumed_capacity={"memory": "10Gi"}
+    )
+    share = device_share([result], device, h.DRIVER, "claim default/a")
+    assert (share.cores, share.memory) == (names.CORES_PER_GPU, 10 * GI)
