@@ -55,6 +55,9 @@ ATTR_MIG_DYNAMIC: Final = "migDynamic"
 #: Standard, fully qualified attributes defined by Kubernetes.
 ATTR_PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
 ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+#: The device's NUMA node (k8s.io/dynamic-resource-allocation v0.37 ``deviceattribute``): a
+#: scalar int, never published for a device without NUMA affinity.
+ATTR_STANDARD_NUMA_NODE: Final = "resource.kubernetes.io/numaNode"
 
 # --- Device capacities ---
 CAP_MEMORY: Final = "memory"

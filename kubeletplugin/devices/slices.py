@@ -91,6 +91,7 @@ def gpu_attributes(gpu: GpuInfo) -> Obj:
         attrs[names.ATTR_PCIE_ROOT] = _string(gpu.pcie_root)
     if gpu.numa_node is not None:
         attrs[names.ATTR_NUMA_NODE] = {"int": gpu.numa_node}
+        attrs[names.ATTR_STANDARD_NUMA_NODE] = {"int": gpu.numa_node}
     return attrs
 
 

@@ -74,6 +74,7 @@ def test_consumable_device_is_exact() -> None:
             "resource.kubernetes.io/pciBusID": {"string": gpu.pci_bus_id},
             "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"},
             "numaNode": {"int": 0},
+            "resource.kubernetes.io/numaNode": {"int": 0},
         },
         "capacity": {
             "cores": {

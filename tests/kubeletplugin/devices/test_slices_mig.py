@@ -103,6 +103,7 @@ def test_placement_device_is_exact() -> None:
             "resource.kubernetes.io/pciBusID": {"string": gpu.pci_bus_id},
             "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"},
             "numaNode": {"int": 0},
+            "resource.kubernetes.io/numaNode": {"int": 0},
             "parentUUID": {"string": gpu.uuid},
             "parentIndex": {"int": 0},
             "profile": {"string": "1g.10gb+me"},

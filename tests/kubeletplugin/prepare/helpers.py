@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
@@ -215,3 +216,9 @@ def spec_env(doc: Mapping[str, Any], device_index: int = 0) -> dict[str, str]:
     """The environment of one device of a spec as a dict."""
     env = doc["devices"][device_index]["containerEdits"].get("env", [])
     return dict(e.split("=", 1) for e in env)
+
+
+def short_mps_root() -> Path:
+    """A new, short MPS root directory under /tmp (the caller removes it): MPS socket paths hold
+    at most 107 bytes, and pytest's temporary paths are long."""
+    return Path(tempfile.mkdtemp(prefix="sgm-", dir="/tmp"))

@@ -202,9 +202,9 @@ def test_an_enforcement_record_that_does_not_fit_the_claim_is_replaced_by_defaul
     assert grant.interval is None
     assert _intact(victim)
     assert not any("victim" in arg for a in tools.fake.argvs() for arg in a)
-    # The only MPS daemon is the claim's GPU's, under the plugin's data dir.
+    # The only MPS daemon is the claim's GPU's, under the node's MPS root.
     assert list(tools.sim.daemons.values()) == [h.gpus()[0].uuid]
-    assert all(Path(pipe).is_relative_to(node.data_dir) for pipe in tools.sim.daemons)
+    assert all(Path(pipe).is_relative_to(tools.mps_root) for pipe in tools.sim.daemons)
 
 
 JSON = st.recursive(

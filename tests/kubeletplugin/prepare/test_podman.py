@@ -32,6 +32,7 @@ from tests.kubeletplugin.prepare.helpers import (
     gpus,
     ref,
     result,
+    short_mps_root,
 )
 
 pytestmark = pytest.mark.podman
@@ -178,11 +179,15 @@ def test_whole_gpu_with_a_uid_starting_with_a_digit(image: str, node: Node) -> N
 def test_mps_share_edits_reach_the_container(image: str, node: Node) -> None:
     # The share enforcer of the mock backend (MPS by default for shares): its mounts and
     # variables must be accepted by a real runtime.
-    enforcer = build_enforcer("mock", node.data_dir, driver_name=DRIVER)
+    mps_root = short_mps_root()
+    enforcer = build_enforcer("mock", node.data_dir, driver_name=DRIVER, mps_root=mps_root)
     obj = claim("podman-mps", [result("gpu", "gpu-1", share={"cores": 30, "memory": 10 * GI})])
     gpu_uuid = gpus()[1].uuid
     pipe = f"/run/sharegpu/mps/{gpu_uuid}/pipe"
-    doc, env = _prepare_and_run(image, node, obj, enforcer=enforcer, probe_dir=pipe)
+    try:
+        doc, env = _prepare_and_run(image, node, obj, enforcer=enforcer, probe_dir=pipe)
+    finally:
+        shutil.rmtree(mps_root, ignore_errors=True)
     assert doc["devices"][0]["containerEdits"]["mounts"]
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"

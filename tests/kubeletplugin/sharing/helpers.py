@@ -4,8 +4,10 @@ GpuConfig entries, and reading a prepared claim's CDI environment."""
 from __future__ import annotations
 
 import copy
+import shutil
+import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +35,16 @@ class Tools:
     sim: SimulatedNvidiaTools
     fake: FakeRunner
     pods: SimulatedLauncher
+    #: The node's MPS root: short, as on a real node (socket paths hold at most 107 bytes, and
+    #: pytest's temporary paths are long), removed with the tools.
+    mps_root: Path = field(default_factory=lambda: h.short_mps_root())
 
     @staticmethod
     def new() -> Tools:
         sim = SimulatedNvidiaTools()
-        return Tools(sim, sim.install(FakeRunner()), SimulatedLauncher(sim))
+        tools = Tools(sim, sim.install(FakeRunner()), SimulatedLauncher(sim))
+        weakref.finalize(tools, shutil.rmtree, tools.mps_root, True)
+        return tools
 
     def enforcer(self, data_dir: Path, limits_library: str | None = None) -> SharingEnforcer:
         return SharingEnforcer(
@@ -46,6 +53,7 @@ class Tools:
             driver_name=h.DRIVER,
             launcher=self.pods,
             limits_library=limits_library,
+            mps_root=self.mps_root,
         )
 
 

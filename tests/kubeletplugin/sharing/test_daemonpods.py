@@ -232,7 +232,9 @@ def test_a_bad_template_is_a_clear_error(tmp_path: Path, text: str, problem: str
 
 def enforcer(tools: Tools, api: FakePodApi, data_dir: Path) -> SharingEnforcer:
     launcher = PodLauncher(api, TEMPLATE, namespace=NS, node_name=NODE, sleep=lambda _: None)
-    return SharingEnforcer(tools.fake, data_dir, driver_name=h.DRIVER, launcher=launcher)
+    return SharingEnforcer(
+        tools.fake, data_dir, driver_name=h.DRIVER, launcher=launcher, mps_root=tools.mps_root
+    )
 
 
 def share(cores: int, memory: int, share_id: str) -> DeviceShare:
@@ -276,7 +278,7 @@ def test_a_restart_stops_daemon_pods_no_prepared_claim_needs(tmp_path: Path) -> 
     # The checkpoint is lost and with it every record: the pod alone tells.
     import shutil
 
-    shutil.rmtree(tmp_path / "mps")
+    shutil.rmtree(tools.mps_root)
     enforcer(tools, api, tmp_path).restore(None, {}, node_gpus=[g.uuid for g in h.gpus()])
     assert api.pods == {} and tools.sim.mode(uuid) == "DEFAULT"
 

@@ -52,7 +52,7 @@ def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Pat
     assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
     [mounts] = claim_mounts(node, c["metadata"]["uid"])
     daemon = daemon_id(c["metadata"]["uid"], uuid)
-    host = node.data_dir / "mps" / daemon
+    host = tools.mps_root / daemon
     assert [(m["hostPath"], m["containerPath"]) for m in mounts] == [
         (str(host / "pipe"), f"/run/sharegpu/mps/{uuid}/pipe"),
         ("/dev/null", f"/run/sharegpu/mps/{uuid}/pipe/control_privileged"),
@@ -92,7 +92,7 @@ def test_each_claim_on_a_gpu_gets_its_own_daemon_with_its_own_limits(tmp_path: P
     # a's client starts before b is prepared: its server takes a's limits, b's must not.
     uuid = h.gpus()[3].uuid
     pipe_a, pipe_b = (
-        str(node.data_dir / "mps" / daemon_id(c["metadata"]["uid"], uuid) / "pipe") for c in (a, b)
+        str(tools.mps_root / daemon_id(c["metadata"]["uid"], uuid) / "pipe") for c in (a, b)
     )
     client_a = tools.sim.connect_client(pipe_a, 1000)
     assert prepare(state, b) == ""
@@ -505,7 +505,7 @@ def test_another_claims_dead_daemon_neither_blocks_nor_serves_a_new_claim(
     # A CUDA client that cannot reach MPS runs without it: no limits. A claim is never handed
     # out attached to a dead daemon: it gets its own. The dead one's pod restarts its daemon
     # (restartPolicy Always) with the limits in its environment.
-    node, claims, tools, state = setup(tmp_path)
+    _, claims, tools, state = setup(tmp_path)
     first = h.claim("a", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
     second = h.claim("b", [h.result("gpu", "gpu-0", share={"cores": 20, "memory": 5 * GI})])
     claims.add(first, second)
@@ -516,7 +516,7 @@ def test_another_claims_dead_daemon_neither_blocks_nor_serves_a_new_claim(
     assert tools.pods.present() == [dead]  # the pod is still there
     assert prepare(state, second) == ""
     assert tools.sim.daemons_started == 2 and tools.pods.launches == 2
-    pipe = str(node.data_dir / "mps" / daemon_id(second["metadata"]["uid"], uuid) / "pipe")
+    pipe = str(tools.mps_root / daemon_id(second["metadata"]["uid"], uuid) / "pipe")
     assert list(tools.sim.daemons) == [pipe]
     assert tools.sim.default_limits[pipe]["active_thread_percentage"] == "20"
     assert tools.sim.mode(uuid) == "DEFAULT"

@@ -165,7 +165,7 @@ def test_the_daemon_of_an_interrupted_prepare_is_stopped_and_its_directory_remov
     c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
     crash_during_prepare(node, claims, tools, c)
     assert node.checkpoint()["sharing"]["mps"] == {}  # no record of the daemon
-    directory = node.data_dir / "mps" / daemon_id(c["metadata"]["uid"], uuid)
+    directory = tools.mps_root / daemon_id(c["metadata"]["uid"], uuid)
     if daemon != "running":
         tools.sim.kill_daemons()
     if daemon == "never-started":
