@@ -1,7 +1,8 @@
 """The chart's ValidatingAdmissionPolicies evaluated by a real kube-apiserver on requests made
 with the kubelet plugin's token of node A (bound to a pod on that node): it may not write a
 ResourceSlice of node B, nor create an MPS daemon pod with another image, a host path outside
-the MPS root or a host namespace; the daemon pod it makes for its own node is admitted."""
+the MPS root or a host namespace; the daemon pod it makes for its own node is admitted. A token of
+the same ServiceAccount bound to no pod (so naming no node) may write no slice at all."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 import yaml
 
 from tests.controller.helpers import gpu_uuid, node_slice
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.node import RunningPlugin, daemon_pod_of
+from tests.e2e.controlplane import ControlPlane, write_kubeconfig
+from tests.e2e.driver import NAMESPACE
+from tests.e2e.node import RunningPlugin, daemon_pod_of, plugin_account
 from tests.e2e.processes import step, wait_until
 
 OTHER_NODE = "e2e-other-node"
@@ -44,6 +46,7 @@ def test_plugin_cannot_write_another_nodes_slice(crds: ControlPlane, plugin: Run
         answer[:] = [out]
         return not admitted and "ValidatingAdmissionPolicy" in out
 
+    # Polled: the policies may take a moment to become effective after they are applied.
     wait_until(denied, "a slice of node B is denied", "the policy's denial")
     with step("the denial names both nodes", "kubectl create -f slice-of-node-b.yaml"):
         assert (
@@ -134,3 +137,42 @@ def test_plugin_cannot_create_a_daemon_pod_for_another_node(
             f"{POD_POLICY} denied request: the sharegpu kubelet plugin on node {plugin.node} "
             "may only create or delete MPS daemon pods"
         ) in out, out
+
+
+def test_a_token_without_a_node_cannot_write_slices(
+    crds: ControlPlane, plugin: RunningPlugin, chart: list[dict[str, Any]]
+) -> None:
+    token = crds.kubectl(
+        "create",
+        "token",
+        plugin_account(chart),
+        f"--namespace={NAMESPACE}",
+        step_name="issue a token of the plugin's ServiceAccount bound to no pod",
+    ).stdout.strip()
+    kubeconfig = write_kubeconfig(
+        crds.work / "unbound-plugin.kubeconfig", crds.server, crds.pki.ca_file, token=token
+    )
+    own = node_slice(plugin.node, 1)
+    own["metadata"]["name"] = f"{plugin.node}-unbound"
+    answer: list[str] = []
+
+    def denied() -> bool:
+        result = crds.kubectl(
+            "create",
+            "--dry-run=server",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(own),
+            kubeconfig=kubeconfig,
+            check=False,
+        )
+        answer[:] = [result.stdout + result.stderr]
+        return result.returncode != 0 and "ValidatingAdmissionPolicy" in result.stderr
+
+    # Polled: the policies may take a moment to become effective after they are applied.
+    wait_until(denied, "a token naming no node is denied", "the policy's denial")
+    with step("the denial says why", "kubectl create --dry-run=server"):
+        assert (
+            "denied request: the sharegpu kubelet plugin must authenticate with its pod's "
+            "ServiceAccount token, which names the node"
+        ) in answer[0], answer[0]
