@@ -14,6 +14,7 @@ import yaml
 from kubeletplugin.sharing.daemonpods import daemon_pod
 from kubeletplugin.sharing.daemons import DaemonSpec
 from kubeletplugin.sharing.mpspaths import MpsPaths
+from sharegpu.cel.environment import compile_expression
 from tests.deploy.admissionpolicy import denials, user
 from tests.deploy.helpers import render_chart
 
@@ -247,3 +248,23 @@ def test_the_pod_policy_follows_the_mps_root_and_the_driver_root(helm: str) -> N
     assert denials(p, pod_request("CREATE"), pod) == []
     _host_path(pod, "/run/sharegpu/mps/x")
     assert denials(p, pod_request("CREATE"), pod)
+
+
+@pytest.mark.parametrize("suffix", ["-resourceslices", "-mps-pods"])
+def test_every_expression_type_checks_with_the_node_name_a_string(
+    docs: list[dict[str, Any]], suffix: str
+) -> None:
+    """kube-apiserver types ``variables.userNodeName`` as a string (from ``request.userInfo``)
+    and refuses a policy whose literal mixes it, inside a list, with strings (a map literal
+    ``{'key': 'metadata.name', 'values': [variables.userNodeName]}``: "expected type 'string'
+    but found 'list(string)'"). Here it is ``dyn`` unless replaced by a string literal."""
+    p = policy(docs, suffix)
+    spec = p["spec"]
+    expressions = [v["expression"] for v in spec["variables"]]
+    expressions += [v["expression"] for v in spec["validations"]]
+    expressions += [v["messageExpression"] for v in spec["validations"] if "messageExpression" in v]
+    for expression in expressions:
+        typed = expression.replace("variables.userNodeName", "'gpu-node-1'")
+        compile_expression(
+            typed, {"request": "dyn", "object": "dyn", "oldObject": "dyn", "variables": "dyn"}
+        )

@@ -148,6 +148,9 @@ OTHER_TOOLS_FLAGS = {
     # podman save, kube-apiserver (docs/development.md, the node side of the e2e run)
     "--format",
     "--kubelet-preferred-address-types",
+    # kubectl create token / create --dry-run=server (docs/development.md, the e2e run)
+    "--bound-object-kind",
+    "--dry-run",
     # the real-GPU suite's pytest options (docs/development.md)
     "--keep-gpu-settings",
     "--gpu-report",

@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import driver
+from tests.e2e import driver, node
 from tests.e2e.binaries import bin_dir, missing_binaries, missing_prerequisites
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.processes import step
+
+#: The node of the kubelet plugin's process (its token is bound to a pod on it).
+PLUGIN_NODE = "e2e-plugin-node"
 
 #: Binaries without which nothing runs (the controller manager and scheduler are optional).
 REQUIRED = ("etcd", "kube-apiserver", "kubectl")
@@ -76,3 +79,20 @@ def webhook(
 ) -> str:
     """The chart's webhook registration, pointed at the controller and called by the API server."""
     return driver.register_webhook(crds, controller, chart)
+
+
+@pytest.fixture(scope="package")
+def plugin(
+    crds: ControlPlane, chart: list[dict[str, Any]], helm: str
+) -> Iterator[node.RunningPlugin]:
+    """``python -m kubeletplugin`` (mock backend, the chart's arguments) for a Ready Node object,
+    with a token bound to a pod on that node and the chart's plugin RBAC and admission policies;
+    the chart's DeviceClasses applied. Stopped by its PID after the last test."""
+    driver.apply(crds, [d for d in chart if d["kind"] == "DeviceClass"], "apply the DeviceClasses")
+    node.create_ready_node(crds, PLUGIN_NODE)
+    mock_chart = driver.render_chart(helm, "kubeletPlugin.deviceBackend=mock")
+    running = node.start_plugin(crds, chart, mock_chart, PLUGIN_NODE)
+    try:
+        yield running
+    finally:
+        node.stop_plugin(crds, running)

@@ -49,11 +49,13 @@ PROBE_CLAIM: Final[dict[str, Any]] = {
 }
 
 
-def render_chart(helm: str) -> list[dict[str, Any]]:
+def render_chart(helm: str, *values: str) -> list[dict[str, Any]]:
     """The chart as ``helm template`` renders it, with the webhook's failure policy Fail (a
-    webhook the API server cannot reach fails the request instead of admitting it silently)."""
+    webhook the API server cannot reach fails the request instead of admitting it silently) and
+    each ``values`` entry (``key=value``) set."""
     argv = ("template", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE)
-    result = run_helm(helm, *argv, "--set", "controller.webhook.failurePolicy=Fail")
+    sets = [a for v in ("controller.webhook.failurePolicy=Fail", *values) for a in ("--set", v)]
+    result = run_helm(helm, *argv, *sets)
     if result.returncode != 0:
         raise StepFailed(failure("render the chart", ["helm", *argv], result.stderr))
     return load_documents(result.stdout)
@@ -84,7 +86,8 @@ def apply_crds(plane: ControlPlane) -> None:
     )
 
 
-def _component(doc: dict[str, Any]) -> str:
+def component(doc: dict[str, Any]) -> str:
+    """The chart object's ``app.kubernetes.io/component`` label (empty when it has none)."""
     return str(doc.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/component", ""))
 
 
@@ -102,7 +105,7 @@ def start_controller(plane: ControlPlane, chart: list[dict[str, Any]]) -> Runnin
     so exactly the chart's permissions), its webhook on 127.0.0.1 with a certificate of the run's
     CA; returns once the webhook listens."""
     plane.kubectl("create", "namespace", NAMESPACE, step_name="create the namespace", check=False)
-    rbac = [d for d in chart if _component(d) == "controller" and d["kind"] in RBAC_KINDS]
+    rbac = [d for d in chart if component(d) == "controller" and d["kind"] in RBAC_KINDS]
     account = next(d["metadata"]["name"] for d in rbac if d["kind"] == "ServiceAccount")
     apply(plane, rbac, "apply the controller's RBAC from the chart")
     token = plane.kubectl(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -162,3 +163,20 @@ def wait_until(
                 )
             )
         time.sleep(interval_s)
+
+
+def assert_no_forbidden(process: Process, step_name: str) -> None:
+    """Fail the step when ``process`` has exited or its log shows a 403 (Forbidden) answer of the
+    API server, quoting the first such line."""
+    process.check_running(step_name)
+    text = process.log.read_text(errors="replace")
+    forbidden = [ln for ln in text.splitlines() if re.search(r"\b403\b|[Ff]orbidden", ln)]
+    if forbidden:
+        raise StepFailed(
+            failure(
+                step_name,
+                process.argv,
+                f"the API server refused {process.name}: {forbidden[0]}",
+                process.log,
+            )
+        )

@@ -14,7 +14,7 @@ import yaml
 from tests.controller.helpers import MODEL, node_slice
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.driver import RunningController
-from tests.e2e.processes import StepFailed, failure, step, wait_until
+from tests.e2e.processes import assert_no_forbidden, step, wait_until
 
 NODE = "e2e-node-1"
 GPUS = 2
@@ -100,15 +100,4 @@ def test_gpus_show_the_printer_columns(published: ControlPlane) -> None:
 def test_controller_log_has_no_forbidden_answer(
     published: ControlPlane, controller: RunningController
 ) -> None:
-    controller.process.check_running("controller with the chart's RBAC")
-    text = controller.process.log.read_text(errors="replace")
-    forbidden = [ln for ln in text.splitlines() if re.search(r"\b403\b|[Ff]orbidden", ln)]
-    if forbidden:
-        raise StepFailed(
-            failure(
-                "controller with the chart's RBAC",
-                controller.process.argv,
-                "the API server refused the controller: " + forbidden[0],
-                controller.process.log,
-            )
-        )
+    assert_no_forbidden(controller.process, "controller with the chart's RBAC")

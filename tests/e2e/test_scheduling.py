@@ -15,32 +15,13 @@ from tests.controller.helpers import node_slice
 from tests.e2e.binaries import missing_binaries
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.driver import RunningController, apply
+from tests.e2e.node import create_ready_node
 from tests.e2e.processes import step, wait_until
 from tests.paths import EXAMPLES_DIR
 
 NODE = "e2e-sched-node"
 NAMESPACE = "e2e-examples"
 EXAMPLE = EXAMPLES_DIR / "two-pods-fractional-share" / "two-pods-fractional-share.yaml"
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-
-
-def _node() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
-    }
-
-
-def _node_status() -> dict[str, Any]:
-    resources = {"cpu": "8", "memory": "32Gi", "pods": "110"}
-    return {
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "E2E"}],
-        }
-    }
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +31,7 @@ def node(crds: ControlPlane, chart: list[dict[str, Any]], webhook: str) -> Contr
     if missing_binaries(("kube-scheduler",)):
         pytest.skip("e2e: kube-scheduler not built (tests/e2e/build-binaries.sh kube-scheduler)")
     apply(plane, [d for d in chart if d["kind"] == "DeviceClass"], "apply the DeviceClasses")
-    apply(plane, [_node()], "create a node")
-    plane.kubectl(
-        "patch",
-        "node",
-        NODE,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(_node_status()),
-        step_name="mark the node Ready",
-    )
-    # The API server taints a new node not-ready; no kubelet reports here, so lift it by hand.
-    plane.kubectl("taint", "node", NODE, f"{NOT_READY_TAINT}:NoSchedule-", check=False)
+    create_ready_node(plane, NODE)
     apply(plane, [node_slice(NODE, 1)], "publish the node's ResourceSlice")
     plane.kubectl("create", "namespace", NAMESPACE, check=False)
     return plane
