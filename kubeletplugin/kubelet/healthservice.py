@@ -1,4 +1,10 @@
-"""The kubelet device-health stream (``v1alpha1.DRAResourceHealth/NodeWatchResources``, KEP-4680).
+"""The kubelet device-health stream (``DRAResourceHealth/NodeWatchResources``, KEP-4680).
+
+Two wire versions carry the same messages: ``v1`` (kubelet 1.37 prefers it) and ``v1alpha1``
+(kubelet 1.34-1.36; 1.37 still accepts it). :data:`HEALTH_APIS` lists both; one
+:class:`HealthServicer` serves every version in it from one source and one stream limit, and
+the service names registration advertises are read from that same table, so the plugin
+advertises exactly the versions it serves.
 
 The servicer forwards the lists produced by a :class:`HealthSource`. Every list is the driver's
 *complete* device list (kubelet marks unreported devices Unknown after a timeout).
@@ -14,13 +20,19 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Protocol
 
 import grpc
 
-from kubeletplugin.kubelet.grpcapi.gen import drahealth_v1alpha1_pb2 as pb
+from kubeletplugin.kubelet.grpcapi.gen import (
+    drahealth_v1_pb2,
+    drahealth_v1_pb2_grpc,
+    drahealth_v1alpha1_pb2,
+    drahealth_v1alpha1_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +146,37 @@ class _BroadcastSubscription:
             self._owner._cond.notify_all()
 
 
-def to_response(devices: Sequence[DeviceHealthStatus]) -> Any:
-    """The wire message for one complete list."""
+@dataclass(frozen=True)
+class HealthApi:
+    """One wire version of the health service.
+
+    ``service`` is the gRPC service's full name (``<proto package>.DRAResourceHealth``), read
+    from the generated descriptor: it is both what the server serves and what registration
+    advertises. ``messages`` is the generated message module; ``add_to_server`` registers a
+    servicer for this version on a server.
+    """
+
+    service: str
+    messages: ModuleType
+    add_to_server: Callable[[Any, grpc.Server], None]
+
+
+def _health_api(messages: ModuleType, stubs: ModuleType) -> HealthApi:
+    service = messages.DESCRIPTOR.services_by_name["DRAResourceHealth"].full_name
+    return HealthApi(str(service), messages, stubs.add_DRAResourceHealthServicer_to_server)
+
+
+#: Every served health version, newest first (kubelet picks, in its own order of preference,
+#: the first version it knows among those advertised).
+HEALTH_APIS: tuple[HealthApi, ...] = (
+    _health_api(drahealth_v1_pb2, drahealth_v1_pb2_grpc),
+    _health_api(drahealth_v1alpha1_pb2, drahealth_v1alpha1_pb2_grpc),
+)
+
+
+def to_response(devices: Sequence[DeviceHealthStatus], messages: ModuleType) -> Any:
+    """The wire message of one complete list, in the version of ``messages``."""
+    pb: Any = messages
     return pb.NodeWatchResourcesResponse(
         devices=[
             pb.DeviceHealth(
@@ -150,24 +191,32 @@ def to_response(devices: Sequence[DeviceHealthStatus]) -> Any:
     )
 
 
-#: Health streams served at once. Kubelet keeps one per plugin; the server reserves exactly this
-#: many extra workers for them, so open streams can never take a worker a prepare needs.
+#: Health streams served at once, all versions together. Kubelet keeps one per plugin; the
+#: server reserves exactly this many extra workers for them, so open streams can never take a
+#: worker a prepare needs.
 MAX_HEALTH_STREAMS = 4
 
 
 class HealthServicer:
-    """Serves ``NodeWatchResources``: one subscription per stream, closed when the stream ends.
+    """Serves ``NodeWatchResources`` in every version of :data:`HEALTH_APIS`: one subscription
+    per stream, closed when the stream ends.
 
-    Invariant: at most ``max_streams`` streams are open at once; a stream beyond that is
-    refused at once with ``RESOURCE_EXHAUSTED`` (it never waits for a slot, so it never holds a
-    worker either)."""
+    Invariant: at most ``max_streams`` streams are open at once, whatever their versions; a
+    stream beyond that is refused at once with ``RESOURCE_EXHAUSTED`` (it never waits for a
+    slot, so it never holds a worker either)."""
 
     def __init__(self, source: HealthSource, max_streams: int = MAX_HEALTH_STREAMS) -> None:
         self._source = source
         self.max_streams = max_streams
         self._slots = threading.BoundedSemaphore(max_streams)
 
-    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def add_to_server(self, server: grpc.Server) -> None:
+        """Serve every version of :data:`HEALTH_APIS` on ``server``."""
+        for api in HEALTH_APIS:
+            api.add_to_server(_VersionServicer(self, api.messages), server)
+
+    def watch(self, messages: ModuleType, context: grpc.ServicerContext) -> Iterator[Any]:
+        """One stream, its responses built with the version's ``messages``."""
         if not self._slots.acquire(blocking=False):
             log.warning("refusing a device health stream: %d are open already", self.max_streams)
             context.abort(
@@ -175,20 +224,31 @@ class HealthServicer:
                 f"at most {self.max_streams} device health streams may be open at once",
             )
         try:
-            yield from self._serve(context)
+            yield from self._serve(messages, context)
         finally:
             self._slots.release()
 
-    def _serve(self, context: grpc.ServicerContext) -> Iterator[Any]:
+    def _serve(self, messages: ModuleType, context: grpc.ServicerContext) -> Iterator[Any]:
         subscription = self._source.subscribe()
         # Runs when the client goes away or the server stops, waking a blocked __next__.
         context.add_callback(subscription.close)
-        log.info("kubelet opened a device health stream")
+        log.info("kubelet opened a device health stream (%s)", messages.DESCRIPTOR.package)
         try:
             for devices in subscription:
                 if not context.is_active():
                     break
-                yield to_response(devices)
+                yield to_response(devices, messages)
         finally:
             subscription.close()
             log.info("device health stream ended")
+
+
+class _VersionServicer:
+    """The gRPC-facing servicer of one version; all logic is :meth:`HealthServicer.watch`."""
+
+    def __init__(self, owner: HealthServicer, messages: ModuleType) -> None:
+        self._owner = owner
+        self._messages = messages
+
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        return self._owner.watch(self._messages, context)

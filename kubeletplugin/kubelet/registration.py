@@ -24,15 +24,15 @@ log = logging.getLogger(__name__)
 PLUGIN_TYPE = "DRAPlugin"
 DRA_V1_SERVICE = "v1.DRAPlugin"
 DRA_V1BETA1_SERVICE = "v1beta1.DRAPlugin"
-HEALTH_V1ALPHA1_SERVICE = "v1alpha1.DRAResourceHealth"
 
 
-def supported_versions(health_enabled: bool) -> list[str]:
-    """Services advertised to kubelet, most preferred first (kubelet picks the first it knows)."""
-    versions = [DRA_V1_SERVICE, DRA_V1BETA1_SERVICE]
-    if health_enabled:
-        versions.append(HEALTH_V1ALPHA1_SERVICE)
-    return versions
+def supported_versions(health_services: Sequence[str] = ()) -> list[str]:
+    """Services advertised to kubelet: the DRA services, most preferred first (kubelet uses the
+    first it knows), then ``health_services``, which must be exactly the health services the
+    endpoint serves (kubelet 1.37 picks among them in its own order, newest first; on a version
+    advertised but not served its stream ends UNIMPLEMENTED and kubelet stops watching the
+    driver's health until the driver registers again)."""
+    return [DRA_V1_SERVICE, DRA_V1BETA1_SERVICE, *health_services]
 
 
 def registration_socket_path(registry_dir: Path, driver_name: str) -> Path:

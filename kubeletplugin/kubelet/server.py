@@ -25,10 +25,14 @@ from kubeletplugin.kubelet.grpcapi.gen import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
-    drahealth_v1alpha1_pb2_grpc,
     pluginregistration_v1_pb2_grpc,
 )
-from kubeletplugin.kubelet.healthservice import MAX_HEALTH_STREAMS, HealthServicer, HealthSource
+from kubeletplugin.kubelet.healthservice import (
+    HEALTH_APIS,
+    MAX_HEALTH_STREAMS,
+    HealthServicer,
+    HealthSource,
+)
 from kubeletplugin.kubelet.preparer import ClaimPreparer
 from kubeletplugin.kubelet.registration import (
     RegistrationServicer,
@@ -54,7 +58,8 @@ def dra_socket_path(data_dir: Path) -> Path:
 
 
 class PluginServer:
-    """Serves DRA v1 and v1beta1 (plus health when a source is given) and registers with kubelet.
+    """Serves DRA v1 and v1beta1 (plus health v1 and v1alpha1 when a source is given) and
+    registers with kubelet, advertising exactly those services.
 
     Paths are made absolute (not symlink-resolved: kubelet must see the same path). ``start`` may
     be called once; ``stop`` any number of times. Use as a context manager to stop on every exit
@@ -79,8 +84,9 @@ class PluginServer:
             registration_socket_path(Path(registry_dir).absolute(), driver_name)
         )
         self.service = DraService(preparer)
+        health_services = [api.service for api in HEALTH_APIS] if health_source is not None else []
         self.registration = RegistrationServicer(
-            driver_name, self.dra_socket.path, supported_versions(health_source is not None)
+            driver_name, self.dra_socket.path, supported_versions(health_services)
         )
         self._health_source = health_source
         self._max_workers = max_workers
@@ -103,9 +109,7 @@ class PluginServer:
                 DraV1beta1Servicer(self.service), dra
             )
             if self._health_source is not None:
-                drahealth_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-                    HealthServicer(self._health_source), dra
-                )
+                HealthServicer(self._health_source).add_to_server(dra)
             self._dra_server = dra
             _serve(dra, self.dra_socket)
             log.info("serving DRA endpoint %s", self.dra_socket.path)

@@ -4,16 +4,18 @@ Used by ``sharegpu demo`` and by the tests.
 
 API::
 
-    sim = KubeletSim(registry_dir)                 # kubelet's plugins_registry directory
+    sim = KubeletSim(registry_dir, kubernetes_version="1.37")  # kubelet's plugins_registry
     sim.registration_sockets()                     # sockets there, as kubelet's watcher sees them
     plugin = sim.register("gpu.sharegpu.dev")      # full handshake -> RegisteredPlugin
     plugin.info                                    # PluginInfo as sent by GetInfo
     plugin.version                                 # chosen service, e.g. "v1.DRAPlugin"
+    plugin.health_version                          # e.g. "v1.DRAResourceHealth", or None
     results = plugin.prepare([ClaimRef(ns, uid, name), ...], version="v1beta1.DRAPlugin")
     results[uid].error, results[uid].devices       # SimDevice(request_names, pool_name,
                                                    #   device_name, cdi_device_ids, share_id)
     errors = plugin.unprepare([...])               # {uid: error string ("" = success)}
     watch = plugin.watch_health()                  # background reader of NodeWatchResources
+                                                   #   in health_version (or version=...)
     watch.next(timeout=10.0)                       # next complete list of SimDeviceHealth
     watch.close()
     plugin.close(); sim.close()                    # or use both as context managers
@@ -24,6 +26,11 @@ kubelet supports (``supported`` argument); connect to ``endpoint`` and wait unti
 ``NotifyRegistrationStatus(plugin_registered=True)``. With no common version, or with
 ``reject="reason"``, it reports ``plugin_registered=False`` and raises
 :class:`RegistrationRejected`.
+
+The health service is optional and chosen as kubelet 1.37 does (``pickHealthService``): the first
+of *kubelet's* health versions, newest first, that the plugin advertises; none if it advertises
+none. A 1.37 kubelet knows ``v1`` and ``v1alpha1``; a 1.34-1.36 kubelet only ``v1alpha1``
+(:func:`health_versions`).
 
 ``prepare``/``unprepare`` default to the version chosen at registration; ``share_id`` is None
 when the field is absent on the wire (always for v1beta1). Calls carry kubelet's 45 s deadline.
@@ -46,6 +53,8 @@ from kubeletplugin.kubelet.grpcapi.gen import (
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
+    drahealth_v1_pb2,
+    drahealth_v1_pb2_grpc,
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
     pluginregistration_v1_pb2,
@@ -54,12 +63,33 @@ from kubeletplugin.kubelet.grpcapi.gen import (
 from kubeletplugin.kubelet.preparer import ClaimRef
 
 KUBELET_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+#: The Kubernetes version the simulated kubelet has unless told otherwise.
+DEFAULT_KUBERNETES_VERSION = "1.37"
+#: Kubernetes minor versions the simulator knows (the driver's range).
+KNOWN_MINORS = range(34, 38)
 CALL_TIMEOUT_S = 45.0
 
 _DRA_APIS: dict[str, tuple[Any, Any]] = {
     "v1.DRAPlugin": (dra_v1_pb2, dra_v1_pb2_grpc),
     "v1beta1.DRAPlugin": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
 }
+_HEALTH_APIS: dict[str, tuple[Any, Any]] = {
+    "v1.DRAResourceHealth": (drahealth_v1_pb2, drahealth_v1_pb2_grpc),
+    "v1alpha1.DRAResourceHealth": (drahealth_v1alpha1_pb2, drahealth_v1alpha1_pb2_grpc),
+}
+
+
+def health_versions(kubernetes_version: str) -> tuple[str, ...]:
+    """The health services a kubelet of ``kubernetes_version`` ("1.N") consumes, newest first.
+
+    Raises ValueError naming the allowed versions for anything else."""
+    major, _, minor = kubernetes_version.partition(".")
+    if major != "1" or not minor.isdigit() or int(minor) not in KNOWN_MINORS:
+        allowed = ", ".join(f"1.{m}" for m in KNOWN_MINORS)
+        raise ValueError(f"kubernetes_version: {kubernetes_version!r} is not one of {allowed}")
+    if int(minor) >= 37:
+        return ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+    return ("v1alpha1.DRAResourceHealth",)
 
 
 class RegistrationRejected(RuntimeError):
@@ -108,11 +138,15 @@ def _claim_messages(pb: Any, claims: Iterable[ClaimRef]) -> list[Any]:
 
 
 class HealthWatch:
-    """Reads one NodeWatchResources stream in a background thread."""
+    """Reads one NodeWatchResources stream of health service ``version`` in a background
+    thread."""
 
-    def __init__(self, channel: grpc.Channel) -> None:
-        stub = drahealth_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
-        self._call = stub.NodeWatchResources(drahealth_v1alpha1_pb2.NodeWatchResourcesRequest())
+    def __init__(self, channel: grpc.Channel, version: str) -> None:
+        self.version = version
+        pb, pb_grpc = _HEALTH_APIS[version]
+        self._pb = pb
+        stub = pb_grpc.DRAResourceHealthStub(channel)
+        self._call = stub.NodeWatchResources(pb.NodeWatchResourcesRequest())
         self._updates: queue.Queue[list[SimDeviceHealth] | BaseException] = queue.Queue()
         self._thread = threading.Thread(target=self._read, name="kubelet-sim-health", daemon=True)
         self._thread.start()
@@ -125,7 +159,7 @@ class HealthWatch:
                         SimDeviceHealth(
                             pool_name=d.device.pool_name,
                             device_name=d.device.device_name,
-                            health=drahealth_v1alpha1_pb2.HealthStatus.Name(d.health),
+                            health=self._pb.HealthStatus.Name(d.health),
                             last_updated_time=d.last_updated_time,
                             health_check_timeout_seconds=d.health_check_timeout_seconds,
                             message=d.message,
@@ -155,9 +189,10 @@ class HealthWatch:
 class RegisteredPlugin:
     """A plugin that completed the handshake; talks to its DRA endpoint."""
 
-    def __init__(self, info: SimPluginInfo, version: str) -> None:
+    def __init__(self, info: SimPluginInfo, version: str, health_version: str | None) -> None:
         self.info = info
         self.version = version
+        self.health_version = health_version
         self._channel = _unix_channel(info.endpoint)
         self._watches: list[HealthWatch] = []
 
@@ -196,8 +231,17 @@ class RegisteredPlugin:
         response = stub.NodeUnprepareResources(request, timeout=CALL_TIMEOUT_S)
         return {uid: entry.error for uid, entry in response.claims.items()}
 
-    def watch_health(self) -> HealthWatch:
-        watch = HealthWatch(self._channel)
+    def watch_health(self, version: str | None = None) -> HealthWatch:
+        """Open a health stream in ``version`` (default: the one chosen at registration)."""
+        chosen = version or self.health_version
+        if chosen is None:
+            raise RuntimeError(
+                f"the plugin advertises no health service this kubelet consumes "
+                f"(it advertises {list(self.info.supported_versions)})"
+            )
+        if chosen not in _HEALTH_APIS:
+            raise ValueError(f"version: {chosen!r} is not one of {sorted(_HEALTH_APIS)}")
+        watch = HealthWatch(self._channel, chosen)
         self._watches.append(watch)
         return watch
 
@@ -221,9 +265,16 @@ class RegisteredPlugin:
 class KubeletSim:
     """The registration side of kubelet for DRA plugins in one registry directory."""
 
-    def __init__(self, registry_dir: Path, supported: Sequence[str] = KUBELET_VERSIONS) -> None:
+    def __init__(
+        self,
+        registry_dir: Path,
+        supported: Sequence[str] = KUBELET_VERSIONS,
+        kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
+    ) -> None:
         self.registry_dir = Path(registry_dir)
         self.supported = tuple(supported)
+        self.kubernetes_version = kubernetes_version
+        self.health_supported = health_versions(kubernetes_version)
         self._plugins: list[RegisteredPlugin] = []
 
     def registration_sockets(self) -> list[Path]:
@@ -276,7 +327,8 @@ class KubeletSim:
         if problem is not None or version is None:
             self.notify(driver_name, False, problem or "rejected")
             raise RegistrationRejected(problem)
-        plugin = RegisteredPlugin(info, version)
+        health = next((v for v in self.health_supported if v in info.supported_versions), None)
+        plugin = RegisteredPlugin(info, version, health)
         try:
             plugin.wait_ready(timeout)
         except grpc.FutureTimeoutError:

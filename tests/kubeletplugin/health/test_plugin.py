@@ -131,7 +131,10 @@ def running_plugin(
             plugin.start()
             with KubeletSim(dirs.registry) as kubelet:
                 registered = kubelet.register(DRIVER)
-                assert "v1alpha1.DRAResourceHealth" in registered.info.supported_versions
+                assert {"v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"} <= set(
+                    registered.info.supported_versions
+                )
+                assert registered.health_version == "v1.DRAResourceHealth"
                 yield Running(plugin, registered, health_file, history, apiserver)
         finally:
             plugin.stop()

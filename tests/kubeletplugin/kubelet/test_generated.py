@@ -13,6 +13,7 @@ from kubeletplugin.kubelet.grpcapi import generate
 from kubeletplugin.kubelet.grpcapi.gen import (
     dra_v1_pb2,
     dra_v1beta1_pb2,
+    drahealth_v1_pb2,
     drahealth_v1alpha1_pb2,
     pluginregistration_v1_pb2,
 )
@@ -96,10 +97,13 @@ def test_registration_wire_contract() -> None:
     assert _fields(messages["InfoRequest"]) == {}
 
 
-def test_health_wire_contract() -> None:
-    file = drahealth_v1alpha1_pb2.DESCRIPTOR
-    assert file.package == "v1alpha1"
-    assert _services(file) == {"v1alpha1.DRAResourceHealth": ["NodeWatchResources"]}
+@pytest.mark.parametrize(
+    ("module", "package"), [(drahealth_v1_pb2, "v1"), (drahealth_v1alpha1_pb2, "v1alpha1")]
+)
+def test_health_wire_contract(module: ModuleType, package: str) -> None:
+    file: FileDescriptor = module.DESCRIPTOR
+    assert file.package == package
+    assert _services(file) == {f"{package}.DRAResourceHealth": ["NodeWatchResources"]}
     method = file.services_by_name["DRAResourceHealth"].methods_by_name["NodeWatchResources"]
     assert method.server_streaming and not method.client_streaming
     messages = file.message_types_by_name

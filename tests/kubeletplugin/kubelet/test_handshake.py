@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import grpc
 import pytest
 
 from kubeletplugin.kubelet.healthservice import HealthBroadcaster
@@ -29,13 +30,52 @@ def test_get_info_advertises_driver_endpoint_and_versions(dirs: Dirs) -> None:
         assert info.supported_versions == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 
 
-def test_health_service_is_advertised_when_enabled(dirs: Dirs) -> None:
+def test_both_health_services_are_advertised_when_enabled(dirs: Dirs) -> None:
     with running_server(dirs, health_source=HealthBroadcaster()), KubeletSim(dirs.registry) as k:
         assert k.get_info(DRIVER).supported_versions == (
             "v1.DRAPlugin",
             "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
             "v1alpha1.DRAResourceHealth",
         )
+
+
+def _watch_status(endpoint: str, service: str) -> grpc.StatusCode:
+    """The status of a ``NodeWatchResources`` stream of ``service``, opened with raw bytes (so
+    any service name can be asked, also one with no generated stubs); OK once a message came."""
+    with grpc.insecure_channel(f"unix:{endpoint}") as channel:
+        call = channel.unary_stream(f"/{service}/NodeWatchResources")(b"", timeout=30)
+        try:
+            next(iter(call))
+        except grpc.RpcError as err:
+            return err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+        call.cancel()
+        return grpc.StatusCode.OK
+
+
+@pytest.mark.parametrize("health", [True, False])
+def test_advertised_health_services_are_exactly_the_served_ones(dirs: Dirs, health: bool) -> None:
+    """Every health service advertised answers a stream; every one not advertised (including
+    an upstream version the plugin does not implement) is unknown to the endpoint."""
+    broadcaster = HealthBroadcaster()
+    broadcaster.publish([])
+    source = broadcaster if health else None
+    candidates = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth", "v1beta1.DRAResourceHealth")
+    with running_server(dirs, health_source=source) as server, KubeletSim(dirs.registry) as k:
+        advertised = set(k.get_info(DRIVER).supported_versions)
+        served = {
+            service
+            for service in candidates
+            if _watch_status(str(server.dra_socket.path), service) == grpc.StatusCode.OK
+        }
+        unknown = {
+            service
+            for service in candidates
+            if _watch_status(str(server.dra_socket.path), service) == grpc.StatusCode.UNIMPLEMENTED
+        }
+    assert served == advertised & set(candidates)
+    assert unknown == set(candidates) - served
+    assert served == ({"v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"} if health else set())
 
 
 def test_full_handshake_picks_v1_and_reports_success(dirs: Dirs) -> None:

@@ -1,4 +1,4 @@
-"""The v1alpha1 DRAResourceHealth stream, fed by a fake source and by HealthBroadcaster."""
+"""The DRAResourceHealth stream (v1 and v1alpha1), fed by a fake source and by HealthBroadcaster."""
 
 from __future__ import annotations
 
@@ -193,3 +193,72 @@ def test_open_health_streams_never_starve_prepares(dirs: Dirs) -> None:
                 continue
         else:
             pytest.fail("a freed stream slot was never reused")
+
+
+V1 = "v1.DRAResourceHealth"
+V1ALPHA1 = "v1alpha1.DRAResourceHealth"
+
+
+def test_v1_and_v1alpha1_clients_receive_the_same_updates(dirs: Dirs) -> None:
+    broadcaster = HealthBroadcaster()
+    broadcaster.publish([GPU0_OK, GPU1_OK])
+    with running_server(dirs, health_source=broadcaster), KubeletSim(dirs.registry) as kubelet:
+        plugin = kubelet.register(DRIVER)
+        watches = [plugin.watch_health(V1), plugin.watch_health(V1ALPHA1)]
+        assert [w.version for w in watches] == [V1, V1ALPHA1]
+        for watch in watches:
+            assert watch.next() == [_sim(GPU0_OK), _sim(GPU1_OK)]
+        broadcaster.publish([GPU0_OK, GPU1_BAD])
+        for watch in watches:
+            assert watch.next() == [_sim(GPU0_OK), _sim(GPU1_BAD)]
+
+
+@pytest.mark.parametrize(
+    ("kubernetes_version", "chosen"),
+    [("1.37", V1), ("1.36", V1ALPHA1), ("1.35", V1ALPHA1), ("1.34", V1ALPHA1)],
+)
+def test_kubelet_uses_the_health_version_of_its_release(
+    dirs: Dirs, kubernetes_version: str, chosen: str
+) -> None:
+    source = FakeHealthSource()
+    with (
+        running_server(dirs, health_source=source),
+        KubeletSim(dirs.registry, kubernetes_version=kubernetes_version) as kubelet,
+    ):
+        plugin = kubelet.register(DRIVER)
+        assert plugin.health_version == chosen
+        watch = plugin.watch_health()
+        assert watch.version == chosen
+        source.subscriptions.get(timeout=10).items.put([GPU1_BAD])
+        assert watch.next() == [_sim(GPU1_BAD)]
+
+
+def test_kubelet_without_a_common_health_version_does_not_watch(dirs: Dirs) -> None:
+    with running_server(dirs), KubeletSim(dirs.registry) as kubelet:
+        plugin = kubelet.register(DRIVER)
+        assert plugin.health_version is None
+        with pytest.raises(RuntimeError, match="advertises no health service"):
+            plugin.watch_health()
+
+
+@pytest.mark.parametrize("bad", ["1.33", "1.38", "2.0", "1.x", "37", ""])
+def test_kubelet_sim_rejects_unknown_kubernetes_versions(dirs: Dirs, bad: str) -> None:
+    with pytest.raises(ValueError, match=r"kubernetes_version: .* is not one of 1\.34, .*1\.37"):
+        KubeletSim(dirs.registry, kubernetes_version=bad)
+
+
+def test_stream_limit_counts_both_versions(dirs: Dirs) -> None:
+    from kubeletplugin.kubelet.healthservice import MAX_HEALTH_STREAMS
+
+    broadcaster = HealthBroadcaster()
+    broadcaster.publish([GPU0_OK])
+    with running_server(dirs, health_source=broadcaster), KubeletSim(dirs.registry) as kubelet:
+        plugin = kubelet.register(DRIVER)
+        versions = [V1 if i % 2 else V1ALPHA1 for i in range(MAX_HEALTH_STREAMS)]
+        allowed = [plugin.watch_health(v) for v in versions]
+        for watch in allowed:
+            assert watch.next() == [_sim(GPU0_OK)]
+        for version in (V1, V1ALPHA1):
+            with pytest.raises(grpc.RpcError) as info:
+                plugin.watch_health(version).next(timeout=30)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
