@@ -208,9 +208,12 @@ class SharingEnforcer:
             needed = self._needed_daemons()
         if any(g.strategy == STRATEGY_LIMITS for g in grants):
             self._remove_lock_dir(claim_uid)
-        # This claim's daemons, and any whose earlier stop failed (retried on every release).
+        # This claim's daemons, and any whose earlier stop failed, and every GPU with a held or
+        # unrestored interval: failed stops and restores are retried on every release.
         unneeded = {i: d.uuid for i, d in self.mps.running().items() if i not in needed}
-        uuids = sorted({g.gpu_uuid for g in grants} | set(unneeded.values()))
+        uuids = sorted(
+            {g.gpu_uuid for g in grants} | set(unneeded.values()) | set(self.timeslice.gpus())
+        )
         problems: list[str] = []
         with self._locked(uuids):
             # A daemon another claim's apply started before the snapshot above has its grants

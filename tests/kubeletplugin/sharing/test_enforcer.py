@@ -288,6 +288,23 @@ def test_time_slicing_whole_gpu_set_and_restored(tmp_path: Path) -> None:
     ]
 
 
+def test_a_failed_interval_restore_is_retried_by_the_next_release(tmp_path: Path) -> None:
+    _, claims, tools, state = setup(tmp_path)
+    medium = gpu_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Medium"}})
+    sliced = h.claim("sliced", [h.result("gpu", "gpu-6")], configs=[medium])
+    other = h.claim("other", [h.result("gpu", "gpu-2")])
+    claims.add(sliced, other)
+    assert prepare(state, sliced) == "" and prepare(state, other) == ""
+    uuid = h.gpus()[6].uuid
+    tools.fake.on("nvidia-smi", "compute-policy", returncode=15, stderr="Unknown Error", once=True)
+    failed = state.unprepare([h.ref(sliced)])[sliced["metadata"]["uid"]].error
+    assert "cannot restore the time-slice interval" in failed
+    assert tools.sim.timeslices[uuid] == 2
+    # Another claim's release, on another GPU, restores the interval the failed one left.
+    assert state.unprepare([h.ref(other)])[other["metadata"]["uid"]].error == ""
+    assert tools.sim.timeslices[uuid] == 0
+
+
 def test_second_claim_with_another_interval_gets_an_error(tmp_path: Path) -> None:
     _, claims, tools, state = setup(tmp_path)
     share = {"cores": 50, "memory": 20 * GI}
