@@ -380,25 +380,36 @@ def test_a_later_larger_share_gets_its_own_limits_while_an_earlier_client_runs(
 
 
 @contextlib.contextmanager
+def holder(
+    argv: list[str], env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
+    """A ``cudaprobe.py hold`` process that holds its allocation while the body runs; yields it
+    with its report line (checked: CUDA started and the allocation worked)."""
+    process = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        report: dict[str, Any] = json.loads(line) if line.strip() else {"stdout": line}
+        assert report.get("step") != "load" and report.get("code") in (None, 0), report
+        yield process, report
+    finally:
+        stop_holder(process)
+
+
+@contextlib.contextmanager
 def holding_client(plan: ContainerPlan, args: list[str], probe: Path) -> Iterator[dict[str, Any]]:
-    """A client that holds its allocation while the body runs; yields its report line."""
+    """A client in the emulated container that holds its allocation while the body runs;
+    yields its report line."""
     argv = [os.path.realpath(sys.executable), "-I", "-S", str(probe), *args]
-    with mount_targets(plan):
-        process = subprocess.Popen(
-            enter_command(plan, argv, CLIENT_UID),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            report: dict[str, Any] = json.loads(line) if line.strip() else {"stdout": line}
-            assert report.get("step") != "load" and report.get("code") in (None, 0), report
-            yield report
-        finally:
-            stop_holder(process)
+    with mount_targets(plan), holder(enter_command(plan, argv, CLIENT_UID)) as (_, report):
+        yield report
 
 
 #: GiB of each compute-ratio share (the probe allocates almost nothing).
@@ -671,33 +682,12 @@ def process_name(pid: int) -> str:
 def plain_holder_in_own_pid_namespace(gpu: GpuInfo, probe: Path) -> Iterator[int]:
     """A CUDA process outside MPS (no pipe directory) in a PID namespace of its own, as a pod
     without hostPID runs, holding 2 GiB; yields its PID as the host sees it."""
-    process = subprocess.Popen(
-        [
-            "unshare",
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            os.path.realpath(sys.executable),
-            "-I",
-            "-S",
-            str(probe),
-            "hold",
-            "2",
-        ],
-        env={"PATH": os.environ.get("PATH", ""), "CUDA_VISIBLE_DEVICES": gpu.uuid},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.strip(), process.stderr.read() if process.stderr else ""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", os.path.realpath(sys.executable)]
+    argv += ["-I", "-S", str(probe), "hold", "2"]
+    env = {"PATH": os.environ.get("PATH", ""), "CUDA_VISIBLE_DEVICES": gpu.uuid}
+    with holder(argv, env) as (process, _):
         (host_pid,) = child_pids(process.pid)
         yield host_pid
-    finally:
-        stop_holder(process)
 
 
 def nvml_pids_seen_from_a_new_pid_namespace(gpu: GpuInfo) -> list[int]:
