@@ -5,7 +5,8 @@ This module is the single source of these strings; nothing else spells them out.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 #: Default DRA driver name (``spec.driver`` of our ResourceSlices, ``driver`` of results).
 DEFAULT_DRIVER_NAME: Final = "gpu.sharegpu.dev"
@@ -167,6 +168,14 @@ def mps_escape_taint_key(driver_name: str) -> str:
 def qualify(driver_name: str, name: str) -> str:
     """Fully qualified attribute or capacity name (names with a ``/`` are already qualified)."""
     return name if "/" in name else f"{driver_name}/{name}"
+
+
+def driver_value(mapping: Mapping[str, Any], driver_name: str, name: str) -> Any:
+    """The value of attribute or capacity ``name`` in ``mapping``, under its plain name or the
+    driver-qualified one (the plain one first); None when under neither."""
+    if name in mapping:
+        return mapping[name]
+    return mapping.get(qualify(driver_name, name))
 
 
 def cdi_vendor(driver_name: str) -> str:

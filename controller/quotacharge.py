@@ -285,8 +285,8 @@ def allocated(
         whole = basis.whole_gpu()
         if isinstance(consumed, Mapping):
             # A missing amount counts whole, as the node plugin grants and the tracker counts it.
-            cores = _consumed_amount(consumed, driver, names.CAP_CORES)
-            memory = _consumed_amount(consumed, driver, names.CAP_MEMORY)
+            cores = names.driver_value(consumed, driver, names.CAP_CORES)
+            memory = names.driver_value(consumed, driver, names.CAP_MEMORY)
             total += Amounts(
                 whole.cores if cores is None else _qty_int(cores),
                 whole.memory if memory is None else _qty_int(memory),
@@ -295,11 +295,6 @@ def allocated(
         else:
             total += whole
     return total
-
-
-def _consumed_amount(consumed: Mapping[str, Any], driver: str, name: str) -> Any:
-    """The recorded amount of ``name`` (plain or driver-qualified key), None when absent."""
-    return next((consumed[k] for k in (name, names.qualify(driver, name)) if k in consumed), None)
 
 
 def claim_charge(

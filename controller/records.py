@@ -29,6 +29,7 @@ from api.names import (
     CAP_MEMORY,
     OVERCOMMIT_RESOURCES,
     SHARE_USAGE_KIND,
+    driver_value,
     unhealthy_taint_key,
 )
 from api.quantity import QuantityError, quantity_int
@@ -58,15 +59,8 @@ def qty(value: Any) -> int | None:
     return None
 
 
-def _key_of(d: Mapping[str, Any], driver: str, name: str) -> Any:
-    """Value under the qualified or the unqualified name (``<driver>/name`` or ``name``)."""
-    if name in d:
-        return d[name]
-    return d.get(f"{driver}/{name}")
-
-
 def _attr(device: Obj, driver: str, name: str) -> Any:
-    value = _key_of(device.get("attributes") or {}, driver, name)
+    value = driver_value(device.get("attributes") or {}, driver, name)
     if not isinstance(value, Mapping):
         return None
     for kind in ("string", "int", "bool", "version"):
@@ -76,7 +70,7 @@ def _attr(device: Obj, driver: str, name: str) -> Any:
 
 
 def _capacity(device: Obj, driver: str, name: str) -> int | None:
-    cap = _key_of(device.get("capacity") or {}, driver, name)
+    cap = driver_value(device.get("capacity") or {}, driver, name)
     return qty(cap.get("value")) if isinstance(cap, Mapping) else None
 
 
@@ -343,7 +337,7 @@ def reserved_pods(claim: Obj) -> tuple[tuple[str, str], ...]:
 
 def _amount(consumed: Mapping[str, Any], driver: str, name: str) -> int | None:
     """One amount of a ``consumedCapacity``: None when absent, 0 when invalid."""
-    value = _key_of(consumed, driver, name)
+    value = driver_value(consumed, driver, name)
     return None if value is None else qty(value) or 0
 
 
