@@ -188,29 +188,12 @@ def usage_source(config: PluginConfig, gpus: Sequence[GpuInfo]) -> UsageSource:
     return NvmlUsageSource()
 
 
-def mps_devices(enforcer: SharingEnforcer) -> Callable[[], set[tuple[str, str]]]:
-    """``(claim UID, device)`` of every device the enforcer holds to MPS now."""
-
-    def devices() -> set[tuple[str, str]]:
-        return {
-            (uid, g.device)
-            for uid, grants in enforcer.grants().items()
-            for g in grants
-            if g.strategy == STRATEGY_MPS
-        }
-
-    return devices
-
-
-def prepared_shares(
-    claims: ClaimService, mps: Callable[[], set[tuple[str, str]]] = set
-) -> Callable[[], list[PreparedShare]]:
-    """The prepared devices of the completed claims, as the usage stage reads them (``mps``:
-    the ``(claim UID, device)`` pairs enforced by MPS)."""
+def prepared_shares(claims: ClaimService) -> Callable[[], list[PreparedShare]]:
+    """The prepared devices of the completed claims, as the usage stage reads them (a device
+    is an MPS share when its record says enforcement decided MPS)."""
 
     def shares() -> list[PreparedShare]:
         out = []
-        mps_now = mps()
         for rec in claims.state.prepared_claims().values():
             if rec.state != STATE_COMPLETED:
                 continue
@@ -227,7 +210,7 @@ def prepared_shares(
                         cores=d.cores,
                         memory=d.memory,
                         admin_access=d.admin_access,
-                        mps=(rec.uid, d.device) in mps_now,
+                        mps=d.enforcement is not None and d.enforcement.strategy == STRATEGY_MPS,
                     )
                 )
         return out
@@ -239,11 +222,10 @@ def build_usage(
     plugin: Plugin,
     claims: ClaimService,
     taints: UsageTaintSink | None,
-    enforcer: SharingEnforcer | None = None,
 ) -> UsageSampler:
-    """The usage sampler (not started) over the prepared claims; with ``enforcer``, its MPS
-    shares are judged for escapes, the MPS servers found through the daemon pods of the plugin's
-    namespace (``--namespace``)."""
+    """The usage sampler (not started) over the prepared claims; their MPS shares are judged
+    for escapes, the MPS servers found through the daemon pods of the plugin's namespace
+    (``--namespace``)."""
     config = plugin.config
     rest = KubeRest(plugin.api_client)
     if config.device_backend == "nvml" and (problem := pid_namespace_problem()):
@@ -262,7 +244,7 @@ def build_usage(
     return UsageSampler(
         config.usage,
         usage_source(config, plugin.gpus),
-        prepared_shares(claims, mps_devices(enforcer) if enforcer is not None else set),
+        prepared_shares(claims),
         KubeClaimApi(rest),
         config.driver_name,
         plugin.gpus,
@@ -503,7 +485,7 @@ def build_plugin(config: PluginConfig) -> Plugin:
         if plugin.health is not None:
             plugin.health.set_instance_resolver(plugin.claims.state.mig_device_for)
     if config.usage.enabled:
-        plugin.usage = build_usage(plugin, plugin.claims, usage_taints, enforcer)
+        plugin.usage = build_usage(plugin, plugin.claims, usage_taints)
         plugin.add_component(plugin.usage)
     return plugin
 

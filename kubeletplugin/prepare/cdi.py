@@ -43,8 +43,8 @@ nodes of its GPU and compute instance, as character devices by their numbers
 (``mig-minors`` or ``/proc/devices`` unreadable, garbled or without the entry) fails the
 prepare, because without them the container could not use it. A dynamic MIG device (whose
 instance prepare created) is rendered the same way from its created MIG device
-(:attr:`SpecDevice.gpu`), although its record names the physical GPU: the GPU UUID variables
-always name the device's :attr:`SpecDevice.gpu`.
+(the record's attached GPU, :attr:`SpecDevice.gpu`), although its record's ``gpu_uuid`` names
+the physical GPU: the GPU UUID variables always name the device's :attr:`SpecDevice.gpu`.
 
 ``cdiVersion`` is the lowest version the content needs (:func:`minimum_cdi_version`), so runtimes
 with older CDI libraries accept the files.
@@ -65,13 +65,13 @@ import yaml
 
 from api import names
 from kubeletplugin.containeredits import ContainerEdits, DeviceNode, cuda_order, given_together
+from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.devices.migcaps import MigCaps
 from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT, ProcDevices
 from kubeletplugin.devices.uvm import uvm_device_nodes
 from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
 from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.model import GpuInfo
-from kubeletplugin.prepare.checkpoint import DeviceRecord
 
 log = logging.getLogger(__name__)
 
@@ -214,20 +214,24 @@ def qualified_id(kind: str, device_name: str) -> str:
 
 @dataclass(frozen=True)
 class SpecDevice:
-    """One CDI device of a claim: its checkpoint record, plus what the spec needs besides."""
+    """One CDI device of a claim: its record (with its GPU attached), plus what the spec needs
+    besides."""
 
     record: DeviceRecord
     claim_namespace: str
     claim_name: str
     claim_uid: str
-    #: The device's GPU (its minor number names the device node ``/dev/nvidia<minor>``).
-    gpu: GpuInfo
     #: Extra edits from share enforcement (MPS, limits), applied after the base edits.
     extra_edits: ContainerEdits = field(default_factory=ContainerEdits)
 
     @property
     def name(self) -> str:
         return self.record.cdi_name
+
+    @property
+    def gpu(self) -> GpuInfo:
+        """The device's GPU (its minor number names the device node ``/dev/nvidia<minor>``)."""
+        return self.record.gpu
 
     def env(self, together: Sequence[SpecDevice]) -> tuple[str, ...]:
         """This device's variables; ``together``: the devices a container given this one also

@@ -1,9 +1,9 @@
 """The plugin's crash-safe record of prepared claims: one versioned JSON document, kept in a
 two-slot file in the data dir (``checkpoint.dat``).
 
-The document (``version`` is the writer's format version)::
+The document (``version`` is the writer's format version, 2)::
 
-    {"version": 1, "bootID": "...", "checksum": "sha256:<hex>",
+    {"version": 2, "bootID": "...", "checksum": "sha256:<hex>",
      "claims": {"<uid>": {"state": "PrepareStarted" | "PrepareCompleted",
                           "namespace": ..., "name": ...,
                           "devices": [{"requests": [...], "pool": ..., "device": ...,
@@ -11,9 +11,12 @@ The document (``version`` is the writer's format version)::
                                        "shareID": ..., "partition": ..., "adminAccess": ...,
                                        "cdiName": ..., "cdiDeviceIds": [...],
                                        "migGpuInstance": ..., "migComputeInstance": ...,
-                                       "migUUID": ...}],
-                          "sharing": {...}}},
+                                       "migUUID": ...,
+                                       "enforcement": {"strategy": ..., "limitCores": ...,
+                                                       "limitMemory": ..., "interval": ...}}]}},
      "sharing": {...}}
+
+Each device entry is one :class:`~kubeletplugin.devicerecord.DeviceRecord`.
 
 - ``checksum`` is the SHA-256 of the canonical JSON (sorted keys, no spaces) of the document
   without ``checksum``. A mismatch, invalid JSON or a wrong shape makes the document *corrupt*.
@@ -21,14 +24,24 @@ The document (``version`` is the writer's format version)::
   document is rewritten, so a downgrade followed by an upgrade loses nothing; they are never fatal.
 - ``bootID`` is the kernel's boot ID when the document was written; a different boot ID at load
   means the node rebooted, and every recorded claim is stale.
-- ``sharing`` sections are opaque to this module: per claim, the enforcer's record; top level,
-  its node-wide state.
+- The top-level ``sharing`` is opaque to this module: the enforcer's node-wide state.
 - ``migGpuInstance``, ``migComputeInstance`` and ``migUUID`` are written only for a dynamic MIG
   device whose instance exists (created by prepare, or found by its UUID when the state was
   rebuilt from the CDI specs); documents without them (older plugins, other devices) load as
   before. On load each is checked: instance ids integers in ``0..MAX_MIG_INSTANCE_ID`` (what
   ``/proc/driver/nvidia-caps/mig-minors`` can name), the compute instance only with the GPU
   instance, the UUID a short token (:data:`MIG_UUID_RE`).
+- ``enforcement`` is written once the enforcer decided for the device. On load: ``strategy`` one
+  of :data:`STRATEGIES`, ``limitCores`` and ``limitMemory`` integers between 0 and the device's
+  ``cores`` and ``memory``, ``interval`` a time-slice interval name present exactly for
+  ``TimeSlicing``, and none on an adminAccess device; other keys in it are dropped.
+- Format 1 (no ``enforcement``) kept the enforcer's decisions in each claim's ``sharing``
+  mapping, ``{"grants": [{"gpu_uuid", "device", "requests", "strategy", "cores", "memory",
+  "limit_cores", "limit_memory", "interval"}]}``, one grant per device without adminAccess in
+  device order. When no device of a claim has ``enforcement``, its grants are read into them
+  with the same checks (and must pair with the devices); the next write drops ``sharing``.
+- A device entry that fails a check makes its claim's entry undecodable (the caller rolls the
+  claim back); the other claims load.
 
 The file (:mod:`kubeletplugin.prepare.slotfile` has the byte layout): two preallocated slots,
 each a header (sequence number, length, SHA-256 of header and body) and the document's bytes
@@ -61,18 +74,20 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, get_args
 
+from api.gpuconfig import STRATEGY_TIME_SLICING, Strategy
+from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.fsutil import make_private_dirs, remove_durably, remove_stale_temp_files
 from kubeletplugin.kubelet.preparer import is_claim_uid
-from kubeletplugin.model import base_request_names
 from kubeletplugin.prepare.slotfile import SlotFile, SlotFileError
+from kubeletplugin.sharing.timeslice import TIMESLICE_VALUES
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 CHECKPOINT_FILE = "checkpoint.dat"
 #: The single-file format's name; read once, migrated and removed.
 LEGACY_CHECKPOINT_FILE = "checkpoint.json"
@@ -98,8 +113,11 @@ _DEVICE_KEYS = frozenset(
         "migGpuInstance",
         "migComputeInstance",
         "migUUID",
+        "enforcement",
     }
 )
+#: The strategies an ``enforcement`` may name.
+STRATEGIES: Final[tuple[str, ...]] = get_args(Strategy)
 #: The largest GPU or compute instance id a record may hold (four digits: what the driver's
 #: ``mig-minors`` file names).
 MAX_MIG_INSTANCE_ID = 9999
@@ -114,102 +132,166 @@ class CheckpointError(ValueError):
     """A checkpoint document (or one entry of it) that cannot be decoded."""
 
 
-@dataclass(frozen=True)
-class DeviceRecord:
-    """One prepared device (share) of a claim: the one record of it. The state module makes it
-    once per allocated device; the checkpoint stores it (:meth:`to_json`), the CDI writer renders
-    it, and the gRPC layer answers kubelet with it (it is a ``PreparedDevice`` of the kubelet
-    kit: ``request_names``, ``pool_name``, ``device_name``, ``cdi_device_ids``, ``share_id``).
+def device_to_json(d: DeviceRecord) -> dict[str, Any]:
+    """The document entry of one device (see the module docstring)."""
+    optional: dict[str, Any] = {}
+    if d.mig_gpu_instance is not None:
+        optional["migGpuInstance"] = d.mig_gpu_instance
+    if d.mig_compute_instance is not None:
+        optional["migComputeInstance"] = d.mig_compute_instance
+    if d.mig_uuid is not None:
+        optional["migUUID"] = d.mig_uuid
+    if d.enforcement is not None:
+        optional["enforcement"] = _enforcement_to_json(d.enforcement)
+    return {
+        **d.extra,
+        **optional,
+        "requests": list(d.requests),
+        "pool": d.pool,
+        "device": d.device,
+        "gpuUUID": d.gpu_uuid,
+        "cores": d.cores,
+        "memory": d.memory,
+        "shareID": d.share_id,
+        "partition": d.partition,
+        "adminAccess": d.admin_access,
+        "cdiName": d.cdi_name,
+        "cdiDeviceIds": list(d.cdi_device_ids),
+    }
 
-    ``requests`` are the requests served as allocated (``req`` or ``req/sub``); ``base_requests``
-    their base names, computed once here; ``extra`` keeps fields of newer checkpoint versions.
 
-    Dynamic MIG devices: ``gpu_uuid`` is the physical GPU's UUID (what the conflict check
-    indexes, so overlapping placements of one GPU meet), and ``mig_gpu_instance``,
-    ``mig_compute_instance`` and ``mig_uuid`` name the MIG instance prepare created for the
-    device; all three are None until it exists (``PrepareStarted`` is recorded before the
-    create), and None for every other device.
-    """
+def device_from_json(raw: Any, where: str) -> DeviceRecord:
+    """One device entry, every field checked (CheckpointError names the first that does not
+    fit); no GPU attached."""
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{where} is not an object")
+    try:
+        record = DeviceRecord(
+            requests=tuple(_str_list(raw["requests"], f"{where}.requests")),
+            pool=_str(raw["pool"], f"{where}.pool"),
+            device=_str(raw["device"], f"{where}.device"),
+            gpu_uuid=_str(raw["gpuUUID"], f"{where}.gpuUUID"),
+            cores=_int(raw["cores"], f"{where}.cores"),
+            memory=_int(raw["memory"], f"{where}.memory"),
+            cdi_name=_str(raw["cdiName"], f"{where}.cdiName"),
+            cdi_device_ids=tuple(_str_list(raw["cdiDeviceIds"], f"{where}.cdiDeviceIds")),
+            share_id=_opt_str(raw.get("shareID"), f"{where}.shareID"),
+            partition=_opt_str(raw.get("partition"), f"{where}.partition"),
+            admin_access=raw.get("adminAccess") is True,
+            **_mig_fields(raw, where),
+            extra={k: v for k, v in raw.items() if k not in _DEVICE_KEYS},
+        )
+    except KeyError as exc:
+        raise CheckpointError(f"{where}: missing field {exc}") from exc
+    enforcement = raw.get("enforcement")
+    if enforcement is None:
+        return record
+    return replace(
+        record,
+        enforcement=_enforcement_from_json(
+            enforcement, record, f"{where}.enforcement", _ENFORCEMENT_KEYS
+        ),
+    )
 
-    requests: tuple[str, ...]
-    pool: str
-    device: str
-    gpu_uuid: str
-    cores: int
-    memory: int
-    cdi_name: str
-    cdi_device_ids: tuple[str, ...]
-    share_id: str | None = None
-    partition: str | None = None
-    admin_access: bool = False
-    mig_gpu_instance: int | None = None
-    mig_compute_instance: int | None = None
-    mig_uuid: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    #: ``requests`` reduced to base names (``req/sub`` -> ``req``), in order without repeats.
-    base_requests: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "base_requests", base_request_names(self.requests))
+def _enforcement_to_json(e: Enforcement) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "strategy": e.strategy,
+        "limitCores": e.limit_cores,
+        "limitMemory": e.limit_memory,
+    }
+    if e.interval is not None:
+        out["interval"] = e.interval
+    return out
 
-    @property
-    def request_names(self) -> tuple[str, ...]:
-        return self.requests
 
-    @property
-    def pool_name(self) -> str:
-        return self.pool
+#: The JSON names of :class:`Enforcement`'s fields: in a device's ``enforcement`` (this format)
+#: and in a format-1 grant.
+_ENFORCEMENT_KEYS: Final = ("strategy", "limitCores", "limitMemory", "interval")
+_GRANT_KEYS: Final = ("strategy", "limit_cores", "limit_memory", "interval")
 
-    @property
-    def device_name(self) -> str:
-        return self.device
 
-    def to_json(self) -> dict[str, Any]:
-        mig: dict[str, Any] = {}
-        if self.mig_gpu_instance is not None:
-            mig["migGpuInstance"] = self.mig_gpu_instance
-        if self.mig_compute_instance is not None:
-            mig["migComputeInstance"] = self.mig_compute_instance
-        if self.mig_uuid is not None:
-            mig["migUUID"] = self.mig_uuid
-        return {
-            **self.extra,
-            **mig,
-            "requests": list(self.requests),
-            "pool": self.pool,
-            "device": self.device,
-            "gpuUUID": self.gpu_uuid,
-            "cores": self.cores,
-            "memory": self.memory,
-            "shareID": self.share_id,
-            "partition": self.partition,
-            "adminAccess": self.admin_access,
-            "cdiName": self.cdi_name,
-            "cdiDeviceIds": list(self.cdi_device_ids),
-        }
-
-    @classmethod
-    def from_json(cls, raw: Any, where: str) -> DeviceRecord:
-        if not isinstance(raw, dict):
-            raise CheckpointError(f"{where} is not an object")
-        try:
-            return cls(
-                requests=tuple(_str_list(raw["requests"], f"{where}.requests")),
-                pool=_str(raw["pool"], f"{where}.pool"),
-                device=_str(raw["device"], f"{where}.device"),
-                gpu_uuid=_str(raw["gpuUUID"], f"{where}.gpuUUID"),
-                cores=_int(raw["cores"], f"{where}.cores"),
-                memory=_int(raw["memory"], f"{where}.memory"),
-                cdi_name=_str(raw["cdiName"], f"{where}.cdiName"),
-                cdi_device_ids=tuple(_str_list(raw["cdiDeviceIds"], f"{where}.cdiDeviceIds")),
-                share_id=_opt_str(raw.get("shareID"), f"{where}.shareID"),
-                partition=_opt_str(raw.get("partition"), f"{where}.partition"),
-                admin_access=raw.get("adminAccess") is True,
-                **_mig_fields(raw, where),
-                extra={k: v for k, v in raw.items() if k not in _DEVICE_KEYS},
+def _enforcement_from_json(
+    raw: Any, record: DeviceRecord, where: str, keys: tuple[str, str, str, str]
+) -> Enforcement:
+    """An :class:`Enforcement` of ``record`` read from ``raw`` under the JSON names ``keys``
+    (strategy, limit cores, limit memory, interval), checked against the fixed vocabularies and
+    the record's share (see the module docstring)."""
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{where} is not an object")
+    strategy_key, cores_key, memory_key, interval_key = keys
+    strategy = raw.get(strategy_key)
+    if strategy not in STRATEGIES:
+        raise CheckpointError(
+            f"{where}.{strategy_key} is {strategy!r}; known: {', '.join(STRATEGIES)}"
+        )
+    if record.admin_access:
+        raise CheckpointError(f"{where}: an adminAccess device is never enforced")
+    limit_cores = _int(raw.get(cores_key), f"{where}.{cores_key}")
+    if not 0 <= limit_cores <= record.cores:
+        raise CheckpointError(
+            f"{where}.{cores_key} {limit_cores} is outside 0..{record.cores} (the share's cores)"
+        )
+    limit_memory = _int(raw.get(memory_key), f"{where}.{memory_key}")
+    if not 0 <= limit_memory <= record.memory:
+        raise CheckpointError(
+            f"{where}.{memory_key} {limit_memory} is outside 0..{record.memory} "
+            "(the share's memory)"
+        )
+    interval = raw.get(interval_key)
+    if strategy == STRATEGY_TIME_SLICING:
+        if interval not in TIMESLICE_VALUES:
+            raise CheckpointError(
+                f"{where}.{interval_key} is {interval!r}; known: {', '.join(TIMESLICE_VALUES)}"
             )
-        except KeyError as exc:
-            raise CheckpointError(f"{where}: missing field {exc}") from exc
+    elif interval is not None:
+        raise CheckpointError(f"{where}.{interval_key} is set for strategy {strategy}")
+    return Enforcement(
+        strategy=strategy, limit_cores=limit_cores, limit_memory=limit_memory, interval=interval
+    )
+
+
+def _with_format1_grants(
+    devices: tuple[DeviceRecord, ...], sharing: Mapping[str, Any], where: str
+) -> tuple[DeviceRecord, ...]:
+    """Format 1: a claim's enforcement was its ``sharing.grants``, one grant per device that is
+    not adminAccess, in device order. Each grant becomes its device's ``enforcement`` when it
+    pairs with the device (same device, requests, cores and memory; GPU the device's, or its
+    MIG device's) and passes the checks of this format; CheckpointError otherwise. A claim
+    without grants (none were recorded) keeps its devices undecided."""
+    grants = sharing.get("grants")
+    if grants is None:
+        return devices
+    at = f"{where}.sharing.grants"
+    if not isinstance(grants, list):
+        raise CheckpointError(f"{at} is not a list")
+    enforced = [i for i, d in enumerate(devices) if not d.admin_access]
+    if len(grants) != len(enforced):
+        raise CheckpointError(
+            f"{at} has {len(grants)} entries for {len(enforced)} devices without adminAccess"
+        )
+    out = list(devices)
+    for n, (i, grant) in enumerate(zip(enforced, grants, strict=True)):
+        d = devices[i]
+        if not isinstance(grant, dict):
+            raise CheckpointError(f"{at}[{n}] is not an object")
+        expected = {
+            "device": d.device,
+            "requests": list(d.requests),
+            "cores": d.cores,
+            "memory": d.memory,
+        }
+        for key, value in expected.items():
+            if grant.get(key) != value:
+                raise CheckpointError(
+                    f"{at}[{n}].{key} is {grant.get(key)!r}, not devices[{i}]'s {value!r}"
+                )
+        if grant.get("gpu_uuid") not in {d.gpu_uuid, d.mig_uuid} - {None}:
+            raise CheckpointError(
+                f"{at}[{n}].gpu_uuid {grant.get('gpu_uuid')!r} is not devices[{i}]'s GPU"
+            )
+        out[i] = replace(d, enforcement=_enforcement_from_json(grant, d, f"{at}[{n}]", _GRANT_KEYS))
+    return tuple(out)
 
 
 def _mig_fields(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -249,7 +331,6 @@ class ClaimRecord:
     name: str
     state: str
     devices: tuple[DeviceRecord, ...]
-    sharing: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @functools.cached_property
@@ -263,8 +344,7 @@ class ClaimRecord:
             "state": self.state,
             "namespace": self.namespace,
             "name": self.name,
-            "devices": [d.to_json() for d in self.devices],
-            "sharing": dict(self.sharing),
+            "devices": [device_to_json(d) for d in self.devices],
         }
 
     @classmethod
@@ -280,18 +360,18 @@ class ClaimRecord:
         devices = raw.get("devices")
         if not isinstance(devices, list):
             raise CheckpointError(f"{where}.devices is not a list")
+        records = tuple(device_from_json(d, f"{where}.devices[{i}]") for i, d in enumerate(devices))
         sharing = raw.get("sharing") or {}
         if not isinstance(sharing, dict):
             raise CheckpointError(f"{where}.sharing is not an object")
+        if sharing and all(d.enforcement is None for d in records):
+            records = _with_format1_grants(records, sharing, where)
         return cls(
             uid=uid,
             namespace=_str(raw.get("namespace"), f"{where}.namespace"),
             name=_str(raw.get("name"), f"{where}.name"),
             state=state,
-            devices=tuple(
-                DeviceRecord.from_json(d, f"{where}.devices[{i}]") for i, d in enumerate(devices)
-            ),
-            sharing=sharing,
+            devices=records,
             extra={k: v for k, v in raw.items() if k not in _CLAIM_KEYS},
         )
 

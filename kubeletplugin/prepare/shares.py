@@ -1,15 +1,14 @@
 """Which devices this node publishes, and what each allocation result is entitled to.
 
-:func:`node_devices` maps every device name the node publishes in a sharing mode to its GPU (and
-partition profile); :func:`device_share` is the one place that turns an allocation result into a
-:class:`DeviceShare` (cores and memory): from ``consumedCapacity`` for consumable-capacity shares,
-from the partition profile for partition devices
-(:func:`kubeletplugin.devices.slices.partition_share`,
-the amounts the slice publishes), the whole GPU otherwise.
+:func:`device_record` is the one place that turns the allocation results of one device (share)
+into its :class:`~kubeletplugin.devicerecord.DeviceRecord` and what it is entitled to (cores and
+memory): from ``consumedCapacity`` for consumable-capacity shares, from the partition profile
+for partition devices (:func:`kubeletplugin.devices.slices.partition_share`, the amounts the
+slice publishes), the whole GPU otherwise.
 
-A dynamic MIG device's share is on its physical GPU until prepare has created its instance
-(every core, the profile's memory); prepare then replaces it with the share of the created MIG
-device. Such a device is never a consumable-capacity share and never prepared with adminAccess:
+A dynamic MIG device's record is on its physical GPU until prepare has created its instance
+(every core, the profile's memory); prepare then attaches the created MIG device and its
+memory. Such a device is never a consumable-capacity share and never prepared with adminAccess:
 its instance exists only for the claim that holds it.
 """
 
@@ -19,11 +18,11 @@ from collections.abc import Mapping, Sequence
 
 from api import names
 from api.quantity import QuantityError, quantity_int
+from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.devices.mig import MIB
 from kubeletplugin.devices.slices import partition_share
 from kubeletplugin.devices.table import NodeDevice
 from kubeletplugin.prepare.claims import AllocationResult, ClaimError
-from kubeletplugin.sharing.enforcement import DeviceShare
 
 
 def _consumed(
@@ -38,13 +37,20 @@ def _consumed(
     return None
 
 
-def device_share(
-    results: Sequence[AllocationResult], device: NodeDevice, driver_name: str, claim_label: str
-) -> DeviceShare:
-    """The share that ``results`` (one or more results of a claim naming the same device and
-    shareID) grant on ``device``'s GPU (see the module docstring)."""
+def device_record(
+    results: Sequence[AllocationResult],
+    device: NodeDevice,
+    driver_name: str,
+    claim_label: str,
+    *,
+    cdi_name: str,
+    cdi_device_ids: tuple[str, ...],
+) -> DeviceRecord:
+    """The record of what ``results`` (one or more results of a claim naming the same device
+    and shareID) grant on ``device``'s GPU (see the module docstring), with that GPU attached
+    and rendered as CDI device ``cdi_name`` (``cdi_device_ids`` answered to kubelet)."""
     if not results:
-        raise ValueError("device_share needs at least one allocation result")
+        raise ValueError("device_record needs at least one allocation result")
     result = results[0]
     gpu = device.gpu
     label = f"{claim_label}: request {result.request!r} on {result.device}"
@@ -73,13 +79,17 @@ def device_share(
             f"{label}: consumed memory {memory} bytes outside 1..{gpu.memory_usable} "
             f"(the GPU's usable memory)"
         )
-    return DeviceShare(
-        gpu=gpu,
-        device=result.device,
+    return DeviceRecord(
         requests=tuple(dict.fromkeys(r.request for r in results)),
+        pool=result.pool,
+        device=result.device,
+        gpu_uuid=gpu.uuid,
         cores=cores,
         memory=memory,
+        cdi_name=cdi_name,
+        cdi_device_ids=cdi_device_ids,
         share_id=result.share_id,
         partition=device.partition,
         admin_access=all(r.admin_access for r in results),
+        gpu_info=gpu,
     )

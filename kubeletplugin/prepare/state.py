@@ -47,7 +47,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from api.gpuconfig import STRATEGY_EXCLUSIVE
 from api.names import CORES_PER_GPU
+from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.devices.migpartition import MigError, MigPartitioner
 from kubeletplugin.devices.table import NodeDevices
 from kubeletplugin.fsutil import remove_durably
@@ -68,7 +70,6 @@ from kubeletplugin.prepare.checkpoint import (
     Checkpoint,
     CheckpointError,
     ClaimRecord,
-    DeviceRecord,
 )
 from kubeletplugin.prepare.claims import (
     REASON_CONFLICT,
@@ -84,8 +85,8 @@ from kubeletplugin.prepare.claims import (
 )
 from kubeletplugin.prepare.metrics import StateMetrics
 from kubeletplugin.prepare.miginstances import MigInstances, RecordedInstance
-from kubeletplugin.prepare.shares import device_share
-from kubeletplugin.sharing.enforcement import DeviceShare, NoEnforcement, ShareEnforcer, ShareError
+from kubeletplugin.prepare.shares import device_record
+from kubeletplugin.sharing.enforcement import Decisions, NoEnforcement, ShareEnforcer, ShareError
 from sharegpu.kube.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,21 @@ class KeyedLocks:
 
 def _claim_label(namespace: str, name: str, uid: str) -> str:
     return f"ResourceClaim {namespace}/{name} (UID {uid})"
+
+
+def _decided(rec: ClaimRecord, decisions: Decisions) -> ClaimRecord:
+    """``rec`` with the enforcer's decision for each of its devices (``decisions[i]`` is
+    ``devices[i]``'s); ShareError when the enforcer answered for another number of devices."""
+    if len(decisions) != len(rec.devices):
+        raise ShareError(
+            f"share enforcement decided for {len(decisions)} devices, expected {len(rec.devices)}"
+        )
+    return replace(
+        rec,
+        devices=tuple(
+            replace(d, enforcement=e) for d, e in zip(rec.devices, decisions, strict=True)
+        ),
+    )
 
 
 def _conflict(
@@ -259,15 +275,16 @@ class DeviceState:
         # Only the claims that stay prepared: resuming enforcement for a claim about to be
         # rolled back would start daemons just to stop them. Whatever a rolled-back claim left
         # running is a leftover the enforcer cleans up when no remaining claim needs it.
-        self._enforcer.restore(
+        restored = self._enforcer.restore(
             loaded.sharing,
-            {
-                uid: (self._shares_of(rec), rec.sharing)
-                for uid, rec in claims.items()
-                if uid not in rollback
-            },
+            {uid: rec.devices for uid, rec in claims.items() if uid not in rollback},
             node_gpus=tuple(self._gpus_by_uuid),
         )
+        for uid, decisions in restored.items():
+            try:
+                claims[uid] = _decided(claims[uid], decisions)
+            except (KeyError, ShareError) as exc:
+                log.error("share enforcement restored claim %s wrongly: %s", uid, exc)
         for uid in sorted(rollback):
             self._cdi.remove(uid)
             self._enforcer.release(uid)
@@ -331,7 +348,7 @@ class DeviceState:
 
     def _with_instance(self, rec: ClaimRecord, device: str, mig: GpuInfo) -> ClaimRecord:
         """``rec`` with the device record of ``device`` naming MIG device ``mig`` (its ids,
-        UUID and CDI IDs)."""
+        UUID and CDI IDs) and attached to it."""
         info = mig.mig
         assert info is not None
         return replace(
@@ -343,6 +360,7 @@ class DeviceState:
                     mig_compute_instance=info.compute_instance,
                     mig_uuid=mig.uuid,
                     cdi_device_ids=self._cdi.cdi_ids(d.cdi_name, mig),
+                    gpu_info=mig,
                 )
                 if d.device == device
                 else d
@@ -370,8 +388,9 @@ class DeviceState:
         """``rec`` (read from the checkpoint or a spec file) checked against the node's device
         table and the fixed vocabularies, with every derived field derived again: the CDI names
         and the IDs answered to kubelet are rebuilt from the claim UID, device and share ID,
-        never replayed from the file. CheckpointError names the first field that does not fit.
-        """
+        never replayed from the file, and each record gets its device's GPU attached (a dynamic
+        MIG device its MIG device later, once its instance is found). CheckpointError names the
+        first field that does not fit."""
         where = f"claims[{rec.uid}]"
         problem = claim_ref_problem(ClaimRef(namespace=rec.namespace, uid=rec.uid, name=rec.name))
         if problem is not None:
@@ -411,11 +430,19 @@ class DeviceState:
                 raise CheckpointError(f"{at}.cores {d.cores} is outside 0..{CORES_PER_GPU}")
             if not 0 <= d.memory <= gpu.memory_total:
                 raise CheckpointError(f"{at}.memory {d.memory} is outside 0..{gpu.memory_total}")
+            mig = node_device.dynamic_mig or gpu.mig is not None
+            if mig and d.enforcement and d.enforcement.strategy != STRATEGY_EXCLUSIVE:
+                raise CheckpointError(
+                    f"{at}.enforcement.strategy {d.enforcement.strategy}: MIG device {d.device} "
+                    f"is enforced only as {STRATEGY_EXCLUSIVE}"
+                )
             try:
                 name = cdimod.cdi_device_name(rec.uid, d.device, d.share_id)
             except ValueError as exc:
                 raise CheckpointError(f"{at}.shareID: {exc}") from None
-            devices.append(replace(d, cdi_name=name, cdi_device_ids=self._cdi.cdi_ids(name, gpu)))
+            devices.append(
+                replace(d, cdi_name=name, cdi_device_ids=self._cdi.cdi_ids(name, gpu), gpu_info=gpu)
+            )
         return replace(rec, devices=tuple(devices))
 
     def _rebuild_from_specs(self) -> dict[str, ClaimRecord]:
@@ -444,26 +471,6 @@ class DeviceState:
         if device is None or not device.dynamic_mig or d.gpu_uuid == device.gpu.uuid:
             return d
         return replace(d, gpu_uuid=device.gpu.uuid, mig_uuid=d.gpu_uuid)
-
-    def _shares_of(self, rec: ClaimRecord) -> list[DeviceShare]:
-        """Device shares of a recorded claim (devices of GPUs no longer present are left out)."""
-        shares = []
-        for d in rec.devices:
-            gpu = self._mig_devices.get(d.device) or self._gpus_by_uuid.get(d.gpu_uuid)
-            if gpu is not None:
-                shares.append(
-                    DeviceShare(
-                        gpu=gpu,
-                        device=d.device,
-                        requests=d.requests,
-                        cores=d.cores,
-                        memory=d.memory,
-                        share_id=d.share_id,
-                        partition=d.partition,
-                        admin_access=d.admin_access,
-                    )
-                )
-        return shares
 
     # --- Checkpoint ------------------------------------------------------------------------
 
@@ -592,7 +599,7 @@ class DeviceState:
             allocation = extract_allocation(
                 fetched, ref, self.driver_name, self.node_name, self._devices
             )
-            return self._prepare_allocation(allocation, self._device_shares(allocation))
+            return self._prepare_allocation(allocation, self._device_records(allocation))
 
     def _fetch(self, ref: ClaimRef) -> dict[str, Any] | ClaimError:
         """The claim, or the error that fails only this claim (never the other claims of the
@@ -606,40 +613,35 @@ class DeviceState:
             label = _claim_label(ref.namespace, ref.name, ref.uid)
             return ClaimError(f"cannot get {label}: {type(exc).__name__}: {exc}", REASON_INTERNAL)
 
-    def _device_shares(self, allocation: ClaimAllocation) -> list[DeviceShare]:
-        """One share per distinct (device, shareID) of the claim, in result order."""
+    def _device_records(self, allocation: ClaimAllocation) -> tuple[DeviceRecord, ...]:
+        """One record per distinct (device, shareID) of the claim, in result order: where each
+        record of a prepared device is made."""
         groups: dict[tuple[str, str | None], list[AllocationResult]] = {}
         for result in allocation.results:
             groups.setdefault((result.device, result.share_id), []).append(result)
         ref = allocation.ref
         label = _claim_label(ref.namespace, ref.name, ref.uid)
-        return [
-            device_share(results, self._devices[device], self.driver_name, label)
-            for (device, _), results in groups.items()
-        ]
+        records = []
+        for (device, share_id), results in groups.items():
+            node_device = self._devices[device]
+            name = cdimod.cdi_device_name(ref.uid, device, share_id)
+            records.append(
+                device_record(
+                    results,
+                    node_device,
+                    self.driver_name,
+                    label,
+                    cdi_name=name,
+                    cdi_device_ids=self._cdi.cdi_ids(name, node_device.gpu),
+                )
+            )
+        return tuple(records)
 
     def _prepare_allocation(
-        self, allocation: ClaimAllocation, shares: Sequence[DeviceShare]
+        self, allocation: ClaimAllocation, records: tuple[DeviceRecord, ...]
     ) -> PrepareOutcome:
         ref = allocation.ref
         label = _claim_label(ref.namespace, ref.name, ref.uid)
-        names = [cdimod.cdi_device_name(ref.uid, s.device, s.share_id) for s in shares]
-        records = tuple(
-            DeviceRecord(
-                requests=s.requests,
-                pool=self.node_name,
-                device=s.device,
-                gpu_uuid=s.gpu.uuid,
-                cores=s.cores,
-                memory=s.memory,
-                cdi_name=name,
-                cdi_device_ids=self._cdi.cdi_ids(name, s.gpu),
-                share_id=s.share_id,
-                partition=s.partition,
-                admin_access=s.admin_access,
-            )
-            for s, name in zip(shares, names, strict=True)
-        )
         started = ClaimRecord(
             uid=ref.uid,
             namespace=ref.namespace,
@@ -647,7 +649,7 @@ class DeviceState:
             state=STATE_STARTED,
             devices=records,
         )
-        dynamic = [self._devices[s.device] for s in shares if self._devices[s.device].dynamic_mig]
+        dynamic = [self._devices[d.device] for d in records if self._devices[d.device].dynamic_mig]
         if dynamic:
             # The claims of this node first (the clearer message), then the GPUs' instances.
             with self._mu:
@@ -667,26 +669,24 @@ class DeviceState:
             change = self._changed()
         try:
             self._persist(change)
-            started, shares = self._create_instances(started, shares)
-            records = started.devices
-            enforcement = self._enforcer.apply(ref.uid, shares, allocation.configs)
-            if len(enforcement.device_edits) != len(shares):
+            started = self._create_instances(started)
+            applied = self._enforcer.apply(ref.uid, started.devices, allocation.configs)
+            if len(applied.device_edits) != len(started.devices):
                 raise ShareError(
-                    f"share enforcement returned edits for {len(enforcement.device_edits)} "
-                    f"devices, expected {len(shares)}"
+                    f"share enforcement returned edits for {len(applied.device_edits)} "
+                    f"devices, expected {len(started.devices)}"
                 )
+            completed = replace(_decided(started, applied.decisions), state=STATE_COMPLETED)
             spec_devices = [
                 SpecDevice(
                     record=rec,
                     claim_namespace=ref.namespace,
                     claim_name=ref.name,
                     claim_uid=ref.uid,
-                    gpu=s.gpu,
                     extra_edits=edits,
                 )
-                for rec, s, edits in zip(records, shares, enforcement.device_edits, strict=True)
+                for rec, edits in zip(completed.devices, applied.device_edits, strict=True)
             ]
-            completed = replace(started, state=STATE_COMPLETED, sharing=dict(enforcement.record))
             # The spec file and the PrepareCompleted record are written concurrently: a crash
             # that leaves either without the other is rolled back at the next start.
             with self._mu:
@@ -714,17 +714,16 @@ class DeviceState:
         log.info("prepared %s: %s", label, ", ".join(d.cdi_name for d in completed.devices))
         return self._outcome(completed)
 
-    def _create_instances(
-        self, started: ClaimRecord, shares: Sequence[DeviceShare]
-    ) -> tuple[ClaimRecord, list[DeviceShare]]:
+    def _create_instances(self, started: ClaimRecord) -> ClaimRecord:
         """Create the MIG instance of each dynamic MIG device of ``started`` (whose
-        ``PrepareStarted`` is durable); the record and shares with the created MIG devices in
-        place of the physical GPU. Each instance is recorded in memory as soon as it exists, so
-        an undo destroys it by its id. MigError: the instance of that device was not created;
-        any other exception: it may have been (the claim becomes one of :attr:`_unsure`)."""
-        rec, out = started, list(shares)
-        for i, share in enumerate(shares):
-            device = self._devices[share.device]
+        ``PrepareStarted`` is durable); the record with the created MIG devices attached (every
+        core and the MIG device's memory). Each instance is recorded in memory as soon as it
+        exists, so an undo destroys it by its id. MigError: the instance of that device was not
+        created; any other exception: it may have been (the claim becomes one of
+        :attr:`_unsure`)."""
+        rec = started
+        for i, record in enumerate(started.devices):
+            device = self._devices[record.device]
             if not device.dynamic_mig:
                 continue
             try:
@@ -736,14 +735,13 @@ class DeviceState:
                 with self._mu:
                     self._unsure.add(rec.uid)
                 raise
-            rec = self._with_instance(rec, share.device, mig)
-            d = replace(rec.devices[i], memory=mig.memory_usable)
+            rec = self._with_instance(rec, record.device, mig)
+            d = replace(rec.devices[i], cores=CORES_PER_GPU, memory=mig.memory_usable)
             rec = replace(rec, devices=(*rec.devices[:i], d, *rec.devices[i + 1 :]))
-            out[i] = replace(share, gpu=mig, cores=CORES_PER_GPU, memory=mig.memory_usable)
             with self._mu:
                 self._put(rec)
-                self._mig_devices[share.device] = mig
-        return rec, out
+                self._mig_devices[record.device] = mig
+        return rec
 
     def _placement(self, device: str) -> MigPlacement | None:
         """The placement of dynamic MIG device ``device``; None for other devices."""

@@ -18,8 +18,13 @@ claim:
 
 Allocations with adminAccess are neither counted nor enforced. ``release`` stops the claim's MPS
 daemons and restores a GPU's time-slice interval after its last holder; a failed stop is retried
-on every later call. ``export_state``/``restore`` carry intervals across plugin restarts; each
-claim's grants travel in its checkpoint record, and its daemons follow from them.
+on every later call. ``export_state``/``restore`` carry intervals across plugin restarts; what
+was decided for each device travels in its record (``enforcement``), and the claim's daemons
+follow from it.
+
+Every GPU fact comes from the record's attached GPU (:attr:`DeviceRecord.gpu`): its UUID is the
+GPU enforced (a dynamic MIG device's MIG device, not its ``gpu_uuid``), its usable memory the
+capacity counted.
 
 MPS daemons run outside the plugin container (see :mod:`kubeletplugin.sharing.daemons`), so after
 a plugin restart ``restore`` adopts the daemon of every prepared claim (never a second start,
@@ -40,7 +45,7 @@ import shutil
 import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -58,11 +63,11 @@ from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
 from api.sharepolicy import memory_policy_max
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
+from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.fsutil import child_path
-from kubeletplugin.model import base_request_names
 from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
 from kubeletplugin.sharing.daemons import DaemonLauncher, NoLauncher
-from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
+from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
 from kubeletplugin.sharing.limits import limits_edits
 from kubeletplugin.sharing.mps import MPS_ERRORS, MpsLimits, MpsManager
 from kubeletplugin.sharing.shm import (
@@ -74,7 +79,6 @@ from kubeletplugin.sharing.shm import (
 from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import (
     DEFAULT_INTERVAL,
-    TIMESLICE_VALUES,
     TimeSliceConflict,
     TimeSliceManager,
 )
@@ -92,45 +96,7 @@ _COMPATIBLE: Final = {
 }
 
 
-@dataclass(frozen=True)
-class Grant:
-    """One device of a claim as enforced: what it holds on which GPU, with which strategy.
-
-    ``cores``/``memory`` are the share (what capacity accounting counts); ``limit_cores`` and
-    ``limit_memory`` are what the container is limited to (an override, at most the share).
-    """
-
-    gpu_uuid: str
-    device: str
-    requests: tuple[str, ...]
-    strategy: str
-    cores: int
-    memory: int
-    limit_cores: int
-    limit_memory: int
-    interval: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["requests"] = list(self.requests)
-        return out
-
-    @staticmethod
-    def from_json(raw: Mapping[str, Any]) -> Grant:
-        return Grant(
-            gpu_uuid=str(raw["gpu_uuid"]),
-            device=str(raw["device"]),
-            requests=tuple(str(r) for r in raw["requests"]),
-            strategy=str(raw["strategy"]),
-            cores=int(raw["cores"]),
-            memory=int(raw["memory"]),
-            limit_cores=int(raw["limit_cores"]),
-            limit_memory=int(raw["limit_memory"]),
-            interval=None if raw.get("interval") is None else str(raw["interval"]),
-        )
-
-
-def takes_whole_gpu(share: DeviceShare) -> bool:
+def takes_whole_gpu(share: DeviceRecord) -> bool:
     """Whether a consumable-capacity share consumes every core and the largest grantable memory:
     what a request without capacity asks gets (kube-scheduler gives it a shareID all the same).
     Such a share defaults to Exclusive, like a whole-GPU allocation."""
@@ -141,7 +107,7 @@ def takes_whole_gpu(share: DeviceShare) -> bool:
     )
 
 
-def _label(share: DeviceShare) -> str:
+def _label(share: DeviceRecord) -> str:
     quoted = ", ".join(f'"{r}"' for r in share.requests)
     return f"device {share.device} (request {quoted})"
 
@@ -177,46 +143,47 @@ class SharingEnforcer:
         #: Parent of the per-claim lock directories of the Limits strategy (see limits.py).
         self.limits_lock_root = Path(data_dir) / "limits" / "vgpulock"
         self.timeslice = TimeSliceManager(runner, Path(data_dir) / "timeslice")
-        self._grants: dict[str, tuple[Grant, ...]] = {}
+        #: The enforced devices of each claim (records with ``enforcement`` set; adminAccess
+        #: devices are left out).
+        self._held: dict[str, tuple[DeviceRecord, ...]] = {}
         self._lock = threading.Lock()
         self._gpu_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
 
     # --- the seam ---
 
     def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
-    ) -> Enforcement:
+        self, claim_uid: str, devices: Sequence[DeviceRecord], configs: DriverConfigs
+    ) -> Applied:
         with self._lock:
-            known = claim_uid in self._grants
+            known = claim_uid in self._held
         if known:
             self.release(claim_uid)
-        planned = [None if d.admin_access else self._plan(d, configs) for d in devices]
-        grants = [g for g in planned if g is not None]
-        _check_mps_single_gpu_per_request(grants)
-        uuids = sorted({g.gpu_uuid for g in grants})
+        decisions = tuple(None if d.admin_access else self._plan(d, configs) for d in devices)
+        held = _decided(devices, decisions)
+        _check_mps_single_gpu_per_request(held)
+        uuids = sorted({d.gpu.uuid for d in held})
         with self._locked(uuids):
-            self._check_against_others(claim_uid, devices, grants)
-            self._drive_node(claim_uid, grants)
+            self._check_against_others(claim_uid, held)
+            self._drive_node(claim_uid, held)
             with self._lock:
-                self._grants[claim_uid] = tuple(grants)
-        edits = self._edits(claim_uid, devices, planned)
-        return Enforcement(device_edits=edits, record={"grants": [g.to_json() for g in grants]})
+                self._held[claim_uid] = held
+        return Applied(decisions=decisions, device_edits=self._edits(claim_uid, devices, held))
 
     def release(self, claim_uid: str) -> None:
         with self._lock:
-            grants = self._grants.pop(claim_uid, ())
+            held = self._held.pop(claim_uid, ())
             needed = self._needed_daemons()
-        if any(g.strategy == STRATEGY_LIMITS for g in grants):
+        if any(d.enforced.strategy == STRATEGY_LIMITS for d in held):
             self._remove_lock_dir(claim_uid)
         # This claim's daemons, and any whose earlier stop failed, and every GPU with a held or
         # unrestored interval: failed stops and restores are retried on every release.
         unneeded = {i: d.uuid for i, d in self.mps.running().items() if i not in needed}
         uuids = sorted(
-            {g.gpu_uuid for g in grants} | set(unneeded.values()) | set(self.timeslice.gpus())
+            {d.gpu.uuid for d in held} | set(unneeded.values()) | set(self.timeslice.gpus())
         )
         problems: list[str] = []
         with self._locked(uuids):
-            # A daemon another claim's apply started before the snapshot above has its grants
+            # A daemon another claim's apply started before the snapshot above has its devices
             # recorded once that apply released its GPU lock: ask again under the lock.
             with self._lock:
                 needed = self._needed_daemons()
@@ -233,11 +200,11 @@ class SharingEnforcer:
             raise ShareError("; ".join(problems))
 
     def _needed_daemons(self) -> dict[str, tuple[str, str, MpsLimits]]:
-        """``{daemon id: (claim, GPU, limits)}`` of the recorded claims' MPS grants (call with
+        """``{daemon id: (claim, GPU, limits)}`` of the held claims' MPS devices (call with
         ``self._lock`` held)."""
         needed: dict[str, tuple[str, str, MpsLimits]] = {}
-        for claim_uid, grants in self._grants.items():
-            for uuid, limits in _daemon_limits(grants).items():
+        for claim_uid, held in self._held.items():
+            for uuid, limits in _daemon_limits(held).items():
                 needed[self.mps.paths(claim_uid, uuid).id] = (claim_uid, uuid, limits)
         return needed
 
@@ -251,10 +218,10 @@ class SharingEnforcer:
     def restore(
         self,
         state: Mapping[str, Any] | None,
-        prepared: Mapping[str, tuple[Sequence[DeviceShare], Mapping[str, Any]]],
+        prepared: Mapping[str, Sequence[DeviceRecord]],
         *,
         node_gpus: Collection[str],
-    ) -> None:
+    ) -> dict[str, Decisions]:
         state = state if isinstance(state, Mapping) else {}
         known = frozenset(node_gpus)
         intervals = _on_node(
@@ -262,11 +229,18 @@ class SharingEnforcer:
             known,
             "time-slice interval",
         )
+        decisions = {
+            claim_uid: tuple(
+                None if d.admin_access else d.enforcement or _default_enforcement(d)
+                for d in devices
+            )
+            for claim_uid, devices in prepared.items()
+        }
         with self._lock:
-            for claim_uid, (devices, record) in prepared.items():
-                self._grants[claim_uid] = _grants_from_record(devices, record)
+            for claim_uid, devices in prepared.items():
+                self._held[claim_uid] = _decided(devices, decisions[claim_uid])
             needed = self._needed_daemons()
-            all_grants = [(c, g) for c, gs in self._grants.items() for g in gs]
+            all_held = [(c, d) for c, held in self._held.items() for d in held]
         for uuid, interval in intervals.items():
             self.timeslice.adopt(uuid, interval)
         for claim_uid, uuid, limits in sorted(needed.values()):
@@ -276,12 +250,12 @@ class SharingEnforcer:
                 log.error(
                     "cannot resume the MPS daemon of claim %s on GPU %s: %s", claim_uid, uuid, exc
                 )
-        for claim_uid, grant in all_grants:
-            if grant.strategy == STRATEGY_TIME_SLICING and grant.interval is not None:
+        for claim_uid, d in all_held:
+            if d.enforced.strategy == STRATEGY_TIME_SLICING and d.enforced.interval is not None:
                 try:
-                    self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
+                    self.timeslice.acquire(d.gpu.uuid, _interval(d.enforced.interval), claim_uid)
                 except (CommandError, TimeSliceConflict) as exc:
-                    log.error("cannot resume time-slicing on GPU %s: %s", grant.gpu_uuid, exc)
+                    log.error("cannot resume time-slicing on GPU %s: %s", d.gpu.uuid, exc)
         # Daemons no prepared claim needs: found through their directories or their launcher
         # (a claim unprepared while the plugin was down, or a prepare interrupted before its
         # record).
@@ -292,7 +266,7 @@ class SharingEnforcer:
                 log.error("cannot stop the leftover MPS daemon %s: %s", daemon_id, exc)
         # Lock directories of claims that are not prepared any more (the checkpoint decides).
         with self._lock:
-            prepared_claims = set(self._grants)
+            prepared_claims = set(self._held)
         for leftover in self._lock_dir_claims() - prepared_claims:
             self._remove_lock_dir(leftover)
         # Intervals no claim holds: recorded in the checkpoint, or only marked (a prepare
@@ -308,6 +282,7 @@ class SharingEnforcer:
                     self.timeslice.release(uuid, "")
                 except CommandError as exc:
                     log.error("cannot restore the time-slice interval of GPU %s: %s", uuid, exc)
+        return decisions
 
     def _lock_dir_claims(self) -> set[str]:
         """Claim UIDs with a Limits lock directory (plain directories only)."""
@@ -320,23 +295,23 @@ class SharingEnforcer:
 
     # --- views for tests, the demo and the CLI ---
 
-    def grants(self) -> dict[str, tuple[Grant, ...]]:
-        """Current grants by claim UID."""
+    def held(self) -> dict[str, tuple[DeviceRecord, ...]]:
+        """The enforced devices by claim UID (each with its ``enforcement``)."""
         with self._lock:
-            return dict(self._grants)
+            return dict(self._held)
 
     def usage(self) -> dict[str, tuple[int, int]]:
-        """``{gpu_uuid: (granted cores, granted memory bytes)}`` over all claims."""
+        """``{gpu_uuid: (held cores, held memory bytes)}`` over all claims."""
         totals: dict[str, tuple[int, int]] = {}
-        for grants in self.grants().values():
-            for g in grants:
-                cores, memory = totals.get(g.gpu_uuid, (0, 0))
-                totals[g.gpu_uuid] = (cores + g.cores, memory + g.memory)
+        for held in self.held().values():
+            for d in held:
+                cores, memory = totals.get(d.gpu.uuid, (0, 0))
+                totals[d.gpu.uuid] = (cores + d.cores, memory + d.memory)
         return totals
 
     # --- planning ---
 
-    def _plan(self, share: DeviceShare, configs: DriverConfigs) -> Grant:
+    def _plan(self, share: DeviceRecord, configs: DriverConfigs) -> Enforcement:
         label = _label(share)
         shared = share.is_share and not takes_whole_gpu(share)
         try:
@@ -368,66 +343,60 @@ class SharingEnforcer:
         if strategy == STRATEGY_TIME_SLICING:
             ts = config.sharing.time_slicing if config.sharing else None
             interval = ts.interval if ts else "Default"
-        return Grant(
-            gpu_uuid=share.gpu.uuid,
-            device=share.device,
-            requests=share.requests,
-            strategy=strategy,
-            cores=share.cores,
-            memory=share.memory,
-            limit_cores=limit_cores,
-            limit_memory=limit_memory,
-            interval=interval,
+        return Enforcement(
+            strategy=strategy, limit_cores=limit_cores, limit_memory=limit_memory, interval=interval
         )
 
-    def _check_against_others(
-        self, claim_uid: str, devices: Sequence[DeviceShare], grants: Sequence[Grant]
-    ) -> None:
-        gpus = {d.gpu.uuid: d.gpu for d in devices}
+    def _check_against_others(self, claim_uid: str, held: Sequence[DeviceRecord]) -> None:
+        gpus = {d.gpu.uuid: d.gpu for d in held}
         with self._lock:
             others = [
-                (uid, g)
-                for uid, gs in self._grants.items()
+                (uid, d)
+                for uid, devices in self._held.items()
                 if uid != claim_uid
-                for g in gs
-                if g.gpu_uuid in gpus
+                for d in devices
+                if d.gpu.uuid in gpus
             ]
-        for grant in grants:
-            mine = [g for g in grants if g.gpu_uuid == grant.gpu_uuid and g is not grant]
-            for other in mine:
-                if other.strategy != grant.strategy and (
-                    STRATEGY_MPS in (grant.strategy, other.strategy)
+        for mine in held:
+            uuid, ours = mine.gpu.uuid, mine.enforced
+            for other in held:
+                theirs = other.enforced
+                if (
+                    other is not mine
+                    and other.gpu.uuid == uuid
+                    and theirs.strategy != ours.strategy
+                    and STRATEGY_MPS in (ours.strategy, theirs.strategy)
                 ):
                     raise ShareError(
-                        f"device {grant.device}: strategy {grant.strategy} cannot share GPU "
-                        f"{grant.gpu_uuid} with strategy {other.strategy} of device "
+                        f"device {mine.device}: strategy {ours.strategy} cannot share GPU "
+                        f"{uuid} with strategy {theirs.strategy} of device "
                         f"{other.device} in the same claim"
                     )
             for uid, other in others:
-                if other.gpu_uuid == grant.gpu_uuid and (
-                    other.strategy not in _COMPATIBLE[grant.strategy]
-                ):
+                theirs = other.enforced
+                if other.gpu.uuid != uuid:
+                    continue
+                if theirs.strategy not in _COMPATIBLE[ours.strategy]:
                     raise ShareError(
-                        f"device {grant.device}: strategy {grant.strategy} cannot share GPU "
-                        f"{grant.gpu_uuid} with strategy {other.strategy} already used there "
+                        f"device {mine.device}: strategy {ours.strategy} cannot share GPU "
+                        f"{uuid} with strategy {theirs.strategy} already used there "
                         f"by claim {uid}"
                     )
                 if (
-                    other.gpu_uuid == grant.gpu_uuid
-                    and grant.strategy == STRATEGY_TIME_SLICING
-                    and other.strategy == STRATEGY_TIME_SLICING
-                    and other.interval != grant.interval
+                    ours.strategy == STRATEGY_TIME_SLICING
+                    and theirs.strategy == STRATEGY_TIME_SLICING
+                    and theirs.interval != ours.interval
                 ):
                     raise ShareError(
-                        f"device {grant.device}: time-slice interval {grant.interval} conflicts "
-                        f"with interval {other.interval} already used on GPU {grant.gpu_uuid} "
+                        f"device {mine.device}: time-slice interval {ours.interval} conflicts "
+                        f"with interval {theirs.interval} already used on GPU {uuid} "
                         f"by claim {uid}"
                     )
         for uuid, gpu in gpus.items():
-            held_cores = sum(g.cores for _, g in others if g.gpu_uuid == uuid)
-            held_memory = sum(g.memory for _, g in others if g.gpu_uuid == uuid)
-            new_cores = sum(g.cores for g in grants if g.gpu_uuid == uuid)
-            new_memory = sum(g.memory for g in grants if g.gpu_uuid == uuid)
+            held_cores = sum(d.cores for _, d in others if d.gpu.uuid == uuid)
+            held_memory = sum(d.memory for _, d in others if d.gpu.uuid == uuid)
+            new_cores = sum(d.cores for d in held if d.gpu.uuid == uuid)
+            new_memory = sum(d.memory for d in held if d.gpu.uuid == uuid)
             if held_cores + new_cores > CORES_PER_GPU or held_memory + new_memory > (
                 gpu.memory_usable
             ):
@@ -441,20 +410,21 @@ class SharingEnforcer:
 
     # --- node state ---
 
-    def _drive_node(self, claim_uid: str, grants: Sequence[Grant]) -> None:
+    def _drive_node(self, claim_uid: str, held: Sequence[DeviceRecord]) -> None:
         """Start or adopt the claim's MPS daemons and set intervals; on failure undo this
         claim's part."""
         started: list[str] = []
         acquired: list[str] = []
-        if any(g.strategy == STRATEGY_LIMITS for g in grants):
+        if any(d.enforced.strategy == STRATEGY_LIMITS for d in held):
             self._make_lock_dir(claim_uid)
         try:
-            for uuid, limits in sorted(_daemon_limits(grants).items()):
+            for uuid, limits in sorted(_daemon_limits(held).items()):
                 started.append(self.mps.ensure_running(claim_uid, uuid, limits).paths.id)
-            for grant in grants:
-                if grant.strategy == STRATEGY_TIME_SLICING and grant.gpu_uuid not in acquired:
-                    self.timeslice.acquire(grant.gpu_uuid, _interval(grant.interval), claim_uid)
-                    acquired.append(grant.gpu_uuid)
+            for d in held:
+                uuid, e = d.gpu.uuid, d.enforced
+                if e.strategy == STRATEGY_TIME_SLICING and uuid not in acquired:
+                    self.timeslice.acquire(uuid, _interval(e.interval), claim_uid)
+                    acquired.append(uuid)
         except (*MPS_ERRORS, TimeSliceConflict) as exc:
             for uuid in acquired:
                 with contextlib.suppress(CommandError):
@@ -508,30 +478,33 @@ class SharingEnforcer:
             log.warning("cannot remove the Limits lock directory of claim %s: %s", claim_uid, exc)
 
     def _edits(
-        self, claim_uid: str, devices: Sequence[DeviceShare], planned: Sequence[Grant | None]
+        self, claim_uid: str, devices: Sequence[DeviceRecord], held: Sequence[DeviceRecord]
     ) -> tuple[ContainerEdits, ...]:
-        """Per-device edits. Devices of one request on one GPU are injected together and share
-        one set of variables, so each carries the group's total; a Limits ordinal is the GPU's
-        CUDA ordinal among the GPUs the container sees with the device
-        (``containeredits.visible_gpus``:
-        the order of its ``NVIDIA_VISIBLE_DEVICES``, by PCI bus ID as
-        ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` numbers them)."""
-        limits = _group_limits([g for g in planned if g is not None])
+        """Per-device edits (``held``: the enforced ones among ``devices``, decided). Devices of
+        one request on one GPU are injected together and share one set of variables, so each
+        carries the group's total; a Limits ordinal is the GPU's CUDA ordinal among the GPUs the
+        container sees with the device (``containeredits.visible_gpus``: the order of its
+        ``NVIDIA_VISIBLE_DEVICES``, by PCI bus ID as ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` numbers
+        them)."""
+        limits = _group_limits(held)
+        decided = iter(held)
         visible = visible_gpus([d.requests for d in devices], [d.gpu for d in devices])
         edits: list[ContainerEdits] = []
-        for i, grant in enumerate(planned):
-            if grant is None:
+        for i, device in enumerate(devices):
+            if device.admin_access:
                 edits.append(ContainerEdits())
                 continue
-            cores, memory = limits[(grant.requests, grant.gpu_uuid, grant.strategy)]
-            if grant.strategy == STRATEGY_MPS:
-                edits.append(self.mps.container_edits(claim_uid, grant.gpu_uuid, cores, memory))
-            elif grant.strategy == STRATEGY_LIMITS and self.limits_library:
+            d = next(decided)
+            uuid, strategy = d.gpu.uuid, d.enforced.strategy
+            cores, memory = limits[(d.requests, uuid, strategy)]
+            if strategy == STRATEGY_MPS:
+                edits.append(self.mps.container_edits(claim_uid, uuid, cores, memory))
+            elif strategy == STRATEGY_LIMITS and self.limits_library:
                 edits.append(
                     limits_edits(
                         self.limits_library,
                         str(self.lock_dir(claim_uid)),
-                        [g.uuid for g in visible[i]].index(grant.gpu_uuid),
+                        [g.uuid for g in visible[i]].index(uuid),
                         memory,
                         cores,
                     )
@@ -541,29 +514,46 @@ class SharingEnforcer:
         return tuple(edits)
 
 
+def _decided(devices: Sequence[DeviceRecord], decisions: Decisions) -> tuple[DeviceRecord, ...]:
+    """The devices with a decision, each carrying it (``decisions[i]`` is ``devices[i]``'s)."""
+    return tuple(
+        replace(d, enforcement=e) for d, e in zip(devices, decisions, strict=True) if e is not None
+    )
+
+
+def _default_enforcement(d: DeviceRecord) -> Enforcement:
+    """What a device recorded without a decision gets at restore (a claim rebuilt from its CDI
+    spec, or recorded by a plugin that kept none): the default strategy, limited to its share."""
+    return Enforcement(
+        strategy=default_strategy(d.is_share and not takes_whole_gpu(d)),
+        limit_cores=d.cores,
+        limit_memory=d.memory,
+    )
+
+
 def _group_limits(
-    grants: Sequence[Grant],
+    held: Sequence[DeviceRecord],
 ) -> dict[tuple[tuple[str, ...], str, str], tuple[int, int]]:
     """(cores, memory bytes) one container is limited to, per (requests, GPU, strategy): devices
     of one request on one GPU are injected together, so their limits add up (cores at most the
     GPU's)."""
-    groups: dict[tuple[tuple[str, ...], str, str], list[Grant]] = defaultdict(list)
-    for grant in grants:
-        groups[(grant.requests, grant.gpu_uuid, grant.strategy)].append(grant)
+    groups: dict[tuple[tuple[str, ...], str, str], list[Enforcement]] = defaultdict(list)
+    for d in held:
+        groups[(d.requests, d.gpu.uuid, d.enforced.strategy)].append(d.enforced)
     return {
         key: (
-            min(CORES_PER_GPU, sum(g.limit_cores for g in group)),
-            sum(g.limit_memory for g in group),
+            min(CORES_PER_GPU, sum(e.limit_cores for e in group)),
+            sum(e.limit_memory for e in group),
         )
         for key, group in groups.items()
     }
 
 
-def _daemon_limits(grants: Sequence[Grant]) -> dict[str, MpsLimits]:
+def _daemon_limits(held: Sequence[DeviceRecord]) -> dict[str, MpsLimits]:
     """The default limits of one claim's MPS daemon per GPU: the largest limits a container of
     the claim gets there (a container with lower limits sets its own client variables)."""
     daemons: dict[str, MpsLimits] = {}
-    for (_, uuid, strategy), (cores, memory) in _group_limits(grants).items():
+    for (_, uuid, strategy), (cores, memory) in _group_limits(held).items():
         if strategy != STRATEGY_MPS:
             continue
         known = daemons.get(uuid)
@@ -575,7 +565,7 @@ def _daemon_limits(grants: Sequence[Grant]) -> dict[str, MpsLimits]:
     return daemons
 
 
-def _limits(config: GpuConfig, share: DeviceShare, label: str) -> tuple[int, int]:
+def _limits(config: GpuConfig, share: DeviceRecord, label: str) -> tuple[int, int]:
     """(cores, memory bytes) the container is limited to: the share, or an override at most
     the share."""
     sharing = config.sharing
@@ -606,16 +596,16 @@ def _limits(config: GpuConfig, share: DeviceShare, label: str) -> tuple[int, int
     )
 
 
-def _check_mps_single_gpu_per_request(grants: Sequence[Grant]) -> None:
+def _check_mps_single_gpu_per_request(held: Sequence[DeviceRecord]) -> None:
     """A container attaches to one MPS daemon, which exposes one GPU as CUDA device 0, so a
     request with MPS shares needs all its devices on one GPU (then that GPU is also all its
     ``NVIDIA_VISIBLE_DEVICES`` lists)."""
     gpus_by_request: dict[str, set[str]] = defaultdict(set)
     mps_requests: set[str] = set()
-    for g in grants:
-        for request in base_request_names(g.requests):
-            gpus_by_request[request].add(g.gpu_uuid)
-            if g.strategy == STRATEGY_MPS:
+    for d in held:
+        for request in d.base_requests:
+            gpus_by_request[request].add(d.gpu.uuid)
+            if d.enforced.strategy == STRATEGY_MPS:
                 mps_requests.add(request)
     for request in sorted(mps_requests):
         gpus = gpus_by_request[request]
@@ -641,60 +631,6 @@ def _on_node(found: dict[str, str], known: frozenset[str], what: str) -> dict[st
     for uuid in sorted(set(found) - known):
         log.warning("ignoring the recorded %s of %r: this node has no such GPU", what, uuid)
     return {uuid: value for uuid, value in found.items() if uuid in known}
-
-
-def _grant_problem(grant: Grant, devices: Sequence[DeviceShare]) -> str | None:
-    """Why a grant read from a checkpoint cannot be the grant of one of ``devices`` (the
-    claim's shares, resolved through the node's device table); None when it can."""
-    share = next(
-        (d for d in devices if d.device == grant.device and d.gpu.uuid == grant.gpu_uuid), None
-    )
-    if share is None:
-        return f"device {grant.device!r} of GPU {grant.gpu_uuid!r} is not one of the claim's"
-    if grant.strategy not in _COMPATIBLE:
-        return f"strategy {grant.strategy!r} is none of {', '.join(sorted(_COMPATIBLE))}"
-    if grant.interval is not None and grant.interval not in TIMESLICE_VALUES:
-        return f"time-slice interval {grant.interval!r} is none of {', '.join(TIMESLICE_VALUES)}"
-    if not (0 <= grant.limit_cores <= grant.cores == share.cores):
-        return f"cores {grant.cores}/{grant.limit_cores} do not fit the share's {share.cores}"
-    if not (0 <= grant.limit_memory <= grant.memory == share.memory):
-        return f"memory {grant.memory}/{grant.limit_memory} does not fit the share's {share.memory}"
-    return None
-
-
-def _grants_from_record(
-    devices: Sequence[DeviceShare], record: Mapping[str, Any]
-) -> tuple[Grant, ...]:
-    """A claim's grants from its checkpoint record, each checked against the claim's shares and
-    the fixed vocabularies; without a usable record (lost checkpoint, rebuilt from CDI files, or
-    a record that fails a check) they are derived from the shares with the default strategies."""
-    raw = record.get("grants") if isinstance(record, Mapping) else None
-    if isinstance(raw, list):
-        try:
-            grants = tuple(Grant.from_json(g) for g in raw)
-            problems = [p for g in grants if (p := _grant_problem(g, devices)) is not None]
-            if not problems:
-                return grants
-            log.warning(
-                "enforcement record does not match the claim (%s), using default strategies",
-                "; ".join(problems),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            log.warning("unreadable enforcement record, using default strategies: %s", exc)
-    return tuple(
-        Grant(
-            gpu_uuid=d.gpu.uuid,
-            device=d.device,
-            requests=d.requests,
-            strategy=default_strategy(d.is_share and not takes_whole_gpu(d)),
-            cores=d.cores,
-            memory=d.memory,
-            limit_cores=d.cores,
-            limit_memory=d.memory,
-        )
-        for d in devices
-        if not d.admin_access
-    )
 
 
 def build_enforcer(

@@ -30,7 +30,8 @@ from kubeletplugin.prepare.checkpoint import (
     STATE_STARTED,
     Checkpoint,
     CheckpointError,
-    DeviceRecord,
+    device_from_json,
+    device_to_json,
 )
 from kubeletplugin.prepare.state import DeviceState
 from kubeletplugin.sharing.enforcement import ShareEnforcer
@@ -606,10 +607,10 @@ def test_a_dynamic_mig_device_is_enforced_like_a_static_one(
             partitioner=mig.fake,
         )
         state.start()
-    assert "does not match the claim" not in caplog.text
-    (grant,) = enforcer.grants()[plain.uid]
-    assert grant.gpu_uuid == inst.uuid, "restored on the MIG device, not its parent"
-    assert grant.strategy == "Exclusive"
+    assert "cannot be decoded" not in caplog.text
+    (held,) = enforcer.held()[plain.uid]
+    assert held.gpu.uuid == inst.uuid, "restored on the MIG device, not its parent"
+    assert held.enforced.strategy == "Exclusive"
 
 
 # --- the checkpoint ---------------------------------------------------------------------------
@@ -630,14 +631,15 @@ def _device_json(**extra: Any) -> dict[str, Any]:
 
 
 def test_device_records_carry_the_instance_only_when_set() -> None:
-    plain = DeviceRecord.from_json(_device_json(), "d")
+    plain = device_from_json(_device_json(), "d")
     assert (plain.mig_gpu_instance, plain.mig_compute_instance, plain.mig_uuid) == (None,) * 3
-    assert "migGpuInstance" not in plain.to_json() and "migUUID" not in plain.to_json()
-    full = DeviceRecord.from_json(
+    assert "migGpuInstance" not in device_to_json(plain)
+    assert "migUUID" not in device_to_json(plain)
+    full = device_from_json(
         _device_json(migGpuInstance=3, migComputeInstance=0, migUUID="MIG-abc"), "d"
     )
     assert (full.mig_gpu_instance, full.mig_compute_instance, full.mig_uuid) == (3, 0, "MIG-abc")
-    assert DeviceRecord.from_json(full.to_json(), "d") == full
+    assert device_from_json(device_to_json(full), "d") == full
     assert full.extra == {}
 
 
@@ -656,7 +658,7 @@ def test_device_records_carry_the_instance_only_when_set() -> None:
 )
 def test_bad_instance_fields_name_the_field(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(CheckpointError, match=message.replace(".", r"\.")):
-        DeviceRecord.from_json(_device_json(**fields), "d")
+        device_from_json(_device_json(**fields), "d")
 
 
 def test_instance_fields_on_a_device_that_is_not_dynamic_roll_the_claim_back(

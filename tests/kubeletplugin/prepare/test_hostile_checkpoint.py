@@ -4,6 +4,7 @@ plugin's directories is touched. Each case here was a finding of an adversarial 
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from kubeletplugin.devices.table import node_devices
 from tests.jsondata import json_paths
 from tests.kubeletplugin.prepare import helpers as h
+from tests.kubeletplugin.prepare.test_checkpoint_upgrade import as_format1
 from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config
 
 MPS = gpu_config({"strategy": "MPS"})
@@ -169,17 +171,54 @@ def test_a_recorded_compute_mode_never_switches_a_gpu_no_claim_uses(node: h.Node
 
 
 @pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("strategy", "Root", "enforcement.strategy is 'Root'; known: Exclusive"),
+        ("strategy", None, "enforcement.strategy is None"),
+        ("interval", "Long", "enforcement.interval is set for strategy MPS"),
+        ("limitCores", 1000, "enforcement.limitCores 1000 is outside 0..10"),
+        ("limitCores", -1, "enforcement.limitCores -1 is outside 0..10"),
+        ("limitCores", "10", "enforcement.limitCores must be an integer"),
+        ("limitMemory", 10**30, f"enforcement.limitMemory {10**30} is outside 0..{GI}"),
+        ("limitMemory", None, "enforcement.limitMemory must be an integer"),
+    ],
+)
+def test_an_enforcement_that_does_not_fit_its_device_rolls_the_claim_back(
+    node: h.Node, field: str, value: Any, message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    tools = Tools.new()
+    claims, objs = _prepare(node, 1, enforcer=tools.enforcer(node.data_dir), configs=[MPS])
+    uid = objs[0]["metadata"]["uid"]
+    assert node.checkpoint()["claims"][uid]["devices"][0]["enforcement"]["strategy"] == "MPS"
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["claims"][uid]["devices"][0]["enforcement"][field] = value
+
+    _tamper(node, change)
+    tools.fake.clear()
+    with caplog.at_level(logging.WARNING):
+        state = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert f"claims[{uid}].devices[0].{message}" in caplog.text
+    assert uid not in state.prepared_claims()
+    assert uid not in node.checkpoint()["claims"]
+    # Rolled back: the claim's daemon is stopped, and nothing else ran.
+    assert tools.sim.daemons == {}
+    assert node.spec_files() == []
+
+
+@pytest.mark.parametrize(
     ("field", "value"),
     [
         ("gpu_uuid", "VICTIM"),
         ("gpu_uuid", h.gpus()[2].uuid),
+        ("device", "gpu-2"),
         ("strategy", "Root"),
         ("interval", "Forever"),
         ("limit_cores", 1000),
         ("memory", 10**30),
     ],
 )
-def test_an_enforcement_record_that_does_not_fit_the_claim_is_replaced_by_defaults(
+def test_a_format1_grant_that_does_not_fit_its_device_rolls_the_claim_back(
     node: h.Node, field: str, value: Any
 ) -> None:
     tools = Tools.new()
@@ -189,22 +228,29 @@ def test_an_enforcement_record_that_does_not_fit_the_claim_is_replaced_by_defaul
     value = str(victim) if value == "VICTIM" else value
 
     def change(doc: dict[str, Any]) -> None:
+        as_format1(doc)
         doc["claims"][uid]["sharing"]["grants"][0][field] = value
 
     _tamper(node, change)
     tools.fake.clear()
-    enforcer = tools.enforcer(node.data_dir)
-    state = node.state(claims, enforcer=enforcer)
-    assert uid in state.prepared_claims()
-    (grant,) = enforcer.grants()[uid]
-    assert grant.gpu_uuid == h.gpus()[0].uuid
-    assert grant.strategy == "MPS" and grant.cores == 10 and grant.memory == GI
-    assert grant.interval is None
+    state = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert uid not in state.prepared_claims()
     assert _intact(victim)
     assert not any("victim" in arg for a in tools.fake.argvs() for arg in a)
-    # The only MPS daemon is the claim's GPU's, under the node's MPS root.
-    assert list(tools.sim.daemons.values()) == [h.gpus()[0].uuid]
-    assert all(Path(pipe).is_relative_to(tools.mps_root) for pipe in tools.sim.daemons)
+    assert tools.sim.daemons == {}
+
+
+def test_an_untampered_format1_grant_is_read_back(node: h.Node) -> None:
+    """The control of the test above: the same rewrite without a change keeps the claim."""
+    tools = Tools.new()
+    claims, objs = _prepare(node, 1, enforcer=tools.enforcer(node.data_dir), configs=[MPS])
+    uid = objs[0]["metadata"]["uid"]
+    _tamper(node, as_format1)
+    enforcer = tools.enforcer(node.data_dir)
+    state = node.state(claims, enforcer=enforcer)
+    (device,) = state.prepared_claims()[uid].devices
+    assert device.enforcement is not None and device.enforcement.strategy == "MPS"
+    assert [d.enforced.strategy for d in enforcer.held()[uid]] == ["MPS"]
 
 
 JSON = st.recursive(

@@ -12,12 +12,13 @@ import pytest
 from api import names
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.containeredits import ContainerEdits, Mount
+from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector
 from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE
 from kubeletplugin.prepare.state import KeyedLocks
-from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
+from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,
     GI,
@@ -147,8 +148,8 @@ def test_other_drivers_results_and_configs_are_ignored(node: Node) -> None:
 
     class Recorder(RecordingEnforcer):
         def apply(
-            self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
-        ) -> Enforcement:
+            self, claim_uid: str, devices: Sequence[DeviceRecord], configs: DriverConfigs
+        ) -> Applied:
             seen.append(configs)
             return super().apply(claim_uid, devices, configs)
 
@@ -297,17 +298,18 @@ def test_share_outside_the_gpu_is_refused(node: Node) -> None:
 
 
 class RecordingEnforcer:
-    """A ShareEnforcer that adds an env variable and a typed mount per share, and records calls."""
+    """A ShareEnforcer that adds an env variable and a typed mount per share, limits each share
+    to half its cores with strategy Limits, and records calls."""
 
     def __init__(self, fail_for: str | None = None) -> None:
         self.calls: list[tuple[str, str]] = []
         self.active: set[str] = set()
         self.fail_for = fail_for
-        self.restored: tuple[Any, Mapping[str, Any]] | None = None
+        self.restored: tuple[Any, Mapping[str, Sequence[DeviceRecord]]] | None = None
 
     def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
-    ) -> Enforcement:
+        self, claim_uid: str, devices: Sequence[DeviceRecord], configs: DriverConfigs
+    ) -> Applied:
         self.calls.append(("apply", claim_uid))
         if claim_uid == self.fail_for:
             raise ShareError("MPS and TimeSlicing cannot share GPU x")
@@ -321,7 +323,10 @@ class RecordingEnforcer:
             else ContainerEdits()
             for d in devices
         )
-        return Enforcement(device_edits=edits, record={"strategy": "test"})
+        decisions = tuple(
+            Enforcement("Limits", d.cores // 2, d.memory) if d.is_share else None for d in devices
+        )
+        return Applied(decisions=decisions, device_edits=edits)
 
     def release(self, claim_uid: str) -> None:
         self.calls.append(("release", claim_uid))
@@ -331,10 +336,15 @@ class RecordingEnforcer:
         return {"active": sorted(self.active)}
 
     def restore(
-        self, state: Any, prepared: Mapping[str, Any], *, node_gpus: Collection[str]
-    ) -> None:
+        self,
+        state: Any,
+        prepared: Mapping[str, Sequence[DeviceRecord]],
+        *,
+        node_gpus: Collection[str],
+    ) -> dict[str, Decisions]:
         self.restored = (state, prepared)
         self.active = set((state or {}).get("active", []))
+        return {uid: tuple(d.enforcement for d in devices) for uid, devices in prepared.items()}
 
 
 def test_enforcer_edits_reach_the_spec_and_failures_roll_back(node: Node) -> None:
@@ -355,16 +365,22 @@ def test_enforcer_edits_reach_the_spec_and_failures_roll_back(node: Node) -> Non
     assert doc["cdiVersion"] == ("0.5.0" if doc["devices"][0]["name"][0].isdigit() else "0.4.0")
     ckpt = node.checkpoint()
     assert ckpt["sharing"] == {"active": [good["metadata"]["uid"]]}
-    assert ckpt["claims"][good["metadata"]["uid"]]["sharing"] == {"strategy": "test"}
-    # A restart hands the state back to the enforcer.
+    # What the enforcer decided is in the device's record.
+    (device,) = ckpt["claims"][good["metadata"]["uid"]]["devices"]
+    assert device["enforcement"] == {"strategy": "Limits", "limitCores": 20, "limitMemory": 4 * GI}
+    assert "sharing" not in ckpt["claims"][good["metadata"]["uid"]]
+    # A restart hands the state and the recorded devices back to the enforcer.
     enforcer2 = RecordingEnforcer()
-    node.state(claims, enforcer=enforcer2)
+    state2 = node.state(claims, enforcer=enforcer2)
     assert enforcer2.restored is not None
     st, prepared = enforcer2.restored
     assert st == {"active": [good["metadata"]["uid"]]}
-    shares, record = prepared[good["metadata"]["uid"]]
-    assert record == {"strategy": "test"}
-    assert [(s.device, s.cores, s.memory) for s in shares] == [("gpu-0", 40, 4 * GI)]
+    (restored,) = prepared[good["metadata"]["uid"]]
+    assert (restored.device, restored.cores, restored.memory) == ("gpu-0", 40, 4 * GI)
+    assert restored.enforcement == Enforcement("Limits", 20, 4 * GI)
+    assert restored.gpu.uuid == restored.gpu_uuid
+    (kept,) = state2.prepared_claims()[good["metadata"]["uid"]].devices
+    assert kept.enforcement == Enforcement("Limits", 20, 4 * GI)
 
 
 def test_device_nodes_with_a_dev_root(node: Node, tmp_path: Path) -> None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 import copy
 import shutil
 import weakref
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kubeletplugin.devicerecord import DeviceRecord
+from kubeletplugin.model import GpuInfo
 from kubeletplugin.runner import FakeRunner
 from kubeletplugin.sharing.daemonpods import DAEMON_CONTAINER
+from kubeletplugin.sharing.enforcement import Applied
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
 from tests.kubeletplugin.prepare import helpers as h
@@ -149,3 +152,37 @@ class FakePodApi:
 def _pipe_of(pod: Mapping[str, Any]) -> str:
     container = next(c for c in pod["spec"]["containers"] if c["name"] == DAEMON_CONTAINER)
     return str(next(e["value"] for e in container["env"] if e["name"] == "CUDA_MPS_PIPE_DIRECTORY"))
+
+
+def record(
+    gpu: GpuInfo,
+    device: str,
+    requests: tuple[str, ...],
+    cores: int,
+    memory: int,
+    share_id: str | None = None,
+    *,
+    partition: str | None = None,
+    admin_access: bool = False,
+) -> DeviceRecord:
+    """A device record as the state module hands it to the enforcer: its GPU attached, nothing
+    decided yet (its CDI name and IDs play no part in enforcement)."""
+    return DeviceRecord(
+        requests=requests,
+        pool=h.NODE,
+        device=device,
+        gpu_uuid=gpu.uuid,
+        cores=cores,
+        memory=memory,
+        cdi_name=f"claim-{device}" + (f"-{share_id}" if share_id else ""),
+        cdi_device_ids=(),
+        share_id=share_id,
+        partition=partition,
+        admin_access=admin_access,
+        gpu_info=gpu,
+    )
+
+
+def decided(devices: Sequence[DeviceRecord], applied: Applied) -> list[DeviceRecord]:
+    """``devices`` with what ``apply`` decided for each, as the state module records them."""
+    return [replace(d, enforcement=e) for d, e in zip(devices, applied.decisions, strict=True)]

@@ -87,10 +87,11 @@ def test_without_a_launcher_real_gpus_refuse_mps_shares_with_a_clear_error(
     tmp_path: Path,
 ) -> None:
     from api.gpuconfig import DriverConfigs
-    from kubeletplugin.sharing.enforcement import DeviceShare, ShareError
+    from kubeletplugin.sharing.enforcement import ShareError
     from kubeletplugin.sharing.enforcer import build_enforcer
     from kubeletplugin.sharing.shm import PlainDirectory, TmpfsMounter
     from tests.kubeletplugin.prepare import helpers as h
+    from tests.kubeletplugin.sharing.helpers import record
 
     fake = FakeRunner()
     enforcer = build_enforcer("nvml", tmp_path, driver_name=h.DRIVER, mps_root=tmp_path / "m")
@@ -98,7 +99,7 @@ def test_without_a_launcher_real_gpus_refuse_mps_shares_with_a_clear_error(
     assert isinstance(enforcer.mps.shm, TmpfsMounter)
     enforcer.mps.shm = PlainDirectory()  # tests never mount
     fake.on("nvidia-smi", "-i", stdout="Default\n")
-    share = DeviceShare(h.gpus()[0], "gpu-0", ("gpu",), 30, 2**30, share_id="s-1")
+    share = record(h.gpus()[0], "gpu-0", ("gpu",), 30, 2**30, share_id="s-1")
     with pytest.raises(ShareError, match="no MPS daemon pod template"):
         enforcer.apply("claim-a", [share], DriverConfigs())
     assert enforcer.mps.root == tmp_path / "m"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from api.gpuconfig import DriverConfigs
+from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.sharing.daemonpods import (
     DAEMON_CONTAINER,
     LABEL_DAEMON,
@@ -23,12 +24,11 @@ from kubeletplugin.sharing.daemonpods import (
     pod_phase,
 )
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
-from kubeletplugin.sharing.enforcement import DeviceShare
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import MpsPaths, daemon_id, short_id
 from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
 from tests.kubeletplugin.prepare import helpers as h
-from tests.kubeletplugin.sharing.helpers import GI, FakePodApi, Tools
+from tests.kubeletplugin.sharing.helpers import GI, FakePodApi, Tools, decided, record
 
 NS = "sharegpu-system"
 NODE = "gpu-node-1"
@@ -237,8 +237,8 @@ def enforcer(tools: Tools, api: FakePodApi, data_dir: Path) -> SharingEnforcer:
     )
 
 
-def share(cores: int, memory: int, share_id: str) -> DeviceShare:
-    return DeviceShare(h.gpus()[0], "gpu-0", ("gpu",), cores, memory, share_id=share_id)
+def share(cores: int, memory: int, share_id: str) -> DeviceRecord:
+    return record(h.gpus()[0], "gpu-0", ("gpu",), cores, memory, share_id=share_id)
 
 
 def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
@@ -256,7 +256,7 @@ def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
     second = enforcer(tools, api, tmp_path)
     second.restore(
         state,
-        {"claim-a": ([share(30, 10 * GI, "s-1")], done.record)},
+        {"claim-a": decided([share(30, 10 * GI, "s-1")], done)},
         node_gpus=[g.uuid for g in h.gpus()],
     )
     assert api.created == 1 and tools.sim.daemons_started == 1

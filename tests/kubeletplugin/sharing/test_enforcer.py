@@ -11,7 +11,6 @@ import pytest
 from api import names
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.devices.slices import partition_share
-from kubeletplugin.sharing.enforcement import DeviceShare
 from kubeletplugin.sharing.mpspaths import daemon_id
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import (
@@ -22,6 +21,7 @@ from tests.kubeletplugin.sharing.helpers import (
     claim_mounts,
     gpu_config,
     query_compute_mode,
+    record,
 )
 
 
@@ -444,7 +444,7 @@ def test_a_daemon_found_running_without_claims_is_stopped_when_the_checkpoint_is
     tools = Tools.new()
     first = tools.enforcer(tmp_path)
     gpu = h.gpus()[0]
-    share = DeviceShare(gpu, "gpu-0", ("gpu",), 30, 10 * GI, share_id="s-1")
+    share = record(gpu, "gpu-0", ("gpu",), 30, 10 * GI, share_id="s-1")
     first.apply("claim-a", [share], DriverConfigs())
     assert len(tools.sim.daemons) == 1
     # Restart with neither the exported state nor any prepared claim (checkpoint lost).
@@ -457,18 +457,19 @@ def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record
     tmp_path: Path,
 ) -> None:
     from api.sharepolicy import memory_policy_max
-    from kubeletplugin.sharing.enforcer import Grant
 
     tools = Tools.new()
     gpu = h.gpus()[0]
-    whole = DeviceShare(gpu, "gpu-0", ("gpu",), 100, memory_policy_max(gpu.memory_usable), "s-1")
+    whole = record(gpu, "gpu-0", ("gpu",), 100, memory_policy_max(gpu.memory_usable), "s-1")
     enforcer = tools.enforcer(tmp_path)
     done = enforcer.apply("claim-a", [whole], DriverConfigs())
     assert done.device_edits[0].env == ()
-    assert [Grant.from_json(g).strategy for g in done.record["grants"]] == ["Exclusive"]
+    assert [e.strategy for e in done.decisions if e] == ["Exclusive"]
     restarted = tools.enforcer(tmp_path)
-    restarted.restore(None, {"claim-a": ([whole], {})}, node_gpus=[gpu.uuid])
-    assert [g.strategy for g in restarted.grants()["claim-a"]] == ["Exclusive"]
+    # Recorded without a decision (rebuilt from its CDI spec): the default again.
+    restored = restarted.restore(None, {"claim-a": [whole]}, node_gpus=[gpu.uuid])
+    assert [e.strategy for e in restored["claim-a"] if e] == ["Exclusive"]
+    assert [d.enforced.strategy for d in restarted.held()["claim-a"]] == ["Exclusive"]
     assert tools.fake.argvs() == []
 
 

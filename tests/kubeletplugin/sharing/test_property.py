@@ -5,7 +5,6 @@ MPS daemon and compute mode follow its MPS shares, and everything is restored at
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,12 @@ from hypothesis import strategies as st
 
 from api import names
 from api.gpuconfig import DriverConfigs, decode_driver_configs
+from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.model import GpuInfo
-from kubeletplugin.sharing.enforcement import DeviceShare, ShareError
+from kubeletplugin.sharing.enforcement import ShareError
 from kubeletplugin.sharing.enforcer import takes_whole_gpu
-from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools
+from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools, decided, record
 
 GPUS: list[GpuInfo] = MockBackend("prop-node", 2).discover()
 COMPATIBLE = {
@@ -68,13 +68,13 @@ operations = st.lists(
 )
 
 
-def share_of(op: Prepare, whole: bool) -> DeviceShare:
+def share_of(op: Prepare, whole: bool) -> DeviceRecord:
     """A consumable share, or (``whole``) a whole-GPU allocation."""
     gpu = GPUS[op.gpu]
     memory = min(op.memory_gi * GI, gpu.memory_usable)
     if whole:
-        return DeviceShare(gpu, names.device_name(gpu.index), ("gpu",), 100, gpu.memory_usable)
-    return DeviceShare(
+        return record(gpu, names.device_name(gpu.index), ("gpu",), 100, gpu.memory_usable)
+    return record(
         gpu,
         names.device_name(gpu.index),
         ("gpu",),
@@ -140,7 +140,7 @@ def test_random_prepares_and_unprepares_keep_every_invariant(
     with tempfile.TemporaryDirectory() as tmp:
         enforcer = tools.enforcer(Path(tmp), limits_library=LIBRARY)
         model: dict[int, Held] = {}
-        prepared: dict[str, tuple[list[DeviceShare], Mapping[str, Any]]] = {}
+        prepared: dict[str, list[DeviceRecord]] = {}
         for op in ops:
             if isinstance(op, Restart):
                 state = enforcer.export_state()
@@ -169,7 +169,7 @@ def test_random_prepares_and_unprepares_keep_every_invariant(
                 expected = fits(model, op.claim, new, share.gpu.memory_usable)
                 try:
                     done = enforcer.apply(uid, [share], configs_of(op))
-                    prepared[uid] = ([share], done.record)
+                    prepared[uid] = decided([share], done)
                     accepted = True
                 except ShareError:
                     accepted = False
@@ -216,7 +216,7 @@ def test_concurrent_prepares_start_one_daemon_per_claim_and_never_overbook() -> 
 
         def worker(i: int) -> None:
             gpu = GPUS[i % len(GPUS)]
-            share = DeviceShare(
+            share = record(
                 gpu,
                 names.device_name(gpu.index),
                 ("gpu",),
@@ -248,7 +248,7 @@ def test_concurrent_prepares_start_one_daemon_per_claim_and_never_overbook() -> 
 
 def test_a_release_never_stops_the_daemon_of_a_claim_whose_apply_is_in_flight() -> None:
     """Claim B's apply has started its daemon on GPU 0 and is starting the one on GPU 1 (its
-    grants are not recorded yet) when claim A is released: A's release sees B's first daemon as
+    devices are not recorded yet) when claim A is released: A's release sees B's first daemon as
     no prepared claim's, but must leave it running once B's apply is done."""
     import threading
 
@@ -258,7 +258,7 @@ def test_a_release_never_stops_the_daemon_of_a_claim_whose_apply_is_in_flight() 
     gpu0, gpu1 = GPUS
     with tempfile.TemporaryDirectory() as tmp:
         enforcer = tools.enforcer(Path(tmp))
-        a = DeviceShare(gpu0, "gpu-0", ("gpu",), 10, GI, share_id="a")
+        a = record(gpu0, "gpu-0", ("gpu",), 10, GI, share_id="a")
         enforcer.apply("claim-a", [a], DriverConfigs())
         launching, proceed, snapshot = threading.Event(), threading.Event(), threading.Event()
         launch = tools.pods.launch
@@ -280,8 +280,8 @@ def test_a_release_never_stops_the_daemon_of_a_claim_whose_apply_is_in_flight() 
         tools.pods.launch = slow_launch  # type: ignore[method-assign]
         enforcer.mps.running = observed_running  # type: ignore[method-assign]
         b = [
-            DeviceShare(gpu0, "gpu-0", ("first",), 10, GI, share_id="b0"),
-            DeviceShare(gpu1, "gpu-1", ("second",), 10, GI, share_id="b1"),
+            record(gpu0, "gpu-0", ("first",), 10, GI, share_id="b0"),
+            record(gpu1, "gpu-1", ("second",), 10, GI, share_id="b1"),
         ]
         applying = threading.Thread(target=enforcer.apply, args=("claim-b", b, DriverConfigs()))
         applying.start()
@@ -293,4 +293,4 @@ def test_a_release_never_stops_the_daemon_of_a_claim_whose_apply_is_in_flight() 
         applying.join(timeout=60)
         releasing.join(timeout=60)
         assert sorted(tools.sim.daemons.values()) == sorted([gpu0.uuid, gpu1.uuid])
-        assert set(enforcer.grants()) == {"claim-b"}
+        assert set(enforcer.held()) == {"claim-b"}

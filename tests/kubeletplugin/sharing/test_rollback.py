@@ -10,14 +10,21 @@ from typing import Any
 import pytest
 
 from api.gpuconfig import DriverConfigs, decode_driver_configs
+from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE, STATE_STARTED
 from kubeletplugin.runner import CommandResult, RecordedCall
-from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
+from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import daemon_id
 from kubeletplugin.sharing.timeslice import TimeSliceManager
 from tests.kubeletplugin.prepare import helpers as h
-from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config, query_compute_mode
+from tests.kubeletplugin.sharing.helpers import (
+    GI,
+    Tools,
+    gpu_config,
+    query_compute_mode,
+    record,
+)
 
 TIME_SLICING_LONG = gpu_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})
 
@@ -34,8 +41,8 @@ class CrashAfterApply:
         self.on_disk: bytes | None = None
 
     def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
-    ) -> Enforcement:
+        self, claim_uid: str, devices: Sequence[DeviceRecord], configs: DriverConfigs
+    ) -> Applied:
         done = self.inner.apply(claim_uid, devices, configs)
         if claim_uid == self.claim_uid:
             self.on_disk = self.checkpoint.read_bytes()
@@ -50,11 +57,11 @@ class CrashAfterApply:
     def restore(
         self,
         state: Mapping[str, Any] | None,
-        prepared: Mapping[str, tuple[Sequence[DeviceShare], Mapping[str, Any]]],
+        prepared: Mapping[str, Sequence[DeviceRecord]],
         *,
         node_gpus: Collection[str],
-    ) -> None:
-        self.inner.restore(state, prepared, node_gpus=node_gpus)
+    ) -> dict[str, Decisions]:
+        return self.inner.restore(state, prepared, node_gpus=node_gpus)
 
 
 def prepare(state: Any, obj: dict[str, Any]) -> str:
@@ -218,7 +225,7 @@ def test_an_interval_whose_marker_cannot_be_written_is_not_set(tmp_path: Path) -
     (tmp_path / "timeslice").write_text("in the way")
     enforcer = tools.enforcer(tmp_path)
     gpu = h.gpus()[0]
-    share = DeviceShare(gpu, "gpu-0", ("gpu",), 30, 10 * GI, share_id="s-1")
+    share = record(gpu, "gpu-0", ("gpu",), 30, 10 * GI, share_id="s-1")
     config = decode_driver_configs([TIME_SLICING_LONG], h.DRIVER)
     with pytest.raises(ShareError, match="cannot enforce the share"):
         enforcer.apply("claim-a", [share], config)
