@@ -675,6 +675,26 @@ def test_instance_fields_on_a_device_that_is_not_dynamic_roll_the_claim_back(
     assert state.prepared_claims() == {}
 
 
+def test_a_recorded_strategy_other_than_exclusive_on_a_mig_device_rolls_the_claim_back(
+    mig: MigNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    mig.tools = Tools.new()
+    c = mig.claim("c", H100_1G.format(0))
+    state = mig.start()
+    prepare_ok(state, c)
+    state.close()
+    doc = mig.node.checkpoint()
+    (device,) = doc["claims"][c.uid]["devices"]
+    assert device["enforcement"]["strategy"] == "Exclusive"
+    device["enforcement"]["strategy"] = "MPS"
+    mig.node.write_checkpoint(doc)
+    with caplog.at_level(logging.WARNING):
+        state = mig.start()
+    assert state.prepared_claims() == {}
+    assert "enforcement.strategy MPS: MIG device" in caplog.text
+    assert mig.tools.sim.daemons == {}
+
+
 # --- randomized crashes -----------------------------------------------------------------------
 
 SEED = 4815
