@@ -39,7 +39,9 @@ Each device entry is one :class:`~kubeletplugin.devicerecord.DeviceRecord`.
   mapping, ``{"grants": [{"gpu_uuid", "device", "requests", "strategy", "cores", "memory",
   "limit_cores", "limit_memory", "interval"}]}``, one grant per device without adminAccess in
   device order. When no device of a claim has ``enforcement``, its grants are read into them
-  with the same checks (and must pair with the devices); the next write drops ``sharing``.
+  with the same checks (and must pair with the devices). Format 2 still writes them
+  (:func:`format1_sharing`, derived from the devices, never read beside ``enforcement``) so
+  that a plugin downgraded to format 1 resumes the same strategies.
 - A device entry that fails a check makes its claim's entry undecodable (the caller rolls the
   claim back); the other claims load.
 
@@ -294,6 +296,34 @@ def _with_format1_grants(
     return tuple(out)
 
 
+def format1_sharing(devices: tuple[DeviceRecord, ...]) -> dict[str, Any]:
+    """The claim's ``sharing`` as format 1 wrote it, derived from the devices' ``enforcement``,
+    so that a plugin downgraded to format 1 resumes the same strategies. Written only when every
+    device without adminAccess is decided (format 1 wrote all grants or none); never read back
+    while the devices carry ``enforcement``."""
+    enforced = [d for d in devices if not d.admin_access]
+    if not enforced or any(d.enforcement is None for d in enforced):
+        return {}
+    grants = []
+    for d in enforced:
+        e = d.enforcement
+        assert e is not None
+        grants.append(
+            {
+                "gpu_uuid": d.mig_uuid or d.gpu_uuid,
+                "device": d.device,
+                "requests": list(d.requests),
+                "strategy": e.strategy,
+                "cores": d.cores,
+                "memory": d.memory,
+                "limit_cores": e.limit_cores,
+                "limit_memory": e.limit_memory,
+                "interval": e.interval,
+            }
+        )
+    return {"grants": grants}
+
+
 def _mig_fields(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The MIG instance fields of a device entry, checked (see the module docstring)."""
     out: dict[str, Any] = {}
@@ -345,6 +375,7 @@ class ClaimRecord:
             "namespace": self.namespace,
             "name": self.name,
             "devices": [device_to_json(d) for d in self.devices],
+            "sharing": format1_sharing(self.devices),
         }
 
     @classmethod

@@ -18,6 +18,7 @@ from kubeletplugin.prepare.checkpoint import (
     ClaimRecord,
     device_from_json,
     device_to_json,
+    format1_sharing,
 )
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools, gpu_config
@@ -129,7 +130,10 @@ def test_a_format1_checkpoint_restores_every_claim_as_this_plugin_records_it(
     assert upgraded["version"] == CHECKPOINT_VERSION == 2
     # What the upgrade wrote is what this plugin writes for the same claims.
     assert upgraded["claims"] == native["claims"]
-    assert all("sharing" not in c for c in upgraded["claims"].values())
+    # Its grants are still written, as format 1 wrote them (for a downgrade).
+    assert {u: c["sharing"] for u, c in upgraded["claims"].items()} == {
+        u: c["sharing"] for u, c in old["claims"].items()
+    }
     strategies = {
         uid: [d.enforced.strategy for d in devices] for uid, devices in enforcer.held().items()
     }
@@ -173,6 +177,38 @@ def test_a_format1_claim_without_grants_gets_the_default_strategies(node: h.Node
         "MPS",
         None,
     ]
+
+
+def test_a_format2_checkpoint_read_as_format1_resumes_the_same_decisions(node: h.Node) -> None:
+    """What a plugin downgraded to format 1 reads of a format-2 document: the devices without
+    ``enforcement`` (it does not know the field) and the claim's ``sharing.grants``, which
+    format 2 still writes; the decisions it resumes are the ones recorded."""
+    tools = Tools.new()
+    objs = claims()
+    fake = h.FakeClaims()
+    fake.add(*objs)
+    node.state(fake, enforcer=tools.enforcer(node.data_dir, LIBRARY)).prepare(
+        [h.ref(o) for o in objs]
+    )
+    doc = node.checkpoint()
+    for uid, raw in doc["claims"].items():
+        native = ClaimRecord.from_json(uid, raw)
+        for d in raw["devices"]:
+            d.pop("enforcement", None)
+        as_read_by_format1 = ClaimRecord.from_json(uid, raw)
+        assert [d.enforcement for d in as_read_by_format1.devices] == [
+            d.enforcement for d in native.devices
+        ], uid
+
+
+def test_grants_are_written_only_when_every_enforced_device_is_decided() -> None:
+    decided = _record(enforcement=Enforcement("MPS", 20, 4 * GI))
+    undecided = _record(device="gpu-1")
+    admin = _record(device="gpu-2", share_id=None, admin_access=True)
+    assert format1_sharing((decided, admin))["grants"][0]["limit_cores"] == 20
+    assert len(format1_sharing((decided, admin))["grants"]) == 1
+    assert format1_sharing((decided, undecided)) == {}
+    assert format1_sharing((admin,)) == {}
 
 
 # --- the record's round trip ---------------------------------------------------------------------
@@ -286,7 +322,8 @@ def test_format1_grants_pair_with_the_devices_without_admin_access() -> None:
     raw = _claim_json(devices=[admin, device_to_json(_record())], sharing={"grants": [_grant()]})
     rec = ClaimRecord.from_json("c-1", raw)
     assert [d.enforcement for d in rec.devices] == [None, Enforcement("MPS", 10, GI)]
-    assert "sharing" not in rec.to_json()
+    # Written back as read: the grants a downgraded plugin would read are the same.
+    assert rec.to_json()["sharing"] == {"grants": [_grant()]}
 
 
 @pytest.mark.parametrize(

@@ -368,7 +368,7 @@ def test_enforcer_edits_reach_the_spec_and_failures_roll_back(node: Node) -> Non
     # What the enforcer decided is in the device's record.
     (device,) = ckpt["claims"][good["metadata"]["uid"]]["devices"]
     assert device["enforcement"] == {"strategy": "Limits", "limitCores": 20, "limitMemory": 4 * GI}
-    assert "sharing" not in ckpt["claims"][good["metadata"]["uid"]]
+    assert ckpt["claims"][good["metadata"]["uid"]]["sharing"]["grants"][0]["strategy"] == "Limits"
     # A restart hands the state and the recorded devices back to the enforcer.
     enforcer2 = RecordingEnforcer()
     state2 = node.state(claims, enforcer=enforcer2)
