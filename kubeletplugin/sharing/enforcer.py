@@ -56,7 +56,7 @@ from api.gpuconfig import (
 )
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
-from api.sharepolicy import memory_policy_max
+from api import sharepolicy
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
 from kubeletplugin.fsutil import child_path
 from kubeletplugin.model import base_request_names
@@ -131,13 +131,13 @@ class Grant:
 
 
 def takes_whole_gpu(share: DeviceShare) -> bool:
-    """Whether a consumable-capacity share consumes every core and the largest grantable memory:
-    what a request without capacity asks gets (kube-scheduler gives it a shareID all the same).
-    Such a share defaults to Exclusive, like a whole-GPU allocation."""
-    return (
-        share.partition is None
-        and share.cores == CORES_PER_GPU
-        and share.memory >= memory_policy_max(share.gpu.memory_usable)
+    """:func:`api.sharepolicy.takes_whole_gpu` of ``share``: such a share defaults to
+    Exclusive, like a whole-GPU allocation."""
+    return sharepolicy.takes_whole_gpu(
+        partition=share.partition is not None,
+        cores=share.cores,
+        memory=share.memory,
+        memory_usable=share.gpu.memory_usable,
     )
 
 
