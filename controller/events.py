@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from api.names import OVER_COMPUTE, OVER_MEMORY, RESOURCE_GROUP, RESOURCE_VERSION
 from api.quantity import format_bytes_human
-from controller.mpsclients import distinct_users
+from controller.mpsclients import QUEUE_RULE, distinct_users
 from controller.reconcile import Alloc
 from controller.records import UsageRecord
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
@@ -130,14 +130,6 @@ def _uids(users: tuple[int, ...]) -> str:
     shown = ", ".join(str(u) for u in users[:MAX_USERS_SHOWN])
     more = len(users) - MAX_USERS_SHOWN
     return shown + (f" and {more} more" if more > 0 else "")
-
-
-#: What the queue Events say happens, and the fix.
-QUEUE_RULE: Final = (
-    "MPS serves one UID at a time per claim: clients of another UID are queued (their CUDA "
-    "calls wait, without an error) until every client of the running UID exits; run the pods "
-    "of a shared claim as one runAsUser"
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,18 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from api.sharepolicy import configured_as_share
 from controller.records import ClaimRecord, DeviceRecord, PodInfo, ResultRecord
+
+#: What happens to clients of several UIDs, and the fix (the Events and ``sharegpu validate``
+#: say it).
+QUEUE_RULE: Final = (
+    "MPS serves one UID at a time per claim: clients of another UID are queued (their CUDA "
+    "calls wait, without an error) until every client of the running UID exits; run the pods "
+    "of a shared claim as one runAsUser"
+)
 
 #: One client container: ``(pod name, pod uid, container name, runAsUser or None)``.
 Client = tuple[str, str, str, int | None]
