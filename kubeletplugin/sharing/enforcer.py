@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from api import sharepolicy
 from api.gpuconfig import (
     STRATEGY_EXCLUSIVE,
     STRATEGY_LIMITS,
@@ -56,7 +57,6 @@ from api.gpuconfig import (
 )
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
-from api import sharepolicy
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
 from kubeletplugin.fsutil import child_path
 from kubeletplugin.model import base_request_names
