@@ -11,10 +11,12 @@ import pytest
 
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.sharing.daemonpods import (
+    ANNOTATION_NODE,
     DAEMON_CONTAINER,
     LABEL_DAEMON,
     LABEL_GPU,
     LABEL_NODE,
+    MAX_TEMPLATE_NAME,
     SET_DEFAULTS_SCRIPT,
     PodLauncher,
     TemplateError,
@@ -65,7 +67,7 @@ def spec(root: Path = Path("/run/sharegpu/mps")) -> DaemonSpec:
 def test_the_pod_runs_on_its_node_with_the_claims_directories() -> None:
     pod = daemon_pod(TEMPLATE, spec(), namespace=NS, node_name=NODE)
     sid = daemon_id(CLAIM, U)
-    assert pod["metadata"]["name"] == f"sharegpu-mps-{sid}"
+    assert pod["metadata"]["name"] == f"sharegpu-mps-{short_id(NODE)}-{sid}"
     assert pod["metadata"]["namespace"] == NS
     assert pod["metadata"]["labels"] == {
         "app": "mps",
@@ -201,9 +203,58 @@ def test_remove_waits_for_the_pod_to_be_gone_and_says_when_it_is_not() -> None:
     )
     launcher.launch(spec())
     api.delete = lambda namespace, name, grace_seconds: None  # type: ignore[method-assign]
-    with pytest.raises(DaemonError, match=f"pod {NS}/sharegpu-mps-{daemon_id(CLAIM, U)} is still"):
+    name = f"sharegpu-mps-{short_id(NODE)}-{daemon_id(CLAIM, U)}"
+    with pytest.raises(DaemonError, match=f"pod {NS}/{name} is still"):
         launcher.remove(spec())
     assert naps  # it polled, with a bounded back-off
+
+
+def test_names_carry_the_node_and_stay_within_a_dns_label() -> None:
+    longest = {**TEMPLATE, "metadata": {"name": "x" * MAX_TEMPLATE_NAME}}
+    a = daemon_pod(longest, spec(), namespace=NS, node_name="n" * 253)
+    b = daemon_pod(longest, spec(), namespace=NS, node_name="m" * 253)
+    assert len(a["metadata"]["name"]) == 63 and a["metadata"]["name"] != b["metadata"]["name"]
+    assert daemon_pod(longest, spec(), namespace=NS, node_name="n" * 253) == a  # stable
+    too_long = {**TEMPLATE, "metadata": {"name": "x" * (MAX_TEMPLATE_NAME + 1)}}
+    with pytest.raises(TemplateError, match=r"metadata\.name must be"):
+        PodLauncher(FakePodApi(SimulatedNvidiaTools()), too_long, namespace=NS, node_name=NODE)
+
+
+def _squat(api: FakePodApi, pod: dict[str, Any]) -> None:
+    api.pods[(NS, pod["metadata"]["name"])] = pod
+
+
+@pytest.mark.parametrize(
+    ("forge", "this_node"),
+    [
+        # another node's plugin creates a pod under this node's name: the policy pins it there
+        (
+            lambda pod: pod["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]["nodeSelectorTerms"][0]["matchFields"][0].update(values=["other-node"]),
+            False,
+        ),
+        (lambda pod: pod["metadata"]["annotations"].update({ANNOTATION_NODE: "x"}), False),
+        (lambda pod: pod["metadata"]["labels"].pop(LABEL_DAEMON), False),
+        (lambda pod: pod["spec"].update(nodeName="other-node"), False),
+        # this node's pod, but not of this GPU: no claim's daemon, a leftover to stop
+        (lambda pod: pod["metadata"]["labels"].update({LABEL_GPU: "00000000"}), True),
+    ],
+)
+def test_a_pod_of_the_name_that_is_not_this_nodes_daemon_is_never_adopted(
+    forge: Any, this_node: bool
+) -> None:
+    api = FakePodApi(SimulatedNvidiaTools())
+    launcher = PodLauncher(api, TEMPLATE, namespace=NS, node_name=NODE)
+    squatter = daemon_pod(TEMPLATE, spec(), namespace=NS, node_name=NODE)
+    forge(squatter)
+    squatter["status"] = {"phase": "Running"}
+    _squat(api, squatter)
+    for call in (launcher.phase, launcher.launch, launcher.remove):
+        with pytest.raises(DaemonError, match="is not this node's MPS daemon"):
+            call(spec())
+    assert (NS, squatter["metadata"]["name"]) in api.pods and api.created == 0
+    assert launcher.present() == ([daemon_id(CLAIM, U)] if this_node else [])
 
 
 @pytest.mark.parametrize(
@@ -251,7 +302,7 @@ def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
     done = first.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
     state = first.export_state()
     daemon = daemon_id("claim-a", uuid)
-    assert state["mps"][daemon]["daemon"] == f"pod {NS}/sharegpu-mps-{daemon}"
+    assert state["mps"][daemon]["daemon"] == f"pod {NS}/sharegpu-mps-{short_id(NODE)}-{daemon}"
     # The plugin container restarts (or the DaemonSet rolls): the daemon pod stays.
     second = enforcer(tools, api, tmp_path)
     second.restore(
@@ -289,7 +340,7 @@ def test_a_crashed_daemon_pod_is_replaced_before_the_next_share_attaches(tmp_pat
     uuid = h.gpus()[0].uuid
     plugin = enforcer(tools, api, tmp_path)
     plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
-    api.crash(NS, f"sharegpu-mps-{daemon_id('claim-a', uuid)}")
+    api.crash(NS, f"sharegpu-mps-{short_id(NODE)}-{daemon_id('claim-a', uuid)}")
     tools.fake.clear()
     # A re-prepare of the claim (kubelet retries) replaces its crash-looping daemon.
     plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
