@@ -81,6 +81,9 @@ from kubeletplugin.sharing.timeslice import (
 
 log = logging.getLogger(__name__)
 
+#: Bound of a Limits claim's lock directory (a tmpfs; the library keeps a few lock files there).
+LIMITS_LOCK_BYTES: Final = 4 * 1024 * 1024
+
 STATE_VERSION: Final = 2
 
 #: Strategies that may share one GPU between different claims.
@@ -492,15 +495,21 @@ class SharingEnforcer:
 
     def _make_lock_dir(self, claim_uid: str) -> None:
         # The parent is the plugin's; the claim's own directory is writable by every user of
-        # the claim's containers, like the /tmp the library expects it to be.
-        self.limits_lock_root.mkdir(parents=True, exist_ok=True)
-        self.limits_lock_root.chmod(0o755)
-        directory = self.lock_dir(claim_uid)
-        directory.mkdir(exist_ok=True)
-        directory.chmod(0o1777)
+        # the claim's containers, like the /tmp the library expects it to be, and a tmpfs of
+        # at most LIMITS_LOCK_BYTES: a tenant cannot fill the kubelet's file system through it.
+        try:
+            self.limits_lock_root.mkdir(parents=True, exist_ok=True)
+            self.limits_lock_root.chmod(0o755)
+            directory = self.lock_dir(claim_uid)
+            directory.mkdir(exist_ok=True)
+            directory.chmod(0o1777)
+            self.mps.shm.mount(directory, LIMITS_LOCK_BYTES)
+        except OSError as exc:
+            raise ShareError(f"cannot make the Limits lock directory: {exc}") from None
 
     def _remove_lock_dir(self, claim_uid: str) -> None:
         try:
+            self.mps.shm.unmount(self.lock_dir(claim_uid))
             shutil.rmtree(self.lock_dir(claim_uid))
         except FileNotFoundError:
             pass

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from api import names
-from api.gpuconfig import DriverConfigs
+from api.gpuconfig import DriverConfigs, decode_driver_configs
 from kubeletplugin.devices.slices import partition_share
-from kubeletplugin.sharing.enforcement import DeviceShare
+from kubeletplugin.sharing.enforcement import DeviceShare, ShareError
+from kubeletplugin.sharing.enforcer import LIMITS_LOCK_BYTES, SharingEnforcer
 from kubeletplugin.sharing.mpspaths import daemon_id
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import (
@@ -591,3 +592,44 @@ def test_an_absurd_quantity_fails_only_its_claim_and_at_once(
     assert outcomes[honest["metadata"]["uid"]].error == ""
     error = outcomes[hostile["metadata"]["uid"]].error
     assert "ResourceClaim default/hostile" in error and message in error, error
+
+
+class RecordingMounter:
+    """A :class:`~kubeletplugin.sharing.shm.ShmMounter` that records its mounts (``fail``: the
+    next mount raises, as mount(2) does without the capability)."""
+
+    def __init__(self) -> None:
+        self.mounted: dict[Path, int] = {}
+        self.fail = False
+
+    def mount(self, directory: Path, size: int) -> None:
+        if self.fail:
+            raise OSError(1, f"cannot mount a tmpfs at {directory}: Operation not permitted")
+        assert directory.is_dir()
+        self.mounted[directory] = size
+
+    def unmount(self, directory: Path) -> None:
+        self.mounted.pop(directory, None)
+
+
+def test_a_limits_lock_directory_is_a_bounded_tmpfs_until_unprepare(tmp_path: Path) -> None:
+    tools, mounter = Tools.new(), RecordingMounter()
+    enforcer = SharingEnforcer(
+        tools.fake,
+        tmp_path,
+        driver_name=h.DRIVER,
+        launcher=tools.pods,
+        limits_library=LIBRARY,
+        mps_root=tools.mps_root,
+        shm=mounter,
+    )
+    configs = decode_driver_configs([gpu_config({"strategy": "Limits"})], h.DRIVER)
+    device = DeviceShare(h.gpus()[0], "gpu-0", ("gpu",), 30, GI, share_id="s-1")
+    enforcer.apply("claim-a", [device], configs)
+    lock_dir = enforcer.lock_dir("claim-a")
+    assert mounter.mounted == {lock_dir: LIMITS_LOCK_BYTES} and LIMITS_LOCK_BYTES <= 4 * 2**20
+    enforcer.release("claim-a")
+    assert mounter.mounted == {} and not lock_dir.exists()
+    mounter.fail = True
+    with pytest.raises(ShareError, match=r"cannot make the Limits lock directory: .*not permitted"):
+        enforcer.apply("claim-b", [device], configs)
