@@ -360,14 +360,17 @@ def _decoded_configs(entries_json: str, driver: str) -> DriverConfigs:
 def driver_configs(claim: Obj, driver: str) -> DriverConfigs | None:
     """``driver``'s entries of the claim's ``status.allocation.devices.config``, decoded by
     the one decoder (:func:`api.gpuconfig.decode_driver_configs`); None when it has none."""
-    raw = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+    allocation = (claim.get("status") or {}).get("allocation")
+    raw = allocation.get("devices") if isinstance(allocation, Mapping) else None
     entries = raw.get("config") if isinstance(raw, Mapping) else None
     if not isinstance(entries, list):
         return None
     mine = [
         e
         for e in entries
-        if isinstance(e, Mapping) and (e.get("opaque") or {}).get("driver") == driver
+        if isinstance(e, Mapping)
+        and isinstance(opaque := e.get("opaque"), Mapping)
+        and opaque.get("driver") == driver
     ]
     if not mine:
         return None

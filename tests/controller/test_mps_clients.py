@@ -19,6 +19,7 @@ from controller.records import (
     ResultRecord,
     UsageRecord,
     claim_record,
+    driver_configs,
     pod_info,
 )
 from controller.tracker import Tracker
@@ -324,3 +325,18 @@ def test_a_restarted_tracker_says_it_once_more_and_time_slicing_claims_never(
         assert names == ["mps", "mps-1001"]
     finally:
         tracker.stop()
+
+
+@pytest.mark.parametrize(
+    "allocation",
+    [
+        {"devices": {"config": "x"}},
+        {"devices": {"config": [{"opaque": "x"}, 3]}},
+        {"devices": []},
+        [],
+    ],
+)
+def test_malformed_configs_read_as_none(allocation: Any) -> None:
+    claim = h.claim("c", [h.result("node-a", "gpu-0", cores=30, memory="1Gi")])
+    claim["status"]["allocation"] = allocation
+    assert driver_configs(claim, h.DRIVER) is None
