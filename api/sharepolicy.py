@@ -21,6 +21,30 @@ def memory_policy_max(usable: int) -> int:
     return usable - usable % names.MEMORY_STEP_BYTES
 
 
+def takes_whole_gpu(*, partition: bool, cores: int, memory: int, memory_usable: int) -> bool:
+    """Whether a consumable-capacity share consumes every core and the largest grantable memory
+    of a GPU with ``memory_usable`` bytes: what a request without capacity gets (kube-scheduler
+    gives it a shareID all the same). Such a share is configured like a whole-GPU allocation. A
+    partition device never takes the whole GPU."""
+    return (
+        not partition
+        and cores == names.CORES_PER_GPU
+        and memory >= memory_policy_max(memory_usable)
+    )
+
+
+def configured_as_share(
+    *, share_id: bool, partition: bool, cores: int, memory: int, memory_usable: int
+) -> bool:
+    """Whether an allocated device takes a share's default configuration (MPS, see
+    :func:`api.gpuconfig.default_strategy`) rather than a whole GPU's: a consumable share
+    (``share_id``) or a partition that does not take the whole GPU. The one rule the node
+    plugin and the controller both apply."""
+    return (share_id or partition) and not takes_whole_gpu(
+        partition=partition, cores=cores, memory=memory, memory_usable=memory_usable
+    )
+
+
 def reserved_memory(requested: int) -> int:
     """Bytes the scheduler reserves for a memory request: rounded up to the 256Mi grid, at
     least 256Mi (the policy's ``validRange``: min 256Mi, step 256Mi)."""

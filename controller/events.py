@@ -1,19 +1,23 @@
 """Warning Events on the pods of a share: ``ShareOvercommitted`` when the share starts using
 more than it reserved, ``MPSEscape`` when one of its pods starts running a compute process
-outside MPS (the node plugin names the share's pods that do, see :class:`api.gpu.ShareUsage`).
+outside MPS (the node plugin names the share's pods that do, see :class:`api.gpu.ShareUsage`),
+and ``MPSClientsQueued`` (on the claim and on the pods of its later UIDs) when the client
+containers of one MPS share run as more than one known UID (:mod:`controller.mpsclients`).
 
 Two parts, kept apart so the rule can be tested without a server:
 
-- :func:`overcommit_transitions` and :func:`escape_transitions` (pure; :func:`transitions` is
-  both): from the keys of one GPU's shares that were overcommitted (or whose pod had escaped)
-  and its current allocations, the keys now and those that *became* so (were within their
+- :func:`overcommit_transitions`, :func:`escape_transitions` and :func:`queue_transitions`
+  (pure; :func:`transitions` is all three): from the keys of one GPU's shares that were
+  overcommitted (or whose pod had escaped, or whose clients ran as several UIDs) and its
+  current allocations, the keys now and those that *became* so (were within their
   reservation, or unmeasured, or absent before). A key stays in the set while its state lasts,
   so it yields one transition until it recovers.
 - :class:`OvercommitEvents`: creates one core/v1 Event (type Warning, the transition's
-  ``reason``, source component :data:`COMPONENT`) per transition and pod, at most one per
-  claim, resource and pod within :data:`EVENT_WINDOW_S` seconds of its clock; later transitions
-  inside the window are counted in :attr:`OvercommitEvents.suppressed`, not sent. The window's
-  memory holds at most ``max_keys`` entries, each dropped once its window ends.
+  ``reason``, source component :data:`COMPONENT`) per transition and pod (and claim, for a
+  queue), at most one per claim, resource and object within :data:`EVENT_WINDOW_S` seconds
+  of its clock; later transitions inside the window are counted in
+  :attr:`OvercommitEvents.suppressed`, not sent. The window's memory holds at most
+  ``max_keys`` entries, each dropped once its window ends.
 
 The tracker decides *when* (it calls :meth:`OvercommitEvents.emit` only while it leads); a
 failed create is logged and not retried (the next transition sends a new one).
@@ -28,8 +32,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from api.names import OVER_COMPUTE, OVER_MEMORY
+from api.names import OVER_COMPUTE, OVER_MEMORY, RESOURCE_GROUP, RESOURCE_VERSION
 from api.quantity import format_bytes_human
+from controller.mpsclients import QUEUE_RULE, distinct_users
 from controller.reconcile import Alloc
 from controller.records import UsageRecord
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
@@ -41,6 +46,11 @@ REASON: Final = "ShareOvercommitted"
 ESCAPE_REASON: Final = "MPSEscape"
 #: The ``resource`` of an escape's key and window entry.
 ESCAPE_RESOURCE: Final = "mps-escape"
+QUEUE_REASON: Final = "MPSClientsQueued"
+#: The ``resource`` of a queue's key and window entry: ``mps-users/<uid>,<uid>...``.
+QUEUE_RESOURCE: Final = "mps-users"
+#: Most UIDs a message names (a claim reserves at most 256 pods).
+MAX_USERS_SHOWN: Final = 8
 COMPONENT: Final = "sharegpu-controller"
 #: At most one Event per claim, resource and pod within this many seconds.
 EVENT_WINDOW_S: Final = 300.0
@@ -116,8 +126,60 @@ class MpsEscape:
         )
 
 
-#: What the Events are about: an overcommitted share or a pod that escaped MPS.
-ShareEvent = Overcommit | MpsEscape
+def _uids(users: tuple[int, ...]) -> str:
+    shown = ", ".join(str(u) for u in users[:MAX_USERS_SHOWN])
+    more = len(users) - MAX_USERS_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+@dataclass(frozen=True, slots=True)
+class MpsQueued:
+    """The client containers of claim ``claim_name``'s MPS share on ``gpu`` run as more than one
+    known UID (``users``, in ``reservedFor`` order). ``pods`` are the pods that run a container
+    as a UID other than the first, as ``(name, uid)``; ``unknown`` counts client containers
+    whose UID is unknown (no runAsUser: the image's user)."""
+
+    claim_namespace: str
+    claim_name: str
+    claim_uid: str
+    gpu: str
+    users: tuple[int, ...]
+    pods: tuple[tuple[str, str], ...]
+    unknown: int
+    resource: str
+
+    @property
+    def reason(self) -> str:
+        return QUEUE_REASON
+
+    @property
+    def message(self) -> str:
+        """The claim's Event, e.g. ``the pods of this claim run MPS clients on GPU
+        node-a-gpu-0 as UIDs 1000, 1001: MPS serves one UID at a time ...``."""
+        unknown = (
+            f" ({self.unknown} client container(s) set no runAsUser: their UID is the image's "
+            "user, unknown here)"
+            if self.unknown
+            else ""
+        )
+        return (
+            f"the pods of this claim run MPS clients on GPU {self.gpu} as UIDs "
+            f"{_uids(self.users)}{unknown}. {QUEUE_RULE}"
+        )
+
+    def pod_message(self) -> str:
+        """A later pod's Event."""
+        return (
+            f"this pod runs MPS clients of claim {self.claim_namespace}/{self.claim_name} on GPU "
+            f"{self.gpu} as a UID other than {self.users[0]}, the first reserving pod's (claim's "
+            f"UIDs: {_uids(self.users)}); while clients of {self.users[0]} run, this pod's may "
+            f"wait. {QUEUE_RULE}"
+        )
+
+
+#: What the Events are about: an overcommitted share, a pod that escaped MPS, or the clients of
+#: one MPS share running as several UIDs.
+ShareEvent = Overcommit | MpsEscape | MpsQueued
 
 
 def _share_key(a: Alloc, resource: str) -> ShareKey:
@@ -206,36 +268,104 @@ def escape_transitions(
     return frozenset(now), [e for _, e in found]
 
 
+def queue_transitions(
+    before: frozenset[ShareKey], allocations: Iterable[Alloc]
+) -> tuple[frozenset[ShareKey], list[MpsQueued]]:
+    """The (claim, UIDs) keys of one GPU's MPS shares whose client containers run as more than
+    one known UID, and those of them not in ``before`` (a new UID joining makes a new key, so a
+    new transition), sorted by claim. Only allocations known to be MPS shares count."""
+    by_claim: dict[str, list[Alloc]] = {}
+    for a in allocations:
+        if a.mps and a.mps_clients:
+            by_claim.setdefault(a.claim_uid or f"{a.claim_namespace}/{a.claim_name}", []).append(a)
+    now: set[ShareKey] = set()
+    found: list[tuple[ShareKey, MpsQueued]] = []
+    for claim, allocs in by_claim.items():
+        allocs.sort(key=Alloc.sort_key)
+        clients = [c for a in allocs for c in a.mps_clients]
+        users = distinct_users(clients)
+        if len(users) < 2:
+            continue
+        resource = f"{QUEUE_RESOURCE}/{','.join(str(u) for u in sorted(users))}"
+        key = (claim, "", allocs[0].gpu, "", resource)
+        now.add(key)
+        if key in before:
+            continue
+        later: dict[tuple[str, str], None] = {}
+        for pod, pod_uid, _, user in clients:
+            if user is not None and user != users[0]:
+                later.setdefault((pod, pod_uid), None)
+        first = allocs[0]
+        found.append(
+            (
+                key,
+                MpsQueued(
+                    claim_namespace=first.claim_namespace,
+                    claim_name=first.claim_name,
+                    claim_uid=first.claim_uid,
+                    gpu=first.gpu,
+                    users=users,
+                    pods=tuple(later),
+                    unknown=sum(1 for c in clients if c[3] is None),
+                    resource=resource,
+                ),
+            )
+        )
+    found.sort(key=lambda f: (f[1].claim_namespace, f[1].claim_name, f[0]))
+    return frozenset(now), [q for _, q in found]
+
+
 def transitions(
     before: frozenset[ShareKey], allocations: Iterable[Alloc]
 ) -> tuple[frozenset[ShareKey], list[ShareEvent]]:
-    """:func:`overcommit_transitions` and :func:`escape_transitions` of one GPU together (their
-    keys never meet: an escape's resource is ``mps-escape/<pod uid>``)."""
+    """:func:`overcommit_transitions`, :func:`escape_transitions` and :func:`queue_transitions`
+    of one GPU together (their keys never meet: an escape's resource is
+    ``mps-escape/<pod uid>``, a queue's ``mps-users/<uids>``)."""
     allocs = list(allocations)
     over_now, over = overcommit_transitions(before, allocs)
     escape_now, escapes = escape_transitions(before, allocs)
-    return over_now | escape_now, [*over, *escapes]
+    queue_now, queues = queue_transitions(before, allocs)
+    return over_now | escape_now | queue_now, [*over, *escapes, *queues]
 
 
-def event_body(o: ShareEvent, pod: str, pod_uid: str, when: datetime) -> dict[str, Any]:
-    """The core/v1 Event of ``o`` on pod ``pod`` (in the claim's namespace) at ``when``."""
+#: What an Event is about: ``(kind, name, uid, message)``; kind ``Pod`` or ``ResourceClaim``.
+Target = tuple[str, str, str, str]
+CLAIM_KIND: Final = "ResourceClaim"
+
+
+def targets(o: ShareEvent) -> list[Target]:
+    """The objects ``o``'s Events go to: its pods, and for a queue the claim first."""
+    if isinstance(o, MpsQueued):
+        return [
+            (CLAIM_KIND, o.claim_name, o.claim_uid, o.message),
+            *(("Pod", pod, uid, o.pod_message()) for pod, uid in o.pods),
+        ]
+    return [("Pod", pod, uid, o.message) for pod, uid in o.pods]
+
+
+def event_body(
+    o: ShareEvent, pod: str, pod_uid: str, when: datetime, target: Target | None = None
+) -> dict[str, Any]:
+    """The core/v1 Event of ``o`` at ``when`` on ``target`` (in the claim's namespace), by
+    default on pod ``pod`` with ``o``'s message."""
+    kind, name, uid, message = target or ("Pod", pod, pod_uid, o.message)
     ref: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
+        "apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}" if kind == CLAIM_KIND else "v1",
+        "kind": kind,
         "namespace": o.claim_namespace,
-        "name": pod,
+        "name": name,
     }
-    if pod_uid:
-        ref["uid"] = pod_uid
+    if uid:
+        ref["uid"] = uid
     stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{pod}.", "namespace": o.claim_namespace},
+        "metadata": {"generateName": f"{name}.", "namespace": o.claim_namespace},
         "involvedObject": ref,
         "type": "Warning",
         "reason": o.reason,
-        "message": o.message,
+        "message": message,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "count": 1,
@@ -283,24 +413,28 @@ class OvercommitEvents:
         created = 0
         for o in overcommits:
             claim = o.claim_uid or f"{o.claim_namespace}/{o.claim_name}"
-            for pod, uid in o.pods:
-                key = (claim, o.resource, uid or pod)
+            for target in targets(o):
+                kind, name, uid, _ = target
+                key = (claim, o.resource, f"{kind}/{uid or name}")
                 if key in self._sent:
                     self.suppressed += 1
                     continue
-                if self._create(o, pod, uid):
+                if self._create(o, target):
                     created += 1
                     self._remember(key, now)
         self.created += created
         return created
 
-    def _create(self, o: ShareEvent, pod: str, uid: str) -> bool:
+    def _create(self, o: ShareEvent, target: Target) -> bool:
         path = resource_path("", "v1", "events", namespace=o.claim_namespace)
-        body = event_body(o, pod, uid, datetime.fromtimestamp(time.time(), UTC))
+        when = datetime.fromtimestamp(time.time(), UTC)
+        body = event_body(o, target[1], target[2], when, target)
         try:
             self.kube.request("POST", path, body=body)
         except KubeApiError as exc:
-            log.warning("events: %s on pod %s/%s: %s", o.reason, o.claim_namespace, pod, exc)
+            log.warning(
+                "events: %s on %s %s/%s: %s", o.reason, target[0], o.claim_namespace, target[1], exc
+            )
             return False
         return True
 

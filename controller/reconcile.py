@@ -54,6 +54,7 @@ from api.names import (
     gpu_object_name,
 )
 from api.quantity import format_bytes_human, format_quantity
+from controller.mpsclients import Client, client_users, mps_verdict
 from controller.records import (
     ClaimRecord,
     DeviceRecord,
@@ -113,6 +114,11 @@ class Alloc:
     pods: tuple[tuple[str, str, tuple[str, ...]], ...]
     #: The node plugin's measurement of this allocation, None when there is none.
     usage: UsageRecord | None = None
+    #: MPS shares only (:func:`controller.mpsclients.mps_verdict` True): the client
+    #: containers of the reserving pods with their effective UIDs, in ``reservedFor`` order.
+    mps_clients: tuple[Client, ...] = ()
+    #: Whether this is an MPS share (None: unknown; see :mod:`controller.mpsclients`).
+    mps: bool | None = False
 
     def sort_key(self) -> tuple[str, str, str, str, str]:
         """The order of ``status.allocations`` (see :mod:`api.gpu`)."""
@@ -248,6 +254,7 @@ def claim_allocations(
             )
             pod_refs.append((pod_name, uid, containers))
         pod_refs.sort(key=lambda p: (p[0], p[1]))
+        mps = mps_verdict(result, device.record, cores, memory)
         out.append(
             Alloc(
                 gpu=device.gpu_name,
@@ -261,6 +268,8 @@ def claim_allocations(
                 memory=memory,
                 pods=tuple(pod_refs),
                 usage=result.usage,
+                mps_clients=client_users(claim, result.request, pods) if mps else (),
+                mps=mps,
             )
         )
     return tuple(out)

@@ -12,13 +12,15 @@ wrong type reads as absent, as it did when the rules read the JSON directly.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from api.gpuconfig import STRATEGY_MPS, DriverConfigs, decode_driver_configs
 from api.names import (
     ATTR_INDEX,
     ATTR_PARENT_UUID,
@@ -312,6 +314,11 @@ class ResultRecord:
     admin_access: bool
     consumed: tuple[int | None, int | None] | None
     usage: UsageRecord | None = None
+    #: Whether the claim's configuration makes the result's device an MPS share, as
+    #: ``(configured as a share, configured as a whole GPU)`` (which of the two applies is
+    #: :func:`api.sharepolicy.configured_as_share`); None when this driver's config entries are
+    #: invalid (the node plugin refuses the claim). The default: no config entry applies.
+    mps: tuple[bool, bool] | None = (True, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,8 +348,53 @@ def _amount(consumed: Mapping[str, Any], driver: str, name: str) -> int | None:
     return None if value is None else qty(value) or 0
 
 
+#: Most distinct config lists whose decoding is remembered (claims of one template repeat them).
+_CONFIG_CACHE = 1024
+
+
+@lru_cache(maxsize=_CONFIG_CACHE)
+def _decoded_configs(entries_json: str, driver: str) -> DriverConfigs:
+    return decode_driver_configs(json.loads(entries_json), driver)
+
+
+def driver_configs(claim: Obj, driver: str) -> DriverConfigs | None:
+    """``driver``'s entries of the claim's ``status.allocation.devices.config``, decoded by
+    the one decoder (:func:`api.gpuconfig.decode_driver_configs`); None when it has none."""
+    allocation = (claim.get("status") or {}).get("allocation")
+    raw = allocation.get("devices") if isinstance(allocation, Mapping) else None
+    entries = raw.get("config") if isinstance(raw, Mapping) else None
+    if not isinstance(entries, list):
+        return None
+    mine = [
+        e
+        for e in entries
+        if isinstance(e, Mapping)
+        and isinstance(opaque := e.get("opaque"), Mapping)
+        and opaque.get("driver") == driver
+    ]
+    if not mine:
+        return None
+    return _decoded_configs(json.dumps(mine, sort_keys=True, default=str), driver)
+
+
+def mps_by_configuration(configs: DriverConfigs | None, request: str) -> tuple[bool, bool] | None:
+    """:attr:`ResultRecord.mps` of ``request``: the node plugin's resolution
+    (:meth:`api.gpuconfig.DriverConfigs.resolve`) once as a share and once as a whole GPU."""
+    if configs is None:
+        return (True, False)
+    if configs.problems:
+        return None
+    return (
+        configs.resolve(request, shared=True).strategy == STRATEGY_MPS,
+        configs.resolve(request, shared=False).strategy == STRATEGY_MPS,
+    )
+
+
 def _result_record(
-    r: Obj, driver: str, usage: Mapping[tuple[str, str, str | None], UsageRecord]
+    r: Obj,
+    driver: str,
+    usage: Mapping[tuple[str, str, str | None], UsageRecord],
+    configs: DriverConfigs | None = None,
 ) -> ResultRecord:
     consumed = r.get("consumedCapacity")
     amounts = None
@@ -350,14 +402,16 @@ def _result_record(
         amounts = (_amount(consumed, driver, CAP_CORES), _amount(consumed, driver, CAP_MEMORY))
     pool, device = _s(r.get("pool")), _s(r.get("device"))
     share_id = str(r["shareID"]) if r.get("shareID") else None
+    request = _s(r.get("request", ""))
     return ResultRecord(
-        request=_s(r.get("request", "")),
+        request=request,
         pool=pool,
         device=device,
         share_id=share_id,
         admin_access=bool(r.get("adminAccess")),
         consumed=amounts,
         usage=usage.get((pool, device, share_id)) if usage else None,
+        mps=mps_by_configuration(configs, request),
     )
 
 
@@ -366,8 +420,9 @@ def claim_record(claim: Obj, driver: str) -> ClaimRecord | None:
     status = claim.get("status") or {}
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
     usage = device_usage(claim, driver) if status.get("devices") else {}
+    configs = driver_configs(claim, driver)
     mine = tuple(
-        _result_record(r, driver, usage)
+        _result_record(r, driver, usage, configs)
         for r in results
         if isinstance(r, Mapping) and r.get("driver") == driver
     )
@@ -397,6 +452,13 @@ class PodInfo:
     claim_names: tuple[tuple[str, str], ...]
     #: ``(pod claim entry name, ((container name, request or None), ...))``
     claim_containers: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...]
+    #: ``(container name, effective runAsUser or None)`` of the containers that use a claim
+    #: (:func:`run_as_users`).
+    run_as: tuple[tuple[str, int | None], ...] = ()
+
+    def run_as_user(self, container: str) -> int | None:
+        """The effective runAsUser of ``container``; None: unknown (the image's user)."""
+        return next((uid for name, uid in self.run_as if name == container), None)
 
     @property
     def key(self) -> str:
@@ -417,6 +479,30 @@ class PodInfo:
         return tuple(sorted(found))
 
 
+#: Largest runAsUser the API server accepts (a 32-bit signed integer).
+MAX_RUN_AS_USER = 2**31 - 1
+
+
+def _run_as_user(context: Any) -> int | None:
+    """``runAsUser`` of a securityContext, None when absent or not a valid UID."""
+    uid = context.get("runAsUser") if isinstance(context, Mapping) else None
+    if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid <= MAX_RUN_AS_USER:
+        return uid
+    return None
+
+
+def run_as_users(spec: Obj, containers: Sequence[Obj]) -> tuple[tuple[str, int | None], ...]:
+    """The effective UID of each of ``containers`` (of the pod ``spec``): the container's
+    ``securityContext.runAsUser``, else the pod's; None when neither sets one (the image's
+    user, which only the node sees)."""
+    pod_uid = _run_as_user(spec.get("securityContext"))
+    out = []
+    for c in containers:
+        uid = _run_as_user(c.get("securityContext"))
+        out.append((_s(c.get("name")), uid if uid is not None else pod_uid))
+    return tuple(out)
+
+
 def pod_info(pod: Obj) -> PodInfo:
     """Reduce a Pod to its claim entries and the containers that use them."""
     meta = pod.get("metadata") or {}
@@ -429,7 +515,10 @@ def pod_info(pod: Obj) -> PodInfo:
         if st.get("resourceClaimName") and st.get("name") not in names:
             names[_s(st["name"])] = str(st["resourceClaimName"])
     containers: dict[str, list[tuple[str, str | None]]] = {}
+    users: list[Obj] = []
     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if (c.get("resources") or {}).get("claims"):
+            users.append(c)
         for ref in (c.get("resources") or {}).get("claims") or []:
             req = ref.get("request")
             containers.setdefault(_s(ref.get("name")), []).append(
@@ -441,6 +530,7 @@ def pod_info(pod: Obj) -> PodInfo:
         uid=str(meta.get("uid", "")),
         claim_names=tuple(names.items()),
         claim_containers=tuple((k, tuple(v)) for k, v in containers.items()),
+        run_as=run_as_users(spec, users),
     )
 
 

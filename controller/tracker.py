@@ -16,8 +16,10 @@ informers have synced — writes the differences:
 - on a conflict the stored copy is refreshed and the write retried on the next round;
 - a share that becomes overcommitted after the informers synced gets a ``ShareOvercommitted``
   Event on its pods, and a pod of an MPS share that starts running a process outside MPS an
-  ``MPSEscape`` Event (:mod:`controller.events`); every replica follows the transitions, only the
-  leader sends (what was overcommitted when the informers synced is the baseline: no Event);
+  ``MPSEscape`` Event, and the claim of an MPS share whose clients run as several UIDs (and its
+  later pods) an ``MPSClientsQueued`` Event (:mod:`controller.events`); every replica follows
+  the transitions, only the leader sends (what was overcommitted or escaped when the informers
+  synced is the baseline: no Event; queued clients are told once more);
 - the objects of one round are written by up to ``write_workers`` threads (they are
   independent), which matters for the first round of a large cluster.
 
@@ -50,7 +52,7 @@ from api.names import (
     RESOURCE_GROUP,
     RESOURCE_VERSION,
 )
-from controller.events import OvercommitEvents, ShareEvent, ShareKey, transitions
+from controller.events import MpsQueued, OvercommitEvents, ShareEvent, ShareKey, transitions
 from controller.gcfreeze import Freezer
 from controller.gpuindex import GpuIndex
 from controller.metrics import ControllerMetrics, GpuGauge
@@ -308,7 +310,9 @@ class Tracker:
                 self._overcommitted = {}
                 for name in self.index.names():
                     self._note_overcommits(name, self.index.allocations(name))
-                self._overcommits.clear()  # the baseline: no Events
+                # The baseline: no Events, but for clients queued behind another UID (they
+                # hang without an error, so a restarted controller says it once more).
+                self._overcommits = [o for o in self._overcommits if isinstance(o, MpsQueued)]
             dirty = self.index.take_dirty()
             for name in dirty:
                 hw = self.index.hardware(name)

@@ -11,11 +11,15 @@ after it; this module owns the NVML side.
 Which instance a record owns (:meth:`MigInstances.find`): the GPU instance with the recorded id
 when the record has one, else the one with the recorded MIG UUID, else (a record written before
 its create returned) the GPU instance at the record's placement with the record's profile. An
-instance is the record's only when its placement and profile are the device's: a GPU instance
-id reused by someone else after ours went is never taken for ours. Prepare checks that no
-instance overlaps a placement before it records its intent (:meth:`MigInstances.check_free`),
-so the last rule can take someone else's instance only if it was created at that very
-placement between that check and a crash before the create returned.
+instance is the record's only when its placement and profile are the device's and, where the
+record has a MIG UUID, its UUID is that one: an instance someone else created at our placement
+after ours went (with our GPU instance id, as NVML reuses them) is never taken for ours, so
+never destroyed. An instance without a compute instance has no UUID yet: one with the recorded
+id at the recorded placement is taken for ours (a destroy interrupted between its two steps).
+Prepare checks that no instance overlaps a placement before it records its intent
+(:meth:`MigInstances.check_free`), so the placement rule can take someone else's instance
+only if it was created at that very placement between that check and a crash before the
+create returned.
 
 Invariants of :meth:`MigInstances.reconcile` (the plugin's start):
 
@@ -196,7 +200,11 @@ class MigInstances:
             found = next((i for i in listed if i.uuid == recorded.mig_uuid), None)
         else:
             found = next((i for i in listed if _owns(i, recorded)), None)
-        return found if found is not None and _owns(found, recorded) else None
+        if found is None or not _owns(found, recorded):
+            return None
+        if recorded.mig_uuid is not None and found.uuid not in (recorded.mig_uuid, ""):
+            return None  # another instance at our placement (ours went): never ours
+        return found
 
     def destroy(self, recorded: RecordedInstance) -> GpuInfo | None:
         """Destroy the instance ``recorded`` owns; the destroyed instance, or None when there

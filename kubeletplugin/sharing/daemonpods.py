@@ -9,17 +9,25 @@ The chart renders the node-independent part as a Pod manifest (image, driver fil
 context, priority class, tolerations, readiness probe); :func:`daemon_pod` adds what depends on
 the GPU and the node:
 
-- the name ``<template name>-<daemon id>`` in the plugin's namespace, and labels naming the
-  daemon (:data:`LABEL_DAEMON`), the GPU (:data:`LABEL_GPU`) and the node (:data:`LABEL_NODE`);
-  GPU and node as hashes, since their names may be longer than a label value;
+- the name ``<template name>-<node hash>-<daemon id>`` in the plugin's namespace (at most 63
+  characters, a function of the node, claim and GPU alone), and labels naming the daemon
+  (:data:`LABEL_DAEMON`), the GPU (:data:`LABEL_GPU`) and the node (:data:`LABEL_NODE`); GPU
+  and node as hashes, since their names may be longer than a label value;
   :meth:`PodLauncher.present` selects on the node; annotations name the claim, GPU and node;
 - a required node affinity on ``metadata.name`` (what the DaemonSet controller uses), so the pod
   runs on this node and nowhere else;
-- the daemon's host directories: ``pipe`` and ``log`` at their host paths (the plugin reaches
-  the same sockets at the same paths), ``shm`` at ``/dev/shm``; the daemon's environment; and a
-  ``postStart`` hook that sets the share's limits as the daemon's defaults after every container
-  (re)start, before the pod is ready (a restarted daemon would otherwise serve without a memory
-  limit: its environment does not set one).
+- the daemon's host directory at its host path (one mount, so ``pipe`` and the client view are
+  on one mount for a hard link; the plugin reaches the same sockets at the same paths), ``shm``
+  at ``/dev/shm``; the daemon's environment; and a ``postStart`` hook that, after every
+  container (re)start and before the pod is ready, sets the share's limits as the daemon's
+  defaults (a restarted daemon would otherwise serve without a memory limit: its environment
+  does not set one) and only then links the new ``control`` socket into the client view
+  (:data:`POST_START_SCRIPT`): clients never reach a restarted daemon before its limits are set.
+
+A pod of that name is this node's daemon only when its labels, node annotation and node affinity
+are the ones :func:`daemon_pod` writes for this node (:func:`foreign_reason`): anything else (a
+pod another node's plugin created under this node's name, or left by an older build) is never
+adopted, read as running or deleted; the launcher reports it and refuses the daemon.
 """
 
 from __future__ import annotations
@@ -34,8 +42,14 @@ from typing import Any, Final, Protocol
 import yaml
 
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
-from kubeletplugin.sharing.mps import DEFAULTS_ENV
-from kubeletplugin.sharing.mpspaths import DAEMON_ID_LENGTH, short_id
+from kubeletplugin.sharing.mps import CLIENT_DIR_ENV, DEFAULTS_ENV
+from kubeletplugin.sharing.mpspaths import (
+    CLIENT_SOCKET,
+    DAEMON_ID_LENGTH,
+    SHORT_ID_LENGTH,
+    MpsPaths,
+    short_id,
+)
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
@@ -49,14 +63,23 @@ ANNOTATION_UUID: Final = "mps.sharegpu.dev/gpu-uuid"
 ANNOTATION_CLAIM: Final = "mps.sharegpu.dev/claim-uid"
 ANNOTATION_NODE: Final = "mps.sharegpu.dev/node-name"
 #: A pod name is a DNS label here (at most 63 characters), so the template name leaves room
-#: for ``-<daemon id>``.
-MAX_TEMPLATE_NAME: Final = 63 - 1 - DAEMON_ID_LENGTH
-#: The daemon container's postStart hook: once the daemon answers (at most 30 s), run the
-#: ``set_default_*`` commands of its environment.
+#: for ``-<node hash>-<daemon id>``.
+MAX_TEMPLATE_NAME: Final = 63 - 1 - SHORT_ID_LENGTH - 1 - DAEMON_ID_LENGTH
+#: Once the daemon answers (at most 30 s), run the ``set_default_*`` commands of its
+#: environment; fails when it never answers.
 SET_DEFAULTS_SCRIPT: Final = (
     f'for i in $(seq 150); do printf "%s" "${DEFAULTS_ENV}" | nvidia-cuda-mps-control '
     "&& exit 0; sleep 0.2; done; exit 1"
 )
+#: Link the daemon's ``control`` socket into the client view, atomically (a temporary link
+#: renamed over the old one); what :func:`kubeletplugin.sharing.mps.publish_client_socket` does.
+RELINK_SCRIPT: Final = (
+    f'ln -f "$CUDA_MPS_PIPE_DIRECTORY/{CLIENT_SOCKET}" "${CLIENT_DIR_ENV}/.{CLIENT_SOCKET}.new" '
+    f'&& mv -f "${CLIENT_DIR_ENV}/.{CLIENT_SOCKET}.new" "${CLIENT_DIR_ENV}/{CLIENT_SOCKET}"'
+)
+#: The daemon container's postStart hook: the defaults, then the client view (a failure fails
+#: the hook, and kubelet restarts the container).
+POST_START_SCRIPT: Final = f"( {SET_DEFAULTS_SCRIPT} ) && {RELINK_SCRIPT}"
 #: Seconds :meth:`PodLauncher.remove` waits for a deleted pod to be gone.
 REMOVE_TIMEOUT_S: Final = 60.0
 DELETE_GRACE_S: Final = 10
@@ -152,8 +175,51 @@ def template_problem(doc: Any) -> str:
     return ""
 
 
-def pod_name(template: Mapping[str, Any], spec: DaemonSpec) -> str:
-    return f"{template['metadata']['name']}-{spec.id}"
+def pod_name(template: Mapping[str, Any], spec: DaemonSpec, node_name: str) -> str:
+    """``<template name>-<node hash>-<daemon id>``: stable, and another node's daemon of the
+    same id never has it."""
+    return f"{template['metadata']['name']}-{short_id(node_name)}-{spec.id}"
+
+
+def _pinned_nodes(pod: Mapping[str, Any]) -> list[Any]:
+    terms = (
+        (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
+    if len(terms) != 1 or not isinstance(terms[0], Mapping):
+        return []
+    fields = terms[0].get("matchFields") or []
+    if terms[0].get("matchExpressions") or len(fields) != 1 or not isinstance(fields[0], Mapping):
+        return []
+    field = fields[0]
+    if field.get("key") != "metadata.name" or field.get("operator") != "In":
+        return []
+    values = field.get("values")
+    return list(values) if isinstance(values, list) else []
+
+
+def foreign_reason(pod: Mapping[str, Any], spec: DaemonSpec, node_name: str) -> str:
+    """Why ``pod`` (found under the daemon's name) is not this node's daemon ``spec``; empty
+    when its labels, node annotation, node affinity and node name are :func:`daemon_pod`'s."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    wanted = {LABEL_DAEMON: spec.id, LABEL_NODE: short_id(node_name)}
+    if spec.uuid:
+        wanted[LABEL_GPU] = short_id(spec.uuid)
+    for key, value in wanted.items():
+        if labels.get(key) != value:
+            return f"its label {key} is {labels.get(key)!r}, not {value!r}"
+    if annotations.get(ANNOTATION_NODE) != node_name:
+        return f"its annotation {ANNOTATION_NODE} is {annotations.get(ANNOTATION_NODE)!r}"
+    if _pinned_nodes(pod) != [node_name]:
+        return "its node affinity does not pin it to this node"
+    bound = (pod.get("spec") or {}).get("nodeName")
+    if bound not in (None, "", node_name):
+        return f"it runs on node {bound!r}"
+    return ""
 
 
 def daemon_pod(
@@ -163,7 +229,7 @@ def daemon_pod(
     (see the module docstring); ``template`` is not modified."""
     pod: dict[str, Any] = copy.deepcopy(dict(template))
     meta = pod.setdefault("metadata", {})
-    meta["name"] = pod_name(template, spec)
+    meta["name"] = pod_name(template, spec, node_name)
     meta["namespace"] = namespace
     meta.setdefault("labels", {}).update(
         {LABEL_DAEMON: spec.id, LABEL_GPU: short_id(spec.uuid), LABEL_NODE: short_id(node_name)}
@@ -181,8 +247,10 @@ def daemon_pod(
         }
     }
     paths = spec.paths
-    volumes = [("mps-pipe", paths.pipe, str(paths.pipe)), ("mps-shm", paths.shm, "/dev/shm")]
-    volumes.append(("mps-log", paths.log, str(paths.log)))
+    volumes = [
+        ("mps-daemon", paths.directory, str(paths.directory)),
+        ("mps-shm", paths.shm, "/dev/shm"),
+    ]
     body.setdefault("volumes", []).extend(
         {"name": name, "hostPath": {"path": str(host), "type": "Directory"}}
         for name, host, _ in volumes
@@ -197,7 +265,7 @@ def daemon_pod(
             {"name": name, "mountPath": path} for name, _, path in volumes
         )
         container.setdefault("lifecycle", {})["postStart"] = {
-            "exec": {"command": ["sh", "-c", SET_DEFAULTS_SCRIPT]}
+            "exec": {"command": ["sh", "-c", POST_START_SCRIPT]}
         }
     return pod
 
@@ -247,11 +315,22 @@ class PodLauncher:
         self.remove_timeout = remove_timeout
         self._sleep = sleep
 
+    def _name(self, spec: DaemonSpec) -> str:
+        return pod_name(self.template, spec, self.node_name)
+
     def _get(self, spec: DaemonSpec) -> dict[str, Any] | None:
+        """This node's pod of daemon ``spec``, None when there is none; DaemonError when the
+        pod of that name is not this node's (:func:`foreign_reason`)."""
         try:
-            return self.api.get(self.namespace, pod_name(self.template, spec))
+            pod = self.api.get(self.namespace, self._name(spec))
         except KubeApiError as exc:
             raise DaemonError(f"cannot read {self.describe(spec)}: {exc}") from None
+        if pod is not None and (reason := foreign_reason(pod, spec, self.node_name)):
+            raise DaemonError(
+                f"{self.describe(spec)} is not this node's MPS daemon ({reason}): it is never "
+                "adopted or deleted; remove it to let this node start its daemon"
+            )
+        return pod
 
     def launch(self, spec: DaemonSpec) -> None:
         if self._get(spec) is not None:
@@ -272,7 +351,9 @@ class PodLauncher:
         return pod_phase(self._get(spec))
 
     def remove(self, spec: DaemonSpec) -> None:
-        name = pod_name(self.template, spec)
+        name = self._name(spec)
+        if self._get(spec) is None:
+            return
         try:
             self.api.delete(self.namespace, name, DELETE_GRACE_S)
         except KubeApiError as exc:
@@ -294,13 +375,20 @@ class PodLauncher:
             pods = self.api.list(self.namespace, selector)
         except KubeApiError as exc:
             raise DaemonError(f"cannot list the MPS daemon pods of this node: {exc}") from None
-        ids = {
-            str(((p.get("metadata") or {}).get("labels") or {}).get(LABEL_DAEMON, "")) for p in pods
-        }
-        return sorted(i for i in ids if i)
+        ids = set()
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            daemon = str((meta.get("labels") or {}).get(LABEL_DAEMON, ""))
+            spec = DaemonSpec(MpsPaths(Path("/"), daemon))
+            if daemon and meta.get("name") == self._name(spec):
+                if reason := foreign_reason(pod, spec, self.node_name):
+                    log.warning("ignoring pod %s/%s: %s", self.namespace, meta.get("name"), reason)
+                    continue
+                ids.add(daemon)
+        return sorted(ids)
 
     def describe(self, spec: DaemonSpec) -> str:
-        return f"pod {self.namespace}/{pod_name(self.template, spec)}"
+        return f"pod {self.namespace}/{self._name(spec)}"
 
 
 def pod_launcher_from_file(

@@ -49,6 +49,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
+from api import sharepolicy
 from api.gpuconfig import (
     STRATEGY_EXCLUSIVE,
     STRATEGY_LIMITS,
@@ -61,7 +62,6 @@ from api.gpuconfig import (
 )
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
-from api.sharepolicy import memory_policy_max
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
 from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.fsutil import child_path
@@ -85,6 +85,9 @@ from kubeletplugin.sharing.timeslice import (
 
 log = logging.getLogger(__name__)
 
+#: Bound of a Limits claim's lock directory (a tmpfs; the library keeps a few lock files there).
+LIMITS_LOCK_BYTES: Final = 4 * 1024 * 1024
+
 STATE_VERSION: Final = 2
 
 #: Strategies that may share one GPU between different claims.
@@ -97,13 +100,13 @@ _COMPATIBLE: Final = {
 
 
 def takes_whole_gpu(share: DeviceRecord) -> bool:
-    """Whether a consumable-capacity share consumes every core and the largest grantable memory:
-    what a request without capacity asks gets (kube-scheduler gives it a shareID all the same).
-    Such a share defaults to Exclusive, like a whole-GPU allocation."""
-    return (
-        share.partition is None
-        and share.cores == CORES_PER_GPU
-        and share.memory >= memory_policy_max(share.gpu.memory_usable)
+    """:func:`api.sharepolicy.takes_whole_gpu` of ``share``: such a share defaults to
+    Exclusive, like a whole-GPU allocation."""
+    return sharepolicy.takes_whole_gpu(
+        partition=share.partition is not None,
+        cores=share.cores,
+        memory=share.memory,
+        memory_usable=share.gpu.memory_usable,
     )
 
 
@@ -462,15 +465,21 @@ class SharingEnforcer:
 
     def _make_lock_dir(self, claim_uid: str) -> None:
         # The parent is the plugin's; the claim's own directory is writable by every user of
-        # the claim's containers, like the /tmp the library expects it to be.
-        self.limits_lock_root.mkdir(parents=True, exist_ok=True)
-        self.limits_lock_root.chmod(0o755)
-        directory = self.lock_dir(claim_uid)
-        directory.mkdir(exist_ok=True)
-        directory.chmod(0o1777)
+        # the claim's containers, like the /tmp the library expects it to be, and a tmpfs of
+        # at most LIMITS_LOCK_BYTES: a tenant cannot fill the kubelet's file system through it.
+        try:
+            self.limits_lock_root.mkdir(parents=True, exist_ok=True)
+            self.limits_lock_root.chmod(0o755)
+            directory = self.lock_dir(claim_uid)
+            directory.mkdir(exist_ok=True)
+            directory.chmod(0o1777)
+            self.mps.shm.mount(directory, LIMITS_LOCK_BYTES)
+        except OSError as exc:
+            raise ShareError(f"cannot make the Limits lock directory: {exc}") from None
 
     def _remove_lock_dir(self, claim_uid: str) -> None:
         try:
+            self.mps.shm.unmount(self.lock_dir(claim_uid))
             shutil.rmtree(self.lock_dir(claim_uid))
         except FileNotFoundError:
             pass

@@ -10,10 +10,11 @@ The admin installs the library on the node and gives its host path to the plugin
 - ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so that ordinal is well defined: devices are numbered by PCI
   bus ID among the GPUs the container is given, the order of its ``NVIDIA_VISIBLE_DEVICES``
   (``containeredits.visible_gpus``);
-- the claim's own lock directory (``<plugin-data-dir>/limits/vgpulock/<claim-uid>``, mode 1777)
-  at ``/tmp/vgpulock``, where the library expects it: the processes of the claim's containers
-  coordinate there; containers of other claims (other tenants) never see it. It is removed when
-  the claim is unprepared.
+- the claim's own lock directory (``<plugin-data-dir>/limits/vgpulock/<claim-uid>``, mode 1777,
+  a tmpfs of at most 4 MiB on a real node, so a tenant cannot fill the kubelet's file system
+  through it) at ``/tmp/vgpulock``, where the library expects it: the processes of the claim's
+  containers coordinate there; containers of other claims (other tenants) never see it. It is
+  unmounted and removed when the claim is unprepared.
 
 What it cannot do: processes that do not load the library (static binaries, a cleared
 ``LD_PRELOAD``) are not limited, and the library's own accounting decides what counts as memory.

@@ -19,6 +19,11 @@ admission and then fail quietly: a pod left Pending, a config the plugin never r
   (:func:`sharegpu.allocator.capacity.consumed_amount`, the one ``sharegpu explain`` applies)
   against the device the kubelet plugin publishes for that model. For ``firstAvailable`` only
   when every subrequest is too large: a larger first choice with a smaller fallback is normal.
+- MPS clients of several UIDs: pods of the files whose containers use one ResourceClaim (by
+  ``resourceClaimName``) with more than one known effective UID (the controller's rule,
+  :func:`controller.records.run_as_users`), unless the claim is in the files and this driver's
+  configs give none of its requests MPS: MPS serves one UID at a time per claim
+  (:data:`controller.mpsclients.QUEUE_RULE`).
 - feature gates: capacity requests checked against Kubernetes 1.34 or 1.35, where the
   ``DRAConsumableCapacity`` gate is alpha and off by default (beta and on from 1.36), unless
   ``--feature-gates DRAConsumableCapacity=true`` says the cluster enables it: with the gate off
@@ -37,8 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import names
+from api.gpuconfig import STRATEGY_MPS, decode_driver_configs
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from api.sharepolicy import memory_policy_max
+from controller.mpsclients import QUEUE_RULE
+from controller.records import run_as_users
 from kubeletplugin.devices.mock import default_gpu
 from kubeletplugin.devices.slices import consumable_device
 from kubeletplugin.model import GpuInfo
@@ -259,6 +267,9 @@ class Context:
     class_names: frozenset[str]
     template_names: frozenset[str]
     claim_names: frozenset[str]
+    #: Known effective UIDs of the files' containers that use each ``(namespace, claim name)``
+    #: that may be an MPS share (:func:`claim_users`), in file order.
+    claim_users: Mapping[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
     #: Shared by every did-you-mean of the run; results are memoized per (what, name).
     budget: ComparisonBudget = field(default_factory=ComparisonBudget)
     hints: dict[tuple[str, str], str | None] = field(default_factory=dict)
@@ -290,7 +301,97 @@ class Context:
             class_names=defined("DeviceClass") | set(chart_device_class_names(driver)),
             template_names=defined("ResourceClaimTemplate"),
             claim_names=defined("ResourceClaim"),
+            claim_users=claim_users([m.obj for m in manifests], driver),
         )
+
+
+def _namespace(obj: Mapping[str, Any]) -> str:
+    namespace = _map(obj.get("metadata")).get("namespace")
+    return namespace if isinstance(namespace, str) else ""
+
+
+def _never_mps(obj: Mapping[str, Any], driver: str) -> bool:
+    """Whether this driver's configs of a ResourceClaim give none of its requests MPS (as a
+    share: a whole GPU never defaults to MPS); invalid configs count as not deciding."""
+    located = claim_spec(obj)
+    if located is None:
+        return False
+    base, spec = located
+    configs = decode_driver_configs(_list(_map(spec.get("devices")).get("config")), driver)
+    if configs.problems:
+        return False
+    requests = requests_of(spec, base)
+    return bool(requests) and all(
+        configs.resolve(r.name, shared=True).strategy != STRATEGY_MPS for r in requests
+    )
+
+
+def claim_users(
+    objs: Iterable[Mapping[str, Any]], driver: str
+) -> dict[tuple[str, str], tuple[int, ...]]:
+    """``(namespace, claim name)`` -> the known effective UIDs, each once in file order, of the
+    containers of the objects' pod specs that use that ResourceClaim; claims that the files'
+    ResourceClaims configure as never MPS are left out."""
+    objs = list(objs)
+    never = {
+        (_namespace(o), str(_map(o.get("metadata")).get("name")))
+        for o in objs
+        if o.get("kind") == "ResourceClaim" and _never_mps(o, driver)
+    }
+    found: dict[tuple[str, str], dict[int, None]] = {}
+    for obj in objs:
+        located = pod_spec(obj)
+        if located is None:
+            continue
+        _, spec = located
+        claims: dict[str, str] = {}
+        for e in map(_map, _list(spec.get("resourceClaims"))):
+            name, claim_name = e.get("name"), e.get("resourceClaimName")
+            if isinstance(name, str) and isinstance(claim_name, str):
+                claims[name] = claim_name
+        containers = [
+            _map(c) for c in [*_list(spec.get("initContainers")), *_list(spec.get("containers"))]
+        ]
+        for entry, claim in claims.items():
+            key = (_namespace(obj), claim)
+            if key in never:
+                continue
+            users = [
+                c
+                for c in containers
+                if any(
+                    _map(r).get("name") == entry
+                    for r in _list(_map(c.get("resources")).get("claims"))
+                )
+            ]
+            for _, uid in run_as_users(spec, users):
+                if uid is not None:
+                    found.setdefault(key, {})[uid] = None
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def mps_user_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.Finding]:
+    """A warning on each ``resourceClaims`` entry of a pod spec whose claim's containers (over
+    the files) run as more than one known UID."""
+    located = pod_spec(obj)
+    if located is None:
+        return []
+    base, spec = located
+    findings: list[checks.Finding] = []
+    for i, entry in enumerate(_list(spec.get("resourceClaims"))):
+        claim = _map(entry).get("resourceClaimName")
+        users = ctx.claim_users.get((_namespace(obj), claim)) if isinstance(claim, str) else None
+        if users is None or len(users) < 2:
+            continue
+        shown = ", ".join(str(u) for u in users)
+        findings.append(
+            _warning(
+                f"{base}.resourceClaims[{i}]",
+                f"the checked files' containers that use ResourceClaim {claim!r} run as UIDs "
+                f"{shown}: if its devices are MPS shares (the default for a share), {QUEUE_RULE}",
+            )
+        )
+    return findings
 
 
 def drops_capacity(version: tuple[int, int], gate: bool | None) -> bool:
@@ -485,7 +586,7 @@ def gate_findings(requests: Sequence[Request], ctx: Context) -> list[checks.Find
 
 def cross_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.Finding]:
     """Every finding of this module for one object (see the module docstring)."""
-    findings = pod_reference_findings(obj, ctx)
+    findings = pod_reference_findings(obj, ctx) + mps_user_findings(obj, ctx)
     if obj.get("kind") == "DeviceClass":
         config = _map(obj.get("spec")).get("config")
         return findings + config_findings(config, "spec.config", None, ctx)

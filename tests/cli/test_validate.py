@@ -239,3 +239,66 @@ def test_cel_nested_deeper_than_checked_is_a_warning(
     assert (code, name, severity) == (0, "c", "warning")
     assert path == "spec.devices.requests[0].exactly.selectors[0].cel.expression"
     assert message.startswith("not checked: the selector is nested deeper")
+
+
+def _claim_pod(name: str, claim_name: str, pod_user: int | None, **users: int) -> Obj:
+    containers: list[Obj] = [
+        {"name": c, "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
+        for c in ("main", "helper")
+    ]
+    for c in containers:
+        if c["name"] in users:
+            c["securityContext"] = {"runAsUser": users[c["name"]]}
+    spec: Obj = {
+        "containers": [*containers, {"name": "log", "image": "busybox"}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+    }
+    if pod_user is not None:
+        spec["securityContext"] = {"runAsUser": pod_user}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+QUEUED = "MPS serves one UID at a time per claim"
+
+
+def test_pods_sharing_a_claim_as_different_uids_are_warned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    share = claim("share", {"capacity": {"requests": {"cores": "30", "memory": "10Gi"}}})
+    f = write(
+        tmp_path / "pods.yaml",
+        share,
+        _claim_pod("a", "share", 1000),
+        _claim_pod("b", "share", None, main=1001),  # helper: the image's user, unknown
+        _claim_pod("c", "other", 1000, helper=1002),  # one pod, two UIDs on its own claim
+    )
+    code, report = run_validate(capsys, f)
+    assert code == 0
+    warned = {
+        (f["name"], f["path"]): f["message"] for f in report["findings"] if QUEUED in f["message"]
+    }
+    assert set(warned) == {
+        ("a", "spec.resourceClaims[0]"),
+        ("b", "spec.resourceClaims[0]"),
+        ("c", "spec.resourceClaims[0]"),
+    }
+    assert (
+        "ResourceClaim 'share' run as UIDs 1000, 1001:" in warned[("a", "spec.resourceClaims[0]")]
+    )
+    assert "UIDs 1000, 1002" in warned[("c", "spec.resourceClaims[0]")]
+
+
+def test_one_uid_unknown_uids_or_a_claim_configured_off_mps_are_not_warned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sliced = claim("ts", {}, gpu_config({"strategy": "TimeSlicing"}))
+    f = write(
+        tmp_path / "pods.yaml",
+        sliced,
+        _claim_pod("a", "same", 1000),
+        _claim_pod("b", "same", None, main=1000),
+        _claim_pod("c", "ts", 1000),
+        _claim_pod("d", "ts", 1001),
+    )
+    _, report = run_validate(capsys, f)
+    assert [f for f in report["findings"] if QUEUED in f["message"]] == []

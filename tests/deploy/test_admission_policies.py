@@ -199,6 +199,16 @@ def _host_path(pod: dict[str, Any], path: str) -> None:
         ),
         (lambda p: p["spec"].update(nodeName="other-node"), "pinned to that node"),
         (
+            lambda p: p["metadata"]["annotations"].update(
+                {"mps.sharegpu.dev/node-name": "other-node"}
+            ),
+            "annotated mps.sharegpu.dev/node-name",
+        ),
+        (
+            lambda p: p["metadata"]["annotations"].pop("mps.sharegpu.dev/node-name"),
+            "annotated mps.sharegpu.dev/node-name",
+        ),
+        (
             lambda p: p["spec"]["affinity"]["nodeAffinity"][
                 "requiredDuringSchedulingIgnoredDuringExecution"
             ]["nodeSelectorTerms"].append({"matchFields": []}),

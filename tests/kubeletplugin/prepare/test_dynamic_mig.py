@@ -495,6 +495,29 @@ def test_a_gpu_instance_id_reused_elsewhere_is_not_taken_for_the_claims(mig: Mig
     assert H100_1G.format(5) in state.hidden_devices()
 
 
+def test_an_instance_someone_else_made_at_the_claims_placement_is_never_destroyed(
+    mig: MigNode,
+) -> None:
+    c = mig.claim("c", H100_1G.format(2))
+    state = mig.start()
+    prepare_ok(state, c)
+    (inst,) = mig.fake.all()
+    del mig.fake.instances_by_gpu[inst.parent][inst.gi]  # ours went
+    other = mig.add_foreign(0, "1g.10gb", 2)  # same placement, same profile, same id
+    assert (other.gi, other.placement) == (inst.gi, inst.placement) and other.uuid != inst.uuid
+    assert state.unprepare([c])[c.uid].error == ""
+    assert mig.fake.all() == [other] and mig.fake.destroys == 0
+    # the same at a restart: the record's instance is gone, the other one stays
+    prepare_ok(state, mig.claim("d", H100_1G.format(3)))
+    (mine,) = [i for i in mig.fake.all() if i is not other]
+    del mig.fake.instances_by_gpu[mine.parent][mine.gi]
+    again = mig.add_foreign(0, "1g.10gb", 3)
+    state = mig.start()
+    assert state.prepared_claims() == {}
+    assert sorted(i.uuid for i in mig.fake.all()) == sorted([other.uuid, again.uuid])
+    mig.check(state)
+
+
 def test_a_spec_file_lost_after_prepare_rolls_the_claim_back_and_destroys_its_instance(
     mig: MigNode,
 ) -> None:

@@ -4,6 +4,8 @@ API."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +14,13 @@ import pytest
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.sharing.daemonpods import (
+    ANNOTATION_NODE,
     DAEMON_CONTAINER,
     LABEL_DAEMON,
     LABEL_GPU,
     LABEL_NODE,
+    MAX_TEMPLATE_NAME,
+    POST_START_SCRIPT,
     SET_DEFAULTS_SCRIPT,
     PodLauncher,
     TemplateError,
@@ -65,7 +70,7 @@ def spec(root: Path = Path("/run/sharegpu/mps")) -> DaemonSpec:
 def test_the_pod_runs_on_its_node_with_the_claims_directories() -> None:
     pod = daemon_pod(TEMPLATE, spec(), namespace=NS, node_name=NODE)
     sid = daemon_id(CLAIM, U)
-    assert pod["metadata"]["name"] == f"sharegpu-mps-{sid}"
+    assert pod["metadata"]["name"] == f"sharegpu-mps-{short_id(NODE)}-{sid}"
     assert pod["metadata"]["namespace"] == NS
     assert pod["metadata"]["labels"] == {
         "app": "mps",
@@ -86,23 +91,19 @@ def test_the_pod_runs_on_its_node_with_the_claims_directories() -> None:
     ]
     [container] = pod["spec"]["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {
-        "mps-pipe": f"/run/sharegpu/mps/{sid}/pipe",
-        "mps-shm": "/dev/shm",
-        "mps-log": f"/run/sharegpu/mps/{sid}/log",
-    }
+    # One mount holds pipe, client view and log at their host paths (a hard link needs one).
+    assert mounts == {"mps-daemon": f"/run/sharegpu/mps/{sid}", "mps-shm": "/dev/shm"}
     hosts = {v["name"]: v["hostPath"]["path"] for v in pod["spec"]["volumes"]}
     assert hosts == {
-        "mps-pipe": f"/run/sharegpu/mps/{sid}/pipe",
+        "mps-daemon": f"/run/sharegpu/mps/{sid}",
         "mps-shm": f"/run/sharegpu/mps/{sid}/shm",
-        "mps-log": f"/run/sharegpu/mps/{sid}/log",
     }
     assert {"name": "CUDA_VISIBLE_DEVICES", "value": U} in container["env"]
     # Every (re)start of the daemon container sets the share's defaults again.
     assert container["lifecycle"]["postStart"]["exec"]["command"] == [
         "sh",
         "-c",
-        SET_DEFAULTS_SCRIPT,
+        POST_START_SCRIPT,
     ]
     assert '"$SHAREGPU_MPS_DEFAULTS" | nvidia-cuda-mps-control' in SET_DEFAULTS_SCRIPT
     # The template is left as it was (it makes every GPU's pod).
@@ -201,9 +202,58 @@ def test_remove_waits_for_the_pod_to_be_gone_and_says_when_it_is_not() -> None:
     )
     launcher.launch(spec())
     api.delete = lambda namespace, name, grace_seconds: None  # type: ignore[method-assign]
-    with pytest.raises(DaemonError, match=f"pod {NS}/sharegpu-mps-{daemon_id(CLAIM, U)} is still"):
+    name = f"sharegpu-mps-{short_id(NODE)}-{daemon_id(CLAIM, U)}"
+    with pytest.raises(DaemonError, match=f"pod {NS}/{name} is still"):
         launcher.remove(spec())
     assert naps  # it polled, with a bounded back-off
+
+
+def test_names_carry_the_node_and_stay_within_a_dns_label() -> None:
+    longest = {**TEMPLATE, "metadata": {"name": "x" * MAX_TEMPLATE_NAME}}
+    a = daemon_pod(longest, spec(), namespace=NS, node_name="n" * 253)
+    b = daemon_pod(longest, spec(), namespace=NS, node_name="m" * 253)
+    assert len(a["metadata"]["name"]) == 63 and a["metadata"]["name"] != b["metadata"]["name"]
+    assert daemon_pod(longest, spec(), namespace=NS, node_name="n" * 253) == a  # stable
+    too_long = {**TEMPLATE, "metadata": {"name": "x" * (MAX_TEMPLATE_NAME + 1)}}
+    with pytest.raises(TemplateError, match=r"metadata\.name must be"):
+        PodLauncher(FakePodApi(SimulatedNvidiaTools()), too_long, namespace=NS, node_name=NODE)
+
+
+def _squat(api: FakePodApi, pod: dict[str, Any]) -> None:
+    api.pods[(NS, pod["metadata"]["name"])] = pod
+
+
+@pytest.mark.parametrize(
+    ("forge", "this_node"),
+    [
+        # another node's plugin creates a pod under this node's name: the policy pins it there
+        (
+            lambda pod: pod["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]["nodeSelectorTerms"][0]["matchFields"][0].update(values=["other-node"]),
+            False,
+        ),
+        (lambda pod: pod["metadata"]["annotations"].update({ANNOTATION_NODE: "x"}), False),
+        (lambda pod: pod["metadata"]["labels"].pop(LABEL_DAEMON), False),
+        (lambda pod: pod["spec"].update(nodeName="other-node"), False),
+        # this node's pod, but not of this GPU: no claim's daemon, a leftover to stop
+        (lambda pod: pod["metadata"]["labels"].update({LABEL_GPU: "00000000"}), True),
+    ],
+)
+def test_a_pod_of_the_name_that_is_not_this_nodes_daemon_is_never_adopted(
+    forge: Any, this_node: bool
+) -> None:
+    api = FakePodApi(SimulatedNvidiaTools())
+    launcher = PodLauncher(api, TEMPLATE, namespace=NS, node_name=NODE)
+    squatter = daemon_pod(TEMPLATE, spec(), namespace=NS, node_name=NODE)
+    forge(squatter)
+    squatter["status"] = {"phase": "Running"}
+    _squat(api, squatter)
+    for call in (launcher.phase, launcher.launch, launcher.remove):
+        with pytest.raises(DaemonError, match="is not this node's MPS daemon"):
+            call(spec())
+    assert (NS, squatter["metadata"]["name"]) in api.pods and api.created == 0
+    assert launcher.present() == ([daemon_id(CLAIM, U)] if this_node else [])
 
 
 @pytest.mark.parametrize(
@@ -251,7 +301,7 @@ def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
     done = first.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
     state = first.export_state()
     daemon = daemon_id("claim-a", uuid)
-    assert state["mps"][daemon]["daemon"] == f"pod {NS}/sharegpu-mps-{daemon}"
+    assert state["mps"][daemon]["daemon"] == f"pod {NS}/sharegpu-mps-{short_id(NODE)}-{daemon}"
     # The plugin container restarts (or the DaemonSet rolls): the daemon pod stays.
     second = enforcer(tools, api, tmp_path)
     second.restore(
@@ -289,10 +339,54 @@ def test_a_crashed_daemon_pod_is_replaced_before_the_next_share_attaches(tmp_pat
     uuid = h.gpus()[0].uuid
     plugin = enforcer(tools, api, tmp_path)
     plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
-    api.crash(NS, f"sharegpu-mps-{daemon_id('claim-a', uuid)}")
+    api.crash(NS, f"sharegpu-mps-{short_id(NODE)}-{daemon_id('claim-a', uuid)}")
     tools.fake.clear()
     # A re-prepare of the claim (kubelet retries) replaces its crash-looping daemon.
     plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
     assert api.created == 2 and tools.sim.daemons_started == 2
     [pod] = api.pods.values()
     assert pod_phase(pod) is DaemonPhase.RUNNING
+
+
+def _run_post_start(tmp_path: Path, control_exit: int) -> subprocess.CompletedProcess[str]:
+    """The postStart hook under ``sh`` with stand-ins for ``nvidia-cuda-mps-control`` (records
+    its input, exits ``control_exit``) and ``sleep`` (returns at once)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    control = bin_dir / "nvidia-cuda-mps-control"
+    control.write_text(f'#!/bin/sh\ncat >> "{tmp_path}/commands"\nexit {control_exit}\n')
+    (bin_dir / "sleep").write_text("#!/bin/sh\nexit 0\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    paths = MpsPaths(tmp_path, "d")
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe),
+        "SHAREGPU_MPS_CLIENT_DIRECTORY": str(paths.client),
+        "SHAREGPU_MPS_DEFAULTS": "set_default_active_thread_percentage 25\n",
+    }
+    return subprocess.run(
+        ["sh", "-c", POST_START_SCRIPT], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_post_start_hook_sets_the_defaults_then_links_the_new_socket(tmp_path: Path) -> None:
+    paths = MpsPaths(tmp_path, "d")
+    paths.pipe.mkdir(parents=True)
+    paths.client.mkdir()
+    for name in ("control", "control_privileged", "log"):
+        (paths.pipe / name).touch()
+    assert _run_post_start(tmp_path, 0).returncode == 0
+    assert (tmp_path / "commands").read_text() == "set_default_active_thread_percentage 25\n"
+    assert sorted(p.name for p in paths.client.iterdir()) == ["control"]
+    assert (paths.client / "control").samefile(paths.pipe / "control")
+    # a restarted daemon: new socket file; the hook links the new one over the old
+    (paths.pipe / "control").unlink()
+    (paths.pipe / "control").touch()
+    assert _run_post_start(tmp_path, 0).returncode == 0
+    assert (paths.client / "control").samefile(paths.pipe / "control")
+    # a daemon that never takes the defaults: the hook fails and links nothing
+    (paths.pipe / "control").unlink()
+    (paths.pipe / "control").touch()
+    assert _run_post_start(tmp_path, 1).returncode != 0
+    assert not (paths.client / "control").samefile(paths.pipe / "control")

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from api import names
-from api.gpuconfig import DriverConfigs
+from api.gpuconfig import DriverConfigs, decode_driver_configs
 from kubeletplugin.devices.slices import partition_share
+from kubeletplugin.sharing.enforcement import ShareError
+from kubeletplugin.sharing.enforcer import LIMITS_LOCK_BYTES, SharingEnforcer
 from kubeletplugin.sharing.mpspaths import daemon_id
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import (
@@ -54,8 +56,7 @@ def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Pat
     daemon = daemon_id(c["metadata"]["uid"], uuid)
     host = tools.mps_root / daemon
     assert [(m["hostPath"], m["containerPath"]) for m in mounts] == [
-        (str(host / "pipe"), f"/run/sharegpu/mps/{uuid}/pipe"),
-        ("/dev/null", f"/run/sharegpu/mps/{uuid}/pipe/control_privileged"),
+        (str(host / "client"), f"/run/sharegpu/mps/{uuid}/pipe"),
         (str(host / "shm"), "/dev/shm"),
     ]
     assert tools.fake.argvs() == [
@@ -91,8 +92,9 @@ def test_each_claim_on_a_gpu_gets_its_own_daemon_with_its_own_limits(tmp_path: P
     assert prepare(state, a) == ""
     # a's client starts before b is prepared: its server takes a's limits, b's must not.
     uuid = h.gpus()[3].uuid
+    # Clients attach through their claim's client view (as a container sees it, on the host).
     pipe_a, pipe_b = (
-        str(tools.mps_root / daemon_id(c["metadata"]["uid"], uuid) / "pipe") for c in (a, b)
+        str(tools.mps_root / daemon_id(c["metadata"]["uid"], uuid) / "client") for c in (a, b)
     )
     client_a = tools.sim.connect_client(pipe_a, 1000)
     assert prepare(state, b) == ""
@@ -116,7 +118,7 @@ def test_each_claim_on_a_gpu_gets_its_own_daemon_with_its_own_limits(tmp_path: P
     assert claim_mounts(node, a["metadata"]["uid"])[0][0]["hostPath"] == pipe_a
     assert claim_mounts(node, b["metadata"]["uid"])[0][0]["hostPath"] == pipe_b
     state.unprepare([h.ref(a)])
-    assert list(tools.sim.daemons) == [pipe_b]  # b's daemon is left alone
+    assert list(tools.sim.daemons) == [pipe_b.replace("/client", "/pipe")]  # b's is left alone
     state.unprepare([h.ref(b)])
     assert tools.sim.daemons == {}
     assert tools.sim.mode(h.gpus()[3].uuid) == "DEFAULT"
@@ -592,3 +594,44 @@ def test_an_absurd_quantity_fails_only_its_claim_and_at_once(
     assert outcomes[honest["metadata"]["uid"]].error == ""
     error = outcomes[hostile["metadata"]["uid"]].error
     assert "ResourceClaim default/hostile" in error and message in error, error
+
+
+class RecordingMounter:
+    """A :class:`~kubeletplugin.sharing.shm.ShmMounter` that records its mounts (``fail``: the
+    next mount raises, as mount(2) does without the capability)."""
+
+    def __init__(self) -> None:
+        self.mounted: dict[Path, int] = {}
+        self.fail = False
+
+    def mount(self, directory: Path, size: int) -> None:
+        if self.fail:
+            raise OSError(1, f"cannot mount a tmpfs at {directory}: Operation not permitted")
+        assert directory.is_dir()
+        self.mounted[directory] = size
+
+    def unmount(self, directory: Path) -> None:
+        self.mounted.pop(directory, None)
+
+
+def test_a_limits_lock_directory_is_a_bounded_tmpfs_until_unprepare(tmp_path: Path) -> None:
+    tools, mounter = Tools.new(), RecordingMounter()
+    enforcer = SharingEnforcer(
+        tools.fake,
+        tmp_path,
+        driver_name=h.DRIVER,
+        launcher=tools.pods,
+        limits_library=LIBRARY,
+        mps_root=tools.mps_root,
+        shm=mounter,
+    )
+    configs = decode_driver_configs([gpu_config({"strategy": "Limits"})], h.DRIVER)
+    device = record(h.gpus()[0], "gpu-0", ("gpu",), 30, GI, share_id="s-1")
+    enforcer.apply("claim-a", [device], configs)
+    lock_dir = enforcer.lock_dir("claim-a")
+    assert mounter.mounted == {lock_dir: LIMITS_LOCK_BYTES} and LIMITS_LOCK_BYTES <= 4 * 2**20
+    enforcer.release("claim-a")
+    assert mounter.mounted == {} and not lock_dir.exists()
+    mounter.fail = True
+    with pytest.raises(ShareError, match=r"cannot make the Limits lock directory: .*not permitted"):
+        enforcer.apply("claim-b", [device], configs)

@@ -16,7 +16,13 @@ from kubeletplugin.usage.claims import UsageWriter
 from kubeletplugin.usage.flags import UsageOptions
 from kubeletplugin.usage.mocksource import FileUsageSource
 from kubeletplugin.usage.model import GpuSample, PreparedShare, ProcessSample
-from kubeletplugin.usage.procfs import MAX_CGROUP_BYTES, REASON_GONE, pod_of_process
+from kubeletplugin.usage.procfs import (
+    MAX_CGROUP_BYTES,
+    REASON_GONE,
+    pod_of_process,
+    pod_uid_of_cgroup,
+    pod_uid_of_path,
+)
 from kubeletplugin.usage.sampler import UsageSampler
 from kubeletplugin.usage.source import NvmlUsageSource, UsageSourceError
 from sharegpu.kube.rest import KubeApiError
@@ -346,3 +352,70 @@ def test_unknown_pod_refreshes_shared_claim(proc: Path, tmp_path: Path) -> None:
     second = sampler.sample_once()
     assert second.unattributed == () and second.usage[SHARE_A.key].used_memory == 2 * GI
     telemetry.shutdown()
+
+
+# --- the kubelet's cgroup layout: forged pod elements ----------------------------------------
+
+VICTIM = "0f0f0f0f-0000-4000-8000-0000000000ff"
+
+
+def _sd(uid: str) -> str:
+    return uid.replace("-", "_")
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        # the layouts kubelet makes: cgroupfs and systemd, each QoS class, a --cgroup-root
+        (f"/kubepods/pod{POD_A}/c0ffee", POD_A),
+        (f"/kubepods/burstable/pod{POD_A}/c0ffee", POD_A),
+        (f"/kubelet/kubepods/besteffort/pod{POD_A}/c0ffee", POD_A),
+        (f"/kubepods.slice/kubepods-pod{_sd(POD_A)}.slice/cri-containerd-1.scope", POD_A),
+        (
+            f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{_sd(POD_A)}.slice"
+            "/cri-containerd-1.scope",
+            POD_A,
+        ),
+        (
+            "/system.slice/docker-1.scope/kubelet.slice/kubelet-kubepods.slice/"
+            f"kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{_sd(POD_A)}.slice"
+            "/cri-containerd-1.scope",
+            POD_A,
+        ),
+        # read through another cgroup namespace: the hidden ancestors are ".."
+        (f"/../../../besteffort/pod{POD_A}/c0ffee", POD_A),
+        (f"/../../kubepods-burstable-pod{_sd(POD_A)}.slice/cri-containerd-1.scope", POD_A),
+        # a container names a child cgroup after another pod: still its own pod
+        (f"/kubepods/burstable/pod{POD_A}/c0ffee/pod{VICTIM}", POD_A),
+        (f"/kubepods/burstable/pod{POD_A}/c0ffee/kubepods/burstable/pod{VICTIM}/x", POD_A),
+        (
+            f"/kubepods.slice/kubepods-pod{_sd(POD_A)}.slice/cri-containerd-1.scope/"
+            f"kubepods.slice/kubepods-pod{_sd(VICTIM)}.slice",
+            POD_A,
+        ),
+        # a pod element out of the kubelet's layout names no pod, nor does anything below it
+        (f"/system.slice/pod{VICTIM}", None),
+        (f"/kubepods/burstable/x/pod{VICTIM}", None),
+        (f"/kubepods.slice/kubepods-burstable.slice/kubepods-pod{_sd(VICTIM)}.slice", None),
+        (f"/kubepods/weird-pod{POD_A}/kubepods/pod{VICTIM}", None),
+        ("/kubepods/burstable", None),
+    ],
+)
+def test_the_first_pod_element_under_kubepods_is_the_pod(path: str, expected: str | None) -> None:
+    assert pod_uid_of_path(path) == expected
+
+
+def test_v1_hierarchies_that_name_different_pods_name_none() -> None:
+    same = f"4:memory:/kubepods/pod{POD_A}/c\n3:cpu:/kubepods/pod{POD_A}/c\n0::/\n"
+    assert pod_uid_of_cgroup(same) == POD_A
+    split = f"4:memory:/kubepods/pod{POD_A}/c\n3:cpu:/kubepods/pod{VICTIM}/c\n"
+    assert pod_uid_of_cgroup(split) is None
+
+
+def test_a_forged_child_cgroup_does_not_charge_the_victim(proc: Path) -> None:
+    forged = (
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{_sd(POD_A)}.slice/cri-containerd-abc.scope/kubepods-pod{_sd(VICTIM)}.slice\n"
+    )
+    write_proc(proc, 500, forged.encode())
+    assert pod_of_process(proc, 500).pod_uid == POD_A

@@ -64,9 +64,10 @@ app.kubernetes.io/component: {{ .component }}
 - --log-level={{ .Values.logging.level }}
 {{- end }}
 
-{{/* Name of the MPS daemon pods (the plugin appends -<12 hex digits> per claim and GPU). */}}
+{{/* Name of the MPS daemon pods (the plugin appends -<8 hex digits of the node>-<12 hex
+    digits of the claim and GPU>; a pod name here is at most 63 characters). */}}
 {{- define "sharegpu.mpsDaemonName" -}}
-{{- printf "%s-mps" (include "sharegpu.fullname" .) | trunc 50 | trimSuffix "-" }}
+{{- printf "%s-mps" (include "sharegpu.fullname" .) | trunc 41 | trimSuffix "-" }}
 {{- end }}
 
 {{/* The host path of the driver files mounted into the driver-files init container (see
