@@ -16,13 +16,11 @@ the GPU and the node:
   :meth:`PodLauncher.present` selects on the node; annotations name the claim, GPU and node;
 - a required node affinity on ``metadata.name`` (what the DaemonSet controller uses), so the pod
   runs on this node and nowhere else;
-- the daemon's host directory at its host path (one mount, so ``pipe`` and the client view are
-  on one mount for a hard link; the plugin reaches the same sockets at the same paths), ``shm``
-  at ``/dev/shm``; the daemon's environment; and a ``postStart`` hook that, after every
-  container (re)start and before the pod is ready, sets the share's limits as the daemon's
-  defaults (a restarted daemon would otherwise serve without a memory limit: its environment
-  does not set one) and only then links the new ``control`` socket into the client view
-  (:data:`POST_START_SCRIPT`): clients never reach a restarted daemon before its limits are set.
+- the daemon's host directories: ``pipe`` and ``log`` at their host paths (the plugin reaches
+  the same sockets at the same paths), ``shm`` at ``/dev/shm``; the daemon's environment; and a
+  ``postStart`` hook that sets the share's limits as the daemon's defaults after every container
+  (re)start, before the pod is ready (a restarted daemon would otherwise serve without a memory
+  limit: its environment does not set one).
 
 A pod of that name is this node's daemon only when its labels, node annotation and node affinity
 are the ones :func:`daemon_pod` writes for this node (:func:`foreign_reason`): anything else (a
@@ -42,14 +40,8 @@ from typing import Any, Final, Protocol
 import yaml
 
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
-from kubeletplugin.sharing.mps import CLIENT_DIR_ENV, DEFAULTS_ENV
-from kubeletplugin.sharing.mpspaths import (
-    CLIENT_SOCKET,
-    DAEMON_ID_LENGTH,
-    SHORT_ID_LENGTH,
-    MpsPaths,
-    short_id,
-)
+from kubeletplugin.sharing.mps import DEFAULTS_ENV
+from kubeletplugin.sharing.mpspaths import DAEMON_ID_LENGTH, SHORT_ID_LENGTH, MpsPaths, short_id
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
@@ -65,21 +57,12 @@ ANNOTATION_NODE: Final = "mps.sharegpu.dev/node-name"
 #: A pod name is a DNS label here (at most 63 characters), so the template name leaves room
 #: for ``-<node hash>-<daemon id>``.
 MAX_TEMPLATE_NAME: Final = 63 - 1 - SHORT_ID_LENGTH - 1 - DAEMON_ID_LENGTH
-#: Once the daemon answers (at most 30 s), run the ``set_default_*`` commands of its
-#: environment; fails when it never answers.
+#: The daemon container's postStart hook: once the daemon answers (at most 30 s), run the
+#: ``set_default_*`` commands of its environment.
 SET_DEFAULTS_SCRIPT: Final = (
     f'for i in $(seq 150); do printf "%s" "${DEFAULTS_ENV}" | nvidia-cuda-mps-control '
     "&& exit 0; sleep 0.2; done; exit 1"
 )
-#: Link the daemon's ``control`` socket into the client view, atomically (a temporary link
-#: renamed over the old one); what :func:`kubeletplugin.sharing.mps.publish_client_socket` does.
-RELINK_SCRIPT: Final = (
-    f'ln -f "$CUDA_MPS_PIPE_DIRECTORY/{CLIENT_SOCKET}" "${CLIENT_DIR_ENV}/.{CLIENT_SOCKET}.new" '
-    f'&& mv -f "${CLIENT_DIR_ENV}/.{CLIENT_SOCKET}.new" "${CLIENT_DIR_ENV}/{CLIENT_SOCKET}"'
-)
-#: The daemon container's postStart hook: the defaults, then the client view (a failure fails
-#: the hook, and kubelet restarts the container).
-POST_START_SCRIPT: Final = f"( {SET_DEFAULTS_SCRIPT} ) && {RELINK_SCRIPT}"
 #: Seconds :meth:`PodLauncher.remove` waits for a deleted pod to be gone.
 REMOVE_TIMEOUT_S: Final = 60.0
 DELETE_GRACE_S: Final = 10
@@ -247,10 +230,8 @@ def daemon_pod(
         }
     }
     paths = spec.paths
-    volumes = [
-        ("mps-daemon", paths.directory, str(paths.directory)),
-        ("mps-shm", paths.shm, "/dev/shm"),
-    ]
+    volumes = [("mps-pipe", paths.pipe, str(paths.pipe)), ("mps-shm", paths.shm, "/dev/shm")]
+    volumes.append(("mps-log", paths.log, str(paths.log)))
     body.setdefault("volumes", []).extend(
         {"name": name, "hostPath": {"path": str(host), "type": "Directory"}}
         for name, host, _ in volumes
@@ -265,7 +246,7 @@ def daemon_pod(
             {"name": name, "mountPath": path} for name, _, path in volumes
         )
         container.setdefault("lifecycle", {})["postStart"] = {
-            "exec": {"command": ["sh", "-c", POST_START_SCRIPT]}
+            "exec": {"command": ["sh", "-c", SET_DEFAULTS_SCRIPT]}
         }
     return pod
 

@@ -8,7 +8,7 @@ Each claim's daemon starts with that claim's limits on that GPU as its defaults,
 limits hold whatever the order of prepares, client starts and unprepares.
 
 Per daemon (claim ``C``, GPU ``U``) the plugin owns the host directories of
-:class:`~kubeletplugin.sharing.mpspaths.MpsPaths` (``<root>/<daemon id>/{pipe,client,shm,log}``); a
+:class:`~kubeletplugin.sharing.mpspaths.MpsPaths` (``<root>/<daemon id>/{pipe,shm,log}``); a
 :class:`~kubeletplugin.sharing.daemons.DaemonLauncher` runs it (a pod on a real node), so a
 plugin restart, OOM kill or upgrade leaves it running.
 
@@ -21,9 +21,7 @@ plugin restart, OOM kill or upgrade leaves it running.
   :data:`DEFAULTS_ENV`, the ``set_default_*`` commands its pod runs after every container
   (re)start; once it answers ``get_server_list`` the plugin sets them too, before any client can
   know the daemon (the claim's CDI spec comes later), and reads the thread percentage back: the
-  control command exits 0 and keeps the old value when it refuses one (measured); only then is
-  the daemon's ``control`` socket linked into the client view (:func:`publish_client_socket`,
-  which the daemon pod also does after every restart of its container);
+  control command exits 0 and keeps the old value when it refuses one (measured);
 - alive: the launcher says it runs (a crashed, exited or zombie daemon, or a pod being deleted,
   is dead) *and* it answers ``get_server_list``;
 - adopt: an alive daemon that is not owned (found after a plugin restart) is taken over, never
@@ -31,12 +29,9 @@ plugin restart, OOM kill or upgrade leaves it running.
 - stop: ``quit``, the launcher removes the daemon, the tmpfs is unmounted and the daemon's
   directory removed. Leftovers (directories or pods of no prepared claim) are stopped the same way.
 
-Clients get the client view as their pipe directory, read-only: a directory the plugin owns that
-holds a hard link of the daemon's ``control`` socket and nothing else. So ``control_privileged``
-(``quit``, ``set_*``), the ``log`` FIFO and the pid file are not in what they see, whatever the
-daemon recreates when it restarts (no mask to lose), and a tenant cannot plant a file or link for
-the privileged daemon to follow. They get the daemon's ``shm`` at ``/dev/shm``; never the log
-directory. The daemon sees only its GPU, so a client sees it as device 0 and
+Clients get the pipe directory read-only (a tenant cannot plant a file or link for the privileged
+daemon to follow) with ``control_privileged`` masked, and the daemon's ``shm`` at ``/dev/shm``;
+never the log directory. The daemon sees only its GPU, so a client sees it as device 0 and
 attaches to one daemon (one GPU) at a time; the enforcer keeps the MPS devices of a request on one
 GPU. Clients of one claim that run as different UIDs queue behind each other: the daemon runs one
 server at a time, for one UID.
@@ -46,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import threading
 import time
@@ -60,7 +54,7 @@ from kubeletplugin.runner import MPS_CONTROL, CommandError, Runner
 from kubeletplugin.sharing.computemode import DEFAULT_COMPUTE_MODE, query_compute_mode
 from kubeletplugin.sharing.daemons import DaemonError, DaemonLauncher, DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.mpspaths import (
-    CLIENT_SOCKET,
+    PRIVILEGED_SOCKET,
     MpsPathError,
     MpsPaths,
     check_socket_paths,
@@ -80,8 +74,6 @@ MIB: Final = 1024 * 1024
 START_TIMEOUT_S: Final = 60.0
 #: The daemon's environment variable holding its ``set_default_*`` commands (one per line).
 DEFAULTS_ENV: Final = "SHAREGPU_MPS_DEFAULTS"
-#: The daemon's environment variable naming its client view (:func:`publish_client_socket`).
-CLIENT_DIR_ENV: Final = "SHAREGPU_MPS_CLIENT_DIRECTORY"
 #: What a failed MPS operation raises.
 MPS_ERRORS: Final = (CommandError, DaemonError, MpsPathError, OSError)
 
@@ -124,29 +116,6 @@ class MpsDaemon:
 def container_pipe_dir(uuid: str) -> str:
     """Where a client container sees its claim's pipe directory of GPU ``uuid``."""
     return f"{CONTAINER_MPS_ROOT}/{uuid}/pipe"
-
-
-def publish_client_socket(paths: MpsPaths) -> None:
-    """Make the client view ``paths.client`` hold a hard link of the daemon's ``control`` socket
-    and nothing else. The link is made under a temporary name and renamed over the old one, so
-    a client never finds the view empty; nothing happens when it is current. Raises OSError
-    (the daemon has no ``control`` socket yet, or the view cannot be written)."""
-    source = paths.pipe / CLIENT_SOCKET
-    target = paths.client / CLIENT_SOCKET
-    current = os.lstat(source)
-    try:
-        linked = os.lstat(target)
-        fresh = (linked.st_dev, linked.st_ino) == (current.st_dev, current.st_ino)
-    except FileNotFoundError:
-        fresh = False
-    if not fresh:
-        temporary = paths.client / f".{CLIENT_SOCKET}.new"
-        temporary.unlink(missing_ok=True)
-        os.link(source, temporary, follow_symlinks=False)
-        os.replace(temporary, target)
-    for entry in paths.client.iterdir():
-        if entry.name != CLIENT_SOCKET:
-            _remove(entry)
 
 
 def control_env(paths: MpsPaths) -> dict[str, str]:
@@ -193,7 +162,6 @@ class MpsManager:
             **control_env(paths),
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(limits.cores),
             DEFAULTS_ENV: "".join(c + "\n" for c in limits.default_commands(uuid)),
-            CLIENT_DIR_ENV: str(paths.client),
         }
         return DaemonSpec(paths, env, uuid=uuid, claim_uid=claim_uid)
 
@@ -212,10 +180,8 @@ class MpsManager:
         with self._lock:
             known = self._daemons.get(spec.id)
         if known is not None and known.limits == limits and self._is_alive(spec):
-            publish_client_socket(spec.paths)  # current unless the pod restarted the daemon
             return known
         if known is None and self._is_alive(spec):
-            publish_client_socket(spec.paths)
             daemon = MpsDaemon(claim_uid, uuid, spec.paths, limits, adopted=True)
             log.info(
                 "adopted the running MPS control daemon of claim %s on GPU %s (%s)",
@@ -249,23 +215,16 @@ class MpsManager:
         paths = spec.paths
         # Stale sockets and shared memory of a dead daemon go; the directories stay, because
         # running containers hold bind mounts of them and must see the new daemon's files.
-        for directory, mode_bits in (
-            (paths.pipe, 0o755),
-            (paths.client, 0o755),
-            (paths.shm, 0o1777),
-            (paths.log, 0o755),
-        ):
+        for directory, mode_bits in ((paths.pipe, 0o755), (paths.shm, 0o1777), (paths.log, 0o755)):
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(mode_bits)
         self.shm.mount(paths.shm, self.shm_bytes)
         try:
             _clear_directory(paths.pipe)
-            _clear_directory(paths.client)
             _clear_directory(paths.shm)
             self.launcher.launch(spec)
             self._wait_until_answering(spec)
             self._set_default_limits(spec, limits)
-            publish_client_socket(paths)
         except (CommandError, DaemonError, OSError):
             self._remove_quietly(spec)
             raise
@@ -412,12 +371,10 @@ class MpsManager:
 def share_edits(
     paths: MpsPaths, uuid: str, active_thread_percentage: int, pinned_memory_bytes: int
 ) -> ContainerEdits:
-    """Mounts of the daemon's client view and shm directory and the MPS client variables of one
-    share.
+    """Mounts of the daemon's pipe and shm directories and the MPS client variables of one share.
 
-    - the client view (the daemon's ``control`` socket and nothing else, see
-      :func:`publish_client_socket`) at :func:`container_pipe_dir`, read-only: never the daemon's
-      pipe directory with ``control_privileged`` and its ``log`` FIFO;
+    - the pipe directory at :func:`container_pipe_dir`, read-only, with ``control_privileged``
+      (the socket of ``quit`` and the ``set_*`` commands) covered by ``/dev/null``;
     - the daemon's shm directory at ``/dev/shm``, where the MPS client library and the daemon
       exchange shared memory;
     - never the log directory, and no ``CUDA_MPS_LOG_DIRECTORY``;
@@ -426,6 +383,7 @@ def share_edits(
     """
     pipe = container_pipe_dir(uuid)
     readonly = ("rbind", "ro", "nosuid", "nodev", "noexec")
+    masked = ("bind", "ro", "nosuid", "nodev", "noexec")
     limits = MpsLimits(active_thread_percentage, pinned_memory_bytes)
     return ContainerEdits(
         env=(
@@ -434,7 +392,8 @@ def share_edits(
             f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limits.pinned_limit(uuid)}",
         ),
         mounts=(
-            Mount(str(paths.client), pipe, options=readonly),
+            Mount(str(paths.pipe), pipe, options=readonly),
+            Mount("/dev/null", f"{pipe}/{PRIVILEGED_SOCKET}", options=masked),
             Mount(
                 str(paths.shm), CONTAINER_SHM, options=("rbind", "rw", "nosuid", "nodev", "noexec")
             ),
@@ -442,13 +401,9 @@ def share_edits(
     )
 
 
-def _remove(entry: Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry, ignore_errors=True)
-    else:
-        entry.unlink(missing_ok=True)
-
-
 def _clear_directory(directory: Path) -> None:
     for entry in directory.iterdir():
-        _remove(entry)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)

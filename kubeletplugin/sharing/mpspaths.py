@@ -1,13 +1,10 @@
 """Where the MPS control daemon of one claim on one GPU keeps its files on the host, and the
 socket-length rule.
 
-Per daemon the plugin owns ``<root>/<daemon id>/{pipe,client,shm,log}`` on the host (``<root>`` is
-the chart's ``/run/sharegpu/mps``): ``pipe`` is the daemon's pipe directory (its unix sockets,
-its ``log`` FIFO and its pid file) and is never given to clients; ``client`` is what clients see
-as their pipe directory: a hard link of the daemon's :data:`CLIENT_SOCKET` and nothing else (no
-``control_privileged``, no ``log`` FIFO, no pid file), made again after every start of the
-daemon; ``shm`` is mounted at ``/dev/shm`` in the daemon and in the claim's clients on that
-GPU; ``log`` holds the daemon's logs and is never given to clients.
+Per daemon the plugin owns ``<root>/<daemon id>/{pipe,shm,log}`` on the host (``<root>`` is the
+chart's ``/run/sharegpu/mps``): ``pipe`` holds the daemon's unix sockets and pid file, ``shm`` is
+mounted at ``/dev/shm`` in the daemon and in the claim's clients on that GPU, ``log`` holds the
+daemon's logs and is never given to clients.
 
 Invariants:
 
@@ -37,10 +34,6 @@ MAX_SOCKET_PATH: Final = 107
 DAEMON_SOCKETS: Final = ("control", "control_privileged")
 #: The socket of privileged control commands (``quit``, ``set_default_*``): clients never need it.
 PRIVILEGED_SOCKET: Final = "control_privileged"
-#: The one socket a client uses: the daemon's ``control`` (the client view holds only it).
-CLIENT_SOCKET: Final = "control"
-#: The FIFO the daemon streams its log to, in its pipe directory.
-LOG_FIFO: Final = "log"
 SHORT_ID_LENGTH: Final = 8
 #: Hex digits of a daemon id (48 bits: a collision among one node's daemons is not a concern).
 DAEMON_ID_LENGTH: Final = 12
@@ -86,10 +79,6 @@ class MpsPaths:
     @property
     def pipe(self) -> Path:
         return self.directory / "pipe"
-
-    @property
-    def client(self) -> Path:
-        return self.directory / "client"
 
     @property
     def shm(self) -> Path:

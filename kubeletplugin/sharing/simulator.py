@@ -15,7 +15,6 @@ understood; anything else exits non-zero with an error, like an unknown option o
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -31,7 +30,7 @@ from kubeletplugin.runner import (
     RecordedCall,
 )
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
-from kubeletplugin.sharing.mpspaths import CLIENT_SOCKET, DAEMON_SOCKETS, LOG_FIFO
+from kubeletplugin.sharing.mpspaths import DAEMON_SOCKETS
 
 #: The file ``nvidia-cuda-mps-control`` writes its pid to in the pipe directory.
 PID_FILE: Final = "nvidia-cuda-mps-control.pid"
@@ -77,14 +76,10 @@ class SimulatedNvidiaTools:
             self.servers.clear()
 
     def connect_client(self, pipe: str, uid: int) -> dict[str, str] | None:
-        """A CUDA client of ``uid`` attaching through ``pipe`` (its ``CUDA_MPS_PIPE_DIRECTORY``
-        as the host sees it: the daemon's pipe directory, or a directory whose ``control`` is
-        the running daemon's socket, as a client view is): the limits of the server it gets
+        """A CUDA client of ``uid`` attaching through ``pipe``: the limits of the server it gets
         (started now with the daemon's current defaults when none of that UID runs), or None
-        when it queues behind another UID's server. KeyError when no daemon answers there (a
-        stale link to a dead daemon's socket included; a real client would then run without
-        MPS, on the whole GPU)."""
-        pipe = self._daemon_of(pipe)
+        when it queues behind another UID's server. KeyError when no daemon runs there (a real
+        client would then run without MPS, on the whole GPU)."""
         with self._lock:
             if pipe not in self.daemons:
                 raise KeyError(pipe)
@@ -92,21 +87,6 @@ class SimulatedNvidiaTools:
             if uid not in servers and servers:
                 return None
             return dict(servers.setdefault(uid, dict(self.default_limits.get(pipe, {}))))
-
-    def _daemon_of(self, directory: str) -> str:
-        """The pipe directory of the daemon whose ``control`` socket ``directory`` holds."""
-        if directory in self.daemons:
-            return directory
-        try:
-            wanted = os.stat(Path(directory) / CLIENT_SOCKET)
-        except OSError:
-            return directory
-        for pipe in list(self.daemons):
-            with contextlib.suppress(OSError):
-                found = os.stat(Path(pipe) / CLIENT_SOCKET)
-                if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
-                    return pipe
-        return directory
 
     def _nvidia_smi(self, call: RecordedCall) -> CommandResult:
         args = list(call.args)
@@ -156,7 +136,6 @@ class SimulatedNvidiaTools:
         (directory / PID_FILE).write_text(f"{self.daemon_pid}\n")
         for name in DAEMON_SOCKETS:
             (directory / name).touch()
-        (directory / LOG_FIFO).touch()
         return True
 
     def end_daemon(self, pipe: str) -> None:
@@ -165,7 +144,7 @@ class SimulatedNvidiaTools:
             self.daemons.pop(pipe, None)
             self.default_limits.pop(pipe, None)
             self.servers.pop(pipe, None)
-        for name in (PID_FILE, LOG_FIFO, *DAEMON_SOCKETS):
+        for name in (PID_FILE, *DAEMON_SOCKETS):
             (Path(pipe) / name).unlink(missing_ok=True)
 
     def _mps_control(self, call: RecordedCall) -> CommandResult:

@@ -69,7 +69,8 @@ def test_plan_has_exactly_the_spec_env_and_mounts_in_order(tmp_path: Path) -> No
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{UUID}=10240M",
     }
     assert plan.mounts == (
-        BindMount(str(paths.client), pipe, read_only=True, recursive=True),
+        BindMount(str(paths.pipe), pipe, read_only=True, recursive=True),
+        BindMount("/dev/null", f"{pipe}/control_privileged", read_only=True, recursive=False),
         BindMount(str(paths.shm), "/dev/shm", read_only=False, recursive=True),
     )
     assert plan.device_nodes == ("/dev/null",)
@@ -79,7 +80,7 @@ def test_spec_level_edits_come_once_per_spec(tmp_path: Path) -> None:
     spec = share_spec(tmp_path)
     plan = plan_for([spec], [f"{KIND}=other", f"{KIND}=claim-gpu"])
     assert list(plan.env)[:2] == ["SPEC_LEVEL", "OTHER"]
-    assert len(plan.mounts) == 2
+    assert len(plan.mounts) == 3
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,6 @@ from kubeletplugin.runner import HostRunner
 from kubeletplugin.sharing.computemode import DEFAULT_COMPUTE_MODE, query_compute_mode
 from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import build_enforcer
-from kubeletplugin.sharing.mps import control_env, publish_client_socket
 from kubeletplugin.sharing.mpspaths import MpsPaths
 from kubeletplugin.usage.attribution import attribute
 from kubeletplugin.usage.model import GpuSample, PreparedShare
@@ -493,83 +492,6 @@ def test_a_killed_daemon_does_not_stop_the_next_claim_getting_its_own(
     assert errors == {r.uid: "" for r in first + later}
     assert query_compute_mode(HostRunner("/"), gpu.uuid) == mode_before
     assert gpu_node.launcher.phase(later_daemon) is DaemonPhase.ABSENT
-
-
-def control_in(plan: ContainerPlan, command: str) -> subprocess.CompletedProcess[str]:
-    """``nvidia-cuda-mps-control`` with ``command`` as root in the emulated client container:
-    what a root tenant can send through its pipe directory."""
-    control = shutil.which("nvidia-cuda-mps-control") or "nvidia-cuda-mps-control"
-    with mount_targets(plan):
-        return subprocess.run(
-            enter_command(plan, [control], 0),
-            input=command + "\n",
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-
-def default_threads(paths: MpsPaths) -> str:
-    """The daemon's default thread percentage, asked through its own pipe directory."""
-    control = shutil.which("nvidia-cuda-mps-control") or "nvidia-cuda-mps-control"
-    done = subprocess.run(
-        [control],
-        input="get_default_active_thread_percentage\n",
-        env={**os.environ, **control_env(paths)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return done.stdout.strip()
-
-
-def test_a_client_reaches_neither_the_privileged_socket_nor_the_log_after_a_restart(
-    gpu_node: GpuNode, apiserver: KubeAPIServer
-) -> None:
-    """The client view holds only ``control``: before and after a restart of the daemon (its
-    sockets and log FIFO recreated), a root client's ``set_default_*`` changes nothing, and a
-    CUDA client attaches through the view once the new socket is linked (the pod's postStart
-    hook does it; the host launcher has none, so the test does)."""
-    gpu = shareable_gpu(gpu_node.gpus)
-    probe = install_probe(gpu_node.root)
-    refs = store(apiserver, [mps_claim("view", gpu, *BEFORE_KILL)])
-    daemon = daemon_of(gpu_node, refs[0], gpu)
-    paths = daemon.paths
-    seen: list[list[str]] = []
-    defaults: list[str] = []
-    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
-        try:
-            (plan,) = plans(gpu_node, prepare_ok(kplugin, refs), refs)
-            status_before, report_before = run_client(plan, [CLIENT_GIB], probe)
-            seen.append(sorted(os.listdir(paths.client)))
-            control_in(plan, "set_default_active_thread_percentage 37")
-            defaults.append(default_threads(paths))
-            killed = gpu_node.launcher.pids(daemon)
-            os.kill(killed[0], signal.SIGKILL)
-            assert wait_until(
-                lambda: gpu_node.launcher.phase(daemon) is not DaemonPhase.RUNNING, KILL_WAIT_S
-            )
-            env = {
-                "CUDA_VISIBLE_DEVICES": gpu.uuid,
-                **control_env(paths),
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(BEFORE_KILL[0]),
-            }
-            gpu_node.launcher.launch(DaemonSpec(paths, env, uuid=gpu.uuid, claim_uid=refs[0].uid))
-            assert wait_until(lambda: (paths.pipe / "control_privileged").exists(), KILL_WAIT_S)
-            seen.append(sorted(os.listdir(paths.client)))
-            control_in(plan, "set_default_active_thread_percentage 37")
-            defaults.append(default_threads(paths))
-            publish_client_socket(paths)
-            seen.append(sorted(os.listdir(paths.client)))
-            status_after, report_after = run_client(plan, [CLIENT_GIB], probe)
-        finally:
-            errors = kplugin.unprepare(refs)
-    assert seen == [["control"]] * 3
-    assert [float(d.splitlines()[-1]) for d in defaults] == [float(BEFORE_KILL[0])] * 2, defaults
-    assert (status_before, status_after) == (cudaprobe.EXIT_OK,) * 2, (report_before, report_after)
-    assert errors == {r.uid: "" for r in refs}
 
 
 def plain_gpu(gpus: list[GpuInfo]) -> GpuInfo:

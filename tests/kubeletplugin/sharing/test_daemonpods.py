@@ -4,8 +4,6 @@ API."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,6 @@ from kubeletplugin.sharing.daemonpods import (
     LABEL_GPU,
     LABEL_NODE,
     MAX_TEMPLATE_NAME,
-    POST_START_SCRIPT,
     SET_DEFAULTS_SCRIPT,
     PodLauncher,
     TemplateError,
@@ -91,19 +88,23 @@ def test_the_pod_runs_on_its_node_with_the_claims_directories() -> None:
     ]
     [container] = pod["spec"]["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    # One mount holds pipe, client view and log at their host paths (a hard link needs one).
-    assert mounts == {"mps-daemon": f"/run/sharegpu/mps/{sid}", "mps-shm": "/dev/shm"}
+    assert mounts == {
+        "mps-pipe": f"/run/sharegpu/mps/{sid}/pipe",
+        "mps-shm": "/dev/shm",
+        "mps-log": f"/run/sharegpu/mps/{sid}/log",
+    }
     hosts = {v["name"]: v["hostPath"]["path"] for v in pod["spec"]["volumes"]}
     assert hosts == {
-        "mps-daemon": f"/run/sharegpu/mps/{sid}",
+        "mps-pipe": f"/run/sharegpu/mps/{sid}/pipe",
         "mps-shm": f"/run/sharegpu/mps/{sid}/shm",
+        "mps-log": f"/run/sharegpu/mps/{sid}/log",
     }
     assert {"name": "CUDA_VISIBLE_DEVICES", "value": U} in container["env"]
     # Every (re)start of the daemon container sets the share's defaults again.
     assert container["lifecycle"]["postStart"]["exec"]["command"] == [
         "sh",
         "-c",
-        POST_START_SCRIPT,
+        SET_DEFAULTS_SCRIPT,
     ]
     assert '"$SHAREGPU_MPS_DEFAULTS" | nvidia-cuda-mps-control' in SET_DEFAULTS_SCRIPT
     # The template is left as it was (it makes every GPU's pod).
@@ -346,47 +347,3 @@ def test_a_crashed_daemon_pod_is_replaced_before_the_next_share_attaches(tmp_pat
     assert api.created == 2 and tools.sim.daemons_started == 2
     [pod] = api.pods.values()
     assert pod_phase(pod) is DaemonPhase.RUNNING
-
-
-def _run_post_start(tmp_path: Path, control_exit: int) -> subprocess.CompletedProcess[str]:
-    """The postStart hook under ``sh`` with stand-ins for ``nvidia-cuda-mps-control`` (records
-    its input, exits ``control_exit``) and ``sleep`` (returns at once)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    control = bin_dir / "nvidia-cuda-mps-control"
-    control.write_text(f'#!/bin/sh\ncat >> "{tmp_path}/commands"\nexit {control_exit}\n')
-    (bin_dir / "sleep").write_text("#!/bin/sh\nexit 0\n")
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
-    paths = MpsPaths(tmp_path, "d")
-    env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe),
-        "SHAREGPU_MPS_CLIENT_DIRECTORY": str(paths.client),
-        "SHAREGPU_MPS_DEFAULTS": "set_default_active_thread_percentage 25\n",
-    }
-    return subprocess.run(
-        ["sh", "-c", POST_START_SCRIPT], env=env, capture_output=True, text=True, timeout=60
-    )
-
-
-def test_the_post_start_hook_sets_the_defaults_then_links_the_new_socket(tmp_path: Path) -> None:
-    paths = MpsPaths(tmp_path, "d")
-    paths.pipe.mkdir(parents=True)
-    paths.client.mkdir()
-    for name in ("control", "control_privileged", "log"):
-        (paths.pipe / name).touch()
-    assert _run_post_start(tmp_path, 0).returncode == 0
-    assert (tmp_path / "commands").read_text() == "set_default_active_thread_percentage 25\n"
-    assert sorted(p.name for p in paths.client.iterdir()) == ["control"]
-    assert (paths.client / "control").samefile(paths.pipe / "control")
-    # a restarted daemon: new socket file; the hook links the new one over the old
-    (paths.pipe / "control").unlink()
-    (paths.pipe / "control").touch()
-    assert _run_post_start(tmp_path, 0).returncode == 0
-    assert (paths.client / "control").samefile(paths.pipe / "control")
-    # a daemon that never takes the defaults: the hook fails and links nothing
-    (paths.pipe / "control").unlink()
-    (paths.pipe / "control").touch()
-    assert _run_post_start(tmp_path, 1).returncode != 0
-    assert not (paths.client / "control").samefile(paths.pipe / "control")

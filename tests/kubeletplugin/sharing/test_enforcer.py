@@ -56,7 +56,8 @@ def test_consumable_share_of_30_cores_and_10gi_is_enforced_exactly(tmp_path: Pat
     daemon = daemon_id(c["metadata"]["uid"], uuid)
     host = tools.mps_root / daemon
     assert [(m["hostPath"], m["containerPath"]) for m in mounts] == [
-        (str(host / "client"), f"/run/sharegpu/mps/{uuid}/pipe"),
+        (str(host / "pipe"), f"/run/sharegpu/mps/{uuid}/pipe"),
+        ("/dev/null", f"/run/sharegpu/mps/{uuid}/pipe/control_privileged"),
         (str(host / "shm"), "/dev/shm"),
     ]
     assert tools.fake.argvs() == [
@@ -92,9 +93,8 @@ def test_each_claim_on_a_gpu_gets_its_own_daemon_with_its_own_limits(tmp_path: P
     assert prepare(state, a) == ""
     # a's client starts before b is prepared: its server takes a's limits, b's must not.
     uuid = h.gpus()[3].uuid
-    # Clients attach through their claim's client view (as a container sees it, on the host).
     pipe_a, pipe_b = (
-        str(tools.mps_root / daemon_id(c["metadata"]["uid"], uuid) / "client") for c in (a, b)
+        str(tools.mps_root / daemon_id(c["metadata"]["uid"], uuid) / "pipe") for c in (a, b)
     )
     client_a = tools.sim.connect_client(pipe_a, 1000)
     assert prepare(state, b) == ""
@@ -118,7 +118,7 @@ def test_each_claim_on_a_gpu_gets_its_own_daemon_with_its_own_limits(tmp_path: P
     assert claim_mounts(node, a["metadata"]["uid"])[0][0]["hostPath"] == pipe_a
     assert claim_mounts(node, b["metadata"]["uid"])[0][0]["hostPath"] == pipe_b
     state.unprepare([h.ref(a)])
-    assert list(tools.sim.daemons) == [pipe_b.replace("/client", "/pipe")]  # b's is left alone
+    assert list(tools.sim.daemons) == [pipe_b]  # b's daemon is left alone
     state.unprepare([h.ref(b)])
     assert tools.sim.daemons == {}
     assert tools.sim.mode(h.gpus()[3].uuid) == "DEFAULT"

@@ -11,13 +11,7 @@ import pytest
 from kubeletplugin.runner import CommandError, FakeRunner
 from kubeletplugin.sharing.computemode import compute_mode_argument
 from kubeletplugin.sharing.daemons import DaemonError, DaemonSpec
-from kubeletplugin.sharing.mps import (
-    ComputeModeError,
-    MpsLimits,
-    MpsManager,
-    publish_client_socket,
-    share_edits,
-)
+from kubeletplugin.sharing.mps import ComputeModeError, MpsLimits, MpsManager, share_edits
 from kubeletplugin.sharing.mpspaths import MpsPathError, MpsPaths, daemon_id
 from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import TimeSliceConflict, TimeSliceManager
@@ -85,12 +79,8 @@ def test_start_checks_the_mode_launches_with_the_limits_and_sets_them_as_default
             f"set_default_active_thread_percentage 25\nset_default_device_pinned_mem_limit {U} "
             "10240M\n"
         ),
-        "SHAREGPU_MPS_CLIENT_DIRECTORY": str(paths.client),
     }
-    assert {p.name for p in paths.directory.iterdir()} == {"pipe", "client", "shm", "log"}
-    # The client view: the daemon's control socket (the same file) and nothing else.
-    assert [p.name for p in paths.client.iterdir()] == ["control"]
-    assert (paths.client / "control").samefile(paths.pipe / "control")
+    assert {p.name for p in paths.directory.iterdir()} == {"pipe", "shm", "log"}
     assert shm.mounted == {paths.shm: 64 * 1024**2}
     assert (daemon.limits, daemon.adopted) == (SMALL, False)
     assert sim.mode(U) == "DEFAULT"  # never changed for MPS
@@ -316,12 +306,14 @@ def test_share_edits_give_a_read_only_pipe_and_shm_but_never_the_log_or_privileg
     )
     host = f"/run/sharegpu/mps/{daemon_id(A, U)}"
     assert [(m.host_path, m.container_path) for m in edits.mounts] == [
-        (f"{host}/client", f"/run/sharegpu/mps/{U}/pipe"),
+        (f"{host}/pipe", f"/run/sharegpu/mps/{U}/pipe"),
+        ("/dev/null", f"/run/sharegpu/mps/{U}/pipe/control_privileged"),
         (f"{host}/shm", "/dev/shm"),
     ]
-    view, shm = edits.mounts
-    assert "ro" in view.options and "rw" not in view.options and "rw" in shm.options
-    assert not any(m.host_path.endswith(("/log", "/pipe")) for m in edits.mounts)
+    pipe_mount, masked, shm = edits.mounts
+    assert "ro" in pipe_mount.options and "rw" not in pipe_mount.options
+    assert "ro" in masked.options and "rw" in shm.options
+    assert not any("/log" in m.host_path for m in edits.mounts)
 
 
 def test_a_leftover_spec_needs_only_its_paths(tmp_path: Path) -> None:
@@ -383,51 +375,3 @@ def test_failed_restore_is_kept_for_a_retry() -> None:
     assert ts.export_state() == {U: {"interval": "Long"}}
     ts.release(U, "claim-a")
     assert ts.export_state() == {}
-
-
-def _view_names(paths: MpsPaths) -> list[str]:
-    return sorted(p.name for p in paths.client.iterdir())
-
-
-def test_a_restarted_daemon_never_shows_its_privileged_socket_or_log_to_clients(
-    tmp_path: Path,
-) -> None:
-    """What a client mounts is the client view: after a restart of the daemon (its pod's
-    container restarted by kubelet: it unlinks and recreates its sockets and its log FIFO) the
-    view still holds only ``control``, never ``control_privileged`` or ``log``; a client reaches
-    the restarted daemon once the view links its new socket, which the next prepare does (and
-    the pod's postStart hook, after the defaults)."""
-    sim, fake, pods = tools()
-    mps = manager(fake, pods, tmp_path)
-    mps.ensure_running(A, U, SMALL)
-    paths = MpsPaths.of(tmp_path, A, U)
-    [view] = [m for m in share_edits(paths, U, 25, GI).mounts if m.container_path.endswith("pipe")]
-    assert view.host_path == str(paths.client)
-    assert {"control", "control_privileged", "log"} <= {p.name for p in paths.pipe.iterdir()}
-    assert _view_names(paths) == ["control"]
-    assert sim.connect_client(view.host_path, CLIENT_UID) is not None
-    # kubelet restarts the daemon container: new sockets, new log FIFO, new inodes
-    sim.end_daemon(str(paths.pipe))
-    sim.start_daemon(str(paths.pipe), U, pods.pods[daemon_id(A, U)].env)
-    assert _view_names(paths) == ["control"]
-    with pytest.raises(KeyError):  # the old link reaches no daemon: nothing privileged either
-        sim.connect_client(view.host_path, CLIENT_UID + 1)
-    mps.ensure_running(A, U, SMALL)  # alive and owned: the view is brought up to date
-    assert _view_names(paths) == ["control"]
-    assert (paths.client / "control").samefile(paths.pipe / "control")
-    assert sim.connect_client(view.host_path, CLIENT_UID + 1) is not None
-
-
-def test_the_client_view_is_cleaned_of_anything_else(tmp_path: Path) -> None:
-    _, fake, pods = tools()
-    mps = manager(fake, pods, tmp_path)
-    mps.ensure_running(A, U, SMALL)
-    paths = MpsPaths.of(tmp_path, A, U)
-    (paths.client / "control_privileged").symlink_to(paths.pipe / "control_privileged")
-    (paths.client / "log").mkdir()
-    publish_client_socket(paths)
-    assert _view_names(paths) == ["control"]
-    (paths.pipe / "control").unlink()
-    with pytest.raises(FileNotFoundError):  # no socket yet: an error, the old link untouched
-        publish_client_socket(paths)
-    assert _view_names(paths) == ["control"]
