@@ -91,7 +91,7 @@ def test_two_shares_on_one_gpu_list_the_gpu_once(tmp_path: Path) -> None:
         assert env["SHAREGPU_DEVICES"] == "gpu-1,gpu-1"
         assert env["SHAREGPU_GPU_UUIDS"] == f"{uuid},{uuid}"
         assert sorted(env["SHAREGPU_CORES_LIST"].split(",")) == ["20", "30"]
-        # One MPS daemon, one client view: the request's shares add up, on device 0.
+        # One MPS daemon, one pipe directory: the request's shares add up, on device 0.
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}=12288M"
 
