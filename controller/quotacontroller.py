@@ -38,6 +38,7 @@ from controller.quotacharge import (
     ChargeBasis,
     amounts_of,
     charge_entry,
+    charge_key,
     claim_charge,
     hard_amounts,
     status_json,
@@ -107,8 +108,9 @@ def desired_claims(
     now: float,
     grace_s: float,
 ) -> dict[str, ClaimCharge]:
-    """The charges ``quota`` should hold: one per live claim with a non-zero charge, plus the
-    admission charges of unseen claims younger than ``grace_s`` (module text)."""
+    """The charges ``quota`` should hold, keyed by :func:`~controller.quotacharge.charge_key`:
+    one per live claim with a non-zero charge, plus the admission charges of unseen claims
+    younger than ``grace_s`` (module text)."""
     out: dict[str, ClaimCharge] = {}
     for claim in claims:
         try:
@@ -119,10 +121,12 @@ def desired_claims(
             log.warning("quota: claim %s/%s is not charged: %s", claim.namespace, claim.name, exc)
             continue
         if not amounts.zero:
-            out[claim.name] = charge_entry(amounts, uid=claim.uid, is_allocated=is_allocated)
-    for name, entry in quota.status.claims.items():
-        if name not in out and _age_s(entry.admitted_at, now) < grace_s:
-            out[name] = entry
+            out[charge_key(claim.name, claim.uid)] = charge_entry(
+                amounts, uid=claim.uid, is_allocated=is_allocated, name=claim.name
+            )
+    for key, entry in quota.status.claims.items():
+        if key not in out and _age_s(entry.admitted_at, now) < grace_s:
+            out[key] = entry
     return out
 
 

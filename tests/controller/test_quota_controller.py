@@ -70,7 +70,8 @@ def test_restart_recomputes_usage_from_live_claims(
     controller_factory()
     wait_for(lambda: used(kube).get("cores") == 50, "cores used 50")
     status = read_quota(kube, "q")["status"]
-    assert sorted(status["claims"]) == ["a", "b"]
+    assert sorted(entry["name"] for entry in status["claims"].values()) == ["a", "b"]
+    assert all(key == entry["uid"] for key, entry in status["claims"].items())
     assert status["used"] == {"cores": 50, "memory": "2Gi", "devices": 2}
     assert status["coresSummary"] == "50/100"
 
@@ -80,11 +81,12 @@ def test_deleting_a_claim_releases_its_charge(
 ) -> None:
     create_quota(kube, quota("q", {"cores": 100}))
     h = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
-    obj = claim("a", 60)
-    assert h.review(review(obj))["response"]["allowed"]
-    kube.request("POST", claims_path(), body=obj)
+    # Admission sees the object with the UID the API server stores it under.
+    stored = kube.request("POST", claims_path(), body=claim("a", 60))
+    assert h.review(review(stored))["response"]["allowed"]
+    uid = stored["metadata"]["uid"]
     controller_factory()
-    wait_for(lambda: "admittedAt" not in read_quota(kube, "q")["status"]["claims"]["a"], "seen")
+    wait_for(lambda: "admittedAt" not in read_quota(kube, "q")["status"]["claims"][uid], "seen")
     kube.request("DELETE", f"{claims_path()}/a")
     wait_for(lambda: used(kube).get("cores") == 0, "release")
     # The freed cores admit a new claim.
@@ -131,7 +133,8 @@ def test_an_allocated_claim_is_charged_its_consumed_capacity(
     }
     kube.request("PUT", f"{claims_path()}/a/status", body=stored)
     wait_for(lambda: used(kube).get("cores") == 32, "consumed capacity charged")
-    assert read_quota(kube, "q")["status"]["claims"]["a"]["allocated"] is True
+    charge = read_quota(kube, "q")["status"]["claims"][stored["metadata"]["uid"]]
+    assert charge["allocated"] is True and charge["name"] == "a"
 
 
 def test_claims_from_templates_are_charged(
