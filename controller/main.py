@@ -102,6 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tls-key-file", default="", help="webhook private key (PEM)")
     p.add_argument(
+        "--webhook-client-ca-file",
+        default="",
+        help="CA bundle (PEM) that signs the API server's webhook client certificate; reviews "
+        "whose client certificate it verifies may charge GpuQuotas, every other review is "
+        "judged without charging (empty: no review charges; see docs/security.md)",
+    )
+    p.add_argument(
+        "--webhook-client-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name (subject CN or DNS SAN) the API server's client certificate must carry "
+        "(repeatable; none: any certificate the client CA signed)",
+    )
+    p.add_argument(
         "--device-class",
         action="append",
         default=[],
@@ -236,7 +251,9 @@ class Controller:
             self.lifecycle.running("metrics server", _closer(server))
             log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
         if not a.disable_webhook:
-            certs = CertificateReloader(a.tls_cert_file, a.tls_key_file)
+            certs = CertificateReloader(
+                a.tls_cert_file, a.tls_key_file, client_ca_file=a.webhook_client_ca_file
+            )
             quotas = self.quotas
             admitter = (
                 QuotaAdmitter(
@@ -252,7 +269,9 @@ class Controller:
             if admitter is not None:
                 self.metrics.set_quota_crd_source(admitter.crd_served)
             admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class, admitter)
-            self.webhook = WebhookServer(a.webhook_address, admission, certs).start()
+            self.webhook = WebhookServer(
+                a.webhook_address, admission, certs, client_names=a.webhook_client_name
+            ).start()
             self.lifecycle.running("webhook", self.webhook.stop)
             log.info("webhook on https://%s:%d", *self.webhook.server_address[:2])
         tracker = self.tracker

@@ -38,7 +38,7 @@ def handler(kube: KubeRest) -> AdmissionHandler:
 
 
 def answer(h: AdmissionHandler, obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    response: dict[str, Any] = h.review(review(obj, **kw))["response"]
+    response: dict[str, Any] = h.review(review(obj, **kw), from_api_server=True)["response"]
     return response
 
 
@@ -164,9 +164,9 @@ def test_a_namespace_the_quota_cache_knows_has_none_is_admitted_without_the_api(
     server is down; when the cache cannot tell (not yet synced), the quotas are listed."""
     kube = _Unreachable()
     known_none = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: False)
-    assert AdmissionHandler(DRIVER, quota=known_none).review(review(claim("a", 30, "10Gi")))[
-        "response"
-    ]["allowed"]
+    assert AdmissionHandler(DRIVER, quota=known_none).review(
+        review(claim("a", 30, "10Gi")), from_api_server=True
+    )["response"]["allowed"]
     assert kube.requests == 0
     unknown = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: None)
     denied = answer(AdmissionHandler(DRIVER, quota=unknown), claim("b", 30, "10Gi"))

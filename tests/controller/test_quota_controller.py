@@ -83,14 +83,14 @@ def test_deleting_a_claim_releases_its_charge(
     h = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
     # Admission sees the object with the UID the API server stores it under.
     stored = kube.request("POST", claims_path(), body=claim("a", 60))
-    assert h.review(review(stored))["response"]["allowed"]
+    assert h.review(review(stored), from_api_server=True)["response"]["allowed"]
     uid = stored["metadata"]["uid"]
     controller_factory()
     wait_for(lambda: "admittedAt" not in read_quota(kube, "q")["status"]["claims"][uid], "seen")
     kube.request("DELETE", f"{claims_path()}/a")
     wait_for(lambda: used(kube).get("cores") == 0, "release")
     # The freed cores admit a new claim.
-    assert h.review(review(claim("b", 100)))["response"]["allowed"]
+    assert h.review(review(claim("b", 100)), from_api_server=True)["response"]["allowed"]
 
 
 def test_a_charge_whose_claim_never_appears_is_released_after_the_grace(
@@ -98,7 +98,9 @@ def test_a_charge_whose_claim_never_appears_is_released_after_the_grace(
 ) -> None:
     create_quota(kube, quota("q", {"cores": 100}))
     h = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
-    assert h.review(review(claim("ghost", 70)))["response"]["allowed"]  # never stored
+    assert h.review(review(claim("ghost", 70)), from_api_server=True)["response"][
+        "allowed"
+    ]  # never stored
     assert used(kube)["cores"] == 70
     clock = [time.time()]
     controller_factory(wall_clock=lambda: clock[0], grace_s=60.0)
@@ -147,9 +149,9 @@ def test_claims_from_templates_are_charged(
     generated = claim("pod-1-gpu-x7k2p", 10)
     generated["metadata"]["generateName"] = "pod-1-gpu-"
     generated["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
-    assert h.review(review(generated))["response"]["allowed"]
+    assert h.review(review(generated), from_api_server=True)["response"]["allowed"]
     second = claim("pod-2-gpu-a1b2c", 10)
-    assert not h.review(review(second))["response"]["allowed"]
+    assert not h.review(review(second), from_api_server=True)["response"]["allowed"]
 
 
 def test_gauges_report_used_and_hard(
