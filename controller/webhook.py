@@ -56,15 +56,18 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from api.jsontypes import json_type
+from controller.checkgate import CompileGate
 from controller.metrics import REVIEWED_KINDS, ControllerMetrics, ReviewResult
 from controller.quotaadmit import QuotaAdmitter
 from sharegpu.admission.checks import (
     ERROR,
+    WARNING,
     Finding,
     check_device_class,
     check_resource_claim,
     check_resource_claim_template,
     errors,
+    uncompiled_selector_bytes,
     warnings,
 )
 from sharegpu.kube import httpserve, jsonbody
@@ -82,6 +85,9 @@ ENDPOINTS = {
 #: at most 1.5 MiB (etcd's default request limit), so a review with both the object and the old
 #: object fits.
 _MAX_BODY = 3 * 1024 * 1024
+#: Seconds to read a review in full (head and body): the API server gives up after the chart's
+#: ``timeoutSeconds`` (5 s), so a slower request only holds a slot.
+_REQUEST_TIMEOUT_S = 4.0
 #: At most this many warnings are returned with an answer.
 _MAX_WARNINGS = 10
 
@@ -308,14 +314,42 @@ class AdmissionHandler:
         metrics: ControllerMetrics | None = None,
         device_classes: Iterable[str] = (),
         quota: QuotaAdmitter | None = None,
+        gate: CompileGate | None = None,
     ) -> None:
         self.driver = driver
+        #: Bounds the checks that compile new selectors (:mod:`controller.checkgate`).
+        self.gate = gate or CompileGate()
         self.metrics = metrics
         self.device_classes = frozenset(device_classes)
         #: Charges created claims to GpuQuotas (None: quotas are not enforced).
         self.quota = quota
         self._lock = threading.Lock()
         self._warned_unauthenticated = False
+
+    def bounded_findings(self, kind: str, obj: dict[str, Any]) -> list[Finding]:
+        """:meth:`findings` under the compile gate: a check that compiles new selectors waits
+        for a slot; without one in time the object is allowed, not checked, with a warning."""
+        pending = uncompiled_selector_bytes(obj, self.driver)
+        found = self.gate.run(pending > 0, lambda: self.findings(kind, obj))
+        if found is not None:
+            return found
+        log.warning(
+            "webhook: a %s with %d bytes of new selectors was allowed unchecked: every compile "
+            "slot stayed busy for %.1f s",
+            kind,
+            pending,
+            self.gate.wait_s,
+        )
+        return [
+            Finding(
+                WARNING,
+                "spec",
+                f"not checked: the admission webhook is busy compiling other objects' selectors "
+                f"(at most {self.gate.slots} at once) and this object's {pending} bytes of new "
+                f"selectors could not be compiled within {self.gate.wait_s:g} s; it is allowed "
+                "as Kubernetes would allow it (`sharegpu validate` checks it offline)",
+            )
+        ]
 
     def findings(self, kind: str, obj: dict[str, Any]) -> list[Finding]:
         """The checks of one object of ``kind``."""
@@ -468,7 +502,7 @@ class AdmissionHandler:
             ]
             response, result = review_response(uid, malformed, str(kind))
         else:
-            found = self.findings(str(kind), obj)
+            found = self.bounded_findings(str(kind), obj)
             malformed = [f for f in found if f.malformed]
             what = _described(str(kind), request, obj)
             response, result = review_response(uid, found, what)
@@ -530,7 +564,7 @@ class _Handler(httpserve.BoundedRequestHandler):
             self._send(400, b'{"error":"missing or oversized body"}')
             return
         code, answer = self.admission.answer(
-            self.rfile.read(length), expected, from_api_server=self._from_api_server()
+            self.body, expected, from_api_server=self._from_api_server()
         )
         self._send(code, json.dumps(answer, separators=(",", ":")).encode())
 
@@ -561,9 +595,11 @@ class WebhookServer(httpserve.BoundedHTTPServer):
     """HTTPS server for :class:`AdmissionHandler`; TLS per connection from the reloader.
 
     A bounded server (:mod:`sharegpu.kube.httpserve`, ``limits`` default
-    ``httpserve.DEFAULT_LIMITS`` with bodies up to 3 MiB): each connection does its TLS handshake
+    ``httpserve.DEFAULT_LIMITS`` with bodies up to 3 MiB, a review read in full within 4 s and
+    one peer address holding at most half the slots): each connection does its TLS handshake
     in its own thread under the request deadline, so a client that never finishes one holds
-    neither the accept loop nor a thread past the deadline. ``start()`` serves in a daemon
+    neither the accept loop nor a thread past the deadline; a slow head or body is evicted at
+    the cap or cut by the minimum body rate. ``start()`` serves in a daemon
     thread, ``stop()`` stops serving and closes the socket, ``port`` is the bound port.
     With a client CA in ``certificates``, a review whose client certificate that CA verified
     (and, when ``client_names`` is not empty, names one of them) is from the API server and may
@@ -589,7 +625,13 @@ class WebhookServer(httpserve.BoundedHTTPServer):
             },
         )
         if limits is None:
-            limits = dataclasses.replace(httpserve.DEFAULT_LIMITS, max_body_bytes=_MAX_BODY)
+            base = httpserve.DEFAULT_LIMITS
+            limits = dataclasses.replace(
+                base,
+                max_body_bytes=_MAX_BODY,
+                request_timeout_s=min(base.request_timeout_s, _REQUEST_TIMEOUT_S),
+                max_connections_per_peer=base.max_connections // 2,
+            )
         super().__init__(
             parse_address(address),
             handler,
