@@ -21,8 +21,8 @@ from typing import Final
 
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
 from api.version import VERSION
-from controller.apiauth import KubeAuthorizer
-from controller.httpapi import serve_api
+from controller.apiauth import DEFAULT_AUDIENCE, KubeAuthorizer
+from controller.httpapi import serve_api, serve_probes
 from controller.metrics import ControllerMetrics
 from controller.quotaadmit import QuotaAdmitter
 from controller.quotacharge import ChargeBasis, basis_of
@@ -146,6 +146,26 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     p.add_argument(
+        "--api-token-audience",
+        default=DEFAULT_AUDIENCE,
+        help="the audience the JSON API's bearer tokens must be bound to (kubectl create token "
+        "SA --audience ...; default %(default)s)",
+    )
+    p.add_argument(
+        "--api-tls-cert-file",
+        default="",
+        help="serve the JSON API over HTTPS with this certificate (PEM; reloaded when it "
+        "changes); empty: plain HTTP, for an API bound to 127.0.0.1",
+    )
+    p.add_argument("--api-tls-key-file", default="", help="private key of --api-tls-cert-file")
+    p.add_argument(
+        "--probe-address",
+        type=_address,
+        default="",
+        help="address of a plain-HTTP port serving only /healthz and /readyz, off the JSON "
+        "API's authenticated path (empty: off; the probes are also on the API port)",
+    )
+    p.add_argument(
         "--leader-elect",
         type=_bool,
         nargs="?",
@@ -199,6 +219,7 @@ class Controller:
         self.webhook: WebhookServer | None = None
         self.metrics_server: BoundedHTTPServer | None = None
         self.api_server: BoundedHTTPServer | None = None
+        self.probe_server: BoundedHTTPServer | None = None
         #: GpuQuota statuses (with the tracker) and the charge basis from the tracker's GPUs.
         self.quotas: QuotaController | None = None
         self.quota_basis: Callable[[], ChargeBasis] = ChargeBasis
@@ -213,6 +234,13 @@ class Controller:
             raise ValueError(
                 "the webhook needs --tls-cert-file and --tls-key-file (or --disable-webhook)"
             )
+        if bool(a.api_tls_cert_file) != bool(a.api_tls_key_file):
+            raise ValueError("--api-tls-cert-file and --api-tls-key-file go together")
+        api_certs = (
+            CertificateReloader(a.api_tls_cert_file, a.api_tls_key_file)
+            if a.api_tls_cert_file
+            else None
+        )
         kube: KubeRest | None = None
         if not a.disable_tracker:
             api_client = load_api_client(a.kubeconfig)
@@ -279,15 +307,26 @@ class Controller:
             ready = tracker.synced if tracker is not None else (lambda: True)
             # Without the tracker the API serves no data (503), so it needs no authorizer.
             authorizer = (
-                KubeAuthorizer(kube)
+                KubeAuthorizer(kube, audience=a.api_token_audience)
                 if kube is not None and a.api_auth == API_AUTH_KUBERNETES
                 else None
             )
             api = self.api_server = serve_api(
-                a.api_address, tracker.manifests if tracker else None, ready, authorizer=authorizer
+                a.api_address,
+                tracker.manifests if tracker else None,
+                ready,
+                authorizer=authorizer,
+                tls_context=api_certs.context if api_certs is not None else None,
             )
             self.lifecycle.running("JSON API", _closer(api))
-            log.info("JSON API on http://%s:%d/api/v1/gpus", *api.server_address[:2])
+            scheme = "https" if api_certs is not None else "http"
+            log.info("JSON API on %s://%s:%d/api/v1/gpus", scheme, *api.server_address[:2])
+        if a.probe_address:
+            probes = self.probe_server = serve_probes(
+                a.probe_address, tracker.synced if tracker is not None else (lambda: True)
+            )
+            self.lifecycle.running("probes", _closer(probes))
+            log.info("probes on http://%s:%d/healthz", *probes.server_address[:2])
         if self.elector is not None:
             self.lifecycle.add(self.elector)
         if tracker is not None:
