@@ -290,6 +290,7 @@ class Controller:
                     a.device_class,
                     self.quota_basis,
                     has_quotas=quotas.namespace_has_quotas if quotas is not None else _unknown,
+                    known_classes=quotas.driver_classes if quotas is not None else frozenset,
                 )
                 if kube is not None
                 else None

@@ -107,10 +107,14 @@ class QuotaAdmitter:
         basis: Callable[[], ChargeBasis] = ChargeBasis,
         clock: Callable[[], str] = now_text,
         has_quotas: Callable[[str], bool | None] = lambda _namespace: None,
+        known_classes: Callable[[], Iterable[str]] = lambda: (),
     ) -> None:
         self.kube = kube
         self.driver = driver
         self.classes = frozenset(classes)
+        #: The driver's DeviceClasses known from a watch (by their selectors, whatever their
+        #: names: :meth:`controller.quotacontroller.QuotaController.driver_classes`).
+        self.known_classes = known_classes
         self.basis = basis
         self.clock = clock
         #: Whether a namespace has GpuQuotas, from a watch cache (None: unknown, so ask the API
@@ -173,6 +177,7 @@ class QuotaAdmitter:
         uid = meta.get("uid") if isinstance(meta.get("uid"), str) else None
         key = charge_key(name, uid)
         basis = self.basis()
+        classes = self.classes | frozenset(self.known_classes())
         charged: list[str] = []
         spec = claim.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
@@ -180,9 +185,7 @@ class QuotaAdmitter:
             quota_name = str((item.get("metadata") or {}).get("name"))
             try:
                 quota = parse_gpu_quota(item)
-                asked = demand(
-                    spec, self.driver, self.classes, basis, quota.spec.device_class_names
-                )
+                asked = demand(spec, self.driver, classes, basis, quota.spec.device_class_names)
             except (GpuQuotaError, ValueError) as exc:
                 self._undo(namespace, charged, key)
                 return f"GpuQuota {namespace}/{quota_name} cannot be applied: {exc}"

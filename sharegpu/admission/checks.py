@@ -134,6 +134,15 @@ def is_driver_class(class_name: str | None, driver: str, classes: Iterable[str] 
     )
 
 
+def class_selects_driver(device_class: Any, driver: str) -> bool:
+    """Whether a DeviceClass object (any JSON value) is this driver's by what it selects: one
+    of its ``spec.selectors`` names the driver (``device.driver == '<driver>'`` or an attribute
+    of the driver's domain), whatever the class is called."""
+    spec = device_class.get("spec") if isinstance(device_class, Mapping) else None
+    selectors = spec.get("selectors") if isinstance(spec, Mapping) else None
+    return any(selector_mentions_driver(e, driver) for e in _cel_expressions(selectors))
+
+
 def _did_you_mean(name: str, known: Iterable[str]) -> str:
     choices = sorted(known)
     match = _closest(name, choices)

@@ -14,7 +14,7 @@ from controller.quotaadmit import QuotaAdmitter
 from controller.quotacharge import ChargeBasis
 from controller.quotacontroller import QuotaController
 from controller.webhook import AdmissionHandler
-from sharegpu.kube.rest import KubeRest
+from sharegpu.kube.rest import KubeRest, resource_path
 from tests.controller.quota_helpers import (
     DRIVER,
     GI,
@@ -167,3 +167,34 @@ def test_gauges_report_used_and_hard(
     assert (by_resource["memory"].used, by_resource["memory"].hard) == (GI, 80 * GI)
     assert by_resource["devices"].hard is None
     assert {g.namespace for g in c.gauges()} == {NAMESPACE}
+
+
+def test_a_quota_scoped_to_a_class_of_the_driver_with_any_name_charges_its_claims(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    """An admin's DeviceClass ``premium`` selects this driver's devices but does not carry the
+    driver's name: a GpuQuota scoped to it used to charge nothing. The class is the driver's by
+    its selectors, for admission and for the controller."""
+    kube.request(
+        "POST",
+        resource_path("resource.k8s.io", "v1", "deviceclasses"),
+        body={
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "premium"},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+        },
+    )
+    create_quota(kube, quota("q", {"devices": 1}, classes=["premium"]))
+    stored = kube.request("POST", claims_path(), body=claim("a", 30, device_class="premium"))
+    controller = controller_factory()
+    wait_for(lambda: used(kube).get("devices") == 1, "the controller charges the claim")
+    assert controller.driver_classes() == frozenset({"premium"})
+    admitter = QuotaAdmitter(
+        kube, DRIVER, basis=lambda: BASIS, known_classes=controller.driver_classes
+    )
+    h = AdmissionHandler(DRIVER, quota=admitter)
+    second = h.review(review(claim("b", 30, device_class="premium")), from_api_server=True)
+    assert not second["response"]["allowed"]
+    assert "GpuQuota team-a/q" in second["response"]["status"]["message"]
+    assert list(read_quota(kube, "q")["status"]["claims"]) == [stored["metadata"]["uid"]]
