@@ -13,7 +13,8 @@ The controller's admission webhook charges a claim on CREATE and the controller 
 Invariants of a status the controller writes:
 
 - ``status.used`` is the sum of ``status.claims[*]`` (cores, memory bytes, devices);
-- ``status.claims`` maps a claim name of the namespace to its charge;
+- ``status.claims`` maps a claim's UID to its charge (the claim's name is in the entry), so a
+  claim created under the name of a live one never replaces or releases the live one's charge;
 - memory amounts are canonical quantities (:func:`api.quantity.format_quantity`);
 - the ``*Summary`` fields are ``<used>/<hard>`` (``-`` for an absent limit), for kubectl.
 
@@ -218,6 +219,7 @@ class ClaimCharge(Usage):
     """The charge of one claim: what it may consume, then (once allocated) what it does."""
 
     uid: str | None = Field(default=None, description="The claim's UID, when known.")
+    name: str | None = Field(default=None, description="The claim's name.")
     allocated: bool = Field(
         default=False, description="Whether the charge is the allocation's consumed capacity."
     )

@@ -7,10 +7,18 @@ is checked with a TokenReview, and its user must be allowed to ``list``
 ``gpus.resource.sharegpu.dev`` by a SubjectAccessReview (``kubectl create clusterrole ...
 --verb=list --resource=gpus.resource.sharegpu.dev`` and a binding grant it).
 
+Audience: the TokenReview asks for the API's own audience (``--api-token-audience``, default
+:data:`DEFAULT_AUDIENCE`), so clients send a token bound to it (``kubectl create token SA
+--audience sharegpu.dev``), never one valid for the whole Kubernetes API; a token the API server
+does not confirm for that audience is 401.
+
 Invariants: a decision (allowed or denied) is cached per token (by its SHA-256, never the token
 itself) for ``ttl_s`` in an LRU of at most ``max_entries``, so a polling client costs two reviews
-per ``ttl_s`` and an attacker's random tokens cannot grow memory; a review that fails (API
-server unreachable) is not cached and answers 503: the API fails closed.
+per ``ttl_s`` and an attacker's random tokens cannot grow memory; at most ``max_reviews``
+reviews are in flight at once, and a request that finds no room within ``review_wait_s`` is
+answered 429 at once, so a flood of random tokens costs the API server a bounded rate of reviews
+and holds each connection briefly; a review that fails (API server unreachable) is not cached
+and answers 503: the API fails closed.
 """
 
 from __future__ import annotations
@@ -32,11 +40,14 @@ TOKEN_REVIEWS_PATH: Final = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 #: Longer bearer tokens are refused unread (service account tokens are about 1 KiB).
 MAX_TOKEN_BYTES: Final = 16 * 1024
+#: The audience the JSON API's tokens must be bound to, by default.
+DEFAULT_AUDIENCE: Final = "sharegpu.dev"
 
 
 @dataclass(frozen=True)
 class Decision:
-    """The answer to one request: HTTP ``code`` 200 (serve it), 401, 403 or 503, and why."""
+    """The answer to one request: HTTP ``code`` 200 (serve it), 401, 403, 429 or 503, and
+    why."""
 
     code: int
     reason: str
@@ -66,13 +77,20 @@ class KubeAuthorizer:
         clock: Clock | None = None,
         ttl_s: float = 10.0,
         max_entries: int = 1024,
+        audience: str = DEFAULT_AUDIENCE,
+        max_reviews: int = 4,
+        review_wait_s: float = 0.5,
     ) -> None:
         self._rest = rest
         self._clock = clock or SystemClock()
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self.audience = audience
+        self.max_reviews = max_reviews
+        self.review_wait_s = review_wait_s
         self._cache: OrderedDict[bytes, tuple[float, Decision]] = OrderedDict()
         self._lock = threading.Lock()
+        self._reviews = threading.BoundedSemaphore(max_reviews)
 
     def decide(self, authorization: str | None) -> Decision:
         token = _bearer_token(authorization)
@@ -85,11 +103,15 @@ class KubeAuthorizer:
             if cached is not None and now - cached[0] < self.ttl_s:
                 self._cache.move_to_end(key)
                 return cached[1]
+        if not self._reviews.acquire(timeout=self.review_wait_s):
+            return Decision(429, "too many authorization requests in flight; retry later")
         try:
             decision = self._review(token)
         except KubeApiError as exc:
             log.warning("JSON API: cannot review a token: %s", exc)
             return Decision(503, "cannot reach the API server to authorize the request")
+        finally:
+            self._reviews.release()
         with self._lock:
             self._cache[key] = (now, decision)
             self._cache.move_to_end(key)
@@ -104,13 +126,16 @@ class KubeAuthorizer:
             body={
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenReview",
-                "spec": {"token": token},
+                "spec": {"token": token, "audiences": [self.audience]},
             },
         )
         status = _mapping(review.get("status"))
         user = _mapping(status.get("user"))
         if status.get("authenticated") is not True or not isinstance(user.get("username"), str):
-            return Decision(401, "the bearer token is not valid")
+            return Decision(401, f"the bearer token is not valid for audience {self.audience!r}")
+        audiences = status.get("audiences")
+        if not isinstance(audiences, list) or self.audience not in audiences:
+            return Decision(401, f"the bearer token is not valid for audience {self.audience!r}")
         username = str(user["username"])
         access = self._rest.request(
             "POST",

@@ -1,4 +1,5 @@
-"""Read-only JSON API over the tracker's cache (plain HTTP; put it behind a Service).
+"""Read-only JSON API over the tracker's cache (HTTPS with a certificate, else plain HTTP for an
+API bound to 127.0.0.1; put it behind a Service).
 
 ``GET /api/v1/gpus`` and ``GET /api/v1/nodes/<node>/gpus`` answer
 ``{"apiVersion": "v1", "kind": "List", "items": [<GPU object>, ...]}`` with the GPU objects the
@@ -6,13 +7,20 @@ tracker currently computes (also on standby replicas, which watch but do not wri
 ``/healthz`` answers 200 while the process serves; ``/readyz`` 200 once the tracker has synced
 (always, when the tracker is disabled). The probes carry no data and need no credentials; every
 ``/api/`` path is decided by the ``authorizer`` first (:mod:`controller.apiauth`: a bearer token
-allowed to list GPU objects), and answered 401, 403 or 503 with a JSON ``error`` otherwise.
+allowed to list GPU objects), and answered 401, 403, 429 or 503 with a JSON ``error``
+otherwise.
+
+:func:`serve_probes` serves only ``/healthz`` and ``/readyz`` on a port of their own, off the
+authenticated path: no flood of API requests (each waiting on a TokenReview) shares its
+connection slots, and a NetworkPolicy can close it to every pod (the kubelet's probes come from
+the node).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -46,14 +54,22 @@ class _Handler(BoundedRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        parts = [unquote(p) for p in path.split("/") if p]
+    def _probe(self, path: str) -> bool:
+        """Answer ``/healthz`` or ``/readyz``; False for any other path."""
         if path == "/healthz":
             self._send(200, "ok\n")
         elif path == "/readyz":
             ok = self.ready()
             self._send(200 if ok else 503, "ok\n" if ok else "not ready: tracker not synced\n")
+        else:
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        parts = [unquote(p) for p in path.split("/") if p]
+        if self._probe(path):
+            pass
         elif (
             parts[:1] == ["api"]
             and (decision := self.authorizer.decide(self.headers.get("Authorization"))).code != 200
@@ -77,19 +93,45 @@ class _Handler(BoundedRequestHandler):
         log.debug("api %s", format % args)
 
 
+class _ProbeHandler(_Handler):
+    """Only the probes; every other path is 404."""
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if not self._probe(path):
+            self._send(404, {"error": f"no such path {path!r}"})
+
+
 def serve_api(
     address: str,
     list_gpus: GpuLister | None,
     ready: Callable[[], bool],
     limits: ServerLimits | None = None,
     authorizer: ApiAuthorizer | None = None,
+    tls_context: Callable[[], ssl.SSLContext] | None = None,
 ) -> BoundedHTTPServer:
     """Serve the JSON API on ``address`` in a daemon thread; stop with ``shutdown()`` and
     ``server_close()``. A :class:`~sharegpu.kube.httpserve.BoundedHTTPServer` (``limits``);
-    ``authorizer`` None serves everyone (for an API bound to 127.0.0.1)."""
+    ``authorizer`` None serves everyone (for an API bound to 127.0.0.1); ``tls_context`` (the
+    context for each new connection) serves HTTPS."""
     handler = type(
         "ApiHandler",
         (_Handler,),
         {"list_gpus": list_gpus, "ready": ready, "authorizer": authorizer or AllowAll()},
     )
-    return BoundedHTTPServer(parse_address(address), handler, limits, name="json-api").start()
+    return BoundedHTTPServer(
+        parse_address(address), handler, limits, tls_context=tls_context, name="json-api"
+    ).start()
+
+
+def serve_probes(
+    address: str, ready: Callable[[], bool], limits: ServerLimits | None = None
+) -> BoundedHTTPServer:
+    """Serve ``/healthz`` and ``/readyz`` only (plain HTTP, no credentials, no data) on
+    ``address`` in a daemon thread (module text)."""
+    handler = type(
+        "ProbeHandler",
+        (_ProbeHandler,),
+        {"list_gpus": None, "ready": ready, "authorizer": AllowAll()},
+    )
+    return BoundedHTTPServer(parse_address(address), handler, limits, name="probes").start()

@@ -21,8 +21,8 @@ from typing import Final
 
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
 from api.version import VERSION
-from controller.apiauth import KubeAuthorizer
-from controller.httpapi import serve_api
+from controller.apiauth import DEFAULT_AUDIENCE, KubeAuthorizer
+from controller.httpapi import serve_api, serve_probes
 from controller.metrics import ControllerMetrics
 from controller.quotaadmit import QuotaAdmitter
 from controller.quotacharge import ChargeBasis, basis_of
@@ -102,6 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tls-key-file", default="", help="webhook private key (PEM)")
     p.add_argument(
+        "--webhook-client-ca-file",
+        default="",
+        help="CA bundle (PEM) that signs the API server's webhook client certificate; reviews "
+        "whose client certificate it verifies may charge GpuQuotas, every other review is "
+        "judged without charging (empty: no review charges; see docs/security.md)",
+    )
+    p.add_argument(
+        "--webhook-client-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name (subject CN or DNS SAN) the API server's client certificate must carry "
+        "(repeatable; none: any certificate the client CA signed)",
+    )
+    p.add_argument(
         "--device-class",
         action="append",
         default=[],
@@ -129,6 +144,26 @@ def build_parser() -> argparse.ArgumentParser:
         "objects, checked with TokenReview and SubjectAccessReview) or none (anyone who can "
         "connect; for an API bound to 127.0.0.1); the probes never need credentials "
         "(default %(default)s)",
+    )
+    p.add_argument(
+        "--api-token-audience",
+        default=DEFAULT_AUDIENCE,
+        help="the audience the JSON API's bearer tokens must be bound to (kubectl create token "
+        "SA --audience ...; default %(default)s)",
+    )
+    p.add_argument(
+        "--api-tls-cert-file",
+        default="",
+        help="serve the JSON API over HTTPS with this certificate (PEM; reloaded when it "
+        "changes); empty: plain HTTP, for an API bound to 127.0.0.1",
+    )
+    p.add_argument("--api-tls-key-file", default="", help="private key of --api-tls-cert-file")
+    p.add_argument(
+        "--probe-address",
+        type=_address,
+        default="",
+        help="address of a plain-HTTP port serving only /healthz and /readyz, off the JSON "
+        "API's authenticated path (empty: off; the probes are also on the API port)",
     )
     p.add_argument(
         "--leader-elect",
@@ -184,6 +219,7 @@ class Controller:
         self.webhook: WebhookServer | None = None
         self.metrics_server: BoundedHTTPServer | None = None
         self.api_server: BoundedHTTPServer | None = None
+        self.probe_server: BoundedHTTPServer | None = None
         #: GpuQuota statuses (with the tracker) and the charge basis from the tracker's GPUs.
         self.quotas: QuotaController | None = None
         self.quota_basis: Callable[[], ChargeBasis] = ChargeBasis
@@ -198,6 +234,13 @@ class Controller:
             raise ValueError(
                 "the webhook needs --tls-cert-file and --tls-key-file (or --disable-webhook)"
             )
+        if bool(a.api_tls_cert_file) != bool(a.api_tls_key_file):
+            raise ValueError("--api-tls-cert-file and --api-tls-key-file go together")
+        api_certs = (
+            CertificateReloader(a.api_tls_cert_file, a.api_tls_key_file)
+            if a.api_tls_cert_file
+            else None
+        )
         kube: KubeRest | None = None
         if not a.disable_tracker:
             api_client = load_api_client(a.kubeconfig)
@@ -236,7 +279,9 @@ class Controller:
             self.lifecycle.running("metrics server", _closer(server))
             log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
         if not a.disable_webhook:
-            certs = CertificateReloader(a.tls_cert_file, a.tls_key_file)
+            certs = CertificateReloader(
+                a.tls_cert_file, a.tls_key_file, client_ca_file=a.webhook_client_ca_file
+            )
             quotas = self.quotas
             admitter = (
                 QuotaAdmitter(
@@ -245,6 +290,7 @@ class Controller:
                     a.device_class,
                     self.quota_basis,
                     has_quotas=quotas.namespace_has_quotas if quotas is not None else _unknown,
+                    known_classes=quotas.driver_classes if quotas is not None else frozenset,
                 )
                 if kube is not None
                 else None
@@ -252,7 +298,9 @@ class Controller:
             if admitter is not None:
                 self.metrics.set_quota_crd_source(admitter.crd_served)
             admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class, admitter)
-            self.webhook = WebhookServer(a.webhook_address, admission, certs).start()
+            self.webhook = WebhookServer(
+                a.webhook_address, admission, certs, client_names=a.webhook_client_name
+            ).start()
             self.lifecycle.running("webhook", self.webhook.stop)
             log.info("webhook on https://%s:%d", *self.webhook.server_address[:2])
         tracker = self.tracker
@@ -260,15 +308,26 @@ class Controller:
             ready = tracker.synced if tracker is not None else (lambda: True)
             # Without the tracker the API serves no data (503), so it needs no authorizer.
             authorizer = (
-                KubeAuthorizer(kube)
+                KubeAuthorizer(kube, audience=a.api_token_audience)
                 if kube is not None and a.api_auth == API_AUTH_KUBERNETES
                 else None
             )
             api = self.api_server = serve_api(
-                a.api_address, tracker.manifests if tracker else None, ready, authorizer=authorizer
+                a.api_address,
+                tracker.manifests if tracker else None,
+                ready,
+                authorizer=authorizer,
+                tls_context=api_certs.context if api_certs is not None else None,
             )
             self.lifecycle.running("JSON API", _closer(api))
-            log.info("JSON API on http://%s:%d/api/v1/gpus", *api.server_address[:2])
+            scheme = "https" if api_certs is not None else "http"
+            log.info("JSON API on %s://%s:%d/api/v1/gpus", scheme, *api.server_address[:2])
+        if a.probe_address:
+            probes = self.probe_server = serve_probes(
+                a.probe_address, tracker.synced if tracker is not None else (lambda: True)
+            )
+            self.lifecycle.running("probes", _closer(probes))
+            log.info("probes on http://%s:%d/healthz", *probes.server_address[:2])
         if self.elector is not None:
             self.lifecycle.add(self.elector)
         if tracker is not None:

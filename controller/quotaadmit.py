@@ -2,14 +2,15 @@
 
 For each quota of the namespace (by name) whose scope the claim touches, the webhook reads the
 quota, checks ``used + charge <= hard`` (:mod:`controller.quotacharge`) and writes the charge
-into ``status.claims`` with a PUT of the ``status`` subresource carrying the quota's
-``metadata.resourceVersion``: the API server refuses it (409) when anyone wrote the quota since
-it was read, and the webhook then re-reads and decides again. So two admissions can never both
-take the last unit (kube-apiserver's quota admission works the same way). A claim that one quota
-denies is un-charged from the quotas already charged (best effort); whatever stays behind (a
-claim admitted here and then refused by the API server) carries ``admittedAt`` and is released
-by the controller when no such claim appears within its grace period
-(:mod:`controller.quotacontroller`).
+into ``status.claims`` under the claim's UID (a CREATE named like a live claim adds its own
+charge and never replaces or releases the live one's) with a PUT of the ``status`` subresource
+carrying the quota's ``metadata.resourceVersion``: the API server refuses it (409) when anyone
+wrote the quota since it was read, and the webhook then re-reads and decides again. So two
+admissions can never both take the last unit (kube-apiserver's quota admission works the same
+way). A claim that one quota denies is un-charged from the quotas already charged (best
+effort); whatever stays behind (a claim admitted here and then refused by the API server)
+carries ``admittedAt`` and is released by the controller when no such claim appears within its
+grace period (:mod:`controller.quotacontroller`).
 
 ``dryRun`` requests are judged without writing anything.
 
@@ -35,6 +36,7 @@ from api.names import API_GROUP, API_VERSION, GPU_QUOTA_CRD_NAME, GPU_QUOTA_KIND
 from controller.quotacharge import (
     ChargeBasis,
     charge_entry,
+    charge_key,
     demand,
     denial,
     status_json,
@@ -105,10 +107,14 @@ class QuotaAdmitter:
         basis: Callable[[], ChargeBasis] = ChargeBasis,
         clock: Callable[[], str] = now_text,
         has_quotas: Callable[[str], bool | None] = lambda _namespace: None,
+        known_classes: Callable[[], Iterable[str]] = lambda: (),
     ) -> None:
         self.kube = kube
         self.driver = driver
         self.classes = frozenset(classes)
+        #: The driver's DeviceClasses known from a watch (by their selectors, whatever their
+        #: names: :meth:`controller.quotacontroller.QuotaController.driver_classes`).
+        self.known_classes = known_classes
         self.basis = basis
         self.clock = clock
         #: Whether a namespace has GpuQuotas, from a watch cache (None: unknown, so ask the API
@@ -169,7 +175,9 @@ class QuotaAdmitter:
         if not isinstance(name, str) or not name:
             name = str(meta.get("generateName") or "") + "(generated)"
         uid = meta.get("uid") if isinstance(meta.get("uid"), str) else None
+        key = charge_key(name, uid)
         basis = self.basis()
+        classes = self.classes | frozenset(self.known_classes())
         charged: list[str] = []
         spec = claim.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
@@ -177,33 +185,35 @@ class QuotaAdmitter:
             quota_name = str((item.get("metadata") or {}).get("name"))
             try:
                 quota = parse_gpu_quota(item)
-                asked = demand(
-                    spec, self.driver, self.classes, basis, quota.spec.device_class_names
-                )
+                asked = demand(spec, self.driver, classes, basis, quota.spec.device_class_names)
             except (GpuQuotaError, ValueError) as exc:
-                self._undo(namespace, charged, name)
+                self._undo(namespace, charged, key)
                 return f"GpuQuota {namespace}/{quota_name} cannot be applied: {exc}"
             if asked.zero:
                 continue
             if dry_run:
-                refused = denial(quota, used_of(quota.status.claims, name), asked)
+                refused = denial(quota, used_of(quota.status.claims, key), asked)
             else:
-                refused = self._charge(quota, name, uid, asked)
+                refused = self._charge(quota, key, name, uid, asked)
             if refused is not None:
-                self._undo(namespace, charged, name)
+                self._undo(namespace, charged, key)
                 return refused
             if not dry_run:
                 charged.append(quota_name)
         return None
 
-    def _charge(self, quota: GpuQuota, claim: str, uid: str | None, asked: Any) -> str | None:
+    def _charge(
+        self, quota: GpuQuota, key: str, name: str, uid: str | None, asked: Any
+    ) -> str | None:
+        """Write ``asked`` as the charge keyed ``key`` (replacing only that key's own charge);
+        the denial text, or None once written."""
         for _ in range(MAX_ATTEMPTS):
-            refused = denial(quota, used_of(quota.status.claims, claim), asked)
+            refused = denial(quota, used_of(quota.status.claims, key), asked)
             if refused is not None:
                 return refused
             claims = dict(quota.status.claims)
-            claims[claim] = charge_entry(
-                asked, uid=uid, is_allocated=False, admitted_at=self.clock()
+            claims[key] = charge_entry(
+                asked, uid=uid, is_allocated=False, admitted_at=self.clock(), name=name
             )
             try:
                 if self._write(quota, claims):
@@ -228,8 +238,9 @@ class QuotaAdmitter:
         return True
 
     def _undo(self, namespace: str, quotas: list[str], claim: str) -> None:
-        """Remove ``claim``'s charge from ``quotas`` (best effort; the controller releases
-        what stays behind after its grace period)."""
+        """Remove the charge keyed ``claim`` (:func:`~controller.quotacharge.charge_key`: the
+        denied claim's UID, so never a live claim's charge) from ``quotas`` (best effort; the
+        controller releases what stays behind after its grace period)."""
         for name in quotas:
             for _ in range(MAX_ATTEMPTS):
                 try:

@@ -353,15 +353,29 @@ def denial(quota: GpuQuota, used: Amounts, asked: Amounts) -> str | None:
     return f"exceeded GpuQuota {quota.namespace}/{quota.name}: " + "; ".join(e.text() for e in over)
 
 
+def charge_key(name: str, uid: str | None) -> str:
+    """The key of a claim's charge in ``status.claims``: its UID (the name only for a claim
+    without one). Two claims of one name (a live one and a CREATE the API server refuses as a
+    duplicate after admission) have different UIDs, so neither replaces or releases the other's
+    charge."""
+    return uid or name
+
+
 def charge_entry(
-    amounts: Amounts, *, uid: str | None, is_allocated: bool, admitted_at: str | None = None
+    amounts: Amounts,
+    *,
+    uid: str | None,
+    is_allocated: bool,
+    admitted_at: str | None = None,
+    name: str | None = None,
 ) -> ClaimCharge:
-    """A ``status.claims`` entry."""
+    """A ``status.claims`` entry (keyed by :func:`charge_key`)."""
     return ClaimCharge(
         cores=amounts.cores,
         memory=format_quantity(amounts.memory),
         devices=amounts.devices,
         uid=uid or None,
+        name=name or None,
         allocated=is_allocated,
         admitted_at=admitted_at,
     )
@@ -369,7 +383,7 @@ def charge_entry(
 
 def status_json(quota: GpuQuota, claims: Mapping[str, ClaimCharge]) -> dict[str, Any]:
     """The ``status`` of ``quota`` with exactly these charges: ``used`` is their sum, claims
-    sorted by name, summaries ``used/hard``."""
+    sorted by key, summaries ``used/hard``."""
     total = Amounts()
     for entry in claims.values():
         total += amounts_of(entry)
@@ -388,7 +402,7 @@ def status_json(quota: GpuQuota, claims: Mapping[str, ClaimCharge]) -> dict[str,
 
 
 def used_of(claims: Mapping[str, ClaimCharge], leave_out: str | None = None) -> Amounts:
-    """The sum of the charges (without ``leave_out``)."""
+    """The sum of the charges (without the one keyed ``leave_out``)."""
     total = Amounts()
     for name, entry in claims.items():
         if name != leave_out:

@@ -3,7 +3,11 @@ claims of its namespace.
 
 Two informers (GpuQuotas and ResourceClaims, all namespaces) mark a namespace *dirty* on every
 event; a worker thread recomputes the dirty namespaces, and every ``resync_s`` all namespaces
-with quotas, so a missed event never leaves a wrong status for long. For each quota:
+with quotas, so a missed event never leaves a wrong status for long. A third informer watches
+DeviceClasses: a class whose selectors name the driver is this driver's whatever its name
+(:func:`sharegpu.admission.checks.class_selects_driver`), so a quota scoped to it charges its
+requests (:meth:`QuotaController.driver_classes`, also read by admission); a change of any
+class marks every namespace with quotas dirty. For each quota:
 
 - every live claim of the namespace with a non-zero charge (:func:`controller.quotacharge.
   claim_charge`) is charged: what its allocation consumes once allocated, else the most it can
@@ -38,10 +42,12 @@ from controller.quotacharge import (
     ChargeBasis,
     amounts_of,
     charge_entry,
+    charge_key,
     claim_charge,
     hard_amounts,
     status_json,
 )
+from sharegpu.admission.checks import class_selects_driver
 from sharegpu.kube.informer import Informer
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
@@ -107,8 +113,9 @@ def desired_claims(
     now: float,
     grace_s: float,
 ) -> dict[str, ClaimCharge]:
-    """The charges ``quota`` should hold: one per live claim with a non-zero charge, plus the
-    admission charges of unseen claims younger than ``grace_s`` (module text)."""
+    """The charges ``quota`` should hold, keyed by :func:`~controller.quotacharge.charge_key`:
+    one per live claim with a non-zero charge, plus the admission charges of unseen claims
+    younger than ``grace_s`` (module text)."""
     out: dict[str, ClaimCharge] = {}
     for claim in claims:
         try:
@@ -119,10 +126,12 @@ def desired_claims(
             log.warning("quota: claim %s/%s is not charged: %s", claim.namespace, claim.name, exc)
             continue
         if not amounts.zero:
-            out[claim.name] = charge_entry(amounts, uid=claim.uid, is_allocated=is_allocated)
-    for name, entry in quota.status.claims.items():
-        if name not in out and _age_s(entry.admitted_at, now) < grace_s:
-            out[name] = entry
+            out[charge_key(claim.name, claim.uid)] = charge_entry(
+                amounts, uid=claim.uid, is_allocated=is_allocated, name=claim.name
+            )
+    for key, entry in quota.status.claims.items():
+        if key not in out and _age_s(entry.admitted_at, now) < grace_s:
+            out[key] = entry
     return out
 
 
@@ -174,6 +183,15 @@ class QuotaController:
             transform=claim_input,
             watch_timeout_s=watch_timeout_s,
         )
+        #: DeviceClass name -> whether its selectors name the driver.
+        self.device_classes = Informer(
+            kube,
+            resource_path(RESOURCE_GROUP, RESOURCE_VERSION, "deviceclasses"),
+            self._on_class_event,
+            name="quota-deviceclasses",
+            transform=lambda obj: class_selects_driver(obj, driver),
+            watch_timeout_s=watch_timeout_s,
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -181,6 +199,7 @@ class QuotaController:
         """Start the informers and the worker (daemon threads)."""
         self.quotas.start()
         self.claims.start()
+        self.device_classes.start()
         self._thread = threading.Thread(target=self._run, name="quota-controller", daemon=True)
         self._thread.start()
 
@@ -190,12 +209,26 @@ class QuotaController:
         self._wake.set()
         self.quotas.stop()
         self.claims.stop()
+        self.device_classes.stop()
         if self._thread is not None:
             self._thread.join(10.0)
 
     def synced(self) -> bool:
-        """Whether both informers completed their first list."""
-        return self.quotas.synced.is_set() and self.claims.synced.is_set()
+        """Whether every informer completed its first list."""
+        return (
+            self.quotas.synced.is_set()
+            and self.claims.synced.is_set()
+            and self.device_classes.synced.is_set()
+        )
+
+    def driver_classes(self) -> frozenset[str]:
+        """The DeviceClasses of the driver: those given (``classes``) and every watched class
+        whose selectors name the driver (classes named like the driver always are, see
+        :func:`sharegpu.admission.checks.is_driver_class`)."""
+        selected = {
+            str(k).rsplit("/", 1)[-1] for k, v in list(self.device_classes.store.items()) if v
+        }
+        return self.classes | selected
 
     def namespace_has_quotas(self, namespace: str) -> bool | None:
         """Whether the watched GpuQuotas include one in ``namespace``; None before the quota
@@ -211,6 +244,12 @@ class QuotaController:
         namespace = key.split("/", 1)[0] if "/" in key else ""
         with self._lock:
             self._dirty.add(namespace)
+        self._wake.set()
+
+    def _on_class_event(self, key: str, old: Any, new: Any) -> None:
+        """A DeviceClass changed: every quota may scope it, so all are recomputed."""
+        with self._lock:
+            self._dirty |= self._quota_namespaces()
         self._wake.set()
 
     def _run(self) -> None:
@@ -257,6 +296,7 @@ class QuotaController:
         if not quotas:
             return True, 0
         claims = [c for k, c in list(self.claims.store.items()) if k.startswith(prefix)]
+        classes = self.driver_classes()
         basis = self.basis()
         now = self.wall_clock()
         done, writes = True, 0
@@ -264,9 +304,7 @@ class QuotaController:
             if isinstance(quota, str):
                 log.warning("quota: %s", quota)
                 continue
-            desired = desired_claims(
-                quota, claims, self.driver, self.classes, basis, now, self.grace_s
-            )
+            desired = desired_claims(quota, claims, self.driver, classes, basis, now, self.grace_s)
             status = status_json(quota, desired)
             if status == quota.status.to_json_dict():
                 if any(entry.admitted_at for entry in desired.values()):

@@ -16,8 +16,11 @@ objects of other kinds are allowed unchecked.
 
 GpuQuota: with a :class:`~controller.quotaadmit.QuotaAdmitter`, a ResourceClaim that passes the
 checks is, on CREATE, charged to its namespace's GpuQuotas and denied (403 Forbidden, naming the
-quota, what is used, asked and left) when it does not fit. Without the GpuQuota CRD installed,
-claims are admitted with a warning that quotas are not enforced.
+quota, what is used, asked and left) when it does not fit. Only a review the API server sent,
+proven by its client certificate (``--webhook-client-ca-file``, the admission configuration's
+kubeconfig on the API server's side), writes a charge: any other review is judged as a dry run,
+so a client that reaches the port without that certificate cannot change quota state. Without
+the GpuQuota CRD installed, claims are admitted with a warning that quotas are not enforced.
 
 Malformed input: every body that is an AdmissionReview with a string ``request.uid`` gets an
 AdmissionReview answer (HTTP 200) with that uid. A review whose fields have the wrong JSON type
@@ -53,15 +56,18 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from api.jsontypes import json_type
+from controller.checkgate import CompileGate
 from controller.metrics import REVIEWED_KINDS, ControllerMetrics, ReviewResult
 from controller.quotaadmit import QuotaAdmitter
 from sharegpu.admission.checks import (
     ERROR,
+    WARNING,
     Finding,
     check_device_class,
     check_resource_claim,
     check_resource_claim_template,
     errors,
+    uncompiled_selector_bytes,
     warnings,
 )
 from sharegpu.kube import httpserve, jsonbody
@@ -79,6 +85,9 @@ ENDPOINTS = {
 #: at most 1.5 MiB (etcd's default request limit), so a review with both the object and the old
 #: object fits.
 _MAX_BODY = 3 * 1024 * 1024
+#: Seconds to read a review in full (head and body): the API server gives up after the chart's
+#: ``timeoutSeconds`` (5 s), so a slower request only holds a slot.
+_REQUEST_TIMEOUT_S = 4.0
 #: At most this many warnings are returned with an answer.
 _MAX_WARNINGS = 10
 
@@ -103,32 +112,52 @@ def server_tls_context() -> ssl.SSLContext:
 
 
 class CertificateReloader:
-    """An ``ssl.SSLContext`` for the current contents of a cert/key pair."""
+    """An ``ssl.SSLContext`` for the current contents of a cert/key pair and, with
+    ``client_ca_file``, of the CA bundle that signs the API server's client certificate (the
+    context then asks every client for a certificate; one that presents a certificate this CA
+    did not sign fails the handshake, one that presents none is served unauthenticated)."""
 
-    def __init__(self, cert_file: str, key_file: str, check_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        cert_file: str,
+        key_file: str,
+        check_interval_s: float = 1.0,
+        client_ca_file: str | None = None,
+    ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca_file = client_ca_file or None
         self.check_interval_s = check_interval_s
         self._lock = threading.Lock()
-        self._stamp: tuple[float, int, float, int] | None = None
+        self._stamp: tuple[float, ...] | None = None
         self._checked = 0.0
         self.reloads = 0
         try:
             self._context = self._load()
         except (OSError, ssl.SSLError) as exc:  # no certificate at start-up is fatal
+            ca = f" and client CA {client_ca_file}" if client_ca_file else ""
             raise ValueError(
-                f"cannot load the TLS certificate {cert_file} with key {key_file}: "
+                f"cannot load the TLS certificate {cert_file} with key {key_file}{ca}: "
                 f"{getattr(exc, 'strerror', None) or exc}"
             ) from None
 
-    def _file_stamp(self) -> tuple[float, int, float, int]:
-        c, k = os.stat(self.cert_file), os.stat(self.key_file)
-        return (c.st_mtime, c.st_size, k.st_mtime, k.st_size)
+    def _file_stamp(self) -> tuple[float, ...]:
+        files = [self.cert_file, self.key_file]
+        if self.client_ca_file:
+            files.append(self.client_ca_file)
+        stamp: list[float] = []
+        for path in files:
+            st = os.stat(path)
+            stamp += [st.st_mtime, st.st_size]
+        return tuple(stamp)
 
     def _load(self) -> ssl.SSLContext:
         stamp = self._file_stamp()
         context = server_tls_context()
         context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file:
+            context.load_verify_locations(cafile=self.client_ca_file)
+            context.verify_mode = ssl.CERT_OPTIONAL
         self._stamp = stamp
         return context
 
@@ -285,12 +314,42 @@ class AdmissionHandler:
         metrics: ControllerMetrics | None = None,
         device_classes: Iterable[str] = (),
         quota: QuotaAdmitter | None = None,
+        gate: CompileGate | None = None,
     ) -> None:
         self.driver = driver
+        #: Bounds the checks that compile new selectors (:mod:`controller.checkgate`).
+        self.gate = gate or CompileGate()
         self.metrics = metrics
         self.device_classes = frozenset(device_classes)
         #: Charges created claims to GpuQuotas (None: quotas are not enforced).
         self.quota = quota
+        self._lock = threading.Lock()
+        self._warned_unauthenticated = False
+
+    def bounded_findings(self, kind: str, obj: dict[str, Any]) -> list[Finding]:
+        """:meth:`findings` under the compile gate: a check that compiles new selectors waits
+        for a slot; without one in time the object is allowed, not checked, with a warning."""
+        pending = uncompiled_selector_bytes(obj, self.driver)
+        found = self.gate.run(pending > 0, lambda: self.findings(kind, obj))
+        if found is not None:
+            return found
+        log.warning(
+            "webhook: a %s with %d bytes of new selectors was allowed unchecked: every compile "
+            "slot stayed busy for %.1f s",
+            kind,
+            pending,
+            self.gate.wait_s,
+        )
+        return [
+            Finding(
+                WARNING,
+                "spec",
+                f"not checked: the admission webhook is busy compiling other objects' selectors "
+                f"(at most {self.gate.slots} at once) and this object's {pending} bytes of new "
+                f"selectors could not be compiled within {self.gate.wait_s:g} s; it is allowed "
+                "as Kubernetes would allow it (`sharegpu validate` checks it offline)",
+            )
+        ]
 
     def findings(self, kind: str, obj: dict[str, Any]) -> list[Finding]:
         """The checks of one object of ``kind``."""
@@ -302,8 +361,11 @@ class AdmissionHandler:
             return check_device_class(obj, self.driver)
         return []
 
-    def answer(self, data: bytes, expected_kind: str | None = None) -> tuple[int, dict[str, Any]]:
-        """The HTTP status and JSON answer for one request body (see the class invariants):
+    def answer(
+        self, data: bytes, expected_kind: str | None = None, *, from_api_server: bool = False
+    ) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and JSON answer for one request body (see the class invariants;
+        ``from_api_server``: the client is authenticated as the API server, see :meth:`review`):
         200 and an AdmissionReview; 400 and ``{"error": ...}`` for a body that is no JSON or
         not an AdmissionReview with a ``request.uid``; 500 and ``{"error": ...}`` when a
         check fails, logged with its traceback so the defect can be found."""
@@ -312,7 +374,7 @@ class AdmissionHandler:
         except ValueError as exc:  # not JSON, or nested deeper than any API server sends
             return self._refused(f"invalid JSON body: {exc}")
         try:
-            return 200, self.review(body, expected_kind)
+            return 200, self.review(body, expected_kind, from_api_server=from_api_server)
         except NotAnAdmissionReview as exc:
             return self._refused(str(exc))
         except Exception:
@@ -329,17 +391,25 @@ class AdmissionHandler:
         what: str,
         response: dict[str, Any],
         result: ReviewResult,
+        from_api_server: bool,
     ) -> tuple[dict[str, Any], ReviewResult]:
         """Charge an admitted claim on CREATE to its namespace's GpuQuotas
         (:mod:`controller.quotaadmit`); a claim that does not fit is denied 403 Forbidden with
         the quota, what is used, asked, the limit and what is left. While the GpuQuota CRD is
-        not installed the claim is admitted with a warning saying quotas are not enforced."""
+        not installed the claim is admitted with a warning saying quotas are not enforced.
+
+        Invariant: only a review ``from_api_server`` (its client certificate verified) writes a
+        charge; any other is judged as a dry run, so a forged review never changes quota state.
+        """
         namespace = request.get("namespace")
         if self.quota is None or request.get("operation") != "CREATE":
             return response, result
         if not isinstance(namespace, str) or not namespace:
             return response, result
-        decision = self.quota.admit(namespace, obj, dry_run=request.get("dryRun") is True)
+        dry_run = request.get("dryRun") is True
+        if not from_api_server and not dry_run:
+            self._note_unauthenticated()
+        decision = self.quota.admit(namespace, obj, dry_run=dry_run or not from_api_server)
         if decision.warning is not None:
             warns = [*response.get("warnings", []), decision.warning][:_MAX_WARNINGS]
             return {**response, "warnings": warns}, "warned"
@@ -356,6 +426,17 @@ class AdmissionHandler:
         }
         return denied, "denied"
 
+    def _note_unauthenticated(self) -> None:
+        """Log, once per process, that reviews not tied to the API server are not charged."""
+        with self._lock:
+            first, self._warned_unauthenticated = not self._warned_unauthenticated, True
+        if first:
+            log.warning(
+                "webhook: a review came without the API server's client certificate; such "
+                "reviews are judged against GpuQuotas but never charged (the controller charges "
+                "the claims it sees). See docs/security.md to configure client authentication."
+            )
+
     def _refused(self, reason: str) -> tuple[int, dict[str, Any]]:
         log.warning("webhook: refused a body that is not an AdmissionReview: %s", _logged(reason))
         self._count(None, "error")
@@ -365,8 +446,12 @@ class AdmissionHandler:
         if self.metrics is not None:
             self.metrics.review(kind, result)
 
-    def review(self, body: Any, expected_kind: str | None = None) -> dict[str, Any]:
-        """Answer one AdmissionReview (v1) body (see the class invariants).
+    def review(
+        self, body: Any, expected_kind: str | None = None, *, from_api_server: bool = False
+    ) -> dict[str, Any]:
+        """Answer one AdmissionReview (v1) body (see the class invariants). Only a review
+        ``from_api_server`` (the HTTP layer verified the API server's client certificate) may
+        charge GpuQuotas; any other is judged against them without a write.
 
         Raises :class:`NotAnAdmissionReview` (a ``ValueError``) for a body that is not an
         AdmissionReview with a string ``request.uid``; any other exception is a defect.
@@ -417,12 +502,14 @@ class AdmissionHandler:
             ]
             response, result = review_response(uid, malformed, str(kind))
         else:
-            found = self.findings(str(kind), obj)
+            found = self.bounded_findings(str(kind), obj)
             malformed = [f for f in found if f.malformed]
             what = _described(str(kind), request, obj)
             response, result = review_response(uid, found, what)
             if response["allowed"] and kind == "ResourceClaim":
-                response, result = self._quota(request, obj, what, response, result)
+                response, result = self._quota(
+                    request, obj, what, response, result, from_api_server
+                )
         if malformed:
             more = f" (and {len(malformed) - 1} more)" if len(malformed) > 1 else ""
             log.warning(
@@ -442,6 +529,8 @@ class _Handler(httpserve.BoundedRequestHandler):
     disable_nagle_algorithm = True
     admission: AdmissionHandler
     ready: Callable[[], bool]
+    #: Names (subject CN or DNS SAN) a client certificate must carry; empty: any the CA signed.
+    client_names: frozenset[str]
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(code)
@@ -474,21 +563,47 @@ class _Handler(httpserve.BoundedRequestHandler):
         if length <= 0 or length > _MAX_BODY:
             self._send(400, b'{"error":"missing or oversized body"}')
             return
-        code, answer = self.admission.answer(self.rfile.read(length), expected)
+        code, answer = self.admission.answer(
+            self.body, expected, from_api_server=self._from_api_server()
+        )
         self._send(code, json.dumps(answer, separators=(",", ":")).encode())
+
+    def _from_api_server(self) -> bool:
+        """Whether the client presented a certificate the client CA verified (the context asks
+        for one only with a client CA) carrying one of :attr:`client_names` (when any)."""
+        sock = self.connection
+        cert = sock.getpeercert() if isinstance(sock, ssl.SSLSocket) else None
+        if not cert:
+            return False
+        return not self.client_names or bool(certificate_names(cert) & self.client_names)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook %s", format % args)
+
+
+def certificate_names(cert: Mapping[str, Any]) -> frozenset[str]:
+    """The subject common names and DNS subject alternative names of a verified peer
+    certificate (as ``ssl.SSLSocket.getpeercert`` decodes it)."""
+    found: set[str] = set()
+    for rdn in cert.get("subject") or ():
+        found.update(value for key, value in rdn if key == "commonName")
+    found.update(value for key, value in cert.get("subjectAltName") or () if key == "DNS")
+    return frozenset(found)
 
 
 class WebhookServer(httpserve.BoundedHTTPServer):
     """HTTPS server for :class:`AdmissionHandler`; TLS per connection from the reloader.
 
     A bounded server (:mod:`sharegpu.kube.httpserve`, ``limits`` default
-    ``httpserve.DEFAULT_LIMITS`` with bodies up to 3 MiB): each connection does its TLS handshake
+    ``httpserve.DEFAULT_LIMITS`` with bodies up to 3 MiB, a review read in full within 4 s and
+    one peer address holding at most half the slots): each connection does its TLS handshake
     in its own thread under the request deadline, so a client that never finishes one holds
-    neither the accept loop nor a thread past the deadline. ``start()`` serves in a daemon
+    neither the accept loop nor a thread past the deadline; a slow head or body is evicted at
+    the cap or cut by the minimum body rate. ``start()`` serves in a daemon
     thread, ``stop()`` stops serving and closes the socket, ``port`` is the bound port.
+    With a client CA in ``certificates``, a review whose client certificate that CA verified
+    (and, when ``client_names`` is not empty, names one of them) is from the API server and may
+    charge GpuQuotas; every other review is judged without charging.
     """
 
     def __init__(
@@ -497,15 +612,26 @@ class WebhookServer(httpserve.BoundedHTTPServer):
         admission: AdmissionHandler,
         certificates: CertificateReloader,
         limits: httpserve.ServerLimits | None = None,
+        client_names: Iterable[str] = (),
     ) -> None:
         self.certificates = certificates
         handler = type(
             "WebhookHandler",
             (_Handler,),
-            {"admission": admission, "ready": staticmethod(lambda: True)},
+            {
+                "admission": admission,
+                "ready": staticmethod(lambda: True),
+                "client_names": frozenset(client_names),
+            },
         )
         if limits is None:
-            limits = dataclasses.replace(httpserve.DEFAULT_LIMITS, max_body_bytes=_MAX_BODY)
+            base = httpserve.DEFAULT_LIMITS
+            limits = dataclasses.replace(
+                base,
+                max_body_bytes=_MAX_BODY,
+                request_timeout_s=min(base.request_timeout_s, _REQUEST_TIMEOUT_S),
+                max_connections_per_peer=base.max_connections // 2,
+            )
         super().__init__(
             parse_address(address),
             handler,

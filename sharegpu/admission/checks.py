@@ -49,7 +49,7 @@ from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity, quantity_hint
 from api.sharepolicy import reserved_memory
 from sharegpu.admission import shape
-from sharegpu.cel import CelCompileError, compile_selector
+from sharegpu.cel import CelCompileError, compile_selector, is_compiled
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
 
 Severity = Literal["error", "warning"]
@@ -132,6 +132,15 @@ def is_driver_class(class_name: str | None, driver: str, classes: Iterable[str] 
     return driver in class_name or class_name in (
         classes if isinstance(classes, (set, frozenset)) else set(classes)
     )
+
+
+def class_selects_driver(device_class: Any, driver: str) -> bool:
+    """Whether a DeviceClass object (any JSON value) is this driver's by what it selects: one
+    of its ``spec.selectors`` names the driver (``device.driver == '<driver>'`` or an attribute
+    of the driver's domain), whatever the class is called."""
+    spec = device_class.get("spec") if isinstance(device_class, Mapping) else None
+    selectors = spec.get("selectors") if isinstance(spec, Mapping) else None
+    return any(selector_mentions_driver(e, driver) for e in _cel_expressions(selectors))
 
 
 def _did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -709,6 +718,29 @@ def selector_budget_findings(
             "them checked)",
         )
     ]
+
+
+def _cel_expressions(value: Any) -> Iterator[str]:
+    """Every string at ``cel.expression`` anywhere in a decoded JSON value, whatever its
+    shape (iterative, so any depth the decoder allowed)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            cel = node.get("cel")
+            if isinstance(cel, Mapping) and isinstance(cel.get("expression"), str):
+                yield cel["expression"]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def uncompiled_selector_bytes(obj: Any, driver: str) -> int:
+    """The bytes of the distinct selectors naming ``driver`` in ``obj`` (any JSON value) that
+    are not compiled yet: the compile work a check of ``obj`` may cost (0: the checks only
+    read cached programs). Reads no more than the object; compiles nothing."""
+    distinct = {e for e in _cel_expressions(obj) if selector_mentions_driver(e, driver)}
+    return sum(shape.utf8_length(e) for e in distinct if not is_compiled(e))
 
 
 def _malformed(node: shape.Node, value: Any, path: str) -> list[Finding]:

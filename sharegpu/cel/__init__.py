@@ -56,6 +56,7 @@ from .environment import (
     clear_cache,
     compile_error,
     compile_selector,
+    is_compiled,
     validate_selector,
 )
 from .errors import CelCompileError, CelCostError, CelError, CelEvalError
@@ -80,6 +81,7 @@ __all__ = [
     "compile_error",
     "compile_selector",
     "device_activation",
+    "is_compiled",
     "split_qualified",
     "validate_selector",
 ]

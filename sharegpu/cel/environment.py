@@ -246,6 +246,12 @@ def validate_selector(
     return program
 
 
+def is_compiled(expression: str, options: CompileOptions = STORED) -> bool:
+    """Whether ``expression`` is in the compile cache (its program or its compile error), so
+    :func:`compile_selector` answers it without compiling."""
+    return options.key(expression) in _cache
+
+
 def cache_info() -> CacheInfo:
     """Hits, misses, size and expression bytes of the compile cache."""
     stats = _cache.stats()

@@ -8,17 +8,24 @@ connection and waits for a client for ever; here every connection is bounded by
 
 - **Connection cap.** At most ``max_connections`` connections are served at once. At the cap, a
   new connection takes the slot of the connection that has waited longest for a complete
-  request head (kept alive idle, or still sending its head): that one is shut down and its
-  thread ends at once. When every connection is past its head (its body is read or its answer
+  request (kept alive idle, or still sending its head or its body): that one is shut down and
+  its thread ends at once. When every connection has its request read in full (its answer is
   computed or written), or ``EVICTING_MAX`` evicted threads are still ending, the new
   connection is closed at once by the accepting thread, without a thread. So clients that
   stall do not keep a client that sends its request at once from being answered: to evict it
-  they would have to open ``max_connections`` connections while its head is on its way.
+  they would have to open ``max_connections`` connections while its request is on its way.
+- **Per-peer cap.** One peer address holds at most ``max_connections_per_peer`` connections; a
+  new one past that takes the slot of that peer's connection that has waited longest for a
+  complete request, or is closed at once. So one source cannot take every slot.
 - **Request deadline.** A request (request line, headers and body) must be read in full within
   ``request_timeout_s`` of its start: of the accept for the first request of a connection (the
   TLS handshake included), of its first byte for a later one. The socket timeout of every read
   is the time left, so a client that trickles one byte every few seconds is cut at the deadline,
   not kept while each byte arrives within a per-read timeout.
+- **Minimum body rate.** A body of ``n`` bytes must arrive within ``body_grace_s + n /
+  min_body_rate`` of the end of the head (and within the request deadline), so a client that
+  declares a large body and sends it slowly is cut in seconds. The body is read in full
+  before the handler runs (:attr:`BoundedRequestHandler.body`).
 - **Idle keep-alive timeout.** After an answer, the first byte of the next request must arrive
   within ``idle_timeout_s``, else the connection is closed.
 - **Write timeout.** Each write of an answer must make progress within ``write_timeout_s``, so a
@@ -37,6 +44,8 @@ Invariants:
 - Threads of one server: at most ``max_connections + EVICTING_MAX`` connection threads (the
   second term: evicted connections whose threads are ending) plus the one serving thread
   (:meth:`BoundedHTTPServer.start`), whatever clients do.
+- One peer address holds at most ``max_connections_per_peer`` of those connections (not
+  counting evicted ones).
 - A connection holds its thread at most ``request_timeout_s`` until its first request is read,
   and at most ``idle_timeout_s + request_timeout_s`` between the end of one answer and the end
   of reading the next request. Longer only while the server computes an answer, or writes one
@@ -94,6 +103,12 @@ class ServerLimits:
     max_header_bytes: int = 64 * 1024
     #: Largest ``Content-Length`` accepted; larger requests are answered 413 unread.
     max_body_bytes: int = 64 * 1024
+    #: Connections one peer address may hold (0: a quarter of ``max_connections``, at least 1).
+    max_connections_per_peer: int = 0
+    #: Bytes per second a body must arrive at, after ``body_grace_s``.
+    min_body_rate: int = 64 * 1024
+    #: Seconds a body may take beyond what ``min_body_rate`` gives it.
+    body_grace_s: float = 1.0
 
     def __post_init__(self) -> None:
         timeouts = (self.request_timeout_s, self.idle_timeout_s, self.write_timeout_s)
@@ -101,6 +116,15 @@ class ServerLimits:
             raise ValueError(f"server limits must be positive: {self}")
         if self.max_header_bytes < 1 or self.max_body_bytes < 0:
             raise ValueError(f"server limits must be positive: {self}")
+        if self.max_connections_per_peer < 0 or self.min_body_rate < 1 or self.body_grace_s < 0:
+            raise ValueError(f"server limits must be positive: {self}")
+
+    @property
+    def per_peer(self) -> int:
+        """The connections one peer address may hold."""
+        if self.max_connections_per_peer:
+            return min(self.max_connections_per_peer, self.max_connections)
+        return max(1, self.max_connections // 4)
 
 
 #: The limits of a server constructed without its own (read at construction time).
@@ -112,13 +136,15 @@ EVICTING_MAX: Final = 8
 class _Connection:
     """Book-keeping of one admitted connection; its fields are guarded by the server's lock."""
 
-    __slots__ = ("evicted", "sock", "waiting_since")
+    __slots__ = ("evicted", "peer", "sock", "waiting_since")
 
-    def __init__(self, sock: socket.socket, now: float) -> None:
+    def __init__(self, sock: socket.socket, peer: str, now: float) -> None:
         #: The socket to shut down on eviction (the TLS socket once the handshake is done).
         self.sock = sock
-        #: Since when the connection waits for a complete request head; None while a request
-        #: body is read or an answer is computed or written.
+        #: The peer's address (without the port).
+        self.peer = peer
+        #: Since when the connection waits for a complete request (head and body); None while
+        #: an answer is computed or written.
         self.waiting_since: float | None = now
         self.evicted = False
 
@@ -175,12 +201,16 @@ class _TimedWriter(io.RawIOBase):
 class BoundedRequestHandler(BaseHTTPRequestHandler):
     """Base of every handler served by :class:`BoundedHTTPServer`.
 
-    Subclasses write ``do_GET`` / ``do_POST`` as for ``BaseHTTPRequestHandler``; ``rfile`` reads
-    under the request deadline and ``wfile`` writes under the write timeout. Answers are
-    buffered (``wbufsize``, at least ``io.DEFAULT_BUFFER_SIZE``) and flushed after each request.
+    Subclasses write ``do_GET`` / ``do_POST`` as for ``BaseHTTPRequestHandler``; the request's
+    body (``Content-Length`` bytes) is read in full before the handler runs and is in
+    :attr:`body` (handlers never read ``rfile``); ``wfile`` writes under the write timeout.
+    Answers are buffered (``wbufsize``, at least ``io.DEFAULT_BUFFER_SIZE``) and flushed after
+    each request.
     """
 
     server: BoundedHTTPServer
+    #: The body of the current request (empty without one).
+    body: bytes = b""
     _deadline: float
     _reader: _DeadlineReader
     _buffered: io.BufferedReader
@@ -239,11 +269,27 @@ class BoundedRequestHandler(BaseHTTPRequestHandler):
             self._reader.budget = None
 
     def parse_request(self) -> bool:
+        self.body = b""
         if not super().parse_request() or self._refuse_large_body():
             return False
         self._reader.budget = None  # the head is read; a body is bounded by its length
+        declared = (self.headers.get("Content-Length") or "").strip()
+        length = int(declared) if declared.isdigit() else 0
+        if length:
+            self.body = self._read_body(length)
         self.server._waiting(self._connection, False)
         return True
+
+    def _read_body(self, length: int) -> bytes:
+        """Read ``length`` bytes of body within the minimum-rate deadline (module text); raises
+        TimeoutError when the client is slower, ConnectionError when it closes early."""
+        limits = self.server.limits
+        by_rate = time.monotonic() + limits.body_grace_s + length / limits.min_body_rate
+        self._deadline = min(self._deadline, by_rate)
+        data = self._buffered.read(length)
+        if len(data) < length:
+            raise ConnectionError("the client closed the connection within the body")
+        return data
 
     def handle_expect_100(self) -> bool:
         return not self._refuse_large_body() and super().handle_expect_100()
@@ -326,14 +372,14 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             return len(self._connections)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Start a thread for the connection; at the cap evict a staller for it, or close it."""
+        """Start a thread for the connection; at the cap (of all connections, or of its peer's)
+        evict a staller for it, or close it."""
         now = time.monotonic()
+        peer = str(client_address[0]) if isinstance(client_address, tuple) else ""
         with self._lock:
-            admitted = len(self._connections) - self._evicting < self.limits.max_connections
-            if not admitted and self._evicting < EVICTING_MAX:
-                admitted = self._evict_one()
+            admitted = self._admit(peer)
             if admitted:
-                self._connections[request] = _Connection(request, now)
+                self._connections[request] = _Connection(request, peer, now)
             else:
                 self.rejected += 1
         if not admitted:
@@ -358,14 +404,28 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         finally:
             self._release(request)
 
-    def _evict_one(self) -> bool:
-        """Shut down the connection that has waited longest for a request head; True when
-        there was one. Called with the lock held."""
+    def _admit(self, peer: str) -> bool:
+        """Whether a new connection from ``peer`` gets a slot, evicting a staller of that peer
+        (at its per-peer cap) or of anyone (at the cap) for it. Called with the lock held."""
+        held = sum(1 for c in self._connections.values() if c.peer == peer and not c.evicted)
+        if held >= self.limits.per_peer and (
+            self._evicting >= EVICTING_MAX or not self._evict_one(peer)
+        ):
+            return False
+        if len(self._connections) - self._evicting < self.limits.max_connections:
+            return True
+        return self._evicting < EVICTING_MAX and self._evict_one()
+
+    def _evict_one(self, peer: str | None = None) -> bool:
+        """Shut down the connection (of ``peer``, when given) that has waited longest for a
+        complete request; True when there was one. Called with the lock held."""
         oldest: _Connection | None = None
         oldest_since = 0.0
         for connection in self._connections.values():
             since = connection.waiting_since
             if connection.evicted or since is None:
+                continue
+            if peer is not None and connection.peer != peer:
                 continue
             if oldest is None or since < oldest_since:
                 oldest, oldest_since = connection, since

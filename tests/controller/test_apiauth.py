@@ -1,12 +1,19 @@
-"""JSON API authorization: bearer tokens, the decision cache and failing closed."""
+"""JSON API authorization: bearer tokens and their audience, the decision cache, failing
+closed, and a flood of random tokens against the real servers."""
 
 from __future__ import annotations
 
+import http.client
+import secrets
+import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from controller.apiauth import MAX_TOKEN_BYTES, AllowAll, KubeAuthorizer
+from controller.httpapi import serve_api, serve_probes
 from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
@@ -43,7 +50,7 @@ def test_decisions_expire_after_the_ttl(
     apiserver: KubeAPIServer, authorizer: tuple[KubeAuthorizer, FakeClock]
 ) -> None:
     auth, clock = authorizer
-    apiserver.reviews.add_token("t", "alice")
+    apiserver.reviews.add_token("t", "alice", audiences=("sharegpu.dev",))
     assert auth.decide("Bearer t").code == 403
     apiserver.reviews.allow("alice", "list", "resource.sharegpu.dev", "gpus")
     assert auth.decide("Bearer t").code == 403  # cached
@@ -66,7 +73,7 @@ def test_an_unreachable_api_server_fails_closed_and_is_not_cached(
     apiserver: KubeAPIServer, authorizer: tuple[KubeAuthorizer, FakeClock]
 ) -> None:
     auth, _ = authorizer
-    apiserver.reviews.add_token("t", "alice")
+    apiserver.reviews.add_token("t", "alice", audiences=("sharegpu.dev",))
     apiserver.reviews.allow("alice", "list", "resource.sharegpu.dev", "gpus")
     apiserver.inject_fault("create", "tokenreviews", code=500, times=1)
     assert auth.decide("Bearer t").code == 503
@@ -75,3 +82,107 @@ def test_an_unreachable_api_server_fails_closed_and_is_not_cached(
 
 def test_allow_all_serves_everyone() -> None:
     assert AllowAll().decide(None).code == 200
+
+
+def test_the_review_asks_for_the_apis_own_audience(
+    apiserver: KubeAPIServer, kube: KubeRest
+) -> None:
+    """A token for the Kubernetes API is no key to the JSON API: clients send one bound to the
+    API's audience (configurable), so a token the API sees cannot be replayed elsewhere."""
+    auth = KubeAuthorizer(kube, audience="gpus.example.com")
+    apiserver.reviews.allow("alice", "list", "resource.sharegpu.dev", "gpus")
+    apiserver.reviews.add_token("kube", "alice")  # the API server's own audience
+    apiserver.reviews.add_token("other", "alice", audiences=("sharegpu.dev",))
+    apiserver.reviews.add_token("bound", "alice", audiences=("gpus.example.com",))
+    for token in ("kube", "other"):
+        decision = auth.decide(f"Bearer {token}")
+        assert decision.code == 401 and "audience 'gpus.example.com'" in decision.reason
+    assert auth.decide("Bearer bound").code == 200
+
+
+class CountingRest(KubeRest):
+    """The real client, counting the TokenReviews in flight."""
+
+    def __init__(self, inner: KubeRest) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.peak = 0
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        if not path.endswith("/tokenreviews"):
+            return super().request(method, path, **kw)
+        with self._lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            return super().request(method, path, **kw)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def test_a_flood_of_random_tokens_is_bounded_and_the_probes_answer(
+    apiserver: KubeAPIServer, kube: KubeRest
+) -> None:
+    """The attack: 48 clients from four addresses send random bearer tokens as fast as they
+    are answered, against an API server that takes a second per TokenReview. Each token used
+    to cost a review at once (48 in flight) and /healthz failed most probes. Now at most 4
+    reviews are in flight, the rest are answered 429 at once, and every probe of the probe
+    port is answered."""
+    apiserver.inject_fault("create", "tokenreviews", action="delay", delay_s=1.0, times=None)
+    rest = CountingRest(kube)
+    auth = KubeAuthorizer(rest, max_reviews=4, review_wait_s=0.2)
+    api = serve_api("127.0.0.1:0", lambda _node: [], lambda: True, authorizer=auth)
+    probes = serve_probes("127.0.0.1:0", lambda: True)
+    stop = threading.Event()
+    codes: list[int] = []
+
+    def flood(source: str) -> None:
+        while not stop.is_set():
+            conn = http.client.HTTPConnection(
+                "127.0.0.1", api.port, timeout=30, source_address=(source, 0)
+            )
+            try:
+                conn.request(
+                    "GET",
+                    "/api/v1/gpus",
+                    headers={"Authorization": f"Bearer {secrets.token_hex(16)}"},
+                )
+                resp = conn.getresponse()
+                resp.read()
+                codes.append(resp.status)
+            except (OSError, http.client.HTTPException):
+                pass
+            finally:
+                conn.close()
+
+    flooders = [
+        threading.Thread(target=flood, args=(f"127.0.0.{2 + i % 4}",), daemon=True)
+        for i in range(48)
+    ]
+    for thread in flooders:
+        thread.start()
+    answered = []
+    try:
+        deadline = time.monotonic() + 30
+        while rest.in_flight < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(30):
+            conn = http.client.HTTPConnection("127.0.0.1", probes.port, timeout=30)
+            try:
+                conn.request("GET", "/healthz")
+                resp = conn.getresponse()
+                answered.append((resp.status, resp.read()))
+            finally:
+                conn.close()
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for thread in flooders:
+            thread.join(30)
+        api.stop()
+        probes.stop()
+    assert answered == [(200, b"ok\n")] * 30
+    assert 1 <= rest.peak <= 4
+    assert 429 in codes and set(codes) <= {401, 429}

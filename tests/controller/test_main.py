@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -32,14 +33,26 @@ from tests.controller import helpers as h
 from tests.kube.test_httpserve import all_closed, get_with_retries, short_limits, stall
 
 DEADLINE_S = 30.0
+#: The CA of the certificates the running controller serves (the webhook's and the API's).
+_CA = trustme.CA()
+_TRUST = ssl.create_default_context()
+_CA.configure_trust(_TRUST)
+#: The audience the JSON API's tokens are bound to.
+AUDIENCE = ("sharegpu.dev",)
 
 
-def _get(port: int, path: str, token: str | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+def _get(
+    port: int, path: str, token: str | None = None, scheme: str = "https"
+) -> tuple[int, bytes]:
+    """GET from the JSON API (HTTPS, as the chart serves it) or, with ``scheme="http"``, from
+    the probe or metrics port."""
+    host = "localhost" if scheme == "https" else "127.0.0.1"
+    request = urllib.request.Request(f"{scheme}://{host}:{port}{path}")
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
+    context = _TRUST if scheme == "https" else None
     try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
+        with urllib.request.urlopen(request, timeout=30, context=context) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
@@ -47,7 +60,7 @@ def _get(port: int, path: str, token: str | None = None) -> tuple[int, bytes]:
 
 @pytest.fixture
 def running(apiserver: KubeAPIServer, tmp_path: Path) -> Iterator[tuple[Controller, h.Cluster]]:
-    cert = trustme.CA().issue_cert("localhost")
+    cert = _CA.issue_cert("localhost")
     cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
     cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     args = build_parser().parse_args(
@@ -58,6 +71,9 @@ def running(apiserver: KubeAPIServer, tmp_path: Path) -> Iterator[tuple[Controll
             f"--tls-key-file={tmp_path / 'tls.key'}",
             "--metrics-address=127.0.0.1:0",
             "--api-address=127.0.0.1:0",
+            f"--api-tls-cert-file={tmp_path / 'tls.crt'}",
+            f"--api-tls-key-file={tmp_path / 'tls.key'}",
+            "--probe-address=127.0.0.1:0",
             "--leader-elect=true",
             "--lease-namespace=sharegpu",
         ]
@@ -83,7 +99,7 @@ def test_metrics_scraped_and_parsed(
     controller, cluster = running
     assert apiserver.wait_for(cluster.converged, DEADLINE_S)
     assert controller.metrics_server is not None
-    status, body = _get(controller.metrics_server.server_address[1], "/metrics")
+    status, body = _get(controller.metrics_server.server_address[1], "/metrics", scheme="http")
     assert status == 200
     samples: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(body.decode()):
@@ -176,7 +192,7 @@ def test_json_api_and_probes(
     port = controller.api_server.server_address[1]
     assert _get(port, "/healthz")[0] == 200
     assert apiserver.wait_for(lambda: _get(port, "/readyz")[0] == 200, DEADLINE_S)
-    apiserver.reviews.add_token("reader-token", "reader")
+    apiserver.reviews.add_token("reader-token", "reader", audiences=AUDIENCE)
     apiserver.reviews.allow("reader", "list", "resource.sharegpu.dev", "gpus")
     status, body = _get(port, "/api/v1/gpus", "reader-token")
     items = json.loads(body)["items"]
@@ -200,8 +216,10 @@ def test_the_json_api_is_served_only_to_users_who_may_list_gpu_objects(
     controller, _ = running
     assert controller.api_server is not None
     port = controller.api_server.server_address[1]
-    apiserver.reviews.add_token("tenant-token", "tenant")
-    apiserver.reviews.add_token("ops-token", "ops", groups=("gpu-admins",))
+    apiserver.reviews.add_token("tenant-token", "tenant", audiences=AUDIENCE)
+    apiserver.reviews.add_token("ops-token", "ops", groups=("gpu-admins",), audiences=AUDIENCE)
+    # A token for the Kubernetes API (its default audience) is no key to the JSON API.
+    apiserver.reviews.add_token("kube-token", "ops", groups=("gpu-admins",))
     apiserver.reviews.allow("gpu-admins", "list", "resource.sharegpu.dev", "gpus")
     status, body = _get(port, "/api/v1/gpus")
     assert status == 401 and b"needs a bearer token" in body
@@ -211,8 +229,15 @@ def test_the_json_api_is_served_only_to_users_who_may_list_gpu_objects(
     assert status == 403 and b"may not list gpus.resource.sharegpu.dev" in body
     assert _get(port, "/api/v1/nodes/n1/gpus", "tenant-token")[0] == 403
     assert _get(port, "/api/v1/gpus", "ops-token")[0] == 200
-    # Probes carry no data and need no credentials.
+    status, body = _get(port, "/api/v1/gpus", "kube-token")
+    assert status == 401 and b"not valid for audience 'sharegpu.dev'" in body
+    # Probes carry no data and need no credentials; the probe port serves nothing else.
     assert _get(port, "/healthz")[0] == 200
+    assert controller.probe_server is not None
+    probes = controller.probe_server.server_address[1]
+    assert _get(probes, "/healthz", scheme="http") == (200, b"ok\n")
+    assert _get(probes, "/readyz", scheme="http")[0] == 200
+    assert _get(probes, "/api/v1/gpus", "ops-token", scheme="http")[0] == 404
     # Decisions are cached: polling again costs no further review.
     reviews = apiserver.request_count("create", "tokenreviews")
     for _ in range(5):

@@ -38,7 +38,7 @@ def handler(kube: KubeRest) -> AdmissionHandler:
 
 
 def answer(h: AdmissionHandler, obj: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    response: dict[str, Any] = h.review(review(obj, **kw))["response"]
+    response: dict[str, Any] = h.review(review(obj, **kw), from_api_server=True)["response"]
     return response
 
 
@@ -164,9 +164,9 @@ def test_a_namespace_the_quota_cache_knows_has_none_is_admitted_without_the_api(
     server is down; when the cache cannot tell (not yet synced), the quotas are listed."""
     kube = _Unreachable()
     known_none = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: False)
-    assert AdmissionHandler(DRIVER, quota=known_none).review(review(claim("a", 30, "10Gi")))[
-        "response"
-    ]["allowed"]
+    assert AdmissionHandler(DRIVER, quota=known_none).review(
+        review(claim("a", 30, "10Gi")), from_api_server=True
+    )["response"]["allowed"]
     assert kube.requests == 0
     unknown = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: None)
     denied = answer(AdmissionHandler(DRIVER, quota=unknown), claim("b", 30, "10Gi"))
@@ -228,3 +228,36 @@ def test_other_read_errors_still_deny(apiserver: KubeAPIServer, kube: KubeRest) 
     assert not denied["allowed"]
     assert "cannot read the GpuQuotas of namespace team-a" in denied["status"]["message"]
     assert "warnings" not in denied
+
+
+def with_uid(obj: dict[str, Any], uid: str) -> dict[str, Any]:
+    """``obj`` with the ``metadata.uid`` the API server gives it before validating admission."""
+    return {**obj, "metadata": {**obj["metadata"], "uid": uid}}
+
+
+def test_a_create_named_like_a_live_claim_does_not_replace_its_charge(kube: KubeRest) -> None:
+    """The API server refuses a duplicate name only after admission: its charge is its own
+    (keyed by its UID), so the live claim stays charged and a third claim does not fit."""
+    create_quota(kube, quota("q", {"devices": 2}))
+    h = handler(kube)
+    assert answer(h, with_uid(claim("a", 10), "uid-a"))["allowed"]
+    assert answer(h, with_uid(claim("a", 10), "uid-dup"))["allowed"]  # refused later: exists
+    denied = answer(h, with_uid(claim("b", 10), "uid-b"))
+    assert not denied["allowed"]
+    assert "devices: used 2, asked 1, hard 2, 0 left" in denied["status"]["message"]
+    charges = read_quota(kube, "q")["status"]["claims"]
+    assert sorted(charges) == ["uid-a", "uid-dup"]
+    assert {entry["name"] for entry in charges.values()} == {"a"}
+
+
+def test_the_undo_of_a_denied_duplicate_keeps_the_live_claims_charge(kube: KubeRest) -> None:
+    create_quota(kube, quota("a-devices", {"devices": 2}))
+    create_quota(kube, quota("b-memory", {"memory": "10Gi"}))
+    h = handler(kube)
+    assert answer(h, with_uid(claim("a", 10, "5Gi"), "uid-a"))["allowed"]
+    denied = answer(h, with_uid(claim("a", 10, "20Gi"), "uid-dup"))
+    assert not denied["allowed"] and "GpuQuota team-a/b-memory" in denied["status"]["message"]
+    for name in ("a-devices", "b-memory"):
+        charges = read_quota(kube, name)["status"]["claims"]
+        assert list(charges) == ["uid-a"], name
+        assert charges["uid-a"]["devices"] == 1

@@ -14,7 +14,7 @@ from controller.quotaadmit import QuotaAdmitter
 from controller.quotacharge import ChargeBasis
 from controller.quotacontroller import QuotaController
 from controller.webhook import AdmissionHandler
-from sharegpu.kube.rest import KubeRest
+from sharegpu.kube.rest import KubeRest, resource_path
 from tests.controller.quota_helpers import (
     DRIVER,
     GI,
@@ -70,7 +70,8 @@ def test_restart_recomputes_usage_from_live_claims(
     controller_factory()
     wait_for(lambda: used(kube).get("cores") == 50, "cores used 50")
     status = read_quota(kube, "q")["status"]
-    assert sorted(status["claims"]) == ["a", "b"]
+    assert sorted(entry["name"] for entry in status["claims"].values()) == ["a", "b"]
+    assert all(key == entry["uid"] for key, entry in status["claims"].items())
     assert status["used"] == {"cores": 50, "memory": "2Gi", "devices": 2}
     assert status["coresSummary"] == "50/100"
 
@@ -80,15 +81,16 @@ def test_deleting_a_claim_releases_its_charge(
 ) -> None:
     create_quota(kube, quota("q", {"cores": 100}))
     h = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
-    obj = claim("a", 60)
-    assert h.review(review(obj))["response"]["allowed"]
-    kube.request("POST", claims_path(), body=obj)
+    # Admission sees the object with the UID the API server stores it under.
+    stored = kube.request("POST", claims_path(), body=claim("a", 60))
+    assert h.review(review(stored), from_api_server=True)["response"]["allowed"]
+    uid = stored["metadata"]["uid"]
     controller_factory()
-    wait_for(lambda: "admittedAt" not in read_quota(kube, "q")["status"]["claims"]["a"], "seen")
+    wait_for(lambda: "admittedAt" not in read_quota(kube, "q")["status"]["claims"][uid], "seen")
     kube.request("DELETE", f"{claims_path()}/a")
     wait_for(lambda: used(kube).get("cores") == 0, "release")
     # The freed cores admit a new claim.
-    assert h.review(review(claim("b", 100)))["response"]["allowed"]
+    assert h.review(review(claim("b", 100)), from_api_server=True)["response"]["allowed"]
 
 
 def test_a_charge_whose_claim_never_appears_is_released_after_the_grace(
@@ -96,7 +98,9 @@ def test_a_charge_whose_claim_never_appears_is_released_after_the_grace(
 ) -> None:
     create_quota(kube, quota("q", {"cores": 100}))
     h = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
-    assert h.review(review(claim("ghost", 70)))["response"]["allowed"]  # never stored
+    assert h.review(review(claim("ghost", 70)), from_api_server=True)["response"][
+        "allowed"
+    ]  # never stored
     assert used(kube)["cores"] == 70
     clock = [time.time()]
     controller_factory(wall_clock=lambda: clock[0], grace_s=60.0)
@@ -131,7 +135,8 @@ def test_an_allocated_claim_is_charged_its_consumed_capacity(
     }
     kube.request("PUT", f"{claims_path()}/a/status", body=stored)
     wait_for(lambda: used(kube).get("cores") == 32, "consumed capacity charged")
-    assert read_quota(kube, "q")["status"]["claims"]["a"]["allocated"] is True
+    charge = read_quota(kube, "q")["status"]["claims"][stored["metadata"]["uid"]]
+    assert charge["allocated"] is True and charge["name"] == "a"
 
 
 def test_claims_from_templates_are_charged(
@@ -144,9 +149,9 @@ def test_claims_from_templates_are_charged(
     generated = claim("pod-1-gpu-x7k2p", 10)
     generated["metadata"]["generateName"] = "pod-1-gpu-"
     generated["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
-    assert h.review(review(generated))["response"]["allowed"]
+    assert h.review(review(generated), from_api_server=True)["response"]["allowed"]
     second = claim("pod-2-gpu-a1b2c", 10)
-    assert not h.review(review(second))["response"]["allowed"]
+    assert not h.review(review(second), from_api_server=True)["response"]["allowed"]
 
 
 def test_gauges_report_used_and_hard(
@@ -162,3 +167,34 @@ def test_gauges_report_used_and_hard(
     assert (by_resource["memory"].used, by_resource["memory"].hard) == (GI, 80 * GI)
     assert by_resource["devices"].hard is None
     assert {g.namespace for g in c.gauges()} == {NAMESPACE}
+
+
+def test_a_quota_scoped_to_a_class_of_the_driver_with_any_name_charges_its_claims(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    """An admin's DeviceClass ``premium`` selects this driver's devices but does not carry the
+    driver's name: a GpuQuota scoped to it used to charge nothing. The class is the driver's by
+    its selectors, for admission and for the controller."""
+    kube.request(
+        "POST",
+        resource_path("resource.k8s.io", "v1", "deviceclasses"),
+        body={
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "premium"},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+        },
+    )
+    create_quota(kube, quota("q", {"devices": 1}, classes=["premium"]))
+    stored = kube.request("POST", claims_path(), body=claim("a", 30, device_class="premium"))
+    controller = controller_factory()
+    wait_for(lambda: used(kube).get("devices") == 1, "the controller charges the claim")
+    assert controller.driver_classes() == frozenset({"premium"})
+    admitter = QuotaAdmitter(
+        kube, DRIVER, basis=lambda: BASIS, known_classes=controller.driver_classes
+    )
+    h = AdmissionHandler(DRIVER, quota=admitter)
+    second = h.review(review(claim("b", 30, device_class="premium")), from_api_server=True)
+    assert not second["response"]["allowed"]
+    assert "GpuQuota team-a/q" in second["response"]["status"]["message"]
+    assert list(read_quota(kube, "q")["status"]["claims"]) == [stored["metadata"]["uid"]]

@@ -14,8 +14,10 @@ import logging
 import re
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from api.names import DEFAULT_DRIVER_NAME as DRIVER
+from controller.checkgate import CompileGate
 from controller.metrics import ControllerMetrics
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
+from sharegpu.admission.checks import uncompiled_selector_bytes
+from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
 from tests.controller.test_webhook import (
     Endpoint,
@@ -508,3 +513,148 @@ def test_a_capacity_of_1e1000000_is_denied_at_once(endpoint: Endpoint) -> None:
     assert time.monotonic() - started < 5  # a hang guard: it takes milliseconds
     assert response["allowed"] is False
     assert "out of range, sharegpu accepts quantities up to" in response["status"]["message"]
+
+
+# --- slots and compiles under attack -------------------------------------------------------------
+
+
+def start_webhook(
+    tmp_path: Path, admission: AdmissionHandler, limits: httpserve.ServerLimits | None = None
+) -> Endpoint:
+    ca = trustme.CA()
+    cert, key = _issue(ca, tmp_path)
+    telemetry = Telemetry(f"test-webhook-{tmp_path.name}")
+    server = WebhookServer("127.0.0.1:0", admission, CertificateReloader(cert, key, 0.0), limits)
+    return Endpoint(server.start(), ca, telemetry)
+
+
+def stop_webhook(endpoint: Endpoint) -> None:
+    endpoint.server.stop()
+    endpoint.telemetry.shutdown()
+
+
+def slow_body_connection(endpoint: Endpoint, source: str) -> ssl.SSLSocket | None:
+    """A TLS connection from ``source`` that sends a complete review head declaring a 60,000
+    byte body, then one byte of it (None when the webhook closed it at once)."""
+    try:
+        raw = socket.create_connection(
+            ("127.0.0.1", endpoint.server.port), timeout=10, source_address=(source, 0)
+        )
+        tls = endpoint.context.wrap_socket(raw, server_hostname="localhost")
+        tls.sendall(
+            b"POST /validate/resourceclaims HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n{"
+        )
+        return tls
+    except OSError:
+        return None
+
+
+def test_slow_bodies_from_several_sources_cannot_hold_the_slots(tmp_path: Path) -> None:
+    """The attack: every slot taken by TLS connections that sent a complete head with
+    ``Content-Length: 60000`` and then trickle the body (from four addresses, reconnecting as
+    they are cut). Those used to be unevictable: 65 of 80 reviews failed. Every review of the
+    API server is answered now: a slow body is evicted at the cap and cut by the body rate."""
+    limits = httpserve.ServerLimits(request_timeout_s=30.0, max_connections=16)
+    endpoint = start_webhook(tmp_path, AdmissionHandler(DRIVER), limits)
+    stop = threading.Event()
+    held: list[ssl.SSLSocket] = []
+
+    def attack() -> None:
+        i = 0
+        while not stop.is_set():
+            live = [s for s in held if not stop.is_set()]
+            if len(live) < 64:
+                sock = slow_body_connection(endpoint, f"127.0.0.{2 + i % 4}")
+                if sock is not None:
+                    held.append(sock)
+                i += 1
+            for sock in list(held):
+                try:
+                    sock.send(b" ")
+                except OSError:
+                    held.remove(sock)
+                    sock.close()
+            time.sleep(0.05)
+
+    attacker = threading.Thread(target=attack, name="slow-bodies", daemon=True)
+    attacker.start()
+    failures: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while endpoint.server.active_connections < 16 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert endpoint.server.active_connections >= 16  # every slot is held
+        for _ in range(20):
+            try:
+                assert endpoint.review(claim(exactly()))["allowed"] is True
+            except (OSError, http.client.HTTPException) as exc:
+                failures.append(repr(exc))
+    finally:
+        stop.set()
+        attacker.join(30)
+        for sock in held:
+            sock.close()
+        stop_webhook(endpoint)
+    assert failures == []
+    assert endpoint.server.evicted > 0
+
+
+class CountingHandler(AdmissionHandler):
+    """The real handler, counting the checks of new selectors that run at once (the compile
+    work in flight); each such check waits for :attr:`release` first, so a test holds the
+    slots as long as it needs."""
+
+    def __init__(self, gate: CompileGate) -> None:
+        super().__init__(DRIVER, gate=gate)
+        self._lock = threading.Lock()
+        self.release = threading.Event()
+        self.running = 0
+        self.peak = 0
+
+    def findings(self, kind: str, obj: dict[str, Any]) -> list[Any]:
+        if not uncompiled_selector_bytes(obj, DRIVER):
+            return super().findings(kind, obj)
+        with self._lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        try:
+            self.release.wait(60)
+            return super().findings(kind, obj)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def test_heavy_reviews_compile_two_at_a_time_and_the_rest_are_allowed_unchecked(
+    tmp_path: Path,
+) -> None:
+    """The attack: many reviews at once, each with 2 x 8 KiB of distinct new selectors (inside
+    the per-object budget, so each is compiled; about a second of CPU and tens of MiB each).
+    They used to compile all at once (1.4 GiB, every review past the API server's timeout).
+    Now at most two compile at a time; a review that finds no slot within the wait is allowed
+    with a "not checked" warning; a plain claim never waits for a slot."""
+    handler = CountingHandler(CompileGate(slots=2, wait_s=0.2))
+    endpoint = start_webhook(tmp_path, handler)
+    heavy = [claim(exactly(selectors=distinct_selectors(2, 8 * 1024 - 16 - i))) for i in range(12)]
+    try:
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            first = [pool.submit(endpoint.review, obj) for obj in heavy[:2]]
+            deadline = time.monotonic() + 30
+            while handler.running < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert handler.running == 2  # both slots held by compiling checks
+            turned_away = list(pool.map(endpoint.review, heavy[2:]))
+            plain = list(pool.map(endpoint.review, [claim(exactly())] * 4))
+            handler.release.set()
+            compiled = [f.result() for f in first]
+    finally:
+        handler.release.set()
+        stop_webhook(endpoint)
+    assert handler.peak == 2
+    for answer in turned_away:
+        assert answer["allowed"] is True
+        assert any("the admission webhook is busy" in w for w in answer["warnings"]), answer
+    assert handler.gate.turned_away == 10
+    assert all(a["allowed"] is True and "warnings" not in a for a in plain)
+    assert all(a["allowed"] is True and "warnings" not in a for a in compiled)

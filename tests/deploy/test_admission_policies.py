@@ -67,6 +67,7 @@ def test_every_policy_is_bound_with_deny_and_matches_what_the_plugin_writes(
     }
     assert sorted(rules.values()) == [
         [(["pods"], ["CREATE", "DELETE", "UPDATE"])],
+        [(["resourceclaims/status"], ["UPDATE"])],
         [(["resourceslices"], ["CREATE", "DELETE", "UPDATE"])],
     ]
     assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
@@ -194,6 +195,28 @@ def _host_path(pod: dict[str, Any], path: str) -> None:
             "may only mount",
         ),
         (
+            lambda p: p["spec"]["containers"][0]["env"].append(
+                {"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+            ),
+            "may not read Secrets or ConfigMaps",
+        ),
+        (
+            lambda p: p["spec"]["containers"][0]["env"].append(
+                {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
+            ),
+            "may not read Secrets or ConfigMaps",
+        ),
+        (
+            lambda p: p["spec"]["containers"][0].update(envFrom=[{"secretRef": {"name": "s"}}]),
+            "may not read Secrets or ConfigMaps",
+        ),
+        (
+            lambda p: p["spec"]["initContainers"][0].update(
+                envFrom=[{"configMapRef": {"name": "c"}}]
+            ),
+            "may not read Secrets or ConfigMaps",
+        ),
+        (
             lambda p: p["metadata"]["labels"].pop("app.kubernetes.io/component"),
             "may only create or delete MPS daemon pods",
         ),
@@ -260,7 +283,7 @@ def test_the_pod_policy_follows_the_mps_root_and_the_driver_root(helm: str) -> N
     assert denials(p, pod_request("CREATE"), pod)
 
 
-@pytest.mark.parametrize("suffix", ["-resourceslices", "-mps-pods"])
+@pytest.mark.parametrize("suffix", ["-resourceslices", "-mps-pods", "-claim-status"])
 def test_every_expression_type_checks_with_the_node_name_a_string(
     docs: list[dict[str, Any]], suffix: str
 ) -> None:
@@ -278,3 +301,90 @@ def test_every_expression_type_checks_with_the_node_name_a_string(
         compile_expression(
             typed, {"request": "dyn", "object": "dyn", "oldObject": "dyn", "variables": "dyn"}
         )
+
+
+# --- claim status ------------------------------------------------------------------------------
+
+DRIVER = "gpu.sharegpu.dev"
+
+
+def claim_on(node: str, devices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A claim allocated on ``node`` (the node selector the scheduler writes for node-local
+    devices), with ``status.devices``."""
+    return {
+        "metadata": {"name": "c", "namespace": "team-a"},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node}]},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+            "devices": devices or [],
+        },
+    }
+
+
+def usage_written(claim: dict[str, Any], driver: str = DRIVER) -> dict[str, Any]:
+    """``claim`` with a usage entry of ``driver`` added to ``status.devices``."""
+    updated = copy.deepcopy(claim)
+    updated["status"]["devices"].append(
+        {"driver": driver, "pool": "p", "device": "gpu-0", "data": {"usedMemory": "1Gi"}}
+    )
+    return updated
+
+
+def test_the_plugin_may_write_usage_into_its_own_nodes_claims(docs: list[dict[str, Any]]) -> None:
+    p = policy(docs, "-claim-status")
+    old = claim_on(NODE)
+    assert denials(p, pod_request("UPDATE"), usage_written(old), old) == []
+
+
+def test_the_plugin_may_not_rewrite_other_nodes_claims(docs: list[dict[str, Any]]) -> None:
+    """The plugin's RBAC allows ``update resourceclaims/status`` everywhere (only Kubernetes
+    1.36's beta gate narrows it); this policy holds it to claims allocated on its node."""
+    p = policy(docs, "-claim-status")
+    other = claim_on("other-node")
+    found = denials(p, pod_request("UPDATE"), usage_written(other), other)
+    assert found and "may only update the status of claims allocated on that node" in found[0]
+    unallocated = {"metadata": {"name": "c"}, "status": {}}
+    assert denials(p, pod_request("UPDATE"), unallocated, unallocated)
+    found = denials(
+        p, pod_request("UPDATE", node=None), usage_written(claim_on(NODE)), claim_on(NODE)
+    )
+    assert found and "must authenticate" in found[0]
+
+
+def test_the_plugin_may_change_neither_allocations_nor_other_drivers_entries(
+    docs: list[dict[str, Any]],
+) -> None:
+    p = policy(docs, "-claim-status")
+    old = claim_on(NODE, devices=[{"driver": "nic.example.com", "pool": "p", "device": "n0"}])
+    moved = usage_written(old)
+    moved["status"]["allocation"]["devices"]["results"][0]["pool"] = "elsewhere"
+    found = denials(p, pod_request("UPDATE"), moved, old)
+    assert found and any("allocation or reservations" in m for m in found), found
+    unreserved = usage_written(old)
+    unreserved["status"]["reservedFor"] = []
+    assert any(
+        "allocation or reservations" in m
+        for m in denials(p, pod_request("UPDATE"), unreserved, old) or []
+    )
+    foreign = usage_written(old, driver="nic.example.com")
+    found = denials(p, pod_request("UPDATE"), foreign, old)
+    assert found and any("only change status.devices entries of driver" in m for m in found), found
+    # Other users are out of the policy's scope.
+    other_user = {"operation": "UPDATE", "userInfo": user("system:admin", None)}
+    assert denials(p, other_user, foreign, old) is None
+
+
+def test_without_usage_writes_there_is_no_claim_status_grant_nor_policy(helm: str) -> None:
+    docs = render_chart(helm, "--set", "kubeletPlugin.usage.enabled=false", namespace=NAMESPACE)
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-claim-status")]

@@ -293,14 +293,17 @@ def test_servers_listen_on_the_pod_ip(
                     ports[(kind, flag)] = int(port)
             assert "0.0.0.0" not in " ".join(container["args"])
     expected = {("DaemonSet", "--metrics-address"), ("Deployment", "--metrics-address")}
-    expected.add(("Deployment", "--api-address"))
+    expected |= {("Deployment", "--api-address"), ("Deployment", "--probe-address")}
     if variant != "no-webhook":
         expected.add(("Deployment", "--webhook-address"))
     assert set(ports) == expected
     deployment = one(rendered[variant], "Deployment")
     (controller,) = deployment["spec"]["template"]["spec"]["containers"]
     named = {p["name"]: p["containerPort"] for p in controller["ports"]}
-    assert named["api"] == ports[("Deployment", "--api-address")]  # the probes' port
+    assert named["api"] == ports[("Deployment", "--api-address")]
+    assert named["probes"] == ports[("Deployment", "--probe-address")]
+    for probe in ("livenessProbe", "readinessProbe"):  # off the JSON API's authenticated path
+        assert controller[probe]["httpGet"]["port"] == "probes"
 
 
 def rules_of(docs: list[dict[str, Any]], kind: str, name_suffix: str) -> set[tuple[str, str, str]]:
@@ -335,7 +338,11 @@ def test_rbac_grants_exactly_what_the_code_uses(
         | triples("resource.k8s.io", ["resourceclaims/driver"], ["associated-node:update"])
     )
     assert rules_of(docs, "ClusterRole", "controller") == (
-        triples("resource.k8s.io", ["resourceslices", "resourceclaims"], ["list", "watch"])
+        triples(
+            "resource.k8s.io",
+            ["resourceslices", "resourceclaims", "deviceclasses"],
+            ["list", "watch"],
+        )
         | triples("", ["pods"], ["list", "watch"])
         # ShareOvercommitted Events on the pods of an overcommitted share (create only).
         | triples("", ["events"], ["create"])
@@ -383,7 +390,7 @@ def test_self_signed_webhook_certificate_matches_the_ca_bundle(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     docs = rendered["default"]
-    secret = one(docs, "Secret")
+    (secret,) = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"].endswith("-tls")]
     webhook = one(docs, "ValidatingWebhookConfiguration")
     bundles = {w["clientConfig"]["caBundle"] for w in webhook["webhooks"]}
     assert bundles == {secret["data"]["ca.crt"]}
@@ -395,6 +402,9 @@ def test_self_signed_webhook_certificate_matches_the_ca_bundle(
     )
     san = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert f"{service['metadata']['name']}.{NAMESPACE}.svc" in san.get_values_for_type(x509.DNSName)
+    # The JSON API serves HTTPS with the same certificate, under its own Service's names.
+    api = next(d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-api"))
+    assert f"{api['metadata']['name']}.{NAMESPACE}.svc" in san.get_values_for_type(x509.DNSName)
     assert serving.not_valid_after_utc > datetime.datetime.now(datetime.UTC)
 
 
@@ -410,7 +420,10 @@ def test_webhook_policy_and_cert_manager_injection(
     injected = managed["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
     assert injected == f"{NAMESPACE}/{cert['metadata']['name']}"
     assert all("caBundle" not in w["clientConfig"] for w in managed["webhooks"])
-    assert not by_kind(rendered["cert-manager"], "Secret")
+    # cert-manager issues the serving certificate; the chart still holds the client CA.
+    assert [s["metadata"]["name"] for s in by_kind(rendered["cert-manager"], "Secret")] == [
+        "sharegpu-webhook-client"
+    ]
 
 
 def test_device_classes(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -507,6 +520,15 @@ def test_chart_crd_copy_matches_the_generated_crd() -> None:
         ("kubeletPlugin.mig=auto", "/kubeletPlugin/mig"),
         # Dynamic MIG needs partitions mode (the default mode is consumable).
         ("kubeletPlugin.mig=dynamic", "/kubeletPlugin/sharingMode"),
+        # MPS daemon pods need their pod policy: the plugin's pod-create Role without it would
+        # let a compromised plugin start any pod.
+        ("resourceSlicePolicy.enabled=false", "/resourceSlicePolicy/enabled"),
+        # A metrics peer must name its namespaces: a pod label alone is one any tenant sets.
+        ("networkPolicy.metricsFrom[0].namespaceSelector=null", "/networkPolicy/metricsFrom/0"),
+        (
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels=null",
+            "/networkPolicy/metricsFrom/0/namespaceSelector",
+        ),
     ],
 )
 def test_values_schema_rejects_bad_values(helm: str, set_arg: str, message: str) -> None:
@@ -656,6 +678,9 @@ def test_every_port_of_every_workload_has_a_network_policy(
             opened = _policy_ports(policy)
             for container in workload["spec"]["template"]["spec"]["containers"]:
                 for port in container.get("ports") or []:
+                    if port["name"] == "probes":  # closed to every pod: the kubelet's only
+                        assert port["name"] not in opened
+                        continue
                     assert port["name"] in opened, (workload["metadata"]["name"], port["name"])
             # Only the webhook is open to every source; everything else names its peers.
             for name, peers in opened.items():
@@ -711,3 +736,58 @@ def test_default_share_cores_reach_the_plugin_in_consumable_mode_only(helm: str)
         helm, "template", RELEASE, str(CHART_DIR), "--set", "kubeletPlugin.defaultShareCores=0"
     )
     assert result.returncode != 0 and "defaultShareCores" in result.stderr
+
+
+def test_the_api_servers_client_certificate_is_signed_by_the_ca_the_controller_trusts(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The webhook charges GpuQuotas only for reviews with a client certificate of this CA: the
+    chart generates the pair for the API server and mounts only the CA into the controller."""
+    docs = rendered["default"]
+    (client,) = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"].endswith("-client")]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(client["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(client["data"]["tls.crt"]))
+    _verify_signed_by(cert, ca)
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert x509.ExtendedKeyUsageOID.CLIENT_AUTH in list(usages)
+    deployment = one(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [
+        v
+        for v in pod["volumes"]
+        if v.get("secret", {}).get("secretName") == client["metadata"]["name"]
+    ]
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # never the key
+    (controller,) = pod["containers"]
+    (mount,) = [m for m in controller["volumeMounts"] if m["name"] == volume["name"]]
+    assert f"--webhook-client-ca-file={mount['mountPath']}/ca.crt" in controller["args"]
+
+
+def test_an_existing_client_ca_and_allowed_names_reach_the_controller(helm: str) -> None:
+    docs = render(
+        helm,
+        [
+            "controller.webhook.clientAuth.existingSecret=apiserver-webhook-ca",
+            "controller.webhook.clientAuth.allowedNames={kube-apiserver-webhook}",
+        ],
+    )
+    assert not [d for d in by_kind(docs, "Secret") if d["metadata"]["name"].endswith("-client")]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert {"key": "ca.crt", "path": "ca.crt"} in next(
+        v["secret"]["items"]
+        for v in pod["volumes"]
+        if v.get("secret", {}).get("secretName") == "apiserver-webhook-ca"
+    )
+    assert "--webhook-client-name=kube-apiserver-webhook" in pod["containers"][0]["args"]
+
+
+def test_the_json_api_serves_https_and_asks_for_its_audience(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    (controller,) = containers(rendered["default"], "Deployment")
+    args = controller["args"]
+    assert "--api-token-audience=sharegpu.dev" in args
+    assert "--api-tls-cert-file=/etc/sharegpu/tls/tls.crt" in args
+    assert "--api-tls-key-file=/etc/sharegpu/tls/tls.key" in args
+    (plain,) = containers(rendered["no-webhook"], "Deployment")  # no certificate: plain HTTP
+    assert not [a for a in plain["args"] if a.startswith("--api-tls")]

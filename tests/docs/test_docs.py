@@ -159,6 +159,11 @@ OTHER_TOOLS_FLAGS = {
     "--resource",
     "--clusterrole",
     "--serviceaccount",
+    # kube-apiserver's admission configuration (docs/install.md, docs/security.md)
+    "--admission-control-config-file",
+    # kubectl create token --audience, curl --cacert (docs/observability.md)
+    "--audience",
+    "--cacert",
 }
 
 

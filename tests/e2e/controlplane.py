@@ -112,6 +112,10 @@ def write_kubeconfig(
     return path
 
 
+#: The subject of the API server's webhook client certificate.
+WEBHOOK_CLIENT_NAME = "e2e-apiserver-webhook-client"
+
+
 class ControlPlane:
     """etcd, kube-apiserver, kube-controller-manager and kube-scheduler of one run."""
 
@@ -126,6 +130,9 @@ class ControlPlane:
         self.api_port = 0
         self.server = ""
         self.admin_cert = self.pki.issue("admin", user="e2e-admin", group="system:masters")
+        #: The client certificate the API server presents to admission webhooks (the
+        #: controller charges GpuQuotas only for reviews that carry it; docs/install.md).
+        self.webhook_client = self.pki.issue("webhook-client", user=WEBHOOK_CLIENT_NAME)
         self.admin_kubeconfig = work / "admin.kubeconfig"
         self.apiserver: Process | None = None
 
@@ -202,6 +209,48 @@ class ControlPlane:
                 self.processes.stop(proc)
         raise StepFailed(failure("start etcd", name, "no free port pair after 3 attempts"))
 
+    def _admission_config(self) -> Path:
+        """The AdmissionConfiguration of docs/install.md: the validating webhook plugin's
+        kubeconfig presents :attr:`webhook_client` to every webhook (user ``*``)."""
+        kubeconfig = self.work / "webhook-admission.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "users": [
+                        {
+                            "name": "*",
+                            "user": {
+                                "client-certificate": str(self.webhook_client[0]),
+                                "client-key": str(self.webhook_client[1]),
+                            },
+                        }
+                    ],
+                }
+            )
+        )
+        config = self.work / "admission-config.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": [
+                        {
+                            "name": "ValidatingAdmissionWebhook",
+                            "configuration": {
+                                "apiVersion": "apiserver.config.k8s.io/v1",
+                                "kind": "WebhookAdmissionConfiguration",
+                                "kubeConfigFile": str(kubeconfig),
+                            },
+                        }
+                    ],
+                }
+            )
+        )
+        return config
+
     def _start_apiserver(self, etcd_url: str) -> None:
         serving = self.pki.issue(
             "apiserver",
@@ -232,6 +281,7 @@ class ControlPlane:
                     f"--client-ca-file={self.pki.ca_file}",
                     "--authorization-mode=Node,RBAC",
                     "--enable-admission-plugins=NodeRestriction",
+                    f"--admission-control-config-file={self._admission_config()}",
                     "--allow-privileged=true",
                     f"--service-cluster-ip-range={SERVICE_CIDR}",
                     "--service-account-issuer=https://kubernetes.default.svc",

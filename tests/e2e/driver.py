@@ -15,7 +15,7 @@ from typing import Any, Final
 import yaml
 
 from tests.deploy.helpers import load_documents, run_helm
-from tests.e2e.controlplane import ControlPlane, free_port, write_kubeconfig
+from tests.e2e.controlplane import WEBHOOK_CLIENT_NAME, ControlPlane, free_port, write_kubeconfig
 from tests.e2e.processes import Process, StepFailed, failure, wait_until
 from tests.paths import REPO_ROOT
 
@@ -128,6 +128,9 @@ def start_controller(plane: ControlPlane, chart: list[dict[str, Any]]) -> Runnin
         "--webhook-address=127.0.0.1:0",
         f"--tls-cert-file={cert}",
         f"--tls-key-file={key}",
+        # Only reviews with the API server's client certificate charge GpuQuotas.
+        f"--webhook-client-ca-file={plane.pki.ca_file}",
+        f"--webhook-client-name={WEBHOOK_CLIENT_NAME}",
         "--metrics-address=",
         f"--api-address=127.0.0.1:{free_port()}",
         "--leader-elect=true",

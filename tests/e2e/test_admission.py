@@ -4,13 +4,17 @@ claim that fits and denies the one over it (examples/gpu-quota)."""
 
 from __future__ import annotations
 
+import json
+import ssl
+import urllib.request
 from typing import Any
 
 import yaml
 
 from tests.deploy.helpers import load_documents
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.processes import step
+from tests.e2e.driver import RunningController
+from tests.e2e.processes import step, wait_until
 from tests.paths import EXAMPLES_DIR
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
@@ -86,3 +90,77 @@ def test_gpu_quota_admits_within_and_denies_over(webhook: str, crds: ControlPlan
     ).stdout
     used = yaml.safe_load(quota).get("status", {}).get("used", {})
     assert used.get("cores") == 60, quota
+
+
+def _forged_review(controller: RunningController, claim: dict[str, Any]) -> dict[str, Any]:
+    """POST an AdmissionReview of a CREATE of ``claim`` straight to the webhook, past the API
+    server and without its client certificate; the review's response."""
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "forged-1",
+            "kind": {"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
+            "operation": "CREATE",
+            "namespace": claim["metadata"]["namespace"],
+            "object": {**claim, "metadata": {**claim["metadata"], "uid": "forged-uid"}},
+        },
+    }
+    context = ssl.create_default_context(cafile=str(controller.ca_file))
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{controller.webhook_port}/validate/resourceclaims",
+        data=json.dumps(review).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30, context=context) as resp:
+        answer: dict[str, Any] = json.loads(resp.read())["response"]
+    return answer
+
+
+def test_only_the_api_servers_reviews_charge_a_gpu_quota(
+    webhook: str, crds: ControlPlane, controller: RunningController
+) -> None:
+    """The API server presents its client certificate (its AdmissionConfiguration, as
+    docs/install.md sets it up); a review sent to the webhook without it is judged against the
+    quota but never charged, so it cannot block the namespace's real claims."""
+    quota = {
+        "apiVersion": "resource.sharegpu.dev/v1alpha1",
+        "kind": "GpuQuota",
+        "metadata": {"name": "one-share", "namespace": "default"},
+        "spec": {"hard": {"devices": 1}},
+    }
+    crds.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(quota), step_name="apply a GpuQuota")
+
+    def charges() -> dict[str, Any]:
+        got = crds.kubectl(
+            "get", "gpuq", "one-share", "-o", "yaml", step_name="get the GpuQuota"
+        ).stdout
+        found: dict[str, Any] = (yaml.safe_load(got).get("status") or {}).get("claims") or {}
+        return found
+
+    try:
+        with step("a forged review is admitted but not charged", "POST /validate/resourceclaims"):
+            assert _forged_review(controller, _claim("forged", "default"))["allowed"] is True
+            assert charges() == {}
+        real = crds.kubectl(
+            "create",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(_claim("real", "default")),
+            step_name="a claim through the API server",
+        )
+        assert "real created" in real.stdout
+        # Charged by admission (or, while the quota is not in the watch cache yet, by the
+        # quota controller from the live claim).
+        wait_until(
+            lambda: [c.get("name") for c in charges().values()] == ["real"],
+            "the claim through the API server is charged",
+            "status.claims naming only the real claim",
+        )
+        with step("a forged review over the quota is denied and charges nothing", "POST"):
+            denied = _forged_review(controller, _claim("forged-2", "default"))
+            assert denied["allowed"] is False and "one-share" in denied["status"]["message"]
+            assert [c.get("name") for c in charges().values()] == ["real"]
+    finally:
+        crds.kubectl("delete", "resourceclaim", "real", "--ignore-not-found", step_name="cleanup")
+        crds.kubectl("delete", "gpuq", "one-share", "--ignore-not-found", step_name="cleanup")

@@ -82,6 +82,18 @@ BAD_PODS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda p: _host_path(p, "/etc/kubernetes"),
         "an MPS daemon pod may only mount emptyDir volumes and the host paths /dev, ",
     ),
+    "a Secret in its environment": (
+        lambda p: (
+            p["spec"]["containers"][0]
+            .setdefault("env", [])
+            .append({"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+        ),
+        "an MPS daemon pod may not read Secrets or ConfigMaps",
+    ),
+    "envFrom a Secret": (
+        lambda p: p["spec"]["containers"][0].update(envFrom=[{"secretRef": {"name": "s"}}]),
+        "an MPS daemon pod may not read Secrets or ConfigMaps",
+    ),
     "hostPID": (
         lambda p: p["spec"].update(hostPID=True),
         HOST_NAMESPACES,
@@ -176,3 +188,124 @@ def test_a_token_without_a_node_cannot_write_slices(
             "denied request: the sharegpu kubelet plugin must authenticate with its pod's "
             "ServiceAccount token, which names the node"
         ) in answer[0], answer[0]
+
+
+#: A namespace of its own: no GpuQuota of another test applies to its claims.
+CLAIMS_NAMESPACE = "claim-status"
+
+
+def _allocated_claim(crds: ControlPlane, name: str, node: str) -> dict[str, Any]:
+    """A claim of the driver, allocated (by the admin, as the scheduler would) on ``node``."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": CLAIMS_NAMESPACE},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.sharegpu.dev"}}]
+            }
+        },
+    }
+    crds.kubectl("create", "namespace", CLAIMS_NAMESPACE, step_name="namespace", check=False)
+    crds.kubectl("create", "-f", "-", stdin=yaml.safe_dump(claim), step_name=f"create {name}")
+    got = crds.kubectl(
+        "get", "resourceclaim", name, "-n", CLAIMS_NAMESPACE, "-o", "yaml", step_name=f"get {name}"
+    )
+    stored = yaml.safe_load(got.stdout)
+    stored["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": "gpu.sharegpu.dev",
+                        "pool": node,
+                        "device": "gpu-0",
+                    }
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    }
+    updated = crds.kubectl(
+        "replace",
+        "--subresource=status",
+        "-f",
+        "-",
+        "-o",
+        "yaml",
+        stdin=yaml.safe_dump(stored),
+        step_name=f"allocate {name} on {node}",
+    ).stdout
+    allocated: dict[str, Any] = yaml.safe_load(updated)
+    return allocated
+
+
+def _usage_written(claim: dict[str, Any], node: str) -> dict[str, Any]:
+    written = copy.deepcopy(claim)
+    written["status"]["devices"] = [
+        {
+            "driver": "gpu.sharegpu.dev",
+            "pool": node,
+            "device": "gpu-0",
+            "data": {"usedMemory": "1Gi"},
+        }
+    ]
+    return written
+
+
+def test_plugin_writes_usage_only_into_its_own_nodes_claims(
+    crds: ControlPlane, plugin: RunningPlugin
+) -> None:
+    """The plugin's usage write (update resourceclaims/status, which RBAC grants cluster-wide) is
+    admitted for a claim allocated on its node and refused for one on another node (by the
+    chart's claim-status policy on 1.34/1.35, also by the granular status authorization where it
+    is on)."""
+    own = _allocated_claim(crds, "usage-own", plugin.node)
+    other = _allocated_claim(crds, "usage-other", OTHER_NODE)
+    try:
+        answer: list[str] = []
+
+        def admitted() -> bool:
+            ok, out = _replace_status_as_plugin(crds, plugin, _usage_written(own, plugin.node))
+            answer[:] = [out]
+            return ok
+
+        wait_until(admitted, "usage into a claim of its node is admitted", "an admitted dry run")
+        ok, out = _replace_status_as_plugin(crds, plugin, _usage_written(other, OTHER_NODE))
+        with step(
+            "usage into another node's claim is denied", "kubectl replace --subresource=status"
+        ):
+            assert not ok, out
+            assert "forbidden" in out.lower() or "denied request" in out, out
+    finally:
+        crds.kubectl(
+            "delete",
+            "resourceclaim",
+            "usage-own",
+            "usage-other",
+            "-n",
+            CLAIMS_NAMESPACE,
+            "--ignore-not-found",
+            step_name="cleanup",
+        )
+
+
+def _replace_status_as_plugin(
+    plane: ControlPlane, plugin: RunningPlugin, claim: dict[str, Any]
+) -> tuple[bool, str]:
+    result = plane.kubectl(
+        "replace",
+        "--subresource=status",
+        "--dry-run=server",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(claim),
+        kubeconfig=plugin.kubeconfig,
+        check=False,
+    )
+    return result.returncode == 0, (result.stdout + result.stderr).strip()

@@ -45,7 +45,7 @@ class _Hello(BoundedRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
+        body = self.body
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -213,7 +213,10 @@ def test_a_client_is_answered_while_stallers_hold_every_slot(serve: Serve) -> No
     """With every slot held by a staller (and their deadline far away), a new client takes
     the slot of the one that has waited longest and is answered at once; the others stay."""
     cap = 16
-    server = serve(short_limits(request_timeout_s=60.0, max_connections=cap))
+    # One peer may take every slot here (the per-peer cap has its own tests).
+    server = serve(
+        short_limits(request_timeout_s=60.0, max_connections=cap, max_connections_per_peer=cap)
+    )
     stallers = [stall(server.port) for _ in range(STALLERS)]
     try:
         assert wait_until(lambda: server.active_connections == cap)
@@ -233,7 +236,9 @@ def test_clients_are_answered_while_stallers_keep_reconnecting(serve: Serve) -> 
     5 s, and the server's threads stay within the cap."""
     cap = 16
     baseline = threading.active_count()
-    server = serve(short_limits(request_timeout_s=60.0, max_connections=cap))
+    server = serve(
+        short_limits(request_timeout_s=60.0, max_connections=cap, max_connections_per_peer=cap)
+    )
     stop = threading.Event()
     held: list[socket.socket] = []
 
@@ -268,7 +273,13 @@ def test_tricklers_are_cut_at_the_deadline_while_others_are_answered(
     """300 connections that each send one header byte every 0.5 s (each read would finish well
     within any per-read timeout) are all cut at the 5 s request deadline; meanwhile, with all
     of them connected, a well-behaved client is answered within 5 s."""
-    server = serve(short_limits(request_timeout_s=5.0, max_connections=STALLERS + 50))
+    server = serve(
+        short_limits(
+            request_timeout_s=5.0,
+            max_connections=STALLERS + 50,
+            max_connections_per_peer=STALLERS + 50,
+        )
+    )
     request = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
     before = time.monotonic()
     tricklers = [stall(server.port, request[:1]) for _ in range(STALLERS)]
@@ -433,3 +444,73 @@ def test_serve_metrics_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         server.shutdown()
         server.server_close()
         telemetry.shutdown()
+
+
+def stall_from(port: int, source: str, first: bytes) -> socket.socket:
+    """A connection from the loopback address ``source`` (127.0.0.0/8) that sends ``first``
+    and nothing more."""
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=PATIENCE_S, source_address=(source, 0)
+    )
+    with contextlib.suppress(OSError):
+        sock.sendall(first)
+    return sock
+
+
+def slow_body_head(length: int = 60_000) -> bytes:
+    """A complete request head declaring a body of ``length`` bytes, and the body's first byte."""
+    return f"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode() + b"x"
+
+
+def test_one_peer_holds_at_most_its_share_of_the_slots(serve: Serve) -> None:
+    """40 stallers from one address against 16 slots, 4 per peer: that peer keeps 4 (each new
+    one evicts its own oldest), so clients from elsewhere are answered without evicting."""
+    server = serve(
+        short_limits(request_timeout_s=60.0, max_connections=16, max_connections_per_peer=4)
+    )
+    stallers = [stall_from(server.port, "127.0.0.2", b"G") for _ in range(40)]
+    try:
+        # Every one accepted: 36 evicted (or closed at once while 8 evictions were ending).
+        assert wait_until(lambda: server.evicted + server.rejected == 36)
+        assert wait_until(lambda: server.active_connections == 4)
+        evicted = server.evicted
+        assert get(server.port) == (200, b"ok\n")
+        assert server.evicted == evicted
+        assert sum(not is_closed(s) for s in stallers) == 4
+    finally:
+        _close_all(stallers)
+
+
+def test_slow_bodies_are_evicted_at_the_cap(serve: Serve) -> None:
+    """Every slot held by a connection that sent its head and trickles its body (from several
+    addresses, so no per-peer cap applies): a new client takes the slot of the oldest and is
+    answered. These used to be unevictable past their head."""
+    server = serve(
+        short_limits(request_timeout_s=60.0, max_connections=8, min_body_rate=1, body_grace_s=60.0)
+    )
+    holders = [stall_from(server.port, f"127.0.0.{2 + i}", slow_body_head()) for i in range(8)]
+    try:
+        assert wait_until(lambda: server.active_connections == 8)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=PATIENCE_S)
+        try:
+            conn.request("POST", "/", body=b"hello")
+            resp = conn.getresponse()
+            assert (resp.status, resp.read()) == (200, b"hello")
+        finally:
+            conn.close()
+        assert server.evicted >= 1
+    finally:
+        _close_all(holders)
+
+
+def test_a_body_slower_than_the_minimum_rate_is_cut_long_before_the_deadline(
+    serve: Serve,
+) -> None:
+    """A declared 60,000-byte body at a byte a second: at 64 KiB/s after a 1 s grace it must
+    arrive within about 2 s, so it is cut then, not at the 60 s request deadline."""
+    server = serve(short_limits(request_timeout_s=60.0, max_connections=8))
+    slow = [stall_from(server.port, "127.0.0.2", slow_body_head()) for _ in range(2)]
+    try:
+        assert trickle(slow, b"x" * 100, interval_s=1.0, timeout_s=PATIENCE_S) == []
+    finally:
+        _close_all(slow)

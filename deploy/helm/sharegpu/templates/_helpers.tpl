@@ -49,6 +49,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-webhook-tls" (include "sharegpu.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The Secret whose ca.crt signs the API server's webhook client certificate. */}}
+{{- define "sharegpu.webhookClientSecretName" -}}
+{{- if .Values.controller.webhook.clientAuth.existingSecret -}}
+{{- .Values.controller.webhook.clientAuth.existingSecret -}}
+{{- else -}}
+{{- printf "%s-webhook-client" (include "sharegpu.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
 {{/* Directory of the plugin's sockets, checkpoint and MPS directories on the host. */}}
 {{- define "sharegpu.pluginDataDir" -}}
 {{- printf "%s/plugins/%s" (trimSuffix "/" .Values.kubeletPlugin.kubeletDir) .Values.driverName }}

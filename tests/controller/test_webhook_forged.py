@@ -1,0 +1,155 @@
+"""Forged AdmissionReviews against the real webhook over HTTPS and the embedded API server: only
+a review whose client certificate the configured client CA verified (the API server's, set in
+its admission configuration) writes GpuQuota charges; any other client that reaches the port is
+judged without changing quota state."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from controller.quotaadmit import QuotaAdmitter
+from controller.quotacharge import ChargeBasis
+from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
+from sharegpu.kube.rest import KubeRest
+from tests.controller.quota_helpers import DRIVER, claim, create_quota, quota, read_quota, review
+
+BASIS = ChargeBasis(largest_memory=80 * 1024**3, largest_node_gpus=8)
+
+
+@dataclass
+class Webhook:
+    server: WebhookServer
+    serving_ca: trustme.CA
+    client_ca: trustme.CA
+
+    def context(self, client: trustme.LeafCert | None = None) -> ssl.SSLContext:
+        """A client context trusting the serving certificate, presenting ``client``."""
+        context = ssl.create_default_context()
+        self.serving_ca.configure_trust(context)
+        if client is not None:
+            client.configure_cert(context)
+        return context
+
+    def post(self, body: Any, client: trustme.LeafCert | None = None) -> dict[str, Any]:
+        conn = http.client.HTTPSConnection(
+            "localhost", self.server.port, context=self.context(client), timeout=30
+        )
+        try:
+            conn.request("POST", "/validate/resourceclaims", body=json.dumps(body).encode())
+            resp = conn.getresponse()
+            answer = json.loads(resp.read())
+            assert resp.status == 200, answer
+            response: dict[str, Any] = answer["response"]
+            return response
+        finally:
+            conn.close()
+
+
+def start(kube: KubeRest, tmp_path: Path, names: tuple[str, ...] = ()) -> Webhook:
+    serving_ca, client_ca = trustme.CA(), trustme.CA()
+    leaf = serving_ca.issue_cert("localhost", "127.0.0.1")
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    client_ca.cert_pem.write_to_path(str(tmp_path / "client-ca.crt"))
+    certs = CertificateReloader(
+        str(tmp_path / "tls.crt"),
+        str(tmp_path / "tls.key"),
+        0.0,
+        client_ca_file=str(tmp_path / "client-ca.crt"),
+    )
+    admission = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
+    server = WebhookServer("127.0.0.1:0", admission, certs, client_names=names).start()
+    return Webhook(server, serving_ca, client_ca)
+
+
+@pytest.fixture
+def webhook(kube: KubeRest, tmp_path: Path) -> Iterator[Webhook]:
+    hook = start(kube, tmp_path)
+    try:
+        yield hook
+    finally:
+        hook.server.stop()
+
+
+def charges(kube: KubeRest) -> dict[str, Any]:
+    status = read_quota(kube, "q").get("status") or {}
+    found: dict[str, Any] = status.get("claims") or {}
+    return found
+
+
+def test_a_review_without_a_client_certificate_charges_nothing(
+    kube: KubeRest, webhook: Webhook
+) -> None:
+    """The attack: a client with no credentials posts a CREATE of 2 GPUs for the victim's
+    namespace; it used to be charged and to deny the victim's real claim."""
+    create_quota(kube, quota("q", {"devices": 2}))
+    forged = review(claim("forged"))
+    for i in range(5):
+        forged["request"]["uid"] = f"forged-{i}"
+        assert webhook.post(forged)["allowed"] is True  # judged: it fits
+    assert charges(kube) == {}
+    too_big = review(claim("too-big"))
+    too_big["request"]["object"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    denied = webhook.post(too_big)  # still judged against the quota
+    assert not denied["allowed"] and "GpuQuota team-a/q" in denied["status"]["message"]
+    assert charges(kube) == {}
+    # The API server's reviews, with its client certificate, are charged.
+    apiserver = webhook.client_ca.issue_cert("kube-apiserver")
+    for name in ("a", "b"):
+        assert webhook.post(review(claim(name)), apiserver)["allowed"] is True
+    assert sorted(charges(kube)) == ["a", "b"]
+    refused = webhook.post(review(claim("c")), apiserver)
+    assert not refused["allowed"] and "devices: used 2" in refused["status"]["message"]
+
+
+def test_a_certificate_of_another_ca_fails_the_handshake(kube: KubeRest, webhook: Webhook) -> None:
+    create_quota(kube, quota("q", {"devices": 2}))
+    stranger = trustme.CA().issue_cert("kube-apiserver")
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        webhook.post(review(claim("a")), stranger)
+    assert charges(kube) == {}
+
+
+def test_with_client_names_only_a_certificate_naming_one_charges(
+    kube: KubeRest, tmp_path: Path
+) -> None:
+    create_quota(kube, quota("q", {"devices": 4}))
+    hook = start(kube, tmp_path, names=("sharegpu-webhook-client",))
+    try:
+        other = hook.client_ca.issue_cert("someone-else")
+        assert hook.post(review(claim("a")), other)["allowed"] is True
+        assert charges(kube) == {}
+        right = hook.client_ca.issue_cert("sharegpu-webhook-client")
+        assert hook.post(review(claim("b")), right)["allowed"] is True
+        assert sorted(charges(kube)) == ["b"]
+    finally:
+        hook.server.stop()
+
+
+def test_without_a_client_ca_no_review_charges(kube: KubeRest, tmp_path: Path) -> None:
+    create_quota(kube, quota("q", {"devices": 4}))
+    ca = trustme.CA()
+    leaf = ca.issue_cert("localhost")
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    admission = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
+    server = WebhookServer(
+        "127.0.0.1:0",
+        admission,
+        CertificateReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
+    ).start()
+    try:
+        hook = Webhook(server, ca, trustme.CA())
+        assert hook.post(review(claim("a")), ca.issue_cert("kube-apiserver"))["allowed"] is True
+        assert charges(kube) == {}
+    finally:
+        server.stop()
