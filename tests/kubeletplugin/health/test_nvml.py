@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from typing import Any
 
@@ -129,6 +130,42 @@ def test_nvml_init_failure_makes_every_probe_fail() -> None:
     assert checker.probe(g[0]) == "NVML unavailable: GPU is lost"
     checker.stop()
     assert not fake.shut_down
+
+
+def test_without_pynvml_every_probe_names_the_missing_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the import fails
+    g = gpus(1)
+    checker = NvmlHealthChecker()
+    checker.start(g, Events())
+    reason = checker.probe(g[0])
+    checker.stop()
+    assert reason is not None and reason.startswith("NVML unavailable: ")
+    assert "pynvml" in reason
+
+
+def test_an_error_that_is_not_nvmls_is_not_reported_as_the_gpus_fault() -> None:
+    """Only NVML errors are GPU faults: a defect (here a TypeError) reaches the caller, whose
+    monitor logs it with its traceback instead of quoting it as an NVML answer."""
+    g = gpus(1)
+    fake = FakeEventNvml([g[0].uuid])
+    module = fake.module()
+
+    def broken(handle: Any) -> Any:
+        raise TypeError("unexpected handle")
+
+    module.nvmlDeviceGetMemoryInfo = broken  # type: ignore[attr-defined]
+    checker = NvmlHealthChecker(module, wait_timeout_ms=50)
+    checker.start(g, Events())
+    try:
+        with pytest.raises(TypeError, match="unexpected handle"):
+            checker.probe(g[0])
+        fake.lost.add(g[0].uuid)
+        module.nvmlDeviceGetMemoryInfo = fake.module().nvmlDeviceGetMemoryInfo  # type: ignore[attr-defined]
+        assert checker.probe(g[0]) == "NVML query failed: GPU is lost"
+    finally:
+        checker.stop()
 
 
 def test_ignored_xid_from_nvml_leaves_the_gpu_healthy_and_a_critical_one_taints_it() -> None:
