@@ -15,6 +15,7 @@ from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, EventKind, HealthE
 from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.settings import HealthSettings
+from tests.helpers import eventually
 from tests.kubeletplugin.health.helpers import (
     DBE,
     GPU_UNAVAILABLE,
@@ -24,7 +25,6 @@ from tests.kubeletplugin.health.helpers import (
     NVMLError,
     RecordingTaints,
     gpus,
-    wait_for,
 )
 
 
@@ -101,7 +101,7 @@ def test_wait_uses_a_timeout_and_stop_ends_the_thread() -> None:
     g = gpus(1)
     fake = FakeEventNvml([g[0].uuid])
     checker, _ = started(fake, 1)
-    wait_for(lambda: fake.waits >= 3, what="several timed-out waits")
+    eventually(lambda: fake.waits >= 3, "several timed-out waits")
     checker.stop()
     assert not any(t.name == "nvml-events" for t in threading.enumerate())
     assert fake.freed and fake.shut_down
@@ -185,8 +185,8 @@ def test_ignored_xid_from_nvml_leaves_the_gpu_healthy_and_a_critical_one_taints_
         for xid in sorted(DEFAULT_IGNORED_XIDS):
             fake.push(g[0].uuid, XID, xid)
         fake.push(g[1].uuid, XID, 79)
-        wait_for(lambda: bool(taints.calls), what="a taint")
-        wait_for(lambda: fake.events.empty(), what="all events consumed")
+        eventually(lambda: bool(taints.calls), "a taint")
+        eventually(lambda: fake.events.empty(), "all events consumed")
         assert taints.calls == [{"gpu-1": taints.calls[0]["gpu-1"]}]
         assert (
             taints.calls[0]["gpu-1"][0]["value"]
