@@ -28,19 +28,16 @@ from api.names import DEFAULT_DRIVER_NAME as DRIVER
 from controller.metrics import ControllerMetrics
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 from sharegpu.kube.telemetry import Telemetry
-from tests.controller.test_webhook import (
+from tests.controller.webhook_helpers import (
     Endpoint,
-    _issue,
     claim,
     device_class,
-    endpoint,
     exactly,
     gpu_config,
+    issue_certificate,
     template,
 )
 from tests.jsondata import json_paths
-
-__all__ = ["endpoint"]  # the fixture, used here by name
 
 D = f"device.attributes['{DRIVER}']"
 #: The label values of sharegpu_webhook_reviews_total{kind}.
@@ -409,7 +406,7 @@ def test_the_server_context_offers_only_aead_suites(endpoint: Endpoint) -> None:
 def shared_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     """One webhook for every example of the property below (it keeps no state per review)."""
     ca = trustme.CA()
-    cert, key = _issue(ca, Path(tmp_path_factory.mktemp("webhook-tls")))
+    cert, key = issue_certificate(ca, Path(tmp_path_factory.mktemp("webhook-tls")))
     telemetry = Telemetry("test-webhook-hostile")
     admission = AdmissionHandler(DRIVER, ControllerMetrics(telemetry))
     server = WebhookServer("127.0.0.1:0", admission, CertificateReloader(cert, key)).start()
