@@ -14,14 +14,15 @@ PATIENCE_S = 30.0
 
 def eventually(
     condition: Callable[[], T],
-    what: str = "",
+    what: str | Callable[[], str] = "",
     *,
     timeout_s: float = PATIENCE_S,
     interval_s: float = 0.05,
 ) -> T:
     """Poll ``condition`` until it returns a truthy value, and return that value.
 
-    Fails the test (AssertionError naming ``what``) when ``timeout_s`` real seconds pass first.
+    Fails the test (AssertionError naming ``what``, or what it returns when it is a function
+    such as a log tail) when ``timeout_s`` real seconds pass first.
     The condition is evaluated once more after the deadline, so a busy machine that stalled the
     poller never fails a condition that holds; exceptions it raises propagate.
     """
@@ -32,5 +33,6 @@ def eventually(
         if value:
             return value
         if past_deadline:
-            raise AssertionError(f"not reached within {timeout_s:g}s: {what or condition}")
+            named = what() if callable(what) else what
+            raise AssertionError(f"not reached within {timeout_s:g}s: {named or condition}")
         time.sleep(interval_s)

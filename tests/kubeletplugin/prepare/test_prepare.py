@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,19 +11,19 @@ import pytest
 
 from api import names
 from api.gpuconfig import DriverConfigs
-from kubeletplugin.containeredits import ContainerEdits, Mount
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector
 from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE
 from kubeletplugin.prepare.state import KeyedLocks
-from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement, ShareError
+from kubeletplugin.sharing.enforcement import DeviceShare, Enforcement
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,
     GI,
     NODE,
     FakeClaims,
     Node,
+    RecordingEnforcer,
     assert_valid_cdi,
     claim,
     gpus,
@@ -294,47 +294,6 @@ def test_share_outside_the_gpu_is_refused(node: Node) -> None:
     claims.add(c)
     out = node.state(claims).prepare([ref(c)])[c["metadata"]["uid"]]
     assert "consumed memory" in out.error and "usable memory" in out.error
-
-
-class RecordingEnforcer:
-    """A ShareEnforcer that adds an env variable and a typed mount per share, and records calls."""
-
-    def __init__(self, fail_for: str | None = None) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.active: set[str] = set()
-        self.fail_for = fail_for
-        self.restored: tuple[Any, Mapping[str, Any]] | None = None
-
-    def apply(
-        self, claim_uid: str, devices: Sequence[DeviceShare], configs: DriverConfigs
-    ) -> Enforcement:
-        self.calls.append(("apply", claim_uid))
-        if claim_uid == self.fail_for:
-            raise ShareError("MPS and TimeSlicing cannot share GPU x")
-        self.active.add(claim_uid)
-        edits = tuple(
-            ContainerEdits(
-                env=(f"SHARE_LIMIT={d.cores}",),
-                mounts=(Mount("/run/mps", "/run/mps", type="bind", options=("ro", "bind")),),
-            )
-            if d.is_share
-            else ContainerEdits()
-            for d in devices
-        )
-        return Enforcement(device_edits=edits, record={"strategy": "test"})
-
-    def release(self, claim_uid: str) -> None:
-        self.calls.append(("release", claim_uid))
-        self.active.discard(claim_uid)
-
-    def export_state(self) -> dict[str, Any]:
-        return {"active": sorted(self.active)}
-
-    def restore(
-        self, state: Any, prepared: Mapping[str, Any], *, node_gpus: Collection[str]
-    ) -> None:
-        self.restored = (state, prepared)
-        self.active = set((state or {}).get("active", []))
 
 
 def test_enforcer_edits_reach_the_spec_and_failures_roll_back(node: Node) -> None:
