@@ -118,11 +118,17 @@ def get(port: int, path: str = "/", timeout_s: float = PATIENCE_S) -> tuple[int,
 
 def get_with_retries(port: int, path: str = "/", timeout_s: float = PATIENCE_S) -> int:
     """GET, retried while the server closes the connection at its cap; the status."""
-    end = time.monotonic() + timeout_s
-    while True:
+    errors: list[Exception] = []
+
+    def status() -> int | None:
         try:
-            return get(port, path, timeout_s=max(end - time.monotonic(), 0.1))[0]
-        except (OSError, http.client.HTTPException):
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.05)
+            return get(port, path, timeout_s=timeout_s)[0]
+        except (OSError, http.client.HTTPException) as exc:
+            errors.append(exc)
+            return None
+
+    return eventually(
+        status,
+        lambda: f"an answer to GET {path} (last error: {errors[-1] if errors else None!r})",
+        timeout_s=timeout_s,
+    )

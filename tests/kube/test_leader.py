@@ -13,6 +13,7 @@ from sharegpu.kube.leader import LeaderElector
 from sharegpu.kube.rest import KubeRest, resource_path
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
+from tests.helpers import eventually
 
 DEADLINE_S = 30.0
 LEASE_S = 3.0
@@ -186,12 +187,7 @@ def test_leadership_ends_at_the_renew_deadline_even_while_a_renewal_hangs(
         stalling.stall.set()
         assert stalling.stalled.wait(DEADLINE_S)
         # polled while the renewal request is still blocked in ``_wait``
-        gave_up = threading.Event()
-        for _ in range(int(DEADLINE_S / 0.05)):
-            if not leader.is_leader:
-                break
-            gave_up.wait(0.05)
-        assert not leader.is_leader
+        eventually(lambda: not leader.is_leader, "leadership given up", timeout_s=DEADLINE_S)
     finally:
         stalling.stall.clear()
         stalling.release.set()
