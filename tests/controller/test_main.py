@@ -28,6 +28,7 @@ from sharegpu.kube.rest import KubeRest
 from sharegpu.kube.telemetry import Telemetry, span_exporter_from_env
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
+from tests.helpers import eventually
 from tests.kube.helpers import all_closed, get_with_retries, short_limits, stall
 
 DEADLINE_S = 30.0
@@ -80,7 +81,7 @@ def test_metrics_scraped_and_parsed(
     apiserver: KubeAPIServer, running: tuple[Controller, h.Cluster]
 ) -> None:
     controller, cluster = running
-    assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+    eventually(cluster.converged, timeout_s=DEADLINE_S)
     assert controller.metrics_server is not None
     status, body = _get(controller.metrics_server.server_address[1], "/metrics")
     assert status == 200
@@ -170,11 +171,11 @@ def test_json_api_and_probes(
     apiserver: KubeAPIServer, running: tuple[Controller, h.Cluster]
 ) -> None:
     controller, cluster = running
-    assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+    eventually(cluster.converged, timeout_s=DEADLINE_S)
     assert controller.api_server is not None
     port = controller.api_server.server_address[1]
     assert _get(port, "/healthz")[0] == 200
-    assert apiserver.wait_for(lambda: _get(port, "/readyz")[0] == 200, DEADLINE_S)
+    eventually(lambda: _get(port, "/readyz")[0] == 200, timeout_s=DEADLINE_S)
     apiserver.reviews.add_token("reader-token", "reader")
     apiserver.reviews.allow("reader", "list", "resource.sharegpu.dev", "gpus")
     status, body = _get(port, "/api/v1/gpus", "reader-token")
@@ -280,7 +281,7 @@ def test_sigterm_shuts_down_cleanly(apiserver: KubeAPIServer, tmp_path: Path) ->
             lines.append(json.loads(line))
             if "tracking GPUs" in lines[-1]["msg"]:
                 break
-        assert apiserver.wait_for(lambda: apiserver.open_watches() >= 4, DEADLINE_S)
+        eventually(lambda: apiserver.open_watches() >= 4, timeout_s=DEADLINE_S)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=DEADLINE_S)
     finally:

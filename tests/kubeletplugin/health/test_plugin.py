@@ -184,7 +184,7 @@ def test_xid_taints_every_partition_of_the_gpu_and_reaches_the_stream(
     ) as run:
         # 25 healthy probes 0.2 s apart: the GPU stays unhealthy for at least 5 s, longer than
         # the publisher's debounce, so the taint is written before the recovery replaces it.
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver)), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver)), timeout_s=DEADLINE)
         assert tainted(pool(apiserver)) == {}
         watch = run.kubelet_plugin.watch_health()
         first = watch.next()
@@ -238,9 +238,9 @@ def test_ignored_xids_change_nothing_and_the_controller_sees_health(
     apiserver: KubeAPIServer, tmp_path: Path
 ) -> None:
     with running_plugin(apiserver, tmp_path, "--health-recovery-probes", "1000") as run:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver)), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver)), timeout_s=DEADLINE)
         write_atomic(run.health_file, "0: {xids: [13, 31, 43, 45, 68, 109]}\n1: {xids: [48]}\n")
-        assert apiserver.wait_for(lambda: "gpu-1" in tainted(pool(apiserver)), DEADLINE)
+        eventually(lambda: "gpu-1" in tainted(pool(apiserver)), timeout_s=DEADLINE)
         assert set(tainted(run.history.drain())) == {"gpu-1"}
         assert (
             tainted(pool(apiserver))["gpu-1"][0]["value"]
@@ -268,12 +268,12 @@ def test_probe_failure_holds_the_taint_until_recovery(
         "--health-recovery-probes",
         "2",
     ) as run:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver)), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver)), timeout_s=DEADLINE)
         watch = run.kubelet_plugin.watch_health()
         write_atomic(
             run.health_file, "0: {healthy: false, reason: 'NVML query failed: GPU is lost'}\n"
         )
-        assert apiserver.wait_for(lambda: "gpu-0" in tainted(pool(apiserver)), DEADLINE)
+        eventually(lambda: "gpu-0" in tainted(pool(apiserver)), timeout_s=DEADLINE)
         taint = tainted(pool(apiserver))["gpu-0"][0]
         assert (taint["value"], taint["effect"]) == ("NVML-query-failed-GPU-is-lost", "NoExecute")
         lst = next_list_where(watch, lambda lst: by_name(lst)["gpu-0"].health == "UNHEALTHY")
@@ -290,14 +290,14 @@ def test_probe_failure_holds_the_taint_until_recovery(
         assert "gpu-0" in tainted(pool(apiserver))
 
         write_atomic(run.health_file, "{}\n")
-        assert apiserver.wait_for(lambda: tainted(pool(apiserver)) == {}, DEADLINE)
+        eventually(lambda: tainted(pool(apiserver)) == {}, timeout_s=DEADLINE)
         next_list_where(watch, lambda lst: by_name(lst)["gpu-0"].health == "HEALTHY")
         watch.close()
 
 
 def test_flapping_gives_bounded_publishes(apiserver: KubeAPIServer, tmp_path: Path) -> None:
     with running_plugin(apiserver, tmp_path, "--health-recovery-probes", "1") as run:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         apiserver.reset_counters()
         for i in range(16):
             if i % 2 == 0:
@@ -312,9 +312,9 @@ def test_flapping_gives_bounded_publishes(apiserver: KubeAPIServer, tmp_path: Pa
         if transitions >= 3:
             # It failed again soon after recovering: the next recovery needs more probes.
             assert health.gpu_health()[run.uuid(0)].required > 1
-        assert apiserver.wait_for(
+        eventually(
             lambda: tainted(pool(apiserver)) == {} and is_consistent(pool(apiserver), 1),
-            3 * DEADLINE,
+            timeout_s=3 * DEADLINE,
         )
         # Each write publishes a new taint state, so there are at most as many as health
         # changes (plus a sync in flight when counting began); the debounce that merges
@@ -357,11 +357,11 @@ def test_a_tainted_gpu_in_a_full_slice_is_split_out(
     apiserver: KubeAPIServer, tmp_path: Path
 ) -> None:
     with running_plugin(apiserver, tmp_path, "--health-recovery-probes", "1000", gpus=100) as run:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), 3 * DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=3 * DEADLINE)
         write_atomic(run.health_file, "5: {healthy: false, reason: 'XID 79'}\n")
-        assert apiserver.wait_for(
+        eventually(
             lambda: "gpu-5" in tainted(pool(apiserver)) and is_consistent(pool(apiserver)),
-            3 * DEADLINE,
+            timeout_s=3 * DEADLINE,
         )
         slices = pool(apiserver)
         assert len(devices(slices)) == 100
@@ -375,7 +375,7 @@ def test_an_unhealthy_gpu_stays_tainted_across_a_plugin_restart(
     with running_plugin(apiserver, tmp_path, "--health-recovery-probes", "1000") as run:
         # XID 92 (high single-bit ECC rate) does not need a reset, so probes may clear it.
         write_atomic(run.health_file, "1: {xids: [92]}\n")
-        assert apiserver.wait_for(lambda: "gpu-1" in tainted(pool(apiserver)), DEADLINE)
+        eventually(lambda: "gpu-1" in tainted(pool(apiserver)), timeout_s=DEADLINE)
         before = tainted(pool(apiserver))
     with running_plugin(
         apiserver, tmp_path, "--health-recovery-probes", "3", new_node=False
@@ -385,7 +385,7 @@ def test_an_unhealthy_gpu_stays_tainted_across_a_plugin_restart(
         watch = run.kubelet_plugin.watch_health()
         assert by_name(watch.next())["gpu-1"].health == "UNHEALTHY"
         # Recovery through healthy probes; until then no slice version lost the taint.
-        assert apiserver.wait_for(lambda: tainted(pool(apiserver)) == {}, 3 * DEADLINE)
+        eventually(lambda: tainted(pool(apiserver)) == {}, timeout_s=3 * DEADLINE)
         versions = run.history.drain()
         first_untainted = next(i for i, o in enumerate(versions) if not tainted([o]))
         assert all(tainted([o]) == before for o in versions[:first_untainted])
