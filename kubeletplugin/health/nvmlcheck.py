@@ -85,6 +85,11 @@ class NvmlHealthChecker:
             self._nvml = importlib.import_module("pynvml")
         return self._nvml
 
+    def _error(self) -> type[BaseException]:
+        """``pynvml.NVMLError``: the base class of every error NVML reports."""
+        error: type[BaseException] = self._module().NVMLError
+        return error
+
     def _const(self, name: str, default: int) -> int:
         value = getattr(self._module(), name, default)
         return value if isinstance(value, int) else default
@@ -104,14 +109,16 @@ class NvmlHealthChecker:
         try:
             nvml = self._module()
             nvml.nvmlInit()
-            self._initialised = True
-        except Exception as exc:
-            self._init_error = f"NVML unavailable: {exc}"
-            log.error("GPU health: cannot initialise NVML, every probe fails: %s", exc)
+        except ImportError as exc:  # no pynvml
+            self._unavailable(exc)
             return
+        except self._error() as exc:
+            self._unavailable(exc)
+            return
+        self._initialised = True
         try:
             self._event_set = nvml.nvmlEventSetCreate()
-        except Exception as exc:
+        except nvml.NVMLError as exc:
             log.warning("GPU health: NVML events unavailable, probing only: %s", exc)
             return
         wanted = self._wanted_events()
@@ -122,13 +129,17 @@ class NvmlHealthChecker:
         self._thread = threading.Thread(target=self._event_loop, name="nvml-events", daemon=True)
         self._thread.start()
 
+    def _unavailable(self, exc: BaseException) -> None:
+        self._init_error = f"NVML unavailable: {exc}"
+        log.error("GPU health: cannot initialise NVML, every probe fails: %s", exc)
+
     def _register(self, gpu: GpuInfo, wanted: int) -> None:
         nvml = self._module()
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid.encode())
             try:
                 supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
-            except Exception as exc:
+            except nvml.NVMLError as exc:
                 log.debug("GPU %d: supported event types unknown (%s)", gpu.index, exc)
                 supported = wanted
             types = wanted & supported
@@ -136,7 +147,7 @@ class NvmlHealthChecker:
                 log.warning("GPU %d supports none of the health events; probing only", gpu.index)
                 return
             nvml.nvmlDeviceRegisterEvents(handle, types, self._event_set)
-        except Exception as exc:
+        except nvml.NVMLError as exc:
             log.warning("GPU %d: cannot register NVML health events: %s", gpu.index, exc)
             return
         self.registered[gpu.uuid] = types
@@ -153,12 +164,12 @@ class NvmlHealthChecker:
         if self._event_set is not None:
             try:
                 nvml.nvmlEventSetFree(self._event_set)
-            except Exception as exc:
+            except nvml.NVMLError as exc:
                 log.debug("nvmlEventSetFree: %s", exc)
             self._event_set = None
         try:
             nvml.nvmlShutdown()
-        except Exception as exc:
+        except nvml.NVMLError as exc:
             log.debug("nvmlShutdown: %s", exc)
         self._initialised = False
 
@@ -173,7 +184,7 @@ class NvmlHealthChecker:
         while not self._stopping.is_set():
             try:
                 data = nvml.nvmlEventSetWait(self._event_set, self.wait_timeout_ms)
-            except Exception as exc:
+            except nvml.NVMLError as exc:
                 if self._is_timeout(exc):
                     continue
                 log.warning("waiting for NVML events failed: %s", exc)
@@ -192,7 +203,7 @@ class NvmlHealthChecker:
         else:
             try:
                 uuid = _text(self._module().nvmlDeviceGetUUID(data.device))
-            except Exception as exc:
+            except self._error() as exc:
                 log.warning("NVML event from an unidentified GPU (%s): applies to every GPU", exc)
         event_type = int(data.eventType)
         gi = _instance_id(data, "gpuInstanceId")
@@ -218,7 +229,7 @@ class NvmlHealthChecker:
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(gpu.uuid.encode())
             nvml.nvmlDeviceGetMemoryInfo(handle)
-        except Exception as exc:
+        except nvml.NVMLError as exc:
             return f"NVML query failed: {exc}"
         pending = self.reset_pending(handle)
         if pending is not None and self._report is not None:
@@ -235,13 +246,13 @@ class NvmlHealthChecker:
                 return "row remapping failed"
             if is_pending:
                 return "row remapping pending"
-        except Exception as exc:
+        except (nvml.NVMLError, AttributeError) as exc:  # AttributeError: pynvml too old
             log.debug("remapped rows unknown: %s", exc)
         try:
             status = nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)
             enabled = self._const("NVML_FEATURE_ENABLED", NVML_FEATURE_ENABLED)
             if int(status) == enabled:
                 return "retired pages pending"
-        except Exception as exc:
+        except (nvml.NVMLError, AttributeError) as exc:
             log.debug("retired pages pending status unknown: %s", exc)
         return None

@@ -772,19 +772,6 @@ def _claim_spec_rules(
     return findings
 
 
-def check_claim_spec(
-    spec: Any, path: str, driver: str, classes: Iterable[str] = ()
-) -> list[Finding]:
-    """A ResourceClaimSpec: its shape, then every request (v1/v1beta2 or flat v1beta1) and the
-    configs. An absent spec has nothing to check."""
-    if spec is None:
-        return []
-    malformed = _malformed(shape.CLAIM_SPEC, spec, path)
-    if malformed or not isinstance(spec, Mapping):
-        return malformed
-    return _claim_spec_rules(spec, path, driver, classes)
-
-
 def _checked(
     obj: Any, node: shape.Node, rules: Callable[[Mapping[str, Any]], list[Finding]]
 ) -> list[Finding]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import CelEvalError
 
@@ -163,10 +162,3 @@ class CostBudget:
         self.spent += amount
         if self.spent > self.limit:
             raise CelEvalError(COST_EXCEEDED)
-
-
-def value_size(value: Any) -> int:
-    """The size cel-go's runtime tracker uses: length of strings, bytes, lists and maps, else 1."""
-    if isinstance(value, str | bytes | list | tuple | Mapping):
-        return len(value)
-    return 1

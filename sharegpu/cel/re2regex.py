@@ -65,11 +65,6 @@ def _compile(pattern: str) -> Any:
         raise RegexError(f"error parsing regexp: {reason}", reason) from None
 
 
-def compile_pattern(pattern: str) -> Any:
-    """The compiled RE2 pattern; :class:`RegexError` ("error parsing regexp: ...") if invalid."""
-    return _compile(pattern)
-
-
 def check_pattern(pattern: str) -> str | None:
     """Why ``pattern`` is invalid, or ``None``: for compile-time checks of constant patterns
     (Kubernetes reports those as ``compilation error``s, see :func:`compile_time_message`)."""

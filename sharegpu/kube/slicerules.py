@@ -743,12 +743,3 @@ def validate_pool(slices: list[Mapping[str, Any]]) -> list[str]:
                             f"counter {counter!r} does not exist in counter set {set_name!r}",
                         )
     return msgs.items
-
-
-def pool_is_complete(slices: list[Mapping[str, Any]]) -> bool:
-    """Whether the newest generation has as many slices as its ``resourceSliceCount`` says."""
-    current = newest_generation(slices)
-    if not current:
-        return False
-    count = _as_mapping(_as_mapping(current[0].get("spec")).get("pool")).get("resourceSliceCount")
-    return isinstance(count, int) and len(current) >= count

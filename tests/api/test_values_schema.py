@@ -19,7 +19,7 @@ from api.crd import (
     render_values_schema,
 )
 from api.gpuconfig import SECTION_STRATEGY, parse_gpu_config
-from tests.api.test_gpuconfig import BAD, GOOD
+from tests.api.helpers import BAD, GOOD
 from tests.deploy.helpers import CHART_DIR, load_documents, run_helm
 
 #: GpuConfig fields the chart writes itself (the template adds them around the value).

@@ -27,6 +27,7 @@ from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest, resource_path
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
+from tests.helpers import eventually
 
 DEADLINE_S = 30.0  # generous: a loaded 2-core machine
 GI = 1024**3
@@ -244,7 +245,7 @@ def _flush_seen(apiserver: KubeAPIServer, tracker: Tracker, memory: str) -> None
         allocs = gpu["status"]["allocations"]
         return bool(allocs) and allocs[0].get("usage", {}).get("usedMemory") == memory
 
-    assert apiserver.wait_for(seen, DEADLINE_S)
+    eventually(seen, timeout_s=DEADLINE_S)
     tracker.flush()
 
 

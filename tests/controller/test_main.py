@@ -9,7 +9,6 @@ import ssl
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,8 @@ from sharegpu.kube.rest import KubeRest
 from sharegpu.kube.telemetry import Telemetry, span_exporter_from_env
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
-from tests.kube.test_httpserve import all_closed, get_with_retries, short_limits, stall
+from tests.helpers import eventually
+from tests.kube.helpers import all_closed, get_with_retries, short_limits, stall
 
 DEADLINE_S = 30.0
 #: The CA of the certificates the running controller serves (the webhook's and the API's).
@@ -97,7 +97,7 @@ def test_metrics_scraped_and_parsed(
     apiserver: KubeAPIServer, running: tuple[Controller, h.Cluster]
 ) -> None:
     controller, cluster = running
-    assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+    eventually(cluster.converged, timeout_s=DEADLINE_S)
     assert controller.metrics_server is not None
     status, body = _get(controller.metrics_server.server_address[1], "/metrics", scheme="http")
     assert status == 200
@@ -187,11 +187,11 @@ def test_json_api_and_probes(
     apiserver: KubeAPIServer, running: tuple[Controller, h.Cluster]
 ) -> None:
     controller, cluster = running
-    assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+    eventually(cluster.converged, timeout_s=DEADLINE_S)
     assert controller.api_server is not None
     port = controller.api_server.server_address[1]
     assert _get(port, "/healthz")[0] == 200
-    assert apiserver.wait_for(lambda: _get(port, "/readyz")[0] == 200, DEADLINE_S)
+    eventually(lambda: _get(port, "/readyz")[0] == 200, timeout_s=DEADLINE_S)
     apiserver.reviews.add_token("reader-token", "reader", audiences=AUDIENCE)
     apiserver.reviews.allow("reader", "list", "resource.sharegpu.dev", "gpus")
     status, body = _get(port, "/api/v1/gpus", "reader-token")
@@ -306,7 +306,7 @@ def test_sigterm_shuts_down_cleanly(apiserver: KubeAPIServer, tmp_path: Path) ->
             lines.append(json.loads(line))
             if "tracking GPUs" in lines[-1]["msg"]:
                 break
-        assert apiserver.wait_for(lambda: apiserver.open_watches() >= 4, DEADLINE_S)
+        eventually(lambda: apiserver.open_watches() >= 4, timeout_s=DEADLINE_S)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=DEADLINE_S)
     finally:
@@ -408,11 +408,14 @@ def test_every_server_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             controller.api_server.server_address[1],
         ]
         baseline = threading.active_count()
+
+        def within_the_caps() -> None:
+            assert threading.active_count() <= baseline + 3 * (cap + httpserve.EVICTING_MAX)
+
         stallers = [stall(port) for port in ports for _ in range(20)]
-        time.sleep(0.2)
-        assert threading.active_count() <= baseline + 3 * (cap + httpserve.EVICTING_MAX)
-        # 1 s deadline; the webhook's former handshake timeout was 10 s.
-        assert all_closed(stallers, timeout_s=6.0)
+        # Until the last staller is cut (1 s deadline; the webhook's former handshake timeout
+        # was 10 s), the three servers' threads stay within their caps.
+        all_closed(stallers, timeout_s=6.0, meanwhile=within_the_caps)
         assert get_with_retries(ports[2], "/healthz") == 200
         assert get_with_retries(ports[1], "/metrics") == 200
     finally:

@@ -12,6 +12,7 @@ from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
+from tests.helpers import eventually
 
 DEADLINE_S = 30.0  # generous: a loaded 2-core machine; convergence normally takes well under 2 s
 NODES = ("node-a", "node-b", "node-c")
@@ -32,11 +33,12 @@ def _tracker(kube: KubeRest, **kwargs: Any) -> Tracker:
 
 
 def _converge(apiserver: KubeAPIServer, cluster: h.Cluster, tracker: Tracker) -> None:
-    ok = apiserver.wait_for(lambda: tracker.idle() and cluster.converged(), DEADLINE_S, 0.05)
-    if not ok:
+    def differing() -> str:
         stored, expected = cluster.stored(), cluster.expected()
         diff = sorted(n for n in set(stored) | set(expected) if stored.get(n) != expected.get(n))
-        raise AssertionError(f"GPU objects did not converge: differing {diff[:5]}")
+        return f"GPU objects converged (differing: {diff[:5]})"
+
+    eventually(lambda: tracker.idle() and cluster.converged(), differing, timeout_s=DEADLINE_S)
 
 
 def test_three_nodes_of_eight_gpus(
@@ -124,7 +126,7 @@ def test_restart_gives_same_objects_without_writes(
     second = _tracker(kube)
     try:
         assert second.wait_synced(DEADLINE_S)
-        assert apiserver.wait_for(second.idle, DEADLINE_S)
+        eventually(second.idle, timeout_s=DEADLINE_S)
         assert second.flush() == 0
         assert cluster.stored() == before
         assert apiserver.write_count("gpus") == 0
@@ -169,14 +171,14 @@ def test_status_writes_are_batched_per_gpu(
         assert tracker.wait_synced(DEADLINE_S)
         assert tracker.flush() > 0  # creates the objects
         cluster.add_claim("x", [h.result("node-a", "gpu-0", cores=1, memory="256Mi")])
-        assert apiserver.wait_for(lambda: bool(tracker.gpus()[0].status.allocations), DEADLINE_S)
+        eventually(lambda: bool(tracker.gpus()[0].status.allocations), timeout_s=DEADLINE_S)
         assert tracker.flush() == 0, "a second write within the interval"
         assert not tracker.idle()
         clock.advance(0.9)
         assert tracker.flush() == 0
         clock.advance(0.2)
         assert tracker.flush() == 1
-        assert tracker.idle() or apiserver.wait_for(lambda: tracker.flush() == 0 and tracker.idle())
+        eventually(lambda: tracker.idle() or (tracker.flush() == 0 and tracker.idle()))
         assert cluster.converged()
     finally:
         tracker.stop()
@@ -190,7 +192,7 @@ def test_deletion_waits_for_the_grace_period(
     try:
         _converge(apiserver, cluster, tracker)
         cluster.delete_slice(h.node_slice("node-c")["metadata"]["name"])
-        assert apiserver.wait_for(lambda: len(tracker.gpus()) == 16, DEADLINE_S)
+        eventually(lambda: len(tracker.gpus()) == 16, timeout_s=DEADLINE_S)
         tracker.flush()
         assert "node-c-gpu-0" in cluster.stored()
         assert not tracker.idle()
@@ -227,12 +229,10 @@ def test_gpu_objects_carry_the_node_and_driver_labels(
     kube.request("PUT", path, body=obj)
     tracker = _tracker(kube)
     try:
-        ok = apiserver.wait_for(
+        eventually(
             lambda: kube.get(path)["metadata"]["labels"].get(GPU_NODE_LABEL) == "node-a",
-            DEADLINE_S,
-            0.05,
+            timeout_s=DEADLINE_S,
         )
-        assert ok
     finally:
         tracker.stop()
 
@@ -316,7 +316,7 @@ def test_collector_frozen_after_each_list_unless_disabled(
     tracker = _tracker(kube, freeze_gc=freeze_gc)
     try:
         assert tracker.wait_synced(DEADLINE_S)
-        assert apiserver.wait_for(lambda: len(calls) >= 4 or not freeze_gc, DEADLINE_S)
+        eventually(lambda: len(calls) >= 4 or not freeze_gc, timeout_s=DEADLINE_S)
         assert (len(calls) >= 4) if freeze_gc else calls == []
     finally:
         tracker.stop()

@@ -7,8 +7,6 @@ import json
 import logging
 import socket
 import ssl
-import uuid
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,152 +19,16 @@ from controller.metrics import ControllerMetrics
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
-from tests.kube.test_httpserve import all_closed, short_limits, stall, trickle
-
-
-class Endpoint:
-    def __init__(self, server: WebhookServer, ca: trustme.CA, telemetry: Telemetry) -> None:
-        self.server = server
-        self.telemetry = telemetry
-        self.context = ssl.create_default_context()
-        ca.configure_trust(self.context)
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        conn = http.client.HTTPSConnection(
-            "localhost", self.server.port, context=self.context, timeout=30
-        )
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            headers = {"Content-Type": "application/json"} if data else {}
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-            ctype = resp.getheader("Content-Type") or ""
-            return resp.status, json.loads(raw) if "json" in ctype else raw.decode()
-        finally:
-            conn.close()
-
-    def call_raw(self, path: str, data: bytes) -> tuple[int, Any]:
-        """POST ``data`` as it is (for bodies no Python object can be dumped to)."""
-        conn = http.client.HTTPSConnection(
-            "localhost", self.server.port, context=self.context, timeout=30
-        )
-        try:
-            conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            return resp.status, json.loads(resp.read())
-        finally:
-            conn.close()
-
-    def review(self, obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
-        resource = {
-            "ResourceClaim": "resourceclaims",
-            "ResourceClaimTemplate": "resourceclaimtemplates",
-            "DeviceClass": "deviceclasses",
-        }[obj["kind"]]
-        group, version = obj["apiVersion"].split("/")
-        body: dict[str, Any] = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": group, "version": version, "kind": obj["kind"]},
-                "resource": {"group": group, "version": version, "resource": resource},
-                "operation": operation,
-                "namespace": obj["metadata"].get("namespace"),
-                "name": obj["metadata"]["name"],
-                "object": obj if operation != "DELETE" else None,
-                "oldObject": obj if operation == "DELETE" else None,
-            },
-        }
-        status, answer = self.call("POST", f"/validate/{resource}", body)
-        assert status == 200, answer
-        assert answer["kind"] == "AdmissionReview"
-        assert answer["response"]["uid"] == body["request"]["uid"]
-        return dict(answer["response"])
-
-
-def _issue(ca: trustme.CA, tmp: Path) -> tuple[str, str]:
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
-    cert.private_key_pem.write_to_path(str(tmp / "tls.key"))
-    return str(tmp / "tls.crt"), str(tmp / "tls.key")
-
-
-@pytest.fixture
-def endpoint(tmp_path: Path) -> Iterator[Endpoint]:
-    ca = trustme.CA()
-    cert, key = _issue(ca, tmp_path)
-    telemetry = Telemetry("test-webhook")
-    admission = AdmissionHandler(DRIVER, ControllerMetrics(telemetry))
-    server = WebhookServer("127.0.0.1:0", admission, CertificateReloader(cert, key, 0.0)).start()
-    try:
-        yield Endpoint(server, ca, telemetry)
-    finally:
-        server.stop()
-        telemetry.shutdown()
-
-
-def claim(
-    *requests: dict[str, Any], config: list[Any] | None = None, version: str = "v1"
-) -> dict[str, Any]:
-    devices: dict[str, Any] = {"requests": list(requests)}
-    if config is not None:
-        devices["config"] = config
-    return {
-        "apiVersion": f"resource.k8s.io/{version}",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "c", "namespace": "default"},
-        "spec": {"devices": devices},
-    }
-
-
-def exactly(
-    capacity: dict[str, str] | None = None, selectors: Sequence[str] = (), cls: str = DRIVER
-) -> dict[str, Any]:
-    ex: dict[str, Any] = {"deviceClassName": cls}
-    if capacity is not None:
-        ex["capacity"] = {"requests": capacity}
-    if selectors:
-        ex["selectors"] = [{"cel": {"expression": e}} for e in selectors]
-    return {"name": "gpu", "exactly": ex}
-
-
-def gpu_config(params: dict[str, Any]) -> list[Any]:
-    return [
-        {
-            "opaque": {
-                "driver": DRIVER,
-                "parameters": {
-                    "apiVersion": "resource.sharegpu.dev/v1alpha1",
-                    "kind": "GpuConfig",
-                    **params,
-                },
-            }
-        }
-    ]
-
-
-def template(spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1beta2",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "t", "namespace": "default"},
-        "spec": {"spec": spec},
-    }
-
-
-def device_class(selectors: list[str], config: list[Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": e}} for e in selectors]}
-    if config is not None:
-        spec["config"] = config
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": DRIVER},
-        "spec": spec,
-    }
-
+from tests.controller.webhook_helpers import (
+    Endpoint,
+    claim,
+    device_class,
+    exactly,
+    gpu_config,
+    issue_certificate,
+    template,
+)
+from tests.kube.helpers import all_closed, short_limits, stall, trickle
 
 D = f"device.attributes['{DRIVER}']"
 C = f"device.capacity['{DRIVER}']"
@@ -490,7 +352,7 @@ def test_reviews_are_counted(endpoint: Endpoint) -> None:
 
 def test_certificate_is_reloaded_when_files_change(endpoint: Endpoint, tmp_path: Path) -> None:
     new_ca = trustme.CA()
-    _issue(new_ca, tmp_path)
+    issue_certificate(new_ca, tmp_path)
     endpoint.context = ssl.create_default_context()
     new_ca.configure_trust(endpoint.context)
     assert endpoint.call("GET", "/healthz")[0] == 200  # served with the new certificate
@@ -518,7 +380,7 @@ def test_clients_that_stall_or_trickle_are_cut_at_the_deadline(
     the request deadline; reviews are answered meanwhile."""
     monkeypatch.setattr(httpserve, "DEFAULT_LIMITS", short_limits(request_timeout_s=2.0))
     ca = trustme.CA()
-    cert, key = _issue(ca, tmp_path)
+    cert, key = issue_certificate(ca, tmp_path)
     telemetry = Telemetry("test-webhook")
     admission = AdmissionHandler(DRIVER, ControllerMetrics(telemetry))
     server = WebhookServer("127.0.0.1:0", admission, CertificateReloader(cert, key, 0.0)).start()
@@ -534,7 +396,7 @@ def test_clients_that_stall_or_trickle_are_cut_at_the_deadline(
         assert endpoint.call("GET", "/healthz") == (200, "ok\n")
         assert endpoint.review(claim(exactly()))["allowed"] is True
         assert trickle([trickler], request, timeout_s=8.0) == []
-        assert all_closed([handshake], timeout_s=1.0)
+        all_closed([handshake], timeout_s=1.0)
     finally:
         handshake.close()
         trickler.close()

@@ -33,19 +33,16 @@ from controller.webhook import AdmissionHandler, CertificateReloader, WebhookSer
 from sharegpu.admission.checks import uncompiled_selector_bytes
 from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
-from tests.controller.test_webhook import (
+from tests.controller.webhook_helpers import (
     Endpoint,
-    _issue,
     claim,
     device_class,
-    endpoint,
     exactly,
     gpu_config,
+    issue_certificate,
     template,
 )
 from tests.jsondata import json_paths
-
-__all__ = ["endpoint"]  # the fixture, used here by name
 
 D = f"device.attributes['{DRIVER}']"
 #: The label values of sharegpu_webhook_reviews_total{kind}.
@@ -414,7 +411,7 @@ def test_the_server_context_offers_only_aead_suites(endpoint: Endpoint) -> None:
 def shared_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     """One webhook for every example of the property below (it keeps no state per review)."""
     ca = trustme.CA()
-    cert, key = _issue(ca, Path(tmp_path_factory.mktemp("webhook-tls")))
+    cert, key = issue_certificate(ca, Path(tmp_path_factory.mktemp("webhook-tls")))
     telemetry = Telemetry("test-webhook-hostile")
     admission = AdmissionHandler(DRIVER, ControllerMetrics(telemetry))
     server = WebhookServer("127.0.0.1:0", admission, CertificateReloader(cert, key)).start()
@@ -522,7 +519,7 @@ def start_webhook(
     tmp_path: Path, admission: AdmissionHandler, limits: httpserve.ServerLimits | None = None
 ) -> Endpoint:
     ca = trustme.CA()
-    cert, key = _issue(ca, tmp_path)
+    cert, key = issue_certificate(ca, tmp_path)
     telemetry = Telemetry(f"test-webhook-{tmp_path.name}")
     server = WebhookServer("127.0.0.1:0", admission, CertificateReloader(cert, key, 0.0), limits)
     return Endpoint(server.start(), ca, telemetry)

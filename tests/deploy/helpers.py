@@ -83,3 +83,8 @@ def render_chart(
     result = run_helm(helm, "template", release, str(CHART_DIR), "--namespace", namespace, *extra)
     assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
     return load_documents(result.stdout)
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The documents of ``kind``, in rendering order."""
+    return [doc for doc in docs if doc["kind"] == kind]

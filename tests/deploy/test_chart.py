@@ -38,6 +38,7 @@ from tests.deploy.helpers import (
     OWN_GROUPS,
     REPO_ROOT,
     api_group,
+    by_kind,
     load_documents,
     run_helm,
     validation_errors,
@@ -87,10 +88,6 @@ def render(helm: str, set_args: list[str]) -> list[dict[str, Any]]:
     result = run_helm(helm, *args)
     assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
     return load_documents(result.stdout)
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [doc for doc in docs if doc["kind"] == kind]
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:

@@ -8,15 +8,14 @@ from typing import Any
 import pytest
 
 from api.crd import QUOTA_CRD_PATH, render_quota
-from tests.deploy.helpers import CHART_DIR
-from tests.deploy.test_chart import by_kind, render
+from tests.deploy.helpers import CHART_DIR, by_kind, render_chart
 
 pytestmark = pytest.mark.helm
 
 
 @pytest.fixture(scope="module")
 def docs(helm: str) -> list[dict[str, Any]]:
-    return render(helm, [])
+    return render_chart(helm)
 
 
 def test_generated_quota_crd_is_current_and_copied_into_the_chart() -> None:

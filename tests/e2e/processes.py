@@ -11,9 +11,10 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+
+from tests.helpers import eventually
 
 #: Lines of a log quoted in a failure.
 LOG_TAIL_LINES = 40
@@ -143,26 +144,31 @@ def wait_until(
 ) -> None:
     """Poll ``condition`` until it holds; fail the step (with the process's log) at the deadline
     or as soon as ``process`` exits."""
-    end = time.monotonic() + deadline_s
     last_error = ""
-    while True:
+
+    def holds() -> bool:
+        nonlocal last_error
         if process is not None:
             process.check_running(step_name)
         try:
-            if condition():
-                return
+            return bool(condition())
         except Exception as exc:
             last_error = f" (last error: {type(exc).__name__}: {exc})"
-        if time.monotonic() > end:
-            raise StepFailed(
-                failure(
-                    step_name,
-                    process.argv if process is not None else what,
-                    f"{what} not reached within {deadline_s:.0f}s{last_error}",
-                    process.log if process is not None else None,
-                )
+            return False
+
+    try:
+        eventually(holds, what, timeout_s=deadline_s, interval_s=interval_s)
+    except StepFailed:  # the process exited
+        raise
+    except AssertionError:
+        raise StepFailed(
+            failure(
+                step_name,
+                process.argv if process is not None else what,
+                f"{what} not reached within {deadline_s:.0f}s{last_error}",
+                process.log if process is not None else None,
             )
-        time.sleep(interval_s)
+        ) from None
 
 
 def assert_no_forbidden(process: Process, step_name: str) -> None:

@@ -27,9 +27,17 @@ from sharegpu.kube.httpserve import (
     ServerLimits,
 )
 from sharegpu.kube.telemetry import Telemetry, serve_metrics
+from tests.helpers import PATIENCE_S, eventually
+from tests.kube.helpers import (
+    all_closed,
+    get,
+    get_with_retries,
+    is_closed,
+    short_limits,
+    stall,
+    trickle,
+)
 
-#: How long a test waits for something that should happen within about a second.
-PATIENCE_S = 15.0
 STALLERS = 300
 
 
@@ -52,19 +60,6 @@ class _Hello(BoundedRequestHandler):
         self.wfile.write(body)
 
 
-def short_limits(
-    request_timeout_s: float = 1.0, max_connections: int = 64, **sizes: int
-) -> ServerLimits:
-    """Limits with one-second timeouts (the request deadline as given)."""
-    return ServerLimits(
-        request_timeout_s=request_timeout_s,
-        idle_timeout_s=1.0,
-        write_timeout_s=1.0,
-        max_connections=max_connections,
-        **sizes,
-    )
-
-
 Serve = Callable[..., BoundedHTTPServer]
 
 
@@ -82,97 +77,6 @@ def serve() -> Iterator[Serve]:
     yield start
     for server in servers:
         server.stop()
-
-
-# Client helpers, also used by the tests of the daemons' servers.
-
-
-def stall(port: int, first: bytes = b"G") -> socket.socket:
-    """A connection that sends ``first`` (one byte of a request by default) and nothing more."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S)
-    with contextlib.suppress(OSError):  # closed by the server (at its cap): is_closed() tells
-        sock.sendall(first)
-    return sock
-
-
-def is_closed(sock: socket.socket) -> bool:
-    """True when the server closed ``sock`` (EOF or reset); does not wait."""
-    sock.setblocking(False)
-    try:
-        return sock.recv(4096) == b""
-    except (BlockingIOError, ssl.SSLWantReadError):
-        return False
-    except OSError:
-        return True
-    finally:
-        sock.setblocking(True)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = PATIENCE_S) -> bool:
-    """Poll ``condition`` every 50 ms until it holds or ``timeout_s`` passed."""
-    end = time.monotonic() + timeout_s
-    while True:
-        if condition():
-            return True
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-
-
-def all_closed(socks: list[socket.socket], timeout_s: float = PATIENCE_S) -> bool:
-    """Wait until the server closed every one of ``socks``."""
-    pending = list(socks)
-
-    def done() -> bool:
-        pending[:] = [s for s in pending if not is_closed(s)]
-        return not pending
-
-    return wait_until(done, timeout_s)
-
-
-def trickle(
-    socks: list[socket.socket], data: bytes, interval_s: float = 0.5, timeout_s: float = PATIENCE_S
-) -> list[socket.socket]:
-    """Send ``data[1:]`` one byte per ``interval_s`` on each of ``socks`` (the first byte is
-    sent already) until the server closed them all or ``timeout_s`` passed; those still open."""
-    open_ = list(socks)
-    end = time.monotonic() + timeout_s
-    sent = 1
-    while open_ and time.monotonic() < end and sent < len(data):
-        time.sleep(interval_s)
-        for sock in list(open_):
-            try:
-                sock.send(data[sent : sent + 1])
-            except OSError:
-                open_.remove(sock)
-                continue
-            if is_closed(sock):
-                open_.remove(sock)
-        sent += 1
-    return open_
-
-
-def get(port: int, path: str = "/", timeout_s: float = PATIENCE_S) -> tuple[int, bytes]:
-    """One GET on a new connection."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
-def get_with_retries(port: int, path: str = "/", timeout_s: float = PATIENCE_S) -> int:
-    """GET, retried while the server closes the connection at its cap; the status."""
-    end = time.monotonic() + timeout_s
-    while True:
-        try:
-            return get(port, path, timeout_s=max(end - time.monotonic(), 0.1))[0]
-        except (OSError, http.client.HTTPException):
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.05)
 
 
 def _close_all(socks: list[socket.socket]) -> None:
@@ -197,7 +101,7 @@ def test_stallers_above_the_cap_get_no_thread_and_are_all_cut(serve: Serve) -> N
         assert get_with_retries(server.port) == 200
         answered_after = time.monotonic() - started
         peak = max(peak, threading.active_count())
-        assert all_closed(stallers)
+        all_closed(stallers)
         peak = max(peak, threading.active_count())
     finally:
         _close_all(stallers)
@@ -205,8 +109,8 @@ def test_stallers_above_the_cap_get_no_thread_and_are_all_cut(serve: Serve) -> N
     assert peak <= baseline + 1 + cap + EVICTING_MAX, (peak, baseline)
     assert answered_after < 5.0
     assert server.rejected + server.evicted > 0  # the cap was reached
-    assert wait_until(lambda: server.active_connections == 0)
-    assert wait_until(lambda: threading.active_count() <= baseline + 1)
+    eventually(lambda: server.active_connections == 0)
+    eventually(lambda: threading.active_count() <= baseline + 1)
 
 
 def test_a_client_is_answered_while_stallers_hold_every_slot(serve: Serve) -> None:
@@ -219,7 +123,7 @@ def test_a_client_is_answered_while_stallers_hold_every_slot(serve: Serve) -> No
     )
     stallers = [stall(server.port) for _ in range(STALLERS)]
     try:
-        assert wait_until(lambda: server.active_connections == cap)
+        eventually(lambda: server.active_connections == cap)
         started = time.monotonic()
         assert get_with_retries(server.port) == 200
         assert time.monotonic() - started < 5.0
@@ -251,7 +155,7 @@ def test_clients_are_answered_while_stallers_keep_reconnecting(serve: Serve) -> 
     peak = 0
     latencies = []
     try:
-        assert wait_until(lambda: server.active_connections >= cap)
+        eventually(lambda: server.active_connections >= cap)
         for _ in range(10):
             started = time.monotonic()
             assert get_with_retries(server.port) == 200
@@ -284,7 +188,7 @@ def test_tricklers_are_cut_at_the_deadline_while_others_are_answered(
     before = time.monotonic()
     tricklers = [stall(server.port, request[:1]) for _ in range(STALLERS)]
     try:
-        assert wait_until(lambda: server.active_connections == STALLERS)
+        eventually(lambda: server.active_connections == STALLERS)
         started = time.monotonic()
         assert get(server.port) == (200, b"ok\n")
         assert time.monotonic() - started < 5.0
@@ -294,7 +198,7 @@ def test_tricklers_are_cut_at_the_deadline_while_others_are_answered(
         assert time.monotonic() - before >= 5.0  # cut at the deadline, not before
     finally:
         _close_all(tricklers)
-    assert wait_until(lambda: server.active_connections == 0)
+    eventually(lambda: server.active_connections == 0)
 
 
 def test_a_kept_alive_connection_is_closed_after_the_idle_timeout(
@@ -307,10 +211,10 @@ def test_a_kept_alive_connection_is_closed_after_the_idle_timeout(
             conn.request("GET", "/")
             assert conn.getresponse().read() == b"ok\n"
         assert conn.sock is not None
-        assert all_closed([conn.sock])
+        all_closed([conn.sock])
     finally:
         conn.close()
-    assert wait_until(lambda: server.active_connections == 0)
+    eventually(lambda: server.active_connections == 0)
 
 
 def test_a_client_that_does_not_read_its_answer_is_cut(
@@ -323,8 +227,8 @@ def test_a_client_that_does_not_read_its_answer_is_cut(
     try:
         sock.connect(("127.0.0.1", server.port))
         sock.sendall(b"GET /bytes/67108864 HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert wait_until(lambda: server.active_connections == 1)
-        assert wait_until(lambda: server.active_connections == 0)
+        eventually(lambda: server.active_connections == 1)
+        eventually(lambda: server.active_connections == 0)
     finally:
         sock.close()
 
@@ -379,20 +283,20 @@ def test_tls_handshakes_run_in_connection_threads_under_the_deadline(
         conn.request("GET", "/")
         assert conn.getresponse().read() == b"ok\n"
         conn.close()
-        assert all_closed(stallers)
+        all_closed(stallers)
     finally:
         _close_all(stallers)
-    assert wait_until(lambda: server.active_connections == 0)
+    eventually(lambda: server.active_connections == 0)
 
 
 def test_stop_closes_the_open_connections() -> None:
     server = BoundedHTTPServer(("127.0.0.1", 0), _Hello, ServerLimits(request_timeout_s=60)).start()
     stallers = [stall(server.port) for _ in range(5)]
     try:
-        assert wait_until(lambda: server.active_connections == 5)
+        eventually(lambda: server.active_connections == 5)
         server.stop()
-        assert all_closed(stallers, timeout_s=5.0)
-        assert wait_until(lambda: server.active_connections == 0, 5.0)
+        all_closed(stallers, timeout_s=5.0)
+        eventually(lambda: server.active_connections == 0, timeout_s=5.0)
     finally:
         _close_all(stallers)
 
@@ -433,11 +337,15 @@ def test_serve_metrics_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     telemetry = Telemetry("test-metrics")
     server = serve_metrics(telemetry, "127.0.0.1:0")
     port = server.server_address[1]
+
+    def within_the_cap() -> None:
+        assert threading.active_count() <= baseline + 1 + 4 + EVICTING_MAX
+
     stallers = [stall(port) for _ in range(20)]
     try:
-        time.sleep(0.2)
-        assert threading.active_count() <= baseline + 1 + 4
-        assert all_closed(stallers)
+        # Every staller is served or refused and then cut; until the last one is, the server's
+        # threads stay within the cap (plus evicted ones ending).
+        all_closed(stallers, meanwhile=within_the_cap)
         assert get_with_retries(port, "/metrics") == 200
     finally:
         _close_all(stallers)
@@ -471,8 +379,8 @@ def test_one_peer_holds_at_most_its_share_of_the_slots(serve: Serve) -> None:
     stallers = [stall_from(server.port, "127.0.0.2", b"G") for _ in range(40)]
     try:
         # Every one accepted: 36 evicted (or closed at once while 8 evictions were ending).
-        assert wait_until(lambda: server.evicted + server.rejected == 36)
-        assert wait_until(lambda: server.active_connections == 4)
+        eventually(lambda: server.evicted + server.rejected == 36)
+        eventually(lambda: server.active_connections == 4)
         evicted = server.evicted
         assert get(server.port) == (200, b"ok\n")
         assert server.evicted == evicted
@@ -490,7 +398,7 @@ def test_slow_bodies_are_evicted_at_the_cap(serve: Serve) -> None:
     )
     holders = [stall_from(server.port, f"127.0.0.{2 + i}", slow_body_head()) for i in range(8)]
     try:
-        assert wait_until(lambda: server.active_connections == 8)
+        eventually(lambda: server.active_connections == 8)
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=PATIENCE_S)
         try:
             conn.request("POST", "/", body=b"hello")

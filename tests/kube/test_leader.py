@@ -13,6 +13,7 @@ from sharegpu.kube.leader import LeaderElector
 from sharegpu.kube.rest import KubeRest, resource_path
 from sharegpu.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
+from tests.helpers import eventually
 
 DEADLINE_S = 30.0
 LEASE_S = 3.0
@@ -64,16 +65,16 @@ def test_one_leader_writes_and_the_standby_takes_over(
         cluster.add_slice(h.node_slice(node, 4))
     replicas = [Replica(kube, "replica-1"), Replica(kube, "replica-2")]
     try:
-        assert apiserver.wait_for(lambda: any(r.elector.is_leader for r in replicas), DEADLINE_S)
+        eventually(lambda: any(r.elector.is_leader for r in replicas), timeout_s=DEADLINE_S)
         leader = next(r for r in replicas if r.elector.is_leader)
         standby = next(r for r in replicas if r is not leader)
         assert not standby.elector.is_leader
-        assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+        eventually(cluster.converged, timeout_s=DEADLINE_S)
         cluster.add_claim("a", [h.result("n1", "gpu-0", cores=40, memory="8Gi")])
-        assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+        eventually(cluster.converged, timeout_s=DEADLINE_S)
         assert leader.tracker.writes > 0 and standby.tracker.writes == 0
         # the standby has the same view (it serves the JSON API too)
-        assert apiserver.wait_for(lambda: standby.tracker.gpus() == leader.tracker.gpus())
+        eventually(lambda: standby.tracker.gpus() == leader.tracker.gpus())
 
         lease = kube.get(
             resource_path("coordination.k8s.io", "v1", "leases", "sharegpu", "sharegpu-controller")
@@ -84,7 +85,7 @@ def test_one_leader_writes_and_the_standby_takes_over(
         replicas.remove(leader)
         assert standby.elector.wait_for_leadership(DEADLINE_S)
         cluster.add_claim("b", [h.result("n2", "gpu-3", cores=25, memory="2Gi")])
-        assert apiserver.wait_for(cluster.converged, DEADLINE_S)
+        eventually(cluster.converged, timeout_s=DEADLINE_S)
         assert standby.tracker.writes > 0
     finally:
         for r in replicas:
@@ -186,12 +187,7 @@ def test_leadership_ends_at_the_renew_deadline_even_while_a_renewal_hangs(
         stalling.stall.set()
         assert stalling.stalled.wait(DEADLINE_S)
         # polled while the renewal request is still blocked in ``_wait``
-        gave_up = threading.Event()
-        for _ in range(int(DEADLINE_S / 0.05)):
-            if not leader.is_leader:
-                break
-            gave_up.wait(0.05)
-        assert not leader.is_leader
+        eventually(lambda: not leader.is_leader, "leadership given up", timeout_s=DEADLINE_S)
     finally:
         stalling.stall.clear()
         stalling.release.set()

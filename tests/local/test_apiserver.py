@@ -15,6 +15,7 @@ from kubernetes.client import ApiClient, ApiException
 
 from api import names
 from sharegpu.local.apiserver import KubeAPIServer
+from tests.helpers import eventually
 from tests.local.objects import gpu_spec, gpu_status, request_json
 
 Obj = dict[str, Any]
@@ -704,7 +705,7 @@ def test_live_watch_sees_writes(apiserver: KubeAPIServer, kube_client: ApiClient
 
     t = threading.Thread(target=consume)
     t.start()
-    assert apiserver.wait_for(lambda: apiserver.open_watches() == 1)
+    eventually(lambda: apiserver.open_watches() == 1)
     apiserver.store.put("nodes", {"metadata": {"name": "direct"}})
     core.create_node({"metadata": {"name": "api"}})
     apiserver.store.delete("nodes", "direct")
@@ -788,11 +789,11 @@ def test_drop_watches_ends_streams(apiserver: KubeAPIServer, kube_client: ApiCli
 
     t = threading.Thread(target=consume)
     t.start()
-    assert apiserver.wait_for(lambda: apiserver.open_watches() == 1)
+    eventually(lambda: apiserver.open_watches() == 1)
     assert apiserver.drop_watches() == 1
     t.join(30)
     assert ended.is_set()
-    assert apiserver.wait_for(lambda: apiserver.open_watches() == 0)
+    eventually(lambda: apiserver.open_watches() == 0)
 
 
 # --- custom resources ----------------------------------------------------------------------
@@ -918,7 +919,7 @@ def test_fault_injection_hangup_and_delay(apiserver: KubeAPIServer, kube_client:
     apiserver.inject_fault(verb="create", resource="nodes", action="delay", delay_s=3)
     with pytest.raises(urllib3.exceptions.HTTPError):
         core.create_node({"metadata": {"name": "n2"}}, _request_timeout=0.3)
-    assert apiserver.wait_for(lambda: apiserver.store.get("nodes", "n2") is not None)
+    eventually(lambda: apiserver.store.get("nodes", "n2") is not None)
 
 
 def test_request_counters(apiserver: KubeAPIServer, kube_client: ApiClient) -> None:
@@ -957,7 +958,7 @@ def test_kubeconfig_and_clean_stop(tmp_path: Path) -> None:
         target=lambda: list(watch.Watch().stream(core.list_node, timeout_seconds=60))
     )
     watcher.start()
-    assert server.wait_for(lambda: server.open_watches() == 1)
+    eventually(lambda: server.open_watches() == 1)
     server.stop()
     watcher.join(30)
     api.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -222,13 +221,3 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-def wait_for(predicate: Callable[[], bool], deadline: float = 10.0, what: str = "") -> None:
-    """Poll ``predicate`` until true; fail with ``what`` after ``deadline`` seconds."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {deadline}s waiting for {what or predicate}")

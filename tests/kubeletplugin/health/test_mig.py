@@ -26,6 +26,7 @@ from kubeletplugin.health.nvmlcheck import NO_INSTANCE, NvmlHealthChecker
 from kubeletplugin.health.restore import PublishedFault, unhealthy_from_slices
 from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.kubelet.healthservice import Health
+from tests.helpers import eventually
 from tests.kubeletplugin.health.helpers import (
     NODE,
     XID,
@@ -34,7 +35,6 @@ from tests.kubeletplugin.health.helpers import (
     ManualChecker,
     RecordingStream,
     RecordingTaints,
-    wait_for,
 )
 
 DRIVER = names.DEFAULT_DRIVER_NAME
@@ -290,7 +290,7 @@ def test_an_nvml_event_naming_an_instance_taints_its_device(tmp_path: Path) -> N
     monitor.start()
     try:
         fake.push(table.gpus[0].uuid, XID, RESET_XID, gi=2, ci=1)
-        wait_for(lambda: bool(taints.calls), what="a taint map")
+        eventually(lambda: bool(taints.calls), "a taint map")
         assert list(taints.calls[-1]) == ["gpu-0-mig-2-1"]
     finally:
         monitor.stop()

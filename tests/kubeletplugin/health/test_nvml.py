@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from typing import Any
 
@@ -14,6 +15,7 @@ from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, EventKind, HealthE
 from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.settings import HealthSettings
+from tests.helpers import eventually
 from tests.kubeletplugin.health.helpers import (
     DBE,
     GPU_UNAVAILABLE,
@@ -23,7 +25,6 @@ from tests.kubeletplugin.health.helpers import (
     NVMLError,
     RecordingTaints,
     gpus,
-    wait_for,
 )
 
 
@@ -100,7 +101,7 @@ def test_wait_uses_a_timeout_and_stop_ends_the_thread() -> None:
     g = gpus(1)
     fake = FakeEventNvml([g[0].uuid])
     checker, _ = started(fake, 1)
-    wait_for(lambda: fake.waits >= 3, what="several timed-out waits")
+    eventually(lambda: fake.waits >= 3, "several timed-out waits")
     checker.stop()
     assert not any(t.name == "nvml-events" for t in threading.enumerate())
     assert fake.freed and fake.shut_down
@@ -131,6 +132,42 @@ def test_nvml_init_failure_makes_every_probe_fail() -> None:
     assert not fake.shut_down
 
 
+def test_without_pynvml_every_probe_names_the_missing_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the import fails
+    g = gpus(1)
+    checker = NvmlHealthChecker()
+    checker.start(g, Events())
+    reason = checker.probe(g[0])
+    checker.stop()
+    assert reason is not None and reason.startswith("NVML unavailable: ")
+    assert "pynvml" in reason
+
+
+def test_an_error_that_is_not_nvmls_is_not_reported_as_the_gpus_fault() -> None:
+    """Only NVML errors are GPU faults: a defect (here a TypeError) reaches the caller, whose
+    monitor logs it with its traceback instead of quoting it as an NVML answer."""
+    g = gpus(1)
+    fake = FakeEventNvml([g[0].uuid])
+    module = fake.module()
+
+    def broken(handle: Any) -> Any:
+        raise TypeError("unexpected handle")
+
+    module.nvmlDeviceGetMemoryInfo = broken  # type: ignore[attr-defined]
+    checker = NvmlHealthChecker(module, wait_timeout_ms=50)
+    checker.start(g, Events())
+    try:
+        with pytest.raises(TypeError, match="unexpected handle"):
+            checker.probe(g[0])
+        fake.lost.add(g[0].uuid)
+        module.nvmlDeviceGetMemoryInfo = fake.module().nvmlDeviceGetMemoryInfo  # type: ignore[attr-defined]
+        assert checker.probe(g[0]) == "NVML query failed: GPU is lost"
+    finally:
+        checker.stop()
+
+
 def test_ignored_xid_from_nvml_leaves_the_gpu_healthy_and_a_critical_one_taints_it() -> None:
     g = gpus(2)
     fake = FakeEventNvml([x.uuid for x in g])
@@ -148,8 +185,8 @@ def test_ignored_xid_from_nvml_leaves_the_gpu_healthy_and_a_critical_one_taints_
         for xid in sorted(DEFAULT_IGNORED_XIDS):
             fake.push(g[0].uuid, XID, xid)
         fake.push(g[1].uuid, XID, 79)
-        wait_for(lambda: bool(taints.calls), what="a taint")
-        wait_for(lambda: fake.events.empty(), what="all events consumed")
+        eventually(lambda: bool(taints.calls), "a taint")
+        eventually(lambda: fake.events.empty(), "all events consumed")
         assert taints.calls == [{"gpu-1": taints.calls[0]["gpu-1"]}]
         assert (
             taints.calls[0]["gpu-1"][0]["value"]

@@ -25,6 +25,7 @@ from kubeletplugin.health.state import HealthStateMachine
 from kubeletplugin.health.taints import taint_value, unhealthy_taint
 from kubeletplugin.kubelet.healthservice import Health
 from sharegpu.kube import slicerules
+from tests.helpers import eventually
 from tests.kubeletplugin.health.helpers import (
     NODE,
     FakeClock,
@@ -32,7 +33,6 @@ from tests.kubeletplugin.health.helpers import (
     RecordingStream,
     RecordingTaints,
     gpus,
-    wait_for,
 )
 
 DRIVER = names.DEFAULT_DRIVER_NAME
@@ -392,7 +392,7 @@ def test_stream_refresh_does_not_wait_for_a_slow_probe_interval() -> None:
     )
     m.start()
     try:
-        wait_for(lambda: len(stream.lists) >= 4, 10.0, "refreshed lists")
+        eventually(lambda: len(stream.lists) >= 4, "refreshed lists", timeout_s=10.0)
     finally:
         m.stop()
     assert all(len(lst) == 1 and lst[0].health == Health.HEALTHY for lst in stream.lists)

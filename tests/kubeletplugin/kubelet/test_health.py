@@ -16,6 +16,7 @@ from kubeletplugin.kubelet.healthservice import (
     HealthSubscription,
 )
 from sharegpu.local.kubelet import KubeletSim, SimDeviceHealth
+from tests.helpers import eventually
 from tests.kubeletplugin.kubelet.helpers import DRIVER, Dirs, running_server
 
 GPU0_OK = DeviceHealthStatus("node-1", "gpu-0", Health.HEALTHY, 1700000000)
@@ -183,16 +184,17 @@ def test_open_health_streams_never_starve_prepares(dirs: Dirs) -> None:
             assert watch.next() == [_sim(GPU1_BAD)]
         # A closed stream frees its slot for the next one.
         allowed[0].close()
-        deadline = 50
-        for _ in range(deadline):
+
+        def reused() -> bool:
             again = plugin.watch_health()
             try:
-                assert again.next(timeout=30) == [_sim(GPU1_BAD)]
-                break
-            except grpc.RpcError:
-                continue
-        else:
-            pytest.fail("a freed stream slot was never reused")
+                first = again.next(timeout=30)
+            except grpc.RpcError:  # the slot is not free yet
+                return False
+            assert first == [_sim(GPU1_BAD)]
+            return True
+
+        eventually(reused, "a freed stream slot reused", timeout_s=60)
 
 
 V1 = "v1.DRAResourceHealth"

@@ -8,7 +8,7 @@ import json
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,10 @@ import jsonschema
 from referencing import Registry, Resource
 
 from api import names
+from api.gpuconfig import DriverConfigs
 from api.quantity import format_quantity
+from kubeletplugin.containeredits import ContainerEdits, Mount
+from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
@@ -26,7 +29,12 @@ from kubeletplugin.prepare.cdi import CdiSpecWriter, NvidiaCdiDetector
 from kubeletplugin.prepare.checkpoint import Checkpoint, checksum_of
 from kubeletplugin.prepare.claims import REASON_NOT_FOUND, ClaimError
 from kubeletplugin.prepare.state import DeviceState
-from kubeletplugin.sharing.enforcement import ShareEnforcer
+from kubeletplugin.sharing.enforcement import (
+    Applied,
+    Decisions,
+    ShareEnforcer,
+    ShareError,
+)
 from tests.kubeletplugin.prepare.checkpoint_files import read_document
 from tests.paths import CDI_SCHEMA_DIR
 
@@ -222,3 +230,53 @@ def short_mps_root() -> Path:
     """A new, short MPS root directory under /tmp (the caller removes it): MPS socket paths hold
     at most 107 bytes, and pytest's temporary paths are long."""
     return Path(tempfile.mkdtemp(prefix="sgm-", dir="/tmp"))
+
+
+class RecordingEnforcer:
+    """A ShareEnforcer that adds an env variable and a typed mount per share, limits each share
+    to half its cores with strategy Limits, and records calls."""
+
+    def __init__(self, fail_for: str | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.active: set[str] = set()
+        self.fail_for = fail_for
+        self.restored: tuple[Any, Mapping[str, Sequence[DeviceRecord]]] | None = None
+
+    def apply(
+        self, claim_uid: str, devices: Sequence[DeviceRecord], configs: DriverConfigs
+    ) -> Applied:
+        self.calls.append(("apply", claim_uid))
+        if claim_uid == self.fail_for:
+            raise ShareError("MPS and TimeSlicing cannot share GPU x")
+        self.active.add(claim_uid)
+        edits = tuple(
+            ContainerEdits(
+                env=(f"SHARE_LIMIT={d.cores}",),
+                mounts=(Mount("/run/mps", "/run/mps", type="bind", options=("ro", "bind")),),
+            )
+            if d.is_share
+            else ContainerEdits()
+            for d in devices
+        )
+        decisions = tuple(
+            Enforcement("Limits", d.cores // 2, d.memory) if d.is_share else None for d in devices
+        )
+        return Applied(decisions=decisions, device_edits=edits)
+
+    def release(self, claim_uid: str) -> None:
+        self.calls.append(("release", claim_uid))
+        self.active.discard(claim_uid)
+
+    def export_state(self) -> dict[str, Any]:
+        return {"active": sorted(self.active)}
+
+    def restore(
+        self,
+        state: Any,
+        prepared: Mapping[str, Sequence[DeviceRecord]],
+        *,
+        node_gpus: Collection[str],
+    ) -> dict[str, Decisions]:
+        self.restored = (state, prepared)
+        self.active = set((state or {}).get("active", []))
+        return {uid: tuple(d.enforcement for d in devices) for uid, devices in prepared.items()}

@@ -23,12 +23,12 @@ from tests.kubeletplugin.prepare.helpers import (
     GI,
     FakeClaims,
     Node,
+    RecordingEnforcer,
     assert_valid_cdi,
     claim,
     ref,
     result,
 )
-from tests.kubeletplugin.prepare.test_prepare import RecordingEnforcer
 
 
 def _prepared(node: Node, n: int = 2, **kw: Any) -> tuple[FakeClaims, list[dict[str, Any]]]:

@@ -36,6 +36,7 @@ from kubeletplugin.prepare.slotfile import (
     read_slot,
     scan,
 )
+from tests.helpers import eventually
 from tests.kubeletplugin.prepare.checkpoint_files import read_document
 from tests.kubeletplugin.prepare.helpers import GI, FakeClaims, Node, claim, ref, result
 
@@ -595,7 +596,7 @@ def test_concurrent_prepares_share_their_checkpoint_writes(
     def started() -> int:
         return len(state.prepared_claims())
 
-    _wait_for(lambda: started() == len(objs))
+    eventually(lambda: started() == len(objs), "every claim started", timeout_s=60)
     gate.set()
     for t in threads:
         t.join(timeout=60)
@@ -603,12 +604,3 @@ def test_concurrent_prepares_share_their_checkpoint_writes(
     assert set(written[1]) == uids  # the write after the held one covers every claim
     assert len(written) <= 2 + len(objs) < 2 * len(objs)
     assert all(s == "PrepareCompleted" for s in written[-1].values()) and set(written[-1]) == uids
-
-
-def _wait_for(condition: Callable[[], bool]) -> None:
-    import time
-
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.001)

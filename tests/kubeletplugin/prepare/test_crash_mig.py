@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,9 @@ from kubeletplugin.devices.mockmig import MockMigPartitioner
 from kubeletplugin.model import GpuInfo, MigPlacement
 from sharegpu.local.apiserver import KubeAPIServer
 from sharegpu.local.kubelet import KubeletSim
+from tests.helpers import eventually
 from tests.kubeletplugin.prepare.helpers import DRIVER, NODE, assert_valid_cdi, claim, ref, result
-from tests.kubeletplugin.prepare.test_crash import CrashingKubelet, PluginProcess, _check_node
+from tests.kubeletplugin.prepare.process_helpers import CrashingKubelet, PluginProcess, check_node
 
 pytestmark = pytest.mark.process
 
@@ -106,7 +106,7 @@ def _check_mig(
     """The node as it must be between kubelet calls: exactly one instance (with its compute
     instance) per prepared claim, at the claim's placement, named in its spec; the foreign
     instance untouched; nothing else."""
-    _check_node(plugin, set(prepared))
+    check_node(plugin, set(prepared))
     instances = _instances(plugin)
     gpus = _gpus()
     found: dict[tuple[int, str, int], GpuInfo] = {}
@@ -159,14 +159,16 @@ def test_kill_9_during_mig_create_and_destroy(env: tuple[KubeAPIServer, PluginPr
     sim = KubeletSim(plugin.registry)
     kubelet = CrashingKubelet(plugin, sim, plugin.register(sim))
 
+    def placements_published() -> set[str] | None:
+        found = _published_devices(apiserver)
+        return found if "gpu-0-mig-1g-10gb-0" in found else None
+
     try:
-        deadline = time.monotonic() + 60
-        while "gpu-0-mig-1g-10gb-0" not in _published_devices(apiserver):
-            assert time.monotonic() < deadline, (
-                f"placements were never published: {plugin.logs[-1].read_text()[-3000:]}"
-            )
-            time.sleep(0.05)
-        published = _published_devices(apiserver)
+        published = eventually(
+            placements_published,
+            lambda: f"placements published: {plugin.logs[-1].read_text()[-3000:]}",
+            timeout_s=60,
+        )
         # The placements the foreign instance blocks are not published; the others are.
         assert "gpu-1-mig-1g-10gb-6" not in published
         assert "gpu-1-mig-7g-80gb-0" not in published

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,20 +11,20 @@ import pytest
 
 from api import names
 from api.gpuconfig import DriverConfigs
-from kubeletplugin.containeredits import ContainerEdits, Mount
 from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector
 from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE
 from kubeletplugin.prepare.state import KeyedLocks
-from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
+from kubeletplugin.sharing.enforcement import Applied
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,
     GI,
     NODE,
     FakeClaims,
     Node,
+    RecordingEnforcer,
     assert_valid_cdi,
     claim,
     gpus,
@@ -295,56 +295,6 @@ def test_share_outside_the_gpu_is_refused(node: Node) -> None:
     claims.add(c)
     out = node.state(claims).prepare([ref(c)])[c["metadata"]["uid"]]
     assert "consumed memory" in out.error and "usable memory" in out.error
-
-
-class RecordingEnforcer:
-    """A ShareEnforcer that adds an env variable and a typed mount per share, limits each share
-    to half its cores with strategy Limits, and records calls."""
-
-    def __init__(self, fail_for: str | None = None) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.active: set[str] = set()
-        self.fail_for = fail_for
-        self.restored: tuple[Any, Mapping[str, Sequence[DeviceRecord]]] | None = None
-
-    def apply(
-        self, claim_uid: str, devices: Sequence[DeviceRecord], configs: DriverConfigs
-    ) -> Applied:
-        self.calls.append(("apply", claim_uid))
-        if claim_uid == self.fail_for:
-            raise ShareError("MPS and TimeSlicing cannot share GPU x")
-        self.active.add(claim_uid)
-        edits = tuple(
-            ContainerEdits(
-                env=(f"SHARE_LIMIT={d.cores}",),
-                mounts=(Mount("/run/mps", "/run/mps", type="bind", options=("ro", "bind")),),
-            )
-            if d.is_share
-            else ContainerEdits()
-            for d in devices
-        )
-        decisions = tuple(
-            Enforcement("Limits", d.cores // 2, d.memory) if d.is_share else None for d in devices
-        )
-        return Applied(decisions=decisions, device_edits=edits)
-
-    def release(self, claim_uid: str) -> None:
-        self.calls.append(("release", claim_uid))
-        self.active.discard(claim_uid)
-
-    def export_state(self) -> dict[str, Any]:
-        return {"active": sorted(self.active)}
-
-    def restore(
-        self,
-        state: Any,
-        prepared: Mapping[str, Sequence[DeviceRecord]],
-        *,
-        node_gpus: Collection[str],
-    ) -> dict[str, Decisions]:
-        self.restored = (state, prepared)
-        self.active = set((state or {}).get("active", []))
-        return {uid: tuple(d.enforcement for d in devices) for uid, devices in prepared.items()}
 
 
 def test_enforcer_edits_reach_the_spec_and_failures_roll_back(node: Node) -> None:

@@ -11,6 +11,7 @@ from api import names
 from kubeletplugin.devices.table import node_devices
 from sharegpu.kube.informer import Backoff
 from sharegpu.local.apiserver import KubeAPIServer
+from tests.helpers import eventually
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,
     create_node,
@@ -42,7 +43,7 @@ def test_retries_until_published(
     publisher = make_publisher(kube_client, names.SHARING_MODE_PARTITIONS, 8)  # type: ignore[arg-type]
     publisher.start()
     try:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 3), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 3), timeout_s=DEADLINE)
         assert fault.hits == 3
         assert publisher.wait_synced(DEADLINE)
         assert publisher.last_error is None
@@ -52,13 +53,11 @@ def test_retries_until_published(
 
 def test_update_conflict_is_retried(apiserver: KubeAPIServer, kube_client: object) -> None:
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_CONSUMABLE, 8) as publisher:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         fault = apiserver.inject_fault("update", "resourceslices", code=409, times=2)
         taint = {"key": "gpu.sharegpu.dev/unhealthy", "value": "x", "effect": "NoSchedule"}
         publisher.set_taints({"gpu-1": [taint]})
-        assert apiserver.wait_for(
-            lambda: "taints" in pool(apiserver)[0]["spec"]["devices"][1], DEADLINE
-        )
+        eventually(lambda: "taints" in pool(apiserver)[0]["spec"]["devices"][1], timeout_s=DEADLINE)
         assert fault.hits == 2
 
 
@@ -66,40 +65,40 @@ def test_delete_precondition_conflict_is_retried(
     apiserver: KubeAPIServer, kube_client: object
 ) -> None:
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 16) as publisher:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 6), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 6), timeout_s=DEADLINE)
         fault = apiserver.inject_fault("delete", "resourceslices", code=409, times=2)
         publisher.update_devices(node_devices([], names.SHARING_MODE_PARTITIONS))
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         assert pool(apiserver)[0]["spec"]["devices"] == []
         assert fault.hits == 2
 
 
 def test_dropped_watch_then_wipe(apiserver: KubeAPIServer, kube_client: object) -> None:
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_CONSUMABLE, 8):
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
-        assert apiserver.wait_for(lambda: apiserver.open_watches() == 1, DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
+        eventually(lambda: apiserver.open_watches() == 1, timeout_s=DEADLINE)
         watch_fault = apiserver.inject_fault("watch", "resourceslices", code=500, times=2)
         assert apiserver.drop_watches() == 1
-        assert apiserver.wait_for(lambda: watch_fault.hits == 2, DEADLINE)
-        assert apiserver.wait_for(lambda: apiserver.open_watches() == 1, DEADLINE)
+        eventually(lambda: watch_fault.hits == 2, timeout_s=DEADLINE)
+        eventually(lambda: apiserver.open_watches() == 1, timeout_s=DEADLINE)
         for s in pool(apiserver):
             apiserver.store.delete_now("resourceslices", s["metadata"]["name"])
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
 
 
 def test_expired_watch_relists(apiserver: KubeAPIServer, kube_client: object) -> None:
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_CONSUMABLE, 1):
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
-        assert apiserver.wait_for(lambda: apiserver.open_watches() == 1, DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
+        eventually(lambda: apiserver.open_watches() == 1, timeout_s=DEADLINE)
         lists = apiserver.request_count("list", "resourceslices")
         apiserver.store.compact()
         apiserver.drop_watches()
-        assert apiserver.wait_for(
-            lambda: apiserver.request_count("list", "resourceslices") > lists, DEADLINE
+        eventually(
+            lambda: apiserver.request_count("list", "resourceslices") > lists, timeout_s=DEADLINE
         )
         for s in pool(apiserver):
             apiserver.store.delete_now("resourceslices", s["metadata"]["name"])
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
 
 
 def test_rejected_slice_is_logged_and_retried(
@@ -113,7 +112,7 @@ def test_rejected_slice_is_logged_and_retried(
     with caplog.at_level(logging.ERROR, logger="kubeletplugin.publish.publisher"):
         publisher.start()
         try:
-            assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+            eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
             assert fault.hits == 2
             assert all(t.is_alive() for t in threading.enumerate() if t.name == "slice-sync")
         finally:
@@ -132,11 +131,11 @@ def test_invalid_desired_slices_are_not_sent(
     with caplog.at_level(logging.ERROR, logger="kubeletplugin.publish.publisher"):
         publisher.start()
         try:
-            assert apiserver.wait_for(lambda: publisher.last_error is not None, DEADLINE)
+            eventually(lambda: publisher.last_error is not None, timeout_s=DEADLINE)
             assert "taints[0].effect" in (publisher.last_error or "")
             assert apiserver.request_count("create", "resourceslices") == 0
             publisher.set_taints({})
-            assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+            eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         finally:
             publisher.stop()
 

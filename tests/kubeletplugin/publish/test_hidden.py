@@ -12,6 +12,7 @@ from kubeletplugin.devices.table import node_devices
 from kubeletplugin.publish.publisher import SlicePublisher
 from sharegpu.kube.rest import KubeRest
 from sharegpu.local.apiserver import KubeAPIServer
+from tests.helpers import eventually
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,
     DRIVER,
@@ -41,12 +42,12 @@ def test_hidden_devices_leave_the_slices_and_come_back(
     publisher.start()
     hidden = {"gpu-0-half-0", "gpu-0-quarter-1"}
     try:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver)), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver)), timeout_s=DEADLINE)
         assert hidden <= {d["name"] for d in devices(pool(apiserver))}
         publisher.set_hidden_devices(hidden)
         assert publisher.hidden_devices == frozenset(hidden)
-        assert apiserver.wait_for(
-            lambda: not hidden & {d["name"] for d in devices(pool(apiserver))}, DEADLINE
+        eventually(
+            lambda: not hidden & {d["name"] for d in devices(pool(apiserver))}, timeout_s=DEADLINE
         )
         published = {d["name"] for d in devices(pool(apiserver))}
         assert "gpu-0-half-1" in published and "gpu-1-half-0" in published
@@ -54,8 +55,8 @@ def test_hidden_devices_leave_the_slices_and_come_back(
         sets = [c["name"] for s in pool(apiserver) for c in s["spec"].get("sharedCounters", [])]
         assert sets == ["gpu-0-counters", "gpu-1-counters"]
         publisher.set_hidden_devices([])
-        assert apiserver.wait_for(
-            lambda: hidden <= {d["name"] for d in devices(pool(apiserver))}, DEADLINE
+        eventually(
+            lambda: hidden <= {d["name"] for d in devices(pool(apiserver))}, timeout_s=DEADLINE
         )
     finally:
         publisher.stop()

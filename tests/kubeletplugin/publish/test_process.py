@@ -14,6 +14,7 @@ import yaml
 from api import names
 from sharegpu.kube.slicerules import validate_resource_slice
 from sharegpu.local.apiserver import KubeAPIServer
+from tests.helpers import eventually
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,
     NODE,
@@ -80,7 +81,7 @@ def test_daemon_publishes_and_stops_cleanly_on_sigterm(
                 slices = pool(apiserver)
                 return is_consistent(slices, count) and len(devices(slices)) == device_count
 
-            assert apiserver.wait_for(published, DEADLINE), log_file.read_text()
+            eventually(published, log_file.read_text, timeout_s=DEADLINE)
             for obj in pool(apiserver):
                 assert validate_resource_slice(obj) == []
             proc.send_signal(signal.SIGTERM)

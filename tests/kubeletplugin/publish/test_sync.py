@@ -13,6 +13,7 @@ from kubeletplugin.devices.table import node_devices
 from kubeletplugin.publish.publisher import SlicePublisher
 from sharegpu.kube.clock import FakeClock
 from sharegpu.local.apiserver import KubeAPIServer
+from tests.helpers import eventually
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,
     DRIVER,
@@ -49,7 +50,7 @@ def test_publishes_pool(
     publisher.start()
     try:
         expected = EXPECTED_SLICES[(mode, count)]
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), expected), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), expected), timeout_s=DEADLINE)
         assert publisher.wait_synced(DEADLINE)
         slices = pool(apiserver)
         want = desired_slices(node_devices(MockBackend(NODE, count=count).discover(), mode))
@@ -74,16 +75,16 @@ def test_publishes_pool(
 
 def test_republishes_after_wipe(apiserver: KubeAPIServer, kube_client: object) -> None:
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 8):
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 3), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 3), timeout_s=DEADLINE)
         for _ in range(2):  # kubelet wipes on start and after a disconnect
             for s in pool(apiserver):
                 apiserver.store.delete_now("resourceslices", s["metadata"]["name"])
-            assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 3), DEADLINE)
+            eventually(lambda: is_consistent(pool(apiserver), 3), timeout_s=DEADLINE)
 
 
 def test_partial_wipe_and_foreign_edit(apiserver: KubeAPIServer, kube_client: object) -> None:
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 8):
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 3), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 3), timeout_s=DEADLINE)
         first, second, _ = pool(apiserver)
         apiserver.store.delete_now("resourceslices", second["metadata"]["name"])
         edited = dict(first)
@@ -94,7 +95,7 @@ def test_partial_wipe_and_foreign_edit(apiserver: KubeAPIServer, kube_client: ob
             slices = pool(apiserver)
             return is_consistent(slices, 3) and len(slices[0]["spec"]["sharedCounters"]) == 8
 
-        assert apiserver.wait_for(restored, DEADLINE)
+        eventually(restored, timeout_s=DEADLINE)
         # a missing slice and a changed one: the generation was bumped
         assert pool(apiserver)[0]["spec"]["pool"]["generation"] == 2
 
@@ -104,11 +105,11 @@ def test_device_change_deletes_obsolete_and_bumps_generation(
 ) -> None:
     with running_publisher(apiserver, kube_client, names.SHARING_MODE_PARTITIONS, 16) as publisher:
         # 2 counter slices + 4 device slices
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 6), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 6), timeout_s=DEADLINE)
         publisher.update_devices(
             node_devices(MockBackend(NODE, count=2).discover(), names.SHARING_MODE_PARTITIONS)
         )
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 2), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 2), timeout_s=DEADLINE)
         slices = pool(apiserver)
         assert {s["spec"]["pool"]["generation"] for s in slices} == {2}
         assert len(devices(slices)) == 30
@@ -122,17 +123,17 @@ def test_taints_update_in_place_and_resplit(apiserver: KubeAPIServer, kube_clien
     publisher.start()
     taint = {"key": f"{DRIVER}/unhealthy", "value": "XID-79", "effect": "NoSchedule"}
     try:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         # a tainted device limits a slice to 64 devices: 128 GPUs need 2 slices now
         publisher.set_taints({"gpu-100": [taint]})
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 2), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 2), timeout_s=DEADLINE)
         by_name = {d["name"]: d for d in devices(pool(apiserver))}
         assert by_name["gpu-100"]["taints"][0]["value"] == "XID-79"
         assert "taints" not in by_name["gpu-99"]
         assert pool(apiserver)[0]["spec"]["pool"]["generation"] == 2
         # recovery: back to one slice without taints
         publisher.set_taints({})
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         assert not any("taints" in d for d in devices(pool(apiserver)))
     finally:
         publisher.stop()
@@ -144,10 +145,10 @@ def test_one_changed_slice_keeps_generation(apiserver: KubeAPIServer, kube_clien
     publisher.start()
     taint = {"key": f"{DRIVER}/unhealthy", "value": "lost", "effect": "NoExecute"}
     try:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         name = pool(apiserver)[0]["metadata"]["name"]
         publisher.set_taints({"gpu-0": [taint]})
-        assert apiserver.wait_for(lambda: "taints" in devices(pool(apiserver))[0], DEADLINE)
+        eventually(lambda: "taints" in devices(pool(apiserver))[0], timeout_s=DEADLINE)
         (updated,) = pool(apiserver)
         assert updated["metadata"]["name"] == name
         assert updated["spec"]["pool"]["generation"] == 1
@@ -185,7 +186,7 @@ def test_obsolete_foreign_and_stale_slices(apiserver: KubeAPIServer, kube_client
             slices = pool(apiserver)
             return is_consistent(slices, 1) and len(devices(slices)) == 8
 
-        assert apiserver.wait_for(done, DEADLINE)
+        eventually(done, timeout_s=DEADLINE)
         (kept,) = pool(apiserver)
         # the slice with the right index prefix was updated in place, the others deleted; one
         # changed slice and none missing keeps the generation
@@ -200,10 +201,10 @@ def test_waits_for_the_node(apiserver: KubeAPIServer, kube_client: object) -> No
     publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 1)  # type: ignore[arg-type]
     publisher.start()
     try:
-        assert apiserver.wait_for(lambda: publisher.last_error is not None, DEADLINE)
+        eventually(lambda: publisher.last_error is not None, timeout_s=DEADLINE)
         assert "nodes/n1" in (publisher.last_error or "")
         create_node(apiserver)
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
     finally:
         publisher.stop()
 
@@ -218,7 +219,7 @@ def test_a_recreated_node_owns_the_republished_slices(
     publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 1)  # type: ignore[arg-type]
     publisher.start()
     try:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         apiserver.store.delete_now("nodes", NODE)
         new_uid = create_node(apiserver)
         assert new_uid != old_uid
@@ -231,7 +232,7 @@ def test_a_recreated_node_owns_the_republished_slices(
                 [r["uid"] for r in s["metadata"]["ownerReferences"]] == [new_uid] for s in slices
             )
 
-        assert apiserver.wait_for(owned_by_new_node, DEADLINE)
+        eventually(owned_by_new_node, timeout_s=DEADLINE)
     finally:
         publisher.stop()
 
@@ -255,7 +256,7 @@ def test_bursts_of_changes_are_debounced(apiserver: KubeAPIServer, kube_client: 
     publisher = make_publisher(kube_client, names.SHARING_MODE_CONSUMABLE, 8, settings, clock)  # type: ignore[arg-type]
     publisher.start()
     try:
-        assert apiserver.wait_for(lambda: is_consistent(pool(apiserver), 1), DEADLINE)
+        eventually(lambda: is_consistent(pool(apiserver), 1), timeout_s=DEADLINE)
         _settle(publisher, clock)
         updates = apiserver.request_count("update", "resourceslices")
         for n in range(20):  # a flapping device
@@ -266,9 +267,9 @@ def test_bursts_of_changes_are_debounced(apiserver: KubeAPIServer, kube_client: 
         assert not publisher.wait_synced(0.2), "published before the debounce interval passed"
         assert apiserver.request_count("update", "resourceslices") == updates
         assert clock.advance(1.0)
-        assert apiserver.wait_for(
+        eventually(
             lambda: devices(pool(apiserver))[0].get("taints", [{}])[0].get("value") == "final",
-            DEADLINE,
+            timeout_s=DEADLINE,
         )
         _settle(publisher, clock)
         assert apiserver.request_count("update", "resourceslices") - updates == 1

@@ -4,7 +4,6 @@ server (label and node), and a plain process of the claim's pod reach the claim'
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from kubeletplugin.main import build_plugin
 from kubeletplugin.usage.mpsdaemons import DAEMON_POD_SELECTOR
 from sharegpu.local.apiserver import KubeAPIServer
 from sharegpu.local.kubelet import KubeletSim
+from tests.helpers import eventually
 from tests.kubeletplugin.kubelet.helpers import socket_dirs
 from tests.kubeletplugin.prepare.helpers import DRIVER, GI, NODE, claim, ref, result
 from tests.kubeletplugin.publish.helpers import create_node
@@ -38,13 +38,13 @@ def share_data(apiserver: KubeAPIServer, name: str) -> dict[str, Any] | None:
 
 
 def wait_for(apiserver: KubeAPIServer, name: str, outside: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    """The usage data of claim ``name`` once it counts ``outside`` processes outside MPS."""
+
+    def reached() -> dict[str, Any] | None:
         data = share_data(apiserver, name)
-        if data is not None and data.get("processesOutsideMPS") == outside:
-            return data
-        time.sleep(0.05)
-    raise AssertionError(f"no usage with {outside} processes outside MPS: {data}")
+        return data if data is not None and data.get("processesOutsideMPS") == outside else None
+
+    return eventually(reached, f"usage with {outside} processes outside MPS", timeout_s=60)
 
 
 def test_daemon_flags_a_plain_process_next_to_an_mps_share(apiserver: KubeAPIServer) -> None:

@@ -28,7 +28,7 @@ from kubeletplugin.usage.source import UsageSourceError
 from kubeletplugin.usage.taints import EscapeTaints
 from sharegpu.kube.rest import KubeApiError
 from sharegpu.kube.telemetry import Telemetry
-from tests.kubeletplugin.usage.test_usage import (
+from tests.kubeletplugin.usage.helpers import (
     CLAIM_A,
     CLAIM_B,
     GI,

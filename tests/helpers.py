@@ -1,0 +1,38 @@
+"""Helpers every test folder shares."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: The default wait for something that normally happens within a second or two.
+PATIENCE_S = 30.0
+
+
+def eventually(
+    condition: Callable[[], T],
+    what: str | Callable[[], str] = "",
+    *,
+    timeout_s: float = PATIENCE_S,
+    interval_s: float = 0.05,
+) -> T:
+    """Poll ``condition`` until it returns a truthy value, and return that value.
+
+    Fails the test (AssertionError naming ``what``, or what it returns when it is a function
+    such as a log tail) when ``timeout_s`` real seconds pass first.
+    The condition is evaluated once more after the deadline, so a busy machine that stalled the
+    poller never fails a condition that holds; exceptions it raises propagate.
+    """
+    end = time.monotonic() + timeout_s
+    while True:
+        past_deadline = time.monotonic() > end
+        value = condition()
+        if value:
+            return value
+        if past_deadline:
+            named = what() if callable(what) else what
+            raise AssertionError(f"not reached within {timeout_s:g}s: {named or condition}")
+        time.sleep(interval_s)
