@@ -14,7 +14,8 @@ Invariant: versions are ``(major, minor)``; stages of a gate are in version orde
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import copy
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -140,7 +141,7 @@ def _claim_fields(base: str, kind: str) -> list[GatedField]:
         out.append(
             GatedField(
                 kind,
-                f"{base}.{parent}.capacity.requests",
+                f"{base}.{parent}.capacity",
                 CONSUMABLE_CAPACITY,
                 "capacity requests",
                 "the request would get a whole device; enable the gate on the API server and "
@@ -276,3 +277,31 @@ def gated_fields(obj: Mapping[str, Any]) -> Iterator[tuple[str, GatedField]]:
         if gated.kind == kind:
             for path in present(obj, gated.pattern):
                 yield path, gated
+
+
+def without(obj: Mapping[str, Any], gate_names: Collection[str]) -> dict[str, Any]:
+    """A deep copy of ``obj`` without the fields of its kind that ``gate_names`` guard: what an
+    API server with those gates off stores of it."""
+    out: dict[str, Any] = copy.deepcopy(dict(obj))
+    for gated in GATED_FIELDS:
+        if gated.kind == out.get("kind") and gated.gate in gate_names:
+            _remove(out, gated.pattern.replace("[]", ".[]").replace("{}", ".{}").split("."))
+    return out
+
+
+def _remove(node: Any, parts: list[str]) -> None:
+    head, rest = parts[0], parts[1:]
+    if head == "[]":
+        children = node if isinstance(node, list) else []
+    elif head == "{}":
+        children = list(node.values()) if isinstance(node, Mapping) else []
+    elif isinstance(node, dict) and head in node:
+        if not rest:
+            del node[head]
+            return
+        children = [node[head]]
+    else:
+        return
+    for child in children:
+        if rest:
+            _remove(child, rest)
