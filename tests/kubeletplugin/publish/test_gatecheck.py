@@ -4,8 +4,8 @@ Warning Event on the Node) and stops rewriting slices the server cannot store as
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import kubernetes.client
 import pytest
