@@ -196,3 +196,17 @@ def test_skip_node_operations_in_an_allocation_result(
     code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.36")
     assert code == 1
     assert all("feature gate" not in x["message"] for x in report["findings"])
+
+
+def test_explain_prints_warnings_to_stderr_for_humans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = write(tmp_path / "c.yaml", claim("ok", request(capacity={"memory": "10Gi"})))
+    assert main(["explain", "-f", f, "--node-name", NODE]) == 0
+    out, err = capsys.readouterr()
+    assert "default/ok: allocated on node" in out
+    assert "warning" not in out
+    [line] = err.splitlines()
+    assert line.startswith(f"{f}: ResourceClaim/ok: spec.devices.requests[0]") and (
+        ": warning: memory requested without cores" in line
+    )
