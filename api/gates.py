@@ -88,6 +88,7 @@ CONSUMABLE_CAPACITY: Final = "DRAConsumableCapacity"
 PARTITIONABLE_DEVICES: Final = "DRAPartitionableDevices"
 DEVICE_TAINTS: Final = "DRADeviceTaints"
 BINDING_CONDITIONS: Final = "DRADeviceBindingConditions"
+EXTENDED_RESOURCE: Final = "DRAExtendedResource"
 OPTIONAL_NODE_OPERATIONS: Final = "DRAOptionalNodeOperations"
 PARTITIONABLE_DEVICES_TYPE: Final = "DRAPartitionableDevicesType"
 COMPATIBILITY_GROUPS: Final = "DRADeviceCompatibilityGroups"
@@ -105,6 +106,12 @@ GATES: Final[Mapping[str, Gate]] = {
             ((1, 37), "GA", True),
         ),
         _gate(BINDING_CONDITIONS, ((1, 34), "alpha", False), ((1, 36), "beta", True)),
+        _gate(
+            EXTENDED_RESOURCE,
+            ((1, 34), "alpha", False),
+            ((1, 36), "beta", True),
+            ((1, 37), "GA", True),
+        ),
         _gate(OPTIONAL_NODE_OPERATIONS, ((1, 37), "alpha", False)),
         _gate(PARTITIONABLE_DEVICES_TYPE, ((1, 37), "alpha", False)),
         _gate(COMPATIBILITY_GROUPS, ((1, 37), "alpha", False)),
@@ -152,6 +159,16 @@ def _claim_fields(base: str, kind: str) -> list[GatedField]:
         out.append(
             GatedField(
                 kind,
+                f"{base}.{parent}.tolerations",
+                DEVICE_TAINTS,
+                "device taint tolerations",
+                "the request tolerates no device taint (with the gate off, device taints are "
+                "ignored as well)",
+            )
+        )
+        out.append(
+            GatedField(
+                kind,
                 f"{base}.{parent}.derivedAttributes",
                 DERIVED_ATTRIBUTES,
                 "derived attributes",
@@ -167,6 +184,14 @@ def _claim_fields(base: str, kind: str) -> list[GatedField]:
 GATED_FIELDS: Final[tuple[GatedField, ...]] = (
     *_claim_fields("spec", "ResourceClaim"),
     *_claim_fields("spec.spec", "ResourceClaimTemplate"),
+    GatedField(
+        "DeviceClass",
+        "spec.extendedResourceName",
+        EXTENDED_RESOURCE,
+        "the extended resource name",
+        "pods asking for that extended resource in resources.limits are not served by this "
+        "DeviceClass",
+    ),
     GatedField(
         "ResourceClaim",
         "status.allocation.devices.results[].skipNodeOperations",

@@ -210,3 +210,34 @@ def test_explain_prints_warnings_to_stderr_for_humans(
     assert line.startswith(f"{f}: ResourceClaim/ok: spec.devices.requests[0]") and (
         ": warning: memory requested without cores" in line
     )
+
+
+def test_a_device_class_extended_resource_needs_its_gate_before_1_36(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpus"},
+        "spec": {
+            "selectors": [{"cel": {"expression": "device.driver == 'gpu.sharegpu.dev'"}}],
+            "extendedResourceName": "example.com/gpu",
+        },
+    }
+    f = write(tmp_path / "c.yaml", device_class)
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.35")
+    assert code == 0
+    [finding] = report["findings"]
+    assert finding["path"] == "spec.extendedResourceName"
+    assert f"unless the {gates.EXTENDED_RESOURCE} feature gate is enabled" in finding["message"]
+    for extra in (
+        ("--kubernetes-version", "1.36"),
+        ("--feature-gates", "DRAExtendedResource=true"),
+    ):
+        args = (
+            ("--kubernetes-version", "1.35", *extra)
+            if extra[0] != "--kubernetes-version"
+            else extra
+        )
+        code, report = validate(capsys, "-f", f, *args)
+        assert (code, report["findings"]) == (0, [])
