@@ -18,6 +18,13 @@
   exponential backoff up to a cap; a rejected slice (422) is logged with the server's message and
   retried slowly; nothing here ever raises into the caller's thread.
 
+The first slice the publisher writes is read back from the API server's answer (the slice as
+stored): fields a feature gate guards that the server dropped (:mod:`.gatecheck`; Kubernetes
+1.34/1.35 with DRAConsumableCapacity off drop the shared devices' fields) are logged once as an
+error naming the gate and the consequence, and posted once as a Warning Event on the Node;
+from then on those fields are left out of the desired slices, so the publisher does not
+rewrite slices the server can never store as sent.
+
 Publishes are debounced: at most one sync starts per ``min_interval`` seconds, however often
 :meth:`SlicePublisher.update_devices` / :meth:`SlicePublisher.set_taints` /
 :meth:`SlicePublisher.set_hidden_devices` are called.
@@ -30,9 +37,10 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
-from api import names
+from api import gates, names
 from api.quantity import QuantityError, parse_quantity
 from kubeletplugin.devices.slices import (
     desired_slices,
@@ -43,6 +51,7 @@ from kubeletplugin.devices.slices import (
     slice_spec,
 )
 from kubeletplugin.devices.table import NodeDevices
+from kubeletplugin.publish import gatecheck
 from sharegpu.kube import slicerules
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.informer import Backoff, Informer
@@ -239,6 +248,10 @@ class SlicePublisher:
         self._synced_version = -1
         self._desired_version = 0
         self.last_error: str | None = None
+        #: Whether a written slice was read back (:mod:`.gatecheck`), and the gates whose
+        #: fields the API server dropped then.
+        self._read_back = False
+        self.dropped_gates: tuple[str, ...] = ()
 
     # --- entry points for other parts ----------------------------------------------------
 
@@ -290,10 +303,15 @@ class SlicePublisher:
             self._cond.notify_all()
 
     def desired_contents(self) -> list[Obj]:
-        """The slice contents that would be published now."""
+        """The slice contents that would be published now (without the fields the API server
+        was found to drop)."""
         with self._cond:
             devices, taints, hidden = self._devices, dict(self._taints), self._hidden
-        return desired_slices(devices, taints, hidden)
+        contents = desired_slices(devices, taints, hidden)
+        if not self.dropped_gates:
+            return contents
+        kind = {"kind": "ResourceSlice"}
+        return [gates.without({**kind, "spec": c}, self.dropped_gates)["spec"] for c in contents]
 
     def _mark_changed(self) -> None:
         self._desired_version += 1
@@ -443,12 +461,13 @@ class SlicePublisher:
             meta = dict(obj["metadata"])
             meta["ownerReferences"] = [owner]
             body = {**obj, "metadata": meta, "spec": spec}
-            self._call("PUT", f"{SLICES_PATH}/{meta['name']}", body=body)
+            self._check_stored(body, self._call("PUT", f"{SLICES_PATH}/{meta['name']}", body=body))
         objects = resource_slice_objects(
             contents, self.driver_name, self.node_name, owner["uid"], plan.generation
         )
         for index in plan.create:
             created = self._call("POST", SLICES_PATH, body=objects[index])
+            self._check_stored(objects[index], created)
             log.debug("created ResourceSlice %s", created.get("metadata", {}).get("name"))
         if plan.delete or plan.update or plan.create:
             log.info(
@@ -461,6 +480,26 @@ class SlicePublisher:
                 len(plan.delete),
             )
         self._generation = plan.generation
+
+    def _check_stored(self, sent: Obj, stored: Obj) -> None:
+        """Read back the first slice written (see the module docstring); once per publisher."""
+        if self._read_back:
+            return
+        self._read_back = True
+        dropped = gatecheck.dropped_fields(sent, stored)
+        if not dropped:
+            return
+        name = str((stored.get("metadata") or {}).get("name", ""))
+        message = gatecheck.dropped_message(name, dropped)
+        log.error("%s", message)
+        self.dropped_gates = tuple(gatecheck.dropped_gates(dropped))
+        event = gatecheck.node_event(
+            self.node_name, self._node_uid or "", message, datetime.now(UTC)
+        )
+        try:
+            self._rest.request("POST", "/api/v1/namespaces/default/events", body=event)
+        except KubeApiError as exc:
+            log.warning("could not record the Warning Event on Node %s: %s", self.node_name, exc)
 
     def _validate(self, contents: Sequence[Obj]) -> list[str]:
         """The checks the Go helper makes before the API server sees anything."""

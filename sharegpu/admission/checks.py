@@ -19,7 +19,9 @@ Checks:
   attributes and capacities this driver publishes (unknown ones get a did-you-mean);
 - capacity requests fit the devices' ``requestPolicy``: ``cores`` a whole number 1-100,
   ``memory`` positive and granted in 256Mi steps (a warning states what the scheduler will
-  actually reserve after rounding up);
+  actually reserve after rounding up); a ``cores`` or ``memory`` amount finer than a thousandth
+  is an error, as Kubernetes 1.37 refuses to allocate it (its policy steps are worked in
+  milli-units);
 - a share with only one of ``cores``/``memory`` gets a warning: the other dimension defaults to
   the whole GPU, so the share blocks every other share of that GPU;
 - a claim's own GpuConfig that sets an MPS or Limits override above what the request reserves
@@ -358,7 +360,17 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
             unreadable.add(name)
             continue
         asked[name] = value
-        if name == names.CAP_CORES:
+        if value * 1000 != int(value * 1000):
+            findings.append(
+                Finding(
+                    ERROR,
+                    where,
+                    f"{raw} is finer than a thousandth: Kubernetes 1.37 rounds {name} to the "
+                    "GPU's request policy in thousandths (milli-units) and refuses to allocate "
+                    "a request it cannot round; use at most three decimals (or the m suffix)",
+                )
+            )
+        elif name == names.CAP_CORES:
             findings += _check_cores(value, where)
         elif name == names.CAP_MEMORY:
             findings += _check_memory(value, where)

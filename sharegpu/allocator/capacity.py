@@ -2,8 +2,13 @@
 whether a request fits a device, as kube-scheduler's ``consumable_capacity.go`` decides.
 
 Amounts are exact :class:`~decimal.Decimal` values (quantities are parsed to whole nanos), so
-two ``500m`` shares of a capacity of ``1`` both fit. Only the ``step`` arithmetic of a
-``validRange`` works on ``Quantity.Value()`` integers (fractions rounded up), as upstream does.
+two ``500m`` shares of a capacity of ``1`` both fit. The ``step`` arithmetic of a ``validRange``
+is Kubernetes 1.37's (DRAFractionalCapacityRange, beta and on): in milli-units when ``min``,
+``max`` and ``step`` are all whole milli-units and ``step`` is at least ``1m`` (step ``100m``:
+a request of ``150m`` consumes ``200m``); else on ``Quantity.Value()`` integers (fractions
+rounded up), as before 1.37. On the milli-unit path a request that is not a whole number of
+milli-units cannot be rounded: the allocation stops with :class:`NotRepresentable`, as
+kube-scheduler's does (``errCapacityRequestNotRepresentable``).
 
 For every capacity of a device:
 
@@ -59,6 +64,56 @@ def _value_int(value: Amount) -> int:
     return math.ceil(value)
 
 
+#: ``MilliValue()`` must fit a signed 64-bit integer.
+_INT64_MAX = 2**63 - 1
+
+
+class NotRepresentable(AllocatorInputError):
+    """A capacity request the range arithmetic cannot represent; the allocation stops."""
+
+
+def _milli(value: Amount) -> int | None:
+    """``value`` in whole milli-units, or None when that loses precision or leaves int64."""
+    scaled = value * 1000
+    if scaled != scaled.to_integral_value() or abs(scaled) > _INT64_MAX:
+        return None
+    return int(scaled)
+
+
+def _range_bounds(rng: Mapping[str, Any], path: str) -> dict[str, Amount]:
+    where = f"{path}.requestPolicy.validRange"
+    return {
+        k: amount(rng[k], f"{where}.{k}") for k in ("min", "max", "step") if rng.get(k) is not None
+    }
+
+
+def _use_milli(bounds: Mapping[str, Amount]) -> bool:
+    """Whether the range is worked in milli-units (see the module docstring)."""
+    millis = {k: _milli(v) for k, v in bounds.items()}
+    if any(m is None for m in millis.values()):
+        return False
+    step = millis.get("step")
+    return step is None or step >= 1
+
+
+def _round_up_milli(requested: Amount, low: Amount, step: Amount, path: str) -> Amount:
+    req_m, low_m, step_m = _milli(requested), _milli(low), _milli(step)
+    assert low_m is not None and step_m is not None  # checked by _use_milli
+    if req_m is None:
+        raise NotRepresentable(
+            f"{path}: capacity request cannot be represented in the device's range arithmetic: "
+            f"request {format_amount(requested)} is not a whole number of milli-units"
+        )
+    steps = -(-(req_m - low_m) // step_m)
+    if low_m + step_m * steps > _INT64_MAX:
+        raise NotRepresentable(
+            f"{path}: capacity request cannot be represented in the device's range arithmetic: "
+            f"rounding request {format_amount(requested)} up to the next step passes the "
+            "milli-value range"
+        )
+    return Decimal(low_m + step_m * steps) / 1000
+
+
 @dataclass(frozen=True)
 class PolicyViolation:
     """A requested amount that the device's ``requestPolicy`` does not allow."""
@@ -93,12 +148,15 @@ def describe_policy(policy: Mapping[str, Any]) -> str:
 def _rounded(requested: Amount, policy: Mapping[str, Any], path: str) -> Amount:
     rng = policy.get("validRange")
     if rng and rng.get("min") is not None:
-        low = amount(rng["min"], f"{path}.requestPolicy.validRange.min")
+        bounds = _range_bounds(rng, path)
+        low = bounds["min"]
         if requested < low:
             return low
-        if rng.get("step") is None:
+        if "step" not in bounds:
             return requested
-        step = _value_int(amount(rng["step"], f"{path}.requestPolicy.validRange.step"))
+        if _use_milli(bounds):
+            return _round_up_milli(requested, low, bounds["step"], path)
+        step = _value_int(bounds["step"])
         base = _value_int(low)
         added = _value_int(requested) - base
         steps = added // step + (1 if step and added % step else 0) if step > 0 else 0
@@ -118,13 +176,17 @@ def _violates(consumed: Amount, policy: Mapping[str, Any], path: str) -> bool:
         return False
     rng = policy.get("validRange")
     if rng:
-        high = rng.get("max")
-        if high is not None and consumed > amount(high, f"{path}.requestPolicy.validRange.max"):
+        bounds = _range_bounds(rng, path)
+        if "max" in bounds and consumed > bounds["max"]:
             return True
-        if rng.get("step") is not None:
-            step = _value_int(amount(rng["step"], f"{path}.requestPolicy.validRange.step"))
-            low = _value_int(amount(rng.get("min", 0), f"{path}.requestPolicy.validRange.min"))
-            if step and (_value_int(consumed) - low) % step:
+        if "step" in bounds:
+            low = bounds.get("min", Amount(0))
+            if _use_milli(bounds):
+                consumed_m, low_m, step_m = _milli(consumed), _milli(low), _milli(bounds["step"])
+                assert low_m is not None and step_m is not None
+                return consumed_m is None or bool((consumed_m - low_m) % step_m)
+            step = _value_int(bounds["step"])
+            if step and (_value_int(consumed) - _value_int(low)) % step:
                 return True
         return False
     valid_values = policy.get("validValues")

@@ -1,6 +1,7 @@
 """The ``status.allocation`` kube-scheduler writes for one claim of a finished search:
 results in pick order (with the device's binding conditions, DRADeviceBindingConditions being
-on by default in 1.36), class configs once per class then claim configs, the node selector."""
+on by default from 1.36), the configs as 1.37 writes them (:func:`_configs`), the node
+selector."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .capacity import format_amount
+from .requests import Alternative
 from .search import Search
 
 
@@ -46,17 +48,24 @@ def build_allocation(search: Search, ci: int, share_ids: Callable[[], str]) -> d
 
 
 def _configs(search: Search, ci: int) -> list[dict[str, Any]]:
-    """Class configs once per class (listing its requests), then claim configs."""
+    """The configs of claim ``ci``, as kube-scheduler 1.37 writes them.
+
+    Class configs once per class, listing the requests (or selected subrequests) using it;
+    then each claim config once: without ``requests`` as it is, else when it names one of the
+    claim's requests or a selected subrequest (a config for an unselected subrequest is left
+    out). Last, an entry whose ``requests`` cover every request of the claim (by its name or
+    its selected subrequest's) has them cleared: empty means all requests.
+    """
     plan = search.plans[ci]
+    chosen = [search.selected[(ci, ri)] for ri in range(len(plan.requests))]
     out: list[dict[str, Any]] = []
     class_entries: dict[str, list[dict[str, Any]]] = {}
-    for ri in range(len(plan.requests)):
-        alt = search.selected[(ci, ri)]
-        device_class = search.owner.classes.get(alt.class_name) or {}
+    for alt in chosen:
         if alt.class_name in class_entries:
             for entry in class_entries[alt.class_name]:
                 entry["requests"].append(alt.full_name)
             continue
+        device_class = search.owner.classes.get(alt.class_name) or {}
         entries = []
         for cfg in (device_class.get("spec") or {}).get("config") or []:
             entry = {"source": "FromClass", "requests": [alt.full_name]}
@@ -66,17 +75,21 @@ def _configs(search: Search, ci: int) -> list[dict[str, Any]]:
         out.extend(entries)
     claim_configs = ((plan.claim.get("spec") or {}).get("devices") or {}).get("config") or []
     for cfg in claim_configs:
-        wanted = cfg.get("requests") or []
+        wanted = list(cfg.get("requests") or [])
         body = {k: v for k, v in cfg.items() if k != "requests"}
         if not wanted:
             out.append({"source": "FromClaim", **body})
-            continue
-        # One entry per matching request, as kube-scheduler writes it.
-        for ri, request in enumerate(plan.requests):
-            alt = search.selected[(ci, ri)]
-            if request.name in wanted or (alt.subrequest is not None and alt.full_name in wanted):
-                out.append({"source": "FromClaim", "requests": list(wanted), **body})
+        elif any(_named(alt, wanted) for alt in chosen):
+            out.append({"source": "FromClaim", "requests": wanted, **body})
+    for entry in out:
+        if entry.get("requests") and all(_named(alt, entry["requests"]) for alt in chosen):
+            del entry["requests"]
     return out
+
+
+def _named(alt: Alternative, names: list[str]) -> bool:
+    """Whether ``names`` names the request of ``alt`` or, for a subrequest, ``alt`` itself."""
+    return alt.request in names or (alt.subrequest is not None and alt.full_name in names)
 
 
 def _node_selector(search: Search, ci: int) -> dict[str, Any] | None:

@@ -24,24 +24,27 @@ admission and then fail quietly: a pod left Pending, a config the plugin never r
   :func:`controller.records.run_as_users`), unless the claim is in the files and this driver's
   configs give none of its requests MPS: MPS serves one UID at a time per claim
   (:data:`controller.mpsclients.QUEUE_RULE`).
-- feature gates: capacity requests checked against Kubernetes 1.34 or 1.35, where the
-  ``DRAConsumableCapacity`` gate is alpha and off by default (beta and on from 1.36), unless
-  ``--feature-gates DRAConsumableCapacity=true`` says the cluster enables it: with the gate off
-  the API server drops ``capacity.requests`` and the request gets a whole device.
+- feature gates (:mod:`api.gates`): a field whose gate is off at the Kubernetes version
+  checked against (capacity requests in 1.34 and 1.35, the alpha fields of 1.37), unless
+  ``--feature-gates NAME=true`` says the cluster enables it: the API server drops the field
+  silently. A field sharegpu does not implement whose gate the cluster turns on is an error:
+  sharegpu's allocator and plugin would ignore it where kube-scheduler and the kubelet do not.
 
-Every finding here is a warning: each may be intended (a class defined only in the cluster,
-another driver, a GPU model this project does not know, a gate enabled by hand). Objects of any
-shape are accepted; parts that are not the expected type are skipped.
+Every finding here but an unsupported gated field is a warning: each may be intended (a class
+defined only in the cluster, another driver, a GPU model this project does not know, a gate
+enabled by hand). Objects of any shape are accepted; parts that are not the expected type are
+skipped.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from api import names
+from api import gates, names
 from api.gpuconfig import STRATEGY_MPS, decode_driver_configs
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from api.sharepolicy import memory_policy_max
@@ -56,11 +59,7 @@ from sharegpu.cli.common import chart_device_class_names
 from sharegpu.cli.loading import Manifest
 
 #: The feature gate that makes the API server keep ``capacity.requests`` of a device request.
-CONSUMABLE_CAPACITY_GATE: Final = "DRAConsumableCapacity"
-#: First Kubernetes version with ``capacity.requests`` in the schema (gate alpha, off) and first
-#: with the gate beta and on by default.
-CONSUMABLE_CAPACITY_ALPHA: Final = (1, 34)
-CONSUMABLE_CAPACITY_ON: Final = (1, 36)
+CONSUMABLE_CAPACITY_GATE: Final = gates.CONSUMABLE_CAPACITY
 #: Kinds whose pod spec lives at ``spec.template.spec``.
 POD_TEMPLATE_KINDS: Final = frozenset(
     {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController"}
@@ -259,8 +258,8 @@ class Context:
 
     driver: str
     version: str
-    #: Whether the API server of ``version`` drops capacity requests (:func:`drops_capacity`).
-    drops_capacity: bool
+    #: The feature gates set with ``--feature-gates`` (the others have their defaults).
+    gates: Mapping[str, bool]
     #: DeviceClasses of the files that are the driver's.
     classes: tuple[str, ...]
     #: Names defined by the files (and, for classes, by the chart).
@@ -287,7 +286,7 @@ class Context:
         manifests: Sequence[Manifest],
         driver: str,
         version: str,
-        drops_capacity: bool,
+        feature_gates: Mapping[str, bool],
         classes: Sequence[str],
     ) -> Context:
         def defined(kind: str) -> frozenset[str]:
@@ -296,7 +295,7 @@ class Context:
         return cls(
             driver=driver,
             version=version,
-            drops_capacity=drops_capacity,
+            gates=dict(feature_gates),
             classes=tuple(classes),
             class_names=defined("DeviceClass") | set(chart_device_class_names(driver)),
             template_names=defined("ResourceClaimTemplate"),
@@ -394,14 +393,10 @@ def mps_user_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.Findi
     return findings
 
 
-def drops_capacity(version: tuple[int, int], gate: bool | None) -> bool:
-    """Whether an API server of Kubernetes ``version`` drops ``capacity.requests``: in 1.34 and
-    1.35, unless the DRAConsumableCapacity gate is enabled (``gate``: the value set with
-    ``--feature-gates``, None when not set). Before 1.34 the field is not in the schema at all,
-    which the schema check reports."""
-    if not CONSUMABLE_CAPACITY_ALPHA <= version < CONSUMABLE_CAPACITY_ON:
-        return False
-    return gate is not True
+def parse_version(version: str) -> gates.Version | None:
+    """``(major, minor)`` of ``1.37``, ``v1.37`` or ``1.37.2``; None for anything else."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 # --- the checks ------------------------------------------------------------------------------
@@ -565,28 +560,46 @@ def memory_findings(requests: Sequence[Request], ctx: Context) -> list[checks.Fi
     ]
 
 
-def gate_findings(requests: Sequence[Request], ctx: Context) -> list[checks.Finding]:
-    """Capacity requests the API server of ``ctx.version`` drops (DRAConsumableCapacity off)."""
-    if not ctx.drops_capacity:
+def gate_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.Finding]:
+    """Gated fields (:data:`api.gates.GATED_FIELDS`) the API server of ``ctx.version`` drops
+    (warnings), and unsupported ones the cluster keeps because their gate is on (errors).
+    A field older than its gate is left to the schema check."""
+    version = parse_version(ctx.version)
+    if version is None:
         return []
-    return [
-        _warning(
-            f"{r.path}.capacity.requests",
-            f"Kubernetes {ctx.version} drops capacity requests unless the "
-            f"{CONSUMABLE_CAPACITY_GATE} feature gate is enabled (alpha and off by default in "
-            "1.34 and 1.35, beta and on by default from 1.36): the request would get a whole "
-            "device; enable the gate on the API server and scheduler (then pass "
-            f"--feature-gates {CONSUMABLE_CAPACITY_GATE}=true here), or use sharegpu's "
-            "partitions mode, which needs no capacity requests",
-        )
-        for r in requests
-        if capacity_requests(r)
-    ]
+    findings: list[checks.Finding] = []
+    for path, gated in gates.gated_fields(obj):
+        gate = gates.GATES[gated.gate]
+        stage = gate.stage(version)
+        if stage is None:
+            continue
+        if not gate.enabled(version, ctx.gates.get(gate.name)):
+            findings.append(
+                _warning(
+                    path,
+                    f"Kubernetes {ctx.version} drops {gated.what} unless the {gate.name} "
+                    f"feature gate is enabled ({gate.history()}): {gated.consequence}",
+                )
+            )
+        elif not gated.supported:
+            findings.append(
+                checks.Finding(
+                    checks.ERROR,
+                    path,
+                    f"{gated.what} ({gate.name}, {stage.maturity} in Kubernetes {ctx.version}) "
+                    "are not supported by sharegpu: its allocator and kubelet plugin ignore "
+                    "them, so sharegpu explain and the node would disagree with the cluster; "
+                    f"remove the field or keep {gate.name} off",
+                )
+            )
+    return findings
 
 
 def cross_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.Finding]:
     """Every finding of this module for one object (see the module docstring)."""
-    findings = pod_reference_findings(obj, ctx) + mps_user_findings(obj, ctx)
+    findings = (
+        pod_reference_findings(obj, ctx) + mps_user_findings(obj, ctx) + gate_findings(obj, ctx)
+    )
     if obj.get("kind") == "DeviceClass":
         config = _map(obj.get("spec")).get("config")
         return findings + config_findings(config, "spec.config", None, ctx)
@@ -599,5 +612,4 @@ def cross_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.Finding]
     config = _map(spec.get("devices")).get("config")
     findings += config_findings(config, f"{base}.devices.config", requests, ctx)
     findings += memory_findings(requests, ctx)
-    findings += gate_findings(requests, ctx)
     return findings

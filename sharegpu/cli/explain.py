@@ -24,6 +24,12 @@ names the class and the classes there are, as kube-scheduler leaves its pod Pend
 default class stands in only offline and for ``--slices`` without any class, never for a
 cluster, which has the classes it has.
 
+Before anything is allocated, the objects of ``-f`` go through the checks of ``sharegpu
+validate`` (:func:`sharegpu.cli.validate.check_manifests`: the schema of
+``--kubernetes-version``, the admission webhook's rules, the feature gates of
+``--feature-gates``): with any error nothing is allocated, the findings are printed and the
+exit code is 1; warnings are printed (to standard error for humans) and the claims allocated.
+
 Every file is read by the bounded loader (:mod:`sharegpu.cli.loading`); ``--slices`` files, which
 may be a dump of a whole cluster, with its larger :data:`~sharegpu.cli.loading.SLICE_LIMITS`.
 """
@@ -32,12 +38,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import names
 from api.quantity import QuantityError, format_bytes_human, quantity_int
+from sharegpu.admission.checks import ERROR
 from sharegpu.allocator import (
     AllocationOutcome,
     Allocator,
@@ -66,6 +74,13 @@ from sharegpu.cli.common import (
 )
 from sharegpu.cli.loading import SLICE_LIMITS, Manifest, load_manifests, load_objects
 from sharegpu.cli.output import Table, emit, resolve_format
+from sharegpu.cli.validate import (
+    FileFinding,
+    add_version_flags,
+    check_manifests,
+    check_version,
+    parse_feature_gates,
+)
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
 
 HELP = "explain where a claim would be allocated, or why each device is rejected"
@@ -113,6 +128,7 @@ def add_parser(sub: Any) -> None:
         help="a GpuQuota (usage 0): say which claims of its namespace it admits or denies, as "
         "the admission webhook would",
     )
+    add_version_flags(p)
     offline = p.add_argument_group("this node (used when neither --slices nor --kubeconfig)")
     add_node_flags(p, default_backend="mock", group=offline)
     add_output_flag(p)
@@ -261,9 +277,11 @@ def cluster_inputs(
     return slices, classes, claims, labels
 
 
-def gather_inputs(args: argparse.Namespace) -> Inputs:
-    """Read the claims and the cluster state the command line names."""
-    manifests = load_manifests(args.filename)
+def gather_inputs(args: argparse.Namespace, manifests: list[Manifest] | None = None) -> Inputs:
+    """Read the claims (from ``manifests`` when already loaded) and the cluster state the
+    command line names."""
+    if manifests is None:
+        manifests = load_manifests(args.filename)
     claims = claims_of(m.obj for m in manifests)
     if not claims:
         raise CliError(f"{', '.join(args.filename)}: no ResourceClaim or ResourceClaimTemplate")
@@ -840,17 +858,59 @@ def quota_table(verdicts: Sequence[Obj]) -> Table:
     return t
 
 
+def invalid_report(
+    manifests: Sequence[Manifest], findings: Sequence[FileFinding], version: str, fmt: str
+) -> int:
+    """Report files that fail the checks of ``sharegpu validate``: nothing is allocated."""
+    errors = [f for f in findings if f.finding.severity == ERROR]
+    claims = [
+        {"claim": _name(c), "allocated": False, "error": "not allocated: the files have errors"}
+        for c in claims_of(m.obj for m in manifests)
+    ]
+    summary = (
+        f"not allocated: {len(errors)} error(s) against Kubernetes {version} "
+        "(the checks of sharegpu validate)"
+    )
+    if fmt in ("json", "yaml"):
+        data: Obj = {
+            "kubernetesVersion": version,
+            "valid": False,
+            "findings": [f.to_json() for f in findings],
+            "claims": claims,
+        }
+        emit(data, [], fmt)
+    else:
+        print("\n".join([*(str(f) for f in findings), summary]))
+    return EXIT_FINDINGS
+
+
 def run(args: argparse.Namespace) -> int:
-    inputs = gather_inputs(args)
+    version = check_version(str(args.kubernetes_version))
+    gates = parse_feature_gates(str(args.feature_gates))
+    fmt = resolve_format(args.output)
+    manifests = load_manifests(args.filename)
+    findings = check_manifests(manifests, args.driver_name, version, gates)
+    if any(f.finding.severity == ERROR for f in findings):
+        return invalid_report(manifests, findings, version, fmt)
+    inputs = gather_inputs(args, manifests)
     nodes = nodes_of(inputs.slices, inputs.node)
     report = explain_claims(inputs, nodes)
-    data: Obj = {"source": inputs.source, "nodes": list(nodes), "claims": report}
+    data: Obj = {
+        "source": inputs.source,
+        "kubernetesVersion": version,
+        "nodes": list(nodes),
+        "claims": report,
+    }
+    if findings:
+        data["findings"] = [f.to_json() for f in findings]
+        if fmt not in ("json", "yaml"):
+            print("\n".join(str(f) for f in findings), file=sys.stderr)
     tables = tables_of(report)
     verdicts: list[Obj] = []
     if args.quota:
         verdicts = quota_report(args.quota, inputs.manifests, args.driver_name, inputs.classes)
         data["quota"] = verdicts
         tables.append(quota_table(verdicts))
-    emit(data, tables, resolve_format(args.output))
+    emit(data, tables, fmt)
     ok = all(e["allocated"] for e in report) and all(v["admitted"] for v in verdicts)
     return EXIT_OK if ok else EXIT_FINDINGS

@@ -25,7 +25,8 @@ Per object, in this order:
    ``spec.resourceClaims``, and each entry names exactly one claim or template;
 6. the checks across objects of :mod:`sharegpu.cli.crosschecks` (warnings): near-miss class,
    claim and template names, opaque configs no driver reads, memory larger than every known
-   GPU, capacity requests that Kubernetes 1.34/1.35 drops without DRAConsumableCapacity.
+   GPU, fields whose feature gate is off at ``--kubernetes-version`` (warnings) and fields
+   sharegpu does not implement whose gate ``--feature-gates`` turns on (errors).
 
 DeviceClasses in the checked files whose selectors name the driver count as the driver's classes
 for the requests that use them. Errors make the exit code 1; warnings alone keep it 0.
@@ -44,6 +45,7 @@ import kubernetes_validate
 from kubernetes_validate.utils import all_versions
 
 from api import names
+from api.gates import LATEST_KUBERNETES
 from api.gpuconfig import GPU_CONFIG_KIND, GpuConfigError, parse_gpu_config
 from api.gpuquota import GpuQuotaError, parse_gpu_quota
 from api.names import GPU_QUOTA_KIND
@@ -62,7 +64,7 @@ from sharegpu.cli.output import emit, resolve_format
 from sharegpu.cli.quota import load_quota, quota_verdicts
 
 HELP = "check DeviceClass, ResourceClaim(Template) and Pod manifests offline"
-DEFAULT_KUBERNETES_VERSION: Final = "1.36"
+DEFAULT_KUBERNETES_VERSION: Final = "{}.{}".format(*LATEST_KUBERNETES)
 #: Longest finding message; schema messages quote the offending value, which may be large.
 MAX_MESSAGE_CHARS: Final = 400
 _GATE = re.compile(r"([A-Za-z][A-Za-z0-9]*)=(true|false)")
@@ -80,23 +82,11 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="manifest file or directory (recursive); repeatable; '-' reads standard input",
     )
-    p.add_argument(
-        "--kubernetes-version",
-        default=DEFAULT_KUBERNETES_VERSION,
-        help=f"Kubernetes version whose schemas apply (default {DEFAULT_KUBERNETES_VERSION})",
-    )
+    add_version_flags(p)
     p.add_argument(
         "--driver-name",
         default=names.DEFAULT_DRIVER_NAME,
         help=f"DRA driver name (default {names.DEFAULT_DRIVER_NAME})",
-    )
-    p.add_argument(
-        "--feature-gates",
-        default="",
-        metavar="GATES",
-        help="feature gates of the cluster, as kube-apiserver takes them (NAME=true|false,...); "
-        f"{crosschecks.CONSUMABLE_CAPACITY_GATE}=true stops the warning that Kubernetes "
-        "1.34/1.35 drops capacity requests",
     )
     p.add_argument(
         "--quota",
@@ -106,6 +96,24 @@ def add_parser(sub: Any) -> None:
     )
     add_output_flag(p)
     p.set_defaults(run=run)
+
+
+def add_version_flags(p: Any) -> None:
+    """``--kubernetes-version`` and ``--feature-gates``: what the checks of
+    :func:`check_manifests` judge against (shared by ``validate`` and ``explain``)."""
+    p.add_argument(
+        "--kubernetes-version",
+        default=DEFAULT_KUBERNETES_VERSION,
+        help=f"Kubernetes version whose schemas apply (default {DEFAULT_KUBERNETES_VERSION})",
+    )
+    p.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="GATES",
+        help="feature gates of the cluster, as kube-apiserver takes them (NAME=true|false,...); "
+        "the others have their defaults at --kubernetes-version (e.g. "
+        f"{crosschecks.CONSUMABLE_CAPACITY_GATE}=true on 1.34/1.35 keeps capacity requests)",
+    )
 
 
 @dataclass(frozen=True)
@@ -339,6 +347,19 @@ def validate_manifest(manifest: Manifest, ctx: crosschecks.Context) -> list[chec
     return findings
 
 
+def check_manifests(
+    manifests: Sequence[Manifest],
+    driver: str,
+    version: str,
+    gates: Mapping[str, bool] | None = None,
+) -> list[FileFinding]:
+    """Every finding of every object of ``manifests`` (see the module docstring), in order."""
+    ctx = crosschecks.Context.of(
+        manifests, driver, version, gates or {}, driver_classes(manifests, driver)
+    )
+    return [FileFinding(m, f) for m in manifests for f in validate_manifest(m, ctx)]
+
+
 def validate_paths(
     paths: Sequence[str], driver: str, version: str, gates: Mapping[str, bool] | None = None
 ) -> tuple[int, list[FileFinding | LoadFinding]]:
@@ -346,15 +367,8 @@ def validate_paths(
     that could not be read, then the findings of every object of the others."""
     problems: list[FileProblem] = []
     manifests = load_manifests(paths, problems=problems)
-    parsed = _major_minor(version)
-    drops = parsed is not None and crosschecks.drops_capacity(
-        parsed, (gates or {}).get(crosschecks.CONSUMABLE_CAPACITY_GATE)
-    )
-    ctx = crosschecks.Context.of(
-        manifests, driver, version, drops, driver_classes(manifests, driver)
-    )
     found: list[FileFinding | LoadFinding] = [LoadFinding(p) for p in problems]
-    found += [FileFinding(m, f) for m in manifests for f in validate_manifest(m, ctx)]
+    found += check_manifests(manifests, driver, version, gates)
     return len(manifests), found
 
 
@@ -369,15 +383,10 @@ def quota_file_findings(
     return [FileFinding(m, f) for m, f in quota_verdicts(quota, manifests, driver, classes)]
 
 
-def _major_minor(version: str) -> tuple[int, int] | None:
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?", version)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def check_version(version: str) -> str:
     """``version`` when kubernetes-validate has schemas for it; else a usage error."""
-    known = [v for v in (_major_minor(k) for k in all_versions()) if v is not None]
-    wanted = _major_minor(version)
+    known = [v for v in (crosschecks.parse_version(k) for k in all_versions()) if v is not None]
+    wanted = crosschecks.parse_version(version)
     if wanted is None or not known or not min(known) <= wanted <= max(known):
         lo, hi = min(known), max(known)
         raise CliError(

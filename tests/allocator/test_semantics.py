@@ -261,25 +261,39 @@ def test_first_available_takes_subrequests_in_order() -> None:
 
 
 def test_configs_from_class_and_claim() -> None:
+    """Kubernetes 1.37: each config once; ``requests`` cleared when they cover every request."""
     opaque = {"driver": DRIVER, "parameters": {"kind": "GpuConfig"}}
     classes = [device_class(config=[{"opaque": opaque}])]
     c = claim(
         "c",
-        [exactly("a"), exactly("b")],
+        [exactly("a"), exactly("b"), exactly("c")],
         config=[
             {"opaque": {"driver": DRIVER, "parameters": {"x": 1}}},
-            {"requests": ["b"], "opaque": {"driver": DRIVER, "parameters": {"y": 2}}},
+            {"requests": ["b", "c"], "opaque": {"driver": DRIVER, "parameters": {"y": 2}}},
+            {"requests": ["c", "b", "a"], "opaque": {"driver": DRIVER, "parameters": {"w": 4}}},
+            {"requests": ["nothing"], "opaque": {"driver": DRIVER, "parameters": {"v": 5}}},
         ],
     )
-    out = run(c, exclusive_slices(2), classes)
+    out = run(c, exclusive_slices(3), classes)
     assert out.allocation["devices"]["config"] == [
-        {"source": "FromClass", "requests": ["a", "b"], "opaque": opaque},
+        {"source": "FromClass", "opaque": opaque},
         {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"x": 1}}},
         {
             "source": "FromClaim",
-            "requests": ["b"],
+            "requests": ["b", "c"],
             "opaque": {"driver": DRIVER, "parameters": {"y": 2}},
         },
+        {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"w": 4}}},
+    ]
+
+
+def test_class_config_lists_its_requests_when_not_all_use_the_class() -> None:
+    opaque = {"driver": DRIVER, "parameters": {"kind": "GpuConfig"}}
+    classes = [device_class(config=[{"opaque": opaque}]), device_class("other")]
+    c = claim("c", [exactly("a"), exactly("b", device_class_name="other"), exactly("c")])
+    out = run(c, exclusive_slices(3), classes)
+    assert out.allocation["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["a", "c"], "opaque": opaque}
     ]
 
 
@@ -614,9 +628,8 @@ def test_claim_config_for_a_selected_subrequest() -> None:
         ],
     )
     out = run(c, exclusive_slices(2))
-    assert out.allocation["devices"]["config"] == [
-        {"source": "FromClaim", "requests": ["gpu/one"], "opaque": opaque}
-    ]
+    # the config of the selected subrequest covers the claim's only request: requests cleared
+    assert out.allocation["devices"]["config"] == [{"source": "FromClaim", "opaque": opaque}]
     assert [r["request"] for r in out.allocation["devices"]["results"]] == ["gpu/one"]
 
 

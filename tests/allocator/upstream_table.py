@@ -1,5 +1,6 @@
-"""The upstream allocator test table (``upstream/allocator_cases.json``) and how one of its
-cases runs through sharegpu's allocator.
+"""The upstream allocator test table (``upstream/allocator_cases.json``, Kubernetes 1.36, with
+the cases of ``upstream/allocator_cases_1_37.json`` that 1.37 changed or added) and how one of
+its cases runs through sharegpu's allocator.
 
 Each case holds the claims of one pod, the DeviceClasses, ResourceSlices and node, what the
 cluster already holds (``allocatedDevices``: devices in exclusive use, ``allocatedCapacity``:
@@ -24,6 +25,8 @@ from sharegpu.allocator import AllocatorInputError, allocate_pod, seeded_share_i
 
 UPSTREAM = Path(__file__).parent / "upstream"
 CASES_FILE = UPSTREAM / "allocator_cases.json"
+#: Cases as Kubernetes 1.37 has them: each replaces the 1.36 case of its name, or is new.
+CASES_1_37_FILE = UPSTREAM / "allocator_cases_1_37.json"
 NOT_APPLICABLE_FILE = UPSTREAM / "not_applicable.json"
 WORDING_FILE = UPSTREAM / "error_wording.json"
 #: kube-scheduler's test replaces every shareID by this value before comparing.
@@ -41,8 +44,17 @@ class Verdict:
 
 
 def load_cases() -> list[Obj]:
-    """Every case of the table, in table order."""
+    """Every case of the table, in table order: a 1.36 case that 1.37 changed in its 1.37
+    form, then the cases new in 1.37."""
     data: Obj = json.loads(CASES_FILE.read_text(encoding="utf-8"))
+    newer = {c["name"]: c for c in load_cases_1_37()}
+    cases: list[Obj] = [newer.pop(c["name"], c) for c in data["cases"]]
+    return cases + list(newer.values())
+
+
+def load_cases_1_37() -> list[Obj]:
+    """The cases of ``allocator_cases_1_37.json``."""
+    data: Obj = json.loads(CASES_1_37_FILE.read_text(encoding="utf-8"))
     cases: list[Obj] = data["cases"]
     return cases
 

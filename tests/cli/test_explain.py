@@ -93,27 +93,26 @@ def test_fits_offline_on_the_mock_node(tmp_path: Path, capsys: pytest.CaptureFix
     assert result["shareID"]
 
 
-def test_mistyped_attribute_with_did_you_mean(
+def test_mistyped_attribute_is_invalid_and_not_allocated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The admission webhook's checks run first: the webhook would refuse this claim."""
     expr = "device.attributes['gpu.sharegpu.dev'].prodName.contains('H100')"
     f = write(tmp_path / "c.yaml", claim("typo", request(selectors=[expr])))
     code, report = explain(capsys, "-f", f, "--node-name", NODE)
     assert code == 1
-    attempt = only_failure(report)
-    assert attempt["error"] == (
-        "claim default/typo: selector #0: CEL runtime error: no such key: prodName"
-    )
-    [req] = attempt["requests"]
-    assert req["summary"] == "needs 1 device(s), 0 of 8 eligible (8 selector-error)"
-    assert req["reasons"] == [
+    assert report["valid"] is False
+    assert report["claims"] == [
         {
-            "kind": "selector-error",
-            "reason": "request selector #0: CEL runtime error: no such key: prodName; did you "
-            f"mean 'productName'? (expression: {expr})",
-            "devices": [f"gpu-{i}" for i in range(8)],
+            "claim": "default/typo",
+            "allocated": False,
+            "error": "not allocated: the files have errors",
         }
     ]
+    [finding] = report["findings"]
+    assert finding["path"] == "spec.devices.requests[0].exactly.selectors[0].cel.expression"
+    assert finding["severity"] == "error"
+    assert "no attribute 'prodName'; did you mean 'productName'?" in finding["message"]
 
 
 def test_memory_larger_than_any_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -267,31 +267,29 @@ def test_a_bad_file_does_not_hide_the_others(
         f"{tmp_path / 'b-claim.yaml'}: ResourceClaim/share: spec.devices.requests[0].exactly"
         '.capacity.requests[memory]: error: "10GB" is not a Kubernetes '
         "quantity: use 10G (10^9 bytes) or 10Gi (2^30 bytes)",
-        "1 object(s) checked against Kubernetes 1.36: 2 error(s), 0 warning(s)",
+        "1 object(s) checked against Kubernetes 1.37: 2 error(s), 0 warning(s)",
     ]
 
 
 # --- explain ------------------------------------------------------------------------------------
 
 
-def test_cores_above_the_gpu_is_a_policy_violation(
+def test_cores_above_the_gpu_is_refused_before_allocating(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """explain runs validate's checks first: the same line, and no allocation."""
     claim_text = share_claim("200", "10Gi")
     f = write(tmp_path / "c.yaml", claim_text)
-    code = main(["explain", "-f", f, "--mock", "2", "--node-name", "n1", "-o", "json"])
-    [entry] = json.loads(capsys.readouterr().out)["claims"]
-    [req] = entry["nodes"][0]["requests"]
+    code = main(["explain", "-f", f, "--mock", "2", "--node-name", "n1"])
+    lines = capsys.readouterr().out.splitlines()
     assert code == 1
-    assert req["summary"] == "needs 1 device(s), 0 of 2 eligible (2 capacity-policy)"
-    assert req["reasons"] == [
-        {
-            "kind": "capacity-policy",
-            "reason": "capacity cores: requested 200, but one share of the device may have at "
-            "most 100 (validRange min 1, max 100, step 1); request at most 100",
-            "devices": ["gpu-0", "gpu-1"],
-        }
+    assert lines == [
+        f"{f}: ResourceClaim/share: spec.devices.requests[0].exactly.capacity.requests[cores]: "
+        "error: cores must be between 1 and 100 (got 200)",
+        "not allocated: 1 error(s) against Kubernetes 1.37 (the checks of sharegpu validate)",
     ]
+    assert main(["validate", "-f", f]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == lines[0]
 
 
 def test_troubleshooting_lists_exactly_the_reason_labels_of_explain() -> None:

@@ -75,7 +75,7 @@ def test_valid_objects_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     code, report = run_validate(capsys, f)
     assert code == 0
     assert report == {
-        "kubernetesVersion": "1.36",
+        "kubernetesVersion": "1.37",
         "objects": 2,
         "errors": 0,
         "warnings": 0,
@@ -133,7 +133,7 @@ def test_warnings_alone_exit_zero_and_text_format(
         "cores requested without memory: the scheduler reserves the whole GPU's memory, so no "
         "other share may fit on that GPU; request memory too"
     )
-    assert lines[-1] == "1 object(s) checked against Kubernetes 1.36: 0 error(s), 1 warning(s)"
+    assert lines[-1] == "1 object(s) checked against Kubernetes 1.37: 0 error(s), 1 warning(s)"
 
 
 def test_pods_templates_lists_and_directories(

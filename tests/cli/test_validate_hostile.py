@@ -119,7 +119,7 @@ def test_nesting_up_to_the_limit_is_read(
     assert main(["validate", "-f", str(f), "-o", "json"]) == 1  # a schema error, not a limit
     report = json.loads(capsys.readouterr().out)
     assert report["objects"] == 1
-    assert report["findings"][0]["message"].startswith("schema (Kubernetes 1.36): ")
+    assert report["findings"][0]["message"].startswith("schema (Kubernetes 1.37): ")
 
 
 @pytest.mark.timeout(60)
@@ -238,7 +238,7 @@ def test_long_schema_messages_are_shortened(
     )
     assert main(["validate", "-f", str(f), "-o", "json"]) == 1
     [finding] = json.loads(capsys.readouterr().out)["findings"]
-    assert finding["message"].startswith("schema (Kubernetes 1.36): ['v0', 'v1'")
+    assert finding["message"].startswith("schema (Kubernetes 1.37): ['v0', 'v1'")
     assert " ... " in finding["message"]
     assert finding["message"].endswith("is not of type 'string', 'null'")
     assert len(finding["message"]) < 500

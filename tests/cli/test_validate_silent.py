@@ -485,8 +485,8 @@ def test_capacity_requests_need_the_consumable_capacity_gate(
             "here), or use sharegpu's partitions mode, which needs no capacity requests",
         )
         for path in (
-            "spec.devices.requests[0].exactly.capacity.requests",
-            "spec.devices.requests[1].firstAvailable[0].capacity.requests",
+            "spec.devices.requests[0].exactly.capacity",
+            "spec.devices.requests[1].firstAvailable[0].capacity",
         )
     ]
     assert found == (expected if warned else [])

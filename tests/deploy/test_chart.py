@@ -329,6 +329,8 @@ def test_rbac_grants_exactly_what_the_code_uses(
             "resource.k8s.io", ["resourceslices"], ["list", "watch", "create", "update", "delete"]
         )
         | triples("", ["nodes"], ["get"])
+        # The Warning Event on the Node when the API server drops gated slice fields.
+        | triples("", ["events"], ["create"])
         # Measured usage written into the claims' status.devices (tests/deploy/test_chart_usage.py
         # checks the driver rule's resourceNames).
         | triples("resource.k8s.io", ["resourceclaims/status"], ["update"])

@@ -7,12 +7,12 @@ subresources, the field labels it can be selected by, and optional admission hoo
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from api import names
+from api import gates, names
 from sharegpu.local.apiserver.quantities import quantity_problem
 from sharegpu.local.apiserver.validation import (
     resource_schema_validator,
@@ -162,8 +162,29 @@ def _default_claim_template(obj: dict[str, Any]) -> None:
         _default_claim_spec(spec.get("spec"))
 
 
-def default_resources() -> list[ResourceType]:
-    """The resources sharegpu's components and tests use, the project's CRDs included."""
+def _then(
+    first: Callable[[dict[str, Any]], None], disabled_gates: Collection[str]
+) -> Callable[[dict[str, Any]], None]:
+    """``first``, then the fields of ``disabled_gates`` dropped, as an API server with those
+    feature gates off stores the object (no error, even with ``fieldValidation=Strict``)."""
+    if not disabled_gates:
+        return first
+
+    def apply(obj: dict[str, Any]) -> None:
+        first(obj)
+        kept = gates.without(obj, disabled_gates)
+        obj.clear()
+        obj.update(kept)
+
+    return apply
+
+
+def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType]:
+    """The resources sharegpu's components and tests use, the project's CRDs included.
+
+    ``disabled_gates``: feature gates (:mod:`api.gates`) off on this server, whose fields it
+    drops from ResourceSlices and ResourceClaims, as Kubernetes 1.34 and 1.35 drop the
+    consumable-capacity fields by default."""
     # imported here: the CRD module builds ResourceTypes of this module
     from sharegpu.local.apiserver.crds import (
         builtin_crds,
@@ -223,7 +244,7 @@ def default_resources() -> list[ResourceType]:
             field_labels=frozenset({"spec.nodeName", "spec.driver"}),
             validate=validate_resource_slice_object,
             validate_update=_immutable("spec.driver", "spec.pool.name", "spec.nodeName"),
-            apply_defaults=_default_taint_time,
+            apply_defaults=_then(_default_taint_time, disabled_gates),
         ),
         ResourceType(
             names.RESOURCE_GROUP,
@@ -235,7 +256,7 @@ def default_resources() -> list[ResourceType]:
             subresources=status,
             validate=resource_schema_validator("ResourceClaim"),
             validate_update=_immutable("spec"),
-            apply_defaults=_default_claim,
+            apply_defaults=_then(_default_claim, disabled_gates),
         ),
         ResourceType(
             names.RESOURCE_GROUP,

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -552,7 +552,8 @@ class KubeAPIServer:
 
     ``store`` gives direct, thread-safe access to the objects (writes there emit watch events);
     ``faults``/:meth:`inject_fault` make requests fail; :meth:`request_count` tells how many
-    requests of a verb/resource were served.
+    requests of a verb/resource were served. ``disabled_gates`` emulates an API server with those
+    feature gates off (:func:`~sharegpu.local.apiserver.resources.default_resources`).
     """
 
     def __init__(
@@ -562,8 +563,11 @@ class KubeAPIServer:
         port: int = 0,
         resources: list[ResourceType] | None = None,
         history_size: int = 200_000,
+        disabled_gates: Collection[str] = (),
     ) -> None:
-        registry = ResourceRegistry(resources if resources is not None else default_resources())
+        if resources is None:
+            resources = default_resources(disabled_gates)
+        registry = ResourceRegistry(resources)
         self.store = ObjectStore(registry, history_size=history_size)
         self.faults = FaultInjector()
         #: Tokens and grants that TokenReviews and SubjectAccessReviews are answered from.
