@@ -1,0 +1,138 @@
+"""Run a batch of random oracle cases: draw them, ask upstream, answer with sharegpu, compare.
+
+Usage: ``python -m tests.oracle.batch [--seed N] [--count N] [--kinds cel,allocate]
+[--record DIR]``. Prints one line per disagreement and a summary; exits 1 when any case
+disagrees, 2 when the oracle cannot run here (naming what is missing). ``--record`` writes each
+disagreeing case, with upstream's answer, as a regression file into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from . import upstream
+from .allocgen import allocation_cases
+from .celgen import cel_cases
+from .compare import Disagreement, compare, sharegpu_answer
+
+#: The fixed seed of the batch ``make test`` runs, and how many cases of each kind it draws.
+DEFAULT_SEED: Final = 20260137
+DEFAULT_COUNTS: Final = {"cel": 3000, "allocate": 2000}
+STRATEGIES: Final[dict[str, Callable[[], st.SearchStrategy[dict[str, Any]]]]] = {
+    "cel": cel_cases,
+    "allocate": allocation_cases,
+}
+
+
+def draw_cases(kind: str, count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` cases of ``kind`` drawn with hypothesis from ``seed`` (the same every run
+    with the same hypothesis version), each with an id ``<kind>-<seed>-<n>``."""
+    drawn: list[dict[str, Any]] = []
+
+    @hypothesis_seed(seed)
+    @settings(
+        max_examples=count,
+        phases=[Phase.generate],
+        database=None,
+        derandomize=False,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(STRATEGIES[kind]())
+    def collect(case: dict[str, Any]) -> None:
+        drawn.append(case)
+
+    collect()
+    return [{"id": f"{kind}-{seed}-{n}", **case} for n, case in enumerate(drawn[:count])]
+
+
+@dataclass
+class BatchResult:
+    """What a batch found: cases run per kind, the disagreements, the seconds taken."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    disagreements: list[Disagreement] = field(default_factory=list)
+    cases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """One line: cases per kind, disagreements per aspect, time."""
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
+        aspects = Counter(d.aspect for d in self.disagreements)
+        found = ", ".join(f"{n} {a}" for a, n in sorted(aspects.items())) or "none"
+        return f"{sum(self.counts.values())} cases ({kinds}); disagreements: {found}; {self.seconds:.1f}s"
+
+
+def run_batch(seed: int, counts: dict[str, int]) -> BatchResult:
+    """Draw ``counts[kind]`` cases of each kind from ``seed`` and compare every answer."""
+    start = time.monotonic()
+    result = BatchResult()
+    for kind, count in counts.items():
+        cases = draw_cases(kind, count, seed)
+        answers = upstream.ask(cases)
+        for case, answer in zip(cases, answers, strict=True):
+            found = compare(case["id"], kind, answer, sharegpu_answer(case))
+            if found:
+                result.disagreements.extend(found)
+                result.cases[case["id"]] = case
+                result.answers[case["id"]] = answer
+        result.counts[kind] += len(cases)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.oracle.batch", description=__doc__)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument(
+        "--count", type=int, help=f"cases of each kind (default: {DEFAULT_COUNTS})"
+    )
+    parser.add_argument("--kinds", default="cel,allocate", help="comma-separated: cel, allocate")
+    parser.add_argument("--record", metavar="DIR", help="write disagreeing cases here")
+    args = parser.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in STRATEGIES]
+    if unknown or not kinds:
+        parser.error(f"--kinds: {','.join(unknown) or '(empty)'} not among cel, allocate")
+    if args.count is not None and args.count < 1:
+        parser.error(f"--count: must be at least 1, got {args.count}")
+    args.kinds = kinds
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; see the module's docstring."""
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    try:
+        upstream.ensure_built()
+    except upstream.OracleUnavailable as exc:
+        print(f"oracle unavailable: {exc}", file=sys.stderr)
+        return 2
+    result = run_batch(
+        args.seed, {k: args.count or DEFAULT_COUNTS[k] for k in args.kinds}
+    )
+    for d in result.disagreements:
+        print(d.describe())
+    if args.record and result.disagreements:
+        from .regressions import record
+
+        for case_id in result.cases:
+            path = record(args.record, result.cases[case_id], result.answers[case_id])
+            print(f"recorded {path}")
+    print(f"seed {args.seed}: {result.summary()}")
+    return 1 if result.disagreements else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
