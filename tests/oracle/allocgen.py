@@ -59,7 +59,11 @@ def _device(draw: st.DrawFn, index: int, driver: str, counters: bool) -> Obj:
     cores, cores_policy = draw(st.sampled_from(CORES))
     device["capacity"] = {
         "memory": _capacity(memory, memory_policy if shared else None),
-        **({"cores": _capacity(cores, cores_policy if shared else None)} if draw(st.booleans()) else {}),
+        **(
+            {"cores": _capacity(cores, cores_policy if shared else None)}
+            if draw(st.booleans())
+            else {}
+        ),
     }
     if driver == NIC_DRIVER:
         device["attributes"] = {"index": {"int": index}}
@@ -93,7 +97,12 @@ def _slice(name: str, driver: str, pool: str, generation: int, count: int, where
         "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
         **where,
     }
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 @st.composite
@@ -111,7 +120,11 @@ def _pool(draw: st.DrawFn, index: int) -> tuple[str, list[Obj], list[Obj]]:
                 {
                     "nodeSelector": {
                         "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["a"]}
+                                ]
+                            }
                         ]
                     }
                 },
@@ -128,19 +141,28 @@ def _pool(draw: st.DrawFn, index: int) -> tuple[str, list[Obj], list[Obj]]:
     slices = []
     count = len(parts) + (1 if counters else 0)
     for k, part in enumerate(parts):
-        slices.append(_slice(f"{name}-{k}", driver, name, generation, count, {**where, "devices": part}))
+        slices.append(
+            _slice(f"{name}-{k}", driver, name, generation, count, {**where, "devices": part})
+        )
     if counters:
         shared = {
             "sharedCounters": [
-                {"name": COUNTER_SET, "counters": {"memory": {"value": "40Gi"}, "slots": {"value": "4"}}}
+                {
+                    "name": COUNTER_SET,
+                    "counters": {"memory": {"value": "40Gi"}, "slots": {"value": "4"}},
+                }
             ]
         }
-        slices.append(_slice(f"{name}-counters", driver, name, generation, count, {**where, **shared}))
+        slices.append(
+            _slice(f"{name}-counters", driver, name, generation, count, {**where, **shared})
+        )
     if draw(st.integers(0, 9)) == 0:
         slices.pop(draw(st.integers(0, len(slices) - 1)))  # an incomplete pool
     if generation > 1 and draw(st.integers(0, 4)) == 0:
         old = [draw(_device(i + 10, driver, False)) for i in range(draw(st.integers(1, 2)))]
-        slices.append(_slice(f"{name}-old", driver, name, generation - 1, 1, {**where, "devices": old}))
+        slices.append(
+            _slice(f"{name}-old", driver, name, generation - 1, 1, {**where, "devices": old})
+        )
     order = draw(st.permutations(range(len(slices))))
     return driver, [slices[i] for i in order], devices
 
@@ -173,7 +195,12 @@ def _classes(draw: st.DrawFn) -> list[Obj]:
     nic: Obj = {"selectors": [{"cel": {"expression": f"device.driver == '{NIC_DRIVER}'"}}]}
     specs = {"gpu": gpu, "gpu-shared": shared, "nic": nic, "any": {}}
     return [
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": n}, "spec": s}
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": n},
+            "spec": s,
+        }
         for n, s in specs.items()
     ]
 
@@ -206,7 +233,11 @@ def _exact(draw: st.DrawFn) -> Obj:
             {
                 "key": TAINT_KEY,
                 "operator": "Exists",
-                **({"effect": draw(st.sampled_from(("NoSchedule", "NoExecute")))} if draw(st.booleans()) else {}),
+                **(
+                    {"effect": draw(st.sampled_from(("NoSchedule", "NoExecute")))}
+                    if draw(st.booleans())
+                    else {}
+                ),
             }
         ]
     if draw(st.integers(0, 19)) == 0:
@@ -282,7 +313,11 @@ def allocation_cases(draw: st.DrawFn) -> Obj:
         if driver != DRIVER:
             continue
         held = []
-        for device in draw(st.lists(st.sampled_from(devices), min_size=1, max_size=2, unique_by=lambda d: d["name"])):
+        for device in draw(
+            st.lists(
+                st.sampled_from(devices), min_size=1, max_size=2, unique_by=lambda d: d["name"]
+            )
+        ):
             n += 1
             held.append(_held(pool, device, draw(st.integers(0, 3)) > 0, n))
         allocated.append(

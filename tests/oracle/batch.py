@@ -71,7 +71,8 @@ class BatchResult:
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
         aspects = Counter(d.aspect for d in self.disagreements)
         found = ", ".join(f"{n} {a}" for a, n in sorted(aspects.items())) or "none"
-        return f"{sum(self.counts.values())} cases ({kinds}); disagreements: {found}; {self.seconds:.1f}s"
+        total = sum(self.counts.values())
+        return f"{total} cases ({kinds}); disagreements: {found}; {self.seconds:.1f}s"
 
 
 def run_batch(seed: int, counts: dict[str, int]) -> BatchResult:
@@ -95,9 +96,7 @@ def run_batch(seed: int, counts: dict[str, int]) -> BatchResult:
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.oracle.batch", description=__doc__)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument(
-        "--count", type=int, help=f"cases of each kind (default: {DEFAULT_COUNTS})"
-    )
+    parser.add_argument("--count", type=int, help=f"cases of each kind (default: {DEFAULT_COUNTS})")
     parser.add_argument("--kinds", default="cel,allocate", help="comma-separated: cel, allocate")
     parser.add_argument("--record", metavar="DIR", help="write disagreeing cases here")
     args = parser.parse_args(argv)
@@ -119,9 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except upstream.OracleUnavailable as exc:
         print(f"oracle unavailable: {exc}", file=sys.stderr)
         return 2
-    result = run_batch(
-        args.seed, {k: args.count or DEFAULT_COUNTS[k] for k in args.kinds}
-    )
+    result = run_batch(args.seed, {k: args.count or DEFAULT_COUNTS[k] for k in args.kinds})
     for d in result.disagreements:
         print(d.describe())
     if args.record and result.disagreements:

@@ -36,6 +36,7 @@ def _quoted(text: str) -> str:
 def device_attributes(draw: st.DrawFn, absent_one_in: int = 10) -> dict[str, Any]:
     """Attributes of a GPU-like device; each one is absent about once in ``absent_one_in``."""
     attrs: dict[str, Any] = {}
+
     def maybe(name: str, value: dict[str, Any]) -> None:
         if draw(st.integers(1, absent_one_in)) > 1:
             attrs[name] = value
@@ -98,7 +99,11 @@ def _attr(kind: str) -> Strategy:
         "int": [(_ATTRS, "index"), (_K8S_ATTRS, "numaNode")],
         "bool": [(_ATTRS, "mig")],
         "version": [(_ATTRS, "driverVersion")],
-        "quantity": [(_CAPS, "memory"), (_CAPS, "cores"), ("device.capacity['example.com']", "bandwidth")],
+        "quantity": [
+            (_CAPS, "memory"),
+            (_CAPS, "cores"),
+            ("device.capacity['example.com']", "bandwidth"),
+        ],
     }[kind]
     return st.one_of(*(_access(base, name) for base, name in names))
 
@@ -107,7 +112,7 @@ def _attr(kind: str) -> Strategy:
 def string_term(depth: int) -> Strategy:
     """A term of type string."""
     leaves = st.one_of(
-        st.sampled_from(MODELS + ("H", "100", "pci0000:00", "GPU-", "gpu.example.com")).map(
+        st.sampled_from((*MODELS, "H", "100", "pci0000:00", "GPU-", "gpu.example.com")).map(
             _quoted
         ),
         _attr("string"),
@@ -150,9 +155,7 @@ def int_term(depth: int) -> Strategy:
         _attr("version").map(lambda v: f"{v}.minor()"),
         _attr("quantity").map(lambda q: f"{q}.asInteger()"),
         _attr("quantity").map(lambda q: f"{q}.sign()"),
-        st.tuples(_attr("quantity"), quantity_literal()).map(
-            lambda p: f"{p[0]}.compareTo({p[1]})"
-        ),
+        st.tuples(_attr("quantity"), quantity_literal()).map(lambda p: f"{p[0]}.compareTo({p[1]})"),
         st.tuples(_attr("version"), semver_literal()).map(lambda p: f"{p[0]}.compareTo({p[1]})"),
         st.lists(sub, min_size=1, max_size=3).map(lambda xs: f"[{', '.join(xs)}].sum()"),
         st.lists(sub, min_size=1, max_size=3).map(lambda xs: f"[{', '.join(xs)}].max()"),
@@ -163,13 +166,13 @@ def int_term(depth: int) -> Strategy:
 @cache
 def quantity_literal() -> Strategy:
     """``quantity('...')``, now and then one that does not parse."""
-    return st.sampled_from(QUANTITIES + ("40GB", "1.5Gi", "-1")).map(lambda q: f"quantity('{q}')")
+    return st.sampled_from((*QUANTITIES, "40GB", "1.5Gi", "-1")).map(lambda q: f"quantity('{q}')")
 
 
 @cache
 def semver_literal() -> Strategy:
     """``semver('...')``, now and then one that does not parse."""
-    return st.sampled_from(VERSIONS + ("535", "v1.2.3", "1.2")).map(lambda v: f"semver('{v}')")
+    return st.sampled_from((*VERSIONS, "535", "v1.2.3", "1.2")).map(lambda v: f"semver('{v}')")
 
 
 @cache
@@ -219,8 +222,8 @@ def atom(depth: int) -> Strategy:
         st.tuples(_attr("quantity"), st.sampled_from(("1.5", "0.0", "1e9"))).map(
             lambda p: f"{p[0]}.asApproximateFloat() > {p[1]}"
         ),
-        st.sampled_from(VERSIONS + ("v1", "1.2")).map(lambda v: f"isSemver('{v}')"),
-        st.sampled_from(QUANTITIES + ("1GB",)).map(lambda q: f"isQuantity('{q}')"),
+        st.sampled_from((*VERSIONS, "v1", "1.2")).map(lambda v: f"isSemver('{v}')"),
+        st.sampled_from((*QUANTITIES, "1GB")).map(lambda q: f"isQuantity('{q}')"),
         st.tuples(
             st.sampled_from((_ATTRS, _K8S_ATTRS, _CAPS)),
             st.sampled_from(("model", "index", "mig", "pcieRoot", "memory", "numaNode")),

@@ -47,7 +47,9 @@ class Disagreement:
 
     def describe(self) -> str:
         """One line for a report."""
-        return f"{self.case_id}: {self.aspect}: upstream {self.upstream!r}, sharegpu {self.sharegpu!r}"
+        return (
+            f"{self.case_id}: {self.aspect}: upstream {self.upstream!r}, sharegpu {self.sharegpu!r}"
+        )
 
 
 def error_class(message: str) -> str:
@@ -151,7 +153,9 @@ def _configs(allocation: Mapping[str, Any]) -> list[Any]:
     return list(((allocation.get("devices") or {}).get("config")) or [])
 
 
-def _claim_aspects(upstream: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+def _claim_aspects(
+    upstream: Mapping[str, Any], ours: Mapping[str, Any]
+) -> dict[str, tuple[Any, Any]]:
     """The aspects of one claim's allocation where the two differ."""
     out: dict[str, tuple[Any, Any]] = {}
     up_results, our_results = _results(upstream), _results(ours)
@@ -160,11 +164,17 @@ def _claim_aspects(upstream: Mapping[str, Any], ours: Mapping[str, Any]) -> dict
     if up_devices != our_devices:
         out["devices"] = (up_devices, our_devices)
         return out
-    up_cap = [{k: _amount(v) for k, v in (r.get("consumedCapacity") or {}).items()} for r in up_results]
-    our_cap = [{k: _amount(v) for k, v in (r.get("consumedCapacity") or {}).items()} for r in our_results]
+    up_cap = [
+        {k: _amount(v) for k, v in (r.get("consumedCapacity") or {}).items()} for r in up_results
+    ]
+    our_cap = [
+        {k: _amount(v) for k, v in (r.get("consumedCapacity") or {}).items()} for r in our_results
+    ]
     if up_cap != our_cap:
-        out["consumed-capacity"] = ([{k: str(v) for k, v in c.items()} for c in up_cap],
-                                    [{k: str(v) for k, v in c.items()} for c in our_cap])
+        out["consumed-capacity"] = (
+            [{k: str(v) for k, v in c.items()} for c in up_cap],
+            [{k: str(v) for k, v in c.items()} for c in our_cap],
+        )
     up_share = [r.get("shareID") is not None for r in up_results]
     our_share = [r.get("shareID") is not None for r in our_results]
     if up_share != our_share:
@@ -180,7 +190,9 @@ def _claim_aspects(upstream: Mapping[str, Any], ours: Mapping[str, Any]) -> dict
     return out
 
 
-def compare(case_id: str, kind: str, upstream: Mapping[str, Any], ours: Mapping[str, Any]) -> list[Disagreement]:
+def compare(
+    case_id: str, kind: str, upstream: Mapping[str, Any], ours: Mapping[str, Any]
+) -> list[Disagreement]:
     """Every aspect in which ``ours`` differs from ``upstream`` on one case."""
     if kind == "cel":
         up, me = cel_outcome(upstream), cel_outcome(ours)

@@ -129,3 +129,16 @@ def ask(cases: Sequence[dict[str, Any]], timeout_s: float = 600) -> list[dict[st
     if len(answers) != len(cases):
         raise RuntimeError(f"the oracle answered {len(answers)} of {len(cases)} cases")
     return answers
+
+
+def main() -> int:
+    """Build the oracle, or say why it cannot be built here (exit 0: the tests then skip)."""
+    try:
+        print(ensure_built())
+    except OracleUnavailable as exc:
+        print(f"differential oracle skipped: {exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
