@@ -28,6 +28,8 @@ from .compare import Disagreement, compare, sharegpu_answer
 #: The fixed seed of the batch ``make test`` runs, and how many cases of each kind it draws.
 DEFAULT_SEED: Final = 20260137
 DEFAULT_COUNTS: Final = {"cel": 3000, "allocate": 2000}
+#: The most cases of each kind one run draws (all of them are held in memory).
+MAX_COUNT: Final = 1_000_000
 STRATEGIES: Final[dict[str, Callable[[], st.SearchStrategy[dict[str, Any]]]]] = {
     "cel": cel_cases,
     "allocate": allocation_cases,
@@ -93,19 +95,25 @@ def run_batch(seed: int, counts: dict[str, int]) -> BatchResult:
     return result
 
 
-def _parse(argv: Sequence[str]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's options."""
     parser = argparse.ArgumentParser(prog="python -m tests.oracle.batch", description=__doc__)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--count", type=int, help=f"cases of each kind (default: {DEFAULT_COUNTS})")
     parser.add_argument("--kinds", default="cel,allocate", help="comma-separated: cel, allocate")
     parser.add_argument("--record", metavar="DIR", help="write disagreeing cases here")
+    return parser
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in STRATEGIES]
     if unknown or not kinds:
         parser.error(f"--kinds: {','.join(unknown) or '(empty)'} not among cel, allocate")
-    if args.count is not None and args.count < 1:
-        parser.error(f"--count: must be at least 1, got {args.count}")
+    if args.count is not None and not 1 <= args.count <= MAX_COUNT:
+        parser.error(f"--count: must be from 1 to {MAX_COUNT}, got {args.count}")
     args.kinds = kinds
     return args
 
