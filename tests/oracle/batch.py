@@ -9,6 +9,7 @@ disagreeing case, with upstream's answer, as a regression file into DIR.
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from collections import Counter
@@ -16,9 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+from hypothesis.control import BuildContext
+from hypothesis.internal.conjecture.data import ConjectureData
+from hypothesis.internal.conjecture.providers import Constants, HypothesisProvider
 
 from . import upstream
 from .allocgen import allocation_cases
@@ -36,26 +38,33 @@ STRATEGIES: Final[dict[str, Callable[[], st.SearchStrategy[dict[str, Any]]]]] = 
 }
 
 
+class _FixedProvider(HypothesisProvider):
+    """Hypothesis's provider without the constants it collects from the modules loaded so far
+    (which would make a draw depend on what the process imported before)."""
+
+    @property
+    def _local_constants(self) -> Constants:
+        return Constants()
+
+
 def draw_cases(kind: str, count: int, seed: int) -> list[dict[str, Any]]:
-    """``count`` cases of ``kind`` drawn with hypothesis from ``seed`` (the same every run
-    with the same hypothesis version), each with an id ``<kind>-<seed>-<n>``."""
-    drawn: list[dict[str, Any]] = []
+    """``count`` cases of ``kind``, case ``n`` drawn from its own random seed ``<seed>-<n>``
+    and named ``<kind>-<seed>-<n>``: the same in every process and on its own, so one case of a
+    batch can be drawn again by its id.
 
-    @hypothesis_seed(seed)
-    @settings(
-        max_examples=count,
-        phases=[Phase.generate],
-        database=None,
-        derandomize=False,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(STRATEGIES[kind]())
-    def collect(case: dict[str, Any]) -> None:
-        drawn.append(case)
-
-    collect()
-    return [{"id": f"{kind}-{seed}-{n}", **case} for n, case in enumerate(drawn[:count])]
+    Each case is one draw of the hypothesis strategy from fresh conjecture data, with a provider
+    that leaves out the constants Hypothesis collects from loaded modules. (Hypothesis's test
+    engine is not used: it adapts what it generates to earlier examples and to what the process
+    imported, so the same seed would not give the same batch under pytest and the command.)
+    """
+    strategy = STRATEGIES[kind]()
+    cases = []
+    for n in range(count):
+        data = ConjectureData(random=random.Random(f"{seed}-{n}"), provider=_FixedProvider)
+        with BuildContext(data, wrapped_test=None):
+            case = data.draw(strategy)
+        cases.append({"id": f"{kind}-{seed}-{n}", **case})
+    return cases
 
 
 @dataclass
