@@ -202,10 +202,10 @@ def compare(
         return [Disagreement(case_id, "outcome", up, me)]
     if up != "allocated":
         return []
-    found: dict[str, tuple[Any, Any]] = {}
+    # aspect -> (upstream's, sharegpu's), each by claim index
+    found: dict[str, tuple[dict[int, Any], dict[int, Any]]] = {}
     for index, (u, m) in enumerate(zip(upstream["results"], ours["results"], strict=True)):
         for aspect, (a, b) in _claim_aspects(u, m).items():
-            found.setdefault(aspect, ({}, {}))
-            found[aspect][0][index] = a
-            found[aspect][1][index] = b
+            theirs, mine = found.setdefault(aspect, ({}, {}))
+            theirs[index], mine[index] = a, b
     return [Disagreement(case_id, aspect, a, b) for aspect, (a, b) in found.items()]
