@@ -1,9 +1,11 @@
 """Run a batch of random oracle cases: draw them, ask upstream, answer with sharegpu, compare.
 
 Usage: ``python -m tests.oracle.batch [--seed N] [--count N] [--kinds cel,allocate]
-[--record DIR]``. Prints one line per disagreement and a summary; exits 1 when any case
-disagrees, 2 when the oracle cannot run here (naming what is missing). ``--record`` writes each
-disagreeing case, with upstream's answer, as a regression file into DIR.
+[--record DIR]``. Prints one line per disagreement, marked ``known (<recorded case>)`` when a
+recorded case shows the same kind of disagreement and ``NEW`` otherwise, and a summary; exits 1
+when any case disagrees, 2 when the oracle cannot run here (naming what is missing).
+``--record`` writes each disagreeing case, with upstream's answer, as a regression file into
+DIR.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from . import upstream
 from .allocgen import allocation_cases
 from .celgen import cel_cases
 from .compare import Disagreement, compare, sharegpu_answer
+from .regressions import known_signatures, record, signature
 
 #: The fixed seed of the batch ``make test`` runs, and how many cases of each kind it draws.
 DEFAULT_SEED: Final = 20260137
@@ -136,15 +139,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"oracle unavailable: {exc}", file=sys.stderr)
         return 2
     result = run_batch(args.seed, {k: args.count or DEFAULT_COUNTS[k] for k in args.kinds})
+    known = known_signatures()
+    kinds = {case_id: case["kind"] for case_id, case in result.cases.items()}
+    new = 0
     for d in result.disagreements:
-        print(d.describe())
+        like = known.get(signature(d, kinds[d.case_id]))
+        new += like is None
+        print(f"{'NEW' if like is None else f'known ({like})'}: {d.describe()}")
     if args.record and result.disagreements:
-        from .regressions import record
-
         for case_id in result.cases:
             path = record(args.record, result.cases[case_id], result.answers[case_id])
             print(f"recorded {path}")
-    print(f"seed {args.seed}: {result.summary()}")
+    print(f"seed {args.seed}: {result.summary()}; {new} of a kind no recorded case shows")
     return 1 if result.disagreements else 0
 
 

@@ -59,12 +59,23 @@ def load_all() -> list[Regression]:
     return [load(p) for p in sorted(REGRESSION_DIR.glob("*.json"))]
 
 
-def signature(d: Disagreement, kind: str) -> tuple[str, str, str, str]:
+def signature(d: Disagreement, kind: str) -> tuple[str, ...]:
     """What identifies a kind of disagreement across cases: the case kind, the aspect and,
     for an outcome, both outcomes."""
     if d.aspect == "outcome":
         return (kind, d.aspect, str(d.upstream), str(d.sharegpu))
     return (kind, d.aspect, "", "")
+
+
+def known_signatures(regressions: list[Regression] | None = None) -> dict[tuple[str, ...], str]:
+    """The signatures of the disagreements recorded cases still show, each with the name of
+    one such case: a batch's disagreement with one of these is of a known kind."""
+    return {
+        signature(d, r.case["kind"]): r.name
+        for r in (load_all() if regressions is None else regressions)
+        if r.xfail
+        for d in r.disagreements()
+    }
 
 
 def record(directory: str | Path, case: dict[str, Any], answer: dict[str, Any]) -> Path:

@@ -14,7 +14,7 @@ import pytest
 from tests.oracle import upstream
 from tests.oracle.batch import DEFAULT_COUNTS, DEFAULT_SEED, draw_cases, run_batch
 from tests.oracle.compare import allocation_outcome, cel_outcome
-from tests.oracle.regressions import Regression, load_all, record, signature
+from tests.oracle.regressions import Regression, known_signatures, load_all, record, signature
 
 REGRESSIONS = load_all()
 #: A generous deadline for a test that may first build the oracle (minutes on a fresh machine)
@@ -76,12 +76,7 @@ def test_fixed_seed_batch_finds_no_new_disagreement(tmp_path: Path) -> None:
     assert sum(DEFAULT_COUNTS.values()) >= 5000
     result = run_batch(DEFAULT_SEED, dict(DEFAULT_COUNTS))
     assert sum(result.counts.values()) == sum(DEFAULT_COUNTS.values())
-    known = {
-        signature(d, r.case["kind"]): r.name
-        for r in REGRESSIONS
-        if r.xfail
-        for d in r.disagreements()
-    }
+    known = known_signatures(REGRESSIONS)
     kinds = {case_id: case["kind"] for case_id, case in result.cases.items()}
     new = [d for d in result.disagreements if signature(d, kinds[d.case_id]) not in known]
     for case_id in sorted({d.case_id for d in new}):
