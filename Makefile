@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit e2e local-cluster gpu-test venv clean
+.PHONY: demo test lint typecheck unit oracle e2e local-cluster gpu-test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,16 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	bash tests/setup-system.sh
 	$(BIN)/python -m tests.e2e.binaries
+	$(BIN)/python -m tests.oracle.upstream
 	$(BIN)/pytest -q -p no:cacheprovider
+
+## Random cases answered by Kubernetes' own allocator and CEL (tests/oracle/), any seed and count:
+## make oracle SEED=7 COUNT=20000 (COUNT cases of each kind; RECORD=dir keeps each disagreement).
+SEED ?= 20260137
+COUNT ?=
+RECORD ?=
+oracle: $(STAMP)
+	$(BIN)/python -m tests.oracle.batch --seed $(SEED) $(if $(COUNT),--count $(COUNT)) $(if $(RECORD),--record $(RECORD))
 
 ## The real-GPU suite (root, NVIDIA GPU) in the mode that never changes the GPU's settings,
 ## with a JSON report; elsewhere every test skips with the reason.

@@ -171,12 +171,14 @@ def test_documented_daemon_flags_exist() -> None:
     from controller.main import build_parser as controller_parser
     from kubeletplugin.config import build_parser as plugin_parser
     from tests.e2e.cluster import build_parser as cluster_parser
+    from tests.oracle.batch import build_parser as oracle_parser
 
     known = set(OTHER_TOOLS_FLAGS)
     for parser in [
         plugin_parser(),
         controller_parser(),
         cluster_parser(),
+        oracle_parser(),
         *subcommand_parsers().values(),
     ]:
         known |= {o for a in parser._actions for o in a.option_strings}
