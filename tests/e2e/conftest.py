@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import driver, node
+from tests.e2e import driver, images, node
 from tests.e2e.binaries import bin_dir, missing_binaries, missing_prerequisites
 from tests.e2e.controlplane import ControlPlane
+from tests.e2e.kubelet import NODE_BINARIES, RealNode, missing_node_prerequisites
 from tests.e2e.processes import step
 
 #: The node of the kubelet plugin's process (its token is bound to a pod on it).
@@ -96,3 +97,25 @@ def plugin(
         yield running
     finally:
         node.stop_plugin(crds, running)
+
+
+@pytest.fixture(scope="package")
+def real_node(control_plane: ControlPlane) -> Iterator[RealNode]:
+    """containerd and a kubelet registered as a Ready node (skips, naming what is missing, where
+    they cannot run). Everything it started, mounted or created is removed after the last test."""
+    missing = missing_node_prerequisites() + images.missing_tools()
+    absent = missing_binaries(NODE_BINARIES)
+    if absent:
+        missing.append(
+            f"node binaries not built ({', '.join(absent)} under {bin_dir()}); "
+            "`make e2e` builds them (tests/e2e/build-binaries.sh kubelet containerd)"
+        )
+    if missing:
+        pytest.skip("e2e node: " + "; ".join(missing))
+    real = RealNode(control_plane)
+    try:
+        with step("start containerd and the kubelet"):
+            real.start()
+        yield real
+    finally:
+        real.stop()

@@ -127,6 +127,10 @@ class ControlPlane:
         self.server = ""
         self.admin_cert = self.pki.issue("admin", user="e2e-admin", group="system:masters")
         self.admin_kubeconfig = work / "admin.kubeconfig"
+        #: The API server's client certificate towards kubelets (logs, exec, port-forward).
+        self.kubelet_client_cert = self.pki.issue(
+            "apiserver-kubelet-client", user="kube-apiserver-kubelet-client", group="system:masters"
+        )
         self.apiserver: Process | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -241,6 +245,12 @@ class ControlPlane:
                     "--endpoint-reconciler-type=none",
                     f"--feature-gates={FEATURE_GATES}",
                     f"--runtime-config={RUNTIME_CONFIG}",
+                    # A kubelet of the run is reached by its node name (which resolves to
+                    # 127.0.0.1) and proves itself with a certificate of the run's CA.
+                    "--kubelet-preferred-address-types=Hostname,InternalIP",
+                    f"--kubelet-certificate-authority={self.pki.ca_file}",
+                    f"--kubelet-client-certificate={self.kubelet_client_cert[0]}",
+                    f"--kubelet-client-key={self.kubelet_client_cert[1]}",
                 ],
             )
             try:
