@@ -350,6 +350,18 @@ class ControlPlane:
             )
         return result
 
+    def create_namespace(self, namespace: str) -> None:
+        """Create ``namespace`` (if absent) and wait for its default ServiceAccount, without which
+        the API server refuses pods."""
+        self.kubectl("create", "namespace", namespace, check=False)
+        wait_until(
+            lambda: (
+                self.kubectl("get", "sa", "default", "-n", namespace, check=False).returncode == 0
+            ),
+            f"create the namespace {namespace}",
+            "its default ServiceAccount",
+        )
+
     def check_running(self, step_name: str) -> None:
         """Fail the step when a component of the control plane has exited."""
         for process in self.processes.started:

@@ -43,6 +43,8 @@ from tests.e2e.processes import Process, StepFailed, failure, wait_until
 NODE_NAME: Final = "localhost"
 #: The pod sandbox image, imported from an OCI archive (never pulled).
 PAUSE_IMAGE: Final = "localhost/sharegpu-e2e/pause:1"
+#: A busybox image for workloads (:meth:`RealNode.import_busybox`).
+BUSYBOX_IMAGE: Final = "localhost/sharegpu-e2e/busybox:1"
 #: Debian packages the node needs beside the upstream binaries, and a file each installs.
 PACKAGES: Final = {
     "runc": Path("/usr/sbin/runc"),
@@ -250,6 +252,12 @@ state = "{d / "containerd" / "state"}"
                     self.containerd.log if self.containerd else None,
                 )
             )
+
+    def import_busybox(self, names: Sequence[str], step_name: str) -> None:
+        """Import the busybox image (:func:`images.busybox_image`) under ``names``."""
+        archive = self.root / f"busybox-{len(list(self.root.glob('busybox-*.tar')))}.tar"
+        self.import_image(images.busybox_image(archive, names), step_name)
+        archive.unlink()
 
     def _start_kubelet(self) -> None:
         pki = self.plane.pki

@@ -6,23 +6,11 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e import images
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kubelet import RealNode
-from tests.e2e.processes import step, wait_until
+from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
+from tests.e2e.processes import step
 
 NAMESPACE = "e2e-kubelet"
-IMAGE = "localhost/sharegpu-e2e/busybox:1"
-
-
-def create_namespace(plane: ControlPlane, namespace: str) -> None:
-    """The namespace, once its default ServiceAccount exists (pods are refused before)."""
-    plane.kubectl("create", "namespace", namespace, check=False)
-    wait_until(
-        lambda: plane.kubectl("get", "sa", "default", "-n", namespace, check=False).returncode == 0,
-        f"create the namespace {namespace}",
-        "its default ServiceAccount",
-    )
+IMAGE = BUSYBOX_IMAGE
 
 
 def test_node_registers_ready_with_its_hostname_address(real_node: RealNode) -> None:
@@ -38,10 +26,8 @@ def test_node_registers_ready_with_its_hostname_address(real_node: RealNode) -> 
 
 def test_pod_runs_and_kubectl_reaches_the_kubelet(real_node: RealNode) -> None:
     plane = real_node.plane
-    real_node.import_image(
-        images.busybox_image(real_node.root / "busybox.tar", [IMAGE]), "import the busybox image"
-    )
-    create_namespace(plane, NAMESPACE)
+    real_node.import_busybox([IMAGE], "import the busybox image")
+    plane.create_namespace(NAMESPACE)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -1,0 +1,147 @@
+"""The driver's kubelet plugin under a real kubelet: the plugin (a process on the node's host
+with the chart's mock-backend arguments) registers through the kubelet's plugin registration
+directory; the pods of examples/two-pods-fractional-share, pinned to the node, reach Running after
+the kubelet's NodePrepareResources; inside each container (``kubectl exec``) the environment is
+what the claim's CDI spec promised; deleting the pods and claims makes the kubelet call
+NodeUnprepareResources, which removes the specs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.deploy.helpers import load_documents
+from tests.e2e.controlplane import ControlPlane
+from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
+from tests.e2e.node import RunningPlugin, chart_flag
+from tests.e2e.processes import assert_no_forbidden, step, wait_until
+from tests.paths import EXAMPLES_DIR
+
+NAMESPACE = "e2e-real-node"
+EXAMPLE = EXAMPLES_DIR / "two-pods-fractional-share" / "two-pods-fractional-share.yaml"
+#: The example's claims (and pods of the same name) and the cores each asks for.
+SHARES = {"small-share": "30", "large-share": "50"}
+#: What each container prints and then does: the environment the example's pods print, then
+#: sleep (the busybox image has no Python or CUDA for the rest of the example's command).
+COMMAND = "env | grep -E '^(NVIDIA_VISIBLE_DEVICES|SHAREGPU_|CUDA_MPS_)' | sort; exec sleep 3600"
+
+
+def _example_on(node: str) -> list[dict[str, Any]]:
+    """The example's claims and pods; the pods pinned to ``node``, their containers running
+    :data:`COMMAND` from the busybox image."""
+    docs = load_documents(EXAMPLE.read_text())
+    for doc in docs:
+        if doc["kind"] == "Pod":
+            spec = doc["spec"]
+            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+            spec["terminationGracePeriodSeconds"] = 1
+            for container in spec["containers"]:
+                container.update(
+                    image=BUSYBOX_IMAGE,
+                    imagePullPolicy="Never",
+                    command=["sh", "-c", COMMAND],
+                    args=[],
+                )
+    return docs
+
+
+def _claim_uids(plane: ControlPlane) -> dict[str, str]:
+    out = plane.kubectl("get", "resourceclaims", "-n", NAMESPACE, "-o", "json").stdout
+    return {c["metadata"]["name"]: c["metadata"]["uid"] for c in json.loads(out)["items"]}
+
+
+def _spec_files(cdi_dir: Path, uid: str) -> list[Path]:
+    return [p for p in cdi_dir.glob("*") if uid in p.name]
+
+
+def test_kubelet_registers_the_plugin(
+    real_node: RealNode, node_plugin: RunningPlugin, chart: list[dict[str, Any]]
+) -> None:
+    assert real_node.kubelet is not None
+    kubelet = real_node.kubelet
+    driver_name = chart_flag(chart, "--driver-name")
+    # The kubelet's DRA plugin manager logs the connection to the plugin's DRA socket.
+    pattern = re.compile(
+        rf'"Connection changed".*driverName="{re.escape(driver_name)}".*connected=true'
+    )
+
+    def registered() -> bool:
+        return bool(pattern.search(kubelet.log.read_text(errors="replace")))
+
+    wait_until(
+        registered,
+        "the kubelet registers the plugin",
+        f"a kubelet log line matching {pattern.pattern!r}",
+        process=kubelet,
+    )
+
+
+def test_example_pods_run_with_their_shares_and_unprepare(
+    real_node: RealNode, node_plugin: RunningPlugin, chart: list[dict[str, Any]]
+) -> None:
+    plane = real_node.plane
+    plane.create_namespace(NAMESPACE)
+    plane.kubectl(
+        "apply",
+        "-n",
+        NAMESPACE,
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all(_example_on(real_node.name)),
+        step_name="apply examples/two-pods-fractional-share, pods pinned to the real node",
+    )
+    for pod in SHARES:
+        plane.kubectl(
+            "wait",
+            "--for=condition=Ready",
+            f"pod/{pod}",
+            "-n",
+            NAMESPACE,
+            "--timeout=240s",
+            step_name=f"pod {pod} Running after the kubelet's NodePrepareResources",
+        )
+    uids = _claim_uids(plane)
+    for pod, cores in SHARES.items():
+        out = plane.kubectl("exec", pod, "-n", NAMESPACE, "--", "env", step_name="kubectl exec env")
+        env = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+        with step(
+            f"the environment of {pod} is its claim's CDI edits", f"kubectl exec {pod} -- env"
+        ):
+            assert env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == cores, env
+            assert env.get("NVIDIA_VISIBLE_DEVICES"), env
+        logs = plane.kubectl("logs", pod, "-n", NAMESPACE, step_name="kubectl logs").stdout
+        with step(f"{pod} printed its share", f"kubectl logs {pod}"):
+            assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={cores}" in logs, logs
+        with step(f"the CDI spec of {pod}'s claim", f"ls {real_node.cdi_dir}"):
+            assert _spec_files(real_node.cdi_dir, uids[pod]), list(real_node.cdi_dir.iterdir())
+    plane.kubectl(
+        "delete",
+        "pods",
+        *SHARES,
+        "-n",
+        NAMESPACE,
+        "--wait=true",
+        "--timeout=120s",
+        step_name="delete the pods",
+    )
+    plane.kubectl(
+        "delete",
+        "resourceclaims",
+        *SHARES,
+        "-n",
+        NAMESPACE,
+        "--wait=true",
+        "--timeout=120s",
+        step_name="delete the claims",
+    )
+    wait_until(
+        lambda: not any(_spec_files(real_node.cdi_dir, uid) for uid in uids.values()),
+        "the kubelet's NodeUnprepareResources removes the CDI specs",
+        f"no CDI spec of the claims {sorted(uids.values())} in {real_node.cdi_dir}",
+        process=node_plugin.process,
+    )
+    assert_no_forbidden(node_plugin.process, "the plugin on the real node with the chart's RBAC")
