@@ -73,23 +73,35 @@ def busybox_commands() -> list[str]:
     return out.stdout.split()
 
 
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
 def write_oci_archive(
     path: Path,
     names: Sequence[str],
-    layers: Sequence[bytes],
+    layers: Sequence[bytes | Path],
     *,
     entrypoint: Sequence[str] = (),
     cmd: Sequence[str] = (),
     env: Sequence[str] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",),
 ) -> Path:
-    """An OCI image layout tar at ``path`` with one linux/amd64 image (``layers``, uncompressed)
-    listed once under each of ``names`` (qualified by :func:`qualified`)."""
-    blobs: dict[str, bytes] = {}
+    """An OCI image layout tar at ``path`` with one linux/amd64 image (``layers``, uncompressed
+    tars given as bytes or files) listed once under each of ``names`` (qualified by
+    :func:`qualified`)."""
+    blobs: dict[str, bytes | Path] = {}
 
-    def blob(data: bytes, media_type: str) -> dict[str, Any]:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    def blob(data: bytes | Path, media_type: str) -> dict[str, Any]:
+        if isinstance(data, Path):
+            digest, size = _file_digest(data), data.stat().st_size
+        else:
+            digest, size = "sha256:" + hashlib.sha256(data).hexdigest(), len(data)
         blobs[digest] = data
-        return {"mediaType": media_type, "digest": digest, "size": len(data)}
+        return {"mediaType": media_type, "digest": digest, "size": size}
 
     layer_descriptors = [blob(layer, "application/vnd.oci.image.layer.v1.tar") for layer in layers]
     config = {
@@ -125,7 +137,7 @@ def write_oci_archive(
         ],
     }
     with tarfile.open(path, "w") as tar:
-        entries = {
+        entries: dict[str, bytes | Path] = {
             "oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
             "index.json": json.dumps(index, sort_keys=True).encode(),
         }
@@ -138,7 +150,12 @@ def write_oci_archive(
         for name, data in entries.items():
             info = tarfile.TarInfo(name)
             info.mode = 0o644
-            _add(tar, info, data)
+            if isinstance(data, Path):
+                info.size, info.mtime = data.stat().st_size, 0
+                with data.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                _add(tar, info, data)
     return path
 
 
