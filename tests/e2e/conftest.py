@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import driver, images, node
+from tests.e2e import driver, images, node, plugindaemon
 from tests.e2e.binaries import bin_dir, missing_binaries, missing_prerequisites
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.kubelet import (
@@ -129,27 +129,18 @@ def real_node(control_plane: ControlPlane) -> Iterator[RealNode]:
 @pytest.fixture(scope="package")
 def node_plugin(
     real_node: RealNode, crds: ControlPlane, chart: list[dict[str, Any]], helm: str
-) -> Iterator[node.RunningPlugin]:
-    """``python -m kubeletplugin`` (mock backend, the chart's arguments) as a process on the real
-    node's host: it registers with the real kubelet through the kubelet's plugin registration
-    directory and writes its CDI specs where containerd reads them. Its token is bound to a pod
-    the kubelet runs. The chart's DeviceClasses applied."""
+) -> Iterator[plugindaemon.PluginDaemon]:
+    """The chart's kubelet-plugin DaemonSet (mock backend, the driver's image built here) whose
+    pod the real kubelet runs; it registers with that kubelet through the kubelet's plugin
+    registration directory and writes its CDI specs where containerd reads them. The chart's
+    DeviceClasses applied. The DaemonSet is deleted after the last test."""
     driver.apply(crds, [d for d in chart if d["kind"] == "DeviceClass"], "apply the DeviceClasses")
     real_node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
-    mock_chart = driver.render_chart(helm, "kubeletPlugin.deviceBackend=mock")
-    dirs = node.HostDirs(
-        real_node.registry_dir, real_node.plugins_dir, real_node.cdi_dir, real_node.root / "mps"
-    )
-    token_pod = {
-        "name": "plugin",
-        "image": BUSYBOX_IMAGE,
-        "imagePullPolicy": "Never",
-        "command": ["sleep", "2147483647"],
-    }
-    running = node.start_plugin(
-        crds, chart, mock_chart, real_node.name, dirs=dirs, token_pod_container=token_pod
-    )
+    daemon = None
     try:
-        yield running
+        with step("run the chart's kubelet-plugin DaemonSet on the real node"):
+            daemon = plugindaemon.start(helm, crds, real_node, chart)
+        yield daemon
     finally:
-        node.stop_plugin(crds, running)
+        if daemon is not None:
+            plugindaemon.stop(daemon)

@@ -78,7 +78,7 @@ def _dependency_files() -> Iterator[Path]:
 
 def _site_packages() -> Path:
     """The site-packages directory of the virtualenv running the tests."""
-    return Path(metadata.distribution("pyyaml").locate_file(""))
+    return Path(str(metadata.distribution("pyyaml").locate_file("")))
 
 
 def _members() -> dict[str, Path]:
@@ -95,7 +95,9 @@ def _members() -> dict[str, Path]:
         for root, dirs, files in os.walk(prefix / sub):
             here = Path(root)
             if here == stdlib:
-                dirs[:] = [d for d in dirs if d not in _STDLIB_SKIPPED and not d.startswith("config-")]
+                dirs[:] = [
+                    d for d in dirs if d not in _STDLIB_SKIPPED and not d.startswith("config-")
+                ]
             if here == prefix / "lib":
                 dirs[:] = [d for d in dirs if d == _PY]
                 files = [f for f in files if f.startswith("libpython")]

@@ -107,19 +107,9 @@ def plugin_args(mock_chart: list[dict[str, Any]]) -> list[str]:
     return [a for a in chart_args(mock_chart) if a.split("=", 1)[0] not in _REPLACED_FLAGS]
 
 
-#: The container of the pod the plugin's token is bound to (no kubelet runs it, or a real one
-#: runs it from an image imported under this name).
-TOKEN_POD_CONTAINER: Final[dict[str, Any]] = {"name": "plugin", "image": "sharegpu:e2e"}
-
-
-def node_bound_token(
-    plane: ControlPlane,
-    account: str,
-    node: str,
-    container: dict[str, Any] = TOKEN_POD_CONTAINER,
-) -> str:
+def node_bound_token(plane: ControlPlane, account: str, node: str) -> str:
     """A token of ``account`` bound to a pod of that account on ``node`` (the pod is created
-    here, as the DaemonSet controller would) running ``container``."""
+    here, as the DaemonSet controller would; no kubelet runs it)."""
     pod_name = f"{account}-{node}"
     pod = {
         "apiVersion": "v1",
@@ -128,8 +118,7 @@ def node_bound_token(
         "spec": {
             "serviceAccountName": account,
             "nodeName": node,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [container],
+            "containers": [{"name": "plugin", "image": "sharegpu:e2e"}],
         },
     }
     apply(plane, [pod], "create the plugin's pod on the node")
@@ -163,39 +152,21 @@ def token_user(plane: ControlPlane, kubeconfig: Path) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True)
-class HostDirs:
-    """The host directories of a plugin process: the kubelet's plugin registration directory,
-    the kubelet's plugins directory (the plugin's sockets go in ``<plugins>/<driver>``), the CDI
-    spec directory the runtime reads and the MPS root."""
-
-    registry: Path
-    plugins: Path
-    cdi: Path
-    mps: Path
-
-    @classmethod
-    def under(cls, root: Path) -> HostDirs:
-        return cls(root / "registry", root / "plugins", root / "cdi", root / "mps")
-
-
-@dataclasses.dataclass(frozen=True)
 class RunningPlugin:
-    """The plugin process, its node, the kubeconfig of its token and its host directories
-    (``root``: the plugin's own directory, removed when it stops)."""
+    """The plugin process, its node, the kubeconfig of its token and its host directories."""
 
     process: Process
     node: str
     kubeconfig: Path
     root: Path
-    dirs: HostDirs
 
     @property
     def registry(self) -> Path:
-        return self.dirs.registry
+        return self.root / "registry"
 
     @property
     def cdi_dir(self) -> Path:
-        return self.dirs.cdi
+        return self.root / "cdi"
 
     @property
     def usage_file(self) -> Path:
@@ -204,27 +175,19 @@ class RunningPlugin:
 
 
 def start_plugin(
-    plane: ControlPlane,
-    chart: list[dict[str, Any]],
-    mock_chart: list[dict[str, Any]],
-    node: str,
-    *,
-    dirs: HostDirs | None = None,
-    token_pod_container: dict[str, Any] = TOKEN_POD_CONTAINER,
+    plane: ControlPlane, chart: list[dict[str, Any]], mock_chart: list[dict[str, Any]], node: str
 ) -> RunningPlugin:
     """The chart's plugin RBAC and policies applied, ``python -m kubeletplugin`` started with a
-    token bound to a pod on ``node`` and the chart's mock-backend arguments, its host directories
-    ``dirs`` (default: under a new temporary directory); returns once the API server has its
-    ResourceSlice."""
+    token bound to a pod on ``node`` and the chart's mock-backend arguments; returns once the API
+    server has its ResourceSlice."""
     plane.kubectl("create", "namespace", NAMESPACE, step_name="create the namespace", check=False)
     apply(plane, plugin_objects(chart), "apply the plugin's RBAC and policies from the chart")
-    token = node_bound_token(plane, plugin_account(chart), node, token_pod_container)
+    token = node_bound_token(plane, plugin_account(chart), node)
     kubeconfig = write_kubeconfig(
-        plane.work / f"plugin-{node}.kubeconfig", plane.server, plane.pki.ca_file, token=token
+        plane.work / "plugin.kubeconfig", plane.server, plane.pki.ca_file, token=token
     )
     # Unix socket paths hold at most 107 bytes: a short directory under /tmp.
     root = Path(tempfile.mkdtemp(prefix="sg-e2e-", dir="/tmp"))
-    dirs = dirs or HostDirs.under(root)
     driver_name = chart_flag(mock_chart, "--driver-name")
     argv = [
         sys.executable,
@@ -233,20 +196,20 @@ def start_plugin(
         *plugin_args(mock_chart),
         f"--node-name={node}",
         f"--kubeconfig={kubeconfig}",
-        f"--plugin-registry-dir={dirs.registry}",
-        f"--plugin-data-dir={dirs.plugins / driver_name}",
-        f"--cdi-dir={dirs.cdi}",
-        f"--mps-root={dirs.mps}",
+        f"--plugin-registry-dir={root / 'registry'}",
+        f"--plugin-data-dir={root / 'plugins' / driver_name}",
+        f"--cdi-dir={root / 'cdi'}",
+        f"--mps-root={root / 'mps'}",
         # What the mock GPUs' processes are (the mock backend's usage source; none until the
         # file exists).
         f"--mock-usage-file={root / 'usage.yaml'}",
     ]
     process = plane.processes.start(
-        f"kubeletplugin-{node}",
+        "kubeletplugin",
         argv,
         env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT), "POD_NAMESPACE": NAMESPACE},
     )
-    plugin = RunningPlugin(process, node, kubeconfig, root, dirs)
+    plugin = RunningPlugin(process, node, kubeconfig, root)
 
     def published() -> bool:
         return bool(node_slices(plane, node))

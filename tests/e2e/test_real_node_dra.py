@@ -1,9 +1,9 @@
-"""The driver's kubelet plugin under a real kubelet: the plugin (a process on the node's host
-with the chart's mock-backend arguments) registers through the kubelet's plugin registration
-directory; the pods of examples/two-pods-fractional-share, pinned to the node, reach Running after
-the kubelet's NodePrepareResources; inside each container (``kubectl exec``) the environment is
-what the claim's CDI spec promised; deleting the pods and claims makes the kubelet call
-NodeUnprepareResources, which removes the specs."""
+"""The driver's kubelet plugin under a real kubelet: the chart's DaemonSet (mock backend, the
+driver's image built without docker) runs on the node and its pod registers through the
+kubelet's plugin registration directory; the pods of examples/two-pods-fractional-share, pinned
+to the node, reach Running after the kubelet's NodePrepareResources; inside each container
+(``kubectl exec``) the environment is what the claim's CDI spec promised; deleting the pods and
+claims makes the kubelet call NodeUnprepareResources, which removes the specs."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ import yaml
 from tests.deploy.helpers import load_documents
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
-from tests.e2e.node import RunningPlugin, chart_flag
-from tests.e2e.processes import assert_no_forbidden, step, wait_until
+from tests.e2e.node import chart_flag
+from tests.e2e.plugindaemon import PluginDaemon
+from tests.e2e.processes import step, wait_until
 from tests.paths import EXAMPLES_DIR
 
 NAMESPACE = "e2e-real-node"
@@ -59,7 +60,7 @@ def _spec_files(cdi_dir: Path, uid: str) -> list[Path]:
 
 
 def test_kubelet_registers_the_plugin(
-    real_node: RealNode, node_plugin: RunningPlugin, chart: list[dict[str, Any]]
+    real_node: RealNode, node_plugin: PluginDaemon, chart: list[dict[str, Any]]
 ) -> None:
     assert real_node.kubelet is not None
     kubelet = real_node.kubelet
@@ -81,7 +82,7 @@ def test_kubelet_registers_the_plugin(
 
 
 def test_example_pods_run_with_their_shares_and_unprepare(
-    real_node: RealNode, node_plugin: RunningPlugin, chart: list[dict[str, Any]]
+    real_node: RealNode, node_plugin: PluginDaemon, chart: list[dict[str, Any]]
 ) -> None:
     plane = real_node.plane
     plane.create_namespace(NAMESPACE)
@@ -118,6 +119,7 @@ def test_example_pods_run_with_their_shares_and_unprepare(
             assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={cores}" in logs, logs
         with step(f"the CDI spec of {pod}'s claim", f"ls {real_node.cdi_dir}"):
             assert _spec_files(real_node.cdi_dir, uids[pod]), list(real_node.cdi_dir.iterdir())
+    _check_fault_reaches_pod_status(plane, node_plugin, "small-share")
     plane.kubectl(
         "delete",
         "pods",
@@ -142,6 +144,42 @@ def test_example_pods_run_with_their_shares_and_unprepare(
         lambda: not any(_spec_files(real_node.cdi_dir, uid) for uid in uids.values()),
         "the kubelet's NodeUnprepareResources removes the CDI specs",
         f"no CDI spec of the claims {sorted(uids.values())} in {real_node.cdi_dir}",
-        process=node_plugin.process,
+        process=real_node.kubelet,
     )
-    assert_no_forbidden(node_plugin.process, "the plugin on the real node with the chart's RBAC")
+    node_plugin.check_no_forbidden("the plugin's pod on the real node with the chart's RBAC")
+
+
+def _check_fault_reaches_pod_status(plane: ControlPlane, daemon: PluginDaemon, pod: str) -> None:
+    """A fault of the pod's mock GPU (the plugin's health file) reaches the pod's
+    ``allocatedResourcesStatus`` through the kubelet's health stream (ResourceHealthStatus, beta
+    and on by default in 1.37)."""
+    out = plane.kubectl("get", "resourceclaim", pod, "-n", NAMESPACE, "-o", "json").stdout
+    (result,) = json.loads(out)["status"]["allocation"]["devices"]["results"]
+    index = int(result["device"].rsplit("-", 1)[1])
+    daemon.health_file.write_text(f'{index}: {{healthy: false, reason: "XID 79"}}\n')
+    seen: list[Any] = []
+
+    def unhealthy() -> bool:
+        out = plane.kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", "json").stdout
+        statuses = json.loads(out)["status"].get("containerStatuses", [])
+        seen[:] = [s.get("allocatedResourcesStatus") for s in statuses]
+        return any(
+            r.get("health") == "Unhealthy"
+            for s in statuses
+            for entry in s.get("allocatedResourcesStatus") or []
+            for r in entry.get("resources") or []
+        )
+
+    try:
+        wait_until(
+            unhealthy,
+            "a mock GPU fault reaches the pod's status through the kubelet",
+            f"{pod}: allocatedResourcesStatus with health Unhealthy",
+            process=daemon.node.kubelet,
+            deadline_s=120,
+        )
+    finally:
+        daemon.health_file.unlink(missing_ok=True)
+    with step("the unhealthy resource is the claim's device", "kubectl get pod -o json"):
+        ids = [r["resourceID"] for e in seen[0] for r in e.get("resources") or []]
+        assert any(result["device"] in i for i in ids), seen
