@@ -81,7 +81,7 @@ def _site_packages() -> Path:
     return Path(str(metadata.distribution("pyyaml").locate_file("")))
 
 
-def _members() -> dict[str, Path]:
+def layer_members() -> dict[str, Path]:
     """Image path (relative, no leading slash) -> host file of everything but the scripts."""
     prefix = Path(sys.base_prefix)
     stdlib = prefix / "lib" / _PY
@@ -142,7 +142,7 @@ def _script(module: str) -> bytes:
 
 def write_layer(path: Path) -> Path:
     """The image's one layer as a tar at ``path``."""
-    members = _members()
+    members = layer_members()
     for library in _shared_libraries(list(members.values())):
         members.setdefault(str(library).lstrip("/"), library.resolve())
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
