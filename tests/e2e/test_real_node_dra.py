@@ -12,8 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from sharegpu.cli.demo_inputs import DEMO_EXAMPLES
 from tests.deploy.helpers import load_documents
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
@@ -31,22 +33,26 @@ SHARES = {"small-share": "30", "large-share": "50"}
 COMMAND = "env | grep -E '^(NVIDIA_VISIBLE_DEVICES|SHAREGPU_|CUDA_MPS_)' | sort; exec sleep 3600"
 
 
-def _example_on(node: str) -> list[dict[str, Any]]:
-    """The example's claims and pods; the pods pinned to ``node``, their containers running
-    :data:`COMMAND` from the busybox image."""
-    docs = load_documents(EXAMPLE.read_text())
+def _example_on(node: str, path: Path = EXAMPLE) -> list[dict[str, Any]]:
+    """The example's documents; the pods (and pod templates) pinned to ``node``, their
+    containers running :data:`COMMAND` from the busybox image with no resources but their
+    claims."""
+    docs = load_documents(path.read_text())
     for doc in docs:
-        if doc["kind"] == "Pod":
-            spec = doc["spec"]
-            spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-            spec["terminationGracePeriodSeconds"] = 1
-            for container in spec["containers"]:
-                container.update(
-                    image=BUSYBOX_IMAGE,
-                    imagePullPolicy="Never",
-                    command=["sh", "-c", COMMAND],
-                    args=[],
-                )
+        if doc["kind"] not in ("Pod", "Deployment", "Job"):
+            continue
+        spec = doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"]
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        spec["terminationGracePeriodSeconds"] = 1
+        for container in spec["containers"]:
+            claims = container.get("resources", {}).get("claims")
+            container.update(
+                image=BUSYBOX_IMAGE,
+                imagePullPolicy="Never",
+                command=["sh", "-c", COMMAND],
+                args=[],
+                resources={"claims": claims} if claims else {},
+            )
     return docs
 
 
@@ -183,3 +189,98 @@ def _check_fault_reaches_pod_status(plane: ControlPlane, daemon: PluginDaemon, p
     with step("the unhealthy resource is the claim's device", "kubectl get pod -o json"):
         ids = [r["resourceID"] for e in seen[0] for r in e.get("resources") or []]
         assert any(result["device"] in i for i in ids), seen
+
+
+#: The consumable-mode examples (those ``sharegpu demo`` runs, and time-slicing's Deployment),
+#: besides two-pods-fractional-share.
+OTHER_EXAMPLES = (*(e for e in DEMO_EXAMPLES if e != EXAMPLE.parent.name), "time-slicing")
+
+
+def _spec_env(cdi_dir: Path, uid: str) -> dict[str, str]:
+    """The environment every CDI spec of claim ``uid`` adds (spec-wide and per device)."""
+    env: dict[str, str] = {}
+    for path in _spec_files(cdi_dir, uid):
+        spec = json.loads(path.read_text())
+        edits = [spec.get("containerEdits") or {}]
+        edits += [d.get("containerEdits") or {} for d in spec.get("devices", [])]
+        for edit in edits:
+            env.update(e.split("=", 1) for e in edit.get("env", []))
+    return env
+
+
+@pytest.mark.parametrize("example", OTHER_EXAMPLES)
+def test_example_runs_on_the_real_node(
+    real_node: RealNode, node_plugin: PluginDaemon, example: str
+) -> None:
+    """Each pod of the example runs; inside each container the environment holds every variable
+    the CDI specs of its pod's claims set; deleting the namespace unprepares every claim."""
+    plane = real_node.plane
+    namespace = f"e2e-{example}"
+    plane.create_namespace(namespace)
+    docs = [
+        d
+        for f in sorted((EXAMPLES_DIR / example).glob("*.yaml"))
+        for d in _example_on(real_node.name, f)
+    ]
+    plane.kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all(docs),
+        step_name=f"apply examples/{example}, pods pinned to the real node",
+    )
+    pods: list[dict[str, Any]] = []
+
+    def all_ready() -> bool:
+        out = plane.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout
+        pods[:] = json.loads(out)["items"]
+        return bool(pods) and all(
+            any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", [])
+            )
+            for p in pods
+        )
+
+    wait_until(
+        all_ready,
+        f"the pods of examples/{example} run on the real kubelet",
+        "every pod Ready",
+        process=real_node.kubelet,
+        deadline_s=240,
+    )
+    claims = json.loads(
+        plane.kubectl("get", "resourceclaims", "-n", namespace, "-o", "json").stdout
+    )["items"]
+    uid_of = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        promised: dict[str, str] = {}
+        for status in pod["status"].get("resourceClaimStatuses", []):
+            promised.update(_spec_env(real_node.cdi_dir, uid_of[status["resourceClaimName"]]))
+        for claim_source in pod["spec"].get("resourceClaims", []):
+            if claim_source.get("resourceClaimName"):
+                promised.update(
+                    _spec_env(real_node.cdi_dir, uid_of[claim_source["resourceClaimName"]])
+                )
+        out = plane.kubectl("exec", name, "-n", namespace, "--", "env", step_name="kubectl exec")
+        env = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+        with step(f"{example}: the environment of {name} is its claims' CDI edits", "kubectl exec"):
+            assert promised, f"no CDI spec for the claims of {name}"
+            assert {k: env.get(k) for k in promised} == promised, env
+    plane.kubectl(
+        "delete",
+        "namespace",
+        namespace,
+        "--wait=true",
+        "--timeout=180s",
+        step_name=f"delete the namespace of examples/{example}",
+    )
+    wait_until(
+        lambda: not any(_spec_files(real_node.cdi_dir, uid) for uid in uid_of.values()),
+        f"{example}: NodeUnprepareResources removes the CDI specs",
+        "no CDI spec of the example's claims",
+        process=real_node.kubelet,
+    )
