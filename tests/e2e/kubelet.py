@@ -37,6 +37,7 @@ import yaml
 
 from tests.e2e import images
 from tests.e2e.controlplane import FEATURE_GATES, ControlPlane, free_port, write_kubeconfig
+from tests.e2e.driverimage import TINI
 from tests.e2e.processes import Process, StepFailed, failure, wait_until
 
 #: The node's name: its Hostname address, which the API server resolves to 127.0.0.1.
@@ -50,6 +51,7 @@ PACKAGES: Final = {
     "runc": Path("/usr/sbin/runc"),
     "containernetworking-plugins": Path("/usr/lib/cni/bridge"),
     "busybox-static": images.BUSYBOX,
+    "tini": TINI,
 }
 CNI_BIN_DIR: Final = Path("/usr/lib/cni")
 CGROUP_FS: Final = Path("/sys/fs/cgroup")
@@ -60,13 +62,12 @@ def missing_node_prerequisites() -> list[str]:
     """What a real node needs and this machine lacks (after trying apt-get for the packages)."""
     absent = [pkg for pkg, path in PACKAGES.items() if not path.exists()]
     if absent and shutil.which("apt-get") and os.geteuid() == 0:
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *absent],
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-            capture_output=True,
-            timeout=600,
-            check=False,
-        )
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *absent]
+        if subprocess.run(install, env=env, capture_output=True, timeout=600).returncode:
+            # Package lists missing or stale (a fresh machine): update them once and retry.
+            subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
+            subprocess.run(install, env=env, capture_output=True, timeout=600)
         absent = [pkg for pkg, path in PACKAGES.items() if not path.exists()]
     missing = [f"{PACKAGES[p]} missing (apt-get install {p})" for p in absent]
     if not (CGROUP_FS / "memory").is_dir() and not (CGROUP_FS / "cgroup.controllers").exists():
