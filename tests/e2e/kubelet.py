@@ -55,6 +55,9 @@ PACKAGES: Final = {
 }
 CNI_BIN_DIR: Final = Path("/usr/lib/cni")
 CGROUP_FS: Final = Path("/sys/fs/cgroup")
+#: The device-plugin registration socket: the kubelet creates it at this fixed path whatever its
+#: root directory, and leaves it behind.
+DEVICE_PLUGIN_SOCKET: Final = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 NODE_BINARIES: Final = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr")
 
 
@@ -102,6 +105,14 @@ class RealNode:
         self.name = NODE_NAME
         self.containerd: Process | None = None
         self.kubelet: Process | None = None
+        #: The fixed kubelet directories that did not exist before this node's kubelet started.
+        self._created = [
+            p
+            for p in (DEVICE_PLUGIN_SOCKET.parent.parent, DEVICE_PLUGIN_SOCKET.parent)
+            if not p.exists()
+        ]
+        #: When the kubelet had made the device-plugin socket (its mtime then).
+        self._socket_mtime: float | None = None
 
     # --- paths -------------------------------------------------------------------------------
 
@@ -317,6 +328,8 @@ state = "{d / "containerd" / "state"}"
             ],
         )
         wait_until(self.ready, "start the kubelet", f"node {self.name} Ready", process=self.kubelet)
+        with contextlib.suppress(FileNotFoundError):
+            self._socket_mtime = DEVICE_PLUGIN_SOCKET.stat().st_mtime
         self.plane.kubectl(
             "taint", "node", self.name, "node.kubernetes.io/not-ready:NoSchedule-", check=False
         )
@@ -340,6 +353,7 @@ state = "{d / "containerd" / "state"}"
             self._unmount_all,
             self._remove_bridge,
             self._remove_cgroups,
+            self._remove_device_plugin_socket,
         ):
             with contextlib.suppress(Exception):
                 action()
@@ -396,6 +410,16 @@ state = "{d / "containerd" / "state"}"
                 return
             for point in sorted(points, key=lambda p: len(p.parts), reverse=True):
                 subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
+
+    def _remove_device_plugin_socket(self) -> None:
+        """Remove the device-plugin socket if it is still the one this node's kubelet made (no
+        kubelet of another run replaced it since), and the fixed directories it created."""
+        with contextlib.suppress(FileNotFoundError):
+            if DEVICE_PLUGIN_SOCKET.stat().st_mtime == self._socket_mtime:
+                DEVICE_PLUGIN_SOCKET.unlink()
+        for directory in reversed(self._created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
     def _remove_bridge(self) -> None:
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
