@@ -42,6 +42,7 @@ class PluginDaemon:
     name: str
     node: RealNode
     data_dir: Path
+    metrics_port: int
 
     @property
     def health_file(self) -> Path:
@@ -83,9 +84,15 @@ class PluginDaemon:
 
 
 def daemonset(
-    helm: str, plane: ControlPlane, node: RealNode, metrics_port: int, data_dir: Path
+    helm: str,
+    plane: ControlPlane,
+    node: RealNode,
+    metrics_port: int,
+    data_dir: Path,
+    *values: str,
 ) -> dict[str, Any]:
-    """The chart's plugin DaemonSet for ``node`` (see the module docstring for what changes)."""
+    """The chart's plugin DaemonSet for ``node`` (see the module docstring for what changes),
+    with ``values`` (``key=value``) set as well."""
     env = [
         {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(plane.api_port)},
@@ -97,6 +104,7 @@ def daemonset(
         f"kubeletPlugin.cdiDir={node.cdi_dir}",
         f"kubeletPlugin.mps.hostRoot={node.root / 'mps'}",
         f"kubeletPlugin.metrics.port={metrics_port}",
+        *values,
         json_values=(
             f"kubeletPlugin.extraEnv={json.dumps(env)}",
             "kubeletPlugin.extraArgs="
@@ -129,34 +137,43 @@ def start(
     apply(plane, plugin_objects(chart), "apply the plugin's RBAC and policies from the chart")
     plane.kubectl("label", "node", node.name, GPU_NODE_LABEL, "--overwrite")
     data_dir = node.plugins_dir / chart_flag(chart, "--driver-name")
-    ds = daemonset(helm, plane, node, free_port(), data_dir)
+    daemon = PluginDaemon(plane, "", node, data_dir, free_port())
+    return _roll_out(daemon, helm)
+
+
+def reconfigure(daemon: PluginDaemon, helm: str, *values: str) -> PluginDaemon:
+    """Apply the DaemonSet rendered with ``values`` as well (as ``helm upgrade --set`` would) and
+    wait until a new pod runs; what it publishes is for the caller to wait for."""
+    return _roll_out(daemon, helm, *values)
+
+
+def _roll_out(daemon: PluginDaemon, helm: str, *values: str) -> PluginDaemon:
+    """Apply the DaemonSet and wait until a pod other than the current one is ready and the node
+    has ResourceSlices."""
+    plane, node = daemon.plane, daemon.node
+    before = daemon.pod() if daemon.name else None
+    old_uid = (before or {}).get("metadata", {}).get("uid")
+    ds = daemonset(helm, plane, node, daemon.metrics_port, daemon.data_dir, *values)
     apply(plane, [ds], "apply the chart's kubelet-plugin DaemonSet")
-    daemon = PluginDaemon(plane, ds["metadata"]["name"], node, data_dir)
+    daemon = dataclasses.replace(daemon, name=ds["metadata"]["name"])
 
     def running() -> bool:
         pod = daemon.pod()
-        statuses = (pod or {}).get("status", {}).get("containerStatuses", [])
-        return any(s.get("ready") for s in statuses)
+        if pod is None or pod["metadata"]["uid"] == old_uid:
+            return False
+        return any(s.get("ready") for s in pod["status"].get("containerStatuses", []))
+
+    def published() -> bool:
+        out = plane.kubectl(
+            "get", "resourceslices", f"--field-selector=spec.nodeName={node.name}", "-o", "name"
+        ).stdout
+        return bool(out.strip())
 
     try:
         wait_until(
-            running, "the plugin's DaemonSet pod runs", "the pod ready", process=node.kubelet
+            running, "the plugin's DaemonSet pod runs", "a new pod ready", process=node.kubelet
         )
-        out: list[str] = []
-
-        def published() -> bool:
-            out[:] = [
-                plane.kubectl(
-                    "get",
-                    "resourceslices",
-                    f"--field-selector=spec.nodeName={node.name}",
-                    "-o",
-                    "name",
-                ).stdout.strip()
-            ]
-            return bool(out[0])
-
-        wait_until(published, "the plugin pod publishes", "the node's ResourceSlice")
+        wait_until(published, "the plugin pod publishes", "the node's ResourceSlices")
     except StepFailed as exc:
         raise StepFailed(f"{exc}\n  plugin pod log:\n{daemon.logs()[-4000:]}") from exc
     return daemon

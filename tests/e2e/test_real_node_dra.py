@@ -17,9 +17,10 @@ import yaml
 
 from sharegpu.cli.demo_inputs import DEMO_EXAMPLES
 from tests.deploy.helpers import load_documents
+from tests.e2e import plugindaemon
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
-from tests.e2e.node import chart_flag
+from tests.e2e.node import chart_flag, node_slices
 from tests.e2e.plugindaemon import PluginDaemon
 from tests.e2e.processes import step, wait_until
 from tests.paths import EXAMPLES_DIR
@@ -212,6 +213,39 @@ def _spec_env(cdi_dir: Path, uid: str) -> dict[str, str]:
 def test_example_runs_on_the_real_node(
     real_node: RealNode, node_plugin: PluginDaemon, example: str
 ) -> None:
+    _run_example(real_node, example)
+
+
+#: The partitions-mode examples, run after the plugin's DaemonSet is switched to that mode.
+PARTITION_EXAMPLES = ("partitions", "admin-device-classes")
+
+
+def test_partition_examples_after_switching_the_plugin(
+    real_node: RealNode, node_plugin: PluginDaemon, helm: str
+) -> None:
+    """The DaemonSet re-applied with ``kubeletPlugin.sharingMode=partitions``: a new pod
+    publishes partitions (devices drawing on shared counters), and the partitions examples run."""
+    plugindaemon.reconfigure(node_plugin, helm, "kubeletPlugin.sharingMode=partitions")
+
+    def partitions_published() -> bool:
+        devices = [
+            d
+            for sl in node_slices(real_node.plane, real_node.name)
+            for d in sl["spec"].get("devices", [])
+        ]
+        return any(d.get("consumesCounters") for d in devices)
+
+    wait_until(
+        partitions_published,
+        "the plugin publishes partitions after the switch",
+        "a device of the node with consumesCounters",
+        process=real_node.kubelet,
+    )
+    for example in PARTITION_EXAMPLES:
+        _run_example(real_node, example)
+
+
+def _run_example(real_node: RealNode, example: str) -> None:
     """Each pod of the example runs; inside each container the environment holds every variable
     the CDI specs of its pod's claims set; deleting the namespace unprepares every claim."""
     plane = real_node.plane
