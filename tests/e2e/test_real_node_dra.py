@@ -245,6 +245,32 @@ def test_partition_examples_after_switching_the_plugin(
         _run_example(real_node, example)
 
 
+def test_dynamic_mig_example_after_switching_the_plugin(
+    real_node: RealNode, node_plugin: PluginDaemon, helm: str
+) -> None:
+    """The DaemonSet re-applied with ``kubeletPlugin.mig=dynamic`` as well (the mock GPUs are then
+    in MIG mode): a new pod publishes MIG placements, and examples/mig-dynamic runs, each pod on
+    the MIG device created for its claim."""
+    plugindaemon.reconfigure(
+        node_plugin, helm, "kubeletPlugin.sharingMode=partitions", "kubeletPlugin.mig=dynamic"
+    )
+
+    def placements_published() -> bool:
+        return any(
+            "-mig-" in d["name"]
+            for sl in node_slices(real_node.plane, real_node.name)
+            for d in sl["spec"].get("devices", [])
+        )
+
+    wait_until(
+        placements_published,
+        "the plugin publishes MIG placements after the switch",
+        "a device of the node named gpu-<i>-mig-<profile>-<slice>",
+        process=real_node.kubelet,
+    )
+    _run_example(real_node, "mig-dynamic")
+
+
 def _run_example(real_node: RealNode, example: str) -> None:
     """Each pod of the example runs; inside each container the environment holds every variable
     the CDI specs of its pod's claims set; deleting the namespace unprepares every claim."""
