@@ -90,9 +90,11 @@ def daemonset(
     metrics_port: int,
     data_dir: Path,
     *values: str,
-) -> dict[str, Any]:
+    json_values: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
     """The chart's plugin DaemonSet for ``node`` (see the module docstring for what changes),
-    with ``values`` (``key=value``) set as well."""
+    with ``values`` (``key=value``) and ``json_values`` (``key=JSON``) set as well; preceded by
+    the chart's mock GPU ConfigMap where ``kubeletPlugin.mock.config`` renders one."""
     env = [
         {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(plane.api_port)},
@@ -114,15 +116,21 @@ def daemonset(
                     f"--mock-health-file={data_dir / HEALTH_FILE}",
                 ]
             ),
+            *json_values,
         ),
     )
+    mock_config = [
+        d
+        for d in chart
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-kubelet-plugin-mock")
+    ]
     (ds,) = [d for d in chart if d["kind"] == "DaemonSet" and component(d) == PLUGIN_COMPONENT]
     spec = ds["spec"]["template"]["spec"]
     spec["hostNetwork"] = True
     spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     (container,) = spec["containers"]
     container["livenessProbe"]["httpGet"]["host"] = "127.0.0.1"
-    return dict(ds)
+    return [*mock_config, ds]
 
 
 def start(
@@ -141,20 +149,27 @@ def start(
     return _roll_out(daemon, helm)
 
 
-def reconfigure(daemon: PluginDaemon, helm: str, *values: str) -> PluginDaemon:
+def reconfigure(
+    daemon: PluginDaemon, helm: str, *values: str, json_values: tuple[str, ...] = ()
+) -> PluginDaemon:
     """Apply the DaemonSet rendered with ``values`` as well (as ``helm upgrade --set`` would) and
     wait until a new pod runs; what it publishes is for the caller to wait for."""
-    return _roll_out(daemon, helm, *values)
+    return _roll_out(daemon, helm, *values, json_values=json_values)
 
 
-def _roll_out(daemon: PluginDaemon, helm: str, *values: str) -> PluginDaemon:
+def _roll_out(
+    daemon: PluginDaemon, helm: str, *values: str, json_values: tuple[str, ...] = ()
+) -> PluginDaemon:
     """Apply the DaemonSet and wait until a pod other than the current one is ready and the node
     has ResourceSlices."""
     plane, node = daemon.plane, daemon.node
     before = daemon.pod() if daemon.name else None
     old_uid = (before or {}).get("metadata", {}).get("uid")
-    ds = daemonset(helm, plane, node, daemon.metrics_port, daemon.data_dir, *values)
-    apply(plane, [ds], "apply the chart's kubelet-plugin DaemonSet")
+    docs = daemonset(
+        helm, plane, node, daemon.metrics_port, daemon.data_dir, *values, json_values=json_values
+    )
+    apply(plane, docs, "apply the chart's kubelet-plugin DaemonSet")
+    ds = docs[-1]
     daemon = dataclasses.replace(daemon, name=ds["metadata"]["name"])
 
     def running() -> bool:

@@ -344,3 +344,40 @@ def _run_example(real_node: RealNode, example: str) -> None:
         "no CDI spec of the example's claims",
         process=real_node.kubelet,
     )
+
+
+#: Mock GPUs for examples/mig-static: GPU 0 in MIG mode split into two 1g.10gb and one 3g.40gb
+#: MIG devices (as its README shows), GPU 1 whole.
+MIG_GPUS = """\
+- migDevices:
+    - {profile: 1g.10gb, gpuInstance: 9}
+    - {profile: 1g.10gb, gpuInstance: 10}
+    - {profile: 3g.40gb, gpuInstance: 2}
+- {}
+"""
+
+
+def test_static_mig_example_after_switching_the_plugin(
+    real_node: RealNode, node_plugin: PluginDaemon, helm: str
+) -> None:
+    """The DaemonSet re-applied in the default modes with ``kubeletPlugin.mock.config`` naming
+    MIG devices on GPU 0: a new pod publishes them, and examples/mig-static runs."""
+    plugindaemon.reconfigure(
+        node_plugin, helm, json_values=(f"kubeletPlugin.mock.config={json.dumps(MIG_GPUS)}",)
+    )
+
+    def mig_devices_published() -> bool:
+        names = {
+            d["name"]
+            for sl in node_slices(real_node.plane, real_node.name)
+            for d in sl["spec"].get("devices", [])
+        }
+        return {"gpu-0-mig-9-0", "gpu-0-mig-10-0", "gpu-0-mig-2-0", "gpu-1"} == names
+
+    wait_until(
+        mig_devices_published,
+        "the plugin publishes the MIG devices of its mock configuration",
+        "devices gpu-0-mig-9-0, gpu-0-mig-10-0, gpu-0-mig-2-0 and gpu-1",
+        process=real_node.kubelet,
+    )
+    _run_example(real_node, "mig-static")
