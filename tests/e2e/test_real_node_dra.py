@@ -57,8 +57,8 @@ def _example_on(node: str, path: Path = EXAMPLE) -> list[dict[str, Any]]:
     return docs
 
 
-def _claim_uids(plane: ControlPlane) -> dict[str, str]:
-    out = plane.kubectl("get", "resourceclaims", "-n", NAMESPACE, "-o", "json").stdout
+def _claim_uids(plane: ControlPlane, namespace: str = NAMESPACE) -> dict[str, str]:
+    out = plane.kubectl("get", "resourceclaims", "-n", namespace, "-o", "json").stdout
     return {c["metadata"]["name"]: c["metadata"]["uid"] for c in json.loads(out)["items"]}
 
 
@@ -190,6 +190,104 @@ def _check_fault_reaches_pod_status(plane: ControlPlane, daemon: PluginDaemon, p
     with step("the unhealthy resource is the claim's device", "kubectl get pod -o json"):
         ids = [r["resourceID"] for e in seen[0] for r in e.get("resources") or []]
         assert any(result["device"] in i for i in ids), seen
+
+
+def test_plugin_restart_while_pods_start(real_node: RealNode, node_plugin: PluginDaemon) -> None:
+    """The plugin's pod deleted (the DaemonSet starts a new one) and the example's pods created at
+    once: they reach Running with their shares once the new pod serves, the node's ResourceSlices
+    are the same objects, unchanged, and the new pod unprepares the claims it prepared."""
+    plane = real_node.plane
+    namespace = "e2e-plugin-restart"
+    plane.create_namespace(namespace)
+    # A fault injected by an earlier test taints a device until enough healthy probes pass;
+    # the slices are compared once that is over.
+    wait_until(
+        lambda: (
+            not any(
+                d.get("taints") for sl in node_slices(plane, real_node.name) for d in _devices(sl)
+            )
+        ),
+        "the node's devices are untainted before the restart",
+        "no device with taints",
+        process=real_node.kubelet,
+    )
+    before = {sl["metadata"]["name"]: sl for sl in node_slices(plane, real_node.name)}
+    old = node_plugin.pod()
+    assert old is not None
+    plane.kubectl(
+        "delete", "pod", old["metadata"]["name"], "-n", old["metadata"]["namespace"], "--wait=false"
+    )
+    plane.kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all(_example_on(real_node.name)),
+        step_name="apply examples/two-pods-fractional-share while the plugin restarts",
+    )
+
+    def restarted() -> bool:
+        pod = node_plugin.pod()
+        return (
+            pod is not None
+            and pod["metadata"]["uid"] != old["metadata"]["uid"]
+            and any(s.get("ready") for s in pod["status"].get("containerStatuses", []))
+        )
+
+    wait_until(restarted, "the DaemonSet restarts the plugin", "a new plugin pod ready")
+    for pod, cores in SHARES.items():
+        plane.kubectl(
+            "wait",
+            "--for=condition=Ready",
+            f"pod/{pod}",
+            "-n",
+            namespace,
+            "--timeout=240s",
+            step_name=f"pod {pod} Running after the plugin's restart",
+        )
+        out = plane.kubectl("exec", pod, "-n", namespace, "--", "env", step_name="kubectl exec")
+        with step(f"{pod} has its share after the plugin's restart", f"kubectl exec {pod} -- env"):
+            assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={cores}" in out.stdout, out.stdout
+    after = {sl["metadata"]["name"]: sl for sl in node_slices(plane, real_node.name)}
+    with step("the restarted plugin left the node's ResourceSlices as they were", "kubectl get"):
+        assert sorted(after) == sorted(before)
+        changed = {n: _changes(before[n], after[n]) for n in after}
+        assert not any(changed.values()), changed
+        versions = {
+            n: (before[n]["metadata"]["resourceVersion"], sl["metadata"]["resourceVersion"])
+            for n, sl in after.items()
+        }
+        assert all(a == b for a, b in versions.values()), versions
+    uids = _claim_uids(plane, namespace)
+    plane.kubectl(
+        "delete",
+        "namespace",
+        namespace,
+        "--wait=true",
+        "--timeout=180s",
+        step_name="delete the namespace",
+    )
+    wait_until(
+        lambda: not any(_spec_files(real_node.cdi_dir, uid) for uid in uids.values()),
+        "the restarted plugin unprepares the claims",
+        "no CDI spec of the claims",
+        process=real_node.kubelet,
+    )
+
+
+def _devices(slice_: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(slice_["spec"].get("devices", []))
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The top-level spec fields (and metadata.generation) that differ between two versions of
+    a ResourceSlice."""
+    keys = sorted(set(old["spec"]) | set(new["spec"]))
+    changed = [f"spec.{k}" for k in keys if old["spec"].get(k) != new["spec"].get(k)]
+    if old["metadata"].get("generation") != new["metadata"].get("generation"):
+        changed.append("metadata.generation")
+    return changed
 
 
 #: The consumable-mode examples (those ``sharegpu demo`` runs, and time-slicing's Deployment),
