@@ -46,8 +46,10 @@ GPU_REPORT ?= gpu-report.json
 gpu-test: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/gpu --keep-gpu-settings --gpu-report=$(GPU_REPORT)
 
-## Build the upstream Kubernetes binaries (cached outside the checkout), start etcd and the control
-## plane on 127.0.0.1 and check the driver's control-plane side against it (tests/e2e/).
+## Build the upstream Kubernetes binaries and containerd (cached outside the checkout), start etcd
+## and the control plane on 127.0.0.1, check the driver's control-plane side against it, then run
+## a real node (containerd, kubelet) with the chart's plugin DaemonSet and the examples' pods
+## (tests/e2e/).
 e2e: $(STAMP)
 	bash tests/install-helm.sh
 	$(BIN)/python -m tests.e2e.binaries

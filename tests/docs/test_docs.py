@@ -148,6 +148,10 @@ OTHER_TOOLS_FLAGS = {
     # podman save, kube-apiserver (docs/development.md, the node side of the e2e run)
     "--format",
     "--kubelet-preferred-address-types",
+    # kube-apiserver, kubelet and kubectl apply of the real node (docs/development.md)
+    "--kubelet-certificate-authority",
+    "--node-ip",
+    "--server-side",
     # kubectl create token / create --dry-run=server (docs/development.md, the e2e run)
     "--bound-object-kind",
     "--dry-run",

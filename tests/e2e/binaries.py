@@ -33,6 +33,8 @@ CONTROL_PLANE: Final = (
     "kube-controller-manager",
     "kube-scheduler",
 )
+#: What the real node runs (a kubelet and containerd with its shim and ctr).
+NODE: Final = ("kubelet", "containerd")
 
 
 def kubernetes_version() -> str:
@@ -76,12 +78,15 @@ def missing_binaries(names: tuple[str, ...] = CONTROL_PLANE) -> list[str]:
 
 
 def main() -> int:
-    """Build the control-plane binaries, or say why they cannot be built here (exit 0)."""
+    """Build the control-plane and node binaries, or say why they cannot be built here
+    (exit 0)."""
     missing = missing_prerequisites()
     if missing:
         print("e2e skipped: " + "; ".join(missing))
         return 0
-    return subprocess.run(["bash", str(BUILD_SCRIPT), *CONTROL_PLANE], check=False).returncode
+    return subprocess.run(
+        ["bash", str(BUILD_SCRIPT), *CONTROL_PLANE, *NODE], check=False
+    ).returncode
 
 
 if __name__ == "__main__":

@@ -14,9 +14,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import driver, node
+from tests.e2e import driver, images, node, plugindaemon
 from tests.e2e.binaries import bin_dir, missing_binaries, missing_prerequisites
 from tests.e2e.controlplane import ControlPlane
+from tests.e2e.kubelet import (
+    BUSYBOX_IMAGE,
+    NODE_BINARIES,
+    RealNode,
+    missing_node_prerequisites,
+)
 from tests.e2e.processes import step
 
 #: The node of the kubelet plugin's process (its token is bound to a pod on it).
@@ -96,3 +102,45 @@ def plugin(
         yield running
     finally:
         node.stop_plugin(crds, running)
+
+
+@pytest.fixture(scope="package")
+def real_node(control_plane: ControlPlane) -> Iterator[RealNode]:
+    """containerd and a kubelet registered as a Ready node (skips, naming what is missing, where
+    they cannot run). Everything it started, mounted or created is removed after the last test."""
+    missing = missing_node_prerequisites() + images.missing_tools()
+    absent = missing_binaries(NODE_BINARIES)
+    if absent:
+        missing.append(
+            f"node binaries not built ({', '.join(absent)} under {bin_dir()}); "
+            "`make e2e` builds them (tests/e2e/build-binaries.sh kubelet containerd)"
+        )
+    if missing:
+        pytest.skip("e2e node: " + "; ".join(missing))
+    real = RealNode(control_plane)
+    try:
+        with step("start containerd and the kubelet"):
+            real.start()
+        yield real
+    finally:
+        real.stop()
+
+
+@pytest.fixture(scope="package")
+def node_plugin(
+    real_node: RealNode, crds: ControlPlane, chart: list[dict[str, Any]], helm: str
+) -> Iterator[plugindaemon.PluginDaemon]:
+    """The chart's kubelet-plugin DaemonSet (mock backend, the driver's image built here) whose
+    pod the real kubelet runs; it registers with that kubelet through the kubelet's plugin
+    registration directory and writes its CDI specs where containerd reads them. The chart's
+    DeviceClasses applied. The DaemonSet is deleted after the last test."""
+    driver.apply(crds, [d for d in chart if d["kind"] == "DeviceClass"], "apply the DeviceClasses")
+    real_node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
+    daemon = None
+    try:
+        with step("run the chart's kubelet-plugin DaemonSet on the real node"):
+            daemon = plugindaemon.start(helm, crds, real_node, chart)
+        yield daemon
+    finally:
+        if daemon is not None:
+            plugindaemon.stop(daemon)

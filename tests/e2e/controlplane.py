@@ -134,6 +134,10 @@ class ControlPlane:
         #: controller charges GpuQuotas only for reviews that carry it; docs/install.md).
         self.webhook_client = self.pki.issue("webhook-client", user=WEBHOOK_CLIENT_NAME)
         self.admin_kubeconfig = work / "admin.kubeconfig"
+        #: The API server's client certificate towards kubelets (logs, exec, port-forward).
+        self.kubelet_client_cert = self.pki.issue(
+            "apiserver-kubelet-client", user="kube-apiserver-kubelet-client", group="system:masters"
+        )
         self.apiserver: Process | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -291,6 +295,12 @@ class ControlPlane:
                     "--endpoint-reconciler-type=none",
                     f"--feature-gates={FEATURE_GATES}",
                     f"--runtime-config={RUNTIME_CONFIG}",
+                    # A kubelet of the run is reached by its node name (which resolves to
+                    # 127.0.0.1) and proves itself with a certificate of the run's CA.
+                    "--kubelet-preferred-address-types=Hostname,InternalIP",
+                    f"--kubelet-certificate-authority={self.pki.ca_file}",
+                    f"--kubelet-client-certificate={self.kubelet_client_cert[0]}",
+                    f"--kubelet-client-key={self.kubelet_client_cert[1]}",
                 ],
             )
             try:
@@ -389,6 +399,18 @@ class ControlPlane:
                 )
             )
         return result
+
+    def create_namespace(self, namespace: str) -> None:
+        """Create ``namespace`` (if absent) and wait for its default ServiceAccount, without which
+        the API server refuses pods."""
+        self.kubectl("create", "namespace", namespace, check=False)
+        wait_until(
+            lambda: (
+                self.kubectl("get", "sa", "default", "-n", namespace, check=False).returncode == 0
+            ),
+            f"create the namespace {namespace}",
+            "its default ServiceAccount",
+        )
 
     def check_running(self, step_name: str) -> None:
         """Fail the step when a component of the control plane has exited."""

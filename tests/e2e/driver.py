@@ -49,12 +49,16 @@ PROBE_CLAIM: Final[dict[str, Any]] = {
 }
 
 
-def render_chart(helm: str, *values: str) -> list[dict[str, Any]]:
+def render_chart(
+    helm: str, *values: str, json_values: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     """The chart as ``helm template`` renders it, with the webhook's failure policy Fail (a
-    webhook the API server cannot reach fails the request instead of admitting it silently) and
-    each ``values`` entry (``key=value``) set."""
+    webhook the API server cannot reach fails the request instead of admitting it silently),
+    each ``values`` entry (``key=value``) set and each ``json_values`` entry (``key=JSON``) set
+    with ``--set-json``."""
     argv = ("template", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE)
     sets = [a for v in ("controller.webhook.failurePolicy=Fail", *values) for a in ("--set", v)]
+    sets += [a for v in json_values for a in ("--set-json", v)]
     result = run_helm(helm, *argv, *sets)
     if result.returncode != 0:
         raise StepFailed(failure("render the chart", ["helm", *argv], result.stderr))
