@@ -85,13 +85,18 @@ def validate_device_taint_rule(rule: Obj) -> list[str]:
     return problems
 
 
-def rule_matches(rule: Obj, driver: str, pool: str, device: str) -> bool:
-    """Whether ``rule``'s selector matches the device ``driver``/``pool``/``device``."""
-    selector = (rule.get("spec") or {}).get("deviceSelector")
-    if not isinstance(selector, Mapping):
-        return False
+def selector_matches(selector: Mapping[str, Any], driver: str, pool: str, device: str) -> bool:
+    """Whether a ``deviceSelector`` matches the device ``driver``/``pool``/``device``: every
+    field it sets is equal to the device's."""
     wanted = dict(zip(SELECTOR_FIELDS, (driver, pool, device), strict=True))
     return all(selector.get(f) in (None, wanted[f]) for f in SELECTOR_FIELDS)
+
+
+def rule_matches(rule: Obj, driver: str, pool: str, device: str) -> bool:
+    """Whether ``rule``'s selector matches the device ``driver``/``pool``/``device`` (a rule
+    without a selector matches none)."""
+    selector = (rule.get("spec") or {}).get("deviceSelector")
+    return isinstance(selector, Mapping) and selector_matches(selector, driver, pool, device)
 
 
 def valid_rules(rules: Iterable[Obj]) -> list[Obj]:
