@@ -168,6 +168,19 @@ class Allocation(_Model):
     )
 
 
+class GpuTaint(_Model):
+    """A taint on one DRA device of the GPU: from its ResourceSlice, or from the
+    DeviceTaintRule named in ``device_taint_rule``."""
+
+    device: str = Field(description="The DRA device the taint is on.")
+    key: str
+    value: str = ""
+    effect: str = Field(description="None, NoSchedule or NoExecute.")
+    device_taint_rule: str | None = Field(
+        default=None, description="The DeviceTaintRule the taint comes from (absent: the slice)."
+    )
+
+
 class GpuStatus(_Model):
     """Health and usage, computed from taints and allocated claims."""
 
@@ -180,6 +193,12 @@ class GpuStatus(_Model):
     allocatable: Resources
     allocations: list[Allocation] = Field(default_factory=list)
     claim_count: int = Field(ge=0, description="Number of distinct claims using the GPU.")
+    taints: list[GpuTaint] | None = Field(
+        default=None,
+        description="Taints on the GPU's devices, from the ResourceSlices and from the "
+        "DeviceTaintRules that select them (absent when there are none); sorted by device, "
+        "then slice taints before rule taints.",
+    )
     cores_summary: str = Field(description="'<allocated>/<capacity>' cores, for kubectl.")
     memory_summary: str = Field(description="'<allocated>/<capacity>' memory, for kubectl.")
     conditions: list[GpuCondition] | None = Field(

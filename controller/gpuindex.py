@@ -12,7 +12,10 @@ Invariants (between calls):
 - ``_allocs[k]`` is :func:`controller.reconcile.claim_allocations` of claim ``k`` over the current
   hardware and pods, and ``_gpu_claims[g]`` is the set of claims with an allocation on ``g``;
 - ``_pool_claims`` and ``_pod_claims`` map a pool and a pod key to the claims whose results name
-  the pool or whose ``reservedFor`` names the pod.
+  the pool or whose ``reservedFor`` names the pod;
+- every GPU of ``_hardware`` carries the taints of the DeviceTaintRules of ``_rules`` that select
+  its devices (:func:`controller.reconcile.with_rule_taints`); a rule marks dirty only the GPUs
+  whose taints it changes.
 
 Not thread-safe: the tracker calls it under its lock. Records are those of
 :mod:`controller.records`, shared with the informers' stores (never copied).
@@ -29,14 +32,18 @@ from controller.reconcile import (
     claim_allocations,
     newest_generation,
     pool_hardware,
+    with_rule_taints,
 )
-from controller.records import ClaimRecord, PodInfo, SliceRecord
+from controller.records import ClaimRecord, PodInfo, SliceRecord, TaintRuleRecord
 
 
 class GpuIndex:
     """Inputs of the desired GPU objects, indexed for per-event updates."""
 
-    def __init__(self) -> None:
+    def __init__(self, driver: str = "") -> None:
+        #: The driver whose devices DeviceTaintRules are matched against.
+        self.driver = driver
+        self._rules: dict[str, TaintRuleRecord] = {}
         self._slices: dict[str, dict[str, SliceRecord]] = {}  # pool -> slice name -> record
         self._hardware: dict[str, GpuHardware] = {}
         self._pool_gpus: dict[str, tuple[str, ...]] = {}
@@ -64,6 +71,30 @@ class GpuIndex:
             pools.add(new.pool)
         for pool in sorted(pools):
             self._rebuild_pool(pool)
+
+    def set_rule(self, key: str, new: TaintRuleRecord | None) -> None:
+        """DeviceTaintRule ``key`` is now ``new`` (None: gone, malformed or without selector)."""
+        old = self._rules.pop(key, None)
+        if new is not None:
+            self._rules[key] = new
+        pools: set[str] | None = set()
+        for rule in (old, new):
+            pool = dict(rule.selector).get("pool") if rule is not None else None
+            if rule is not None and pool is None:
+                pools = None  # the rule may select devices of every pool
+            elif pools is not None and pool is not None:
+                pools.add(pool)
+        names = (
+            list(self._hardware)
+            if pools is None
+            else [n for p in sorted(pools) for n in self._pool_gpus.get(p, ())]
+        )
+        for name in names:
+            hw = self._hardware[name]
+            tainted = with_rule_taints(hw, self._rules.values(), self.driver)
+            if tainted is not hw:
+                self._hardware[name] = tainted
+                self.dirty.add(name)
 
     def set_claim(self, key: str, new: ClaimRecord | None) -> None:
         """Claim ``key`` (``<namespace>/<name>``) is now ``new`` (None: gone or not ours)."""
@@ -129,6 +160,8 @@ class GpuIndex:
     def _rebuild_pool(self, pool: str) -> None:
         slices = newest_generation(self._slices.get(pool, {}).values()).get(pool, [])
         gpus, devices = pool_hardware(pool, slices) if slices else ({}, {})
+        rules = self._rules.values()
+        gpus = {n: with_rule_taints(hw, rules, self.driver) for n, hw in gpus.items()}
         for name in self._pool_gpus.pop(pool, ()):
             self._hardware.pop(name, None)
             self.dirty.add(name)

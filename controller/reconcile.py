@@ -18,6 +18,9 @@ Rules, stated once:
   partitions); else the counters the device consumes; else the whole GPU. ``adminAccess``
   results are listed but consume nothing.
 - Health: a device of the GPU tainted with ``<driver>/unhealthy`` makes the GPU Unhealthy.
+- Taints: ``status.taints`` lists every taint on the GPU's devices, those of its slices and those
+  of the DeviceTaintRules that select the devices (each naming its rule); health follows the
+  slices' ``<driver>/unhealthy`` taint only.
 - Measured usage: each allocation carries the node plugin's measurement of its device and share
   (``status.devices[].data`` of the claim, see :func:`controller.records.device_usage`). The
   plugin decides what is overcommitted; the GPU's ``Overcommitted`` condition only gathers those
@@ -34,7 +37,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from api.gpu import HEALTHY, UNHEALTHY, GpuObject, node_label_value
@@ -60,10 +63,12 @@ from controller.records import (
     DeviceRecord,
     PodInfo,
     SliceRecord,
+    TaintRuleRecord,
     UsageRecord,
     claim_record,
     pod_info,
     slice_record,
+    taint_rule_record,
 )
 
 Json = dict[str, Any]
@@ -76,6 +81,11 @@ class DeviceInfo:
 
     gpu_name: str
     record: DeviceRecord
+
+
+#: One taint on a device of a GPU: ``(device, key, value, effect, rule)``, ``rule`` the name of
+#: the DeviceTaintRule it comes from, None for a taint in the slice.
+GpuTaintEntry = tuple[str, str, str, str, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,9 @@ class GpuHardware:
     sharing_mode: str
     devices: tuple[str, ...]
     unhealthy_reason: str | None = None
+    #: Taints on the GPU's devices (see :data:`GpuTaintEntry`), sorted by device, the slice's
+    #: before the rules' (:func:`with_rule_taints`).
+    taints: tuple[GpuTaintEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +215,11 @@ def pool_hardware(
             sharing_mode=mode,
             devices=tuple(sorted(d.name for _, d in members)),
             unhealthy_reason=reason,
+            taints=tuple(
+                (d.name, *t, None)
+                for _, d in sorted(members, key=lambda m: m[1].name)
+                for t in d.taints
+            ),
         )
         for _, d in members:
             devices[d.name] = DeviceInfo(gpu_name=name, record=d)
@@ -273,6 +291,32 @@ def claim_allocations(
             )
         )
     return tuple(out)
+
+
+def with_rule_taints(
+    gpu: GpuHardware, rules: Iterable[TaintRuleRecord], driver: str
+) -> GpuHardware:
+    """``gpu`` with the taints of the DeviceTaintRules that select its devices (as devices of
+    ``driver`` in the GPU's pool) in place of those it had from rules; the slice's taints are
+    kept. Rules are taken in name order, so the result does not depend on arrival order."""
+    ordered = sorted(rules, key=lambda r: r.name)
+    from_rules = [
+        (device, *r.taint, r.name)
+        for device in gpu.devices
+        for r in ordered
+        if r.matches(driver, gpu.pool, device)
+    ]
+    own = [t for t in gpu.taints if t[4] is None]
+    taints = tuple(sorted([*own, *from_rules], key=lambda t: (t[0], t[4] is not None)))
+    return gpu if taints == gpu.taints else replace(gpu, taints=taints)
+
+
+def _taint_json(t: GpuTaintEntry) -> Json:
+    device, key, value, effect, rule = t
+    out: Json = {"device": device, "key": key, "value": value, "effect": effect}
+    if rule is not None:
+        out["deviceTaintRule"] = rule
+    return out
 
 
 def gpu_labels(gpu: GpuHardware) -> dict[str, str]:
@@ -431,6 +475,7 @@ def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Json:
         },
         allocations=[_alloc_json(a) for a in allocs],
         claimCount=claim_count,
+        **({"taints": [_taint_json(t) for t in gpu.taints]} if gpu.taints else {}),
         coresSummary=f"{used_cores}/{gpu.cores}",
         memorySummary=f"{format_bytes_human(used_memory)}/{format_bytes_human(gpu.memory)}",
     )
@@ -474,14 +519,16 @@ def reconcile(
     claims: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     driver: str,
+    taint_rules: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, GpuObject]:
     """All desired ``GPU`` objects, by name, from the complete current inputs (JSON)."""
+    rules = [r for r in map(taint_rule_record, taint_rules) if r is not None]
     gpus: dict[str, GpuHardware] = {}
     devices: dict[tuple[str, str], DeviceInfo] = {}
     records = [slice_record(s, driver) for s in slices]
     for pool, pool_slices in newest_generation(records).items():
         pool_gpus, pool_devices = pool_hardware(pool, pool_slices)
-        gpus.update(pool_gpus)
+        gpus.update({n: with_rule_taints(hw, rules, driver) for n, hw in pool_gpus.items()})
         devices.update({(pool, name): d for name, d in pool_devices.items()})
     pod_index = {p.key: p for p in map(pod_info, pods)}
     per_gpu: dict[str, list[Alloc]] = defaultdict(list)

@@ -35,6 +35,13 @@ from api.names import (
     unhealthy_taint_key,
 )
 from api.quantity import QuantityError, quantity_int
+from sharegpu.kube.devicetaints import (
+    SELECTOR_FIELDS,
+    rule_name,
+    selector_matches,
+    validate_device_taint_rule,
+)
+from sharegpu.kube.slicerules import MAX_TAINTS_PER_DEVICE
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +94,18 @@ def _consumed_counters(device: Obj, name: str) -> int | None:
 
 # --- ResourceSlices ---------------------------------------------------------------------------
 
+#: One device taint: ``(key, value, effect)``.
+TaintRecord = tuple[str, str, str]
+
+
+def _taint_record(taint: Any) -> TaintRecord | None:
+    if not isinstance(taint, Mapping):
+        return None
+    key, value, effect = taint.get("key"), taint.get("value") or "", taint.get("effect")
+    if not isinstance(key, str) or not isinstance(value, str) or not isinstance(effect, str):
+        return None
+    return (_s(key), _s(value), _s(effect))
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceRecord:
@@ -109,6 +128,8 @@ class DeviceRecord:
     shared: bool
     #: Why the device is unhealthy (its ``<driver>/unhealthy`` taint), None when it is not.
     unhealthy_reason: str | None
+    #: The device's own taints (``(key, value, effect)``, in slice order, at most 16).
+    taints: tuple[TaintRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +181,11 @@ def _device_record(d: Obj, driver: str, taint_key: str) -> DeviceRecord:
     model = _attr(d, driver, ATTR_PRODUCT_NAME)
     name = _s(d.get("name", ""))
     reason: str | None = None
+    raw = d.get("taints")
+    raw_taints: list[Any] = raw if isinstance(raw, list) else []
+    taints = tuple(
+        t for t in map(_taint_record, raw_taints[:MAX_TAINTS_PER_DEVICE]) if t is not None
+    )
     for taint in d.get("taints") or []:
         if isinstance(taint, Mapping) and taint.get("key") == taint_key:
             value = taint.get("value")
@@ -178,6 +204,7 @@ def _device_record(d: Obj, driver: str, taint_key: str) -> DeviceRecord:
         counter_memory=_consumed_counters(d, CAP_MEMORY),
         shared=bool(d.get("allowMultipleAllocations")),
         unhealthy_reason=reason,
+        taints=taints,
     )
 
 
@@ -209,6 +236,42 @@ def slice_record(s: Obj, driver: str) -> SliceRecord:
             if isinstance(d, Mapping)
         ),
         counters=tuple(counters),
+    )
+
+
+# --- DeviceTaintRules -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaintRuleRecord:
+    """A well-formed DeviceTaintRule with a selector: its name, the selector's fields that are
+    set (``(field, value)``) and its taint."""
+
+    name: str
+    selector: tuple[tuple[str, str], ...]
+    taint: TaintRecord
+
+    def matches(self, driver: str, pool: str, device: str) -> bool:
+        """Whether the rule selects the device ``driver``/``pool``/``device``."""
+        return selector_matches(dict(self.selector), driver, pool, device)
+
+
+def taint_rule_record(obj: Obj) -> TaintRuleRecord | None:
+    """Reduce one DeviceTaintRule; None for a malformed rule or one without a selector (it
+    taints nothing, see :mod:`sharegpu.kube.devicetaints`)."""
+    if validate_device_taint_rule(obj):
+        return None
+    spec = obj["spec"]
+    selector = spec.get("deviceSelector")
+    taint = _taint_record(spec["taint"])
+    if not isinstance(selector, Mapping) or taint is None:
+        return None
+    return TaintRuleRecord(
+        name=_s(rule_name(obj)),
+        selector=tuple(
+            (f, _s(selector[f])) for f in SELECTOR_FIELDS if isinstance(selector.get(f), str)
+        ),
+        taint=taint,
     )
 
 

@@ -1,5 +1,8 @@
 """The tracker: keeps one ``GPU`` object per physical GPU in step with slices, claims and pods.
 
+It also follows DeviceTaintRules (``resource.k8s.io/v1``; on a server that does not serve them,
+an API server before 1.37, there are none): their taints show in ``status.taints``.
+
 Data flow: four informers (this driver's ResourceSlices, all ResourceClaims reduced to this
 driver's results, Pods that reference claims, and this driver's GPU objects) keep compact
 records (:mod:`controller.records`, :mod:`controller.stored`), never the decoded JSON. Their
@@ -66,7 +69,15 @@ from controller.reconcile import (
     gpu_status_json,
     usage,
 )
-from controller.records import ClaimRecord, PodInfo, SliceRecord, claim_record, pod_record
+from controller.records import (
+    ClaimRecord,
+    PodInfo,
+    SliceRecord,
+    TaintRuleRecord,
+    claim_record,
+    pod_record,
+    taint_rule_record,
+)
 from controller.records import slice_record as _slice_record
 from controller.stored import StoredGpu, json_digest, older, stored_gpu
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
@@ -120,7 +131,7 @@ class Tracker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.index = GpuIndex()
+        self.index = GpuIndex(driver)
         # outputs
         self._desired: dict[str, Desired] = {}
         self._stored: dict[str, StoredGpu] = {}
@@ -147,6 +158,15 @@ class Tracker:
                 name="resourceslices",
                 query=[("fieldSelector", f"spec.driver={driver}")],
                 transform=self.slice_record,
+                **common,
+            ),
+            Informer(
+                kube,
+                resource_path(RESOURCE_GROUP, RESOURCE_VERSION, "devicetaintrules"),
+                self._on_rule,
+                name="devicetaintrules",
+                transform=taint_rule_record,
+                unserved_is_empty=True,
                 **common,
             ),
             Informer(
@@ -274,6 +294,12 @@ class Tracker:
         with self._lock:
             self.index.set_slice(old, new)
             self.freezer.note(1 + (len(new.devices) if new is not None else 0))
+        self._wake.set()
+
+    def _on_rule(self, key: str, old: TaintRuleRecord | None, new: TaintRuleRecord | None) -> None:
+        with self._lock:
+            self.index.set_rule(key, new)
+            self.freezer.note()
         self._wake.set()
 
     def _on_claim(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:

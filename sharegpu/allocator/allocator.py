@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sharegpu.cel import CelEvalError, device_activation
+from sharegpu.kube.devicetaints import with_rule_taints
 
 from .explanation import explain
 from .model import AllocationOutcome, AllocatorInputError, DeviceId
@@ -50,7 +51,9 @@ class Allocator:
 
     ``allocated_claims`` are ResourceClaims with ``status.allocation``; :meth:`allocate`
     does not change this state, :meth:`commit` adds an allocation to it (what
-    :func:`allocate_many` does between claims).
+    :func:`allocate_many` does between claims). ``taint_rules`` are DeviceTaintRules: their
+    taints count as taints of the devices they select
+    (:func:`sharegpu.kube.devicetaints.with_rule_taints`).
     """
 
     def __init__(
@@ -62,11 +65,13 @@ class Allocator:
         node_labels: Mapping[str, str] | None = None,
         share_ids: ShareIdFactory | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        taint_rules: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         if not node:
             raise AllocatorInputError("node: a node name is required")
         self.node = node
-        self.pools: list[Pool] = gather_pools(slices, node, node_labels)
+        tainted = with_rule_taints(slices, taint_rules)
+        self.pools: list[Pool] = gather_pools(tainted, node, node_labels)
         self.pool_by_key = {(p.driver, p.name): p for p in self.pools}
         self.candidates: list[Candidate] = [c for p in self.pools for c in p.candidates]
         self.candidate_by_id = {c.id: c for c in self.candidates}
@@ -146,6 +151,7 @@ def allocate(
     node_labels: Mapping[str, str] | None = None,
     share_ids: ShareIdFactory | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    taint_rules: Iterable[Mapping[str, Any]] = (),
 ) -> AllocationOutcome:
     """Allocate one claim on ``node``; see :class:`Allocator`.
 
@@ -161,6 +167,7 @@ def allocate(
         node_labels=node_labels,
         share_ids=share_ids,
         max_steps=max_steps,
+        taint_rules=taint_rules,
     )[0]
 
 
@@ -174,12 +181,15 @@ def allocate_pod(
     node_labels: Mapping[str, str] | None = None,
     share_ids: ShareIdFactory | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    taint_rules: Iterable[Mapping[str, Any]] = (),
 ) -> list[AllocationOutcome]:
     """Allocate the claims of one pod together on ``node``; see
     :meth:`Allocator.allocate_pod`. Allocations that these claims already hold are left out."""
     own = {claim_name(c) for c in claims}
     others = [c for c in allocated_claims if claim_name(c) not in own]
-    allocator = Allocator(slices, classes, others, node, node_labels, share_ids, max_steps)
+    allocator = Allocator(
+        slices, classes, others, node, node_labels, share_ids, max_steps, taint_rules
+    )
     return allocator.allocate_pod(claims)
 
 
@@ -193,11 +203,12 @@ def allocate_many(
     node_labels: Mapping[str, str] | None = None,
     share_ids: ShareIdFactory | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    taint_rules: Iterable[Mapping[str, Any]] = (),
 ) -> list[AllocationOutcome]:
     """Allocate ``claims`` one after another on ``node`` (each its own pod); each sees the
     allocations before it."""
     allocator = Allocator(
-        slices, classes, allocated_claims, node, node_labels, share_ids, max_steps
+        slices, classes, allocated_claims, node, node_labels, share_ids, max_steps, taint_rules
     )
     outcomes = []
     for claim in claims:

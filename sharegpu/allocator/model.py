@@ -62,7 +62,8 @@ class Rejection:
       (``available`` and ``shortBy`` are ``None`` when the device lacks the capacity)
     - capacity-policy: ``capacity``, ``requested``, ``rounded``, ``policy``
     - counter-short: ``counterSet``, ``counter``, ``needed``, ``available``, ``shortBy``
-    - tainted: ``key``, ``value``, ``effect``
+    - tainted: ``key``, ``value``, ``effect``, and ``deviceTaintRule`` (the rule's name) when
+      the taint comes from a DeviceTaintRule rather than the slice
     - pool-incomplete / pool-invalid: ``pool``, ``problem``
     - already-allocated: ``by`` (claim ``namespace/name``, or ``request <name>`` for a pick
       of the claim being allocated)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sharegpu.cel import CelCompileError, CelEvalError, compile_selector
+from sharegpu.kube.devicetaints import RULE_FIELD
 
 from .capacity import Amount, PolicyViolation, amount, consumed_amount, format_amount
 from .model import DeviceId, Rejection
@@ -644,12 +645,13 @@ class Search:
                 continue
             key, value = taint.get("key", ""), taint.get("value", "")
             shown = f"{key}={value}" if value else key
-            return Rejection(
-                "tainted",
-                cand.id,
-                f"taint {shown}:{effect} is not tolerated",
-                {"key": key, "value": value, "effect": effect},
-            )
+            details = {"key": key, "value": value, "effect": effect}
+            message = f"taint {shown}:{effect} is not tolerated"
+            rule = taint.get(RULE_FIELD)
+            if rule is not None:
+                details["deviceTaintRule"] = rule
+                message += f" (from DeviceTaintRule {rule})"
+            return Rejection("tainted", cand.id, message, details)
         return None
 
     def _constraints(self, pick: Pick) -> Rejection | None:

@@ -11,6 +11,11 @@ allocated together in one search, as kube-scheduler allocates a pod's claims, so
 only fit together are allocated; a claim no pod uses stands alone. With several nodes a claim
 (or a pod's claims) goes to the first node (sorted by name) where it fits.
 
+DeviceTaintRules (``resource.k8s.io/v1``) of ``-f``, of ``--slices`` files and of the cluster
+taint the devices they select as a taint in the slice would (:mod:`sharegpu.kube.devicetaints`);
+a device kept out by a rule's taint is ``tainted`` with the rule named. A malformed rule is one
+error line naming its field, before anything is allocated.
+
 Reasons are grouped: devices that fail a request for the same reason share one line. Each has
 a label, one of the allocator's :data:`~sharegpu.allocator.REJECTION_KINDS` (the list
 ``docs/troubleshooting.md`` explains, checked by a test), chosen by :func:`reason_kind`: a
@@ -81,6 +86,11 @@ from sharegpu.cli.validate import (
     check_version,
     parse_feature_gates,
 )
+from sharegpu.kube.devicetaints import (
+    DEVICE_TAINT_RULE_KIND,
+    rule_name,
+    validate_device_taint_rule,
+)
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
 
 HELP = "explain where a claim would be allocated, or why each device is rejected"
@@ -104,14 +114,16 @@ def add_parser(sub: Any) -> None:
         action="append",
         required=True,
         metavar="FILE",
-        help="claims (ResourceClaim, ResourceClaimTemplate) and DeviceClasses; repeatable",
+        help="claims (ResourceClaim, ResourceClaimTemplate), DeviceClasses and "
+        "DeviceTaintRules; repeatable",
     )
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "--slices",
         action="append",
         metavar="FILE",
-        help="ResourceSlices (YAML list, multi-document or a List); repeatable",
+        help="ResourceSlices and DeviceTaintRules (YAML list, multi-document or a List); "
+        "repeatable",
     )
     source.add_argument("--kubeconfig", help="read slices, classes and claims from this cluster")
     p.add_argument("--node", help="allocate on this node only (default: every node of the slices)")
@@ -156,6 +168,9 @@ class Inputs:
     users: dict[str, list[str]] = field(default_factory=dict)
     #: The documents of the files given with ``-f``, in order.
     manifests: list[Manifest] = field(default_factory=list)
+    #: DeviceTaintRules (of ``-f``, ``--slices`` and the cluster): their taints count as taints
+    #: of the devices they select.
+    taint_rules: list[Obj] = field(default_factory=list)
 
 
 def claim_from_template(template: Obj) -> Obj:
@@ -250,10 +265,31 @@ def _items(rest: KubeRest, path: str) -> list[Obj]:
     return [dict(i) for i in items if isinstance(i, Mapping)]
 
 
-def cluster_inputs(
-    kubeconfig: str, node: str | None
-) -> tuple[list[Obj], list[Obj], list[Obj], dict[str, dict[str, str]]]:
-    """Slices, classes, allocated claims and node labels from the cluster."""
+def _taint_rules(rest: KubeRest) -> list[Obj]:
+    """The cluster's DeviceTaintRules; none where ``resource.k8s.io/v1`` does not serve them
+    (clusters before 1.37 serve them only in alpha and beta versions, behind a gate)."""
+    try:
+        items = rest.request("GET", f"{RESOURCE_API}/devicetaintrules").get("items") or []
+    except KubeApiError as exc:
+        if exc.status == 404:
+            return []
+        raise CliError(f"cannot list devicetaintrules: {exc}") from None
+    return [dict(i) for i in items if isinstance(i, Mapping)]
+
+
+@dataclass
+class ClusterState:
+    """What explain reads from a cluster."""
+
+    slices: list[Obj]
+    classes: list[Obj]
+    claims: list[Obj]
+    labels: dict[str, dict[str, str]]
+    taint_rules: list[Obj]
+
+
+def cluster_inputs(kubeconfig: str, node: str | None) -> ClusterState:
+    """Slices, classes, allocated claims, node labels and DeviceTaintRules from the cluster."""
     try:
         api = load_api_client(kubeconfig, use_home=True)
     except KubeConfigError as exc:
@@ -272,9 +308,10 @@ def cluster_inputs(
             md = n.get("metadata") or {}
             if node is None or md.get("name") == node:
                 labels[str(md.get("name"))] = dict(md.get("labels") or {})
+        rules = _taint_rules(rest)
     finally:
         api.close()
-    return slices, classes, claims, labels
+    return ClusterState(slices, classes, claims, labels, rules)
 
 
 def gather_inputs(args: argparse.Namespace, manifests: list[Manifest] | None = None) -> Inputs:
@@ -288,16 +325,21 @@ def gather_inputs(args: argparse.Namespace, manifests: list[Manifest] | None = N
     classes = [m.obj for m in manifests if m.kind == "DeviceClass"]
     classes += load_objects(args.classes or [], ["DeviceClass"])
     allocated = load_objects(args.allocated or [], ["ResourceClaim"])
+    rules = [m.obj for m in manifests if m.kind == DEVICE_TAINT_RULE_KIND]
     labels: dict[str, dict[str, str]] = {}
     node: str | None = args.node
     classes_from = "the files given"
     if args.slices:
-        slices = load_objects(args.slices, ["ResourceSlice"], SLICE_LIMITS)
+        state = load_objects(args.slices, ["ResourceSlice", DEVICE_TAINT_RULE_KIND], SLICE_LIMITS)
+        slices = [o for o in state if o.get("kind") == "ResourceSlice"]
+        rules += [o for o in state if o.get("kind") == DEVICE_TAINT_RULE_KIND]
         source = "slices from " + ", ".join(args.slices)
     elif args.kubeconfig:
-        slices, live_classes, live_claims, labels = cluster_inputs(args.kubeconfig, args.node)
+        live = cluster_inputs(args.kubeconfig, args.node)
+        slices, live_classes, labels = live.slices, live.classes, live.labels
         classes = live_classes + classes
-        allocated = live_claims + allocated
+        allocated = live.claims + allocated
+        rules = live.taint_rules + rules
         source = f"cluster of {args.kubeconfig}"
         classes_from = f"the {source}" + (
             " and the files given" if len(classes) > len(live_classes) else ""
@@ -332,8 +374,27 @@ def gather_inputs(args: argparse.Namespace, manifests: list[Manifest] | None = N
     others = [c for c in allocated if _name(c) not in own]
     users = claim_users(manifests)
     return Inputs(
-        claims, slices, by_name, others, labels, source, node, classes_from, users, manifests
+        claims,
+        slices,
+        by_name,
+        others,
+        labels,
+        source,
+        node,
+        classes_from,
+        users,
+        manifests,
+        _checked_rules(rules),
     )
+
+
+def _checked_rules(rules: Sequence[Obj]) -> list[Obj]:
+    """``rules``, or a one-line error naming the first malformed rule's field."""
+    for rule in rules:
+        problems = validate_device_taint_rule(rule)
+        if problems:
+            raise CliError(f"{DEVICE_TAINT_RULE_KIND} {rule_name(rule) or '?'}: {problems[0]}")
+    return list(rules)
 
 
 def has_mig_devices(slices: Sequence[Obj], driver: str) -> bool:
@@ -693,6 +754,7 @@ def explain_claims(inputs: Inputs, nodes: Sequence[str]) -> list[Obj]:
                 node,
                 inputs.node_labels.get(node),
                 seeded_share_ids(SHARE_ID_SEED),
+                taint_rules=inputs.taint_rules,
             )
             for node in nodes
         }

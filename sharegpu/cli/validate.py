@@ -20,7 +20,8 @@ Per object, in this order:
    unknown attribute or capacity names with a did-you-mean), capacity requests, half-specified
    shares;
 3. CEL compile errors of the other selectors (other drivers' expressions must compile too);
-4. a standalone ``GpuConfig`` document is decoded with the plugin's own parser;
+4. a standalone ``GpuConfig`` document is decoded with the plugin's own parser; a
+   DeviceTaintRule's selector names and taint are checked as the API server checks them;
 5. pods and pod templates (Deployment, Job, ...): every claim a container uses is defined in
    ``spec.resourceClaims``, and each entry names exactly one claim or template;
 6. the checks across objects of :mod:`sharegpu.cli.crosschecks` (warnings): near-miss class,
@@ -62,6 +63,7 @@ from sharegpu.cli.common import (
 from sharegpu.cli.loading import FileProblem, Manifest, load_manifests
 from sharegpu.cli.output import emit, resolve_format
 from sharegpu.cli.quota import load_quota, quota_verdicts
+from sharegpu.kube.devicetaints import DEVICE_TAINT_RULE_KIND, validate_device_taint_rule
 
 HELP = "check DeviceClass, ResourceClaim(Template) and Pod manifests offline"
 DEFAULT_KUBERNETES_VERSION: Final = "{}.{}".format(*LATEST_KUBERNETES)
@@ -320,6 +322,20 @@ def pod_claim_findings(obj: Obj) -> list[checks.Finding]:
     return findings
 
 
+def device_taint_rule_findings(obj: Obj) -> list[checks.Finding]:
+    """A ``resource.k8s.io`` DeviceTaintRule's rules beyond its schema, as the API server checks
+    them (:func:`sharegpu.kube.devicetaints.validate_device_taint_rule`): selector names, the
+    taint's key, value and effect."""
+    group = str(obj.get("apiVersion", "")).partition("/")[0]
+    if obj.get("kind") != DEVICE_TAINT_RULE_KIND or group != names.RESOURCE_GROUP:
+        return []
+    findings = []
+    for problem in validate_device_taint_rule(obj):
+        path, _, message = problem.partition(": ")
+        findings.append(checks.Finding(checks.ERROR, path, message))
+    return findings
+
+
 def driver_classes(manifests: Sequence[Manifest], driver: str) -> list[str]:
     """DeviceClasses among the manifests whose selectors name the driver."""
     return [
@@ -342,6 +358,7 @@ def validate_manifest(manifest: Manifest, ctx: crosschecks.Context) -> list[chec
         findings += gpu_config_findings(obj)
     if obj.get("kind") == GPU_QUOTA_KIND:
         findings += gpu_quota_findings(obj)
+    findings += device_taint_rule_findings(obj)
     findings += pod_claim_findings(obj)
     findings += crosschecks.cross_findings(obj, ctx)
     return findings

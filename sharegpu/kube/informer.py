@@ -9,6 +9,10 @@ the store current. A watch that ends normally is resumed from the last resourceV
 The handler is called from the informer's thread as ``handler(key, old, new)``: ``old`` None
 for an addition, ``new`` None for a removal. ``transform`` reduces each object before it is
 stored (return None to ignore an object: it is then treated as absent).
+
+``unserved_is_empty``: a collection the API server does not serve (404, a kind its version
+lacks) counts as an empty list: the informer is synced, logs that once, and keeps retrying at
+the back-off's cap in case the server starts serving it.
 """
 
 from __future__ import annotations
@@ -67,8 +71,11 @@ class Informer:
         backoff: Backoff = Backoff(),
         on_relist: Callable[[], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        unserved_is_empty: bool = False,
     ) -> None:
         self.kube = kube
+        self.unserved_is_empty = unserved_is_empty
+        self._told_unserved = False
         self.path = path
         self.handler = handler
         self.name = name
@@ -126,6 +133,9 @@ class Informer:
                 delay = self.backoff.delay(failures)
                 if exc.status == 410:
                     log.info("%s: watch expired (410 Gone); relisting", self.name)
+                elif exc.status == 404 and self.unserved_is_empty:
+                    delay = self.backoff.cap
+                    self._unserved()
                 elif exc.status == 404:
                     log.error(
                         "%s: the API server does not serve %s (is its CustomResourceDefinition "
@@ -159,6 +169,17 @@ class Informer:
         if self.on_relist is not None:
             self.on_relist()
         return rv
+
+    def _unserved(self) -> None:
+        """The collection is not served: it counts as empty (see the module text)."""
+        if not self._told_unserved:
+            log.info("%s: the API server does not serve %s; counting none", self.name, self.path)
+            self._told_unserved = True
+        for key in list(self.store):
+            self._apply(key, None)
+        self.synced.set()
+        if self.on_relist is not None:
+            self.on_relist()
 
     def _apply(self, key: str, obj: Obj | None) -> None:
         old = self.store.get(key)

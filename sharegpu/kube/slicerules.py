@@ -603,26 +603,36 @@ def _validate_consumes_counters(entries: list[Any], path: str, msgs: _Messages) 
         )
 
 
+def taint_problems(taint: Any, path: str) -> list[str]:
+    """``path: message`` for each problem of one device taint (key, value, effect), as a
+    slice's ``devices[].taints[]`` and a DeviceTaintRule's ``spec.taint`` are checked."""
+    msgs = _Messages()
+    _validate_taint(_as_mapping(taint), path, msgs)
+    return msgs.items
+
+
 def _validate_taints(taints: list[Any], path: str, msgs: _Messages) -> None:
     if len(taints) > MAX_TAINTS_PER_DEVICE:
         msgs.add(path, f"Too many: {len(taints)}: must have at most {MAX_TAINTS_PER_DEVICE} items")
     for i, taint in enumerate(taints):
-        tpath = f"{path}[{i}]"
-        taint = _as_mapping(taint)
-        key = taint.get("key")
-        if not key:
-            msgs.add(f"{tpath}.key", "Required value")
-        elif not is_label_key(key):
-            msgs.add(f"{tpath}.key", f"invalid taint key {key!r}: must be a qualified name")
-        value = taint.get("value")
-        if value is not None and not is_label_value(value):
-            msgs.add(f"{tpath}.value", f"invalid taint value {value!r}: must be a label value")
-        effect = taint.get("effect")
-        if effect not in TAINT_EFFECTS:
-            msgs.add(
-                f"{tpath}.effect",
-                f"Unsupported value: {effect!r}: supported values: {', '.join(TAINT_EFFECTS)}",
-            )
+        _validate_taint(_as_mapping(taint), f"{path}[{i}]", msgs)
+
+
+def _validate_taint(taint: Mapping[str, Any], tpath: str, msgs: _Messages) -> None:
+    key = taint.get("key")
+    if not key:
+        msgs.add(f"{tpath}.key", "Required value")
+    elif not is_label_key(key):
+        msgs.add(f"{tpath}.key", f"invalid taint key {key!r}: must be a qualified name")
+    value = taint.get("value")
+    if value is not None and not is_label_value(value):
+        msgs.add(f"{tpath}.value", f"invalid taint value {value!r}: must be a label value")
+    effect = taint.get("effect")
+    if effect not in TAINT_EFFECTS:
+        msgs.add(
+            f"{tpath}.effect",
+            f"Unsupported value: {effect!r}: supported values: {', '.join(TAINT_EFFECTS)}",
+        )
 
 
 def _validate_shared_counters(sets: list[Any], path: str, msgs: _Messages) -> None:

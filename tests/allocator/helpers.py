@@ -282,3 +282,26 @@ def share(name: str, cores: str | None = None, memory: str | None = None) -> Obj
     if memory is not None:
         capacity["memory"] = memory
     return claim(name, [exactly(capacity=capacity or None)])
+
+
+def device_taint_rule(
+    name: str,
+    selector: Obj | None,
+    *,
+    key: str = "example.com/maintenance",
+    value: str = "",
+    effect: str = "NoSchedule",
+) -> Obj:
+    """A ``resource.k8s.io/v1`` DeviceTaintRule (``selector`` None: no ``deviceSelector``)."""
+    taint: Obj = {"key": key, "effect": effect}
+    if value:
+        taint["value"] = value
+    spec: Obj = {"taint": taint}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }

@@ -398,3 +398,88 @@ def test_a_quota_file_without_a_quota_is_one_clear_error(
     err = capsys.readouterr().err
     assert code == 2
     assert "expected one GpuQuota document, found 0" in err and "Traceback" not in err
+
+
+def taint_rule(name: str, selector: Obj, effect: str = "NoSchedule") -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": selector,
+            "taint": {"key": "example.com/maintenance", "value": "swap", "effect": effect},
+        },
+    }
+
+
+def test_device_taint_rule_of_the_files_keeps_the_device_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slices = write(tmp_path / "s.yaml", *node_slices(1))
+    wanted = claim("wanted", request(capacity={"cores": "20", "memory": "1Gi"}))
+    rule = taint_rule("drain-gpu-0", {"driver": DRIVER, "pool": NODE, "device": "gpu-0"})
+    code, report = explain(
+        capsys, "-f", write(tmp_path / "c.yaml", wanted, rule), "--slices", slices
+    )
+    assert code == 1
+    [req] = only_failure(report)["requests"]
+    [reason] = req["reasons"]
+    assert reason["kind"] == "tainted"
+    assert reason["reason"] == (
+        "taint example.com/maintenance=swap:NoSchedule is not tolerated "
+        "(from DeviceTaintRule drain-gpu-0)"
+    )
+    # A rule for another device, or with effect None, leaves gpu-0 usable.
+    for other in (
+        taint_rule("other", {"device": "gpu-1"}),
+        taint_rule("note", {"device": "gpu-0"}, effect="None"),
+    ):
+        code, _ = explain(
+            capsys, "-f", write(tmp_path / "c.yaml", wanted, other), "--slices", slices
+        )
+        assert code == 0
+
+
+def test_device_taint_rule_in_the_slices_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rule = taint_rule("all", {})
+    slices = write(tmp_path / "s.yaml", *node_slices(1), rule)
+    wanted = claim("wanted", request(capacity={"cores": "20", "memory": "1Gi"}))
+    code, report = explain(capsys, "-f", write(tmp_path / "c.yaml", wanted), "--slices", slices)
+    assert code == 1
+    [req] = only_failure(report)["requests"]
+    assert "(from DeviceTaintRule all)" in req["reasons"][0]["reason"]
+
+
+def test_malformed_device_taint_rule_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rule = taint_rule("bad", {"device": "gpu-0"}, effect="Sometimes")
+    slices = write(tmp_path / "s.yaml", *node_slices(1), rule)
+    wanted = claim("wanted", request(capacity={"cores": "20", "memory": "1Gi"}))
+    code = main(["explain", "-f", write(tmp_path / "c.yaml", wanted), "--slices", slices])
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "sharegpu explain: error: DeviceTaintRule bad: spec.taint.effect: Unsupported value: "
+        "'Sometimes': supported values: None, NoSchedule, NoExecute"
+    )
+
+
+def test_live_cluster_device_taint_rules(
+    apiserver: KubeAPIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for s in node_slices(1):
+        apiserver.store.create("resourceslices", s)
+    apiserver.store.create("deviceclasses", default_device_class())
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    f = write(tmp_path / "c.yaml", claim("wanted", request(capacity={"cores": "20"})))
+    code, _ = explain(capsys, "-f", f, "--kubeconfig", kubeconfig)
+    assert code == 0
+    apiserver.store.create("devicetaintrules", taint_rule("drain", {"pool": NODE}))
+    code, report = explain(capsys, "-f", f, "--kubeconfig", kubeconfig)
+    assert code == 1
+    [req] = only_failure(report)["requests"]
+    assert req["reasons"][0]["kind"] == "tainted"
+    assert "(from DeviceTaintRule drain)" in req["reasons"][0]["reason"]

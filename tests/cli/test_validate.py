@@ -302,3 +302,37 @@ def test_one_uid_unknown_uids_or_a_claim_configured_off_mps_are_not_warned(
     )
     _, report = run_validate(capsys, f)
     assert [f for f in report["findings"] if QUEUED in f["message"]] == []
+
+
+def taint_rule(name: str, selector: Obj, taint: Obj) -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {"deviceSelector": selector, "taint": taint},
+    }
+
+
+def test_device_taint_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = taint_rule(
+        "drain",
+        {"driver": DRIVER, "pool": "node-1", "device": "gpu-0"},
+        {"key": "example.com/maintenance", "value": "swap", "effect": "NoExecute"},
+    )
+    code, report = run_validate(capsys, write(tmp_path / "good.yaml", good))
+    assert code == 0 and findings(report) == []
+    bad = taint_rule(
+        "bad",
+        {"driver": "Not A Driver", "device": "gpu-0"},
+        {"key": "example.com/maintenance", "effect": "Sometimes"},
+    )
+    code, report = run_validate(capsys, write(tmp_path / "bad.yaml", bad))
+    assert code == 1
+    paths = {f[2] for f in findings(report)}
+    assert paths == {"spec.deviceSelector.driver", "spec.taint.effect"}
+    # Before 1.37 resource.k8s.io/v1 has no DeviceTaintRule.
+    code, report = run_validate(
+        capsys, write(tmp_path / "good.yaml", good), extra=("--kubernetes-version", "1.36")
+    )
+    assert code == 1
+    assert "has no schema for resource.k8s.io/v1 DeviceTaintRule" in findings(report)[0][3]

@@ -200,6 +200,7 @@ def pod(
 
 SLICES = resource_path("resource.k8s.io", "v1", "resourceslices")
 GPUS = resource_path("resource.sharegpu.dev", "v1alpha1", "gpus")
+RULES = resource_path("resource.k8s.io", "v1", "devicetaintrules")
 
 
 def claims_path(namespace: str = "default", name: str | None = None) -> str:
@@ -268,6 +269,12 @@ class Cluster:
         current["status"] = status
         return self.kube.request("PUT", claims_path(namespace, name) + "/status", body=current)
 
+    def add_rule(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.request("POST", RULES, body=obj)
+
+    def delete_rule(self, name: str) -> None:
+        self.kube.request("DELETE", f"{RULES}/{name}")
+
     def delete_claim(self, name: str, namespace: str = "default") -> None:
         self.kube.request("DELETE", claims_path(namespace, name))
 
@@ -276,9 +283,10 @@ class Cluster:
         slices, _ = self.kube.list_all(SLICES)
         claims, _ = self.kube.list_all(resource_path("resource.k8s.io", "v1", "resourceclaims"))
         pods, _ = self.kube.list_all(resource_path("", "v1", "pods"))
+        rules, _ = self.kube.list_all(RULES)
         return {
             name: {"spec": g.spec.to_json_dict(), "status": g.status.to_json_dict()}
-            for name, g in reconcile(slices, claims, pods, driver).items()
+            for name, g in reconcile(slices, claims, pods, driver, rules).items()
         }
 
     def stored(self) -> dict[str, dict[str, Any]]:
@@ -293,3 +301,18 @@ class Cluster:
             return self.stored() == self.expected()
         except KubeApiError:
             return False
+
+
+def taint_rule(
+    name: str, selector: dict[str, Any], *, value: str = "", effect: str = "NoSchedule"
+) -> dict[str, Any]:
+    """A DeviceTaintRule tainting what ``selector`` selects with ``example.com/maintenance``."""
+    taint: dict[str, Any] = {"key": "example.com/maintenance", "effect": effect}
+    if value:
+        taint["value"] = value
+    return {
+        "apiVersion": RESOURCE_GROUP_VERSION,
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {"deviceSelector": selector, "taint": taint},
+    }

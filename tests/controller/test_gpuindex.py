@@ -8,7 +8,7 @@ from typing import Any
 
 from controller.gpuindex import GpuIndex
 from controller.reconcile import gpu_object, reconcile
-from controller.records import claim_record, pod_record, slice_record
+from controller.records import claim_record, pod_record, slice_record, taint_rule_record
 from sharegpu.kube.informer import object_key
 from tests.controller import helpers as h
 
@@ -19,7 +19,8 @@ class Fed:
     """An index fed the way the tracker's informers feed it, and the inputs it has seen."""
 
     def __init__(self) -> None:
-        self.index = GpuIndex()
+        self.index = GpuIndex(h.DRIVER)
+        self.rules: dict[str, Obj] = {}
         self.slices: dict[str, Obj] = {}
         self.claims: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}
@@ -33,6 +34,14 @@ class Fed:
             None if old is None else slice_record(old, h.DRIVER),
             None if obj is None else slice_record(obj, h.DRIVER),
         )
+
+    def rule(self, obj: Obj, deleted: bool = False) -> None:
+        key = object_key(obj)
+        if deleted:
+            self.rules.pop(key, None)
+        else:
+            self.rules[key] = obj
+        self.index.set_rule(key, None if deleted else taint_rule_record(obj))
 
     def claim(self, obj: Obj, deleted: bool = False) -> None:
         key = object_key(obj)
@@ -59,7 +68,13 @@ class Fed:
         return out
 
     def expected(self) -> dict[str, Obj]:
-        objs = reconcile(self.slices.values(), self.claims.values(), self.pods.values(), h.DRIVER)
+        objs = reconcile(
+            self.slices.values(),
+            self.claims.values(),
+            self.pods.values(),
+            h.DRIVER,
+            self.rules.values(),
+        )
         return {name: g.manifest() for name, g in objs.items()}
 
 
@@ -75,11 +90,27 @@ def _random_claim(rng: random.Random, i: int) -> Obj:
     return h.claim(f"c{i}", results, namespace=f"ns{i % 2}", pods=[(f"p{i}", f"uid-p{i}")])
 
 
+def _random_rule(rng: random.Random, node: str) -> Obj:
+    selector = rng.choice(
+        [
+            {},
+            {"pool": node},
+            {"pool": node, "device": f"gpu-{rng.randrange(3)}"},
+            {"device": f"gpu-{rng.randrange(3)}"},
+            {"driver": "other.example.com"},
+            {"driver": h.DRIVER, "pool": node},
+        ]
+    )
+    effect = rng.choice(["NoSchedule", "NoExecute", "None"])
+    return h.taint_rule(f"r{rng.randrange(4)}", selector, effect=effect)
+
+
 def test_any_event_sequence_ends_where_the_pure_reconcile_is() -> None:
     rng = random.Random(11)
     fed = Fed()
+    rule_tainted = False
     for step in range(400):
-        choice = rng.randrange(10)
+        choice = rng.randrange(12)
         i = rng.randrange(25)
         node = f"n{rng.randrange(4)}"
         if choice == 0:
@@ -102,12 +133,22 @@ def test_any_event_sequence_ends_where_the_pure_reconcile_is() -> None:
                 containers["aux"] = "gpu"
             pod = h.pod(f"p{i}", f"c{i}", containers, namespace=f"ns{i % 2}", uid=f"uid-p{i}")
             fed.pod(pod)
-        else:
+        elif choice == 9:
             fed.pod(h.pod(f"p{i}", f"c{i}", {}, namespace=f"ns{i % 2}"), deleted=True)
+        elif choice == 10:
+            fed.rule(_random_rule(rng, node))
+        else:
+            fed.rule(h.taint_rule(f"r{rng.randrange(4)}", {}), deleted=True)
         if step % 40 == 39:
             assert fed.objects() == fed.expected(), f"after step {step}"
+            rule_tainted = rule_tainted or any(
+                "deviceTaintRule" in t
+                for g in fed.objects().values()
+                for t in g["status"].get("taints", [])
+            )
     assert fed.objects() == fed.expected()
     assert any(g["status"]["allocations"] for g in fed.objects().values())
+    assert rule_tainted, "no checkpoint saw a GPU tainted by a rule"
 
 
 def _ready() -> Fed:
@@ -162,3 +203,27 @@ def test_names_of_one_node() -> None:
     fed = _ready()
     assert sorted(fed.index.names("n2")) == [f"n2-gpu-{i}" for i in range(4)]
     assert list(fed.index.names("n9")) == []
+
+
+def test_a_rule_event_marks_only_the_gpus_whose_taints_it_changes() -> None:
+    fed = _ready()
+    rule = h.taint_rule("drain", {"pool": "n1", "device": "gpu-2"}, value="swap")
+    fed.rule(rule)
+    assert fed.index.take_dirty() == {"n1-gpu-2"}
+    hw = fed.index.hardware("n1-gpu-2")
+    assert hw is not None
+    assert hw.taints == (("gpu-2", "example.com/maintenance", "swap", "NoSchedule", "drain"),)
+    fed.rule(rule)  # the same rule again changes nothing
+    assert fed.index.take_dirty() == set()
+    fed.rule(h.taint_rule("everywhere", {"driver": h.DRIVER}))
+    assert fed.index.take_dirty() == {f"{n}-gpu-{i}" for n in ("n1", "n2") for i in range(4)}
+    fed.rule(h.taint_rule("other-driver", {"driver": "other.example.com"}))
+    assert fed.index.take_dirty() == set()
+    # A slice rebuilt keeps the rules' taints.
+    fed.slice(h.node_slice("n1", 4, generation=2))
+    hw = fed.index.hardware("n1-gpu-2")
+    assert hw is not None and [t[4] for t in hw.taints] == ["drain", "everywhere"]
+    fed.index.take_dirty()
+    fed.rule(rule, deleted=True)
+    assert fed.index.take_dirty() == {"n1-gpu-2"}
+    assert fed.objects() == fed.expected()

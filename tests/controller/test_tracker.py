@@ -320,3 +320,32 @@ def test_collector_frozen_after_each_list_unless_disabled(
         assert (len(calls) >= 4) if freeze_gc else calls == []
     finally:
         tracker.stop()
+
+
+def test_device_taint_rules_show_in_the_gpu_taints(
+    apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
+) -> None:
+    tracker = _tracker(kube)
+    try:
+        _converge(apiserver, cluster, tracker)
+        assert "taints" not in cluster.stored()["node-a-gpu-1"]["status"]
+        cluster.add_rule(h.taint_rule("drain", {"pool": "node-a", "device": "gpu-1"}, value="swap"))
+        cluster.add_rule(h.taint_rule("elsewhere", {"driver": "other.example.com"}))
+        _converge(apiserver, cluster, tracker)
+        stored = cluster.stored()
+        assert stored["node-a-gpu-1"]["status"]["taints"] == [
+            {
+                "device": "gpu-1",
+                "key": "example.com/maintenance",
+                "value": "swap",
+                "effect": "NoSchedule",
+                "deviceTaintRule": "drain",
+            }
+        ]
+        assert stored["node-a-gpu-1"]["status"]["health"] == "Healthy"
+        assert not any("taints" in g["status"] for n, g in stored.items() if n != "node-a-gpu-1")
+        cluster.delete_rule("drain")
+        _converge(apiserver, cluster, tracker)
+        assert "taints" not in cluster.stored()["node-a-gpu-1"]["status"]
+    finally:
+        tracker.stop()

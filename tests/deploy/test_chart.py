@@ -339,7 +339,7 @@ def test_rbac_grants_exactly_what_the_code_uses(
     assert rules_of(docs, "ClusterRole", "controller") == (
         triples(
             "resource.k8s.io",
-            ["resourceslices", "resourceclaims", "deviceclasses"],
+            ["resourceslices", "resourceclaims", "deviceclasses", "devicetaintrules"],
             ["list", "watch"],
         )
         | triples("", ["pods"], ["list", "watch"])

@@ -1117,3 +1117,41 @@ def test_json_patch_follows_pointers_and_names_a_missing_path() -> None:
             json_patch(doc, [{"op": "replace", "path": bad, "value": 0}])
         assert err.value.code == 422
         assert repr(bad) in err.value.message
+
+
+def taint_rule_obj(name: str, effect: str = "NoExecute", **selector: str) -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": selector,
+            "taint": {"key": "example.com/maintenance", "effect": effect},
+        },
+    }
+
+
+def test_device_taint_rules_are_served_cluster_scoped(kube_client: ApiClient) -> None:
+    custom = client.CustomObjectsApi(kube_client)
+    args = (names.RESOURCE_GROUP, names.RESOURCE_VERSION, "devicetaintrules")
+    created = custom.create_cluster_custom_object(
+        *args, taint_rule_obj("drain", driver=DRIVER, pool="node-1", device="gpu-0")
+    )
+    assert created["metadata"]["name"] == "drain" and "namespace" not in created["metadata"]
+    [item] = custom.list_cluster_custom_object(*args)["items"]
+    assert item["spec"]["deviceSelector"]["device"] == "gpu-0"
+    for bad, path in (
+        (taint_rule_obj("bad-effect", effect="Sometimes"), "spec.taint.effect"),
+        (taint_rule_obj("bad-device", device="GPU_0"), "spec.deviceSelector.device"),
+        (
+            {
+                **taint_rule_obj("unknown"),
+                "spec": {"taint": {"key": "k", "effect": "NoSchedule", "x": 1}},
+            },
+            "spec.taint",
+        ),
+    ):
+        with pytest.raises(ApiException) as err:
+            custom.create_cluster_custom_object(*args, bad)
+        assert err.value.status == 422
+        assert path in body_of(err.value)["message"]

@@ -16,6 +16,7 @@ from api import gates, names
 from sharegpu.local.apiserver.quantities import quantity_problem
 from sharegpu.local.apiserver.validation import (
     resource_schema_validator,
+    validate_device_taint_rule_object,
     validate_resource_slice_object,
 )
 
@@ -276,6 +277,15 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             "DeviceClass",
             namespaced=False,
             validate=resource_schema_validator("DeviceClass"),
+        ),
+        ResourceType(
+            names.RESOURCE_GROUP,
+            names.RESOURCE_VERSION,
+            "devicetaintrules",
+            "DeviceTaintRule",
+            namespaced=False,
+            subresources=status,
+            validate=validate_device_taint_rule_object,
         ),
         ResourceType(
             "",

@@ -3,9 +3,9 @@
 Objects are checked against the official OpenAPI-derived JSON schemas shipped by the
 ``kubernetes-validate`` package (strict variant: unknown fields are rejected) for Kubernetes
 ``SCHEMA_KUBERNETES_VERSION``; ResourceSlices additionally go through
-:func:`sharegpu.kube.slicerules.validate_resource_slice`. Compiled validators are cached per kind,
-so the
-1.6 MB definitions file is read once per process.
+:func:`sharegpu.kube.slicerules.validate_resource_slice`, DeviceTaintRules through
+:func:`sharegpu.kube.devicetaints.validate_device_taint_rule`. Compiled validators are cached
+per kind, so the 1.6 MB definitions file is read once per process.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import jsonschema
 import referencing
 import referencing.jsonschema
 
+from sharegpu.kube.devicetaints import validate_device_taint_rule
 from sharegpu.kube.slicerules import validate_resource_slice
 
 #: Kubernetes version whose schemas are used.
-SCHEMA_KUBERNETES_VERSION = "1.36.0"
+SCHEMA_KUBERNETES_VERSION = "1.37.0"
 _SCHEMA_DIR = f"kubernetes-json-schema/v{SCHEMA_KUBERNETES_VERSION}-local-strict"
 
 Validator = Callable[[dict[str, Any]], list[str]]
@@ -113,6 +114,14 @@ def validate_resource_slice_object(obj: dict[str, Any]) -> list[str]:
     if messages:
         return messages
     return validate_resource_slice(obj)
+
+
+def validate_device_taint_rule_object(obj: dict[str, Any]) -> list[str]:
+    """Schema validation plus the DeviceTaintRule rules the schema cannot express."""
+    messages = schema_validator("resource.k8s.io/v1", "DeviceTaintRule")(obj)
+    if messages:
+        return messages
+    return validate_device_taint_rule(obj)
 
 
 def resource_schema_validator(kind: str) -> Validator:
