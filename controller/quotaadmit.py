@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +50,11 @@ log = logging.getLogger(__name__)
 
 #: Attempts to write one charge before admission gives up (each conflict is another writer).
 MAX_ATTEMPTS: Final = 64
+#: How long a live list that found no GpuQuota in a namespace answers for it while the watch cache
+#: also says "none" (kube-apiserver's quota admission keeps such live lookups for 30 s).
+EMPTY_LIST_TTL_S: Final = 10.0
+#: Namespaces whose empty live list is remembered (the oldest is forgotten first).
+MAX_EMPTY_NAMESPACES: Final = 4096
 #: The warning of a claim admitted while the API server does not serve GpuQuotas.
 CRD_ABSENT_WARNING: Final = (
     f"the GpuQuota CRD ({GPU_QUOTA_CRD_NAME}) is not installed, so GpuQuotas are not enforced"
@@ -108,6 +115,7 @@ class QuotaAdmitter:
         clock: Callable[[], str] = now_text,
         has_quotas: Callable[[str], bool | None] = lambda _namespace: None,
         known_classes: Callable[[], Iterable[str]] = lambda: (),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -117,12 +125,15 @@ class QuotaAdmitter:
         self.known_classes = known_classes
         self.basis = basis
         self.clock = clock
-        #: Whether a namespace has GpuQuotas, from a watch cache (None: unknown, so ask the API
-        #: server). A namespace the cache knows has none is admitted without an API request, so
-        #: claim creation in namespaces without quotas neither waits for nor depends on the API
-        #: server. A quota created moments ago may not be in the cache yet: a claim admitted
-        #: then is charged by the controller's recomputation.
+        #: Whether a namespace has GpuQuotas, from a watch cache (None: unknown). The cache may
+        #: lag a quota created moments ago, so its "none" is checked with a live list, as
+        #: kube-apiserver's quota admission does; a list that found none answers for
+        #: :data:`EMPTY_LIST_TTL_S` (``monotonic``), and while the cache says none a list that
+        #: fails admits (a namespace without quotas never depends on the API server).
         self.has_quotas = has_quotas
+        self.monotonic = monotonic
+        self._empty_lock = threading.Lock()
+        self._empty_at: OrderedDict[str, float] = OrderedDict()
         #: Conflicts met (a measure of contention, for tests and benchmarks).
         self.conflicts = 0
         self._served_lock = threading.Lock()
@@ -149,7 +160,8 @@ class QuotaAdmitter:
         """Charge ``claim`` (being created in ``namespace``) to every quota it touches. A quota
         that cannot be read or decoded denies (naming the quota and the problem): a quota is
         only enforced while it is valid. GpuQuotas not served at all admit with a warning."""
-        if self.has_quotas(namespace) is False:
+        cached_none = self.has_quotas(namespace) is False
+        if cached_none and self._listed_empty_lately(namespace):
             return QuotaDecision()
         try:
             items, _ = self.kube.list_all(quota_path(namespace))
@@ -157,9 +169,26 @@ class QuotaAdmitter:
             if exc.status == 404:
                 self._note_served(False)
                 return QuotaDecision(warning=CRD_ABSENT_WARNING)
+            if cached_none:
+                return QuotaDecision()
             return QuotaDecision(f"cannot read the GpuQuotas of namespace {namespace}: {exc}")
         self._note_served(True)
+        self._note_listed(namespace, empty=not items)
         return QuotaDecision(self._admit_listed(namespace, claim, items, dry_run))
+
+    def _listed_empty_lately(self, namespace: str) -> bool:
+        """Whether a live list of ``namespace`` found no GpuQuota within the TTL."""
+        with self._empty_lock:
+            at = self._empty_at.get(namespace)
+            return at is not None and self.monotonic() - at < EMPTY_LIST_TTL_S
+
+    def _note_listed(self, namespace: str, *, empty: bool) -> None:
+        with self._empty_lock:
+            self._empty_at.pop(namespace, None)
+            if empty:
+                self._empty_at[namespace] = self.monotonic()
+                while len(self._empty_at) > MAX_EMPTY_NAMESPACES:
+                    self._empty_at.popitem(last=False)
 
     def _admit_listed(
         self,

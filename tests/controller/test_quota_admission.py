@@ -12,7 +12,7 @@ import pytest
 from api.crd import quota_crd_manifest
 from api.names import GPU_QUOTA_CRD_NAME
 from controller.metrics import ControllerMetrics
-from controller.quotaadmit import CRD_ABSENT_WARNING, QuotaAdmitter
+from controller.quotaadmit import CRD_ABSENT_WARNING, EMPTY_LIST_TTL_S, QuotaAdmitter
 from controller.quotacharge import ChargeBasis
 from controller.quotacontroller import QuotaController
 from controller.webhook import AdmissionHandler
@@ -158,20 +158,48 @@ class _Unreachable(KubeRest):
         raise KubeApiError(503, "Service Unavailable", "the API server is unreachable")
 
 
-def test_a_namespace_the_quota_cache_knows_has_none_is_admitted_without_the_api() -> None:
-    """Claim creation in namespaces without quotas neither waits for nor depends on the API
-    server: with the watch cache saying "none here", nothing is requested even when the API
-    server is down; when the cache cannot tell (not yet synced), the quotas are listed."""
+def test_a_namespace_the_quota_cache_knows_has_none_is_admitted_when_the_api_fails() -> None:
+    """Claim creation in namespaces without quotas never depends on the API server: with the
+    watch cache saying "none here", a live list that fails admits; when the cache cannot tell
+    (not yet synced), a list that fails denies naming the namespace."""
     kube = _Unreachable()
     known_none = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: False)
     assert AdmissionHandler(DRIVER, quota=known_none).review(
         review(claim("a", 30, "10Gi")), from_api_server=True
     )["response"]["allowed"]
-    assert kube.requests == 0
+    assert kube.requests == 1
     unknown = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: None)
     denied = answer(AdmissionHandler(DRIVER, quota=unknown), claim("b", 30, "10Gi"))
-    assert kube.requests == 1 and not denied["allowed"]
+    assert kube.requests == 2 and not denied["allowed"]
     assert "cannot read the GpuQuotas of namespace team-a" in denied["status"]["message"]
+
+
+def test_a_quota_the_watch_cache_has_not_seen_yet_still_denies(kube: KubeRest) -> None:
+    """The watch cache lags a quota created moments ago: its "none" is checked with a live
+    list, so the quota charges and denies from the first claim (before, the first claims were
+    admitted uncharged and a later one over the quota got in beside them)."""
+    create_quota(kube, quota("q", {"cores": 100}))
+    admitter = QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: False)
+    handler = AdmissionHandler(DRIVER, quota=admitter)
+    assert answer(handler, claim("a", 60, "10Gi"))["allowed"]
+    denied = answer(handler, claim("b", 60, "10Gi"))
+    assert not denied["allowed"] and "team-a/q" in denied["status"]["message"]
+
+
+def test_an_empty_live_list_answers_for_its_namespace_until_the_ttl(kube: KubeRest) -> None:
+    """A live list that found no quota stands in for the cache's "none" for
+    EMPTY_LIST_TTL_S; after that the namespace is listed again and a new quota counts."""
+    now = [100.0]
+    admitter = QuotaAdmitter(
+        kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: False, monotonic=lambda: now[0]
+    )
+    handler = AdmissionHandler(DRIVER, quota=admitter)
+    assert answer(handler, claim("a", 60, "10Gi"))["allowed"]
+    create_quota(kube, quota("q", {"cores": 10}))
+    now[0] += EMPTY_LIST_TTL_S / 2
+    assert answer(handler, claim("b", 60, "10Gi"))["allowed"]  # remembered: not listed
+    now[0] += EMPTY_LIST_TTL_S
+    assert not answer(handler, claim("c", 60, "10Gi"))["allowed"]
 
 
 def test_the_quota_controller_says_which_namespaces_have_quotas(kube: KubeRest) -> None:
