@@ -124,6 +124,7 @@ _GLOBAL_RESULT = {
     "matches": "bool",
     "quantity": "Quantity",
     "isQuantity": "bool",
+    "sign": "int",
     "semver": "Semver",
     "isSemver": "bool",
 }
@@ -135,6 +136,7 @@ _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
         (frozenset({"string"}),),
     ),
     "isQuantity": (frozenset({"string"}),),
+    "sign": (frozenset({"Quantity"}),),
     "format.named": (frozenset({"string"}),),
     "strings.quote": (frozenset({"string"}),),
     "semver": (frozenset({"string"}), frozenset({"bool"})),
@@ -196,7 +198,6 @@ _METHOD_RESULT = {
     "isInteger": "bool",
     "asInteger": "int",
     "asApproximateFloat": "double",
-    "sign": "int",
     "add": "Quantity",
     "sub": "Quantity",
     "major": "int",
@@ -234,7 +235,6 @@ _METHOD_RECEIVERS: dict[str, AbstractSet[str]] = {
     "isInteger": {"Quantity"},
     "asInteger": {"Quantity"},
     "asApproximateFloat": {"Quantity"},
-    "sign": {"Quantity"},
     "add": {"Quantity"},
     "sub": {"Quantity"},
     "major": {"Semver"},
@@ -808,6 +808,10 @@ class _Compiler:
         if name == "includes" and self.features.includes:
             return self._includes(receiver, args, name_token)
         function = METHODS.get(name)
+        if function is None and name in GLOBAL_FUNCTIONS:
+            # Declared, but with no member overload (``q.sign()``): cel-go's checker skips
+            # global overloads for a receiver call whatever the receiver's type.
+            self.fail(name_token, _no_overload(name, receiver, args))
         if function is None:
             self.fail(name_token, f"undeclared reference to '{name}'")
             raise AssertionError
@@ -1551,7 +1555,7 @@ def _compare_cost(left: Node, right: Node) -> C.Est:
 #: Receiver-only methods whose cost is one traversal of the receiver string (result: same size).
 _TRAVERSAL_METHODS = frozenset({"lowerAscii", "upperAscii", "substring", "trim"})
 _UNIT_METHODS = frozenset(
-    {"sign", "asInteger", "isInteger", "asApproximateFloat", "isGreaterThan", "isLessThan"}
+    {"asInteger", "isInteger", "asApproximateFloat", "isGreaterThan", "isLessThan"}
     | {"compareTo", "add", "sub"}
 )
 

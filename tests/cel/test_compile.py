@@ -57,6 +57,14 @@ from sharegpu.cel import (
             5,
         ),
         ("device.attributes['x'].y.frob()", "undeclared reference to 'frob'", 26),
+        # sign() is a global function only (Kubernetes' quantity library), whatever the receiver
+        (
+            "quantity('1').sign() == 1",
+            "found no matching overload for 'sign' applied to 'Quantity.()'",
+            15,
+        ),
+        ("device.capacity['x'].y.sign() == 1", "no matching overload for 'sign'", 24),
+        ("sign(1) == 1", "found no matching overload for 'sign' applied to '(int)'", 1),
         ("1 || true", "no matching overload for '_||_' applied to 'int'", 1),
         ("has(device.driver.size())", "has() macro", 1),
         ("device['driver'] == 'x'", "not indexed", 1),

@@ -32,7 +32,7 @@ TRUE_EXPRESSIONS = [
     "quantity('10Gi').isInteger() && !quantity('1.5').isInteger()",
     "quantity('1Gi').asInteger() == 1073741824",
     "quantity('1.5').asApproximateFloat() == 1.5",
-    "quantity('-3').sign() == -1 && quantity('0').sign() == 0 && quantity('2m').sign() == 1",
+    "sign(quantity('-3')) == -1 && sign(quantity('0')) == 0 && sign(quantity('2m')) == 1",
     "quantity('1Gi').add(quantity('1Gi')) == quantity('2Gi')",
     "quantity('1Gi').add(1) == quantity('1073741825')",
     "quantity('2Gi').sub(quantity('1Gi')) == quantity('1Gi')",
