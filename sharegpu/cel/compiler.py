@@ -448,18 +448,21 @@ class _Compiler:
         if message is not None:
             self.fail(token, message)
 
-    def check_homogeneous(self, typed: list[tuple[str, Any]]) -> None:
+    def check_homogeneous(self, typed: list[tuple[Node, Any]]) -> None:
         """cel-go's homogeneous aggregate literal check (Kubernetes' base environment): the
-        elements of a list literal, or the keys or values of a map literal, have one type.
-        Only two statically known types that differ are refused: where a type is ``dyn``
-        here the check cannot tell, and the literal is accepted (never a false error)."""
+        elements of a list literal, or the keys or values of a map literal, have one type
+        (``dyn`` is a type of its own: an attribute value and a string differ).
+        Only two statically known types that differ are refused: where this compiler only
+        lacks a type cel-go infers (``dyn`` here, not in cel-go), the literal is accepted
+        (never a false error)."""
         if self.in_format or not typed:
             return
-        first = typed[0][0]
-        if DYN in first:
+        first = _known_full_type(typed[0][0])
+        if first is None:
             return
-        for type_, where in typed[1:]:
-            if DYN not in type_ and type_ != first:
+        for node, where in typed[1:]:
+            type_ = _known_full_type(node)
+            if type_ is not None and type_ != first:
                 self.fail(where, f"expected type '{first}' but found '{type_}'")
 
     def type_identifier(self, tree: lark.Tree[Any]) -> CelType | None:
@@ -707,6 +710,7 @@ class _Compiler:
             own=own[1],
             cost=C.add(member.cost, own),
             path=path,
+            full=_exact_dyn(member),
         )
 
     def _member_dot_opt(self, tree: lark.Tree[Any]) -> Node:
@@ -745,6 +749,7 @@ class _Compiler:
             _element_type(member.type),
             cost=cost,
             path=path,
+            full=_exact_dyn(member),
         )
         node.domain = domain
         return node
@@ -994,7 +999,7 @@ class _Compiler:
         own, size = _global_cost(name, args)
         cost = C.total(own, *(a.cost for a in args))
         if name == "dyn":
-            return Node(args[0].fn, DYN, cost=cost, size=args[0].size, path=args[0].path)
+            return Node(args[0].fn, DYN, cost=cost, size=args[0].size, path=args[0].path, full=DYN)
         fns = [a.fn for a in args]
         if len(fns) == 1:
             af = fns[0]
@@ -1068,11 +1073,7 @@ class _Compiler:
             items.append(self.node(inner.children[0] if is_opt else inner))
             optional.append(is_opt)
         self.check_homogeneous(
-            [
-                (_full_type(i), c)
-                for i, c, o in zip(items, tree.children, optional, strict=True)
-                if not o
-            ]
+            [(i, c) for i, c, o in zip(items, tree.children, optional, strict=True) if not o]
         )
         fns = [i.fn for i in items]
         cost = C.total((C.LIST_CREATE, C.LIST_CREATE), *(i.cost for i in items))
@@ -1117,14 +1118,11 @@ class _Compiler:
             key = self.node(key_tree.children[0] if is_opt else key_tree)
             entries.append((key, self.node(value_tree), is_opt))
         self.check_homogeneous(
-            [
-                (_full_type(k), e.children[0])
-                for (k, _, _), e in zip(entries, tree.children, strict=True)
-            ]
+            [(k, e.children[0]) for (k, _, _), e in zip(entries, tree.children, strict=True)]
         )
         self.check_homogeneous(
             [
-                (_full_type(v), e.children[1])
+                (v, e.children[1])
                 for (_, v, o), e in zip(entries, tree.children, strict=True)
                 if not o
             ]
@@ -1694,6 +1692,21 @@ def _full_type(node: Node) -> str:
         return node.full
     name = _cel_name(_plain(node.type))
     return {"list": "list(dyn)", "map": "map(dyn, dyn)"}.get(name, name)
+
+
+def _exact_dyn(container: Node) -> str | None:
+    """``dyn`` as the full type of a value selected from ``container`` when cel-go types it
+    ``dyn`` too (an attribute value: Kubernetes declares attributes as maps of ``dyn``)."""
+    return DYN if container.type == ATTRIBUTE_DOMAIN else None
+
+
+def _known_full_type(node: Node) -> str | None:
+    """The full CEL type of ``node`` when this compiler knows it as cel-go does: no ``dyn``
+    in it, or ``dyn`` that cel-go infers too (an attribute value, ``dyn(x)``); else None."""
+    full = _full_type(node)
+    if DYN not in full or node.full == DYN:
+        return full
+    return None
 
 
 def _common_type(nodes: list[Node]) -> str:

