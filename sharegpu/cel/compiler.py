@@ -568,6 +568,11 @@ class _Compiler:
             own = C.ONE if rt == "map" else C.factor(_size(right), 1)
             if rt == DYN:
                 own = C.union(C.ONE, own)
+            if right.elements == ():
+                # cel-go's planner (Kubernetes evaluates with OptOptimize) replaces membership
+                # in a constant empty list by false: the left operand is never evaluated, so
+                # its error is not the answer. The cost estimate is the checker's, unchanged.
+                return self.made(lambda env: False, "bool", cost=C.add(own, args))
             return self.made(lambda env: cel_in(lf(env), rf(env)), "bool", cost=C.add(own, args))
         if known and lt != rt and not ({lt, rt} <= _NUMERIC):
             self.fail(tree, mismatch)
