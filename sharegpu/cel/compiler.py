@@ -128,6 +128,11 @@ _GLOBAL_RESULT = {
     "semver": "Semver",
     "isSemver": "bool",
 }
+#: The type conversions cel-go's planner folds when their argument is a constant
+#: (``overloads.IsTypeConversionFunction``; ``dyn`` and ``type`` never fail, so need no fold).
+_CONVERSIONS = frozenset(
+    {"bool", "bytes", "double", "duration", "int", "string", "timestamp", "uint"}
+)
 #: Argument types of global functions with one overload per position (a known static type
 #: outside the set is cel-go's "found no matching overload" at compile time).
 _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
@@ -297,7 +302,9 @@ class Node:
     value comes from, ``items`` the size estimate of the elements of a list or map literal,
     ``elements`` the full CEL types of a list literal's elements and ``full`` the full CEL
     type of a list or map literal (``list(int)``, ``map(string, dyn)``; None for anything
-    else, see :func:`_full_type`).
+    else, see :func:`_full_type`). ``planned`` holds, as a 1-tuple, the value cel-go's planner
+    knows as a constant where ``const`` does not say it (``dyn('x')``: a constant to the
+    planner, not to the literal checks); None otherwise.
     """
 
     __slots__ = (
@@ -309,6 +316,7 @@ class Node:
         "full",
         "items",
         "path",
+        "planned",
         "size",
         "type",
     )
@@ -336,6 +344,7 @@ class Node:
         self.cost = cost
         self.path = path
         self.items = items
+        self.planned: tuple[Any] | None = None
         if size is None:
             size = C.path_size(path)
         if size is None and type_ in ("int", "uint", "double", "bool"):
@@ -1004,7 +1013,19 @@ class _Compiler:
         own, size = _global_cost(name, args)
         cost = C.total(own, *(a.cost for a in args))
         if name == "dyn":
-            return Node(args[0].fn, DYN, cost=cost, size=args[0].size, path=args[0].path, full=DYN)
+            node = Node(args[0].fn, DYN, cost=cost, size=args[0].size, path=args[0].path, full=DYN)
+            node.planned = _planned(args[0])
+            return node
+        planned = _planned(args[0]) if len(args) == 1 else None
+        if name in _CONVERSIONS and planned is not None:
+            # cel-go's planner (Kubernetes evaluates with OptOptimize) folds a conversion of a
+            # constant into a constant; one that fails fails the program's planning, a
+            # compile error, even in a branch that is never taken.
+            try:
+                value = _call(name, impl, planned[0])
+            except CelEvalError as exc:
+                self.fail(name_token, f"program instantiation failed: {exc.message}")
+            return Node(lambda env: value, result_type, const=value, cost=cost, size=size)
         fns = [a.fn for a in args]
         if len(fns) == 1:
             af = fns[0]
@@ -1697,6 +1718,14 @@ def _full_type(node: Node) -> str:
         return node.full
     name = _cel_name(_plain(node.type))
     return {"list": "list(dyn)", "map": "map(dyn, dyn)"}.get(name, name)
+
+
+def _planned(node: Node) -> tuple[Any] | None:
+    """The value of ``node`` as a 1-tuple when cel-go's planner knows it as a constant (a
+    literal, ``null``, a folded conversion, ``dyn`` of one of these), else None."""
+    if node.const is not None or node.type == "null":
+        return (node.const,)
+    return node.planned
 
 
 def _exact_dyn(container: Node) -> str | None:
