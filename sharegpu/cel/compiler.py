@@ -26,6 +26,7 @@ import lark
 from . import cost as C
 from . import optional as opt
 from .celtypes import TYPE_IDENTIFIERS, CelType
+from .device import finds
 from .errors import CelCompileError, CelEvalError
 from .library import GLOBAL_FUNCTIONS, METHODS, constant_call_error
 from .parser import bytes_literal, field_name, string_literal
@@ -1206,7 +1207,7 @@ class _Compiler:
                     return False
                 value = value.get()
             if isinstance(value, Mapping):
-                return field in value
+                return finds(value, field)
             raise CelEvalError(f"invalid type for has(): {type_name(value)}")
 
         return self.made(has, "bool", own=0, cost=member.cost)
