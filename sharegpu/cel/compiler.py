@@ -26,6 +26,7 @@ import lark
 from . import cost as C
 from . import optional as opt
 from .celtypes import TYPE_IDENTIFIERS, CelType
+from .device import finds
 from .errors import CelCompileError, CelEvalError
 from .library import GLOBAL_FUNCTIONS, METHODS, constant_call_error
 from .parser import bytes_literal, field_name, string_literal
@@ -124,9 +125,15 @@ _GLOBAL_RESULT = {
     "matches": "bool",
     "quantity": "Quantity",
     "isQuantity": "bool",
+    "sign": "int",
     "semver": "Semver",
     "isSemver": "bool",
 }
+#: The type conversions cel-go's planner folds when their argument is a constant
+#: (``overloads.IsTypeConversionFunction``; ``dyn`` and ``type`` never fail, so need no fold).
+_CONVERSIONS = frozenset(
+    {"bool", "bytes", "double", "duration", "int", "string", "timestamp", "uint"}
+)
 #: Argument types of global functions with one overload per position (a known static type
 #: outside the set is cel-go's "found no matching overload" at compile time).
 _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
@@ -135,6 +142,7 @@ _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
         (frozenset({"string"}),),
     ),
     "isQuantity": (frozenset({"string"}),),
+    "sign": (frozenset({"Quantity"}),),
     "format.named": (frozenset({"string"}),),
     "strings.quote": (frozenset({"string"}),),
     "semver": (frozenset({"string"}), frozenset({"bool"})),
@@ -196,7 +204,6 @@ _METHOD_RESULT = {
     "isInteger": "bool",
     "asInteger": "int",
     "asApproximateFloat": "double",
-    "sign": "int",
     "add": "Quantity",
     "sub": "Quantity",
     "major": "int",
@@ -234,7 +241,6 @@ _METHOD_RECEIVERS: dict[str, AbstractSet[str]] = {
     "isInteger": {"Quantity"},
     "asInteger": {"Quantity"},
     "asApproximateFloat": {"Quantity"},
-    "sign": {"Quantity"},
     "add": {"Quantity"},
     "sub": {"Quantity"},
     "major": {"Semver"},
@@ -297,7 +303,9 @@ class Node:
     value comes from, ``items`` the size estimate of the elements of a list or map literal,
     ``elements`` the full CEL types of a list literal's elements and ``full`` the full CEL
     type of a list or map literal (``list(int)``, ``map(string, dyn)``; None for anything
-    else, see :func:`_full_type`).
+    else, see :func:`_full_type`). ``planned`` holds, as a 1-tuple, the value cel-go's planner
+    knows as a constant where ``const`` does not say it (``dyn('x')``: a constant to the
+    planner, not to the literal checks); None otherwise.
     """
 
     __slots__ = (
@@ -309,6 +317,7 @@ class Node:
         "full",
         "items",
         "path",
+        "planned",
         "size",
         "type",
     )
@@ -336,6 +345,7 @@ class Node:
         self.cost = cost
         self.path = path
         self.items = items
+        self.planned: tuple[Any] | None = None
         if size is None:
             size = C.path_size(path)
         if size is None and type_ in ("int", "uint", "double", "bool"):
@@ -448,18 +458,21 @@ class _Compiler:
         if message is not None:
             self.fail(token, message)
 
-    def check_homogeneous(self, typed: list[tuple[str, Any]]) -> None:
+    def check_homogeneous(self, typed: list[tuple[Node, Any]]) -> None:
         """cel-go's homogeneous aggregate literal check (Kubernetes' base environment): the
-        elements of a list literal, or the keys or values of a map literal, have one type.
-        Only two statically known types that differ are refused: where a type is ``dyn``
-        here the check cannot tell, and the literal is accepted (never a false error)."""
+        elements of a list literal, or the keys or values of a map literal, have one type
+        (``dyn`` is a type of its own: an attribute value and a string differ).
+        Only two statically known types that differ are refused: where this compiler only
+        lacks a type cel-go infers (``dyn`` here, not in cel-go), the literal is accepted
+        (never a false error)."""
         if self.in_format or not typed:
             return
-        first = typed[0][0]
-        if DYN in first:
+        first = _known_full_type(typed[0][0])
+        if first is None:
             return
-        for type_, where in typed[1:]:
-            if DYN not in type_ and type_ != first:
+        for node, where in typed[1:]:
+            type_ = _known_full_type(node)
+            if type_ is not None and type_ != first:
                 self.fail(where, f"expected type '{first}' but found '{type_}'")
 
     def type_identifier(self, tree: lark.Tree[Any]) -> CelType | None:
@@ -565,6 +578,11 @@ class _Compiler:
             own = C.ONE if rt == "map" else C.factor(_size(right), 1)
             if rt == DYN:
                 own = C.union(C.ONE, own)
+            if right.elements == ():
+                # cel-go's planner (Kubernetes evaluates with OptOptimize) replaces membership
+                # in a constant empty list by false: the left operand is never evaluated, so
+                # its error is not the answer. The cost estimate is the checker's, unchanged.
+                return self.made(lambda env: False, "bool", cost=C.add(own, args))
             return self.made(lambda env: cel_in(lf(env), rf(env)), "bool", cost=C.add(own, args))
         if known and lt != rt and not ({lt, rt} <= _NUMERIC):
             self.fail(tree, mismatch)
@@ -707,6 +725,7 @@ class _Compiler:
             own=own[1],
             cost=C.add(member.cost, own),
             path=path,
+            full=_exact_dyn(member),
         )
 
     def _member_dot_opt(self, tree: lark.Tree[Any]) -> Node:
@@ -745,6 +764,7 @@ class _Compiler:
             _element_type(member.type),
             cost=cost,
             path=path,
+            full=_exact_dyn(member),
         )
         node.domain = domain
         return node
@@ -808,6 +828,10 @@ class _Compiler:
         if name == "includes" and self.features.includes:
             return self._includes(receiver, args, name_token)
         function = METHODS.get(name)
+        if function is None and name in GLOBAL_FUNCTIONS:
+            # Declared, but with no member overload (``q.sign()``): cel-go's checker skips
+            # global overloads for a receiver call whatever the receiver's type.
+            self.fail(name_token, _no_overload(name, receiver, args))
         if function is None:
             self.fail(name_token, f"undeclared reference to '{name}'")
             raise AssertionError
@@ -990,7 +1014,19 @@ class _Compiler:
         own, size = _global_cost(name, args)
         cost = C.total(own, *(a.cost for a in args))
         if name == "dyn":
-            return Node(args[0].fn, DYN, cost=cost, size=args[0].size, path=args[0].path)
+            node = Node(args[0].fn, DYN, cost=cost, size=args[0].size, path=args[0].path, full=DYN)
+            node.planned = _planned(args[0])
+            return node
+        planned = _planned(args[0]) if len(args) == 1 else None
+        if name in _CONVERSIONS and planned is not None:
+            # cel-go's planner (Kubernetes evaluates with OptOptimize) folds a conversion of a
+            # constant into a constant; one that fails fails the program's planning, a
+            # compile error, even in a branch that is never taken.
+            try:
+                value = _call(name, impl, planned[0])
+            except CelEvalError as exc:
+                self.fail(name_token, f"program instantiation failed: {exc.message}")
+            return Node(lambda env: value, result_type, const=value, cost=cost, size=size)
         fns = [a.fn for a in args]
         if len(fns) == 1:
             af = fns[0]
@@ -1064,11 +1100,7 @@ class _Compiler:
             items.append(self.node(inner.children[0] if is_opt else inner))
             optional.append(is_opt)
         self.check_homogeneous(
-            [
-                (_full_type(i), c)
-                for i, c, o in zip(items, tree.children, optional, strict=True)
-                if not o
-            ]
+            [(i, c) for i, c, o in zip(items, tree.children, optional, strict=True) if not o]
         )
         fns = [i.fn for i in items]
         cost = C.total((C.LIST_CREATE, C.LIST_CREATE), *(i.cost for i in items))
@@ -1113,14 +1145,11 @@ class _Compiler:
             key = self.node(key_tree.children[0] if is_opt else key_tree)
             entries.append((key, self.node(value_tree), is_opt))
         self.check_homogeneous(
-            [
-                (_full_type(k), e.children[0])
-                for (k, _, _), e in zip(entries, tree.children, strict=True)
-            ]
+            [(k, e.children[0]) for (k, _, _), e in zip(entries, tree.children, strict=True)]
         )
         self.check_homogeneous(
             [
-                (_full_type(v), e.children[1])
+                (v, e.children[1])
                 for (_, v, o), e in zip(entries, tree.children, strict=True)
                 if not o
             ]
@@ -1178,7 +1207,7 @@ class _Compiler:
                     return False
                 value = value.get()
             if isinstance(value, Mapping):
-                return field in value
+                return finds(value, field)
             raise CelEvalError(f"invalid type for has(): {type_name(value)}")
 
         return self.made(has, "bool", own=0, cost=member.cost)
@@ -1551,7 +1580,7 @@ def _compare_cost(left: Node, right: Node) -> C.Est:
 #: Receiver-only methods whose cost is one traversal of the receiver string (result: same size).
 _TRAVERSAL_METHODS = frozenset({"lowerAscii", "upperAscii", "substring", "trim"})
 _UNIT_METHODS = frozenset(
-    {"sign", "asInteger", "isInteger", "asApproximateFloat", "isGreaterThan", "isLessThan"}
+    {"asInteger", "isInteger", "asApproximateFloat", "isGreaterThan", "isLessThan"}
     | {"compareTo", "add", "sub"}
 )
 
@@ -1690,6 +1719,29 @@ def _full_type(node: Node) -> str:
         return node.full
     name = _cel_name(_plain(node.type))
     return {"list": "list(dyn)", "map": "map(dyn, dyn)"}.get(name, name)
+
+
+def _planned(node: Node) -> tuple[Any] | None:
+    """The value of ``node`` as a 1-tuple when cel-go's planner knows it as a constant (a
+    literal, ``null``, a folded conversion, ``dyn`` of one of these), else None."""
+    if node.const is not None or node.type == "null":
+        return (node.const,)
+    return node.planned
+
+
+def _exact_dyn(container: Node) -> str | None:
+    """``dyn`` as the full type of a value selected from ``container`` when cel-go types it
+    ``dyn`` too (an attribute value: Kubernetes declares attributes as maps of ``dyn``)."""
+    return DYN if container.type == ATTRIBUTE_DOMAIN else None
+
+
+def _known_full_type(node: Node) -> str | None:
+    """The full CEL type of ``node`` when this compiler knows it as cel-go does: no ``dyn``
+    in it, or ``dyn`` that cel-go infers too (an attribute value, ``dyn(x)``); else None."""
+    full = _full_type(node)
+    if DYN not in full or node.full == DYN:
+        return full
+    return None
 
 
 def _common_type(nodes: list[Node]) -> str:

@@ -27,6 +27,15 @@ class DomainMap(dict[str, Mapping[str, Any]]):
         return _EMPTY
 
 
+def finds(mapping: Mapping[Any, Any], key: Any) -> bool:
+    """Whether looking ``key`` up in ``mapping`` finds a value (``m[?k]``, ``m.?k``,
+    ``has(m.k)``). A :class:`DomainMap` finds every domain, as Kubernetes' does: an unknown
+    one is its empty default. Membership (``k in m``), size and iteration stay exact."""
+    if isinstance(mapping, DomainMap):
+        return isinstance(key, str)
+    return key in mapping
+
+
 def split_qualified(driver: str, name: str) -> tuple[str, str]:
     """``(domain, id)`` of an attribute or capacity name as published by ``driver``."""
     domain, sep, ident = name.rpartition("/")

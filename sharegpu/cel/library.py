@@ -550,6 +550,8 @@ GLOBAL_FUNCTIONS: dict[str, Function] = {
     "isURL": _fn(lib_net.is_url, 1),
     "quantity": _fn(_quantity, 1),
     "isQuantity": _fn(_is_quantity, 1),
+    # Kubernetes declares sign() as a global function only: ``sign(q)``, never ``q.sign()``.
+    "sign": _fn(_sign, 1),
     "semver": _fn(_semver, 1, 2),
     "isSemver": _fn(_is_semver, 1, 2),
     # named formats (format.named('dns1123Label'), format.dns1123Label(), ...)
@@ -626,7 +628,6 @@ METHODS: dict[str, Function] = {
     "isInteger": _fn(_is_integer, 0),
     "asInteger": _fn(_as_integer, 0),
     "asApproximateFloat": _fn(_as_approximate_float, 0),
-    "sign": _fn(_sign, 0),
     "add": _fn(_q_add, 1),
     "sub": _fn(_q_sub, 1),
     # semver

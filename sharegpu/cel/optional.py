@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .celtypes import CelType
+from .device import finds
 from .errors import CelEvalError
 from .values import cel_eq, no_overload
 
@@ -81,7 +82,7 @@ def select(value: Any, field: str) -> OptionalValue:
             return NONE
         value = value.get()
     if isinstance(value, Mapping):
-        return OptionalValue(value[field]) if field in value else NONE
+        return OptionalValue(value[field]) if finds(value, field) else NONE
     raise CelEvalError(f"type '{type(value).__name__}' does not support field selection")
 
 
@@ -95,7 +96,7 @@ def index(value: Any, key: Any) -> OptionalValue:
         if isinstance(key, float) and key.is_integer():
             key = int(key)
         try:
-            return OptionalValue(value[key]) if key in value else NONE
+            return OptionalValue(value[key]) if finds(value, key) else NONE
         except TypeError:
             raise no_overload("_[?_]", value, key) from None
     if isinstance(value, list | tuple):

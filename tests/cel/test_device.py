@@ -97,6 +97,66 @@ def test_missing_keys_error_like_kubernetes(
         ev(expression, device)
 
 
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f"!(device.attributes['{D}'].numaNode in [])",
+        f"device.attributes['{D}'].numaNode in [] ? false : true",
+        "!((1 / 0) in [])",
+    ],
+)
+def test_membership_in_a_constant_empty_list_is_false_without_the_left_operand(
+    expression: str, device: dict[str, object]
+) -> None:
+    # Kubernetes plans ``x in []`` as the constant false; a non-constant or non-empty list
+    # still evaluates x (below).
+    assert ev(expression, device) is True
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f"device.attributes['{D}'].numaNode in [1]",
+        f"device.attributes['{D}'].numaNode in {{}}",
+        f"device.attributes['{D}'].numaNode in dyn([])",
+        f"device.attributes['{D}'].numaNode in [].map(x, x)",
+    ],
+)
+def test_membership_in_any_other_list_evaluates_the_left_operand(
+    expression: str, device: dict[str, object]
+) -> None:
+    with pytest.raises(CelEvalError, match="no such key: numaNode"):
+        ev(expression, device)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # a lookup finds an unknown domain (its empty default), as Kubernetes' map does
+        ("device.attributes[?'other.io'].hasValue()", True),
+        ("device.capacity[?'other.io'].hasValue()", True),
+        ("device.attributes.?other.hasValue()", True),
+        ("has(device.attributes.other)", True),
+        ("dyn(device.attributes)[?'other.io'].value().size() == 0", True),
+        ("optional.of(device.attributes)[?'other.io'].hasValue()", True),
+        ("device.attributes[?'other.io'].hasValue() && 1 / 0 == 1", None),
+        # membership, size and names inside a domain stay exact
+        ("'other.io' in device.attributes", False),
+        ("device.attributes.exists(k, k == 'other.io')", False),
+        ("device.attributes[?'other.io'][?'x'].hasValue()", False),
+        (f"device.attributes['{D}'].?numaNode.hasValue()", False),
+    ],
+)
+def test_lookups_find_an_unknown_domain(
+    expression: str, expected: bool | None, device: dict[str, object]
+) -> None:
+    if expected is None:
+        with pytest.raises(CelEvalError, match="division by zero"):
+            ev(expression, device)
+    else:
+        assert ev(expression, device) is expected
+
+
 def test_missing_key_is_named_on_the_error(device: dict[str, object]) -> None:
     with pytest.raises(CelEvalError) as info:
         ev(f"device.attributes['{D}'].productNam == 'x'", device)

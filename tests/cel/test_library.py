@@ -32,7 +32,7 @@ TRUE_EXPRESSIONS = [
     "quantity('10Gi').isInteger() && !quantity('1.5').isInteger()",
     "quantity('1Gi').asInteger() == 1073741824",
     "quantity('1.5').asApproximateFloat() == 1.5",
-    "quantity('-3').sign() == -1 && quantity('0').sign() == 0 && quantity('2m').sign() == 1",
+    "sign(quantity('-3')) == -1 && sign(quantity('0')) == 0 && sign(quantity('2m')) == 1",
     "quantity('1Gi').add(quantity('1Gi')) == quantity('2Gi')",
     "quantity('1Gi').add(1) == quantity('1073741825')",
     "quantity('2Gi').sub(quantity('1Gi')) == quantity('1Gi')",
@@ -176,7 +176,7 @@ ERROR_EXPRESSIONS = [
     ("dyn(quantity('1')) < dyn(quantity('2'))", "no such overload"),
     ("dyn('a').major() == 1", "no such overload"),
     ("dyn(quantity('1')).compareTo(dyn(semver('1.0.0'))) == 0", "no such overload"),
-    ("int('x') == 1", "cannot convert"),
+    ("['x'].all(s, int(s) == 1)", "cannot convert"),
     ("'abc'.substring(2, 1) == ''", "invalid substring range. start: 2, end: 1"),
     ("'abc'.substring(4) == ''", "index out of range: 4"),
     ("[].max() == 1", "max called on empty list"),
@@ -185,7 +185,7 @@ ERROR_EXPRESSIONS = [
         "error parsing regexp: invalid or unsupported Perl syntax: `\\(\\?=`",
     ),
     ("'a'.find(dyn('a)')) == ''", "Illegal regex: error parsing regexp: unexpected \\)"),
-    ("['a', dyn(1)].sort() == []", "list elements must have the same type"),
+    ("[dyn('a'), dyn(1)].sort() == []", "list elements must have the same type"),
     ("[[1]].sort() == []", "list elements must be comparable"),
     ("[1].slice(0, 2) == []", "cannot slice\\(0, 2\\), list is length 1"),
     ("[dyn('a')].sum() == 'a'", "no such overload"),
@@ -200,8 +200,8 @@ ERROR_EXPRESSIONS = [
     ("ip('fe80::1%eth0') == ip('::1')", "with zone value is not allowed"),
     ("cidr('10.0.0.0/33') == cidr('10.0.0.0/8')", "prefix length out of range"),
     ("url('x') == url('/x')", "invalid URI for request"),
-    ("timestamp(dyn('2024-13-01T00:00:00Z')) == timestamp(0)", "type conversion error"),
-    ("duration(dyn('1d')) == duration('1h')", "type conversion error"),
+    ("['2024-13-01T00:00:00Z'].all(s, timestamp(s) == timestamp(0))", "type conversion error"),
+    ("['1d'].all(s, duration(s) == duration('1h'))", "type conversion error"),
     ("timestamp('9999-12-31T23:59:59Z') + duration('1s') > timestamp(0)", "timestamp out of range"),
     ("timestamp(0).getHours('Mars/Olympus') == 0", "unknown time zone"),
 ]
@@ -327,15 +327,41 @@ def test_numbers_compare_across_types_as_cel_go(expression: str, expected: bool)
 @pytest.mark.parametrize(
     "expression",
     [
-        "int(9223372036854775807.0) == 0",
-        "int(-9223372036854775808.0) == 0",
-        "uint(-0.5) == 0u",
-        "uint(18446744073709551616.0) == 0u",
+        "[9223372036854775807.0].all(d, int(d) == 0)",
+        "[-9223372036854775808.0].all(d, int(d) == 0)",
+        "[-0.5].all(d, uint(d) == 0u)",
+        "[18446744073709551616.0].all(d, uint(d) == 0u)",
     ],
 )
 def test_double_conversions_refuse_both_bounds(expression: str) -> None:
     with pytest.raises(CelEvalError, match="out of range"):
         ev(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("int('H100') == 1", "cannot convert 'H100' to int"),
+        ("true || int('H100') == 1", "cannot convert"),
+        ("int(dyn('x')) == 1", "cannot convert"),
+        ("int(9223372036854775807.0) == 0", "out of range"),
+        ("uint(-1) == 1u", "out of range"),
+        ("string(b'\\xff') == ''", "invalid UTF-8"),
+        ("bool('maybe')", "cannot convert"),
+        ("duration(dyn('1d')) == duration('1h')", "type conversion error"),
+        ("int(null) == 1", "no such overload"),
+    ],
+)
+def test_failing_conversions_of_constants_are_compile_errors(expression: str, message: str) -> None:
+    # Kubernetes' planner folds a conversion of a constant, and its failure fails the program.
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert "program instantiation failed" in error.message and message in error.message
+
+
+def test_conversions_of_constants_fold_to_their_value() -> None:
+    assert ev("int(string(12)) == 12 && uint(3) == 3u && double('1.5') == 1.5 && bool('true')")
+    assert ev("int(dyn(1)) == 1 && string(1) == '1'")
 
 
 def test_scientific_clause_takes_its_precision_as_a_width() -> None:

@@ -154,7 +154,7 @@ def int_term(depth: int) -> Strategy:
         _attr("version").map(lambda v: f"{v}.major()"),
         _attr("version").map(lambda v: f"{v}.minor()"),
         _attr("quantity").map(lambda q: f"{q}.asInteger()"),
-        _attr("quantity").map(lambda q: f"{q}.sign()"),
+        _attr("quantity").map(lambda q: f"sign({q})"),
         st.tuples(_attr("quantity"), quantity_literal()).map(lambda p: f"{p[0]}.compareTo({p[1]})"),
         st.tuples(_attr("version"), semver_literal()).map(lambda p: f"{p[0]}.compareTo({p[1]})"),
         st.lists(sub, min_size=1, max_size=3).map(lambda xs: f"[{', '.join(xs)}].sum()"),
