@@ -171,12 +171,22 @@ def wait_until(
         ) from None
 
 
+#: An API server's 403 in a log line: the status code or the word, never the milliseconds of a
+#: log timestamp (``10:32:01,403``) or part of a longer number.
+_FORBIDDEN = re.compile(r"(?<![\d,.:])403(?!\d)|[Ff]orbidden")
+
+
+def forbidden_lines(text: str) -> list[str]:
+    """The lines of ``text`` that show a 403 (Forbidden) answer."""
+    return [line for line in text.splitlines() if _FORBIDDEN.search(line)]
+
+
 def assert_no_forbidden(process: Process, step_name: str) -> None:
     """Fail the step when ``process`` has exited or its log shows a 403 (Forbidden) answer of the
     API server, quoting the first such line."""
     process.check_running(step_name)
     text = process.log.read_text(errors="replace")
-    forbidden = [ln for ln in text.splitlines() if re.search(r"\b403\b|[Ff]orbidden", ln)]
+    forbidden = forbidden_lines(text)
     if forbidden:
         raise StepFailed(
             failure(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.binaries import BUILD_SCRIPT, kubernetes_version, missing_prerequisites
-from tests.e2e.processes import Processes, StepFailed, step, wait_until
+from tests.e2e.processes import Processes, StepFailed, forbidden_lines, step, wait_until
 
 
 def _script(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -84,3 +84,17 @@ def test_a_failed_step_names_the_step_the_command_and_the_log(tmp_path: Path) ->
     expected = r"step 'parse' failed\n  command: kubectl get x\n  ValueError: no such thing"
     with pytest.raises(StepFailed, match=expected), step("parse", "kubectl get x"):
         raise ValueError("no such thing")
+
+
+def test_forbidden_lines_are_403_answers_not_timestamps() -> None:
+    """A log line whose timestamp ends in ,403 milliseconds is no 403 answer (it failed the RBAC
+    step once); the status code and the word are."""
+    log = "\n".join(
+        [
+            "2026-11-28 10:32:01,403 INFO controller: webhook on https://127.0.0.1:39787",
+            "listening on 127.0.0.1:4030 and 14031",
+            "2026-11-28 10:32:02,001 WARNING kube: GET /apis/x: HTTP 403",
+            'resourceclaims is forbidden: User "system:serviceaccount:x" cannot list',
+        ]
+    )
+    assert forbidden_lines(log) == log.splitlines()[2:]
