@@ -69,8 +69,8 @@ class _Handler(BoundedRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         parts = [unquote(p) for p in path.split("/") if p]
         if self._probe(path):
-            pass
-        elif (
+            return
+        if (
             parts[:1] == ["api"]
             and (decision := self.authorizer.decide(self.headers.get("Authorization"))).code != 200
         ):

@@ -25,7 +25,7 @@ from tests.e2e.controlplane import ControlPlane, free_port
 from tests.e2e.driver import NAMESPACE, apply, component, render_chart
 from tests.e2e.kubelet import RealNode
 from tests.e2e.node import PLUGIN_COMPONENT, chart_flag, plugin_objects
-from tests.e2e.processes import StepFailed, failure, wait_until
+from tests.e2e.processes import StepFailed, failure, forbidden_lines, wait_until
 
 #: The label the chart's plugin DaemonSet selects nodes by (values.yaml).
 GPU_NODE_LABEL: Final = "nvidia.com/gpu.present=true"
@@ -77,8 +77,7 @@ class PluginDaemon:
 
     def check_no_forbidden(self, step_name: str) -> None:
         """Fail the step when the plugin's log shows a 403 (Forbidden) answer."""
-        logs = self.logs()
-        forbidden = [ln for ln in logs.splitlines() if " 403" in ln or "orbidden" in ln]
+        forbidden = forbidden_lines(self.logs())
         if forbidden:
             raise StepFailed(failure(step_name, "kubectl logs", forbidden[0]))
 
