@@ -109,32 +109,25 @@ class Allocator:
 
         Nothing is committed; call :meth:`commit` for each allocation that is kept.
         """
-        plans: list[ClaimPlan] = []
-        missing: list[tuple[str, list[str]]] = []
+        plans = []
         for claim in claims:
-            requests, constraints, absent = parse_requests(claim, self.classes)
+            requests, constraints, _ = parse_requests(claim, self.classes)
             plans.append(ClaimPlan(claim, requests, constraints))
-            if absent:
-                missing.append((claim_name(claim), absent))
         error: str | None = None
-        if missing:
-            name, absent = missing[0]
-            error = f"claim {name}: could not retrieve device class {', '.join(absent)}: not found"
-        else:
-            search = Search(self, plans)
-            try:
-                search.prepare()
-                if search.run():
-                    return [
-                        AllocationOutcome(
-                            plan.name, allocation=build_allocation(search, ci, self.share_ids)
-                        )
-                        for ci, plan in enumerate(plans)
-                    ]
-            except SearchAbort as exc:
-                error = str(exc)
-            if error is None and any(not p.usable and p.invalid_reason for p in self.pools):
-                error = "invalid resource pools were encountered"
+        search = Search(self, plans)
+        try:
+            search.prepare()
+            if search.run():
+                return [
+                    AllocationOutcome(
+                        plan.name, allocation=build_allocation(search, ci, self.share_ids)
+                    )
+                    for ci, plan in enumerate(plans)
+                ]
+        except SearchAbort as exc:
+            error = str(exc)
+        if error is None and any(not p.usable and p.invalid_reason for p in self.pools):
+            error = "invalid resource pools were encountered"
         return [
             AllocationOutcome(plan.name, error=error, reports=explain(self, plan, len(plans)))
             for plan in plans

@@ -32,6 +32,9 @@ class Alternative:
     admin_access: bool
     tolerations: list[Mapping[str, Any]]
     capacity_requests: dict[str, Amount]
+    #: Whether ``class_name`` names an existing class; the search stops on a missing one
+    #: where kube-scheduler's does, when it validates this entry (requests in order).
+    class_found: bool = True
     #: ``spec`` dict of the entry (``exactly`` or the subrequest), for messages.
     source: Mapping[str, Any] = field(repr=False, default_factory=dict)
 
@@ -117,6 +120,7 @@ def _alternative(
         admin_access=bool(entry.get("adminAccess")),
         tolerations=list(entry.get("tolerations") or []),
         capacity_requests=_capacity_requests(entry, path),
+        class_found=device_class is not None,
         source=entry,
     )
 

@@ -1,11 +1,14 @@
 """The depth-first search of kube-scheduler's structured allocator, over all claims of a pod.
 
 As in ``k8s.io/dynamic-resource-allocation/structured`` (the ``incubating`` allocator of
-Kubernetes 1.36): claims in order, their requests in order, ``firstAvailable`` subrequests in
+Kubernetes 1.37): claims in order, their requests in order, ``firstAvailable`` subrequests in
 their order, devices in pool, slice-name and slice order; a pick that leaves no completion
 is undone and the next candidate tried, also across claims. Per candidate the checks run in
 this order: in use, class and request selectors (a CEL error stops the allocation), capacity
-(the request policy and what is left, for every device), counters, taints, constraints.
+(the request policy and what is left, for every device), counters, taints, constraints. An
+``All`` request's devices are fixed before the search (selectors, static capacity); each is
+checked for use, counters, taints, constraints (breaking one stops the allocation with an
+error) and last the capacity left.
 
 The result limit (32 devices per claim) works as upstream: a claim whose requests need more
 devices at least is refused before the search; during the search a pick that would take the
@@ -159,36 +162,55 @@ class Search:
     # --- before the search ---------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Devices of every ``All`` (sub)request and the up-front result limit, as
-        kube-scheduler validates each claim before searching."""
+        """Validate the claims as kube-scheduler does before it searches, stopping at the
+        first problem in its order: claims in order, their requests in order and each
+        ``firstAvailable`` entry in order; per entry its device class, then for ``All`` the
+        pools in order (one being updated or invalid stops the allocation, the selectors of
+        the pools before it are evaluated first); per request the result limit."""
         for plan in self.plans:
-            minimum = 0
+            taken = 0
             for request in plan.requests:
                 sizes = []
                 for alt in request.alternatives:
+                    if not alt.class_found:
+                        raise SearchAbort(
+                            f"claim {plan.name}, request {alt.full_name}: could not retrieve "
+                            f"device class {alt.class_name}: not found"
+                        )
                     if alt.all_mode:
                         self.all_devices[id(alt)] = self._collect_all(plan, alt)
                         sizes.append(len(self.all_devices[id(alt)]))
                     else:
                         sizes.append(alt.count)
-                minimum += min(sizes)
-            if minimum > MAX_RESULTS:
-                raise SearchAbort(
-                    f"claim {plan.name}: number of requested devices {minimum} exceeds the "
-                    f"claim limit of {MAX_RESULTS}"
-                )
+                adding = min(sizes)
+                if adding > MAX_RESULTS - taken:
+                    raise SearchAbort(
+                        f"claim {plan.name}, request {request.name}: adding {adding} devices "
+                        f"exceeds the claim limit of {MAX_RESULTS}, with {taken} already "
+                        "accounted for"
+                    )
+                taken += adding
         self.hopeless = self._some_request_cannot_be_met()
 
     def _some_request_cannot_be_met(self) -> bool:
         """Whether some request has, in every alternative, fewer devices whose selectors
         match than it needs, so no search can succeed.
 
+        Nothing is decided (and nothing recorded) when an ``All`` alternative is subject to a
+        constraint: kube-scheduler's search stops with an error where such a device breaks it.
         Also records, per ExactCount alternative without admin access, the devices whose
         selectors match (``matching``) and how many of them no pick holds (``free``), for the
         look-ahead of :meth:`_later_requests_can_be_met`. Nothing is decided when a selector
         fails to evaluate on some device: the search must stop with that error where
         kube-scheduler's would.
         """
+        if any(
+            alt.all_mode and any(c.applies_to(alt) for c in plan.constraints)
+            for plan in self.plans
+            for request in plan.requests
+            for alt in request.alternatives
+        ):
+            return False  # kube-scheduler's search may stop with the All constraint error
         hopeless = False
         for plan in self.plans:
             for request in plan.requests:
@@ -279,8 +301,12 @@ class Search:
         return count
 
     def _collect_all(self, plan: ClaimPlan, alt: Alternative) -> list[Candidate]:
-        """The devices an ``All`` request takes: those matching its selectors that can hold
-        its capacity request; an incomplete or invalid pool stops the allocation."""
+        """The devices an ``All`` request takes: those matching its selectors whose capacity
+        can hold its capacity request (what other claims consume is not looked at: a device
+        they exhausted stays, and the search then fails on it). Pool by pool: an incomplete
+        or invalid pool stops the allocation, and so does a selector failing on a device of a
+        pool before it."""
+        selected = []
         for pool in self.owner.pools:
             state = "being updated" if pool.incomplete else "invalid" if pool.invalid_reason else ""
             if state:
@@ -288,14 +314,13 @@ class Search:
                     f"claim {plan.name}, request {alt.full_name}: asks for all devices, but "
                     f"resource pool {pool.driver}/{pool.name} is currently {state}"
                 )
-        selected = []
-        for cand in self.owner.candidates:
-            rejection = self.selectors(alt, cand, plan.name)
-            if rejection is None:
-                if not isinstance(self._capacity(alt, cand), Rejection):
-                    selected.append(cand)
-            elif rejection.kind == "selector-error":
-                raise SearchAbort(selector_error_text(rejection, plan.name))
+            for cand in pool.candidates:
+                rejection = self.selectors(alt, cand, plan.name)
+                if rejection is None:
+                    if not isinstance(self._demand(alt, cand), Rejection):
+                        selected.append(cand)
+                elif rejection.kind == "selector-error":
+                    raise SearchAbort(selector_error_text(rejection, plan.name))
         return selected
 
     # --- search ------------------------------------------------------------------------
@@ -479,10 +504,14 @@ class Search:
         rejection = self.selectors(alt, cand, self.plans[ci].name)
         if rejection is not None:
             return rejection
-        consumed_or_rejection = self._capacity(alt, cand)
-        if isinstance(consumed_or_rejection, Rejection):
-            return consumed_or_rejection
-        pick = Pick(ci, alt, cand, pool_key, consumed_or_rejection)
+        # kube-scheduler checks the capacity left before it takes an ExactCount device, and
+        # an All device (whose static capacity was checked when it was collected) last.
+        pick = Pick(ci, alt, cand, pool_key, None)
+        if not alt.all_mode:
+            consumed = self._capacity(alt, cand)
+            if isinstance(consumed, Rejection):
+                return consumed
+            pick.consumed = consumed
         rejection = self._counters(pick)
         if rejection is not None:
             return rejection
@@ -493,6 +522,11 @@ class Search:
             rejection = self._constraints(pick)
             if rejection is not None:
                 return rejection
+        if alt.all_mode:
+            consumed = self._capacity(alt, cand)
+            if isinstance(consumed, Rejection):
+                return consumed
+            pick.consumed = consumed
         return pick
 
     def _picked_by(self, ci: int, holder: int) -> str:
@@ -754,6 +788,8 @@ def selector_error_text(rejection: Rejection, claim: str) -> str:
     """kube-scheduler's error for a selector that fails to compile or evaluate."""
     d = rejection.details
     where = d["source"] if d["source"] != "request" else f"claim {claim}"
+    if "CEL runtime error" in d["error"]:
+        return f"{where}: selector #{d['index']} on device {rejection.device}: {d['error']}"
     return f"{where}: selector #{d['index']}: {d['error']}"
 
 

@@ -72,7 +72,8 @@ def test_a_claim_needing_more_than_32_devices_is_refused_up_front() -> None:
     c = claim("c", [exactly("a", count=20), exactly("b", count=13)])
     out = allocate(c, exclusive_slices(64), CLASSES, node="n1")
     assert out.error == (
-        "claim default/c: number of requested devices 33 exceeds the claim limit of 32"
+        "claim default/c, request b: adding 13 devices exceeds the claim limit of 32, with 20 "
+        "already accounted for"
     )
 
 

@@ -327,7 +327,9 @@ def test_selector_compile_error_in_class() -> None:
 
 def test_missing_class_is_an_error() -> None:
     out = run(claim("c", [exactly(device_class_name="nope")]), exclusive_slices(1))
-    assert out.error == "claim default/c: could not retrieve device class nope: not found"
+    assert (
+        out.error == "claim default/c, request gpu: could not retrieve device class nope: not found"
+    )
 
 
 @pytest.mark.parametrize(
