@@ -30,8 +30,9 @@ from .usage import Usage
 ShareIdFactory = Callable[[], str]
 
 #: The search gives up after this many device placements (kube-scheduler bounds it by time).
-#: Look-ahead and pruning (:mod:`.search`) settle realistic claims in a few hundred steps;
-#: this bound keeps the worst claim on a 64-device node near one second.
+#: Look-ahead and pruning (:mod:`.search`) and settling states met before (:mod:`.settled`)
+#: end realistic claims in a few hundred steps; this bound keeps the worst claim on a
+#: 64-device node well under one second.
 DEFAULT_MAX_STEPS = 2_500
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from .attributes import attribute, show
 from .model import Rejection, RequestReport
 from .pools import Candidate
 from .requests import Alternative, Constraint
-from .search import ClaimPlan, Search, attribute, show
+from .search import ClaimPlan, Search
 
 if TYPE_CHECKING:
     from .allocator import Allocator

@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 from sharegpu.cel import CelCompileError, CelEvalError, compile_selector
 from sharegpu.kube.devicetaints import RULE_FIELD
 
+from .attributes import attribute, show
 from .capacity import Amount, PolicyViolation, amount, consumed_amount, format_amount
 from .model import DeviceId, Rejection
 from .pools import Candidate
 from .requests import Alternative, Constraint, Request, claim_name
+from .settled import SettledStates
 from .usage import counters_left
 
 if TYPE_CHECKING:
@@ -84,28 +86,6 @@ class Pick:
     consumed: dict[str, Amount] | None
     counters: dict[str, dict[str, Amount]] = field(default_factory=dict)
     constraint_values: list[tuple[int, Any]] = field(default_factory=list)
-
-
-def attribute(cand: Candidate, qualified: str) -> tuple[str, Any] | None:
-    """``(type, value)`` of a fully qualified attribute, resolved as the scheduler does."""
-    attributes = cand.device.get("attributes") or {}
-    raw = attributes.get(qualified)
-    if raw is None:
-        domain, _, ident = qualified.partition("/")
-        if domain != cand.id.driver:
-            return None
-        raw = attributes.get(ident)
-    if not raw:
-        return None
-    for kind in ("string", "int", "bool", "version"):
-        if kind in raw:
-            return kind, raw[kind]
-    return None
-
-
-def show(value: tuple[str, Any]) -> str:
-    """An attribute value as text (``true``/``false`` for booleans)."""
-    return str(value[1]).lower() if value[0] == "bool" else str(value[1])
 
 
 def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
@@ -158,6 +138,8 @@ class Search:
         #: A probe of :meth:`_alone_impossible` (which probes no further).
         self.probe = False
         self.max_steps = owner.max_steps
+        #: Outcomes (never success) of requests started from a state met before.
+        self.settled = SettledStates()
 
     # --- before the search ---------------------------------------------------------------
 
@@ -340,9 +322,15 @@ class Search:
     def _next(self, si: int) -> _Result:
         if si == len(self.slots):
             return _Result.DONE
+        key = self.settled.key(self, si, None, 0, 0)
+        settled = self.settled.outcomes.get(key)
+        if settled is not None:
+            return settled
         result = self._request(si)
         if si > 0 and self.slots[si - 1][0] != self.slots[si][0] and result is _Result.EXCEEDED:
-            return _Result.FAIL  # a later claim's limit does not abandon this one's subrequest
+            result = _Result.FAIL  # a later claim's limit does not abandon this one's subrequest
+        if result is not _Result.DONE:
+            self.settled.outcomes[key] = result
         return result
 
     def _request(self, si: int) -> _Result:
@@ -393,6 +381,18 @@ class Search:
             if result is not _Result.DONE:
                 self._undo(outcome)
             return result
+        key = self.settled.key(self, si, alt, k, start)
+        settled = self.settled.outcomes.get(key)
+        if settled is not None:
+            return settled
+        result = self._pick(si, alt, k, start)
+        if result is not _Result.DONE:
+            self.settled.outcomes[key] = result
+        return result
+
+    def _pick(self, si: int, alt: Alternative, k: int, start: int) -> _Result:
+        """Pick device ``k`` of ExactCount ``alt`` among its candidates from ``start`` on."""
+        ci = self.slots[si][0]
         candidates = self._worth_trying(alt, self.plans[ci].name)
         for index, cand in candidates[bisect.bisect_left(candidates, start, key=_first) :]:
             outcome = self.check(ci, alt, cand, constraints=True)
