@@ -19,9 +19,10 @@ devices either both fail or both succeed, because the search tries every combina
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .attributes import attribute
@@ -35,25 +36,36 @@ if TYPE_CHECKING:
 Key = tuple[Any, ...]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Context:
     """The devices the rest of a search may pick, from a request or from a device of one."""
 
-    #: Device -> kind (the device itself where kinds are not used).
-    kinds: dict[DeviceId, Hashable]
+    #: Alternatives still to be allocated (the current one first, for a device of one).
+    alts: tuple[Alternative, ...]
+    #: Names of the attributes the constraints of the claims still to be allocated compare.
+    attributes: tuple[str, ...]
     #: Devices the requests after the current one may pick (with the current one: ``_next``).
     later: frozenset[DeviceId]
     #: Device -> position, of the current alternative's candidates (``_device``).
     positions: dict[DeviceId, int]
     pools: frozenset[tuple[str, str]]
+    #: Device -> kind, worked out when first needed.
+    kinds: dict[DeviceId, Hashable] = field(default_factory=dict)
 
 
 class SettledStates:
-    """Outcomes of parts of a search started from a state, by :meth:`key`."""
+    """Outcomes of parts of a search started from a state, by :meth:`key`.
+
+    Preparing a key costs, once per slot or alternative, time linear in the devices, and per
+    device held, time linear in the alternatives still to be allocated (the first time only).
+    """
 
     def __init__(self) -> None:
         self.outcomes: dict[Key, _Result] = {}
         self._contexts: dict[tuple[int, int], _Context] = {}
+        #: Per slot: the devices the requests from that slot on may pick.
+        self._reach: dict[int, frozenset[DeviceId]] = {}
+        self._usable_devices: frozenset[DeviceId] | None = None
 
     def key(self, search: Search, si: int, alt: Alternative | None, picked: int, start: int) -> Key:
         """The state the search from slot ``si`` on depends on; with ``alt``, from picking
@@ -67,7 +79,10 @@ class SettledStates:
             ahead = position is not None and position >= start
             if not ahead and dev not in ctx.later:
                 return None  # nothing after this point can pick it
-            return (ctx.kinds[dev], ahead)
+            kind = ctx.kinds.get(dev)
+            if kind is None:
+                kind = ctx.kinds[dev] = _kind(search, ctx, search.owner.candidate_by_id[dev])
+            return (kind, ahead)
 
         held: Counter[Hashable] = Counter()
         for dev, holders in search.run_exclusive.items():
@@ -105,25 +120,48 @@ class SettledStates:
         if cached is not None:
             return cached
         first = si if alt is None else si + 1
-        alts: list[Alternative] = [] if alt is None else [alt]
-        cands: dict[DeviceId, Candidate] = {}
+        later = self._reachable(search, first)
+        alts = [] if alt is None else [alt]
         for ci, ri in search.slots[first:]:
-            for other in search.plans[ci].requests[ri].alternatives:
-                alts.append(other)
-                cands.update((c.id, c) for _, c in _candidates(search, ci, other))
-        later = frozenset(cands)
+            alts.extend(search.plans[ci].requests[ri].alternatives)
+        claims = sorted({ci for ci, _ in search.slots[si:]})
+        attributes = tuple(c.attribute for ci in claims for c in search.plans[ci].constraints)
         positions: dict[DeviceId, int] = {}
         if alt is not None:
-            for position, cand in _candidates(search, search.slots[si][0], alt):
-                positions[cand.id] = position
-                cands[cand.id] = cand
-        kinds: dict[DeviceId, Hashable] = {
-            dev: _kind(search, si, alts, cand) if search.lookahead else dev
-            for dev, cand in cands.items()
-        }
-        pools = frozenset((d.driver, d.pool) for d in cands)
-        cached = self._contexts[(si, id(alt))] = _Context(kinds, later, positions, pools)
+            positions = {c.id: i for i, c in _candidates(search, search.slots[si][0], alt)}
+        pools = frozenset((d.driver, d.pool) for d in later | positions.keys())
+        cached = _Context(tuple(alts), attributes, later, positions, pools)
+        self._contexts[(si, id(alt))] = cached
         return cached
+
+    def _reachable(self, search: Search, si: int) -> frozenset[DeviceId]:
+        """The devices the requests from slot ``si`` on may pick, or more: for an ExactCount
+        alternative those its selectors match (all of the usable pools' where that is not
+        recorded), so that nothing is evaluated before the search reaches it."""
+        if si == len(search.slots):
+            return frozenset()
+        cached = self._reach.get(si)
+        if cached is None:
+            ci, ri = search.slots[si]
+            here: set[DeviceId] = set()
+            for alt in search.plans[ci].requests[ri].alternatives:
+                if alt.all_mode:
+                    here.update(c.id for c in search.all_devices[id(alt)])
+                elif id(alt) in search.matching:
+                    here.update(search.matching[id(alt)])
+                else:
+                    here.update(self._usable(search))
+            cached = self._reach[si] = self._reachable(search, si + 1) | here
+        return cached
+
+    def _usable(self, search: Search) -> frozenset[DeviceId]:
+        if self._usable_devices is None:
+            self._usable_devices = frozenset(
+                c.id
+                for c in search.owner.candidates
+                if search.owner.pool_by_key[(c.id.driver, c.id.pool)].usable
+            )
+        return self._usable_devices
 
 
 def _candidates(search: Search, ci: int, alt: Alternative) -> list[tuple[int, Candidate]]:
@@ -133,35 +171,38 @@ def _candidates(search: Search, ci: int, alt: Alternative) -> list[tuple[int, Ca
     return search._worth_trying(alt, search.plans[ci].name)
 
 
-def _kind(search: Search, si: int, alts: list[Alternative], cand: Candidate) -> Hashable:
-    """What the remaining requests can tell of ``cand``: equal for interchangeable devices."""
-    if cand.device.get("consumesCounters"):
+def _kind(search: Search, ctx: _Context, cand: Candidate) -> Hashable:
+    """What the remaining requests can tell of ``cand``, equal only for interchangeable
+    devices (the device itself where kinds are not used or it stands apart). A request's
+    capacity outcome is the one worked out (or, without a capacity request, worked out now),
+    or else the device's capacities themselves: a request's amounts are only rounded, and a
+    rounding may fail, when the search reaches it."""
+    if not search.lookahead or cand.device.get("consumesCounters"):
         return cand.id
     usage = search.owner.usage
     outcomes: list[Hashable] = []
-    for alt in alts:
+    for alt in ctx.alts:
         key = (id(alt), cand.id)
         if alt.all_mode or key not in search.selector_cache:
-            return cand.id  # keep the device apart
+            return cand.id
         selected = search.selector_cache[key]
         if selected is not None:
             outcomes.append(selected.kind)  # the request cannot pick it
             continue
         demand = search.demand_cache.get(key)
-        if demand is None:
-            return cand.id
+        if demand is None and not alt.capacity_requests:
+            demand = search._demand(alt, cand)  # the defaults: nothing to round, no error
         shown: Hashable
-        if isinstance(demand, Rejection):
+        if demand is None:  # not worked out before the search reaches it: the capacities
+            shown = json.dumps(cand.device.get("capacity"), sort_keys=True, default=str)
+        elif isinstance(demand, Rejection):
             shown = demand.kind
         elif cand.multi:
             shown = _items(demand)
         else:  # no pick consumes a dedicated device's capacity: it fits or never does
             shown = isinstance(search._capacity(alt, cand), Rejection)
         outcomes.append((shown, search._taints(alt, cand) is not None))
-    claims = sorted({ci for ci, _ in search.slots[si:]})
-    attributes = tuple(
-        attribute(cand, c.attribute) for ci in claims for c in search.plans[ci].constraints
-    )
+    attributes = tuple(attribute(cand, name) for name in ctx.attributes)
     return (
         cand.multi,
         tuple(outcomes),
