@@ -25,7 +25,7 @@ from typing import Any
 from api import names
 from kubeletplugin.config import parse_config
 from kubeletplugin.main import build_plugin
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 NODE = "bench-node"
 GPUS = 8

@@ -1,8 +1,8 @@
 """The layer contracts in pyproject.toml cover the whole tree, so no package escapes the rule.
 
 ``lint-imports`` (part of ``make lint``) checks the imports against the contracts; these tests
-check the contracts themselves: a new package under ``sharegpu/`` or ``kubeletplugin/`` that no
-layer names would otherwise be free to import anything.
+check the contracts themselves: a new package under ``sharegpu/``, ``sharegpuctl/`` or
+``kubeletplugin/`` that no layer names would otherwise be free to import anything.
 """
 
 from __future__ import annotations
@@ -36,18 +36,39 @@ def _packages(parent: str) -> set[str]:
     }
 
 
-def test_root_packages_are_the_four_top_level_folders() -> None:
+def test_root_packages_are_the_five_top_level_folders() -> None:
     assert sorted(_importlinter()["root_packages"]) == [
         "api",
         "controller",
         "kubeletplugin",
         "sharegpu",
+        "sharegpuctl",
     ]
 
 
 def test_every_sharegpu_package_and_both_daemons_have_a_top_level_layer() -> None:
     named = _layer_names(_contract("top-level-layers")["layers"])
-    assert _packages("sharegpu") | {"api", "kubeletplugin", "controller"} == named
+    assert _packages("sharegpu") | {"api", "kubeletplugin", "controller", "sharegpuctl"} == named
+
+
+def test_the_shared_libraries_import_nothing_above_them() -> None:
+    contract = _contract("shared-libraries-below-daemons")
+    assert contract["type"] == "forbidden"
+    assert contract["source_modules"] == ["sharegpu"]
+    assert sorted(contract["forbidden_modules"]) == ["controller", "kubeletplugin", "sharegpuctl"]
+
+
+def test_the_command_contract_names_every_module_and_package() -> None:
+    contract = _contract("sharegpuctl-layers")
+    assert contract["containers"] == ["sharegpuctl"]
+    assert contract["exhaustive"] is True
+    named = {f"sharegpuctl.{n}" for n in _layer_names(contract["layers"])}
+    modules = {
+        f"sharegpuctl.{p.stem}"
+        for p in (REPO_ROOT / "sharegpuctl").glob("*.py")
+        if p.stem not in {"__init__", "__main__"}
+    }
+    assert modules | _packages("sharegpuctl") == named
 
 
 def test_the_node_plugin_contract_names_every_module_and_package() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from api.quantity import quantity_int
-from sharegpu.cli import main
-from sharegpu.cli.demo import tables_of
-from sharegpu.cli.output import render_table
+from sharegpuctl.cli import main
+from sharegpuctl.cli.demo import tables_of
+from sharegpuctl.cli.output import render_table
 from tests.paths import EXAMPLES_DIR
 
 CDI_PREFIX = "k8s.gpu.sharegpu.dev/claim="
@@ -151,7 +151,7 @@ def test_human_tables(report: dict[str, Any]) -> None:
 
 
 def test_examples_dir_prefers_the_environment_then_the_source_tree() -> None:
-    from sharegpu.cli.demo import EXAMPLES_ENV, default_examples_dir
+    from sharegpuctl.cli.demo import EXAMPLES_ENV, default_examples_dir
 
     source_tree = EXAMPLES_DIR
     assert default_examples_dir({}) == source_tree
@@ -165,7 +165,7 @@ REPO_ROOT = EXAMPLES_DIR.parent
 
 
 def test_next_steps_name_real_commands_and_files(report: dict[str, Any]) -> None:
-    from sharegpu.cli import build_parser
+    from sharegpuctl.cli import build_parser
 
     commands = [s["command"] for s in report["nextSteps"]]
     assert commands[0].startswith("sharegpu validate -f ")
@@ -186,7 +186,7 @@ def test_next_steps_name_real_commands_and_files(report: dict[str, Any]) -> None
 
 
 def test_rows_name_their_example_and_the_examples_not_run(report: dict[str, Any]) -> None:
-    from sharegpu.cli.demo_inputs import DEMO_EXAMPLES
+    from sharegpuctl.cli.demo_inputs import DEMO_EXAMPLES
 
     for c in report["claims"]:
         assert c["example"] in DEMO_EXAMPLES, c

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 
 
 def devices(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
@@ -88,7 +88,7 @@ def test_mock_count_out_of_range_is_a_usage_error(
 @pytest.mark.process
 def test_console_script_help() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "sharegpu", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "sharegpuctl", "--help"], capture_output=True, text=True, check=True
     )
     for command in ("devices", "validate", "explain", "status", "demo"):
         assert command in done.stdout

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from api import gates
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 
 from .test_explain import NODE, claim, explain, request, write
 

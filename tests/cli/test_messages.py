@@ -19,9 +19,9 @@ from kubeletplugin.devices.nvml import NvmlBackend
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import REJECTION_KINDS
-from sharegpu.cli import main
-from sharegpu.cli.common import default_device_class
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.cli import main
+from sharegpuctl.cli.common import default_device_class
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.paths import DOCS_DIR
 
 CLAIM = """\

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from api import names
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "n1"

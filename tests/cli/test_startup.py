@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-from sharegpu.cli import COMMANDS, build_parser, command_module, main, requested_command
+from sharegpuctl.cli import COMMANDS, build_parser, command_module, main, requested_command
 from tests.paths import REPO_ROOT
 
 #: Runs ``main(argv)`` and prints the modules it added, as JSON, on the last line of stdout.
 PROBE = """
 import json, sys
 before = set(sys.modules)
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 try:
     main(sys.argv[1:])
 except SystemExit:
@@ -29,7 +29,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 """
 #: Packages no command that only reads the node or prints help may load.
 HEAVY = ("kubernetes", "urllib3", "grpc", "opentelemetry", "jsonschema", "controller", "celpy")
-PROJECT = ("api", "sharegpu")
+PROJECT = ("api", "sharegpu", "sharegpuctl")
 
 
 def added_modules(*argv: str) -> list[str]:
@@ -62,7 +62,7 @@ def test_help_and_version_load_no_command_and_no_third_party_package(argv: list[
 
 def test_devices_with_mock_gpus_loads_only_the_node_code() -> None:
     added = added_modules("devices", "--mock", "8", "-o", "json")
-    assert "sharegpu.cli.devices" in added and "kubeletplugin.devices.mock" in added
+    assert "sharegpuctl.cli.devices" in added and "kubeletplugin.devices.mock" in added
     loaded = top_level(added)
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
     others = {c.module for c in COMMANDS if c.name != "devices"}
@@ -71,7 +71,7 @@ def test_devices_with_mock_gpus_loads_only_the_node_code() -> None:
 
 def test_status_help_loads_no_api_client() -> None:
     added = added_modules("status", "--help")
-    assert "sharegpu.cli.status" in added
+    assert "sharegpuctl.cli.status" in added
     assert "kubernetes" not in top_level(added) and "sharegpu.kube.rest" not in added
 
 

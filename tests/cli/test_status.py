@@ -16,10 +16,10 @@ from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import allocate_many
-from sharegpu.cli import main
-from sharegpu.cli.common import default_device_class
-from sharegpu.cli.status import usage_rows
-from sharegpu.local.apiserver import KubeAPIServer, default_resources
+from sharegpuctl.cli import main
+from sharegpuctl.cli.common import default_device_class
+from sharegpuctl.cli.status import usage_rows
+from sharegpuctl.local.apiserver import KubeAPIServer, default_resources
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 Obj = dict[str, Any]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 
 Obj = dict[str, Any]
 DRIVER = "gpu.sharegpu.dev"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 from tests.paths import EXAMPLES_DIR
 
 EXAMPLES = EXAMPLES_DIR

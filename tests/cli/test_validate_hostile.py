@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sharegpu.cli import main
-from sharegpu.cli.loading import MANIFEST_LIMITS, MAX_INT_CHARS
+from sharegpuctl.cli import main
+from sharegpuctl.cli.loading import MANIFEST_LIMITS, MAX_INT_CHARS
 
 LIMITS = MANIFEST_LIMITS
 CLAIM = {

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sharegpu.cli import main
-from sharegpu.cli.common import chart_device_class_names
-from sharegpu.cli.crosschecks import ComparisonBudget, edit_distance, near_miss
+from sharegpuctl.cli import main
+from sharegpuctl.cli.common import chart_device_class_names
+from sharegpuctl.cli.crosschecks import ComparisonBudget, edit_distance, near_miss
 from tests.allocator import helpers as allocator_helpers
 from tests.paths import REPO_ROOT
 

@@ -30,7 +30,7 @@ from kubeletplugin.devices.mock import default_gpu, load_mock_config
 from kubeletplugin.devices.slices import consumable_device, desired_slices, partition_devices
 from kubeletplugin.devices.table import node_devices
 from sharegpu.cel import compile_selector, device_activation
-from sharegpu.cli.common import default_device_class
+from sharegpuctl.cli.common import default_device_class
 from tests.deploy.helpers import (
     CERT_MANAGER_GROUPS,
     CHART_DIR,
@@ -583,7 +583,7 @@ def test_sharegpu_validate_accepts_every_rendered_document(
         path.write_text(yaml.safe_dump_all(kept))
         files += ["-f", str(path)]
     result = subprocess.run(
-        [sys.executable, "-m", "sharegpu", "validate", *files, "--kubernetes-version", version],
+        [sys.executable, "-m", "sharegpuctl", "validate", *files, "--kubernetes-version", version],
         capture_output=True,
         text=True,
         timeout=120,

@@ -74,7 +74,7 @@ def code_of(markdown: str) -> str:
 
 
 def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
-    from sharegpu.cli import build_parser
+    from sharegpuctl.cli import build_parser
 
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

@@ -39,7 +39,7 @@ from tests.paths import REPO_ROOT
 
 #: Where Debian's tini package installs it (the chart's plugin container runs ``tini -s --``).
 TINI: Final = Path("/usr/bin/tini")
-PROJECT_PACKAGES: Final = ("api", "kubeletplugin", "controller", "sharegpu")
+PROJECT_PACKAGES: Final = ("api", "kubeletplugin", "controller", "sharegpu", "sharegpuctl")
 #: Parts of the Python installation the daemons never use.
 _STDLIB_SKIPPED: Final = frozenset(
     {"test", "site-packages", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3"}

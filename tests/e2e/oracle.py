@@ -1,7 +1,7 @@
 """The oracle cases: requests a real kube-apiserver refuses (or prunes), and how its answers are
 recorded under ``tests/data/apiserver-oracle/`` (one JSON file per case, naming the Kubernetes
 version that answered). ``tests/e2e/test_oracle.py`` sends them to a real API server; the same
-cases and files can be replayed against the embedded one (sharegpu.local.apiserver).
+cases and files can be replayed against the embedded one (sharegpuctl.local.apiserver).
 """
 
 from __future__ import annotations

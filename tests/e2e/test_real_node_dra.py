@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sharegpu.cli.demo_inputs import DEMO_EXAMPLES
+from sharegpuctl.cli.demo_inputs import DEMO_EXAMPLES
 from tests.deploy.helpers import load_documents
 from tests.e2e import plugindaemon
 from tests.e2e.controlplane import ControlPlane

@@ -69,8 +69,8 @@ from kubeletplugin.usage.attribution import attribute
 from kubeletplugin.usage.model import GpuSample, PreparedShare
 from kubeletplugin.usage.procfs import PodLookup
 from kubeletplugin.usage.source import NvmlUsageSource
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimClaimResult
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin, SimClaimResult
 from tests.gpu import cudaprobe
 from tests.gpu.checks import (
     CALIBRATION_ITERATIONS,

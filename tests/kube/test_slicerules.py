@@ -772,7 +772,7 @@ def test_pool_disagreeing_slice_counts_and_pools() -> None:
 
 @pytest.mark.parametrize("name", sorted(VALID))
 def test_valid_slices_also_pass_the_official_schema(name: str) -> None:
-    from sharegpu.local.apiserver.validation import schema_validator
+    from sharegpuctl.local.apiserver.validation import schema_validator
 
     assert schema_validator("resource.k8s.io/v1", "ResourceSlice")(VALID[name]()) == []
 

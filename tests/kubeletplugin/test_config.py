@@ -12,7 +12,7 @@ from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.main import Plugin, check_gpu_node
 from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.helpers import eventually
 from tests.kube.helpers import Recorder, all_closed, get_with_retries, short_limits, stall
 from tests.kubeletplugin.publish.helpers import DEADLINE, create_node, is_consistent, pool

@@ -14,7 +14,7 @@ from kubernetes import client, watch
 from kubernetes.client import ApiClient, ApiException
 
 from api import names
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.helpers import eventually
 from tests.local.objects import gpu_spec, gpu_status, request_json
 
@@ -1004,7 +1004,7 @@ def test_standalone_process(tmp_path: Path) -> None:
 
     kubeconfig = tmp_path / "kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sharegpu.local.apiserver", "--kubeconfig", str(kubeconfig)],
+        [sys.executable, "-m", "sharegpuctl.local.apiserver", "--kubeconfig", str(kubeconfig)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -1099,8 +1099,8 @@ def test_dry_run_stores_nothing(apiserver: KubeAPIServer, kube_client: ApiClient
 
 
 def test_json_patch_follows_pointers_and_names_a_missing_path() -> None:
-    from sharegpu.local.apiserver.errors import ApiError
-    from sharegpu.local.apiserver.patch import json_patch
+    from sharegpuctl.local.apiserver.errors import ApiError
+    from sharegpuctl.local.apiserver.patch import json_patch
 
     doc = {"spec": {"items": [{"a/b": 1}, {"c": 2}]}}
     patched = json_patch(

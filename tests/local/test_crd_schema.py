@@ -1,4 +1,4 @@
-"""Structural-schema validation and pruning of custom resources (:mod:`sharegpu.local.apiserver.
+"""Structural-schema validation and pruning of custom resources (:mod:`sharegpuctl.local.apiserver.
 crdschema`), against the real server's own test table and through the embedded API server."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from api import names
 from api.quantity import QUANTITY_PATTERN
-from sharegpu.local.apiserver import ApiError, KubeAPIServer
-from sharegpu.local.apiserver.crdschema import go_float, prune, validate
+from sharegpuctl.local.apiserver import ApiError, KubeAPIServer
+from sharegpuctl.local.apiserver.crdschema import go_float, prune, validate
 from tests.local.objects import gpu_spec, gpu_status, request_json
 
 Obj = dict[str, Any]

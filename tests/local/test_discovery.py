@@ -11,8 +11,8 @@ import pytest
 import urllib3
 
 from api import names
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.apiserver.tables import human_duration
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver.tables import human_duration
 from tests.local.objects import gpu_spec, gpu_status
 
 Obj = dict[str, Any]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.e2e.oracle import CASES, ORACLE_DIR, OracleCase, normalized
 
 

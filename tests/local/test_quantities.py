@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from api.quantity import FORMAT_WRONG
-from sharegpu.local.apiserver import ApiError, KubeAPIServer
+from sharegpuctl.local.apiserver import ApiError, KubeAPIServer
 from tests.local.objects import request_json
 
 Obj = dict[str, Any]

@@ -13,7 +13,7 @@ from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.main import build_checker, build_plugin
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 BASE = ["--node-name", "n1"]
 

@@ -19,7 +19,7 @@ from kubeletplugin.kubelet.preparer import (
     claim_ref_problem,
 )
 from kubeletplugin.model import base_request_names
-from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimDevice
+from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin, SimDevice
 from tests.kubeletplugin.kubelet.helpers import (
     DRIVER,
     Dirs,

@@ -16,7 +16,7 @@ import grpc
 
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.checkpoint import checksum_of
-from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin
+from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin
 from tests.helpers import eventually
 from tests.kubeletplugin.prepare.checkpoint_files import read_document
 from tests.kubeletplugin.prepare.helpers import DRIVER, NODE, assert_valid_cdi

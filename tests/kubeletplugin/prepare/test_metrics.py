@@ -19,8 +19,8 @@ from kubeletplugin.prepare.cdi import CdiSpecWriter
 from kubeletplugin.prepare.checkpoint import Checkpoint
 from kubeletplugin.prepare.state import DeviceState
 from sharegpu.kube.telemetry import Telemetry
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,
     GI,

@@ -11,8 +11,8 @@ from kubeletplugin.config import parse_config
 from kubeletplugin.main import build_plugin
 from kubeletplugin.sharing.mpspaths import daemon_id
 from kubeletplugin.sharing.simulator import PID_FILE
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.kubelet.helpers import socket_dirs
 from tests.kubeletplugin.prepare.helpers import DRIVER, GI, NODE, claim, ref, result
 from tests.kubeletplugin.prepare.helpers import cdi_validator as cdi_schema

@@ -10,8 +10,8 @@ from typing import Any
 from kubeletplugin.config import parse_config
 from kubeletplugin.main import build_plugin
 from kubeletplugin.usage.mpsdaemons import DAEMON_POD_SELECTOR
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.helpers import eventually
 from tests.kubeletplugin.kubelet.helpers import socket_dirs
 from tests.kubeletplugin.prepare.helpers import DRIVER, GI, NODE, claim, ref, result

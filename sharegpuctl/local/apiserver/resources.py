@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api import gates, names
-from sharegpu.local.apiserver.quantities import quantity_problem
-from sharegpu.local.apiserver.validation import (
+from sharegpuctl.local.apiserver.quantities import quantity_problem
+from sharegpuctl.local.apiserver.validation import (
     resource_schema_validator,
     validate_device_taint_rule_object,
     validate_resource_slice_object,
@@ -187,7 +187,7 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
     drops from ResourceSlices and ResourceClaims, as Kubernetes 1.34 and 1.35 drop the
     consumable-capacity fields by default."""
     # imported here: the CRD module builds ResourceTypes of this module
-    from sharegpu.local.apiserver.crds import (
+    from sharegpuctl.local.apiserver.crds import (
         builtin_crds,
         crd_problems,
         default_crd_status,

@@ -1,8 +1,8 @@
 """Run the in-process API server as a standalone process.
 
-``python -m sharegpu.local.apiserver [--port N] [--kubeconfig PATH]`` serves until SIGINT/SIGTERM;
-it
-prints the URL on stdout once it is listening (and writes the kubeconfig first, when asked).
+``python -m sharegpuctl.local.apiserver [--port N] [--kubeconfig PATH]`` serves until
+SIGINT/SIGTERM; it prints the URL on stdout once it is listening (and writes the kubeconfig
+first, when asked).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import sys
 import threading
 from types import FrameType
 
-from sharegpu.local.apiserver.server import KubeAPIServer
+from sharegpuctl.local.apiserver.server import KubeAPIServer
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options."""
     parser = argparse.ArgumentParser(
-        prog="python -m sharegpu.local.apiserver",
+        prog="python -m sharegpuctl.local.apiserver",
         description="A small in-process Kubernetes API server for tests and demos.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -55,8 +55,8 @@ from kubeletplugin.devices.slices import consumable_device
 from kubeletplugin.model import GpuInfo
 from sharegpu.admission import checks
 from sharegpu.allocator.capacity import PolicyViolation, consumed_amount
-from sharegpu.cli.common import chart_device_class_names
-from sharegpu.cli.loading import Manifest
+from sharegpuctl.cli.common import chart_device_class_names
+from sharegpuctl.cli.loading import Manifest
 
 #: The feature gate that makes the API server keep ``capacity.requests`` of a device request.
 CONSUMABLE_CAPACITY_GATE: Final = gates.CONSUMABLE_CAPACITY

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.version import VERSION
-from sharegpu.cli.common import EXIT_OK, EXIT_USAGE, CliError
+from sharegpuctl.cli.common import EXIT_OK, EXIT_USAGE, CliError
 
 PROG = "sharegpu"
 
@@ -41,27 +41,27 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command(
         "devices",
-        "sharegpu.cli.devices",
+        "sharegpuctl.cli.devices",
         "show this node's GPUs and the ResourceSlices that would be published",
     ),
     Command(
         "validate",
-        "sharegpu.cli.validate",
+        "sharegpuctl.cli.validate",
         "check DeviceClass, ResourceClaim(Template) and Pod manifests offline",
     ),
     Command(
         "explain",
-        "sharegpu.cli.explain",
+        "sharegpuctl.cli.explain",
         "explain where a claim would be allocated, or why each device is rejected",
     ),
     Command(
         "status",
-        "sharegpu.cli.status",
+        "sharegpuctl.cli.status",
         "show every GPU's model, health, allocated cores and memory, claims and pods",
     ),
     Command(
         "demo",
-        "sharegpu.cli.demo",
+        "sharegpuctl.cli.demo",
         "run the whole driver locally: mock GPUs, the real plugin, allocation, prepare",
     ),
 )

@@ -6,7 +6,7 @@ Invariants:
   :class:`CliError`; ``sharegpu`` prints its one-line message and exits with its ``code``
   (1; 2 for usage errors). Nothing expected reaches the user as a traceback.
 - Manifests are plain dicts in their JSON shape, read by the one bounded loader,
-  :mod:`sharegpu.cli.loading`.
+  :mod:`sharegpuctl.cli.loading`.
 - Importing this module is cheap (``sharegpu --help`` imports it): the device backends and the
   slice builders are imported by the functions that use them.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from api import names
-from sharegpu.cli.output import OUTPUT_FORMATS
+from sharegpuctl.cli.output import OUTPUT_FORMATS
 
 if TYPE_CHECKING:
     from kubeletplugin.devices.backend import DeviceBackend

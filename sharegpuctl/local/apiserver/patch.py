@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from sharegpu.local.apiserver.errors import ApiError
+from sharegpuctl.local.apiserver.errors import ApiError
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

@@ -2,8 +2,8 @@
 
 ``KubeAPIServer`` serves the REST protocol (list/watch/get/create/update/patch/delete/
 deletecollection, status subresources, Status error bodies) for the resources in
-:mod:`sharegpu.local.apiserver.resources` from an
-:class:`~sharegpu.local.apiserver.store.ObjectStore`.
+:mod:`sharegpuctl.local.apiserver.resources` from an
+:class:`~sharegpuctl.local.apiserver.store.ObjectStore`.
 It binds 127.0.0.1 (port 0 by default) and runs in background threads; ``stop()`` ends watch
 streams, closes every connection and joins all threads.
 """
@@ -29,22 +29,22 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from sharegpu.kube import jsonbody
-from sharegpu.local.apiserver import selectors
-from sharegpu.local.apiserver.errors import ApiError, success_status
-from sharegpu.local.apiserver.faults import (
+from sharegpuctl.local.apiserver import selectors
+from sharegpuctl.local.apiserver.errors import ApiError, success_status
+from sharegpuctl.local.apiserver.faults import (
     ACTION_DELAY,
     ACTION_HANGUP,
     Fault,
     FaultInjector,
 )
-from sharegpu.local.apiserver.patch import SUPPORTED_PATCH_TYPES, apply_patch
-from sharegpu.local.apiserver.tables import table, wants_table
+from sharegpuctl.local.apiserver.patch import SUPPORTED_PATCH_TYPES, apply_patch
+from sharegpuctl.local.apiserver.tables import table, wants_table
 
 if TYPE_CHECKING:
     import kubernetes.client
-from sharegpu.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
-from sharegpu.local.apiserver.reviews import REVIEW_PLURALS, Reviews
-from sharegpu.local.apiserver.store import CLOSED, Event, ObjectStore, Watcher
+from sharegpuctl.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
+from sharegpuctl.local.apiserver.reviews import REVIEW_PLURALS, Reviews
+from sharegpuctl.local.apiserver.store import CLOSED, Event, ObjectStore, Watcher
 
 #: Media types of request bodies this server decodes (create, update, delete options); the
 #: real server also reads protobuf and CBOR, which this one answers 415 Unsupported Media Type.
@@ -553,7 +553,7 @@ class KubeAPIServer:
     ``store`` gives direct, thread-safe access to the objects (writes there emit watch events);
     ``faults``/:meth:`inject_fault` make requests fail; :meth:`request_count` tells how many
     requests of a verb/resource were served. ``disabled_gates`` emulates an API server with those
-    feature gates off (:func:`~sharegpu.local.apiserver.resources.default_resources`).
+    feature gates off (:func:`~sharegpuctl.local.apiserver.resources.default_resources`).
     """
 
     def __init__(

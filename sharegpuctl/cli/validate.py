@@ -1,6 +1,6 @@
 """``sharegpu validate``: offline checks of the manifests a user is about to apply.
 
-The files are read by the bounded loader (:mod:`sharegpu.cli.loading`): a file or directory
+The files are read by the bounded loader (:mod:`sharegpuctl.cli.loading`): a file or directory
 without any object, or input beyond the limits of the whole call (total size, objects, nodes),
 fails with one line and exit code 1 before any check runs. A problem confined to one file
 (invalid YAML, a per-file limit) is an error finding of that file, at its line and column; the
@@ -24,7 +24,7 @@ Per object, in this order:
    DeviceTaintRule's selector names and taint are checked as the API server checks them;
 5. pods and pod templates (Deployment, Job, ...): every claim a container uses is defined in
    ``spec.resourceClaims``, and each entry names exactly one claim or template;
-6. the checks across objects of :mod:`sharegpu.cli.crosschecks` (warnings): near-miss class,
+6. the checks across objects of :mod:`sharegpuctl.cli.crosschecks` (warnings): near-miss class,
    claim and template names, opaque configs no driver reads, memory larger than every known
    GPU, fields whose feature gate is off at ``--kubernetes-version`` (warnings) and fields
    sharegpu does not implement whose gate ``--feature-gates`` turns on (errors).
@@ -51,8 +51,9 @@ from api.gpuconfig import GPU_CONFIG_KIND, GpuConfigError, parse_gpu_config
 from api.gpuquota import GpuQuotaError, parse_gpu_quota
 from api.names import GPU_QUOTA_KIND
 from sharegpu.admission import checks
-from sharegpu.cli import crosschecks
-from sharegpu.cli.common import (
+from sharegpu.kube.devicetaints import DEVICE_TAINT_RULE_KIND, validate_device_taint_rule
+from sharegpuctl.cli import crosschecks
+from sharegpuctl.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
@@ -60,10 +61,9 @@ from sharegpu.cli.common import (
     Obj,
     add_output_flag,
 )
-from sharegpu.cli.loading import FileProblem, Manifest, load_manifests
-from sharegpu.cli.output import emit, resolve_format
-from sharegpu.cli.quota import load_quota, quota_verdicts
-from sharegpu.kube.devicetaints import DEVICE_TAINT_RULE_KIND, validate_device_taint_rule
+from sharegpuctl.cli.loading import FileProblem, Manifest, load_manifests
+from sharegpuctl.cli.output import emit, resolve_format
+from sharegpuctl.cli.quota import load_quota, quota_verdicts
 
 HELP = "check DeviceClass, ResourceClaim(Template) and Pod manifests offline"
 DEFAULT_KUBERNETES_VERSION: Final = "{}.{}".format(*LATEST_KUBERNETES)
@@ -393,7 +393,7 @@ def quota_file_findings(
     quota_file: str, paths: Sequence[str], driver: str
 ) -> list[FileFinding | LoadFinding]:
     """The denials of the GpuQuota in ``quota_file`` (usage 0) for the claims in ``paths``
-    (:mod:`sharegpu.cli.quota`)."""
+    (:mod:`sharegpuctl.cli.quota`)."""
     quota = load_quota(quota_file)
     manifests = load_manifests(paths, problems=[])
     classes = driver_classes(manifests, driver)

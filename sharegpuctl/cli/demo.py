@@ -1,6 +1,6 @@
 """``sharegpu demo``: the whole driver on this machine, with no cluster and no GPU.
 
-1. An in-process Kubernetes API server (:mod:`sharegpu.local.apiserver`) and a Node.
+1. An in-process Kubernetes API server (:mod:`sharegpuctl.local.apiserver`) and a Node.
 2. The real kubelet plugin daemon (:func:`kubeletplugin.main.build_plugin`, started as its
    ``run`` would): mock backend with 8 H100-like GPUs, consumable mode, slice publisher, health
    monitor, and its kubelet service (gRPC sockets, checkpoint, CDI specs), all files in one
@@ -9,12 +9,12 @@
 3. The published ResourceSlices, the driver's DeviceClass and the claims of the examples that
    fit consumable mode (templates become claims named like them), each row naming its example
    directory; or, with ``-f``, the user's claims, templates and DeviceClasses, the pods and
-   workloads of the files naming who uses each claim (:mod:`sharegpu.cli.demo_inputs`).
+   workloads of the files naming who uses each claim (:mod:`sharegpuctl.cli.demo_inputs`).
 4. Each claim allocated in turn with :mod:`sharegpu.allocator` as kube-scheduler would (the
    claims one pod uses together, in one search), its ``status.allocation`` written to the API
    server.
 5. Each claim prepared through the plugin's real DRA socket by a kubelet-side client
-   (:mod:`sharegpu.local.kubelet`, registration handshake first); the enforced limits are read
+   (:mod:`sharegpuctl.local.kubelet`, registration handshake first); the enforced limits are read
    back from the CDI spec the plugin wrote.
 6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`).
 7. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
@@ -48,7 +48,8 @@ from kubeletplugin.kubelet.registration import registration_socket_path
 from kubeletplugin.main import Plugin, build_plugin
 from kubeletplugin.prepare.cdi import spec_file_name
 from sharegpu.allocator import Allocator, seeded_share_ids
-from sharegpu.cli.common import (
+from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest
+from sharegpuctl.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     CliError,
@@ -58,7 +59,7 @@ from sharegpu.cli.common import (
     default_device_class,
     slice_summary,
 )
-from sharegpu.cli.demo_inputs import (
+from sharegpuctl.cli.demo_inputs import (
     NAMESPACE,
     NEXT_STEPS,
     ClaimInput,
@@ -68,11 +69,10 @@ from sharegpu.cli.demo_inputs import (
     skipped_examples,
     user_claims,
 )
-from sharegpu.cli.explain import allocation_rows, consumed_text, describe, pod_groups
-from sharegpu.cli.output import Table, emit, resolve_format
-from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin
+from sharegpuctl.cli.explain import allocation_rows, consumed_text, describe, pod_groups
+from sharegpuctl.cli.output import Table, emit, resolve_format
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin
 
 HELP = "run the whole driver locally: mock GPUs, the real plugin, allocation, prepare"
 NODE_NAME: Final = "demo-node"

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from api.crd import crd_manifest, quota_crd_manifest
-from sharegpu.local.apiserver import crdschema
-from sharegpu.local.apiserver.resources import ResourceType
+from sharegpuctl.local.apiserver import crdschema
+from sharegpuctl.local.apiserver.resources import ResourceType
 
 _SCOPES = ("Namespaced", "Cluster")
 

@@ -17,8 +17,8 @@ from api.names import GPU_QUOTA_KIND
 from controller.quotacharge import Amounts, ChargeBasis, basis_of, demand, denial
 from kubeletplugin.devices.mock import default_gpu
 from sharegpu.admission import checks
-from sharegpu.cli.common import EXIT_USAGE, CliError
-from sharegpu.cli.loading import FileProblem, Manifest, load_manifests
+from sharegpuctl.cli.common import EXIT_USAGE, CliError
+from sharegpuctl.cli.loading import FileProblem, Manifest, load_manifests
 
 #: GPUs of the offline mock node.
 MOCK_GPUS = 8

@@ -6,7 +6,7 @@
 - :func:`user_claims`: the claims of ``demo -f``: ResourceClaims, ResourceClaimTemplates (one
   claim each, named like the template), DeviceClasses, and the pods and workloads that use them
   (a claim a pod names that is not in the files is reported, not run). Everything is read by
-  the bounded loader (:mod:`sharegpu.cli.loading`) and checked against the Kubernetes schema
+  the bounded loader (:mod:`sharegpuctl.cli.loading`) and checked against the Kubernetes schema
   first, so bad input ends the command with one line.
 - :func:`override_notes`: what a claim's GpuConfig changes compared with the defaults the share
   alone would give.
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from sharegpu.cli.common import CliError, Obj
-from sharegpu.cli.explain import claim_from_template, claim_refs
-from sharegpu.cli.loading import Manifest, load_manifests
-from sharegpu.cli.validate import DEFAULT_KUBERNETES_VERSION, schema_findings
+from sharegpuctl.cli.common import CliError, Obj
+from sharegpuctl.cli.explain import claim_from_template, claim_refs
+from sharegpuctl.cli.loading import Manifest, load_manifests
+from sharegpuctl.cli.validate import DEFAULT_KUBERNETES_VERSION, schema_findings
 
 NAMESPACE: Final = "default"
 #: Example directories whose claims fit consumable mode, in the order they are allocated.

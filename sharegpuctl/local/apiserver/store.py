@@ -24,11 +24,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sharegpu.kube.slicerules import is_dns_label, is_dns_subdomain
-from sharegpu.local.apiserver import selectors
-from sharegpu.local.apiserver.crds import crd_problems, default_crd_status, resource_type
-from sharegpu.local.apiserver.errors import ApiError
-from sharegpu.local.apiserver.patch import apply_patch
-from sharegpu.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
+from sharegpuctl.local.apiserver import selectors
+from sharegpuctl.local.apiserver.crds import crd_problems, default_crd_status, resource_type
+from sharegpuctl.local.apiserver.errors import ApiError
+from sharegpuctl.local.apiserver.patch import apply_patch
+from sharegpuctl.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)

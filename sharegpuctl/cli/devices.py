@@ -9,7 +9,7 @@ from typing import Any, Final
 from api import names
 from api.quantity import format_bytes_human, format_quantity
 from kubeletplugin.model import GpuInfo, MigProfile
-from sharegpu.cli.common import (
+from sharegpuctl.cli.common import (
     EXIT_OK,
     LocalNode,
     Obj,
@@ -19,7 +19,7 @@ from sharegpu.cli.common import (
     local_node,
     slice_summary,
 )
-from sharegpu.cli.output import Table, emit, resolve_format
+from sharegpuctl.cli.output import Table, emit, resolve_format
 
 HELP = "show this node's GPUs and the ResourceSlices that would be published"
 MIB: Final = 1024 * 1024

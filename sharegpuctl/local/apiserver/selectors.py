@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sharegpu.local.apiserver.errors import ApiError
+from sharegpuctl.local.apiserver.errors import ApiError
 
 Matcher = Callable[[Mapping[str, Any]], bool]
 

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from sharegpu.local.apiserver.errors import ApiError
+from sharegpuctl.local.apiserver.errors import ApiError
 
 TOKEN_REVIEWS = "tokenreviews"
 ACCESS_REVIEWS = "subjectaccessreviews"

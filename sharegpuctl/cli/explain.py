@@ -30,13 +30,13 @@ default class stands in only offline and for ``--slices`` without any class, nev
 cluster, which has the classes it has.
 
 Before anything is allocated, the objects of ``-f`` go through the checks of ``sharegpu
-validate`` (:func:`sharegpu.cli.validate.check_manifests`: the schema of
+validate`` (:func:`sharegpuctl.cli.validate.check_manifests`: the schema of
 ``--kubernetes-version``, the admission webhook's rules, the feature gates of
 ``--feature-gates``): with any error nothing is allocated, the findings are printed and the
 exit code is 1; warnings are printed (to standard error for humans) and the claims allocated.
 
-Every file is read by the bounded loader (:mod:`sharegpu.cli.loading`); ``--slices`` files, which
-may be a dump of a whole cluster, with its larger :data:`~sharegpu.cli.loading.SLICE_LIMITS`.
+Every file is read by the bounded loader (:mod:`sharegpuctl.cli.loading`); ``--slices`` files, which
+may be a dump of a whole cluster, with its larger :data:`~sharegpuctl.cli.loading.SLICE_LIMITS`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,13 @@ from sharegpu.allocator.capacity import describe_policy
 from sharegpu.allocator.explanation import explain as explain_plan
 from sharegpu.allocator.requests import parse_requests
 from sharegpu.allocator.search import ClaimPlan
-from sharegpu.cli.common import (
+from sharegpu.kube.devicetaints import (
+    DEVICE_TAINT_RULE_KIND,
+    rule_name,
+    validate_device_taint_rule,
+)
+from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
+from sharegpuctl.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
@@ -77,21 +83,15 @@ from sharegpu.cli.common import (
     local_node,
     mig_device_class,
 )
-from sharegpu.cli.loading import SLICE_LIMITS, Manifest, load_manifests, load_objects
-from sharegpu.cli.output import Table, emit, resolve_format
-from sharegpu.cli.validate import (
+from sharegpuctl.cli.loading import SLICE_LIMITS, Manifest, load_manifests, load_objects
+from sharegpuctl.cli.output import Table, emit, resolve_format
+from sharegpuctl.cli.validate import (
     FileFinding,
     add_version_flags,
     check_manifests,
     check_version,
     parse_feature_gates,
 )
-from sharegpu.kube.devicetaints import (
-    DEVICE_TAINT_RULE_KIND,
-    rule_name,
-    validate_device_taint_rule,
-)
-from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
 
 HELP = "explain where a claim would be allocated, or why each device is rejected"
 #: Share IDs in explanations are reproducible (they are not written anywhere).
@@ -399,7 +399,7 @@ def _checked_rules(rules: Sequence[Obj]) -> list[Obj]:
 
 def has_mig_devices(slices: Sequence[Obj], driver: str) -> bool:
     """Whether some device of ``driver`` in the slices is a MIG device (attribute ``profile``):
-    then the chart's MIG class (:func:`~sharegpu.cli.common.mig_device_class`) stands in too."""
+    then the chart's MIG class (:func:`~sharegpuctl.cli.common.mig_device_class`) stands in too."""
     return any(
         names.ATTR_PROFILE in (d.get("attributes") or {})
         for s in slices
@@ -890,8 +890,8 @@ def quota_report(
 ) -> list[Obj]:
     """The verdict of the GpuQuota in ``quota_file`` (usage 0) on each ResourceClaim of its
     namespace among ``manifests``, in order: the rule and denial text of the admission webhook
-    (:mod:`sharegpu.cli.quota`)."""
-    from sharegpu.cli.quota import DEFAULT_NAMESPACE, load_quota, quota_verdicts
+    (:mod:`sharegpuctl.cli.quota`)."""
+    from sharegpuctl.cli.quota import DEFAULT_NAMESPACE, load_quota, quota_verdicts
 
     quota = load_quota(quota_file)
     namespace = quota.namespace or DEFAULT_NAMESPACE

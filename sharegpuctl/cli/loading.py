@@ -59,7 +59,7 @@ from typing import Any, Final
 
 import yaml
 
-from sharegpu.cli.common import CliError, Obj
+from sharegpuctl.cli.common import CliError, Obj
 
 try:
     from yaml import CSafeLoader as _SafeLoader

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sharegpu.local.apiserver.errors import ApiError
-from sharegpu.local.apiserver.resources import ResourceType
+from sharegpuctl.local.apiserver.errors import ApiError
+from sharegpuctl.local.apiserver.resources import ResourceType
 
 _NAME_COLUMN = {
     "name": "Name",
