@@ -420,9 +420,10 @@ def base_request_name(request_name: str) -> str:
     return request_name.split("/", 1)[0]
 
 
-def _applies(requests: Sequence[str], request_name: str) -> bool:
-    """Whether an entry listing ``requests`` (empty: every request) applies to
-    ``request_name`` (listing ``req`` also covers ``req/sub``)."""
+def config_applies(requests: Sequence[str], request_name: str) -> bool:
+    """Whether a config entry listing ``requests`` (empty: every request) applies to
+    ``request_name`` (listing ``req`` also covers ``req/sub``): the one rule of the plugin, the
+    webhook and the CLI."""
     return not requests or request_name in requests or base_request_name(request_name) in requests
 
 
@@ -440,7 +441,7 @@ class ConfigEntry:
     config: GpuConfig
 
     def applies_to(self, request_name: str) -> bool:
-        return _applies(self.requests, request_name)
+        return config_applies(self.requests, request_name)
 
 
 @dataclass(frozen=True)
@@ -453,7 +454,7 @@ class ConfigProblem:
     messages: tuple[str, ...]
 
     def applies_to(self, request_name: str) -> bool:
-        return _applies(self.requests, request_name)
+        return config_applies(self.requests, request_name)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import gates, names
-from api.gpuconfig import STRATEGY_MPS, decode_driver_configs
+from api.gpuconfig import STRATEGY_MPS, config_applies, decode_driver_configs
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from api.sharepolicy import memory_policy_max
 from controller.mpsclients import QUEUE_RULE
@@ -450,12 +450,6 @@ def pod_reference_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.
     return findings
 
 
-def _applies(entry: Mapping[str, Any], request: str) -> bool:
-    """Whether a config entry applies to a request (``req`` also covers ``req/sub``)."""
-    wanted = [r for r in _list(entry.get("requests")) if isinstance(r, str)]
-    return not wanted or request in wanted or request.partition("/")[0] in wanted
-
-
 def _request_list(requests: Sequence[Request]) -> str:
     shown = ", ".join(
         f"{r.name!r} (DeviceClass {class_name(r)!r})" if class_name(r) else repr(r.name)
@@ -485,7 +479,8 @@ def config_findings(
                 )
             )
             continue
-        targeted = [r for r in requests or () if _applies(entry, r.name)]
+        wanted = [r for r in _list(entry.get("requests")) if isinstance(r, str)]
+        targeted = [r for r in requests or () if config_applies(wanted, r.name)]
         if not targeted:
             continue
         ours = [r for r in targeted if is_ours(r, driver, ctx.classes)]
