@@ -381,11 +381,6 @@ def _yaml_error(name: str, exc: yaml.YAMLError, limits: Limits, text: str) -> Fi
     )
 
 
-def parse_documents(text: str, name: str, limits: Limits = MANIFEST_LIMITS) -> list[Any]:
-    """The YAML documents of ``text`` (``None`` for empty ones), within ``limits``."""
-    return _parse(text, name, _Budget(limits))[0]
-
-
 def _parse(text: str, name: str, budget: _Budget) -> tuple[list[Any], list[int]]:
     """The documents of ``text`` and the line where each starts."""
     try:
