@@ -477,10 +477,9 @@ class DriverConfigs:
             [f"config[{p.position}]: {m}" for p in self.problems for m in p.messages]
         )
 
-    def resolve(self, request_name: str, *, shared: bool = False) -> GpuConfig:
-        """The GpuConfig that applies to a device allocated for ``request_name``: the last
-        applicable entry wins as a whole (no field merging); none applies: the default for a
-        share or a whole GPU. A missing strategy is filled with :func:`default_strategy`.
+    def chosen(self, request_name: str) -> GpuConfig | None:
+        """The GpuConfig as written of the last entry that applies to ``request_name`` (it wins
+        as a whole, no field merging); None when none applies.
 
         Raises :class:`GpuConfigError` (:meth:`error`) when any entry is invalid: a claim with
         a broken config is refused whatever request it concerns.
@@ -492,6 +491,14 @@ class DriverConfigs:
         for entry in self.entries:
             if entry.applies_to(request_name):
                 chosen = entry.config
+        return chosen
+
+    def resolve(self, request_name: str, *, shared: bool = False) -> GpuConfig:
+        """The GpuConfig that applies to a device allocated for ``request_name``
+        (:meth:`chosen`); none applies: the default for a share or a whole GPU. A missing
+        strategy is filled with :func:`default_strategy`. Raises like :meth:`chosen`.
+        """
+        chosen = self.chosen(request_name)
         if chosen is None:
             return default_config(shared)
         if chosen.strategy is not None:

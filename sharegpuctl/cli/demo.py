@@ -269,7 +269,7 @@ def _prepare(node: Node, entry: Obj, claim: Obj, allocation: Obj, driver: str) -
     md = claim["metadata"]
     entry["allocated"] = True
     entry["results"] = allocation_rows(allocation)
-    entry["overrides"] = override_notes(claim, entry["results"], driver)
+    entry["overrides"] = override_notes(allocation, entry["results"], driver)
     ref = ClaimRef(namespace=md["namespace"], uid=md["uid"], name=md["name"])
     prepared = node.kubelet.prepare([ref])[md["uid"]]
     entry["prepared"] = not prepared.error

@@ -8,8 +8,9 @@
   (a claim a pod names that is not in the files is reported, not run). Everything is read by
   the bounded loader (:mod:`sharegpuctl.cli.loading`) and checked against the Kubernetes schema
   first, so bad input ends the command with one line.
-- :func:`override_notes`: what a claim's GpuConfig changes compared with the defaults the share
-  alone would give.
+- :func:`override_notes`: what the GpuConfig that applies to each allocated request (a
+  DeviceClass's or the claim's, resolved as the plugin resolves it) changes compared with the
+  defaults the share alone would give.
 - :data:`NEXT_STEPS`: the commands to run after the demo.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from api.gpuconfig import config_applies
+from api.gpuconfig import Sharing, decode_driver_configs
 from sharegpuctl.cli.common import CliError, Obj
 from sharegpuctl.cli.explain import claim_from_template, claim_refs
 from sharegpuctl.cli.loading import Manifest, load_manifests
@@ -203,72 +204,58 @@ def user_claims(paths: Sequence[str]) -> Inputs:
 # --- GpuConfig overrides ------------------------------------------------------------------------
 
 
-def _gpu_configs(
-    claim: Mapping[str, Any], driver: str
-) -> list[tuple[list[str], Mapping[str, Any]]]:
-    """``(requests, sharing)`` of the claim's GpuConfig entries for ``driver``, in order."""
-    config = ((claim.get("spec") or {}).get("devices") or {}).get("config") or []
-    out = []
-    for entry in config if isinstance(config, list) else []:
-        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
-            continue
-        params = opaque.get("parameters")
-        if not isinstance(params, Mapping) or params.get("kind") != "GpuConfig":
-            continue
-        sharing = params.get("sharing")
-        if isinstance(sharing, Mapping):
-            requests = entry.get("requests")
-            out.append(([str(r) for r in requests] if isinstance(requests, list) else [], sharing))
-    return out
-
-
 def _compare(name: str, value: Any, share: Any, what: str) -> str:
     base = f"{name}={value}"
     return f"{base} (the share alone gives {share} {what})" if share is not None else base
 
 
-def override_notes(claim: Mapping[str, Any], results: Sequence[Obj], driver: str) -> list[Obj]:
+def _override_text(sharing: Sharing, cores: Any, memory: Any) -> str:
+    """What ``sharing`` sets: its strategy and each limit, next to what the share gives."""
+    parts = []
+    if sharing.strategy:
+        parts.append(f"strategy {sharing.strategy}")
+    mps = sharing.mps
+    if mps is not None and mps.active_thread_percentage is not None:
+        parts.append(
+            _compare(
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", mps.active_thread_percentage, cores, "cores"
+            )
+        )
+    if mps is not None and mps.pinned_memory_limit is not None:
+        parts.append(
+            _compare("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", mps.pinned_memory_limit, memory, "")
+        )
+    limits = sharing.limits
+    if limits is not None and limits.sm_limit is not None:
+        parts.append(_compare("CUDA_DEVICE_SM_LIMIT", limits.sm_limit, cores, "cores"))
+    if limits is not None and limits.device_memory_limit is not None:
+        parts.append(_compare("CUDA_DEVICE_MEMORY_LIMIT", limits.device_memory_limit, memory, ""))
+    slicing = sharing.time_slicing
+    if slicing is not None and "interval" in slicing.model_fields_set:
+        parts.append(f"time slice {slicing.interval}")
+    return "; ".join(p.replace(" )", ")") for p in parts)
+
+
+def override_notes(allocation: Mapping[str, Any], results: Sequence[Obj], driver: str) -> list[Obj]:
     """``{"request", "device", "override"}`` for each allocated request a GpuConfig overrides:
-    the strategy it sets and each limit it puts below the share (the last entry that applies
-    wins as a whole, as in the plugin)."""
-    configs = _gpu_configs(claim, driver)
+    the strategy it sets and each limit it puts below the share.
+
+    The configs are the allocation's (``devices.config``: the DeviceClasses' entries, then the
+    claim's), chosen by :meth:`~api.gpuconfig.DriverConfigs.chosen`, the resolution the plugin
+    enforces; invalid configs give no rows (the plugin refuses the claim and prepare says why).
+    """
+    raw = (allocation.get("devices") or {}).get("config") or []
+    configs = decode_driver_configs(raw if isinstance(raw, list) else [], driver)
+    if configs.error() is not None:
+        return []
     out = []
     for result in results:
         request = str(result.get("request", ""))
-        sharing = next((s for reqs, s in reversed(configs) if config_applies(reqs, request)), None)
-        if sharing is None:
+        config = configs.chosen(request)
+        if config is None or config.sharing is None:
             continue
         consumed = result.get("consumedCapacity") or {}
-        cores, memory = consumed.get("cores"), consumed.get("memory")
-        parts = []
-        if sharing.get("strategy"):
-            parts.append(f"strategy {sharing['strategy']}")
-        mps = sharing.get("mps") or {}
-        if "activeThreadPercentage" in mps:
-            parts.append(
-                _compare(
-                    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                    mps["activeThreadPercentage"],
-                    cores,
-                    "cores",
-                )
-            )
-        if "pinnedMemoryLimit" in mps:
-            parts.append(
-                _compare("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", mps["pinnedMemoryLimit"], memory, "")
-            )
-        limits = sharing.get("limits") or {}
-        if "smLimit" in limits:
-            parts.append(_compare("CUDA_DEVICE_SM_LIMIT", limits["smLimit"], cores, "cores"))
-        if "deviceMemoryLimit" in limits:
-            parts.append(
-                _compare("CUDA_DEVICE_MEMORY_LIMIT", limits["deviceMemoryLimit"], memory, "")
-            )
-        interval = (sharing.get("timeSlicing") or {}).get("interval")
-        if interval:
-            parts.append(f"time slice {interval}")
-        if parts:
-            text = "; ".join(p.replace(" )", ")") for p in parts)
+        text = _override_text(config.sharing, consumed.get("cores"), consumed.get("memory"))
+        if text:
             out.append({"request": request, "device": result.get("device"), "override": text})
     return out

@@ -217,6 +217,70 @@ def test_override_rows_say_what_the_gpu_config_changed(report: dict[str, Any]) -
     assert "GpuConfig overrides" in text
 
 
+CLASS_CONFIG_MANIFESTS = """\
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: capped.gpu.sharegpu.dev}
+spec:
+  selectors:
+    - cel: {expression: "device.driver == 'gpu.sharegpu.dev'"}
+  config:
+    - opaque:
+        driver: gpu.sharegpu.dev
+        parameters:
+          apiVersion: resource.sharegpu.dev/v1alpha1
+          kind: GpuConfig
+          sharing: {strategy: MPS, mps: {activeThreadPercentage: 30}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: class-capped}
+spec:
+  devices:
+    requests:
+      - name: gpu
+        exactly:
+          deviceClassName: capped.gpu.sharegpu.dev
+          capacity: {requests: {cores: "50", memory: 8Gi}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: claim-wins}
+spec:
+  devices:
+    requests:
+      - name: gpu
+        exactly:
+          deviceClassName: capped.gpu.sharegpu.dev
+          capacity: {requests: {cores: "50", memory: 8Gi}}
+    config:
+      - opaque:
+          driver: gpu.sharegpu.dev
+          parameters:
+            apiVersion: resource.sharegpu.dev/v1alpha1
+            kind: GpuConfig
+            sharing: {strategy: MPS, mps: {activeThreadPercentage: 20}}
+"""
+
+
+def test_override_rows_follow_device_class_configs_as_the_plugin_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "classes.yaml").write_text(CLASS_CONFIG_MANIFESTS)
+    code, out, _ = run_cli(["demo", "-f", str(tmp_path), "-o", "json"], capsys)
+    assert code == 0
+    claims = by_claim(json.loads(out))
+    # The class's config alone applies; then the claim's entry wins over the class's.
+    for name, percentage in (("default/class-capped", "30"), ("default/claim-wins", "20")):
+        (device,) = claims[name]["devices"]
+        assert device["limits"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == percentage
+        (note,) = claims[name]["overrides"]
+        assert note["override"] == (
+            f"strategy MPS; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percentage} "
+            "(the share alone gives 50 cores)"
+        )
+
+
 # --- demo -f ------------------------------------------------------------------------------------
 
 USER_MANIFESTS = """\
