@@ -370,7 +370,8 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
     limits = Table(["CLAIM", "CDI DEVICE ID", "ENFORCED LIMITS"], title="Prepared claims")
     overrides = Table(
         ["CLAIM", "REQUEST", "WHAT THE GPUCONFIG CHANGED"],
-        title="GpuConfig overrides (the claim's config, not the share, sets these limits)",
+        title="GpuConfig overrides (a DeviceClass's or the claim's config, not the share, sets "
+        "these limits)",
     )
     for c in data["claims"]:
         origin = c.get("example") or c["source"]
