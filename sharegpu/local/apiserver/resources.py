@@ -6,6 +6,7 @@ subresources, the field labels it can be selected by, and optional admission hoo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -186,7 +187,8 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
     ``disabled_gates``: feature gates (:mod:`api.gates`) off on this server, whose fields it
     drops from ResourceSlices and ResourceClaims, as Kubernetes 1.34 and 1.35 drop the
     consumable-capacity fields by default."""
-    # imported here: the CRD module builds ResourceTypes of this module
+    # imported here: these modules build on the ResourceTypes of this module
+    from sharegpu.local.apiserver.builtinschema import pruner
     from sharegpu.local.apiserver.crds import (
         builtin_crds,
         crd_problems,
@@ -195,7 +197,7 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
     )
 
     status = frozenset({"status"})
-    return [
+    types = [
         ResourceType(
             "",
             "v1",
@@ -336,6 +338,11 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             namespaced=False,
         ),
     ]
+    # built-in kinds drop the fields their published schema does not declare, as decoding does
+    return [
+        dataclasses.replace(rt, prune=pruner(rt)) if rt.crd is None and rt.prune is None else rt
+        for rt in types
+    ]
 
 
 class ResourceRegistry:
@@ -344,6 +351,7 @@ class ResourceRegistry:
     def __init__(self, types: Iterable[ResourceType]) -> None:
         self._by_plural: dict[str, ResourceType] = {}
         self._by_gvr: dict[tuple[str, str, str], ResourceType] = {}
+        self._generation = 0
         for rt in types:
             self.add(rt)
 
@@ -353,6 +361,13 @@ class ResourceRegistry:
             raise ValueError(f"resource {rt.plural!r} is already registered")
         self._by_plural[rt.plural] = rt
         self._by_gvr[(rt.group, rt.version, rt.plural)] = rt
+        self._generation += 1
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a type is added or removed (what is derived from the set of types,
+        such as the OpenAPI documents, is rebuilt when it differs)."""
+        return self._generation
 
     def replace(self, rt: ResourceType) -> None:
         """Register ``rt`` in place of the type of the same plural (a changed CRD)."""
@@ -364,6 +379,7 @@ class ResourceRegistry:
         rt = self._by_plural.pop(plural, None)
         if rt is not None:
             self._by_gvr.pop((rt.group, rt.version, rt.plural), None)
+            self._generation += 1
         return rt
 
     def get(self, plural: str) -> ResourceType:
