@@ -204,6 +204,7 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             "nodes",
             "Node",
             namespaced=False,
+            short_names=("no",),
             subresources=status,
             field_labels=frozenset({"spec.unschedulable"}),
             status_on_create=True,
@@ -214,6 +215,7 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             "namespaces",
             "Namespace",
             namespaced=False,
+            short_names=("ns",),
             subresources=status,
             field_labels=frozenset({"status.phase"}),
             default_status={"phase": "Active"},
@@ -224,6 +226,8 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             "pods",
             "Pod",
             namespaced=True,
+            short_names=("po",),
+            categories=("all",),
             subresources=status,
             field_labels=frozenset(
                 {
@@ -295,6 +299,7 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             "events",
             "Event",
             namespaced=True,
+            short_names=("ev",),
             # the field labels the real server selects core/v1 Events by
             field_labels=frozenset(
                 {
