@@ -47,11 +47,6 @@ LIST_META: Final = _META + "ListMeta"
 STATUS: Final = _META + "Status"
 DELETE_OPTIONS: Final = _META + "DeleteOptions"
 PATCH: Final = _META + "Patch"
-_TYPE_DESCRIPTIONS: Final = {
-    "apiVersion": "APIVersion defines the versioned schema of this representation of an object.",
-    "kind": "Kind is a string value representing the REST resource this object represents.",
-    "metadata": "Standard object's metadata.",
-}
 
 
 def _param(name: str, kind: str, description: str, where: str = "query") -> Obj:
@@ -163,6 +158,15 @@ def component_name(rt: ResourceType, kind: str) -> str:
     return ".".join([*reversed(rt.group.split(".")), rt.version, kind])
 
 
+@functools.cache
+def _type_meta(kind: str) -> dict[str, str]:
+    """The descriptions of ``apiVersion``, ``kind`` and ``metadata`` every built-in object
+    (``kind="Namespace"``) or list (``"NamespaceList"``) carries; custom resources get the
+    same ones, as kube-apiserver publishes them."""
+    props = published_definitions()[f"io.k8s.api.core.v1.{kind}"]["properties"]
+    return {f: str(props[f].get("description", "")) for f in ("apiVersion", "kind", "metadata")}
+
+
 def _custom_schema(rt: ResourceType) -> Obj:
     """A custom resource's schema: its CRD's ``openAPIV3Schema`` with the ``apiVersion``,
     ``kind`` and ``metadata`` every object has, and its group-version-kind."""
@@ -174,26 +178,36 @@ def _custom_schema(rt: ResourceType) -> Obj:
     if not given:
         schema.update({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
     props = schema.setdefault("properties", {})
+    described = _type_meta("Namespace")
     for field in ("apiVersion", "kind"):
-        props[field] = {"type": "string", "description": _TYPE_DESCRIPTIONS[field]}
+        props[field] = {"type": "string", "description": described[field]}
     props["metadata"] = {
         "allOf": [{"$ref": _SCHEMAS + OBJECT_META}],
-        "description": _TYPE_DESCRIPTIONS["metadata"],
+        "description": described["metadata"],
     }
     schema["x-kubernetes-group-version-kind"] = [_gvk(rt, rt.kind)]
     return schema
 
 
 def _list_schema(rt: ResourceType, item: str) -> Obj:
+    described = _type_meta("NamespaceList")
     return {
         "description": f"{rt.kind}List is a list of {rt.kind}",
         "type": "object",
         "required": ["items"],
         "properties": {
-            "apiVersion": {"type": "string", "description": _TYPE_DESCRIPTIONS["apiVersion"]},
-            "items": {"type": "array", "items": {"$ref": _SCHEMAS + item}},
-            "kind": {"type": "string", "description": _TYPE_DESCRIPTIONS["kind"]},
-            "metadata": {"allOf": [{"$ref": _SCHEMAS + LIST_META}]},
+            "apiVersion": {"type": "string", "description": described["apiVersion"]},
+            "items": {
+                "type": "array",
+                "items": {"$ref": _SCHEMAS + item},
+                "description": f"List of {rt.plural}. More info: "
+                "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md",
+            },
+            "kind": {"type": "string", "description": described["kind"]},
+            "metadata": {
+                "allOf": [{"$ref": _SCHEMAS + LIST_META}],
+                "description": described["metadata"],
+            },
         },
         "x-kubernetes-group-version-kind": [_gvk(rt, f"{rt.kind}List")],
     }
