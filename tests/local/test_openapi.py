@@ -252,3 +252,22 @@ def test_strategic_merge_patch_of_a_custom_resource_is_refused(apiserver: KubeAP
     assert out["message"].startswith(
         "server-side apply (application/apply-patch+yaml) is not supported by this server"
     )
+
+
+def test_strategic_merge_patch_retain_keys_clears_the_other_fields(
+    apiserver: KubeAPIServer,
+) -> None:
+    apiserver.store.create(
+        "pods",
+        {
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "one", "image": "i1"}],
+                "volumes": [{"name": "v", "hostPath": {"path": "/data"}}],
+            },
+        },
+    )
+    change = {"name": "v", "$retainKeys": ["emptyDir", "name"], "emptyDir": {}}
+    code, out = patch(apiserver, POD, {"spec": {"volumes": [change]}}, SMP)
+    assert code == 200, out
+    assert out["spec"]["volumes"] == [{"name": "v", "emptyDir": {}}]
