@@ -17,8 +17,10 @@
    (:mod:`sharegpuctl.local.kubelet`, registration handshake first); the enforced limits are read
    back from the CDI spec the plugin wrote.
 6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`).
-7. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
-8. What a claim's GpuConfig changed, the example directories not run and why, and the next
+7. With ``--keep-running``: the GPU objects written as the controller writes them, the kubeconfig
+   printed, and everything kept running for ``kubectl`` until SIGINT or SIGTERM.
+8. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
+9. What a claim's GpuConfig changed, the example directories not run and why, and the next
    steps (``sharegpu validate``, ``sharegpu explain``, installing the chart).
 """
 
@@ -30,12 +32,15 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, Final
 
 from api import names
@@ -118,6 +123,13 @@ def add_parser(sub: Any) -> None:
         help="examples directory (default: $SHAREGPU_EXAMPLES, else examples/ of the source tree, "
         "else /usr/share/sharegpu/examples in the container image)",
     )
+    p.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="after allocating and preparing, keep the API server, the plugin and the claims "
+        "running for kubectl (prints the kubeconfig) until Ctrl-C or SIGTERM, then clean up "
+        "and print the report",
+    )
     add_output_flag(p)
     p.set_defaults(run=run)
 
@@ -146,6 +158,8 @@ class Node:
     """The running pieces: API access, the plugin, and the kubelet side."""
 
     root: Path
+    kubeconfig: Path
+    url: str
     rest: KubeRest
     plugin: Plugin
     cdi_dir: Path
@@ -185,7 +199,7 @@ def running_node(root: Path) -> Iterator[Node]:
         kubelet = kubelet_sim.register(config.driver_name)
         api = server.client()
         stack.callback(api.close)
-        yield Node(root, KubeRest(api), plugin, cdi, kubelet)
+        yield Node(root, Path(kubeconfig), server.url, KubeRest(api), plugin, cdi, kubelet)
 
 
 def wait_for_slices(rest: KubeRest, devices: int, timeout_s: float = SLICE_WAIT_S) -> list[Obj]:
@@ -422,9 +436,30 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
     return tables
 
 
-def run_demo(examples: Path, files: Sequence[str] = ()) -> Obj:
+def publish_gpus(rest: KubeRest, slices: Sequence[Obj], driver: str) -> int:
+    """Write the GPU objects the controller would write (spec, then status); returns how many."""
+    claims = rest.request("GET", f"{RESOURCE_API}/resourceclaims").get("items") or []
+    path = f"/apis/{names.GROUP_VERSION}/{names.GPU_PLURAL}"
+    gpus = reconcile(slices, claims, [], driver)
+    for gpu in gpus.values():
+        manifest = gpu.manifest()
+        spec_only = {k: v for k, v in manifest.items() if k != "status"}
+        created = rest.request("POST", path, body=spec_only)
+        created["status"] = manifest["status"]
+        rest.request("PUT", f"{path}/{gpu.name}/status", body=created)
+    return len(gpus)
+
+
+#: What ``--keep-running`` does while the demo cluster runs: given the running node and the
+#: report so far, return when the cluster should stop.
+Hold = Callable[[Node, Obj], None]
+
+
+def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None) -> Obj:
     """Run every step on the claims of ``files`` (``-f``), else on those of the examples;
-    returns the report (see :func:`tables_of` for its parts)."""
+    returns the report (see :func:`tables_of` for its parts). ``hold`` (``--keep-running``)
+    is called with everything allocated, prepared and the GPU objects written, before the
+    clean-up."""
     started = time.monotonic()
     if files:
         inputs = user_claims(files)
@@ -457,6 +492,9 @@ def run_demo(examples: Path, files: Sequence[str] = ()) -> Obj:
             report = allocate_and_prepare(node, inputs.claims, slices, driver)
             data["claims"] = report + inputs.unusable
             data["usage"] = usage_of(node.rest, slices, driver)
+            if hold is not None:
+                publish_gpus(node.rest, slices, driver)
+                hold(node, data)
             unprepared = unprepare_all(node, report)
             left = sorted(p.name for p in node.cdi_dir.glob("*.json"))
             data["cleanup"] = {"unprepared": unprepared, "cdiSpecsLeft": len(left)}
@@ -488,6 +526,38 @@ def create_classes(rest: KubeRest, classes: Sequence[Obj], driver: str) -> None:
         rest.request("POST", path, body=default)
 
 
+def hold_until_signalled(node: Node, data: Obj) -> None:
+    """Print how to reach the running demo cluster with kubectl (on standard error, so that
+    ``-o json`` stays one document) and wait for SIGINT or SIGTERM."""
+    stop = threading.Event()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in previous:
+        signal.signal(sig, handle)
+    try:
+        prepared = sum(1 for c in data["claims"] if c.get("prepared"))
+        lines = [
+            f"The demo cluster is running: API server {node.url}, node {NODE_NAME}, "
+            f"{prepared} claim(s) allocated and prepared.",
+            f"  export KUBECONFIG={node.kubeconfig}",
+            "  kubectl get resourceslices -o wide",
+            f"  kubectl get resourceclaims -n {NAMESPACE}",
+            "  kubectl get gpus",
+            "  kubectl explain gpus.spec",
+            "Press Ctrl-C (or send SIGTERM) to stop: the claims are unprepared, everything is "
+            "removed and the report is printed.",
+        ]
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     examples = Path(args.examples) if args.examples else default_examples_dir()
     files = args.filename or []
@@ -495,7 +565,7 @@ def run(args: argparse.Namespace) -> int:
     previous_level = root_logger.level
     root_logger.setLevel(logging.WARNING)  # the plugin's info logs would drown the report
     try:
-        data = run_demo(examples, files)
+        data = run_demo(examples, files, hold_until_signalled if args.keep_running else None)
     finally:
         root_logger.setLevel(previous_level)
     emit(data, tables_of(data), resolve_format(args.output))

@@ -15,6 +15,7 @@ from kubernetes.client import ApiClient, ApiException
 
 from api import names
 from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver.validation import SCHEMA_KUBERNETES_VERSION
 from tests.helpers import eventually
 from tests.local.objects import gpu_spec, gpu_status, request_json
 
@@ -284,13 +285,27 @@ def test_slice_with_long_string_attribute_is_invalid(kube_client: ApiClient) -> 
     assert fields == ["spec.devices[1].attributes[uuid].string"]
 
 
-def test_schema_rejects_unknown_fields(kube_client: ApiClient) -> None:
+def test_unknown_fields_of_built_in_kinds_are_dropped_or_refused_when_strict(
+    kube_client: ApiClient,
+) -> None:
+    """As decoding into the real server's types: dropped, and refused with 400 naming the
+    field under fieldValidation=Strict."""
+    slices = "/apis/resource.k8s.io/v1/resourceslices"
     obj = slice_obj("s")
     obj["spec"]["devices"][0]["sharing"] = "yes"
-    code, status = request_json(kube_client, "POST", "/apis/resource.k8s.io/v1/resourceslices", obj)
-    assert code == 422 and status["reason"] == "Invalid"
-    causes = status["details"]["causes"]
-    assert causes[0]["field"] == "spec.devices[0]" and "sharing" in causes[0]["message"]
+    code, status = request_json(kube_client, "POST", slices + "?fieldValidation=Strict", obj)
+    assert code == 400 and status["reason"] == "BadRequest"
+    assert status["message"].endswith(
+        'strict decoding error: unknown field "spec.devices[0].sharing"'
+    )
+    code, stored = request_json(kube_client, "POST", slices, obj)
+    assert code == 201 and "sharing" not in stored["spec"]["devices"][0]
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "colour": 1}]}}
+    code, status = request_json(
+        kube_client, "POST", "/api/v1/namespaces/default/pods?fieldValidation=Strict", pod
+    )
+    assert code == 400
+    assert 'unknown field "spec.containers[0].colour"' in status["message"]
     claim = claim_obj("c")
     claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = "two"
     code, status = request_json(
@@ -1083,7 +1098,8 @@ def test_discovery_serves_the_dynamic_client(kube_client: ApiClient) -> None:
     )
     assert [i.metadata.name for i in gpus.get().items] == ["g"]
     version = client.VersionApi(kube_client).get_code()
-    assert version.major == "1" and version.minor == "36"
+    assert (version.major, version.minor) == ("1", SCHEMA_KUBERNETES_VERSION.split(".")[1])
+    assert version.git_version == f"v{SCHEMA_KUBERNETES_VERSION}+sharegpu"
 
 
 def test_dry_run_stores_nothing(apiserver: KubeAPIServer, kube_client: ApiClient) -> None:
@@ -1143,15 +1159,14 @@ def test_device_taint_rules_are_served_cluster_scoped(kube_client: ApiClient) ->
     for bad, path in (
         (taint_rule_obj("bad-effect", effect="Sometimes"), "spec.taint.effect"),
         (taint_rule_obj("bad-device", device="GPU_0"), "spec.deviceSelector.device"),
-        (
-            {
-                **taint_rule_obj("unknown"),
-                "spec": {"taint": {"key": "k", "effect": "NoSchedule", "x": 1}},
-            },
-            "spec.taint",
-        ),
     ):
         with pytest.raises(ApiException) as err:
             custom.create_cluster_custom_object(*args, bad)
         assert err.value.status == 422
         assert path in body_of(err.value)["message"]
+    unknown = taint_rule_obj("unknown")
+    unknown["spec"]["taint"]["x"] = 1
+    with pytest.raises(ApiException) as err:
+        custom.create_cluster_custom_object(*args, unknown, field_validation="Strict")
+    assert err.value.status == 400
+    assert 'unknown field "spec.taint.x"' in body_of(err.value)["message"]

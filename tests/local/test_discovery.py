@@ -40,6 +40,15 @@ def test_discovery_names_short_names_and_categories(apiserver: KubeAPIServer) ->
     _, ext = get(apiserver, "/apis/apiextensions.k8s.io/v1")
     crds = {r["name"]: r for r in ext["resources"]}["customresourcedefinitions"]
     assert crds["shortNames"] == ["crd", "crds"]
+    _, core = get(apiserver, "/api/v1")
+    core_names = {r["name"]: r for r in core["resources"]}
+    assert [core_names[p].get("shortNames") for p in ("namespaces", "nodes", "pods", "events")] == [
+        ["ns"],
+        ["no"],
+        ["po"],
+        ["ev"],
+    ]
+    assert core_names["pods"]["categories"] == ["all"]
 
 
 def test_get_gpus_as_table_has_the_printer_columns(apiserver: KubeAPIServer) -> None:
@@ -113,9 +122,10 @@ def test_a_protobuf_body_is_unsupported_media_type(apiserver: KubeAPIServer) -> 
     )
     status = json.loads(resp.data)
     assert resp.status == 415 and status["reason"] == "UnsupportedMediaType"
-    assert status["message"] == (
+    assert status["message"].startswith(
         "the body of the request was in an unknown format - accepted media types include: "
-        "application/json, application/yaml"
+        "application/json, application/yaml (application/vnd.kubernetes.protobuf is not decoded "
+        "by this server: send the object as JSON or YAML"
     )
     resp = urllib3.request(
         "PATCH",

@@ -1,6 +1,9 @@
-"""Patch application: JSON merge patch (RFC 7386) and JSON patch (RFC 6902).
+"""Patch application: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and, for built-in
+kinds, strategic merge patch (:mod:`.strategicpatch`).
 
-Strategic merge patches are applied as merge patches (lists are replaced, not merged by key).
+Server-side apply (``application/apply-patch+yaml``) is not implemented: it is answered 415
+naming it and the media types that are accepted, as is a strategic merge patch of a custom
+resource (the real API server refuses that too).
 """
 
 from __future__ import annotations
@@ -9,11 +12,24 @@ import copy
 from typing import Any
 
 from sharegpuctl.local.apiserver.errors import ApiError
+from sharegpuctl.local.apiserver.strategicpatch import strategic_merge
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 SUPPORTED_PATCH_TYPES = (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH)
+#: The patch types of a custom resource.
+CUSTOM_RESOURCE_PATCH_TYPES = (JSON_PATCH, MERGE_PATCH)
+
+
+def unsupported_patch_type(media: str, accepted: tuple[str, ...]) -> ApiError:
+    """415 for a patch of media type ``media``, naming the ``accepted`` ones (and, for an apply
+    patch, that server-side apply is what is missing)."""
+    what = "the body of the request was in an unknown format"
+    if media == APPLY_PATCH:
+        what = f"server-side apply ({APPLY_PATCH}) is not supported by this server"
+    return ApiError(415, f"{what} - accepted media types include: {', '.join(accepted)}")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -130,21 +146,26 @@ def json_patch(target: Any, operations: Any) -> Any:
     return doc
 
 
-def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[str, Any]:
-    """Apply ``patch`` of media type ``content_type`` to ``target`` (left unchanged)."""
+def apply_patch(
+    content_type: str, target: dict[str, Any], patch: Any, schema: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Apply ``patch`` of media type ``content_type`` to ``target`` (left unchanged).
+    ``schema``: the published definition of a built-in kind (strategic merge patches follow
+    it); None for a custom resource, which takes no strategic merge patch."""
     media = content_type.split(";")[0].strip().lower()
+    if media == STRATEGIC_MERGE_PATCH and schema is None:
+        raise unsupported_patch_type(media, CUSTOM_RESOURCE_PATCH_TYPES)
     if media in (MERGE_PATCH, STRATEGIC_MERGE_PATCH):
         if not isinstance(patch, dict):
             raise ApiError(400, "merge patch: the body must be a JSON object")
-        result = merge_patch(target, patch)
+        if schema is not None and media == STRATEGIC_MERGE_PATCH:
+            result = strategic_merge(target, patch, schema)
+        else:
+            result = merge_patch(target, patch)
     elif media == JSON_PATCH:
         result = json_patch(target, patch)
     else:
-        raise ApiError(
-            415,
-            f"the body of the request was in an unknown format - accepted media types include: "
-            f"{', '.join(SUPPORTED_PATCH_TYPES)}",
-        )
+        raise unsupported_patch_type(media, SUPPORTED_PATCH_TYPES)
     if not isinstance(result, dict):
         raise ApiError(422, "the patched object is not a JSON object")
     return result

@@ -6,6 +6,7 @@ subresources, the field labels it can be selected by, and optional admission hoo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -186,7 +187,8 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
     ``disabled_gates``: feature gates (:mod:`api.gates`) off on this server, whose fields it
     drops from ResourceSlices and ResourceClaims, as Kubernetes 1.34 and 1.35 drop the
     consumable-capacity fields by default."""
-    # imported here: the CRD module builds ResourceTypes of this module
+    # imported here: these modules build on the ResourceTypes of this module
+    from sharegpuctl.local.apiserver.builtinschema import pruner
     from sharegpuctl.local.apiserver.crds import (
         builtin_crds,
         crd_problems,
@@ -195,13 +197,14 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
     )
 
     status = frozenset({"status"})
-    return [
+    types = [
         ResourceType(
             "",
             "v1",
             "nodes",
             "Node",
             namespaced=False,
+            short_names=("no",),
             subresources=status,
             field_labels=frozenset({"spec.unschedulable"}),
             status_on_create=True,
@@ -212,6 +215,7 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             "namespaces",
             "Namespace",
             namespaced=False,
+            short_names=("ns",),
             subresources=status,
             field_labels=frozenset({"status.phase"}),
             default_status={"phase": "Active"},
@@ -222,6 +226,8 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             "pods",
             "Pod",
             namespaced=True,
+            short_names=("po",),
+            categories=("all",),
             subresources=status,
             field_labels=frozenset(
                 {
@@ -293,6 +299,7 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             "events",
             "Event",
             namespaced=True,
+            short_names=("ev",),
             # the field labels the real server selects core/v1 Events by
             field_labels=frozenset(
                 {
@@ -336,6 +343,11 @@ def default_resources(disabled_gates: Collection[str] = ()) -> list[ResourceType
             namespaced=False,
         ),
     ]
+    # built-in kinds drop the fields their published schema does not declare, as decoding does
+    return [
+        dataclasses.replace(rt, prune=pruner(rt)) if rt.crd is None and rt.prune is None else rt
+        for rt in types
+    ]
 
 
 class ResourceRegistry:
@@ -344,6 +356,7 @@ class ResourceRegistry:
     def __init__(self, types: Iterable[ResourceType]) -> None:
         self._by_plural: dict[str, ResourceType] = {}
         self._by_gvr: dict[tuple[str, str, str], ResourceType] = {}
+        self._generation = 0
         for rt in types:
             self.add(rt)
 
@@ -353,6 +366,13 @@ class ResourceRegistry:
             raise ValueError(f"resource {rt.plural!r} is already registered")
         self._by_plural[rt.plural] = rt
         self._by_gvr[(rt.group, rt.version, rt.plural)] = rt
+        self._generation += 1
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a type is added or removed (what is derived from the set of types,
+        such as the OpenAPI documents, is rebuilt when it differs)."""
+        return self._generation
 
     def replace(self, rt: ResourceType) -> None:
         """Register ``rt`` in place of the type of the same plural (a changed CRD)."""
@@ -364,6 +384,7 @@ class ResourceRegistry:
         rt = self._by_plural.pop(plural, None)
         if rt is not None:
             self._by_gvr.pop((rt.group, rt.version, rt.plural), None)
+            self._generation += 1
         return rt
 
     def get(self, plural: str) -> ResourceType:

@@ -30,6 +30,7 @@ import yaml
 
 from sharegpu.kube import jsonbody
 from sharegpuctl.local.apiserver import selectors
+from sharegpuctl.local.apiserver.builtinschema import definition
 from sharegpuctl.local.apiserver.errors import ApiError, success_status
 from sharegpuctl.local.apiserver.faults import (
     ACTION_DELAY,
@@ -37,8 +38,14 @@ from sharegpuctl.local.apiserver.faults import (
     Fault,
     FaultInjector,
 )
-from sharegpuctl.local.apiserver.patch import SUPPORTED_PATCH_TYPES, apply_patch
+from sharegpuctl.local.apiserver.openapi import OPENAPI_V3_PREFIX, OpenAPIDocuments
+from sharegpuctl.local.apiserver.patch import (
+    SUPPORTED_PATCH_TYPES,
+    apply_patch,
+    unsupported_patch_type,
+)
 from sharegpuctl.local.apiserver.tables import table, wants_table
+from sharegpuctl.local.apiserver.validation import SCHEMA_KUBERNETES_VERSION
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -49,15 +56,36 @@ from sharegpuctl.local.apiserver.store import CLOSED, Event, ObjectStore, Watche
 #: Media types of request bodies this server decodes (create, update, delete options); the
 #: real server also reads protobuf and CBOR, which this one answers 415 Unsupported Media Type.
 BODY_MEDIA_TYPES = ("application/json", "application/yaml")
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
+def unsupported_body(media: str) -> str:
+    """The 415 message for a body of media type ``media``: the accepted types, and for
+    protobuf (which kubectl's typed commands such as ``kubectl create namespace`` always send)
+    what to do instead."""
+    message = (
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(BODY_MEDIA_TYPES)
+    )
+    if media == PROTOBUF:
+        message += (
+            f" ({PROTOBUF} is not decoded by this server: send the object as JSON or YAML, "
+            "e.g. kubectl create -f with a manifest)"
+        )
+    return message
+
+
 #: Watch streams without ``timeoutSeconds`` end after this long (the real server: 30-60 min).
 DEFAULT_WATCH_TIMEOUT_S = 1800.0
 #: How often an idle watch checks whether its client went away.
 _WATCH_POLL_S = 0.5
-#: The version ``/version`` reports.
+_MAJOR, _MINOR, _ = SCHEMA_KUBERNETES_VERSION.split(".")
+#: The version ``/version`` reports: the Kubernetes release whose schemas this server validates
+#: with and publishes (build metadata ``+sharegpu`` says which server it is).
 SERVED_VERSION = {
-    "major": "1",
-    "minor": "36",
-    "gitVersion": "v1.36.0-sharegpu",
+    "major": _MAJOR,
+    "minor": _MINOR,
+    "gitVersion": f"v{SCHEMA_KUBERNETES_VERSION}+sharegpu",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2026-01-01T00:00:00Z",
@@ -170,7 +198,10 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ plumbing
 
     def _send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
+        self._send_encoded(code, json.dumps(body, separators=(",", ":")).encode(), headers)
+
+    def _send_encoded(self, code: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        """Answer ``code`` with ``data``, a JSON document already encoded."""
         head = [f"HTTP/1.1 {code} {self.responses.get(code, ('',))[0]}"]
         head.append("Content-Type: application/json")
         head.append(f"Content-Length: {len(data)}")
@@ -193,13 +224,10 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         content_type = (self.headers.get("Content-Type") or "").lower()
         media = content_type.split(";")[0].strip()
-        accepted = SUPPORTED_PATCH_TYPES if method == "PATCH" else BODY_MEDIA_TYPES
-        if media and media not in accepted:
-            raise ApiError(
-                415,
-                "the body of the request was in an unknown format - accepted media types "
-                f"include: {', '.join(accepted)}",
-            )
+        if method == "PATCH" and media and media not in SUPPORTED_PATCH_TYPES:
+            raise unsupported_patch_type(media, SUPPORTED_PATCH_TYPES)
+        if method != "PATCH" and media and media not in BODY_MEDIA_TYPES:
+            raise ApiError(415, unsupported_body(media))
         try:
             if "yaml" in content_type:
                 return yaml.safe_load(raw)
@@ -358,8 +386,10 @@ class _Handler(BaseHTTPRequestHandler):
             content_type = self.headers.get("Content-Type") or ""
             patch_body = body
 
+            schema = definition(rt)
+
             def apply(old: dict[str, Any]) -> dict[str, Any]:
-                return apply_patch(content_type, old, patch_body)
+                return apply_patch(content_type, old, patch_body, schema)
 
             return 200, store.patch_ref(
                 rt.plural,
@@ -473,6 +503,15 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/version":
             self._send_json(200, SERVED_VERSION)
             return True
+        if path == OPENAPI_V3_PREFIX:
+            self._send_json(200, self.server.api.openapi.index())
+            return True
+        if path.startswith(OPENAPI_V3_PREFIX + "/"):
+            data = self.server.api.openapi.get(path.removeprefix(OPENAPI_V3_PREFIX + "/"))
+            if data is None:
+                raise ApiError(404, f"the server could not find the requested resource ({path})")
+            self._send_encoded(200, data)
+            return True
         if path == "/api":
             self._send_json(200, {"kind": "APIVersions", "versions": ["v1"]})
             return True
@@ -569,6 +608,8 @@ class KubeAPIServer:
             resources = default_resources(disabled_gates)
         registry = ResourceRegistry(resources)
         self.store = ObjectStore(registry, history_size=history_size)
+        #: The OpenAPI v3 documents of the served types (``/openapi/v3``).
+        self.openapi = OpenAPIDocuments(registry)
         self.faults = FaultInjector()
         #: Tokens and grants that TokenReviews and SubjectAccessReviews are answered from.
         self.reviews = Reviews()

@@ -25,6 +25,7 @@ from typing import Any
 
 from sharegpu.kube.slicerules import is_dns_label, is_dns_subdomain
 from sharegpuctl.local.apiserver import selectors
+from sharegpuctl.local.apiserver.builtinschema import definition
 from sharegpuctl.local.apiserver.crds import crd_problems, default_crd_status, resource_type
 from sharegpuctl.local.apiserver.errors import ApiError
 from sharegpuctl.local.apiserver.patch import apply_patch
@@ -485,10 +486,12 @@ class ObjectStore:
         content_type: str = "application/merge-patch+json",
         subresource: str | None = None,
     ) -> Obj:
-        """Patch like the API does (merge patch by default, or JSON patch); returns a copy."""
+        """Patch like the API does (merge patch by default, JSON patch, or strategic merge
+        patch of a built-in kind); returns a copy."""
+        schema = definition(self.registry.get(resource))
 
         def apply(old: Obj) -> Obj:
-            return apply_patch(content_type, old, patch)
+            return apply_patch(content_type, old, patch, schema)
 
         return deep_copy(self.patch_ref(resource, name, namespace, apply, subresource=subresource))
 

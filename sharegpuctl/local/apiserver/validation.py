@@ -26,14 +26,40 @@ from sharegpu.kube.slicerules import validate_resource_slice
 
 #: Kubernetes version whose schemas are used.
 SCHEMA_KUBERNETES_VERSION = "1.37.0"
-_SCHEMA_DIR = f"kubernetes-json-schema/v{SCHEMA_KUBERNETES_VERSION}-local-strict"
+_SCHEMA_DIR = f"kubernetes-json-schema/v{SCHEMA_KUBERNETES_VERSION}-local"
 
 Validator = Callable[[dict[str, Any]], list[str]]
 
 
-def _schema_file(name: str) -> Any:
-    ref = resources.files("kubernetes_validate").joinpath(f"{_SCHEMA_DIR}/{name}")
+def _schema_file(name: str, *, strict: bool = True) -> Any:
+    """One file of the schemas; ``strict``: the variant that rejects unknown fields."""
+    folder = f"{_SCHEMA_DIR}-strict" if strict else _SCHEMA_DIR
+    ref = resources.files("kubernetes_validate").joinpath(f"{folder}/{name}")
     return json.loads(ref.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def published_definitions() -> dict[str, Any]:
+    """Every definition of ``SCHEMA_KUBERNETES_VERSION`` as the API server publishes it (the
+    non-strict variant: unknown fields are not marked forbidden), by OpenAPI name. Read once;
+    callers must not modify it."""
+    defs: dict[str, Any] = _schema_file("_definitions.json", strict=False)["$defs"]
+    return defs
+
+
+@functools.cache
+def _definition_names() -> dict[tuple[str, str, str], str]:
+    out: dict[tuple[str, str, str], str] = {}
+    for name, schema in published_definitions().items():
+        for gvk in schema.get("x-kubernetes-group-version-kind") or ():
+            key = (gvk.get("group", ""), gvk.get("version", ""), gvk.get("kind", ""))
+            out.setdefault(key, name)
+    return out
+
+
+def definition_name(group: str, version: str, kind: str) -> str | None:
+    """The name of the published definition of ``kind`` in ``group``/``version``, if any."""
+    return _definition_names().get((group, version, kind))
 
 
 @functools.cache
