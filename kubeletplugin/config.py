@@ -25,8 +25,6 @@ from kubeletplugin.health.flags import (
     health_options,
 )
 from kubeletplugin.hosts.options import (
-    MOCK_BACKEND,
-    NVML_BACKEND,
     HostFlagError,
     SimulatedOptions,
     add_host_flags,
@@ -109,11 +107,6 @@ class PluginConfig:
     #: ``--mig``: ``static`` publishes existing MIG devices; ``dynamic`` (``partitions`` mode
     #: only) publishes MIG profile placements and creates the instances at prepare.
     mig_strategy: str = names.MIG_STRATEGY_STATIC
-
-    @property
-    def device_backend(self) -> str:
-        """``--device-backend`` as given (for display)."""
-        return NVML_BACKEND if self.simulated is None else MOCK_BACKEND
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,7 +34,7 @@ def test_defaults() -> None:
         log_level="info",
         print_slices=False,
     )
-    assert config.device_backend == "nvml"
+    assert config.simulated is None
 
 
 def test_environment_fallbacks_and_flag_precedence() -> None:

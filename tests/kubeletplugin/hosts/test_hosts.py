@@ -65,7 +65,6 @@ def test_the_mock_backend_is_the_simulated_host(tmp_path: Path) -> None:
     assert config.simulated == SimulatedOptions(
         gpus=3, health_file=health, usage_file=usage, mig_step_seconds=0.5, boot_id_file=boot
     )
-    assert config.device_backend == "mock"
     host = make_host(config)
     assert isinstance(host, SimulatedHost)
     assert isinstance(host.backend, MockBackend)
