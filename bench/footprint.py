@@ -418,7 +418,7 @@ def daemon_args(tmp: Path, auth_args: list[str]) -> list[str]:
         str(tmp / "data"),
         "--cdi-dir",
         str(tmp / "cdi"),
-        "--boot-id-file",
+        "--mock-boot-id-file",
         str(tmp / "boot_id"),
         "--metrics-address",  # served in production (the chart always sets it)
         "127.0.0.1:0",

@@ -74,7 +74,7 @@ def measure(mode: str) -> tuple[list[float], list[float]]:
                 str(sockets / "data"),
                 "--cdi-dir",
                 str(Path(tmp) / "cdi"),
-                "--boot-id-file",
+                "--mock-boot-id-file",
                 str(boot_id),
             ],
             environ={},

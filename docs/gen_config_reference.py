@@ -89,6 +89,8 @@ def _flag_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
             continue
+        if action.help is argparse.SUPPRESS:
+            continue  # hidden from --help: test and benchmark settings, not configuration
         if action.option_strings:
             name = ", ".join(f"`{o}`" for o in action.option_strings)
         else:

@@ -113,6 +113,14 @@ ENV_MIG_PARENT_UUID = "SHAREGPU_MIG_PARENT_UUID"
 CONTROL_DEVICE_NODE = "nvidiactl"
 
 _DEVICE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
+#: A CDI kind ``vendor/class``: vendor letters, digits, ``_.-``; class letters, digits, ``_-``;
+#: each starting with a letter and ending with a letter or digit (the chart's schema agrees).
+CDI_KIND_PATTERN = r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?/[A-Za-z]([A-Za-z0-9_-]*[A-Za-z0-9])?$"
+
+
+def is_cdi_kind(text: str) -> bool:
+    """Whether ``text`` is a CDI kind (:data:`CDI_KIND_PATTERN`)."""
+    return re.fullmatch(CDI_KIND_PATTERN, text) is not None
 
 
 # --- Versions ----------------------------------------------------------------------------------

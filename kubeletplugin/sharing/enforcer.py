@@ -45,7 +45,7 @@ import shutil
 import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -65,18 +65,12 @@ from api.quantity import format_bytes_human
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
 from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.fsutil import child_path
-from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
-from kubeletplugin.sharing.daemons import DaemonLauncher, NoLauncher
+from kubeletplugin.runner import CommandError, Runner
+from kubeletplugin.sharing.daemons import DaemonLauncher
 from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
 from kubeletplugin.sharing.limits import limits_edits
 from kubeletplugin.sharing.mps import MPS_ERRORS, MpsLimits, MpsManager
-from kubeletplugin.sharing.shm import (
-    DEFAULT_SHM_BYTES,
-    PlainDirectory,
-    ShmMounter,
-    TmpfsMounter,
-)
-from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
+from kubeletplugin.sharing.shm import DEFAULT_SHM_BYTES, ShmMounter
 from kubeletplugin.sharing.timeslice import (
     DEFAULT_INTERVAL,
     TimeSliceConflict,
@@ -642,42 +636,33 @@ def _on_node(found: dict[str, str], known: frozenset[str], what: str) -> dict[st
     return {uuid: value for uuid, value in found.items() if uuid in known}
 
 
+@dataclass(frozen=True)
+class ShareTools:
+    """What enforcement drives on a host: the runner of the driver's tools, the launcher of the
+    MPS daemons and the mounter of their shared memory."""
+
+    runner: Runner
+    launcher: DaemonLauncher
+    shm: ShmMounter
+
+
 def build_enforcer(
-    device_backend: str,
+    tools: ShareTools,
     data_dir: str | Path,
     *,
     driver_name: str,
-    driver_root: str = "/",
     limits_library: str | None = None,
     mps_root: str | Path | None = None,
     mps_shm_bytes: int = DEFAULT_SHM_BYTES,
-    launcher: DaemonLauncher | None = None,
 ) -> SharingEnforcer:
-    """The enforcer for a plugin: real commands under ``driver_root`` and MPS daemons run by
-    ``launcher`` (a :class:`~kubeletplugin.sharing.daemonpods.PodLauncher`; without one MPS
-    shares are refused) with the NVML backend; a FakeRunner over :class:`SimulatedNvidiaTools`
-    and its :class:`SimulatedLauncher` with the mock backend."""
-    runner: Runner
-    shm: ShmMounter
-    if device_backend == "mock":
-        sim = SimulatedNvidiaTools()
-        runner = sim.install(FakeRunner())
-        launcher = launcher or SimulatedLauncher(sim)
-        shm = PlainDirectory()
-    else:
-        runner = HostRunner(driver_root)
-        shm = TmpfsMounter()
-        launcher = launcher or NoLauncher(
-            "this node's plugin has no MPS daemon pod template (--mps-daemon-pod-template), "
-            "so it cannot run MPS daemons; use strategy TimeSlicing or Limits"
-        )
+    """The enforcer for a plugin, driving the host through ``tools``."""
     return SharingEnforcer(
-        runner,
+        tools.runner,
         data_dir,
         driver_name=driver_name,
-        launcher=launcher,
+        launcher=tools.launcher,
         limits_library=limits_library,
         mps_root=mps_root,
-        shm=shm,
+        shm=tools.shm,
         shm_bytes=mps_shm_bytes,
     )

@@ -478,7 +478,7 @@ def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None
             summary = slice_summary(slices)
             data["plugin"] = {
                 "driver": driver,
-                "backend": node.plugin.config.device_backend,
+                "backend": node.plugin.backend.name,
                 "sharingMode": node.plugin.config.sharing_mode,
                 "gpus": len(node.plugin.gpus),
                 "registeredVersion": node.kubelet.version,

@@ -517,6 +517,7 @@ def test_chart_crd_copy_matches_the_generated_crd() -> None:
         ("controller.leaderElection.enabled=false", "/controller/leaderElection/enabled"),
         ("kubeletPlugin.unknownKey=1", "unknownKey"),
         ("kubeletPlugin.mig=auto", "/kubeletPlugin/mig"),
+        ("kubeletPlugin.nvidiaCdiKind=gpu", "/kubeletPlugin/nvidiaCdiKind"),
         # Dynamic MIG needs partitions mode (the default mode is consumable).
         ("kubeletPlugin.mig=dynamic", "/kubeletPlugin/sharingMode"),
         # MPS daemon pods need their pod policy: the plugin's pod-create Role without it would
@@ -735,6 +736,20 @@ def test_default_share_cores_reach_the_plugin_in_consumable_mode_only(helm: str)
         helm, "template", RELEASE, str(CHART_DIR), "--set", "kubeletPlugin.defaultShareCores=0"
     )
     assert result.returncode != 0 and "defaultShareCores" in result.stderr
+
+
+def test_the_nvidia_cdi_kind_reaches_the_plugin_on_real_gpus_only(helm: str) -> None:
+    def plugin_args(*set_args: str) -> list[str]:
+        docs = render(helm, list(set_args))
+        (ds,) = by_kind(docs, "DaemonSet")
+        (container,) = ds["spec"]["template"]["spec"]["containers"]
+        return [a for a in container["args"] if a.startswith("--nvidia-cdi-kind")]
+
+    assert plugin_args() == ["--nvidia-cdi-kind=nvidia.com/gpu"]
+    assert plugin_args("kubeletPlugin.nvidiaCdiKind=k8s.example.com/gpu") == [
+        "--nvidia-cdi-kind=k8s.example.com/gpu"
+    ]
+    assert plugin_args("kubeletPlugin.deviceBackend=mock") == []
 
 
 def test_the_api_servers_client_certificate_is_signed_by_the_ca_the_controller_trusts(

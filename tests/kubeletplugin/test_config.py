@@ -9,7 +9,8 @@ import pytest
 
 from kubeletplugin.config import ConfigError, PluginConfig, parse_config
 from kubeletplugin.devices.mock import MockBackend
-from kubeletplugin.main import Plugin, check_gpu_node
+from kubeletplugin.hosts.nvidia import NvidiaHost
+from kubeletplugin.main import Plugin, make_host
 from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
 from sharegpuctl.local.apiserver import KubeAPIServer
@@ -31,11 +32,9 @@ def test_defaults() -> None:
         metrics_address=None,
         log_format="text",
         log_level="info",
-        device_backend="nvml",
-        mock_gpus=8,
-        mock_config=None,
         print_slices=False,
     )
+    assert config.simulated is None
 
 
 def test_environment_fallbacks_and_flag_precedence() -> None:
@@ -206,11 +205,33 @@ def test_the_gpu_node_check_reads_the_configured_proc_root(
     dev.mkdir()
     proc.mkdir()
     (proc / "devices").write_text("Character devices:\n195 nvidia\n")
-    config = parse_config(
-        ["--node-name", "n1", "--dev-root", str(dev), "--proc-root", str(proc)], environ={}
-    )
+    config = parse_config(["--node-name", "n1", "--proc-root", str(proc)], environ={})
     assert config.proc_root == proc
+    host = make_host(config)
+    assert isinstance(host, NvidiaHost)
+    assert host.proc_root == proc
+    # The device nodes are the host's /dev in production; here a fixture directory.
+    fixture = NvidiaHost(dev_root=dev, proc_root=host.proc_root, nvidia_cdi=host.nvidia_cdi)
     with caplog.at_level("WARNING", logger="kubeletplugin.devices.uvm"):
-        check_gpu_node(config)
+        fixture.check_node()
     assert f"{proc / 'devices'} lists no character device 'nvidia-uvm'" in caplog.text
     assert "nvidia-modprobe -u -c=0" in caplog.text
+
+
+def test_the_nvidia_cdi_kind_reaches_the_detectors() -> None:
+    config = parse_config(
+        ["--node-name", "n1", "--nvidia-cdi-kind", "k8s.example.com/gpu"], environ={}
+    )
+    assert config.nvidia_cdi_kind == "k8s.example.com/gpu"
+    host = make_host(config)
+    assert isinstance(host, NvidiaHost)
+    assert host.nvidia_cdi is not None and host.nvidia_cdi.kind == "k8s.example.com/gpu"
+
+
+@pytest.mark.parametrize("kind", ["gpu", "nvidia.com/", "/gpu", "nvidia.com/g.pu", "1x.com/gpu"])
+def test_a_bad_nvidia_cdi_kind_is_refused(kind: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(["--node-name", "n1", "--nvidia-cdi-kind", kind], environ={})
+    assert str(info.value) == (
+        f"--nvidia-cdi-kind {kind!r}: must be a CDI kind vendor/class, e.g. nvidia.com/gpu"
+    )

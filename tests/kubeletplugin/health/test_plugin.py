@@ -115,7 +115,7 @@ def running_plugin(
                 str(dirs.data),
                 "--cdi-dir",
                 str(tmp_path / "cdi"),
-                "--boot-id-file",
+                "--mock-boot-id-file",
                 str(boot_id),
                 "--mock-health-file",
                 str(health_file),

@@ -67,7 +67,7 @@ class PluginProcess:
                     f"--plugin-registry-dir={self.registry}",
                     f"--plugin-data-dir={self.data_dir}",
                     f"--cdi-dir={self.cdi_dir}",
-                    f"--boot-id-file={self.root / 'boot_id'}",
+                    f"--mock-boot-id-file={self.root / 'boot_id'}",
                     f"--nvidia-cdi-dirs={self.root / 'no-toolkit'}",
                     "--disable-health",
                     *self.extra_args,

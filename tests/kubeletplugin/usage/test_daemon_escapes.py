@@ -60,7 +60,7 @@ def test_daemon_flags_a_plain_process_next_to_an_mps_share(apiserver: KubeAPISer
                 *("--kubeconfig", apiserver.write_kubeconfig(dirs.root / "kubeconfig")),
                 *("--plugin-registry-dir", str(dirs.registry)),
                 *("--plugin-data-dir", str(dirs.data), "--cdi-dir", str(dirs.root / "cdi")),
-                *("--boot-id-file", str(_boot_id(dirs.root)), "--disable-health"),
+                *("--mock-boot-id-file", str(_boot_id(dirs.root)), "--disable-health"),
                 *("--namespace", NAMESPACE, "--usage-interval", "0.1"),
                 *("--mock-usage-file", str(usage_file)),
             ],

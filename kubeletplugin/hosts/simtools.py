@@ -1,6 +1,6 @@
 """A simulation of ``nvidia-smi``, ``nvidia-cuda-mps-control`` and the daemon launcher.
 
-Used by the mock device backend and by tests: it keeps per-GPU compute modes and time-slice
+Used by the simulated host and by tests: it keeps per-GPU compute modes and time-slice
 settings and per-pipe-directory MPS daemons with their default limits, and writes and removes the
 daemon's pid file and socket placeholders in the pipe directory as the real daemon does.
 
@@ -22,13 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from kubeletplugin.runner import (
-    MPS_CONTROL,
-    NVIDIA_SMI,
-    CommandResult,
-    FakeRunner,
-    RecordedCall,
-)
+from kubeletplugin.hosts.fakerunner import FakeRunner, RecordedCall
+from kubeletplugin.runner import MPS_CONTROL, NVIDIA_SMI, CommandResult
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.mpspaths import DAEMON_SOCKETS
 
