@@ -57,6 +57,7 @@ from api.names import (
     gpu_object_name,
 )
 from api.quantity import format_bytes_human, format_quantity
+from api.sharepolicy import reserved_amounts
 from controller.mpsclients import Client, client_users, mps_verdict
 from controller.records import (
     ClaimRecord,
@@ -234,12 +235,7 @@ def _consumption(
     cores = device.cores if device.cores is not None else device.counter_cores
     memory = device.memory if device.memory is not None else device.counter_memory
     whole = (gpu.cores if cores is None else cores, gpu.memory if memory is None else memory)
-    if consumed is None:
-        return whole
-    return (
-        whole[0] if consumed[0] is None else consumed[0],
-        whole[1] if consumed[1] is None else consumed[1],
-    )
+    return reserved_amounts(consumed, whole)
 
 
 def claim_allocations(
