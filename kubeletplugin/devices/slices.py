@@ -318,11 +318,6 @@ def _apply_taints(
             device["taints"] = combined[: slicerules.MAX_TAINTS_PER_DEVICE]
 
 
-def _limited(device: Obj) -> bool:
-    """True when the device puts its slice under the lower device limit."""
-    return bool(device.get("taints") or device.get("consumesCounters"))
-
-
 def _pack(groups: Iterable[list[Obj]]) -> list[list[Obj]]:
     """Pack device groups (one per GPU) into slices without splitting a group that fits."""
     slices: list[list[Obj]] = []
@@ -330,12 +325,7 @@ def _pack(groups: Iterable[list[Obj]]) -> list[list[Obj]]:
     for group in groups:
         for chunk in _split_group(group):
             candidate = current + chunk
-            limit = (
-                slicerules.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
-                if any(_limited(d) for d in candidate)
-                else slicerules.MAX_DEVICES_PER_SLICE
-            )
-            if current and len(candidate) > limit:
+            if current and len(candidate) > slicerules.device_limit(candidate):
                 slices.append(current)
                 current = list(chunk)
             else:
