@@ -43,6 +43,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from api import names
 from api.jsontypes import json_type
 from api.names import GROUP_VERSION
 from api.quantity import (
@@ -415,15 +416,14 @@ def config_entries_from(
     return tagged
 
 
-def base_request_name(request_name: str) -> str:
-    """``req/sub`` -> ``req``; a plain request name is returned unchanged."""
-    return request_name.split("/", 1)[0]
-
-
-def _applies(requests: Sequence[str], request_name: str) -> bool:
-    """Whether an entry listing ``requests`` (empty: every request) applies to
+def config_applies(requests: Sequence[str], request_name: str) -> bool:
+    """Whether a config entry listing ``requests`` (empty: every request) applies to
     ``request_name`` (listing ``req`` also covers ``req/sub``)."""
-    return not requests or request_name in requests or base_request_name(request_name) in requests
+    return (
+        not requests
+        or request_name in requests
+        or names.base_request_name(request_name) in requests
+    )
 
 
 @dataclass(frozen=True)
@@ -440,7 +440,7 @@ class ConfigEntry:
     config: GpuConfig
 
     def applies_to(self, request_name: str) -> bool:
-        return _applies(self.requests, request_name)
+        return config_applies(self.requests, request_name)
 
 
 @dataclass(frozen=True)
@@ -453,7 +453,7 @@ class ConfigProblem:
     messages: tuple[str, ...]
 
     def applies_to(self, request_name: str) -> bool:
-        return _applies(self.requests, request_name)
+        return config_applies(self.requests, request_name)
 
 
 @dataclass(frozen=True)

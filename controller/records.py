@@ -31,6 +31,7 @@ from api.names import (
     CAP_MEMORY,
     OVERCOMMIT_RESOURCES,
     SHARE_USAGE_KIND,
+    base_request_name,
     driver_value,
     unhealthy_taint_key,
 )
@@ -531,7 +532,7 @@ class PodInfo:
     def containers_for(self, claim_name: str, request: str) -> tuple[str, ...]:
         """Containers of this pod that use ``request`` of the claim named ``claim_name``,
         sorted."""
-        top = request.split("/", 1)[0]
+        top = base_request_name(request)
         found: set[str] = set()
         for entry, resolved in self.claim_names:
             if resolved != claim_name:

@@ -47,6 +47,7 @@ from typing import Any
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from api.gpu import GpuObject
+from api.jsontypes import Obj
 from api.names import (
     API_GROUP,
     API_VERSION,
@@ -86,7 +87,6 @@ from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 #: The desired object of one GPU as digests: ``(spec digest, status digest, own labels)``
 #: (labels as pairs: a tuple of texts only is not tracked by the collector).
 Desired = tuple[bytes, bytes, tuple[tuple[str, str], ...]]

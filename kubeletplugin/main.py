@@ -37,13 +37,13 @@ from kubeletplugin.devices.table import NodeDevices, node_devices
 from kubeletplugin.devices.uvm import check_uvm
 from kubeletplugin.health.flags import HealthOptions
 from kubeletplugin.health.mockfile import MockHealthChecker
-from kubeletplugin.health.monitor import HealthChecker, HealthMonitor, TaintSink
+from kubeletplugin.health.monitor import HealthChecker, HealthMonitor
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.restore import published_unhealthy
 from kubeletplugin.health.taintmerge import TaintMerger
 from kubeletplugin.kubelet.healthservice import HealthBroadcaster, HealthSource
 from kubeletplugin.kubelet.sockets import SocketPathError
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.model import GpuInfo, TaintSink
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector, spec_file_prefix
 from kubeletplugin.prepare.checkpoint import STATE_COMPLETED
 from kubeletplugin.publish.publisher import SlicePublisher
@@ -54,7 +54,6 @@ from kubeletplugin.usage.mocksource import FileUsageSource
 from kubeletplugin.usage.model import PreparedShare
 from kubeletplugin.usage.mpsdaemons import DaemonPods, KubePodLister
 from kubeletplugin.usage.procfs import pid_namespace_problem
-from kubeletplugin.usage.sampler import TaintSink as UsageTaintSink
 from kubeletplugin.usage.sampler import UsageSampler
 from kubeletplugin.usage.source import NvmlUsageSource, UsageSource
 from sharegpu.kube.connection import KubeClient
@@ -221,7 +220,7 @@ def prepared_shares(claims: ClaimService) -> Callable[[], list[PreparedShare]]:
 def build_usage(
     plugin: Plugin,
     claims: ClaimService,
-    taints: UsageTaintSink | None,
+    taints: TaintSink | None,
 ) -> UsageSampler:
     """The usage sampler (not started) over the prepared claims; their MPS shares are judged
     for escapes, the MPS servers found through the daemon pods of the plugin's namespace

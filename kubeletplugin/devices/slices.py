@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from api import names
+from api.jsontypes import Obj
 from api.quantity import format_quantity
 from api.sharepolicy import consumable_capacity
 from kubeletplugin.devices import migtables
@@ -44,7 +45,6 @@ from sharegpu.kube import slicerules
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 #: Characters that ``generateName`` adds to a name prefix.
 GENERATED_SUFFIX_LENGTH: Final = 5

@@ -66,7 +66,7 @@ from kubeletplugin.health.state import (
 )
 from kubeletplugin.health.taints import unhealthy_taint
 from kubeletplugin.kubelet.healthservice import DeviceHealthStatus, Health
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.model import GpuInfo, TaintSink
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +92,6 @@ class HealthChecker(Protocol):
     def stop(self) -> None:
         """Stop watching and release everything; returns within a few seconds."""
         ...
-
-
-class TaintSink(Protocol):
-    """Takes the complete taint map (the slice publisher)."""
-
-    def set_taints(self, taints: Mapping[str, Sequence[Mapping[str, Any]]]) -> None: ...
 
 
 class HealthListSink(Protocol):

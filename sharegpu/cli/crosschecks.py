@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import gates, names
-from api.gpuconfig import STRATEGY_MPS, decode_driver_configs
+from api.gpuconfig import STRATEGY_MPS, config_applies, decode_driver_configs
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from api.sharepolicy import memory_policy_max
 from controller.mpsclients import QUEUE_RULE
@@ -453,7 +453,7 @@ def pod_reference_findings(obj: Mapping[str, Any], ctx: Context) -> list[checks.
 def _applies(entry: Mapping[str, Any], request: str) -> bool:
     """Whether a config entry applies to a request (``req`` also covers ``req/sub``)."""
     wanted = [r for r in _list(entry.get("requests")) if isinstance(r, str)]
-    return not wanted or request in wanted or request.partition("/")[0] in wanted
+    return config_applies(wanted, request)
 
 
 def _request_list(requests: Sequence[Request]) -> str:

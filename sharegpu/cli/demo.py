@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from api import names
+from api.jsontypes import Obj
 from api.quantity import format_bytes_human, format_quantity, quantity_int
 from controller.reconcile import reconcile
 from kubeletplugin.config import ConfigError, parse_config
@@ -52,7 +53,6 @@ from sharegpu.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     CliError,
-    Obj,
     add_output_flag,
     compact_names,
     default_device_class,

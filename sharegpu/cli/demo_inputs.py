@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from sharegpu.cli.common import CliError, Obj
+from api.gpuconfig import config_applies
+from api.jsontypes import Obj
+from sharegpu.cli.common import CliError
 from sharegpu.cli.explain import claim_from_template, claim_refs
 from sharegpu.cli.loading import Manifest, load_manifests
 from sharegpu.cli.validate import DEFAULT_KUBERNETES_VERSION, schema_findings
@@ -222,10 +224,6 @@ def _gpu_configs(
     return out
 
 
-def _applies(requests: Sequence[str], request: str) -> bool:
-    return not requests or request in requests or request.partition("/")[0] in requests
-
-
 def _compare(name: str, value: Any, share: Any, what: str) -> str:
     base = f"{name}={value}"
     return f"{base} (the share alone gives {share} {what})" if share is not None else base
@@ -239,7 +237,7 @@ def override_notes(claim: Mapping[str, Any], results: Sequence[Obj], driver: str
     out = []
     for result in results:
         request = str(result.get("request", ""))
-        sharing = next((s for reqs, s in reversed(configs) if _applies(reqs, request)), None)
+        sharing = next((s for reqs, s in reversed(configs) if config_applies(reqs, request)), None)
         if sharing is None:
             continue
         consumed = result.get("consumedCapacity") or {}

@@ -59,7 +59,8 @@ from typing import Any, Final
 
 import yaml
 
-from sharegpu.cli.common import CliError, Obj
+from api.jsontypes import Obj
+from sharegpu.cli.common import CliError
 
 try:
     from yaml import CSafeLoader as _SafeLoader

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from api.jsontypes import Obj
 from sharegpu.kube.slicerules import is_dns_label, is_dns_subdomain
 from sharegpu.local.apiserver import selectors
 from sharegpu.local.apiserver.crds import crd_problems, default_crd_status, resource_type
@@ -30,7 +31,6 @@ from sharegpu.local.apiserver.errors import ApiError
 from sharegpu.local.apiserver.patch import apply_patch
 from sharegpu.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
 
-Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 Matcher = Callable[[Mapping[str, Any]], bool]
 ObjList = list[Obj]
