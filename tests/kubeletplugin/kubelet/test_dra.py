@@ -13,7 +13,6 @@ from kubeletplugin.kubelet.draservice import (
 )
 from kubeletplugin.kubelet.preparer import (
     ClaimRef,
-    PlainPreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
     claim_ref_problem,
@@ -24,6 +23,7 @@ from tests.kubeletplugin.kubelet.helpers import (
     DRIVER,
     Dirs,
     FakePreparer,
+    PlainPreparedDevice,
     one_device,
     running_server,
 )
