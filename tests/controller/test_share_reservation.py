@@ -1,13 +1,19 @@
 """What a consumable share reserves is one rule (:func:`api.sharepolicy.share_reservation`):
-the node plugin grants and the tracker counts the same amounts for every ``consumedCapacity``,
-the tracker reading the slices exactly as the plugin publishes them."""
+the node plugin grants, the tracker counts and the GpuQuota charge charges the same amounts for
+every ``consumedCapacity``, the tracker reading the slices exactly as the plugin publishes them."""
 
 from __future__ import annotations
 
 import pytest
 
 from api import names
-from api.sharepolicy import recorded_amounts, reserved_amounts, share_reservation
+from api.sharepolicy import (
+    memory_policy_max,
+    recorded_amounts,
+    reserved_amounts,
+    share_reservation,
+)
+from controller.quotacharge import ChargeBasis, claim_charge
 from controller.reconcile import claim_allocations, newest_generation, pool_hardware
 from controller.records import claim_record, slice_record
 from kubeletplugin.devices.mock import default_gpu
@@ -51,7 +57,7 @@ def test_each_missing_amount_is_the_whole_amount() -> None:
     ],
     ids=["both", "no-cores", "no-memory", "qualified", "empty"],
 )
-def test_node_and_tracker_agree_on_what_a_share_reserves(consumed: dict[str, str]) -> None:
+def test_node_tracker_and_quota_agree_on_what_a_share_reserves(consumed: dict[str, str]) -> None:
     gpus = [default_gpu(NODE, 0, 1)]
     devices = node_devices(gpus, names.SHARING_MODE_CONSUMABLE)
     result = AllocationResult("gpu", NODE, "gpu-0", share_id="s", consumed_capacity=dict(consumed))
@@ -71,3 +77,13 @@ def test_node_and_tracker_agree_on_what_a_share_reserves(consumed: dict[str, str
     [alloc] = claim_allocations(record, {(pool, n): d for n, d in published.items()}, hardware, {})
 
     assert (alloc.cores, alloc.memory) == (node.cores, node.memory)
+
+    # The GpuQuota charge reads the same amounts; a missing memory amount is charged the
+    # largest grantable memory of the largest GPU (it cannot know which GPU the share is on).
+    basis = ChargeBasis(largest_memory=gpus[0].memory_usable)
+    charged, allocated = claim_charge(claim, h.DRIVER, ("gpu",), basis)
+    assert allocated and charged.devices == 1 and charged.cores == node.cores
+    if "memory" in consumed:
+        assert charged.memory == node.memory
+    else:
+        assert charged.memory == memory_policy_max(gpus[0].memory_usable)
