@@ -165,6 +165,12 @@ def mps_escape_taint_key(driver_name: str) -> str:
     return f"{driver_name}/{TAINT_MPS_ESCAPE_SUFFIX}"
 
 
+def base_request_name(request_name: str) -> str:
+    """``req/sub`` (a subrequest, DRA's name for an alternative of ``firstAvailable``) ->
+    ``req``; a plain request name is returned unchanged."""
+    return request_name.split("/", 1)[0]
+
+
 def qualify(driver_name: str, name: str) -> str:
     """Fully qualified attribute or capacity name (names with a ``/`` are already qualified)."""
     return name if "/" in name else f"{driver_name}/{name}"

@@ -44,7 +44,7 @@ from api.gpuquota import (
     summary,
 )
 from api.quantity import format_quantity
-from api.sharepolicy import consumable_capacity, memory_policy_max
+from api.sharepolicy import consumable_capacity, memory_policy_max, share_reservation
 from sharegpu.admission.checks import is_driver_class
 from sharegpu.allocator.capacity import PolicyViolation, amount, consumed_amount
 from sharegpu.allocator.model import AllocatorInputError
@@ -249,7 +249,7 @@ def _request_classes(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _qty_int(value: Any) -> int:
+def _qty_int(_name: str, value: Any) -> int:
     try:
         return quantity_bytes(value)
     except ValueError:
@@ -283,17 +283,13 @@ def allocated(
             continue
         consumed = r.get("consumedCapacity")
         whole = basis.whole_gpu()
-        if isinstance(consumed, Mapping):
-            # A missing amount counts whole, as the node plugin grants and the tracker counts it.
-            cores = names.driver_value(consumed, driver, names.CAP_CORES)
-            memory = names.driver_value(consumed, driver, names.CAP_MEMORY)
-            total += Amounts(
-                whole.cores if cores is None else _qty_int(cores),
-                whole.memory if memory is None else _qty_int(memory),
-                1,
-            )
-        else:
-            total += whole
+        cores, memory = share_reservation(
+            consumed if isinstance(consumed, Mapping) else None,
+            driver,
+            (whole.cores, whole.memory),
+            _qty_int,
+        )
+        total += Amounts(cores, memory, 1)
     return total
 
 

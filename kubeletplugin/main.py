@@ -29,7 +29,7 @@ from kubeletplugin.devices.migpartition import MigPartitioner
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import NodeDevices, node_devices
 from kubeletplugin.health.flags import HealthOptions
-from kubeletplugin.health.monitor import HealthChecker, HealthMonitor, TaintSink
+from kubeletplugin.health.monitor import HealthChecker, HealthMonitor
 from kubeletplugin.health.restore import published_unhealthy
 from kubeletplugin.health.taintmerge import TaintMerger
 from kubeletplugin.hosts.host import Host
@@ -37,7 +37,7 @@ from kubeletplugin.hosts.nvidia import NvidiaHost
 from kubeletplugin.hosts.simulated import SimulatedHost
 from kubeletplugin.kubelet.healthservice import HealthBroadcaster, HealthSource
 from kubeletplugin.kubelet.sockets import SocketPathError
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.model import GpuInfo, TaintSink
 from kubeletplugin.prepare.checkpoint import STATE_COMPLETED
 from kubeletplugin.publish.publisher import SlicePublisher
 from kubeletplugin.sharing.daemonpods import TemplateError
@@ -45,7 +45,6 @@ from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
 from kubeletplugin.usage.claims import KubeClaimApi
 from kubeletplugin.usage.model import PreparedShare
 from kubeletplugin.usage.mpsdaemons import DaemonPods, KubePodLister
-from kubeletplugin.usage.sampler import TaintSink as UsageTaintSink
 from kubeletplugin.usage.sampler import UsageSampler
 from sharegpu.kube.connection import KubeClient
 from sharegpu.kube.httpserve import BoundedHTTPServer
@@ -159,7 +158,7 @@ def build_usage(
     plugin: Plugin,
     host: Host,
     claims: ClaimService,
-    taints: UsageTaintSink | None,
+    taints: TaintSink | None,
 ) -> UsageSampler:
     """The usage sampler (not started) over the prepared claims; their MPS shares are judged
     for escapes, the MPS servers found through the daemon pods of the plugin's namespace

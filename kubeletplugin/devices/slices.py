@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from api import names
+from api.jsontypes import Obj
 from api.quantity import format_quantity
 from api.sharepolicy import consumable_capacity
 from kubeletplugin.devices import migtables
@@ -44,7 +45,6 @@ from sharegpu.kube import slicerules
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 #: Characters that ``generateName`` adds to a name prefix.
 GENERATED_SUFFIX_LENGTH: Final = 5
@@ -318,11 +318,6 @@ def _apply_taints(
             device["taints"] = combined[: slicerules.MAX_TAINTS_PER_DEVICE]
 
 
-def _limited(device: Obj) -> bool:
-    """True when the device puts its slice under the lower device limit."""
-    return bool(device.get("taints") or device.get("consumesCounters"))
-
-
 def _pack(groups: Iterable[list[Obj]]) -> list[list[Obj]]:
     """Pack device groups (one per GPU) into slices without splitting a group that fits."""
     slices: list[list[Obj]] = []
@@ -330,12 +325,7 @@ def _pack(groups: Iterable[list[Obj]]) -> list[list[Obj]]:
     for group in groups:
         for chunk in _split_group(group):
             candidate = current + chunk
-            limit = (
-                slicerules.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
-                if any(_limited(d) for d in candidate)
-                else slicerules.MAX_DEVICES_PER_SLICE
-            )
-            if current and len(candidate) > limit:
+            if current and len(candidate) > slicerules.device_limit(candidate):
                 slices.append(current)
                 current = list(chunk)
             else:

@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from api import gates, names
+from api.jsontypes import Obj
 from api.quantity import QuantityError, parse_quantity
 from kubeletplugin.devices.slices import (
     desired_slices,
@@ -51,6 +52,7 @@ from kubeletplugin.devices.slices import (
     slice_spec,
 )
 from kubeletplugin.devices.table import NodeDevices
+from kubeletplugin.model import Taints
 from kubeletplugin.publish import gatecheck
 from sharegpu.kube import slicerules
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
@@ -59,8 +61,6 @@ from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-Taints = Mapping[str, Sequence[Mapping[str, Any]]]
 
 SLICES_PATH: Final = f"/apis/{names.RESOURCE_GROUP_VERSION}/resourceslices"
 #: Fields the API server fills in on its own; their presence is not a difference.

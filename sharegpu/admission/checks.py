@@ -2,40 +2,26 @@
 
 The admission webhook (``controller.webhook``) and ``sharegpu validate`` both call these
 functions, so a claim is judged the same way before and at admission. Each check returns
-:class:`Finding` s (``error`` refuses the object, ``warning`` only informs) with the field path
-of the problem. Objects are dicts in their JSON shape; ``resource.k8s.io`` v1 and v1beta2 share
-the request structure (``exactly`` / ``firstAvailable``); the flat v1beta1 request is accepted too.
+:class:`Finding` s (``error`` refuses, ``warning`` informs) with the field path of the problem;
+objects are dicts in their JSON shape (``resource.k8s.io`` v1 and v1beta2, and v1beta1's flat
+request). "This driver's" is a config entry whose ``opaque.driver`` is the driver, a selector
+naming it, or a request whose class (:func:`is_driver_class`), selectors or qualified capacity
+keys are the driver's; everything else is left to its own driver. Invariants:
 
-What "this driver's" means: a config entry whose ``opaque.driver`` is the driver; a selector
-whose text names the driver (``device.driver == '<driver>'`` or the attribute/capacity domain);
-a request whose device class is the driver's (by default the class named like the driver, see
-:func:`is_driver_class`), whose selectors name the driver, or whose capacity keys are qualified
-with the driver's domain. Everything else is left to its own driver.
-
-Checks:
-
-- GpuConfig parameters decode (:func:`api.gpuconfig.parse_gpu_config`, the plugin's own code);
-- CEL selectors compile in the Kubernetes CEL environment (:mod:`sharegpu.cel`), and name only
-  attributes and capacities this driver publishes (unknown ones get a did-you-mean);
-- capacity requests fit the devices' ``requestPolicy``: ``cores`` a whole number 1-100,
-  ``memory`` positive and granted in 256Mi steps (a warning states what the scheduler will
-  actually reserve after rounding up); a ``cores`` or ``memory`` amount finer than a thousandth
-  is an error, as Kubernetes 1.37 refuses to allocate it (its policy steps are worked in
-  milli-units);
-- a share with only one of ``cores``/``memory`` gets a warning: the other dimension defaults to
-  the whole GPU, so the share blocks every other share of that GPU;
-- a claim's own GpuConfig that sets an MPS or Limits override above what the request reserves
-  (``activeThreadPercentage``/``smLimit`` above its cores, ``pinnedMemoryLimit``/
-  ``deviceMemoryLimit`` above its memory) is an error: the plugin would refuse to prepare it.
-
-Before any rule, the object's shape is checked (:mod:`sharegpu.admission.shape`): a field the
-rules read that has the wrong JSON type, or a list, selector or parameters beyond Kubernetes'
-limits, is an error marked ``malformed`` with its path, and the rules are not run. So every
-check accepts any decoded JSON value and returns findings; it raises only on a defect. The
-work of one object is bounded too: the distinct selectors naming the driver, which are the
-ones compiled, may total at most :data:`MAX_SELECTORS_PER_OBJECT` expressions and
-:data:`MAX_SELECTOR_BYTES_PER_OBJECT` bytes; beyond that its selectors are not checked, with a
-warning that says so (Kubernetes accepts such an object, so admission must not deny it).
+- GpuConfig parameters decode with the plugin's own code (:func:`api.gpuconfig.parse_gpu_config`);
+  CEL selectors compile as in Kubernetes (:mod:`sharegpu.cel`) and name only what the driver
+  publishes; capacity requests fit the published ``requestPolicy`` (warnings state what the
+  scheduler reserves after rounding; an amount finer than a thousandth is an error, as
+  Kubernetes 1.37 cannot allocate it); a share naming only one of ``cores``/``memory`` is
+  warned that the scheduler reserves the policy's default of the other (the whole GPU's memory;
+  the node's ``--default-share-cores``); an MPS or Limits override above what the request
+  reserves is an error (the plugin would refuse to prepare it);
+- the object's shape is checked first (:mod:`sharegpu.admission.shape`): wrong JSON types and
+  lists, selectors or parameters past Kubernetes' limits are errors marked ``malformed`` and
+  the rules are not run, so a check accepts any decoded JSON value and raises only on a defect;
+- the selectors compiled per object are bounded (:data:`MAX_SELECTORS_PER_OBJECT`,
+  :data:`MAX_SELECTOR_BYTES_PER_OBJECT`); past that they are not checked, with a warning
+  (Kubernetes accepts such an object, so admission must not deny it).
 """
 
 from __future__ import annotations

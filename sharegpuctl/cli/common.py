@@ -18,16 +18,16 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from api import names
+from api.jsontypes import Obj
 from sharegpuctl.cli.output import OUTPUT_FORMATS
 
 if TYPE_CHECKING:
     from kubeletplugin.devices.backend import DeviceBackend
     from kubeletplugin.model import GpuInfo
 
-Obj = dict[str, Any]
 
 EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1

@@ -44,6 +44,7 @@ from types import FrameType
 from typing import Any, Final
 
 from api import names
+from api.jsontypes import Obj
 from api.quantity import format_bytes_human, format_quantity, quantity_int
 from controller.reconcile import reconcile
 from kubeletplugin.config import ConfigError, parse_config
@@ -58,7 +59,6 @@ from sharegpuctl.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     CliError,
-    Obj,
     add_output_flag,
     compact_names,
     default_device_class,

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from api.gpuconfig import Sharing, decode_driver_configs
-from sharegpuctl.cli.common import CliError, Obj
+from api.jsontypes import Obj
+from sharegpuctl.cli.common import CliError
 from sharegpuctl.cli.explain import claim_from_template, claim_refs
 from sharegpuctl.cli.loading import Manifest, load_manifests
 from sharegpuctl.cli.validate import DEFAULT_KUBERNETES_VERSION, schema_findings

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from api import names
+from api.jsontypes import Obj
 from api.quantity import format_bytes_human, format_quantity
 from kubeletplugin.model import GpuInfo, MigProfile
 from sharegpuctl.cli.common import (
     EXIT_OK,
     LocalNode,
-    Obj,
     add_node_flags,
     add_output_flag,
     compact_names,

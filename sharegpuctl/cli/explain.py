@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import names
+from api.jsontypes import Obj
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from sharegpu.admission.checks import ERROR
 from sharegpu.allocator import (
@@ -75,7 +76,6 @@ from sharegpuctl.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
-    Obj,
     add_node_flags,
     add_output_flag,
     compact_names,

@@ -59,7 +59,8 @@ from typing import Any, Final
 
 import yaml
 
-from sharegpuctl.cli.common import CliError, Obj
+from api.jsontypes import Obj
+from sharegpuctl.cli.common import CliError
 
 try:
     from yaml import CSafeLoader as _SafeLoader

@@ -14,9 +14,10 @@ import argparse
 from typing import Any, Final
 
 from api import names
+from api.jsontypes import Obj
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from controller.status import COLUMNS, gpu_rows
-from sharegpuctl.cli.common import EXIT_OK, CliError, Obj, add_output_flag
+from sharegpuctl.cli.common import EXIT_OK, CliError, add_output_flag
 from sharegpuctl.cli.output import Table, emit, resolve_format
 
 HELP = "show every GPU's model, health, allocated cores and memory, claims and pods"

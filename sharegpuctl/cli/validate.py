@@ -49,18 +49,12 @@ from api import names
 from api.gates import LATEST_KUBERNETES
 from api.gpuconfig import GPU_CONFIG_KIND, GpuConfigError, parse_gpu_config
 from api.gpuquota import GpuQuotaError, parse_gpu_quota
+from api.jsontypes import Obj
 from api.names import GPU_QUOTA_KIND
 from sharegpu.admission import checks
 from sharegpu.kube.devicetaints import DEVICE_TAINT_RULE_KIND, validate_device_taint_rule
 from sharegpuctl.cli import crosschecks
-from sharegpuctl.cli.common import (
-    EXIT_FINDINGS,
-    EXIT_OK,
-    EXIT_USAGE,
-    CliError,
-    Obj,
-    add_output_flag,
-)
+from sharegpuctl.cli.common import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, CliError, add_output_flag
 from sharegpuctl.cli.loading import FileProblem, Manifest, load_manifests
 from sharegpuctl.cli.output import emit, resolve_format
 from sharegpuctl.cli.quota import load_quota, quota_verdicts

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from api.jsontypes import Obj
 from sharegpu.kube.slicerules import is_dns_label, is_dns_subdomain
 from sharegpuctl.local.apiserver import selectors
 from sharegpuctl.local.apiserver.builtinschema import definition
@@ -31,7 +32,6 @@ from sharegpuctl.local.apiserver.errors import ApiError
 from sharegpuctl.local.apiserver.patch import apply_patch
 from sharegpuctl.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
 
-Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 Matcher = Callable[[Mapping[str, Any]], bool]
 ObjList = list[Obj]

@@ -1,0 +1,89 @@
+"""What a consumable share reserves is one rule (:func:`api.sharepolicy.share_reservation`):
+the node plugin grants, the tracker counts and the GpuQuota charge charges the same amounts for
+every ``consumedCapacity``, the tracker reading the slices exactly as the plugin publishes them."""
+
+from __future__ import annotations
+
+import pytest
+
+from api import names
+from api.sharepolicy import (
+    memory_policy_max,
+    recorded_amounts,
+    reserved_amounts,
+    share_reservation,
+)
+from controller.quotacharge import ChargeBasis, claim_charge
+from controller.reconcile import claim_allocations, newest_generation, pool_hardware
+from controller.records import claim_record, slice_record
+from kubeletplugin.devices.mock import default_gpu
+from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.table import node_devices
+from kubeletplugin.prepare.claims import AllocationResult
+from kubeletplugin.prepare.shares import device_record
+from tests.controller import helpers as h
+
+NODE = "worker-1"
+GI = 1024**3
+QUALIFIED_CORES = names.qualify(h.DRIVER, names.CAP_CORES)
+
+
+def _int(_name: str, value: object) -> int:
+    return int(str(value))
+
+
+def test_each_missing_amount_is_the_whole_amount() -> None:
+    whole = (100, 80 * GI)
+    assert share_reservation(None, h.DRIVER, whole, _int) == whole
+    assert share_reservation({}, h.DRIVER, whole, _int) == whole
+    assert share_reservation({"cores": "30"}, h.DRIVER, whole, _int) == (30, 80 * GI)
+    assert share_reservation({"memory": "7"}, h.DRIVER, whole, _int) == (100, 7)
+    assert share_reservation({QUALIFIED_CORES: "20"}, h.DRIVER, whole, _int) == (20, 80 * GI)
+    # The plain name wins over the qualified one; other capacities are not read.
+    both = {"cores": "10", QUALIFIED_CORES: "20", "other": "x"}
+    assert recorded_amounts(both, h.DRIVER, _int) == (10, None)
+    assert reserved_amounts((None, 5), whole) == (100, 5)
+    assert reserved_amounts(None, whole) == whole
+
+
+@pytest.mark.parametrize(
+    "consumed",
+    [
+        {"cores": "30", "memory": "10Gi"},
+        {"memory": "10Gi"},
+        {"cores": "30"},
+        {QUALIFIED_CORES: "45", "memory": "2Gi"},
+        {},
+    ],
+    ids=["both", "no-cores", "no-memory", "qualified", "empty"],
+)
+def test_node_tracker_and_quota_agree_on_what_a_share_reserves(consumed: dict[str, str]) -> None:
+    gpus = [default_gpu(NODE, 0, 1)]
+    devices = node_devices(gpus, names.SHARING_MODE_CONSUMABLE)
+    result = AllocationResult("gpu", NODE, "gpu-0", share_id="s", consumed_capacity=dict(consumed))
+    node = device_record(
+        [result], devices["gpu-0"], h.DRIVER, "claim default/a", cdi_name="a", cdi_device_ids=()
+    )
+
+    [obj] = resource_slice_objects(desired_slices(devices, None), h.DRIVER, NODE, None, 1)
+    obj["metadata"]["name"] = "slice-0"
+    [(pool, pool_slices)] = newest_generation([slice_record(obj, h.DRIVER)]).items()
+    hardware, published = pool_hardware(pool, pool_slices)
+    claim = h.claim(
+        "a", [{**h.result(NODE, "gpu-0"), "shareID": "s", "consumedCapacity": consumed}]
+    )
+    record = claim_record(claim, h.DRIVER)
+    assert record is not None
+    [alloc] = claim_allocations(record, {(pool, n): d for n, d in published.items()}, hardware, {})
+
+    assert (alloc.cores, alloc.memory) == (node.cores, node.memory)
+
+    # The GpuQuota charge reads the same amounts; a missing memory amount is charged the
+    # largest grantable memory of the largest GPU (it cannot know which GPU the share is on).
+    basis = ChargeBasis(largest_memory=gpus[0].memory_usable)
+    charged, allocated = claim_charge(claim, h.DRIVER, ("gpu",), basis)
+    assert allocated and charged.devices == 1 and charged.cores == node.cores
+    if "memory" in consumed:
+        assert charged.memory == node.memory
+    else:
+        assert charged.memory == memory_policy_max(gpus[0].memory_usable)
