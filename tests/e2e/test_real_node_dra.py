@@ -1,9 +1,10 @@
-"""The driver's kubelet plugin under a real kubelet: the chart's DaemonSet (mock backend, the
-driver's image built without docker) runs on the node and its pod registers through the
-kubelet's plugin registration directory; the pods of examples/two-pods-fractional-share, pinned
-to the node, reach Running after the kubelet's NodePrepareResources; inside each container
-(``kubectl exec``) the environment is what the claim's CDI spec promised; deleting the pods and
-claims makes the kubelet call NodeUnprepareResources, which removes the specs."""
+"""The driver's kubelet plugin under a real kubelet: the chart installed with ``helm install``
+(mock backend, the driver's image built without docker), whose DaemonSet's pod registers through
+the kubelet's plugin registration directory, later ``helm upgrade`` to other values; the pods of
+examples/two-pods-fractional-share, pinned to the node, reach Running after the kubelet's
+NodePrepareResources; inside each container (``kubectl exec``) the environment is what the
+claim's CDI spec promised; deleting the pods and claims makes the kubelet call
+NodeUnprepareResources, which removes the specs."""
 
 from __future__ import annotations
 
