@@ -150,6 +150,8 @@ OTHER_TOOLS_FLAGS = {
     "--kubelet-preferred-address-types",
     # kube-apiserver, kubelet and kubectl apply of the real node (docs/development.md)
     "--kubelet-certificate-authority",
+    "--endpoint-reconciler-type",
+    "--enable-aggregator-routing",
     "--node-ip",
     "--server-side",
     # kubectl create token / create --dry-run=server (docs/development.md, the e2e run)
