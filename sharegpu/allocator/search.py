@@ -4,8 +4,10 @@ As in ``k8s.io/dynamic-resource-allocation/structured`` (the ``incubating`` allo
 Kubernetes 1.36): claims in order, their requests in order, ``firstAvailable`` subrequests in
 their order, devices in pool, slice-name and slice order; a pick that leaves no completion
 is undone and the next candidate tried, also across claims. Per candidate the checks run in
-this order: in use, class and request selectors (a CEL error stops the allocation), capacity
-(the request policy and what is left, for every device), counters, taints, constraints.
+this order: in use, class and request selectors (a CEL error stops the allocation), counters,
+taints, constraints, capacity (the request policy and what is left, for every device), as
+``allocateDevice`` does: a device of an ``All`` request that breaks a constraint stops the
+allocation even when its capacity left is too small.
 
 The result limit (32 devices per claim) works as upstream: a claim whose requests need more
 devices at least is refused before the search; during the search a pick that would take the
@@ -279,8 +281,10 @@ class Search:
         return count
 
     def _collect_all(self, plan: ClaimPlan, alt: Alternative) -> list[Candidate]:
-        """The devices an ``All`` request takes: those matching its selectors that can hold
-        its capacity request; an incomplete or invalid pool stops the allocation."""
+        """The devices an ``All`` request takes: those matching its selectors whose capacity
+        could hold its capacity request were nothing allocated (:meth:`_fits_empty`); an
+        incomplete or invalid pool stops the allocation. A device whose capacity left is too
+        small stays in the set, so the request cannot be met, as with kube-scheduler."""
         for pool in self.owner.pools:
             state = "being updated" if pool.incomplete else "invalid" if pool.invalid_reason else ""
             if state:
@@ -292,7 +296,7 @@ class Search:
         for cand in self.owner.candidates:
             rejection = self.selectors(alt, cand, plan.name)
             if rejection is None:
-                if not isinstance(self._capacity(alt, cand), Rejection):
+                if self._fits_empty(alt, cand):
                     selected.append(cand)
             elif rejection.kind == "selector-error":
                 raise SearchAbort(selector_error_text(rejection, plan.name))
@@ -479,10 +483,7 @@ class Search:
         rejection = self.selectors(alt, cand, self.plans[ci].name)
         if rejection is not None:
             return rejection
-        consumed_or_rejection = self._capacity(alt, cand)
-        if isinstance(consumed_or_rejection, Rejection):
-            return consumed_or_rejection
-        pick = Pick(ci, alt, cand, pool_key, consumed_or_rejection)
+        pick = Pick(ci, alt, cand, pool_key, None)
         rejection = self._counters(pick)
         if rejection is not None:
             return rejection
@@ -493,6 +494,10 @@ class Search:
             rejection = self._constraints(pick)
             if rejection is not None:
                 return rejection
+        consumed_or_rejection = self._capacity(alt, cand)
+        if isinstance(consumed_or_rejection, Rejection):
+            return consumed_or_rejection
+        pick.consumed = consumed_or_rejection
         return pick
 
     def _picked_by(self, ci: int, holder: int) -> str:
@@ -554,6 +559,14 @@ class Search:
                     why += f" (shared with {', '.join(sorted(set(holders)))})"
                 return _short(cand, key, share, max(left, Amount(0)), why)
         return {key: share for key, (share, _) in static.items()} if cand.multi else None
+
+    def _fits_empty(self, alt: Alternative, cand: Candidate) -> bool:
+        """Whether one pick of ``cand`` for ``alt`` fits the device's capacity with nothing
+        else consumed (kube-scheduler's static capacity check of an ``All`` request)."""
+        demand = self._demand(alt, cand)
+        if isinstance(demand, Rejection):
+            return False
+        return all(share <= value for share, value in demand.values())
 
     def _demand(
         self, alt: Alternative, cand: Candidate
