@@ -148,6 +148,15 @@ def _relevant(spec: Mapping[str, Any], node: str, labels: Mapping[str, str]) -> 
     return False
 
 
+def _uses_compatibility_groups(spec: Mapping[str, Any]) -> bool:
+    """Whether a device of the slice declares ``compatibilityGroups`` on a counter set."""
+    return any(
+        consumption.get("compatibilityGroups")
+        for device in spec.get("devices") or []
+        for consumption in device.get("consumesCounters") or []
+    )
+
+
 def _validate(slices: Iterable[Mapping[str, Any]]) -> None:
     for i, s in enumerate(slices):
         spec = s.get("spec")
@@ -170,6 +179,9 @@ def gather_pools(
     newer generation exists elsewhere the pool is left out (obsolete); when they are not
     ``resourceSliceCount`` either the pool is *incomplete* (and not validated); else the
     other nodes' slices complete it (their counter sets, and their devices' consumption).
+    A slice with a device declaring ``compatibilityGroups`` is ignored throughout
+    (DRADeviceCompatibilityGroups is alpha and off in Kubernetes 1.37: kube-scheduler cannot
+    honour the groups), which leaves its pool incomplete.
     """
     labels = node_labels or {}
     all_slices = list(slices)
@@ -177,7 +189,7 @@ def gather_pools(
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for s in all_slices:
         spec = s["spec"]
-        if not _relevant(spec, node, labels):
+        if _uses_compatibility_groups(spec) or not _relevant(spec, node, labels):
             continue
         key = (str(spec["driver"]), str(spec["pool"]["name"]))
         members = grouped.get(key)
@@ -199,7 +211,11 @@ def gather_pools(
             ]
             if any(_pool_fields(s)[0] > generation for s in same):
                 continue  # obsolete: a newer generation is being published elsewhere
-            everywhere = [s for s in same if _pool_fields(s)[0] == generation]
+            everywhere = [
+                s
+                for s in same
+                if _pool_fields(s)[0] == generation and not _uses_compatibility_groups(s["spec"])
+            ]
         pool = Pool(driver, pool_name, generation)
         pool.incomplete = len(members) != expected and len(everywhere) != expected
         _fill(pool, members, everywhere, node, labels)

@@ -249,3 +249,25 @@ def test_all_mode_checks_constraints_before_the_capacity_left() -> None:
     out = allocate(c, slices, CLASSES, held, node="n1")
     assert out.error is not None
     assert "cannot add device" in out.error and "constraint would not be satisfied" in out.error
+
+
+def test_a_slice_declaring_compatibility_groups_is_ignored_and_its_pool_incomplete() -> None:
+    """DRADeviceCompatibilityGroups is off in Kubernetes 1.37: kube-scheduler ignores a slice
+    whose device declares groups, so its pool is incomplete and none of its devices (also
+    those without groups) is allocated; another pool still is."""
+    grouped = _counter_device(0)
+    grouped["consumesCounters"][0]["compatibilityGroups"] = ["mig"]
+    pool_p = [
+        resource_slice("p-a", [grouped], node="n1", pool="p", count=3),
+        resource_slice("p-b", [_counter_device(1)], node="n1", pool="p", count=3),
+        resource_slice("p-c", node="n1", pool="p", count=3, shared_counters=_counters("4")),
+    ]
+    out = allocate(claim("c", [exactly()]), pool_p, CLASSES, node="n1")
+    assert not out.ok and out.error is None
+    assert {r.kind for r in out.reports[0].rejections} == {"pool-incomplete"}
+    pool_q = [
+        resource_slice("q-a", [_counter_device(2)], node="n1", pool="q", count=2),
+        resource_slice("q-b", node="n1", pool="q", count=2, shared_counters=_counters()),
+    ]
+    both = allocate(claim("c", [exactly()]), pool_p + pool_q, CLASSES, node="n1")
+    assert _devices(both) == ["gpu-2"]
