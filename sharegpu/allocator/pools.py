@@ -48,7 +48,7 @@ class Pool:
     counters: dict[str, dict[str, Amount]] = field(default_factory=dict)
     #: Every device of the pool (also those not targeting the node), by name.
     all_devices: dict[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: Some device has binding conditions (such pools are searched last).
+    #: Some device has binding conditions (such pools, when usable, are searched last).
     has_binding_conditions: bool = False
 
     @property
@@ -220,7 +220,9 @@ def gather_pools(
         pool.incomplete = len(members) != expected and len(everywhere) != expected
         _fill(pool, members, everywhere, node, labels)
         pools.append(pool)
-    pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
+    # An incomplete or invalid pool has no devices for kube-scheduler, so none with
+    # binding conditions: it stays among the others.
+    pools.sort(key=lambda p: (p.has_binding_conditions and p.usable, p.driver, p.name))
     position = 0
     for pool in pools:
         for c in pool.candidates:

@@ -271,3 +271,18 @@ def test_a_slice_declaring_compatibility_groups_is_ignored_and_its_pool_incomple
     ]
     both = allocate(claim("c", [exactly()]), pool_p + pool_q, CLASSES, node="n1")
     assert _devices(both) == ["gpu-2"]
+
+
+def test_an_incomplete_pool_with_binding_conditions_is_not_moved_last() -> None:
+    """Pools with binding conditions are searched last, but an incomplete pool has no devices
+    for kube-scheduler: it keeps its place by name, and the All request names it first."""
+    bound = exclusive_device(0)
+    bound["bindingConditions"] = ["example.com/ready"]
+    bound["bindingFailureConditions"] = ["example.com/failed"]
+    slices = [
+        resource_slice("a", [bound], node="n1", pool="pool-a", count=2),
+        resource_slice("b", [exclusive_device(1)], node="n1", pool="pool-b", count=2),
+    ]
+    out = allocate(claim("c", [exactly(all_mode=True)]), slices, CLASSES, node="n1")
+    assert out.error is not None
+    assert f"resource pool {DRIVER}/pool-a is currently being updated" in out.error
