@@ -50,7 +50,7 @@ from typing import Any, Final
 
 from api import names
 from api.jsontypes import Obj
-from api.quantity import QuantityError, format_bytes_human, quantity_int
+from api.quantity import QuantityError, format_bytes_human, parse_quantity, quantity_int
 from sharegpu.admission.checks import ERROR
 from sharegpu.allocator import (
     AllocationOutcome,
@@ -526,10 +526,11 @@ def find_device(slices: Sequence[Obj], driver: str, pool: str, device: str) -> M
     return {}
 
 
-def policy_maximum(rejection: Rejection, slices: Sequence[Obj]) -> tuple[int, str] | None:
+def policy_maximum(rejection: Rejection, slices: Sequence[Obj]) -> tuple[str, str] | None:
     """``(most, policy text)`` when a ``capacity-short`` rejection asks for more than the most
     the device's request policy allows one share (its ``validRange.max``, or its largest
-    ``validValues``); else None."""
+    ``validValues``, as the slice writes it); else None. Amounts are compared exactly
+    (fractional ranges: a 1700m request is above a 1500m maximum)."""
     d = rejection.details
     if rejection.kind != "capacity-short" or d.get("available") is None:
         return None
@@ -539,17 +540,16 @@ def policy_maximum(rejection: Rejection, slices: Sequence[Obj]) -> tuple[int, st
         return None
     try:
         values = policy.get("validValues")
-        if values:
-            most = max(quantity_int(v) for v in values)
-        else:
-            top = (policy.get("validRange") or {}).get("max")
-            if top is None:
-                return None
-            most = quantity_int(top)
-        requested = quantity_int(str(d.get("requested")))
+        tops = list(values) if values else [(policy.get("validRange") or {}).get("max")]
+        if tops == [None]:
+            return None
+        most = max(tops, key=lambda v: parse_quantity(str(v)))
+        requested = parse_quantity(str(d.get("requested")))
     except (QuantityError, TypeError, AttributeError):
         return None
-    return (most, describe_policy(policy)) if requested > most else None
+    if requested <= parse_quantity(str(most)):
+        return None
+    return str(most), describe_policy(policy)
 
 
 def reason_kind(rejection: Rejection, slices: Sequence[Obj]) -> str:
@@ -603,7 +603,7 @@ def describe(rejection: Rejection, slices: Sequence[Obj], held_by: HeldBy | None
     if above is not None:
         cap = str(d.get("capacity", "?"))
         most, policy = above
-        shown = _amount(cap, str(most))
+        shown = _amount(cap, most)
         return (
             f"capacity {cap}: requested {_amount(cap, d.get('requested'))}, but one share of "
             f"the device may have at most {shown} ({policy}); request at most {shown}"
