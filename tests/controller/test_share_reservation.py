@@ -19,7 +19,7 @@ from controller.records import claim_record, slice_record
 from kubeletplugin.devices.mock import default_gpu
 from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import node_devices
-from kubeletplugin.prepare.claims import AllocationResult
+from kubeletplugin.prepare.claims import AllocationResult, ClaimError
 from kubeletplugin.prepare.shares import device_record
 from tests.controller import helpers as h
 
@@ -87,3 +87,32 @@ def test_node_tracker_and_quota_agree_on_what_a_share_reserves(consumed: dict[st
         assert charged.memory == node.memory
     else:
         assert charged.memory == memory_policy_max(gpus[0].memory_usable)
+
+
+def test_a_fractional_consumed_amount_is_refused_by_the_node_and_counted_whole() -> None:
+    """The published policies make kube-scheduler record whole amounts. A fraction (some other
+    policy's allocation) is refused at prepare rather than granted rounded up; the tracker and
+    the GpuQuota charge count it rounded up, never less than kube-scheduler holds."""
+    consumed = {"cores": "12500m", "memory": "10Gi"}
+    gpus = [default_gpu(NODE, 0, 1)]
+    devices = node_devices(gpus, names.SHARING_MODE_CONSUMABLE)
+    result = AllocationResult("gpu", NODE, "gpu-0", share_id="s", consumed_capacity=consumed)
+    with pytest.raises(ClaimError, match=r"consumedCapacity\.cores: '12500m' is not a whole"):
+        device_record(
+            [result], devices["gpu-0"], h.DRIVER, "claim default/a", cdi_name="a", cdi_device_ids=()
+        )
+
+    [obj] = resource_slice_objects(desired_slices(devices, None), h.DRIVER, NODE, None, 1)
+    obj["metadata"]["name"] = "slice-0"
+    [(pool, pool_slices)] = newest_generation([slice_record(obj, h.DRIVER)]).items()
+    hardware, published = pool_hardware(pool, pool_slices)
+    claim = h.claim(
+        "a", [{**h.result(NODE, "gpu-0"), "shareID": "s", "consumedCapacity": consumed}]
+    )
+    record = claim_record(claim, h.DRIVER)
+    assert record is not None
+    [alloc] = claim_allocations(record, {(pool, n): d for n, d in published.items()}, hardware, {})
+    assert (alloc.cores, alloc.memory) == (13, 10 * GI)
+    basis = ChargeBasis(largest_memory=gpus[0].memory_usable)
+    charged, _ = claim_charge(claim, h.DRIVER, ("gpu",), basis)
+    assert (charged.cores, charged.memory) == (13, 10 * GI)
