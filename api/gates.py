@@ -93,6 +93,8 @@ OPTIONAL_NODE_OPERATIONS: Final = "DRAOptionalNodeOperations"
 PARTITIONABLE_DEVICES_TYPE: Final = "DRAPartitionableDevicesType"
 COMPATIBILITY_GROUPS: Final = "DRADeviceCompatibilityGroups"
 DERIVED_ATTRIBUTES: Final = "DRADerivedAttributes"
+LIST_ATTRIBUTES: Final = "DRAListTypeAttributes"
+NODE_ALLOCATABLE_RESOURCES: Final = "DRANodeAllocatableResources"
 
 GATES: Final[Mapping[str, Gate]] = {
     g.name: g
@@ -116,6 +118,8 @@ GATES: Final[Mapping[str, Gate]] = {
         _gate(PARTITIONABLE_DEVICES_TYPE, ((1, 37), "alpha", False)),
         _gate(COMPATIBILITY_GROUPS, ((1, 37), "alpha", False)),
         _gate(DERIVED_ATTRIBUTES, ((1, 37), "alpha", False)),
+        _gate(LIST_ATTRIBUTES, ((1, 36), "alpha", False)),
+        _gate(NODE_ALLOCATABLE_RESOURCES, ((1, 36), "alpha", False)),
     )
 }
 
@@ -253,6 +257,25 @@ GATED_FIELDS: Final[tuple[GatedField, ...]] = (
         "device counter consumption",
         "partitions of one GPU no longer exclude each other: overlapping partitions can be "
         "allocated to different claims",
+    ),
+    *(
+        GatedField(
+            "ResourceSlice",
+            f"{_DEVICE}.attributes{{}}.{form}",
+            LIST_ATTRIBUTES,
+            "list-valued attributes",
+            "the attribute is left without a value, so the API server refuses the slice "
+            "(exactly one value must be specified)",
+        )
+        for form in ("ints", "bools", "strings", "versions")
+    ),
+    GatedField(
+        "ResourceSlice",
+        f"{_DEVICE}.nodeAllocatableResources",
+        NODE_ALLOCATABLE_RESOURCES,
+        "node-allocatable resources",
+        "pods using the device are not charged the node CPU or memory it maps to",
+        supported=False,
     ),
     GatedField(
         "ResourceSlice",

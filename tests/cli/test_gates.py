@@ -241,3 +241,61 @@ def test_a_device_class_extended_resource_needs_its_gate_before_1_36(
         )
         code, report = validate(capsys, "-f", f, *args)
         assert (code, report["findings"]) == (0, [])
+
+
+def alpha_1_36_slice() -> Obj:
+    """A slice with the fields of the 1.36 alpha gates that are still off by default in 1.37:
+    list-valued attributes and node-allocatable resources."""
+    obj = skip_slice()
+    del obj["spec"]["skipNodeOperations"], obj["spec"]["partitionTypeAttribute"]
+    obj["spec"]["devices"] = [
+        {
+            "name": "gpu-0",
+            "attributes": {"numaNodes": {"ints": [0, 1]}, "model": {"string": "x"}},
+            "nodeAllocatableResources": {"memory": {"overhead": {"perPod": "1Gi"}}},
+        }
+    ]
+    return obj
+
+
+def test_gates_off_by_default_since_1_36_are_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    version = "1.37"
+    f = write(tmp_path / "s.yaml", alpha_1_36_slice())
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", version)
+    assert code == 0, report
+    found = [(x["path"], x["severity"]) for x in report["findings"]]
+    assert found == [
+        ("spec.devices[0].attributes[numaNodes].ints", "warning"),
+        ("spec.devices[0].nodeAllocatableResources", "warning"),
+    ]
+    lists, allocatable = (x["message"] for x in report["findings"])
+    assert lists.startswith(
+        f"Kubernetes {version} drops list-valued attributes unless the {gates.LIST_ATTRIBUTES} "
+        "feature gate is enabled (alpha and off by default from 1.36)"
+    )
+    assert "refuses the slice" in lists
+    assert allocatable.startswith(
+        f"Kubernetes {version} drops node-allocatable resources unless the "
+        f"{gates.NODE_ALLOCATABLE_RESOURCES} feature gate is enabled"
+    )
+    on = f"{gates.LIST_ATTRIBUTES}=true,{gates.NODE_ALLOCATABLE_RESOURCES}=true"
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", version, "--feature-gates", on)
+    assert code == 1
+    [finding] = report["findings"]
+    assert finding["path"] == "spec.devices[0].nodeAllocatableResources"
+    assert "are not supported by sharegpu" in finding["message"]
+
+
+def test_list_valued_attributes_are_warned_about_at_1_36(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = alpha_1_36_slice()
+    del obj["spec"]["devices"][0]["nodeAllocatableResources"]
+    f = write(tmp_path / "s.yaml", obj)
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.36")
+    assert code == 0, report
+    [finding] = report["findings"]
+    assert finding["path"] == "spec.devices[0].attributes[numaNodes].ints"
+    assert finding["message"].startswith("Kubernetes 1.36 drops list-valued attributes unless")
