@@ -181,6 +181,16 @@ def _claim_fields(base: str, kind: str) -> list[GatedField]:
                 supported=False,
             )
         )
+    out.append(
+        GatedField(
+            kind,
+            f"{base}.devices.constraints[].distinctAttribute",
+            CONSUMABLE_CAPACITY,
+            "distinctAttribute constraints",
+            "the constraint is left without an attribute, so the API server refuses the claim "
+            "(matchAttribute or distinctAttribute required)",
+        )
+    )
     return out
 
 
@@ -252,6 +262,24 @@ GATED_FIELDS: Final[tuple[GatedField, ...]] = (
     ),
     GatedField(
         "ResourceSlice",
+        "spec.perDeviceNodeSelection",
+        PARTITIONABLE_DEVICES,
+        "per-device node selection",
+        "the slice is left without nodeName, nodeSelector or allNodes, so the API server "
+        "refuses it",
+    ),
+    *(
+        GatedField(
+            "ResourceSlice",
+            f"{_DEVICE}.{field}",
+            PARTITIONABLE_DEVICES,
+            f"a device's {field}",
+            "the device loses its own node selection",
+        )
+        for field in ("nodeName", "nodeSelector", "allNodes")
+    ),
+    GatedField(
+        "ResourceSlice",
         f"{_DEVICE}.consumesCounters",
         PARTITIONABLE_DEVICES,
         "device counter consumption",
@@ -290,6 +318,20 @@ GATED_FIELDS: Final[tuple[GatedField, ...]] = (
         BINDING_CONDITIONS,
         "binding conditions",
         "pods are bound without waiting for the device's binding conditions",
+    ),
+    GatedField(
+        "ResourceSlice",
+        f"{_DEVICE}.bindingFailureConditions",
+        BINDING_CONDITIONS,
+        "binding failure conditions",
+        "pods are bound without waiting for the device's binding conditions",
+    ),
+    GatedField(
+        "ResourceSlice",
+        f"{_DEVICE}.bindsToNode",
+        BINDING_CONDITIONS,
+        "binding to the node (bindsToNode)",
+        "the allocation is not limited to the node kube-scheduler picked",
     ),
 )
 

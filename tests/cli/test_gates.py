@@ -299,3 +299,56 @@ def test_list_valued_attributes_are_warned_about_at_1_36(
     [finding] = report["findings"]
     assert finding["path"] == "spec.devices[0].attributes[numaNodes].ints"
     assert finding["message"].startswith("Kubernetes 1.36 drops list-valued attributes unless")
+
+
+def test_partitionable_and_binding_fields_of_a_slice_are_warned_about_at_1_35(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = skip_slice()
+    spec = obj["spec"]
+    del spec["skipNodeOperations"], spec["partitionTypeAttribute"], spec["nodeName"]
+    spec["perDeviceNodeSelection"] = True
+    spec["devices"] = [
+        {
+            "name": "gpu-0",
+            "nodeName": NODE,
+            "bindsToNode": True,
+            "bindingConditions": ["ready"],
+            "bindingFailureConditions": ["failed"],
+        }
+    ]
+    f = write(tmp_path / "s.yaml", obj)
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.35")
+    assert code == 0, report
+    assert sorted(x["path"] for x in report["findings"]) == [
+        "spec.devices[0].bindingConditions",
+        "spec.devices[0].bindingFailureConditions",
+        "spec.devices[0].bindsToNode",
+        "spec.devices[0].nodeName",
+        "spec.perDeviceNodeSelection",
+    ]
+    [per_device] = [x for x in report["findings"] if x["path"] == "spec.perDeviceNodeSelection"]
+    assert f"unless the {gates.PARTITIONABLE_DEVICES} feature gate" in per_device["message"]
+    assert per_device["message"].endswith("so the API server refuses it")
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.36")
+    assert (code, report["findings"]) == (0, [])
+
+
+def test_distinct_attribute_needs_consumable_capacity_before_1_36(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = claim(
+        "d",
+        request("a"),
+        request("b"),
+        constraints=[{"distinctAttribute": "gpu.sharegpu.dev/uuid"}],
+    )
+    f = write(tmp_path / "c.yaml", obj)
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.35")
+    assert code == 0, report
+    [finding] = report["findings"]
+    assert finding["path"] == "spec.devices.constraints[0].distinctAttribute"
+    assert f"unless the {gates.CONSUMABLE_CAPACITY} feature gate" in finding["message"]
+    assert "refuses the claim" in finding["message"]
+    code, report = validate(capsys, "-f", f)
+    assert (code, report["findings"]) == (0, [])
