@@ -352,3 +352,34 @@ def test_distinct_attribute_needs_consumable_capacity_before_1_36(
     assert "refuses the claim" in finding["message"]
     code, report = validate(capsys, "-f", f)
     assert (code, report["findings"]) == (0, [])
+
+
+def typo_class() -> Obj:
+    """The driver's DeviceClass with ``selectors`` mistyped: every device would match it."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.sharegpu.dev"},
+        "spec": {"selectorz": [{"cel": {"expression": "device.driver == 'gpu.sharegpu.dev'"}}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("option", "obj", "path"),
+    [
+        ("--classes", typo_class(), "spec"),
+        ("--allocated", typo_claim(), "spec.devices.requests[0].exactly.capacity"),
+    ],
+    ids=["classes", "allocated"],
+)
+def test_explain_checks_the_classes_and_allocated_files_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, obj: Obj, path: str
+) -> None:
+    f = write(tmp_path / "c.yaml", claim("ok", request()))
+    side = write(tmp_path / "side.yaml", obj)
+    code, report = explain(capsys, "-f", f, option, side, "--node-name", NODE)
+    assert code == 1
+    assert report["valid"] is False
+    [finding] = report["findings"]
+    assert (finding["file"], finding["path"], finding["severity"]) == (side, path, "error")
+    assert [c["allocated"] for c in report["claims"]] == [False]
