@@ -13,6 +13,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from api import names
@@ -87,11 +88,22 @@ def share_reservation(
     return reserved_amounts(recorded_amounts(consumed, driver_name, parse), whole)
 
 
-def reserved_memory(requested: int) -> int:
-    """Bytes the scheduler reserves for a memory request: rounded up to the 256Mi grid, at
-    least 256Mi (the policy's ``validRange``: min 256Mi, step 256Mi)."""
+def _steps_up(requested: Decimal | int, step: int) -> int:
+    """``requested`` rounded up to a whole multiple of ``step``, exactly."""
+    return int((Decimal(requested) / step).to_integral_value(rounding=ROUND_CEILING)) * step
+
+
+def reserved_memory(requested: Decimal | int) -> int:
+    """Bytes the scheduler reserves for a memory request (exact, fractions included): rounded
+    up to the 256Mi grid, at least 256Mi (the policy's ``validRange``: min 256Mi, step 256Mi)."""
     step = names.MEMORY_STEP_BYTES
-    return max(step, -(-requested // step) * step)
+    return max(step, _steps_up(requested, step))
+
+
+def reserved_cores(requested: Decimal | int) -> int:
+    """Cores the scheduler reserves for a cores request (exact, fractions included): rounded up
+    to a whole core, at least 1 (the policy's ``validRange``: min 1, step 1); ``150m`` is 1."""
+    return max(1, _steps_up(requested, 1))
 
 
 def consumable_capacity(

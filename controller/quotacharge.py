@@ -250,6 +250,8 @@ def _request_classes(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _qty_int(_name: str, value: Any) -> int:
+    """One amount of a ``consumedCapacity``, 0 when invalid; a fraction (never recorded under
+    the published whole-unit policies) is charged rounded up, never less than is held."""
     try:
         return quantity_bytes(value)
     except ValueError:

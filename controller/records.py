@@ -408,7 +408,9 @@ def reserved_pods(claim: Obj) -> tuple[tuple[str, str], ...]:
 
 
 def _amount(_name: str, value: Any) -> int:
-    """One amount of a ``consumedCapacity``: 0 when invalid."""
+    """One amount of a ``consumedCapacity``: 0 when invalid. A fraction (never recorded under
+    the published whole-unit policies; the node refuses to prepare it) counts rounded up, so
+    the tracker never counts less than kube-scheduler holds."""
     return qty(value) or 0
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from api import names
-from api.quantity import QuantityError, quantity_int
+from api.quantity import QuantityError, quantity_whole
 from api.sharepolicy import share_reservation
 from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.devices.mig import MIB
@@ -29,11 +29,19 @@ from kubeletplugin.prepare.claims import AllocationResult, ClaimError
 
 
 def _quantity(label: str) -> Callable[[str, Any], int]:
+    """Reads one ``consumedCapacity`` amount exactly. The published request policies
+    (:func:`api.sharepolicy.consumable_capacity`) grant whole cores and whole bytes, so
+    kube-scheduler records whole amounts; a fraction is refused, never rounded (up would grant
+    more than the share, down would silently shrink it)."""
+
     def parse(name: str, value: Any) -> int:
         try:
-            return quantity_int(value)
+            return quantity_whole(value)
         except QuantityError as exc:
-            raise ClaimError(f"{label}: consumedCapacity.{name}: {exc}") from exc
+            raise ClaimError(
+                f"{label}: consumedCapacity.{name}: {exc} (the device's request policy grants "
+                "whole cores and memory in whole bytes)"
+            ) from exc
 
     return parse
 

@@ -35,7 +35,7 @@ from typing import Any, Final, Literal
 from api import names
 from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity, quantity_hint
-from api.sharepolicy import reserved_memory
+from api.sharepolicy import reserved_cores, reserved_memory
 from sharegpu.admission import shape
 from sharegpu.cel import CelCompileError, compile_selector, is_compiled
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
@@ -395,15 +395,18 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
 
 def _check_cores(value: Any, where: str) -> list[Finding]:
     top = names.CORES_PER_GPU
-    if value < 1 or value > top:
+    if value <= 0:
+        return [Finding(ERROR, where, f"cores must be positive (got {value})")]
+    if value > top:
         return [Finding(ERROR, where, f"cores must be between 1 and {top} (got {value})")]
-    if value != int(value):
-        rounded = int(value) + 1
+    reserved = reserved_cores(value)
+    if reserved != value:
         return [
             Finding(
                 WARNING,
                 where,
-                f"cores are whole percent of the GPU: {value} is reserved as {rounded}",
+                f"cores are whole percent of the GPU, at least 1: {value} is reserved as "
+                f"{reserved}",
             )
         ]
     return []
@@ -412,14 +415,14 @@ def _check_cores(value: Any, where: str) -> list[Finding]:
 def _check_memory(value: Any, where: str) -> list[Finding]:
     if value <= 0:
         return [Finding(ERROR, where, f"memory must be positive (got {value})")]
-    requested = int(value) + (1 if value != int(value) else 0)
-    reserved = reserved_memory(requested)
-    if reserved != requested:
+    reserved = reserved_memory(value)
+    if reserved != value:
+        shown = format_quantity(int(value)) if value == int(value) else str(value)
         return [
             Finding(
                 WARNING,
                 where,
-                f"memory is granted in 256Mi steps: {format_quantity(requested)} is reserved "
+                f"memory is granted in 256Mi steps: {shown} is reserved "
                 f"as {format_quantity(reserved)}",
             )
         ]
@@ -441,11 +444,12 @@ def _reserved_share(requests: Mapping[str, Any], driver: str) -> tuple[int | Non
             value = parse_quantity(raw)
         except QuantityError:
             continue
-        whole = int(value) + (1 if value != int(value) else 0)
+        if value <= 0:
+            continue  # check_capacity_requests reports it
         if name == names.CAP_CORES:
-            cores = whole
-        elif name == names.CAP_MEMORY and whole > 0:
-            memory = reserved_memory(whole)
+            cores = reserved_cores(value)
+        else:
+            memory = reserved_memory(value)
     return cores, memory
 
 

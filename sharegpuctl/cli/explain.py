@@ -29,9 +29,9 @@ names the class and the classes there are, as kube-scheduler leaves its pod Pend
 default class stands in only offline and for ``--slices`` without any class, never for a
 cluster, which has the classes it has.
 
-Before anything is allocated, the objects of ``-f`` go through the checks of ``sharegpu
-validate`` (:func:`sharegpuctl.cli.validate.check_manifests`: the schema of
-``--kubernetes-version``, the admission webhook's rules, the feature gates of
+Before anything is allocated, the objects of ``-f``, ``--classes`` and ``--allocated`` go
+through the checks of ``sharegpu validate`` (:func:`sharegpuctl.cli.validate.check_manifests`:
+the schema of ``--kubernetes-version``, the admission webhook's rules, the feature gates of
 ``--feature-gates``): with any error nothing is allocated, the findings are printed and the
 exit code is 1; warnings are printed (to standard error for humans) and the claims allocated.
 
@@ -50,7 +50,7 @@ from typing import Any, Final
 
 from api import names
 from api.jsontypes import Obj
-from api.quantity import QuantityError, format_bytes_human, quantity_int
+from api.quantity import QuantityError, format_bytes_human, parse_quantity, quantity_int
 from sharegpu.admission.checks import ERROR
 from sharegpu.allocator import (
     AllocationOutcome,
@@ -314,17 +314,30 @@ def cluster_inputs(kubeconfig: str, node: str | None) -> ClusterState:
     return ClusterState(slices, classes, claims, labels, rules)
 
 
-def gather_inputs(args: argparse.Namespace, manifests: list[Manifest] | None = None) -> Inputs:
-    """Read the claims (from ``manifests`` when already loaded) and the cluster state the
-    command line names."""
+def side_manifests(args: argparse.Namespace) -> tuple[list[Manifest], list[Manifest]]:
+    """The DeviceClasses of ``--classes`` and the claims of ``--allocated``, as loaded."""
+    classes = [m for m in load_manifests(args.classes or []) if m.kind == "DeviceClass"]
+    allocated = [m for m in load_manifests(args.allocated or []) if m.kind == "ResourceClaim"]
+    return classes, allocated
+
+
+def gather_inputs(
+    args: argparse.Namespace,
+    manifests: list[Manifest] | None = None,
+    side: tuple[list[Manifest], list[Manifest]] | None = None,
+) -> Inputs:
+    """Read the claims (from ``manifests`` when already loaded), the ``--classes`` and
+    ``--allocated`` objects (``side``: :func:`side_manifests`, when already loaded) and the
+    cluster state the command line names."""
     if manifests is None:
         manifests = load_manifests(args.filename)
     claims = claims_of(m.obj for m in manifests)
     if not claims:
         raise CliError(f"{', '.join(args.filename)}: no ResourceClaim or ResourceClaimTemplate")
+    side_classes, side_allocated = side if side is not None else side_manifests(args)
     classes = [m.obj for m in manifests if m.kind == "DeviceClass"]
-    classes += load_objects(args.classes or [], ["DeviceClass"])
-    allocated = load_objects(args.allocated or [], ["ResourceClaim"])
+    classes += [m.obj for m in side_classes]
+    allocated = [m.obj for m in side_allocated]
     rules = [m.obj for m in manifests if m.kind == DEVICE_TAINT_RULE_KIND]
     labels: dict[str, dict[str, str]] = {}
     node: str | None = args.node
@@ -526,10 +539,11 @@ def find_device(slices: Sequence[Obj], driver: str, pool: str, device: str) -> M
     return {}
 
 
-def policy_maximum(rejection: Rejection, slices: Sequence[Obj]) -> tuple[int, str] | None:
+def policy_maximum(rejection: Rejection, slices: Sequence[Obj]) -> tuple[str, str] | None:
     """``(most, policy text)`` when a ``capacity-short`` rejection asks for more than the most
     the device's request policy allows one share (its ``validRange.max``, or its largest
-    ``validValues``); else None."""
+    ``validValues``, as the slice writes it); else None. Amounts are compared exactly
+    (fractional ranges: a 1700m request is above a 1500m maximum)."""
     d = rejection.details
     if rejection.kind != "capacity-short" or d.get("available") is None:
         return None
@@ -539,17 +553,16 @@ def policy_maximum(rejection: Rejection, slices: Sequence[Obj]) -> tuple[int, st
         return None
     try:
         values = policy.get("validValues")
-        if values:
-            most = max(quantity_int(v) for v in values)
-        else:
-            top = (policy.get("validRange") or {}).get("max")
-            if top is None:
-                return None
-            most = quantity_int(top)
-        requested = quantity_int(str(d.get("requested")))
+        tops = list(values) if values else [(policy.get("validRange") or {}).get("max")]
+        if tops == [None]:
+            return None
+        most = max(tops, key=lambda v: parse_quantity(str(v)))
+        requested = parse_quantity(str(d.get("requested")))
     except (QuantityError, TypeError, AttributeError):
         return None
-    return (most, describe_policy(policy)) if requested > most else None
+    if requested <= parse_quantity(str(most)):
+        return None
+    return str(most), describe_policy(policy)
 
 
 def reason_kind(rejection: Rejection, slices: Sequence[Obj]) -> str:
@@ -603,7 +616,7 @@ def describe(rejection: Rejection, slices: Sequence[Obj], held_by: HeldBy | None
     if above is not None:
         cap = str(d.get("capacity", "?"))
         most, policy = above
-        shown = _amount(cap, str(most))
+        shown = _amount(cap, most)
         return (
             f"capacity {cap}: requested {_amount(cap, d.get('requested'))}, but one share of "
             f"the device may have at most {shown} ({policy}); request at most {shown}"
@@ -951,10 +964,12 @@ def run(args: argparse.Namespace) -> int:
     gates = parse_feature_gates(str(args.feature_gates))
     fmt = resolve_format(args.output)
     manifests = load_manifests(args.filename)
-    findings = check_manifests(manifests, args.driver_name, version, gates)
+    side = side_manifests(args)
+    checked = [*manifests, *side[0], *side[1]]
+    findings = check_manifests(checked, args.driver_name, version, gates)
     if any(f.finding.severity == ERROR for f in findings):
         return invalid_report(manifests, findings, version, fmt)
-    inputs = gather_inputs(args, manifests)
+    inputs = gather_inputs(args, manifests, side)
     nodes = nodes_of(inputs.slices, inputs.node)
     report = explain_claims(inputs, nodes)
     data: Obj = {

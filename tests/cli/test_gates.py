@@ -241,3 +241,145 @@ def test_a_device_class_extended_resource_needs_its_gate_before_1_36(
         )
         code, report = validate(capsys, "-f", f, *args)
         assert (code, report["findings"]) == (0, [])
+
+
+def alpha_1_36_slice() -> Obj:
+    """A slice with the fields of the 1.36 alpha gates that are still off by default in 1.37:
+    list-valued attributes and node-allocatable resources."""
+    obj = skip_slice()
+    del obj["spec"]["skipNodeOperations"], obj["spec"]["partitionTypeAttribute"]
+    obj["spec"]["devices"] = [
+        {
+            "name": "gpu-0",
+            "attributes": {"numaNodes": {"ints": [0, 1]}, "model": {"string": "x"}},
+            "nodeAllocatableResources": {"memory": {"overhead": {"perPod": "1Gi"}}},
+        }
+    ]
+    return obj
+
+
+def test_gates_off_by_default_since_1_36_are_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    version = "1.37"
+    f = write(tmp_path / "s.yaml", alpha_1_36_slice())
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", version)
+    assert code == 0, report
+    found = [(x["path"], x["severity"]) for x in report["findings"]]
+    assert found == [
+        ("spec.devices[0].attributes[numaNodes].ints", "warning"),
+        ("spec.devices[0].nodeAllocatableResources", "warning"),
+    ]
+    lists, allocatable = (x["message"] for x in report["findings"])
+    assert lists.startswith(
+        f"Kubernetes {version} drops list-valued attributes unless the {gates.LIST_ATTRIBUTES} "
+        "feature gate is enabled (alpha and off by default from 1.36)"
+    )
+    assert "refuses the slice" in lists
+    assert allocatable.startswith(
+        f"Kubernetes {version} drops node-allocatable resources unless the "
+        f"{gates.NODE_ALLOCATABLE_RESOURCES} feature gate is enabled"
+    )
+    on = f"{gates.LIST_ATTRIBUTES}=true,{gates.NODE_ALLOCATABLE_RESOURCES}=true"
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", version, "--feature-gates", on)
+    assert code == 1
+    [finding] = report["findings"]
+    assert finding["path"] == "spec.devices[0].nodeAllocatableResources"
+    assert "are not supported by sharegpu" in finding["message"]
+
+
+def test_list_valued_attributes_are_warned_about_at_1_36(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = alpha_1_36_slice()
+    del obj["spec"]["devices"][0]["nodeAllocatableResources"]
+    f = write(tmp_path / "s.yaml", obj)
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.36")
+    assert code == 0, report
+    [finding] = report["findings"]
+    assert finding["path"] == "spec.devices[0].attributes[numaNodes].ints"
+    assert finding["message"].startswith("Kubernetes 1.36 drops list-valued attributes unless")
+
+
+def test_partitionable_and_binding_fields_of_a_slice_are_warned_about_at_1_35(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = skip_slice()
+    spec = obj["spec"]
+    del spec["skipNodeOperations"], spec["partitionTypeAttribute"], spec["nodeName"]
+    spec["perDeviceNodeSelection"] = True
+    spec["devices"] = [
+        {
+            "name": "gpu-0",
+            "nodeName": NODE,
+            "bindsToNode": True,
+            "bindingConditions": ["ready"],
+            "bindingFailureConditions": ["failed"],
+        }
+    ]
+    f = write(tmp_path / "s.yaml", obj)
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.35")
+    assert code == 0, report
+    assert sorted(x["path"] for x in report["findings"]) == [
+        "spec.devices[0].bindingConditions",
+        "spec.devices[0].bindingFailureConditions",
+        "spec.devices[0].bindsToNode",
+        "spec.devices[0].nodeName",
+        "spec.perDeviceNodeSelection",
+    ]
+    [per_device] = [x for x in report["findings"] if x["path"] == "spec.perDeviceNodeSelection"]
+    assert f"unless the {gates.PARTITIONABLE_DEVICES} feature gate" in per_device["message"]
+    assert per_device["message"].endswith("so the API server refuses it")
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.36")
+    assert (code, report["findings"]) == (0, [])
+
+
+def test_distinct_attribute_needs_consumable_capacity_before_1_36(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = claim(
+        "d",
+        request("a"),
+        request("b"),
+        constraints=[{"distinctAttribute": "gpu.sharegpu.dev/uuid"}],
+    )
+    f = write(tmp_path / "c.yaml", obj)
+    code, report = validate(capsys, "-f", f, "--kubernetes-version", "1.35")
+    assert code == 0, report
+    [finding] = report["findings"]
+    assert finding["path"] == "spec.devices.constraints[0].distinctAttribute"
+    assert f"unless the {gates.CONSUMABLE_CAPACITY} feature gate" in finding["message"]
+    assert "refuses the claim" in finding["message"]
+    code, report = validate(capsys, "-f", f)
+    assert (code, report["findings"]) == (0, [])
+
+
+def typo_class() -> Obj:
+    """The driver's DeviceClass with ``selectors`` mistyped: every device would match it."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu.sharegpu.dev"},
+        "spec": {"selectorz": [{"cel": {"expression": "device.driver == 'gpu.sharegpu.dev'"}}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("option", "obj", "path"),
+    [
+        ("--classes", typo_class(), "spec"),
+        ("--allocated", typo_claim(), "spec.devices.requests[0].exactly.capacity"),
+    ],
+    ids=["classes", "allocated"],
+)
+def test_explain_checks_the_classes_and_allocated_files_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, obj: Obj, path: str
+) -> None:
+    f = write(tmp_path / "c.yaml", claim("ok", request()))
+    side = write(tmp_path / "side.yaml", obj)
+    code, report = explain(capsys, "-f", f, option, side, "--node-name", NODE)
+    assert code == 1
+    assert report["valid"] is False
+    [finding] = report["findings"]
+    assert (finding["file"], finding["path"], finding["severity"]) == (side, path, "error")
+    assert [c["allocated"] for c in report["claims"]] == [False]
