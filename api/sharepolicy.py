@@ -1,7 +1,8 @@
 """The request policy of a shareable GPU (consumable capacity, KEP-5075): the one place for it.
 
 The node plugin publishes it on every consumable device (``kubeletplugin/devices/slices.py``);
-the admission checks and the GpuQuota charge derive what a request reserves from it; the node
+the admission checks and the GpuQuota charge derive what a request reserves from it (rounded by
+the allocator's ``consumed_amount``, kube-scheduler's rule); the node
 plugin, the tracker and the GpuQuota charge read what an allocated share reserves with
 :func:`share_reservation` (an amount its ``consumedCapacity`` lacks is the whole). Invariants:
 cores are whole percents 1..100 with the node's default for a request that names none; memory
@@ -87,13 +88,6 @@ def share_reservation(
     return reserved_amounts(recorded_amounts(consumed, driver_name, parse), whole)
 
 
-def reserved_memory(requested: int) -> int:
-    """Bytes the scheduler reserves for a memory request: rounded up to the 256Mi grid, at
-    least 256Mi (the policy's ``validRange``: min 256Mi, step 256Mi)."""
-    step = names.MEMORY_STEP_BYTES
-    return max(step, -(-requested // step) * step)
-
-
 def consumable_capacity(
     memory_usable: int, default_cores: int = names.CORES_PER_GPU
 ) -> dict[str, Any]:
@@ -118,3 +112,17 @@ def consumable_capacity(
             },
         },
     }
+
+
+def capacity_of_unknown_gpu() -> dict[str, Any]:
+    """The :func:`consumable_capacity` assumed where no GPU's memory is known: memory requests
+    are rounded up to the step grid (at least one step) with no upper bound, unasked memory is
+    0. What a request reserves under it is the allocator's ``consumed_amount``, the one rounding
+    rule (kube-scheduler's)."""
+    capacity = consumable_capacity(0)
+    step = format_quantity(names.MEMORY_STEP_BYTES)
+    capacity[names.CAP_MEMORY]["requestPolicy"] = {
+        "default": "0",
+        "validRange": {"min": step, "step": step},
+    }
+    return capacity

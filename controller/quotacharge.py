@@ -44,7 +44,12 @@ from api.gpuquota import (
     summary,
 )
 from api.quantity import format_quantity
-from api.sharepolicy import consumable_capacity, memory_policy_max, share_reservation
+from api.sharepolicy import (
+    capacity_of_unknown_gpu,
+    consumable_capacity,
+    memory_policy_max,
+    share_reservation,
+)
 from sharegpu.admission.checks import is_driver_class
 from sharegpu.allocator.capacity import PolicyViolation, amount, consumed_amount
 from sharegpu.allocator.model import AllocatorInputError
@@ -120,14 +125,7 @@ class ChargeBasis:
         the plugin publishes them (``kubeletplugin/devices/slices.py``)."""
         if memory_policy_max(self.largest_memory) > 0:
             return consumable_capacity(self.largest_memory)
-        # Nothing known: memory requests are rounded to the step, unasked memory is 0.
-        capacity = consumable_capacity(0)
-        step = format_quantity(names.MEMORY_STEP_BYTES)
-        capacity[names.CAP_MEMORY]["requestPolicy"] = {
-            "default": "0",
-            "validRange": {"min": step, "step": step},
-        }
-        return capacity
+        return capacity_of_unknown_gpu()
 
     def whole_gpu(self) -> Amounts:
         """The charge of one whole GPU (one device, nothing asked)."""

@@ -35,8 +35,9 @@ from typing import Any, Final, Literal
 from api import names
 from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity, quantity_hint
-from api.sharepolicy import reserved_memory
+from api.sharepolicy import capacity_of_unknown_gpu
 from sharegpu.admission import shape
+from sharegpu.allocator.capacity import PolicyViolation, consumed_amount
 from sharegpu.cel import CelCompileError, compile_selector, is_compiled
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
 
@@ -407,6 +408,16 @@ def _check_cores(value: Any, where: str) -> list[Finding]:
             )
         ]
     return []
+
+
+def reserved_memory(requested: int) -> int:
+    """Bytes the scheduler reserves for a memory request of ``requested`` bytes on any GPU: the
+    request policy's rounding (:func:`~api.sharepolicy.capacity_of_unknown_gpu`), at least one
+    256Mi step."""
+    memory = capacity_of_unknown_gpu()[names.CAP_MEMORY]
+    got = consumed_amount(names.CAP_MEMORY, memory, requested, "memory")
+    assert not isinstance(got, PolicyViolation)  # a range without max allows every rounding
+    return int(got)
 
 
 def _check_memory(value: Any, where: str) -> list[Finding]:
