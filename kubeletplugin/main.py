@@ -76,7 +76,6 @@ def make_host(config: PluginConfig) -> Host:
         nvidia_cdi=nvidia_cdi_detector(config),
         mps_daemon_pod_template=config.mps_daemon_pod_template,
         namespace=config.namespace,
-        proc_root=config.proc_root,
     )
 
 
