@@ -166,6 +166,14 @@ def add_node_flags(
         "(every placement of every MIG profile, created at prepare; needs --sharing-mode "
         "partitions). With dynamic, the default mock GPUs are in MIG mode (default static)",
     )
+    target.add_argument(
+        "--default-share-cores",
+        type=int,
+        default=names.CORES_PER_GPU,
+        metavar="N",
+        help="consumable mode: the cores (percent, 1-100) a request naming none is charged, as "
+        f"the plugin's flag of that name publishes it (default {names.CORES_PER_GPU})",
+    )
     target.add_argument("--node-name", help="node name (default $NODE_NAME, else the host name)")
     target.add_argument(
         "--driver-name",
@@ -239,13 +247,18 @@ def local_node(args: argparse.Namespace) -> LocalNode:
             f"{args.sharing_mode}",
             EXIT_USAGE,
         )
+    cores = getattr(args, "default_share_cores", names.CORES_PER_GPU)
+    if not 1 <= cores <= names.CORES_PER_GPU:
+        raise CliError(
+            f"--default-share-cores {cores}: must be 1 to {names.CORES_PER_GPU}", EXIT_USAGE
+        )
     backend = make_backend(args, node, mig_enabled=dynamic)
     try:
         gpus = backend.discover()
     except DiscoveryError as exc:
         hint = NO_GPU_HINT if isinstance(backend, NvmlBackend) else ""
         raise CliError(f"{exc}{hint}") from None
-    table = node_devices(gpus, args.sharing_mode, mig_strategy=mig)
+    table = node_devices(gpus, args.sharing_mode, cores, mig_strategy=mig)
     objects = resource_slice_objects(desired_slices(table), args.driver_name, node, None, 1)
     for obj in objects:
         obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"

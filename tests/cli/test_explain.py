@@ -93,6 +93,22 @@ def test_fits_offline_on_the_mock_node(tmp_path: Path, capsys: pytest.CaptureFix
     assert result["shareID"]
 
 
+def test_the_node_flags_default_share_cores_reaches_the_slices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two memory-only shares do not fit one GPU at the default 100 cores each; at 40 they do."""
+    shares = [claim(n, request(capacity={"memory": "10Gi"})) for n in ("a", "b")]
+    f = write(tmp_path / "c.yaml", *shares)
+    code, report = explain(capsys, "-f", f, "--node-name", NODE, "--mock", "1")
+    assert code == 1 and [c["allocated"] for c in report["claims"]] == [True, False]
+    argv = ("-f", f, "--node-name", NODE, "--mock", "1", "--default-share-cores", "40")
+    code, report = explain(capsys, *argv)
+    assert code == 0
+    assert [c["results"][0]["consumedCapacity"]["cores"] for c in report["claims"]] == ["40"] * 2
+    assert main(["explain", *argv[:-1], "0"]) == 2
+    assert "--default-share-cores 0: must be 1 to 100" in capsys.readouterr().err
+
+
 def test_mistyped_attribute_is_invalid_and_not_allocated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
