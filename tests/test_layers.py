@@ -82,3 +82,24 @@ def test_the_node_plugin_contract_names_every_module_and_package() -> None:
         if p.stem not in {"__init__", "__main__"}
     }
     assert modules | _packages("kubeletplugin") == named
+
+
+#: Test folders that are not a package's: data, the chart, the docs, the end-to-end run, the
+#: examples, the real-GPU harness and the differential oracle.
+_NON_PACKAGE_TEST_FOLDERS = {"data", "deploy", "docs", "e2e", "examples", "gpu", "oracle"}
+
+
+def _test_packages(folder: str) -> set[str]:
+    """The test packages (folders with ``__init__.py``) directly in ``tests/<folder>``."""
+    root = REPO_ROOT / "tests" / folder
+    return {p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+
+
+def test_the_test_folders_mirror_the_packages() -> None:
+    """The layout docs/development.md states: ``tests/<top-level folder>/<package>``, and for
+    the shared libraries of ``sharegpu/`` their own name."""
+    libraries = {p.rsplit(".", 1)[1] for p in _packages("sharegpu")}
+    tops = {"api", "controller", "kubeletplugin", "sharegpuctl"}
+    assert _test_packages("") - _NON_PACKAGE_TEST_FOLDERS == tops | libraries
+    for top in ("kubeletplugin", "sharegpuctl"):
+        assert _test_packages(top) == {p.rsplit(".", 1)[1] for p in _packages(top)}

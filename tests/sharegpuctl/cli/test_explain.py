@@ -17,6 +17,7 @@ from sharegpu.allocator import allocate_many
 from sharegpuctl.cli import main
 from sharegpuctl.cli.common import default_device_class
 from sharegpuctl.local.apiserver import KubeAPIServer
+from tests.paths import EXAMPLES_DIR
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "n1"
@@ -371,7 +372,7 @@ def test_quota_verdicts_name_the_quota_and_what_is_left(
 ) -> None:
     """With --quota, explain says which claims of the quota's namespace the admission webhook
     would admit (in file order, usage 0) and which it would deny, with the webhook's text."""
-    examples = Path(__file__).parents[2] / "examples" / "gpu-quota"
+    examples = EXAMPLES_DIR / "gpu-quota"
     code = main(
         [
             "explain",
@@ -407,7 +408,7 @@ def test_a_quota_file_without_a_quota_is_one_clear_error(
 ) -> None:
     claim = tmp_path / "c.yaml"
     claim.write_text(yaml.safe_dump(default_device_class()))
-    examples = Path(__file__).parents[2] / "examples" / "gpu-quota"
+    examples = EXAMPLES_DIR / "gpu-quota"
     code = main(
         ["explain", "-f", str(examples / "claims.yaml"), "--quota", str(claim), "--mock", "1"]
     )
