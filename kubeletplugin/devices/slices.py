@@ -436,3 +436,19 @@ def resource_slice_objects(
             }
         )
     return objects
+
+
+def preview_slices(
+    gpus: Sequence[GpuInfo],
+    sharing_mode: str,
+    default_share_cores: int,
+    mig_strategy: str,
+    driver_name: str,
+    node_name: str,
+) -> list[Obj]:
+    """The ResourceSlices a plugin with these settings publishes for ``gpus``, before any API
+    server is asked (generation 1, no owner): what ``--print-slices`` prints and what
+    ``sharegpu devices`` and ``sharegpu explain`` work on. Raises ValueError as
+    :func:`~kubeletplugin.devices.table.node_devices` does."""
+    table = node_devices(gpus, sharing_mode, default_share_cores, mig_strategy)
+    return resource_slice_objects(desired_slices(table), driver_name, node_name, None, 1)

@@ -232,8 +232,7 @@ def local_node(args: argparse.Namespace) -> LocalNode:
     """
     from kubeletplugin.devices.backend import DiscoveryError
     from kubeletplugin.devices.nvml import NvmlBackend
-    from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
-    from kubeletplugin.devices.table import node_devices
+    from kubeletplugin.devices.slices import preview_slices
     from sharegpu.kube import slicerules
 
     node = args.node_name or default_node_name()
@@ -258,8 +257,7 @@ def local_node(args: argparse.Namespace) -> LocalNode:
     except DiscoveryError as exc:
         hint = NO_GPU_HINT if isinstance(backend, NvmlBackend) else ""
         raise CliError(f"{exc}{hint}") from None
-    table = node_devices(gpus, args.sharing_mode, cores, mig_strategy=mig)
-    objects = resource_slice_objects(desired_slices(table), args.driver_name, node, None, 1)
+    objects = preview_slices(gpus, args.sharing_mode, cores, mig, args.driver_name, node)
     for obj in objects:
         obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"
     return LocalNode(
