@@ -7,6 +7,7 @@ check the contracts themselves: a new package under ``sharegpu/``, ``sharegpuctl
 
 from __future__ import annotations
 
+import ast
 import tomllib
 from typing import Any
 
@@ -103,3 +104,21 @@ def test_the_test_folders_mirror_the_packages() -> None:
     assert _test_packages("") - _NON_PACKAGE_TEST_FOLDERS == tops | libraries
     for top in ("kubeletplugin", "sharegpuctl"):
         assert _test_packages(top) == {p.rsplit(".", 1)[1] for p in _packages(top)}
+
+
+def test_test_modules_never_import_one_another() -> None:
+    """What several tests use lives in helper modules (docs/development.md)."""
+    offenders = []
+    for path in (REPO_ROOT / "tests").rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_"):
+                    offenders.append(f"{path.relative_to(REPO_ROOT)}: {name}")
+    assert offenders == []
