@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
+from api import names
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mig import MIG_DISABLED, MIG_ENABLED, instance_key, profile_name
 from kubeletplugin.model import GpuInfo, MigInfo, MigPlacement, MigProfile
@@ -204,7 +205,7 @@ class NvmlBackend:
     root and NUMA information are looked up.
     """
 
-    name = "nvml"
+    name = names.NVML_BACKEND
 
     def __init__(self, nvml: ModuleType | None = None, sysfs_root: Path | None = None) -> None:
         self._nvml = nvml

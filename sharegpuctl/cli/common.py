@@ -149,7 +149,7 @@ def add_node_flags(
     )
     target.add_argument(
         "--device-backend",
-        choices=("nvml", "mock"),
+        choices=names.DEVICE_BACKENDS,
         help=f"where GPUs come from (default {default_backend})",
     )
     target.add_argument(
@@ -207,8 +207,8 @@ def make_backend(
     backend = args.device_backend
     if backend is None:
         mock_asked = args.mock is not None or args.mock_config is not None
-        backend = "mock" if mock_asked else args.default_backend
-    if backend == "nvml":
+        backend = names.MOCK_BACKEND if mock_asked else args.default_backend
+    if backend == names.NVML_BACKEND:
         if args.mock is not None or args.mock_config is not None:
             raise CliError("--mock and --mock-config need --device-backend mock", EXIT_USAGE)
         return NvmlBackend()

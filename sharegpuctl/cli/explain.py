@@ -112,7 +112,7 @@ def add_parser(sub: Any) -> None:
     )
     add_version_flags(p)
     offline = p.add_argument_group("this node (used when neither --slices nor --kubeconfig)")
-    add_node_flags(p, default_backend="mock", group=offline)
+    add_node_flags(p, default_backend=names.MOCK_BACKEND, group=offline)
     add_output_flag(p)
     p.set_defaults(run=run)
 
