@@ -1,5 +1,5 @@
-"""Decoded JSON: the one alias for a JSON object, and naming a value's JSON type in error
-messages (one rule for every message)."""
+"""Decoded JSON: the one alias for a JSON object (and its read-only view), and naming a value's
+JSON type in error messages (one rule for every message)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 
 #: A decoded JSON object (a Kubernetes object or part of one).
 Obj = dict[str, Any]
+#: A decoded JSON object only read, never changed.
+ObjView = Mapping[str, Any]
 
 
 def json_type(value: Any) -> str:

@@ -74,6 +74,12 @@ SHARING_MODE_PARTITIONS: Final = "partitions"
 SHARING_MODE_EXCLUSIVE: Final = "exclusive"
 SHARING_MODES: Final = (SHARING_MODE_CONSUMABLE, SHARING_MODE_PARTITIONS, SHARING_MODE_EXCLUSIVE)
 
+# --- Device backends of the kubelet plugin and the CLI (--device-backend) ---
+#: ``nvml``: the node's NVIDIA GPUs; ``mock``: simulated GPUs (the plugin's simulated host).
+NVML_BACKEND: Final = "nvml"
+MOCK_BACKEND: Final = "mock"
+DEVICE_BACKENDS: Final = (NVML_BACKEND, MOCK_BACKEND)
+
 # --- MIG strategies of the kubelet plugin (--mig) ---
 #: ``static``: publish the MIG devices an administrator created. ``dynamic`` (``partitions`` mode
 #: only): publish every placement of every MIG profile of an unpartitioned MIG-enabled GPU and

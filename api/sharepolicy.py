@@ -1,7 +1,8 @@
 """The request policy of a shareable GPU (consumable capacity, KEP-5075): the one place for it.
 
 The node plugin publishes it on every consumable device (``kubeletplugin/devices/slices.py``);
-the admission checks and the GpuQuota charge derive what a request reserves from it; the node
+the admission checks and the GpuQuota charge derive what a request reserves from it (rounded by
+the allocator's ``consumed_amount``, kube-scheduler's rule); the node
 plugin, the tracker and the GpuQuota charge read what an allocated share reserves with
 :func:`share_reservation` (an amount its ``consumedCapacity`` lacks is the whole). Invariants:
 cores are whole percents 1..100 with the node's default for a request that names none; memory
@@ -13,7 +14,6 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from api import names
@@ -88,24 +88,6 @@ def share_reservation(
     return reserved_amounts(recorded_amounts(consumed, driver_name, parse), whole)
 
 
-def _steps_up(requested: Decimal | int, step: int) -> int:
-    """``requested`` rounded up to a whole multiple of ``step``, exactly."""
-    return int((Decimal(requested) / step).to_integral_value(rounding=ROUND_CEILING)) * step
-
-
-def reserved_memory(requested: Decimal | int) -> int:
-    """Bytes the scheduler reserves for a memory request (exact, fractions included): rounded
-    up to the 256Mi grid, at least 256Mi (the policy's ``validRange``: min 256Mi, step 256Mi)."""
-    step = names.MEMORY_STEP_BYTES
-    return max(step, _steps_up(requested, step))
-
-
-def reserved_cores(requested: Decimal | int) -> int:
-    """Cores the scheduler reserves for a cores request (exact, fractions included): rounded up
-    to a whole core, at least 1 (the policy's ``validRange``: min 1, step 1); ``150m`` is 1."""
-    return max(1, _steps_up(requested, 1))
-
-
 def consumable_capacity(
     memory_usable: int, default_cores: int = names.CORES_PER_GPU
 ) -> dict[str, Any]:
@@ -130,3 +112,17 @@ def consumable_capacity(
             },
         },
     }
+
+
+def capacity_of_unknown_gpu() -> dict[str, Any]:
+    """The :func:`consumable_capacity` assumed where no GPU's memory is known: memory requests
+    are rounded up to the step grid (at least one step) with no upper bound, unasked memory is
+    0. What a request reserves under it is the allocator's ``consumed_amount``, the one rounding
+    rule (kube-scheduler's)."""
+    capacity = consumable_capacity(0)
+    step = format_quantity(names.MEMORY_STEP_BYTES)
+    capacity[names.CAP_MEMORY]["requestPolicy"] = {
+        "default": "0",
+        "validRange": {"min": step, "step": step},
+    }
+    return capacity

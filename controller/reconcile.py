@@ -1,36 +1,19 @@
 """From ResourceSlices, ResourceClaims and Pods to the desired ``GPU`` objects.
 
-Everything here is deterministic and side-effect free: the same inputs always give equal
-objects, whatever their order. The pieces work on the compact records of
-:mod:`controller.records`; the tracker calls them incrementally (:func:`pool_hardware` per pool,
-:func:`claim_allocations` per claim, :func:`gpu_spec_json` / :func:`gpu_status_json` per GPU),
-and :func:`reconcile` composes them over whole JSON inputs and is what tests compare against.
-The JSON of a GPU object is built directly (no model instances on the hot path); its shape is
-the one :class:`api.gpu.GpuObject` defines and validates (:func:`gpu_object`).
+Deterministic and side-effect free: the same inputs in any order give equal objects. The tracker
+calls the pieces incrementally over :mod:`controller.records`; :func:`reconcile` composes them over
+whole JSON inputs (what tests compare against). The JSON is built directly, in the shape
+:class:`api.gpu.GpuObject` validates (:func:`gpu_object`). Rules, stated once:
 
-Rules, stated once:
-
-- A physical GPU is identified by its UUID within a pool: a device's ``parentUUID`` if it has one
-  (partition devices), else its ``uuid``. Only one generation of a pool counts: the newest
-  complete one (see :func:`newest_generation`).
-- What an allocation result consumes: its ``consumedCapacity`` if the scheduler recorded one
-  (consumable shares); else the device's own ``cores``/``memory`` capacity (whole GPUs and
-  partitions); else the counters the device consumes; else the whole GPU. ``adminAccess``
-  results are listed but consume nothing.
-- Health: a device of the GPU tainted with ``<driver>/unhealthy`` makes the GPU Unhealthy.
-- Taints: ``status.taints`` lists every taint on the GPU's devices, those of its slices and those
-  of the DeviceTaintRules that select the devices (each naming its rule); health follows the
-  slices' ``<driver>/unhealthy`` taint only.
-- Measured usage: each allocation carries the node plugin's measurement of its device and share
-  (``status.devices[].data`` of the claim, see :func:`controller.records.device_usage`). The
-  plugin decides what is overcommitted; the GPU's ``Overcommitted`` condition only gathers those
-  verdicts (:func:`overcommitted_condition`), and is left out when no allocation was measured.
-  Likewise the ``MPSEscaped`` condition gathers the MPS shares' count of processes outside MPS
-  on the GPU (:func:`mps_escaped_condition`), left out when no MPS share judged it.
-- Pods come from the claim's ``status.reservedFor``; their containers are those whose
-  ``resources.claims`` name the pod's claim entry that resolves to this claim (and, if a request
-  is named, the result's top-level request).
-"""
+- a GPU is its UUID within a pool (``parentUUID`` else ``uuid``), in the pool's newest complete
+  generation only (:func:`newest_generation`);
+- an allocation consumes its ``consumedCapacity`` (the whole device's amount for one it lacks,
+  :func:`api.sharepolicy.reserved_amounts`), else the device's capacity, else its counters, else
+  the whole GPU; ``adminAccess`` results consume nothing;
+- health follows the slices' ``<driver>/unhealthy`` taint; ``status.taints`` lists every taint,
+  DeviceTaintRules' naming their rule; ``Overcommitted`` and ``MPSEscaped`` only gather the
+  plugin's measured verdicts, left out when nothing was measured;
+- pods come from ``status.reservedFor``, their containers from ``resources.claims``."""
 
 from __future__ import annotations
 

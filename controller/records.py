@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from api.gpuconfig import STRATEGY_MPS, DriverConfigs, decode_driver_configs
+from api.jsontypes import ObjView as Obj
 from api.names import (
     ATTR_INDEX,
     ATTR_PARENT_UUID,
@@ -46,8 +47,6 @@ from sharegpu.kube.devicetaints import (
 from sharegpu.kube.slicerules import MAX_TAINTS_PER_DEVICE
 
 log = logging.getLogger(__name__)
-
-Obj = Mapping[str, Any]
 
 
 def _s(value: object) -> str:

@@ -1,29 +1,15 @@
-"""The validating admission webhook (AdmissionReview v1 over HTTPS).
+"""The validating admission webhook (AdmissionReview v1 over HTTPS): ``POST /validate`` (any kind)
+and ``/validate/{resourceclaims,resourceclaimtemplates,deviceclasses}``, ``GET /healthz`` and
+``/readyz`` (a certificate is loaded).
 
-Endpoints (POST, ``Content-Type: application/json``)::
-
-    /validate/resourceclaims           ResourceClaim          (resource.k8s.io v1, v1beta2)
-    /validate/resourceclaimtemplates   ResourceClaimTemplate  (v1, v1beta2)
-    /validate/deviceclasses            DeviceClass            (v1, v1beta2)
-    /validate                          any of them, by the object's kind
-
-plus ``GET /healthz`` (the process serves) and ``GET /readyz`` (a certificate is loaded).
-Invariants:
-
-- every check is a function of :mod:`sharegpu.admission.checks` (shared with ``sharegpu
-  validate``): errors deny with each ``path: problem``, warnings allow; DELETE and other kinds
-  are allowed unchecked;
-- with a :class:`~controller.quotaadmit.QuotaAdmitter`, a claim CREATE that passes is charged to
-  its namespace's GpuQuotas or denied 403; only a review proven by the API server's client
-  certificate (``--webhook-client-ca-file``) writes a charge, any other is a dry run;
-- every AdmissionReview with a string ``request.uid`` gets an answer with that uid (a field of
-  the wrong type or past Kubernetes' limits is denied naming its path); other bodies get 400;
-  500 means a defect in a check; each of these is logged in one line;
-- the work per review and the answer are bounded (at most 20 errors and 10 warnings, each cut
-  to 1,000 characters);
-- the certificate is reloaded when its files change (a failed reload keeps the previous one);
-  only TLS 1.3 and TLS 1.2 with ECDHE and AEAD ciphers are accepted (:func:`server_tls_context`).
-"""
+Invariants: every check is :mod:`sharegpu.admission.checks`'s (errors deny with ``path:
+problem``, warnings allow; DELETE and other kinds pass); with a
+:class:`~controller.quotaadmit.QuotaAdmitter` a passing claim CREATE is charged or denied 403,
+and only a review proven by the API server's client certificate writes a charge; every review
+with a string ``request.uid`` is answered with it, other bodies get 400, 500 is a defect, each
+logged in one line; work and answer are bounded (20 errors, 10 warnings, 1,000 characters
+each); the certificate is reloaded when its files change, TLS 1.3 or 1.2 with ECDHE and AEAD
+only (:func:`server_tls_context`)."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ class ClaimService:
                 config.cdi_dir,
                 config.driver_name,
                 dev_root=host.dev_root,
-                proc_root=config.proc_root,
+                proc_root=host.proc_root,
                 nvidia=nvidia_cdi_detector(config),
             ),
             checkpoint=Checkpoint(config.plugin_data_dir, boot_id_file=host.boot_id_file),

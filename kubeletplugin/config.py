@@ -16,7 +16,6 @@ from typing import Final
 from api import names
 from api.quantity import quantity_int
 from api.version import VERSION
-from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT
 from kubeletplugin.health.flags import (
     DEFAULT_HEALTH_OPTIONS,
     HealthFlagError,
@@ -89,8 +88,6 @@ class PluginConfig:
     #: CDI kind of the NVIDIA Container Toolkit's spec, and the directories searched for it.
     nvidia_cdi_kind: str = names.NVIDIA_CTK_CDI_KIND
     nvidia_cdi_dirs: tuple[Path, ...] = DEFAULT_NVIDIA_CDI_DIRS
-    #: procfs of ``/proc/devices`` and the MIG capability minors (NVML backend only).
-    proc_root: Path = DEFAULT_PROC_ROOT
     #: Consumable mode: cores charged to a request that names none (``--default-share-cores``).
     default_share_cores: int = names.CORES_PER_GPU
     #: Host directory of the per-daemon MPS directories (``--mps-root``); None: ``<data dir>/mps``.
@@ -155,14 +152,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(str(d) for d in DEFAULT_NVIDIA_CDI_DIRS),
         help="comma-separated directories searched for that spec (default "
         f"{','.join(str(d) for d in DEFAULT_NVIDIA_CDI_DIRS)})",
-    )
-    p.add_argument(
-        "--proc-root",
-        type=Path,
-        default=DEFAULT_PROC_ROOT,
-        help="procfs the device numbers of the UVM and MIG capability nodes are read from "
-        f"(devices, driver/nvidia-caps/mig-minors) with the NVML backend (default "
-        f"{DEFAULT_PROC_ROOT})",
     )
     p.add_argument(
         "--sharing-mode",
@@ -292,7 +281,6 @@ def config_from_args(
     for flag, path in (
         ("--driver-root", args.driver_root),
         ("--limits-library", args.limits_library),
-        ("--proc-root", args.proc_root),
         *(("--nvidia-cdi-dirs", d) for d in nvidia_cdi_dirs),
     ):
         if path is not None and not path.is_absolute():
@@ -347,7 +335,6 @@ def config_from_args(
         health=health,
         nvidia_cdi_kind=args.nvidia_cdi_kind,
         nvidia_cdi_dirs=nvidia_cdi_dirs,
-        proc_root=args.proc_root,
         default_share_cores=args.default_share_cores,
         mps_root=args.mps_root,
         mps_shm_bytes=mps_shm_bytes,

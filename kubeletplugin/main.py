@@ -26,7 +26,7 @@ from kubeletplugin.claimservice import ClaimService, nvidia_cdi_detector
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
 from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
 from kubeletplugin.devices.migpartition import MigPartitioner
-from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.slices import preview_slices
 from kubeletplugin.devices.table import NodeDevices, node_devices
 from kubeletplugin.health.flags import HealthOptions
 from kubeletplugin.health.monitor import HealthChecker, HealthMonitor
@@ -76,7 +76,6 @@ def make_host(config: PluginConfig) -> Host:
         nvidia_cdi=nvidia_cdi_detector(config),
         mps_daemon_pod_template=config.mps_daemon_pod_template,
         namespace=config.namespace,
-        proc_root=config.proc_root,
     )
 
 
@@ -212,14 +211,13 @@ def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
     """The ResourceSlices that would be published, as a YAML stream (no owner: no Node known)."""
     import yaml  # only for --print-slices
 
-    objects = resource_slice_objects(
-        desired_slices(
-            node_devices(gpus, config.sharing_mode, config.default_share_cores, config.mig_strategy)
-        ),
+    objects = preview_slices(
+        gpus,
+        config.sharing_mode,
+        config.default_share_cores,
+        config.mig_strategy,
         config.driver_name,
         config.node_name,
-        node_uid=None,
-        generation=1,
     )
     return yaml.safe_dump_all(objects, sort_keys=False)
 

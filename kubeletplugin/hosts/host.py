@@ -34,6 +34,12 @@ class Host(Protocol):
         ...
 
     @property
+    def proc_root(self) -> Path:
+        """The procfs the device numbers of the UVM and MIG capability nodes are read from
+        (used only with a :attr:`dev_root`)."""
+        ...
+
+    @property
     def boot_id_file(self) -> Path:
         """The kernel's boot ID; a change means a reboot (checkpointed claims are dropped)."""
         ...

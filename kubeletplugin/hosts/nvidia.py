@@ -46,7 +46,8 @@ class NvidiaHost:
     """:class:`~kubeletplugin.hosts.host.Host` of a node with NVIDIA GPUs and their driver.
 
     ``dev_root`` and ``proc_root`` are where the device nodes and ``/proc/devices`` are read
-    (tests point them at fixtures); ``nvidia_cdi_kind`` and ``nvidia_cdi_dirs`` find the NVIDIA
+    (the host's ``/dev`` and ``/proc``, the same in every mount namespace; only tests point them
+    at fixtures); ``nvidia_cdi_kind`` and ``nvidia_cdi_dirs`` find the NVIDIA
     Container Toolkit's CDI spec for :meth:`check_node`.
     """
 
@@ -67,7 +68,7 @@ class NvidiaHost:
         self.nvidia_cdi = nvidia_cdi
         self.mps_daemon_pod_template = mps_daemon_pod_template
         self.namespace = namespace
-        self.proc_root = proc_root
+        self._proc_root = proc_root
         self._dev_root = dev_root
         self._boot_id_file = boot_id_file
         self._backend = NvmlBackend()
@@ -79,6 +80,10 @@ class NvidiaHost:
     @property
     def dev_root(self) -> Path:
         return self._dev_root
+
+    @property
+    def proc_root(self) -> Path:
+        return self._proc_root
 
     @property
     def boot_id_file(self) -> Path:

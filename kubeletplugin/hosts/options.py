@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from api.names import DEVICE_BACKENDS, MOCK_BACKEND, NVML_BACKEND
 from kubeletplugin.prepare.checkpoint import DEFAULT_BOOT_ID_FILE
 
-NVML_BACKEND: Final = "nvml"
-MOCK_BACKEND: Final = "mock"
-DEVICE_BACKENDS: Final = (NVML_BACKEND, MOCK_BACKEND)
 DEFAULT_MOCK_GPUS: Final = 8
 #: Bounds of ``--mock-mig-step-seconds``.
 MAX_MIG_STEP_SECONDS: Final = 60.0

@@ -12,6 +12,7 @@ from typing import Final
 
 from kubeletplugin.devices.migpartition import MigPartitioner
 from kubeletplugin.devices.mock import MockBackend
+from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT
 from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.monitor import HealthChecker
 from kubeletplugin.hosts.fakerunner import FakeRunner
@@ -77,6 +78,11 @@ class SimulatedHost:
     def dev_root(self) -> None:
         """Simulated GPUs have no device nodes."""
         return None
+
+    @property
+    def proc_root(self) -> Path:
+        """Unused: simulated GPUs have no device nodes to number."""
+        return DEFAULT_PROC_ROOT
 
     @property
     def boot_id_file(self) -> Path:

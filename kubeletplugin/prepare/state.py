@@ -1,39 +1,19 @@
-"""The node's prepared claims: prepare, unprepare, the checkpoint, recovery (a ClaimPreparer).
+"""The node's prepared claims (a ClaimPreparer): prepare, unprepare, the checkpoint, recovery.
 
 Invariants:
 
-- A claim is prepared in three durable steps: record ``PrepareStarted`` in the checkpoint, do the
-  work (share enforcement, CDI spec file), record ``PrepareCompleted``. A crash in between leaves a
-  ``PrepareStarted`` record, which the next start rolls back (CDI file removed, enforcement
-  released) so the next call redoes it.
-- Prepare is idempotent: a ``PrepareCompleted`` claim whose spec file still exists gets its
-  recorded answer again, with no new side effects (no API call, no write).
-- Unprepare removes the spec file, releases enforcement, then drops the record; unknown claims
-  succeed.
-- The spec file and the ``PrepareCompleted`` record are written concurrently; a
-  ``PrepareCompleted`` record whose spec file is missing is rolled back at start and prepared
-  again by the next call, and spec files without a record are removed at start.
-- Concurrency: claims are fetched from the API server before any lock; each claim then holds its
-  own lock for the whole operation, and the node-wide lock guards only in-memory state (a few
-  dictionary operations; the conflict check looks only at the claims that hold the same GPUs).
-  Checkpoint writes are group-committed: a write covers every state change made before it began
-  (``PrepareStarted``, ``PrepareCompleted`` and dropped records of any claims), one write runs at
-  a time, and a caller whose change a write covered returns without writing; each write is one
-  ``fdatasync`` (see :mod:`kubeletplugin.prepare.checkpoint`). Slow work for different claims
-  therefore runs in parallel, and concurrent prepares share their durable writes.
-- Last line of defence: a GPU prepared exclusively for one claim is never prepared for another
-  at the same time (only consumable-capacity shares, partitions, dynamic MIG devices and
-  adminAccess allocations may share a GPU; the same partition device is never held twice, and
-  two dynamic MIG devices of one GPU only when their placements do not overlap).
-- Dynamic MIG instances sit behind :class:`~kubeletplugin.prepare.miglifecycle.ClaimInstances`:
-  ``PrepareStarted`` (the placement devices, no instance yet) is durable before any instance is
-  created, and the share, the enforcement and the CDI spec use the created MIG device, whose ids
-  and UUID the ``PrepareCompleted`` record carries. A failed create fails only its claim, after
-  destroying what the claim created. Undo and unprepare destroy the claim's instances before
-  the record is dropped; while an instance cannot be destroyed the record stays (unprepare
-  answers kubelet with the error, and kubelet retries). ``start`` recovers the instances before
-  share enforcement. NVML is never called with the node-wide lock held.
-"""
+- A prepare is three durable steps: ``PrepareStarted``, the work (enforcement, dynamic MIG
+  instances through :class:`~kubeletplugin.prepare.miglifecycle.ClaimInstances`, CDI spec),
+  ``PrepareCompleted``; ``start`` rolls back every ``PrepareStarted`` record, every completed one
+  whose spec file is gone, and removes spec files without a record. A failure undoes only its
+  claim; a record stays while its MIG instance cannot be destroyed (kubelet retries).
+- Prepare is idempotent (a completed claim with its spec file gets its recorded answer, no side
+  effect); unprepare of an unknown claim succeeds.
+- Claims are fetched before any lock; each claim holds its own lock for its operation, the
+  node-wide lock guards only in-memory state, and NVML is never called under it. Checkpoint
+  writes are group-committed (one ``fdatasync`` covers every change made before it began).
+- A GPU prepared exclusively for one claim is never prepared for another at the same time (only
+  shares, partitions, non-overlapping dynamic MIG placements and adminAccess share a GPU)."""
 
 from __future__ import annotations
 

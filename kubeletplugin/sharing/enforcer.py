@@ -1,41 +1,16 @@
-"""The share enforcer: GpuConfig strategies turned into node state and per-device container edits.
+"""The share enforcer (:class:`~kubeletplugin.sharing.enforcement.ShareEnforcer`): GpuConfig
+strategies turned into node state and per-device container edits.
 
-Implements the state module's :class:`~kubeletplugin.sharing.enforcement.ShareEnforcer` seam. Per
-claim:
-
-1. every device's GpuConfig is resolved with :meth:`api.gpuconfig.DriverConfigs.resolve`
-   (DeviceClass configs, then the claim's; default MPS for a share, Exclusive for a whole GPU);
-2. overrides are checked against the share (never above its cores or memory) and ``Limits`` needs
-   a configured interception library;
-3. under the locks of the GPUs involved, the claim is checked against the other claims on those
-   GPUs: strategies must coexist (MPS only with MPS: other strategies' processes would run
-   beside the MPS servers without their limits; TimeSlicing and Limits together; Exclusive with
-   nothing) and the sum of granted cores and memory never exceeds the GPU's 100 cores and usable
-   memory;
-4. node state is driven (the claim's own MPS daemon per GPU started, adopted or restarted with
-   the claim's limits as its defaults, time-slice interval set) and the edits are returned: MPS
-   client variables, pipe and shm mounts, or the Limits library and its limits.
-
-Allocations with adminAccess are neither counted nor enforced. ``release`` stops the claim's MPS
-daemons and restores a GPU's time-slice interval after its last holder; a failed stop is retried
-on every later call. ``export_state``/``restore`` carry intervals across plugin restarts; what
-was decided for each device travels in its record (``enforcement``), and the claim's daemons
-follow from it.
-
-Every GPU fact comes from the record's attached GPU (:attr:`DeviceRecord.gpu`): its UUID is the
-GPU enforced (a dynamic MIG device's MIG device, not its ``gpu_uuid``), its usable memory the
-capacity counted.
-
-MPS daemons run outside the plugin container (see :mod:`kubeletplugin.sharing.daemons`), so after
-a plugin restart ``restore`` adopts the daemon of every prepared claim (never a second start,
-never a stop) and stops the daemons no prepared claim needs.
-
-A prepare interrupted after it drove the node but before its checkpoint record (and the exported
-state) was written leaves changes no checkpoint mentions. Both kinds leave a mark before the node
-is changed: a daemon's directory or its launcher's record (a pod), and a time-slice marker.
-``restore`` undoes every mark that no surviving claim needs: the daemon is stopped, the interval
-set back to ``Default``.
-"""
+Invariants, per claim: each device's GpuConfig is resolved by
+:meth:`api.gpuconfig.DriverConfigs.resolve`, its overrides never exceed the share, and
+``Limits`` needs an interception library; under the locks of its GPUs the claim's strategies
+must coexist with the other claims' (MPS only with MPS, TimeSlicing with Limits, Exclusive
+alone) and granted cores and memory never exceed the GPU's; adminAccess allocations are neither
+counted nor enforced. Every GPU fact comes from the record's attached GPU
+(:attr:`DeviceRecord.gpu`). Before the node is changed a mark is left (a daemon's directory or
+pod, a time-slice marker): ``restore`` adopts the daemons of prepared claims and undoes every
+mark no surviving claim needs; ``release`` stops a claim's daemons and restores a GPU's
+time-slice interval after its last holder, retrying a failed stop on every later call."""
 
 from __future__ import annotations
 

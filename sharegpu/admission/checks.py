@@ -30,13 +30,15 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final, Literal
 
 from api import names
 from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity, quantity_hint
-from api.sharepolicy import reserved_cores, reserved_memory
+from api.sharepolicy import capacity_of_unknown_gpu
 from sharegpu.admission import shape
+from sharegpu.allocator.capacity import PolicyViolation, consumed_amount
 from sharegpu.cel import CelCompileError, compile_selector, is_compiled
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
 
@@ -400,7 +402,7 @@ def _check_cores(value: Any, where: str) -> list[Finding]:
     if value > top:
         return [Finding(ERROR, where, f"cores must be between 1 and {top} (got {value})")]
     reserved = reserved_cores(value)
-    if reserved != value:
+    if reserved is not None and reserved != value:
         return [
             Finding(
                 WARNING,
@@ -410,6 +412,25 @@ def _check_cores(value: Any, where: str) -> list[Finding]:
             )
         ]
     return []
+
+
+def reserved_memory(requested: Decimal | int) -> int:
+    """Bytes the scheduler reserves for a memory request of ``requested`` bytes (exact,
+    fractions included) on any GPU: the request policy's rounding
+    (:func:`~api.sharepolicy.capacity_of_unknown_gpu`), at least one 256Mi step."""
+    memory = capacity_of_unknown_gpu()[names.CAP_MEMORY]
+    got = consumed_amount(names.CAP_MEMORY, memory, requested, "memory")
+    assert not isinstance(got, PolicyViolation)  # a range without max allows every rounding
+    return int(got)
+
+
+def reserved_cores(requested: Decimal | int) -> int | None:
+    """Cores the scheduler reserves for a cores request (exact, fractions included): the
+    request policy's rounding, a whole core and at least 1 (``150m`` is 1); None above the
+    most one share may ask."""
+    cores = capacity_of_unknown_gpu()[names.CAP_CORES]
+    got = consumed_amount(names.CAP_CORES, cores, requested, "cores")
+    return None if isinstance(got, PolicyViolation) else int(got)
 
 
 def _check_memory(value: Any, where: str) -> list[Finding]:

@@ -149,7 +149,7 @@ def add_node_flags(
     )
     target.add_argument(
         "--device-backend",
-        choices=("nvml", "mock"),
+        choices=names.DEVICE_BACKENDS,
         help=f"where GPUs come from (default {default_backend})",
     )
     target.add_argument(
@@ -165,6 +165,14 @@ def add_node_flags(
         help="how GPUs in MIG mode are published: static (the MIG devices that exist) or dynamic "
         "(every placement of every MIG profile, created at prepare; needs --sharing-mode "
         "partitions). With dynamic, the default mock GPUs are in MIG mode (default static)",
+    )
+    target.add_argument(
+        "--default-share-cores",
+        type=int,
+        default=names.CORES_PER_GPU,
+        metavar="N",
+        help="consumable mode: the cores (percent, 1-100) a request naming none is charged, as "
+        f"the plugin's flag of that name publishes it (default {names.CORES_PER_GPU})",
     )
     target.add_argument("--node-name", help="node name (default $NODE_NAME, else the host name)")
     target.add_argument(
@@ -199,8 +207,8 @@ def make_backend(
     backend = args.device_backend
     if backend is None:
         mock_asked = args.mock is not None or args.mock_config is not None
-        backend = "mock" if mock_asked else args.default_backend
-    if backend == "nvml":
+        backend = names.MOCK_BACKEND if mock_asked else args.default_backend
+    if backend == names.NVML_BACKEND:
         if args.mock is not None or args.mock_config is not None:
             raise CliError("--mock and --mock-config need --device-backend mock", EXIT_USAGE)
         return NvmlBackend()
@@ -224,8 +232,7 @@ def local_node(args: argparse.Namespace) -> LocalNode:
     """
     from kubeletplugin.devices.backend import DiscoveryError
     from kubeletplugin.devices.nvml import NvmlBackend
-    from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
-    from kubeletplugin.devices.table import node_devices
+    from kubeletplugin.devices.slices import preview_slices
     from sharegpu.kube import slicerules
 
     node = args.node_name or default_node_name()
@@ -239,14 +246,18 @@ def local_node(args: argparse.Namespace) -> LocalNode:
             f"{args.sharing_mode}",
             EXIT_USAGE,
         )
+    cores = getattr(args, "default_share_cores", names.CORES_PER_GPU)
+    if not 1 <= cores <= names.CORES_PER_GPU:
+        raise CliError(
+            f"--default-share-cores {cores}: must be 1 to {names.CORES_PER_GPU}", EXIT_USAGE
+        )
     backend = make_backend(args, node, mig_enabled=dynamic)
     try:
         gpus = backend.discover()
     except DiscoveryError as exc:
         hint = NO_GPU_HINT if isinstance(backend, NvmlBackend) else ""
         raise CliError(f"{exc}{hint}") from None
-    table = node_devices(gpus, args.sharing_mode, mig_strategy=mig)
-    objects = resource_slice_objects(desired_slices(table), args.driver_name, node, None, 1)
+    objects = preview_slices(gpus, args.sharing_mode, cores, mig, args.driver_name, node)
     for obj in objects:
         obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"
     return LocalNode(

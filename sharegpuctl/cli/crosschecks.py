@@ -1,40 +1,16 @@
-"""Checks of ``sharegpu validate`` that need more than one object, or what only the CLI knows.
+"""Checks of ``sharegpu validate`` that need more than one object, or what only the CLI knows (the
+webhook judges one object at a time: :mod:`sharegpu.admission.checks`): manifests that would pass
+admission and then fail quietly.
 
-The admission webhook judges one object at a time (:mod:`sharegpu.admission.checks`). These
-checks also see every object of the validated files, the Kubernetes version and feature gates
-checked against, and the GPU models this project knows, and catch manifests that would pass
-admission and then fail quietly: a pod left Pending, a config the plugin never reads.
-
-- names: a ``deviceClassName``, or a pod's ``resourceClaimTemplateName``/``resourceClaimName``,
-  that nothing known defines but that is a near miss (:func:`near_miss`) of a name that is:
-  for classes, the DeviceClasses of the files and the chart's (:func:`chart_device_class_names`);
-  for claims and templates, those of the files. A name far from every known one is left alone:
-  the cluster may define it.
-- opaque configs (claims and DeviceClasses): a ``driver`` that is a near miss of this driver's
-  name (``gpu.sharegpu.com``); in a claim, a config for this driver whose requests use no
-  DeviceClass known to be this driver's (:func:`is_ours`), and a config for another driver whose
-  requests all do: in both cases the driver that allocates those devices ignores the config.
-- memory: a memory request of this driver larger than every GPU model this project knows
-  (:func:`known_gpus`) grants, decided by the allocator's own capacity rule
-  (:func:`sharegpu.allocator.capacity.consumed_amount`, the one ``sharegpu explain`` applies)
-  against the device the kubelet plugin publishes for that model. For ``firstAvailable`` only
-  when every subrequest is too large: a larger first choice with a smaller fallback is normal.
-- MPS clients of several UIDs: pods of the files whose containers use one ResourceClaim (by
-  ``resourceClaimName``) with more than one known effective UID (the controller's rule,
-  :func:`controller.records.run_as_users`), unless the claim is in the files and this driver's
-  configs give none of its requests MPS: MPS serves one UID at a time per claim
-  (:data:`controller.mpsclients.QUEUE_RULE`).
-- feature gates (:mod:`api.gates`): a field whose gate is off at the Kubernetes version
-  checked against (capacity requests in 1.34 and 1.35, the alpha fields of 1.37), unless
-  ``--feature-gates NAME=true`` says the cluster enables it: the API server drops the field
-  silently. A field sharegpu does not implement whose gate the cluster turns on is an error:
-  sharegpu's allocator and plugin would ignore it where kube-scheduler and the kubelet do not.
-
-Every finding here but an unsupported gated field is a warning: each may be intended (a class
-defined only in the cluster, another driver, a GPU model this project does not know, a gate
-enabled by hand). Objects of any shape are accepted; parts that are not the expected type are
-skipped.
-"""
+Each finding is a warning (it may be intended) except a gated field sharegpu does not implement
+that ``--feature-gates`` turns on, an error: near-miss class, claim and template names
+(:func:`near_miss`; a name far from every known one is left alone); opaque configs no driver
+reads; memory larger than every known GPU grants (decided by
+:func:`sharegpu.allocator.capacity.consumed_amount` on the device the plugin publishes; for
+``firstAvailable`` only when every subrequest is too large); a claim used by several UIDs whose
+requests get MPS (:data:`controller.mpsclients.QUEUE_RULE`); fields whose feature gate is off at
+the version checked (:mod:`api.gates`). Objects of any shape are accepted; parts of the wrong type
+are skipped. docs/troubleshooting.md lists what each warning means."""
 
 from __future__ import annotations
 

@@ -178,7 +178,7 @@ def running_node(root: Path) -> Iterator[Node]:
         )
         flags = [
             *("--node-name", NODE_NAME, "--kubeconfig", kubeconfig),
-            *("--device-backend", "mock", "--mock-gpus", str(MOCK_GPUS)),
+            *("--device-backend", names.MOCK_BACKEND, "--mock-gpus", str(MOCK_GPUS)),
             *("--sharing-mode", names.SHARING_MODE_CONSUMABLE),
             *("--plugin-registry-dir", str(registry), "--plugin-data-dir", str(data)),
             *("--cdi-dir", str(cdi), "--nvidia-cdi-dirs", str(cdi)),

@@ -23,6 +23,8 @@ from typing import Any, Final
 
 from api.gpuconfig import Sharing, decode_driver_configs
 from api.jsontypes import Obj
+from api.quantity import format_quantity, quantity_int
+from api.sharepolicy import recorded_amounts
 from sharegpuctl.cli.common import CliError
 from sharegpuctl.cli.explain import claim_from_template, claim_refs
 from sharegpuctl.cli.loading import Manifest, load_manifests
@@ -256,7 +258,9 @@ def override_notes(allocation: Mapping[str, Any], results: Sequence[Obj], driver
         if config is None or config.sharing is None:
             continue
         consumed = result.get("consumedCapacity") or {}
-        text = _override_text(config.sharing, consumed.get("cores"), consumed.get("memory"))
+        cores, memory = recorded_amounts(consumed, driver, lambda _, v: quantity_int(v))
+        shown = None if memory is None else format_quantity(memory)
+        text = _override_text(config.sharing, cores, shown)
         if text:
             out.append({"request": request, "device": result.get("device"), "override": text})
     return out

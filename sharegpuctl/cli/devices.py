@@ -27,7 +27,7 @@ MIB: Final = 1024 * 1024
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("devices", help=HELP, description=HELP + ".")
-    add_node_flags(p, default_backend="nvml")
+    add_node_flags(p, default_backend=names.NVML_BACKEND)
     add_output_flag(p)
     p.set_defaults(run=run)
 

@@ -1,43 +1,14 @@
 """``sharegpu explain``: where a claim would be allocated, or why it cannot be, per device.
 
-Inputs: the claims (ResourceClaims; a ResourceClaimTemplate stands for the claim it generates)
-and DeviceClasses of ``-f``; the slices from ``--slices`` files, from the live cluster
-(``--kubeconfig``, with its DeviceClasses and the claims already allocated there), or, with
-neither, the slices this node would publish (mock backend, 8 H100-like GPUs by default) and the
-driver's default DeviceClass, so it works offline. Claims are allocated in file order with the
-allocator (:mod:`sharegpu.allocator`, kube-scheduler's semantics); each sees the ones before it.
-The claims one pod of the files uses (a Pod, or the pod template of a Deployment, Job, ...) are
-allocated together in one search, as kube-scheduler allocates a pod's claims, so claims that
-only fit together are allocated; a claim no pod uses stands alone. With several nodes a claim
-(or a pod's claims) goes to the first node (sorted by name) where it fits.
-
-DeviceTaintRules (``resource.k8s.io/v1``) of ``-f``, of ``--slices`` files and of the cluster
-taint the devices they select as a taint in the slice would (:mod:`sharegpu.kube.devicetaints`);
-a device kept out by a rule's taint is ``tainted`` with the rule named. A malformed rule is one
-error line naming its field, before anything is allocated.
-
-Reasons are grouped: devices that fail a request for the same reason share one line. Each has
-a label, one of the allocator's :data:`~sharegpu.allocator.REJECTION_KINDS` (the list
-``docs/troubleshooting.md`` explains, checked by a test), chosen by :func:`reason_kind`: a
-capacity request above the most the device's request policy allows one share (``cores: 200``
-against at most 100) is ``capacity-policy``, not ``capacity-short``, because no share of that
-device can ever hold it, whatever else is allocated.
-
-A claim whose DeviceClass is not among the classes known (the cluster's with ``--kubeconfig``,
-else those of the files, else the driver's default class) is not allocated, with an error that
-names the class and the classes there are, as kube-scheduler leaves its pod Pending. The
-default class stands in only offline and for ``--slices`` without any class, never for a
-cluster, which has the classes it has.
-
-Before anything is allocated, the objects of ``-f``, ``--classes`` and ``--allocated`` go
-through the checks of ``sharegpu validate`` (:func:`sharegpuctl.cli.validate.check_manifests`:
-the schema of ``--kubernetes-version``, the admission webhook's rules, the feature gates of
-``--feature-gates``): with any error nothing is allocated, the findings are printed and the
-exit code is 1; warnings are printed (to standard error for humans) and the claims allocated.
-
-Every file is read by the bounded loader (:mod:`sharegpuctl.cli.loading`); ``--slices`` files, which
-may be a dump of a whole cluster, with its larger :data:`~sharegpuctl.cli.loading.SLICE_LIMITS`.
-"""
+The objects of ``-f``, ``--classes`` and ``--allocated`` are first checked as ``sharegpu
+validate`` checks them (any error: nothing is allocated, exit 1); the claims are then allocated
+in file order with :mod:`sharegpu.allocator` against the slices of ``--slices``, of the cluster
+(``--kubeconfig``, with its classes and allocated claims) or of this node as the plugin would
+publish them; each claim sees the ones before it, the claims of one pod are allocated together,
+and a claim goes to the first node (by name) where it fits.
+DeviceTaintRules taint what they select. Rejections are grouped by reason, labelled with one of
+:data:`~sharegpu.allocator.REJECTION_KINDS` (:func:`reason_kind`). The user's view is in
+docs/troubleshooting.md."""
 
 from __future__ import annotations
 
@@ -142,7 +113,7 @@ def add_parser(sub: Any) -> None:
     )
     add_version_flags(p)
     offline = p.add_argument_group("this node (used when neither --slices nor --kubeconfig)")
-    add_node_flags(p, default_backend="mock", group=offline)
+    add_node_flags(p, default_backend=names.MOCK_BACKEND, group=offline)
     add_output_flag(p)
     p.set_defaults(run=run)
 

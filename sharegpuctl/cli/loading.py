@@ -1,52 +1,15 @@
-"""The one manifest loader of the ``sharegpu`` commands (``validate``, ``explain``, ``demo``).
+"""The one manifest loader of the ``sharegpu`` commands: files, directories (``*.yaml``, ``*.yml``,
+``*.json``), ``-``, multi-document streams, YAML lists and ``kind: *List``, each object with
+where it came from (:class:`Manifest`).
 
-It reads files and directories (recursively: ``*.yaml``, ``*.yml``, ``*.json``), ``-`` for
-standard input, multi-document streams, YAML lists and ``kind: *List`` objects, and remembers
-where each object came from (:class:`Manifest`).
-
-Every byte it reads comes from the user, so it is bounded here, at the edge, before any check
-sees an object. The bounds (:class:`Limits`) are checked in one linear pass over the parser's
-event stream (libyaml's parser when PyYAML has it; neither parser recurses), before a single
-node is composed or constructed, so a hostile file costs time proportional to its size, and
-the checks downstream (schemas, CEL, pod walks, which recurse and copy) only ever see small,
-shallow, finite objects:
-
-- bytes: each file, and all files of one call together;
-- files: how many manifest files the directories of one call expand to;
-- documents: YAML documents per file; objects: objects of one call (after List expansion);
-- nesting: collections inside collections, at most :attr:`Limits.depth` levels (Kubernetes
-  objects are shallow: a Deployment with resource claims is about 10 levels deep);
-- expanded nodes: nodes of all files of one call, counting what every alias stands for (see
-  below), which bounds the work of every check after loading;
-- integer literals: at most :data:`MAX_INT_CHARS` characters (int64 needs 20; a huge literal
-  would otherwise cost quadratic time to convert, or fail inside PyYAML).
-
-Aliases: anchors and aliases stay allowed, because real manifests use them (``<<: *defaults``
-for repeated blocks); what is bounded is what they expand to. During the event pass every
-anchored node records its expanded size (its nodes, with the expansion of the aliases inside
-it) and its height; an alias adds its anchor's size to the node count and its height to the
-current depth. So a "billion laughs" document is refused however it is built (a few aliases
-nested deeply or many shallow ones), after reading only its own text; counting aliases alone
-would not bound it (n doubling aliases expand to 2^n nodes). An alias to a collection that
-contains the alias (a recursive document) is refused outright: JSON cannot express it.
-
-Invariants:
-
-- every problem with the input (missing or unreadable file, invalid YAML, a limit exceeded, a
-  named file or directory without any Kubernetes object) raises :class:`CliError` with one line
-  naming the file, the problem and, for limits, the limit; exit code 1, like every other expected
-  failure of the commands (2 stays reserved for usage errors);
-- a problem confined to one file (unreadable, invalid YAML, a document that is not an object, a
-  per-file limit) is a :class:`FileProblem` naming the line and column where the parser can
-  tell (of the construct left open when the file ends inside it). A caller that passes a
-  ``problems`` list to :func:`load_manifests` gets those that are mistakes (not limits)
-  collected there and the other files loaded (``validate`` reports them next to the findings
-  of the other files); a limit, per file or of the whole call, always ends the load;
-- a path named on the command line yields at least one YAML document that is not empty (a file
-  of only comments or ``---`` separators, or a directory without such a file, is an error); an
-  empty ``kind: List`` is a document, so it passes with no objects;
-- objects are plain dicts in their JSON shape.
-"""
+Invariants: every byte is bounded here, before any check sees an object: the :class:`Limits`
+(bytes, files, documents, objects, nesting, nodes with aliases expanded, integer literal length)
+are checked in one linear pass over the parser's events, so a hostile file costs time in
+proportion to its size and an alias to a collection containing it is refused. Every problem is a
+one-line :class:`CliError` (exit 1) naming the file and, for a limit, the limit; a problem of one
+file is a :class:`FileProblem` with its line and column, collected into ``problems`` when the
+caller passes one (a limit always ends the load). A named path yields at least one non-empty
+document; objects are plain dicts in their JSON shape. The limits are in docs/troubleshooting.md."""
 
 from __future__ import annotations
 

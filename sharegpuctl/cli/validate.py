@@ -1,37 +1,14 @@
 """``sharegpu validate``: offline checks of the manifests a user is about to apply.
 
-The files are read by the bounded loader (:mod:`sharegpuctl.cli.loading`): a file or directory
-without any object, or input beyond the limits of the whole call (total size, objects, nodes),
-fails with one line and exit code 1 before any check runs. A problem confined to one file
-(invalid YAML, a per-file limit) is an error finding of that file, at its line and column; the
-other files are still checked.
-
-Per object, in this order:
-
-1. the official schema of its kind (``kubernetes-validate``, strict: unknown fields are errors)
-   for ``--kubernetes-version``; a kind without a schema is an error, and so is a kind this
-   project's own API group (``resource.sharegpu.dev``) does not have (with a did-you-mean). A
-   request field in the wrong place for the object's ``resource.k8s.io`` version (v1beta1's flat
-   request in v1, ``exact`` for ``exactly``) is reported by
-   :func:`sharegpu.admission.checks.request_field_hints` instead of the schema's bare
-   "additional properties" error;
-2. this driver's rules, through :func:`sharegpu.admission.checks.check_object` (the admission
-   webhook's checks): GpuConfig parameters, CEL selectors that name the driver (compile errors,
-   unknown attribute or capacity names with a did-you-mean), capacity requests, half-specified
-   shares;
-3. CEL compile errors of the other selectors (other drivers' expressions must compile too);
-4. a standalone ``GpuConfig`` document is decoded with the plugin's own parser; a
-   DeviceTaintRule's selector names and taint are checked as the API server checks them;
-5. pods and pod templates (Deployment, Job, ...): every claim a container uses is defined in
-   ``spec.resourceClaims``, and each entry names exactly one claim or template;
-6. the checks across objects of :mod:`sharegpuctl.cli.crosschecks` (warnings): near-miss class,
-   claim and template names, opaque configs no driver reads, memory larger than every known
-   GPU, fields whose feature gate is off at ``--kubernetes-version`` (warnings) and fields
-   sharegpu does not implement whose gate ``--feature-gates`` turns on (errors).
-
-DeviceClasses in the checked files whose selectors name the driver count as the driver's classes
-for the requests that use them. Errors make the exit code 1; warnings alone keep it 0.
-"""
+Files come through the bounded loader (:mod:`sharegpuctl.cli.loading`; a problem of one file is
+an error finding at its line and column, the others are still checked). Per object, in order:
+the official schema of ``--kubernetes-version`` (strict; a misplaced request field gets
+:func:`sharegpu.admission.checks.request_field_hints`), the webhook's rules
+(:func:`sharegpu.admission.checks.check_object`), CEL compile errors of other drivers'
+selectors, standalone GpuConfigs and DeviceTaintRules as the plugin and API server parse them,
+the claims pods use, then the checks across objects (:mod:`sharegpuctl.cli.crosschecks`).
+DeviceClasses of the files that name the driver count as its classes. Errors make the exit code
+1; warnings alone keep it 0."""
 
 from __future__ import annotations
 

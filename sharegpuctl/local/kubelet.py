@@ -1,40 +1,14 @@
-"""The kubelet side of a DRA plugin: a gRPC client over the plugin's real unix sockets.
+"""The kubelet side of a DRA plugin, for ``sharegpu demo`` and the tests: a gRPC client over the
+plugin's real unix sockets (:class:`KubeletSim` -> :meth:`KubeletSim.register` ->
+:class:`RegisteredPlugin` with ``prepare``, ``unprepare`` and ``watch_health``).
 
-Used by ``sharegpu demo`` and by the tests.
-
-API::
-
-    sim = KubeletSim(registry_dir, kubernetes_version="1.37")  # kubelet's plugins_registry
-    sim.registration_sockets()                     # sockets there, as kubelet's watcher sees them
-    plugin = sim.register("gpu.sharegpu.dev")      # full handshake -> RegisteredPlugin
-    plugin.info                                    # PluginInfo as sent by GetInfo
-    plugin.version                                 # chosen service, e.g. "v1.DRAPlugin"
-    plugin.health_version                          # e.g. "v1.DRAResourceHealth", or None
-    results = plugin.prepare([ClaimRef(ns, uid, name), ...], version="v1beta1.DRAPlugin")
-    results[uid].error, results[uid].devices       # SimDevice(request_names, pool_name,
-                                                   #   device_name, cdi_device_ids, share_id)
-    errors = plugin.unprepare([...])               # {uid: error string ("" = success)}
-    watch = plugin.watch_health()                  # background reader of NodeWatchResources
-                                                   #   in health_version (or version=...)
-    watch.next(timeout=10.0)                       # next complete list of SimDeviceHealth
-    watch.close()
-    plugin.close(); sim.close()                    # or use both as context managers
-
-Handshake as kubelet does it: ``GetInfo`` on ``<registry>/<driver>-reg.sock``; check the type
-(``DRAPlugin``) and name; pick the first entry of the *plugin's* ``supported_versions`` that this
-kubelet supports (``supported`` argument); connect to ``endpoint`` and wait until it answers;
-``NotifyRegistrationStatus(plugin_registered=True)``. With no common version, or with
-``reject="reason"``, it reports ``plugin_registered=False`` and raises
-:class:`RegistrationRejected`.
-
-The health service is optional and chosen as kubelet 1.37 does (``pickHealthService``): the first
-of *kubelet's* health versions, newest first, that the plugin advertises; none if it advertises
-none. A 1.37 kubelet knows ``v1`` and ``v1alpha1``; a 1.34-1.36 kubelet only ``v1alpha1``
-(:func:`health_versions`).
-
-``prepare``/``unprepare`` default to the version chosen at registration; ``share_id`` is None
-when the field is absent on the wire (always for v1beta1). Calls carry kubelet's 45 s deadline.
-"""
+Invariants, as kubelet does it: registration is ``GetInfo`` on ``<registry>/<driver>-reg.sock``,
+the type and name checked, the first of the *plugin's* ``supported_versions`` this kubelet
+supports, a wait until the endpoint answers, then ``NotifyRegistrationStatus`` (with no common
+version, or ``reject=``, ``plugin_registered=False`` and :class:`RegistrationRejected`). The
+health service is the first of *kubelet's* health versions, newest first, that the plugin
+advertises (:func:`health_versions`; 1.37 knows ``v1`` and ``v1alpha1``). Calls carry kubelet's
+45 s deadline; ``share_id`` is None when absent on the wire (always for v1beta1)."""
 
 from __future__ import annotations
 

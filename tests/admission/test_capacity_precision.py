@@ -9,8 +9,8 @@ import pytest
 from api.names import DEFAULT_DRIVER_NAME as DRIVER
 from api.names import MEMORY_STEP_BYTES as MI256
 from api.quantity import parse_quantity
-from api.sharepolicy import reserved_cores, reserved_memory
 from sharegpu.admission import checks
+from sharegpu.admission.checks import reserved_cores, reserved_memory
 
 from .test_hints import CAP, share
 

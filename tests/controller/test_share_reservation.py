@@ -12,8 +12,6 @@ from api.sharepolicy import (
     memory_policy_max,
     recorded_amounts,
     reserved_amounts,
-    reserved_cores,
-    reserved_memory,
     share_reservation,
 )
 from controller.quotacharge import ChargeBasis, claim_charge
@@ -24,6 +22,7 @@ from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.prepare.claims import AllocationResult, ClaimError
 from kubeletplugin.prepare.shares import device_record
+from sharegpu.admission.checks import reserved_cores, reserved_memory
 from sharegpu.allocator import allocate
 from tests.controller import helpers as h
 

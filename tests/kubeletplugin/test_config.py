@@ -54,7 +54,6 @@ def test_environment_fallbacks_and_flag_precedence() -> None:
         (["--node-name", "n1", "--metrics-address", "nowhere"], "--metrics-address: invalid"),
         (["--node-name", "n1", "--device-backend", "mock", "--mock-gpus", "0"], "--mock-gpus"),
         (["--node-name", "n1", "--mock-config", "x.yaml"], "--mock-config needs"),
-        (["--node-name", "n1", "--proc-root", "proc"], "--proc-root 'proc': must be an absolute"),
         (["--node-name", "n1", "--mps-shm-size", "8Mi"], "--mps-shm-size '8Mi': must be 16Mi to"),
         (["--node-name", "n1", "--mps-shm-size", "65Gi"], "--mps-shm-size '65Gi': must be 16Mi"),
         (["--node-name", "n1", "--mps-shm-size", "lots"], "--mps-shm-size 'lots': "),
@@ -198,20 +197,18 @@ def test_default_share_cores_flag() -> None:
             parse_config([*base, "--default-share-cores", bad])
 
 
-def test_the_gpu_node_check_reads_the_configured_proc_root(
+def test_the_gpu_node_check_reads_the_hosts_proc_root(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     dev, proc = tmp_path / "dev", tmp_path / "proc"
     dev.mkdir()
     proc.mkdir()
     (proc / "devices").write_text("Character devices:\n195 nvidia\n")
-    config = parse_config(["--node-name", "n1", "--proc-root", str(proc)], environ={})
-    assert config.proc_root == proc
-    host = make_host(config)
+    host = make_host(parse_config(["--node-name", "n1"], environ={}))
     assert isinstance(host, NvidiaHost)
-    assert host.proc_root == proc
-    # The device nodes are the host's /dev in production; here a fixture directory.
-    fixture = NvidiaHost(dev_root=dev, proc_root=host.proc_root, nvidia_cdi=host.nvidia_cdi)
+    assert (host.dev_root, host.proc_root) == (Path("/dev"), Path("/proc"))
+    # The host's /dev and /proc in production (no flag moves them); here fixture directories.
+    fixture = NvidiaHost(dev_root=dev, proc_root=proc, nvidia_cdi=host.nvidia_cdi)
     with caplog.at_level("WARNING", logger="kubeletplugin.devices.uvm"):
         fixture.check_node()
     assert f"{proc / 'devices'} lists no character device 'nvidia-uvm'" in caplog.text

@@ -13,10 +13,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, Final
 
+from api.jsontypes import Obj
 from sharegpuctl.local.apiserver.resources import ResourceType
 from sharegpuctl.local.apiserver.validation import definition_name, published_definitions
 
-Obj = dict[str, Any]
 _DEFS: Final = "#/$defs/"
 #: The schema of a field nothing is known about.
 EMPTY: Final[Obj] = {}

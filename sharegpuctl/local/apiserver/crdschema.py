@@ -1,33 +1,15 @@
-"""Pruning and validation of custom resources against a CRD's structural ``openAPIV3Schema``.
+"""Pruning and validation of custom resources against a CRD's structural ``openAPIV3Schema``, as
+kube-apiserver's apiextensions-apiserver does on every write, for the keywords this project's
+CRDs use (types, ``nullable``, ``enum``, bounds, lengths, ``pattern``, items, properties,
+``required``, ``additionalProperties``, int-or-string, ``x-kubernetes-preserve-unknown-fields``).
 
-It follows what kube-apiserver's apiextensions-apiserver does on create, update, patch and
-status writes, for the schema keywords CRDs of this project use: ``type``, ``nullable``,
-``enum``, ``minimum``/``maximum`` (and their ``exclusive`` flags), ``minLength``/
-``maxLength``, ``pattern``, ``minItems``/``maxItems``, ``items``, ``properties``,
-``required``, ``additionalProperties`` (a schema), ``x-kubernetes-int-or-string`` and
-``x-kubernetes-preserve-unknown-fields``; ``anyOf``/``allOf``/``oneOf`` branches that only
-repeat the type of an int-or-string field are covered by it.
-
-Invariants, as upstream:
-
-- pruning runs first: fields the schema does not declare are dropped (except under
-  ``x-kubernetes-preserve-unknown-fields``), and ``null`` values of fields that are not
-  ``nullable`` are dropped too; ``apiVersion``, ``kind`` and ``metadata`` at the root are kept
-  (``metadata`` is ObjectMeta, validated elsewhere);
-- every error is one ``path: body`` string in the wording of
-  ``k8s.io/apimachinery/pkg/util/validation/field`` (``body`` is ``ErrorBody()``), with the
-  schema messages of ``k8s.io/kube-openapi/pkg/validation/errors`` ("<path> in body should be
-  greater than or equal to 0") converted as ``kubeOpenAPIResultToFieldErrors`` in
-  ``staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/validation/validation.go`` does:
-  required -> ``Required value``, enum -> ``Unsupported value``, maxLength -> ``Too long``,
-  maxItems -> ``Too many``, type -> ``Invalid value`` (cause ``FieldValueTypeInvalid``), the
-  rest -> ``Invalid value``;
-- paths join properties with ``.`` and list items with ``[i]`` (kube-openapi
-  ``pkg/validation/validate/slice_validator.go`` at 587948bd4056161a06b85a4f2271d67f2a3dbb25).
-
-Not modelled: ``x-kubernetes-validations`` (CEL), ``format``, defaults, list-type uniqueness
-and validation ratcheting of unchanged invalid fields (objects here are validated whole).
-"""
+Invariants, as upstream: pruning runs first (undeclared fields and ``null`` of non-nullable
+fields dropped; root ``apiVersion``, ``kind``, ``metadata`` kept); every error is one
+``path: body`` string worded as ``k8s.io/apimachinery/pkg/util/validation/field``, the schema
+messages converted as ``kubeOpenAPIResultToFieldErrors`` does (required -> ``Required value``,
+enum -> ``Unsupported value``, maxLength -> ``Too long``, maxItems -> ``Too many``, the rest
+``Invalid value``); paths join properties with ``.`` and items with ``[i]``. Not modelled:
+``x-kubernetes-validations``, ``format``, defaults, list-type uniqueness, ratcheting."""
 
 from __future__ import annotations
 

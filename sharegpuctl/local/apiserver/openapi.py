@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Final
 
+from api.jsontypes import Obj
 from sharegpuctl.local.apiserver.patch import CUSTOM_RESOURCE_PATCH_TYPES, SUPPORTED_PATCH_TYPES
 from sharegpuctl.local.apiserver.resources import ResourceRegistry, ResourceType
 from sharegpuctl.local.apiserver.reviews import REVIEW_PLURALS
@@ -34,7 +35,6 @@ from sharegpuctl.local.apiserver.validation import (
     published_definitions,
 )
 
-Obj = dict[str, Any]
 #: Where this server serves the OpenAPI v3 documents.
 OPENAPI_V3_PREFIX: Final = "/openapi/v3"
 #: Media types of the objects this server reads and writes.

@@ -15,10 +15,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Final
 
+from api.jsontypes import Obj
 from sharegpuctl.local.apiserver.builtinschema import EMPTY, field_schema
 from sharegpuctl.local.apiserver.errors import ApiError
 
-Obj = dict[str, Any]
 PATCH_DIRECTIVE: Final = "$patch"
 RETAIN_KEYS: Final = "$retainKeys"
 SET_ELEMENT_ORDER: Final = "$setElementOrder/"

@@ -13,7 +13,7 @@ import urllib3
 from api import names
 from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.apiserver.tables import human_duration
-from tests.local.objects import gpu_spec, gpu_status
+from tests.sharegpuctl.local.objects import gpu_spec, gpu_status
 
 Obj = dict[str, Any]
 #: The Accept header kubectl sends for ``get``.

@@ -9,7 +9,7 @@ import pytest
 
 from api.quantity import FORMAT_WRONG
 from sharegpuctl.local.apiserver import ApiError, KubeAPIServer
-from tests.local.objects import request_json
+from tests.sharegpuctl.local.objects import request_json
 
 Obj = dict[str, Any]
 

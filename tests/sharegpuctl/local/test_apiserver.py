@@ -17,7 +17,7 @@ from api import names
 from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.apiserver.validation import SCHEMA_KUBERNETES_VERSION
 from tests.helpers import eventually
-from tests.local.objects import gpu_spec, gpu_status, request_json
+from tests.sharegpuctl.local.objects import gpu_spec, gpu_status, request_json
 
 Obj = dict[str, Any]
 DRIVER = names.DEFAULT_DRIVER_NAME

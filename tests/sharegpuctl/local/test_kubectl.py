@@ -16,8 +16,8 @@ from api import names
 from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.apiserver.validation import SCHEMA_KUBERNETES_VERSION
 from tests.helpers import built_kubectl
-from tests.local.objects import gpu_spec, gpu_status
 from tests.paths import EXAMPLES_DIR
+from tests.sharegpuctl.local.objects import gpu_spec, gpu_status
 
 #: kubectl talks to a local server; a generous bound keeps a hung call from hanging the run.
 KUBECTL_TIMEOUT_S = 120

@@ -12,7 +12,7 @@ from api import names
 from api.quantity import QUANTITY_PATTERN
 from sharegpuctl.local.apiserver import ApiError, KubeAPIServer
 from sharegpuctl.local.apiserver.crdschema import go_float, prune, validate
-from tests.local.objects import gpu_spec, gpu_status, request_json
+from tests.sharegpuctl.local.objects import gpu_spec, gpu_status, request_json
 
 Obj = dict[str, Any]
 INT_OR_STRING = "integer,string"

@@ -17,6 +17,7 @@ from sharegpu.allocator import allocate_many
 from sharegpuctl.cli import main
 from sharegpuctl.cli.common import default_device_class
 from sharegpuctl.local.apiserver import KubeAPIServer
+from tests.paths import EXAMPLES_DIR
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "n1"
@@ -91,6 +92,22 @@ def test_fits_offline_on_the_mock_node(tmp_path: Path, capsys: pytest.CaptureFix
     assert result["device"] == "gpu-0" and result["pool"] == NODE
     assert result["consumedCapacity"] == {"cores": "30", "memory": "10Gi"}
     assert result["shareID"]
+
+
+def test_the_node_flags_default_share_cores_reaches_the_slices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two memory-only shares do not fit one GPU at the default 100 cores each; at 40 they do."""
+    shares = [claim(n, request(capacity={"memory": "10Gi"})) for n in ("a", "b")]
+    f = write(tmp_path / "c.yaml", *shares)
+    code, report = explain(capsys, "-f", f, "--node-name", NODE, "--mock", "1")
+    assert code == 1 and [c["allocated"] for c in report["claims"]] == [True, False]
+    argv = ("-f", f, "--node-name", NODE, "--mock", "1", "--default-share-cores", "40")
+    code, report = explain(capsys, *argv)
+    assert code == 0
+    assert [c["results"][0]["consumedCapacity"]["cores"] for c in report["claims"]] == ["40"] * 2
+    assert main(["explain", *argv[:-1], "0"]) == 2
+    assert "--default-share-cores 0: must be 1 to 100" in capsys.readouterr().err
 
 
 def test_mistyped_attribute_is_invalid_and_not_allocated(
@@ -355,7 +372,7 @@ def test_quota_verdicts_name_the_quota_and_what_is_left(
 ) -> None:
     """With --quota, explain says which claims of the quota's namespace the admission webhook
     would admit (in file order, usage 0) and which it would deny, with the webhook's text."""
-    examples = Path(__file__).parents[2] / "examples" / "gpu-quota"
+    examples = EXAMPLES_DIR / "gpu-quota"
     code = main(
         [
             "explain",
@@ -391,7 +408,7 @@ def test_a_quota_file_without_a_quota_is_one_clear_error(
 ) -> None:
     claim = tmp_path / "c.yaml"
     claim.write_text(yaml.safe_dump(default_device_class()))
-    examples = Path(__file__).parents[2] / "examples" / "gpu-quota"
+    examples = EXAMPLES_DIR / "gpu-quota"
     code = main(
         ["explain", "-f", str(examples / "claims.yaml"), "--quota", str(claim), "--mock", "1"]
     )
