@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy api kubeletplugin controller sharegpu
+	$(BIN)/mypy api kubeletplugin controller sharegpu sharegpuctl
 
 unit: $(STAMP)
 	bash tests/setup-system.sh

@@ -93,6 +93,8 @@ OPTIONAL_NODE_OPERATIONS: Final = "DRAOptionalNodeOperations"
 PARTITIONABLE_DEVICES_TYPE: Final = "DRAPartitionableDevicesType"
 COMPATIBILITY_GROUPS: Final = "DRADeviceCompatibilityGroups"
 DERIVED_ATTRIBUTES: Final = "DRADerivedAttributes"
+LIST_ATTRIBUTES: Final = "DRAListTypeAttributes"
+NODE_ALLOCATABLE_RESOURCES: Final = "DRANodeAllocatableResources"
 
 GATES: Final[Mapping[str, Gate]] = {
     g.name: g
@@ -116,6 +118,8 @@ GATES: Final[Mapping[str, Gate]] = {
         _gate(PARTITIONABLE_DEVICES_TYPE, ((1, 37), "alpha", False)),
         _gate(COMPATIBILITY_GROUPS, ((1, 37), "alpha", False)),
         _gate(DERIVED_ATTRIBUTES, ((1, 37), "alpha", False)),
+        _gate(LIST_ATTRIBUTES, ((1, 36), "alpha", False)),
+        _gate(NODE_ALLOCATABLE_RESOURCES, ((1, 36), "alpha", False)),
     )
 }
 
@@ -177,6 +181,16 @@ def _claim_fields(base: str, kind: str) -> list[GatedField]:
                 supported=False,
             )
         )
+    out.append(
+        GatedField(
+            kind,
+            f"{base}.devices.constraints[].distinctAttribute",
+            CONSUMABLE_CAPACITY,
+            "distinctAttribute constraints",
+            "the constraint is left without an attribute, so the API server refuses the claim "
+            "(matchAttribute or distinctAttribute required)",
+        )
+    )
     return out
 
 
@@ -248,11 +262,48 @@ GATED_FIELDS: Final[tuple[GatedField, ...]] = (
     ),
     GatedField(
         "ResourceSlice",
+        "spec.perDeviceNodeSelection",
+        PARTITIONABLE_DEVICES,
+        "per-device node selection",
+        "the slice is left without nodeName, nodeSelector or allNodes, so the API server "
+        "refuses it",
+    ),
+    *(
+        GatedField(
+            "ResourceSlice",
+            f"{_DEVICE}.{field}",
+            PARTITIONABLE_DEVICES,
+            f"a device's {field}",
+            "the device loses its own node selection",
+        )
+        for field in ("nodeName", "nodeSelector", "allNodes")
+    ),
+    GatedField(
+        "ResourceSlice",
         f"{_DEVICE}.consumesCounters",
         PARTITIONABLE_DEVICES,
         "device counter consumption",
         "partitions of one GPU no longer exclude each other: overlapping partitions can be "
         "allocated to different claims",
+    ),
+    *(
+        GatedField(
+            "ResourceSlice",
+            f"{_DEVICE}.attributes{{}}.{form}",
+            LIST_ATTRIBUTES,
+            "list-valued attributes",
+            "the attribute is left without a value, so the API server refuses the slice "
+            "(exactly one value must be specified)",
+        )
+        for form in ("ints", "bools", "strings", "versions")
+    ),
+    GatedField(
+        "ResourceSlice",
+        f"{_DEVICE}.nodeAllocatableResources",
+        NODE_ALLOCATABLE_RESOURCES,
+        "node-allocatable resources",
+        "pods using the device are not charged the node CPU or memory it maps to",
+        supported=False,
     ),
     GatedField(
         "ResourceSlice",
@@ -267,6 +318,20 @@ GATED_FIELDS: Final[tuple[GatedField, ...]] = (
         BINDING_CONDITIONS,
         "binding conditions",
         "pods are bound without waiting for the device's binding conditions",
+    ),
+    GatedField(
+        "ResourceSlice",
+        f"{_DEVICE}.bindingFailureConditions",
+        BINDING_CONDITIONS,
+        "binding failure conditions",
+        "pods are bound without waiting for the device's binding conditions",
+    ),
+    GatedField(
+        "ResourceSlice",
+        f"{_DEVICE}.bindsToNode",
+        BINDING_CONDITIONS,
+        "binding to the node (bindsToNode)",
+        "the allocation is not limited to the node kube-scheduler picked",
     ),
 )
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from types import MappingProxyType
@@ -43,6 +43,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from api import names
 from api.jsontypes import json_type
 from api.names import GROUP_VERSION
 from api.quantity import (
@@ -223,7 +224,7 @@ class GpuConfig(_Strict):
 
     @property
     def strategy(self) -> Strategy | None:
-        """The configured strategy (always set on a config returned by resolve_config)."""
+        """The configured strategy (always set on what :meth:`DriverConfigs.resolve` returns)."""
         return self.sharing.strategy if self.sharing else None
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -404,26 +405,14 @@ SOURCE_FROM_CLAIM: Final = "FromClaim"
 _SOURCE_ORDER: Final = {SOURCE_FROM_CLASS: 0, SOURCE_FROM_CLAIM: 1}
 
 
-def config_entries_from(
-    class_configs: Iterable[Mapping[str, Any]], claim_configs: Iterable[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """Tag DeviceClass ``spec.config`` and ResourceClaim ``spec.devices.config`` entries with
-    their source, giving the shape of ``status.allocation.devices.config`` (for callers that
-    read configs before allocation: the webhook and the CLI)."""
-    tagged = [{**c, "source": SOURCE_FROM_CLASS} for c in class_configs]
-    tagged += [{**c, "source": SOURCE_FROM_CLAIM} for c in claim_configs]
-    return tagged
-
-
-def base_request_name(request_name: str) -> str:
-    """``req/sub`` -> ``req``; a plain request name is returned unchanged."""
-    return request_name.split("/", 1)[0]
-
-
-def _applies(requests: Sequence[str], request_name: str) -> bool:
-    """Whether an entry listing ``requests`` (empty: every request) applies to
+def config_applies(requests: Sequence[str], request_name: str) -> bool:
+    """Whether a config entry listing ``requests`` (empty: every request) applies to
     ``request_name`` (listing ``req`` also covers ``req/sub``)."""
-    return not requests or request_name in requests or base_request_name(request_name) in requests
+    return (
+        not requests
+        or request_name in requests
+        or names.base_request_name(request_name) in requests
+    )
 
 
 @dataclass(frozen=True)
@@ -440,7 +429,7 @@ class ConfigEntry:
     config: GpuConfig
 
     def applies_to(self, request_name: str) -> bool:
-        return _applies(self.requests, request_name)
+        return config_applies(self.requests, request_name)
 
 
 @dataclass(frozen=True)
@@ -453,7 +442,7 @@ class ConfigProblem:
     messages: tuple[str, ...]
 
     def applies_to(self, request_name: str) -> bool:
-        return _applies(self.requests, request_name)
+        return config_applies(self.requests, request_name)
 
 
 @dataclass(frozen=True)
@@ -476,10 +465,9 @@ class DriverConfigs:
             [f"config[{p.position}]: {m}" for p in self.problems for m in p.messages]
         )
 
-    def resolve(self, request_name: str, *, shared: bool = False) -> GpuConfig:
-        """The GpuConfig that applies to a device allocated for ``request_name``: the last
-        applicable entry wins as a whole (no field merging); none applies: the default for a
-        share or a whole GPU. A missing strategy is filled with :func:`default_strategy`.
+    def chosen(self, request_name: str) -> GpuConfig | None:
+        """The GpuConfig as written of the last entry that applies to ``request_name`` (it wins
+        as a whole, no field merging); None when none applies.
 
         Raises :class:`GpuConfigError` (:meth:`error`) when any entry is invalid: a claim with
         a broken config is refused whatever request it concerns.
@@ -491,6 +479,14 @@ class DriverConfigs:
         for entry in self.entries:
             if entry.applies_to(request_name):
                 chosen = entry.config
+        return chosen
+
+    def resolve(self, request_name: str, *, shared: bool = False) -> GpuConfig:
+        """The GpuConfig that applies to a device allocated for ``request_name``
+        (:meth:`chosen`); none applies: the default for a share or a whole GPU. A missing
+        strategy is filled with :func:`default_strategy`. Raises like :meth:`chosen`.
+        """
+        chosen = self.chosen(request_name)
         if chosen is None:
             return default_config(shared)
         if chosen.strategy is not None:
@@ -533,15 +529,3 @@ def decode_driver_configs(config_entries: Sequence[Any], driver: str) -> DriverC
         )
     decoded.sort(key=lambda e: _SOURCE_ORDER.get(e.source or SOURCE_FROM_CLAIM, 1))
     return DriverConfigs(tuple(decoded), tuple(problems))
-
-
-def resolve_config(
-    config_entries: Sequence[Any],
-    request_name: str,
-    driver: str,
-    *,
-    shared: bool = False,
-) -> GpuConfig:
-    """:meth:`DriverConfigs.resolve` of :func:`decode_driver_configs` in one call (for callers
-    that resolve a single request)."""
-    return decode_driver_configs(config_entries, driver).resolve(request_name, shared=shared)

@@ -1,9 +1,15 @@
-"""Naming the JSON type of a decoded value in error messages (one rule for every message)."""
+"""Decoded JSON: the one alias for a JSON object (and its read-only view), and naming a value's
+JSON type in error messages (one rule for every message)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+#: A decoded JSON object (a Kubernetes object or part of one).
+Obj = dict[str, Any]
+#: A decoded JSON object only read, never changed.
+ObjView = Mapping[str, Any]
 
 
 def json_type(value: Any) -> str:

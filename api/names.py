@@ -74,6 +74,12 @@ SHARING_MODE_PARTITIONS: Final = "partitions"
 SHARING_MODE_EXCLUSIVE: Final = "exclusive"
 SHARING_MODES: Final = (SHARING_MODE_CONSUMABLE, SHARING_MODE_PARTITIONS, SHARING_MODE_EXCLUSIVE)
 
+# --- Device backends of the kubelet plugin and the CLI (--device-backend) ---
+#: ``nvml``: the node's NVIDIA GPUs; ``mock``: simulated GPUs (the plugin's simulated host).
+NVML_BACKEND: Final = "nvml"
+MOCK_BACKEND: Final = "mock"
+DEVICE_BACKENDS: Final = (NVML_BACKEND, MOCK_BACKEND)
+
 # --- MIG strategies of the kubelet plugin (--mig) ---
 #: ``static``: publish the MIG devices an administrator created. ``dynamic`` (``partitions`` mode
 #: only): publish every placement of every MIG profile of an unpartitioned MIG-enabled GPU and
@@ -163,6 +169,12 @@ TAINT_MPS_ESCAPE_SUFFIX: Final = "mps-escape"
 def mps_escape_taint_key(driver_name: str) -> str:
     """Taint key the node plugin may put on a GPU where a compute process runs outside MPS."""
     return f"{driver_name}/{TAINT_MPS_ESCAPE_SUFFIX}"
+
+
+def base_request_name(request_name: str) -> str:
+    """``req/sub`` (a subrequest, DRA's name for an alternative of ``firstAvailable``) ->
+    ``req``; a plain request name is returned unchanged."""
+    return request_name.split("/", 1)[0]
 
 
 def qualify(driver_name: str, name: str) -> str:

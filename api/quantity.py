@@ -193,6 +193,16 @@ def quantity_int(value: str | int | float | Decimal) -> int:
     return i + 1 if d > i else i
 
 
+def quantity_whole(value: str | int | float | Decimal) -> int:
+    """Parse a quantity that must be a whole number, exactly; :class:`QuantityError` for a
+    fraction (``12500m``), which nothing here rounds: rounding it up would grant more than was
+    allocated, rounding it down would drop part of what was."""
+    d = parse_quantity(value)
+    if d != d.to_integral_value():
+        raise QuantityError(f"{_show(value)} is not a whole number")
+    return int(d)
+
+
 def format_quantity(value: int) -> str:
     """Canonical text of an integer quantity: the largest exact binary suffix (``80Gi``),
     else the largest exact decimal one (``3k``), else the plain integer."""

@@ -1,7 +1,10 @@
 """The request policy of a shareable GPU (consumable capacity, KEP-5075): the one place for it.
 
 The node plugin publishes it on every consumable device (``kubeletplugin/devices/slices.py``);
-the admission checks and the GpuQuota charge derive what a request reserves from it. Invariants:
+the admission checks and the GpuQuota charge derive what a request reserves from it (rounded by
+the allocator's ``consumed_amount``, kube-scheduler's rule); the node
+plugin, the tracker and the GpuQuota charge read what an allocated share reserves with
+:func:`share_reservation` (an amount its ``consumedCapacity`` lacks is the whole). Invariants:
 cores are whole percents 1..100 with the node's default for a request that names none; memory
 is granted in :data:`~api.names.MEMORY_STEP_BYTES` steps from one step up to the largest step
 multiple not above the usable memory, and a request without memory takes that largest amount.
@@ -10,6 +13,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from api import names
@@ -45,11 +49,43 @@ def configured_as_share(
     )
 
 
-def reserved_memory(requested: int) -> int:
-    """Bytes the scheduler reserves for a memory request: rounded up to the 256Mi grid, at
-    least 256Mi (the policy's ``validRange``: min 256Mi, step 256Mi)."""
-    step = names.MEMORY_STEP_BYTES
-    return max(step, -(-requested // step) * step)
+#: ``(cores, memory)`` a result's ``consumedCapacity`` records, None for an amount it lacks.
+Recorded = tuple[int | None, int | None]
+
+
+def recorded_amounts(
+    consumed: Mapping[str, Any], driver_name: str, parse: Callable[[str, Any], int]
+) -> Recorded:
+    """The cores and memory ``consumed`` (one result's ``consumedCapacity``) records under the
+    plain or driver-qualified name, each read by ``parse(name, value)``."""
+    out = []
+    for name in (names.CAP_CORES, names.CAP_MEMORY):
+        value = names.driver_value(consumed, driver_name, name)
+        out.append(None if value is None else parse(name, value))
+    return out[0], out[1]
+
+
+def reserved_amounts(recorded: Recorded | None, whole: tuple[int, int]) -> tuple[int, int]:
+    """What a consumable share reserves: each amount its ``consumedCapacity`` records, the
+    device's ``whole`` amount for one it lacks (kube-scheduler records every capacity; should
+    one be missing, the node grants the whole amount, so the tracker and quota count it so)."""
+    if recorded is None:
+        return whole
+    cores, memory = recorded
+    return (whole[0] if cores is None else cores, whole[1] if memory is None else memory)
+
+
+def share_reservation(
+    consumed: Mapping[str, Any] | None,
+    driver_name: str,
+    whole: tuple[int, int],
+    parse: Callable[[str, Any], int],
+) -> tuple[int, int]:
+    """:func:`reserved_amounts` of ``consumed`` (None: the result recorded no
+    ``consumedCapacity``), amounts read by ``parse`` as in :func:`recorded_amounts`."""
+    if consumed is None:
+        return whole
+    return reserved_amounts(recorded_amounts(consumed, driver_name, parse), whole)
 
 
 def consumable_capacity(
@@ -76,3 +112,17 @@ def consumable_capacity(
             },
         },
     }
+
+
+def capacity_of_unknown_gpu() -> dict[str, Any]:
+    """The :func:`consumable_capacity` assumed where no GPU's memory is known: memory requests
+    are rounded up to the step grid (at least one step) with no upper bound, unasked memory is
+    0. What a request reserves under it is the allocator's ``consumed_amount``, the one rounding
+    rule (kube-scheduler's)."""
+    capacity = consumable_capacity(0)
+    step = format_quantity(names.MEMORY_STEP_BYTES)
+    capacity[names.CAP_MEMORY]["requestPolicy"] = {
+        "default": "0",
+        "validRange": {"min": step, "step": step},
+    }
+    return capacity

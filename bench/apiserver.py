@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from api import names
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 GPU_ARGS = (names.API_GROUP, names.API_VERSION, names.GPU_PLURAL)
 

@@ -1,6 +1,6 @@
 """Start-up cost of the ``sharegpu`` commands: wall time and modules loaded, per command.
 
-Each command runs in a fresh interpreter (``python -c`` calling ``sharegpu.cli.main``, as the
+Each command runs in a fresh interpreter (``python -c`` calling ``sharegpuctl.cli.main``, as the
 ``sharegpu`` script does), ``--runs`` times; the median wall time is printed with the number of
 modules the process had loaded when the command returned, and which heavy packages were among
 them. Targets: ``--help`` and ``devices --mock 8`` <= 0.25 s each, ``demo`` <= 1.5 s.
@@ -41,10 +41,10 @@ COMMANDS: Final = (
     ("validate -f examples/", ["validate", "-f", "examples/", "-o", "text"], 2),
     ("demo", ["demo", "-o", "text"], 2),
 )
-#: Runs ``sharegpu.cli.main`` and reports, on the last line of stderr, what was loaded.
+#: Runs ``sharegpuctl.cli.main`` and reports, on the last line of stderr, what was loaded.
 SNIPPET: Final = """
 import json, sys
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as exc:

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 
 DRIVER = "gpu.sharegpu.dev"
 ROOT = "resource.kubernetes.io/pcieRoot"

@@ -200,7 +200,7 @@ class Setup:
 def apiserver_setup(root: Path, auth: str, prefix: str) -> Iterator[Setup]:
     """The API server, connection and environment a child measured from ``root`` uses; all of
     it is removed on exit."""
-    from sharegpu.local.apiserver import KubeAPIServer
+    from sharegpuctl.local.apiserver import KubeAPIServer
 
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     try:
@@ -418,7 +418,7 @@ def daemon_args(tmp: Path, auth_args: list[str]) -> list[str]:
         str(tmp / "data"),
         "--cdi-dir",
         str(tmp / "cdi"),
-        "--boot-id-file",
+        "--mock-boot-id-file",
         str(tmp / "boot_id"),
         "--metrics-address",  # served in production (the chart always sets it)
         "127.0.0.1:0",
@@ -430,7 +430,7 @@ def daemon_args(tmp: Path, auth_args: list[str]) -> list[str]:
 def measure(cycles: list[int], root: Path, auth: str) -> None:
     from api import names
     from kubeletplugin.kubelet.preparer import ClaimRef
-    from sharegpu.local.kubelet import KubeletSim
+    from sharegpuctl.local.kubelet import KubeletSim
 
     driver = names.DEFAULT_DRIVER_NAME
     with (
@@ -501,7 +501,7 @@ def claim_get_cpu(gets: int) -> None:
     from api import names
     from kubeletplugin.prepare.claims import KubeClaimGetter
     from sharegpu.kube.rest import load_api_client, resource_path
-    from sharegpu.local.apiserver import KubeAPIServer
+    from sharegpuctl.local.apiserver import KubeAPIServer
 
     tmp = Path(tempfile.mkdtemp(prefix="sgget-", dir="/tmp"))
     try:

@@ -25,7 +25,7 @@ from typing import Any
 from api import names
 from kubeletplugin.config import parse_config
 from kubeletplugin.main import build_plugin
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 NODE = "bench-node"
 GPUS = 8
@@ -74,7 +74,7 @@ def measure(mode: str) -> tuple[list[float], list[float]]:
                 str(sockets / "data"),
                 "--cdi-dir",
                 str(Path(tmp) / "cdi"),
-                "--boot-id-file",
+                "--mock-boot-id-file",
                 str(boot_id),
             ],
             environ={},

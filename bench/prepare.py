@@ -51,7 +51,7 @@ from kubeletplugin.prepare.cdi import CdiSpecWriter
 from kubeletplugin.prepare.checkpoint import Checkpoint
 from kubeletplugin.prepare.claims import KubeClaimGetter
 from kubeletplugin.prepare.state import DeviceState
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "bench-node"

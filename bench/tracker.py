@@ -351,7 +351,7 @@ def in_memory(args: argparse.Namespace, pauses: GcPauses) -> dict[str, float]:
 
 
 def through_apiserver(args: argparse.Namespace, pauses: GcPauses) -> None:
-    from sharegpu.local.apiserver import KubeAPIServer
+    from sharegpuctl.local.apiserver import KubeAPIServer
 
     with KubeAPIServer(history_size=10_000) as server:
         for s in slices_of(args.nodes):

@@ -1,30 +1,15 @@
 """What a ResourceClaim is charged against a GpuQuota: the one rule, shared by the admission
 webhook, the quota controller and ``sharegpu validate --quota``.
 
-A claim is charged **the most it can consume** of this driver's devices:
-
-- each request of this driver (its DeviceClass is the driver's, see
-  :func:`sharegpu.admission.checks.is_driver_class`; and, when the quota has
-  ``spec.deviceClassNames``, one of those) is charged per device its capacity requests after the
-  request policy's rounding (:func:`sharegpu.allocator.capacity.consumed_amount`, kube-scheduler's
-  rule), against the policies the plugin publishes (:meth:`ChargeBasis.capacity`): cores
-  ``validRange`` 1-100 step 1 with default 100; memory ``validRange`` 256Mi to the GPU's memory
-  (rounded down to 256Mi) step 256Mi, default that maximum. So a request without a capacity is a
-  whole GPU: 100 cores and the largest GPU memory known;
-- ``count: N`` is N devices; ``allocationMode: All`` is :attr:`ChargeBasis.largest_node_gpus`
-  devices (the most GPUs one node publishes: ``All`` takes every matching device of one pool);
-- ``firstAvailable``: the largest subrequest (each amount its own maximum);
-- once the claim is allocated, its charge is what the allocation consumes: each result of this
-  driver counts one device and its ``consumedCapacity`` (a result without one, a whole or
-  partition device, is charged a whole GPU).
-
-Assumption where nothing is published yet (no GPU known): the largest memory is 0, so a request
-without a memory amount is charged no memory (cores and devices still count), and ``All`` counts
-one device.
-
-Amounts are integers: cores in percent, memory in bytes (fractions round up, as
-``Quantity.Value()``).
-"""
+A claim is charged the most it can consume of this driver's devices (requests whose DeviceClass
+is the driver's, :func:`sharegpu.admission.checks.is_driver_class`, and among the quota's
+``spec.deviceClassNames`` when set): per device, its capacity requests rounded by
+:func:`sharegpu.allocator.capacity.consumed_amount` under the policies the plugin publishes
+(:meth:`ChargeBasis.capacity`; nothing asked is a whole GPU), times ``count``, or the most GPUs
+one node publishes for ``All``; the largest ``firstAvailable`` subrequest. Once allocated, it is
+charged what the allocation consumes (:func:`api.sharepolicy.share_reservation`; a whole or
+partition device is a whole GPU). With no GPU published the largest memory is 0 and ``All`` is
+one device. Amounts are integers (percent, bytes; fractions round up). docs/quota.md explains it."""
 
 from __future__ import annotations
 
@@ -44,7 +29,12 @@ from api.gpuquota import (
     summary,
 )
 from api.quantity import format_quantity
-from api.sharepolicy import consumable_capacity, memory_policy_max
+from api.sharepolicy import (
+    capacity_of_unknown_gpu,
+    consumable_capacity,
+    memory_policy_max,
+    share_reservation,
+)
 from sharegpu.admission.checks import is_driver_class
 from sharegpu.allocator.capacity import PolicyViolation, amount, consumed_amount
 from sharegpu.allocator.model import AllocatorInputError
@@ -120,14 +110,7 @@ class ChargeBasis:
         the plugin publishes them (``kubeletplugin/devices/slices.py``)."""
         if memory_policy_max(self.largest_memory) > 0:
             return consumable_capacity(self.largest_memory)
-        # Nothing known: memory requests are rounded to the step, unasked memory is 0.
-        capacity = consumable_capacity(0)
-        step = format_quantity(names.MEMORY_STEP_BYTES)
-        capacity[names.CAP_MEMORY]["requestPolicy"] = {
-            "default": "0",
-            "validRange": {"min": step, "step": step},
-        }
-        return capacity
+        return capacity_of_unknown_gpu()
 
     def whole_gpu(self) -> Amounts:
         """The charge of one whole GPU (one device, nothing asked)."""
@@ -249,7 +232,9 @@ def _request_classes(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _qty_int(value: Any) -> int:
+def _qty_int(_name: str, value: Any) -> int:
+    """One amount of a ``consumedCapacity``, 0 when invalid; a fraction (never recorded under
+    the published whole-unit policies) is charged rounded up, never less than is held."""
     try:
         return quantity_bytes(value)
     except ValueError:
@@ -283,17 +268,13 @@ def allocated(
             continue
         consumed = r.get("consumedCapacity")
         whole = basis.whole_gpu()
-        if isinstance(consumed, Mapping):
-            # A missing amount counts whole, as the node plugin grants and the tracker counts it.
-            cores = names.driver_value(consumed, driver, names.CAP_CORES)
-            memory = names.driver_value(consumed, driver, names.CAP_MEMORY)
-            total += Amounts(
-                whole.cores if cores is None else _qty_int(cores),
-                whole.memory if memory is None else _qty_int(memory),
-                1,
-            )
-        else:
-            total += whole
+        cores, memory = share_reservation(
+            consumed if isinstance(consumed, Mapping) else None,
+            driver,
+            (whole.cores, whole.memory),
+            _qty_int,
+        )
+        total += Amounts(cores, memory, 1)
     return total
 
 

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.gpuquota import ClaimCharge, GpuQuota, GpuQuotaError, parse_gpu_quota
+from api.jsontypes import Obj
 from api.names import API_GROUP, API_VERSION, GPU_QUOTA_PLURAL, RESOURCE_GROUP, RESOURCE_VERSION
 from controller.metrics import QuotaGauge
 from controller.quotaadmit import put_status
@@ -52,8 +53,6 @@ from sharegpu.kube.informer import Informer
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

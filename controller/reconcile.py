@@ -1,36 +1,19 @@
 """From ResourceSlices, ResourceClaims and Pods to the desired ``GPU`` objects.
 
-Everything here is deterministic and side-effect free: the same inputs always give equal
-objects, whatever their order. The pieces work on the compact records of
-:mod:`controller.records`; the tracker calls them incrementally (:func:`pool_hardware` per pool,
-:func:`claim_allocations` per claim, :func:`gpu_spec_json` / :func:`gpu_status_json` per GPU),
-and :func:`reconcile` composes them over whole JSON inputs and is what tests compare against.
-The JSON of a GPU object is built directly (no model instances on the hot path); its shape is
-the one :class:`api.gpu.GpuObject` defines and validates (:func:`gpu_object`).
+Deterministic and side-effect free: the same inputs in any order give equal objects. The tracker
+calls the pieces incrementally over :mod:`controller.records`; :func:`reconcile` composes them over
+whole JSON inputs (what tests compare against). The JSON is built directly, in the shape
+:class:`api.gpu.GpuObject` validates (:func:`gpu_object`). Rules, stated once:
 
-Rules, stated once:
-
-- A physical GPU is identified by its UUID within a pool: a device's ``parentUUID`` if it has one
-  (partition devices), else its ``uuid``. Only one generation of a pool counts: the newest
-  complete one (see :func:`newest_generation`).
-- What an allocation result consumes: its ``consumedCapacity`` if the scheduler recorded one
-  (consumable shares); else the device's own ``cores``/``memory`` capacity (whole GPUs and
-  partitions); else the counters the device consumes; else the whole GPU. ``adminAccess``
-  results are listed but consume nothing.
-- Health: a device of the GPU tainted with ``<driver>/unhealthy`` makes the GPU Unhealthy.
-- Taints: ``status.taints`` lists every taint on the GPU's devices, those of its slices and those
-  of the DeviceTaintRules that select the devices (each naming its rule); health follows the
-  slices' ``<driver>/unhealthy`` taint only.
-- Measured usage: each allocation carries the node plugin's measurement of its device and share
-  (``status.devices[].data`` of the claim, see :func:`controller.records.device_usage`). The
-  plugin decides what is overcommitted; the GPU's ``Overcommitted`` condition only gathers those
-  verdicts (:func:`overcommitted_condition`), and is left out when no allocation was measured.
-  Likewise the ``MPSEscaped`` condition gathers the MPS shares' count of processes outside MPS
-  on the GPU (:func:`mps_escaped_condition`), left out when no MPS share judged it.
-- Pods come from the claim's ``status.reservedFor``; their containers are those whose
-  ``resources.claims`` name the pod's claim entry that resolves to this claim (and, if a request
-  is named, the result's top-level request).
-"""
+- a GPU is its UUID within a pool (``parentUUID`` else ``uuid``), in the pool's newest complete
+  generation only (:func:`newest_generation`);
+- an allocation consumes its ``consumedCapacity`` (the whole device's amount for one it lacks,
+  :func:`api.sharepolicy.reserved_amounts`), else the device's capacity, else its counters, else
+  the whole GPU; ``adminAccess`` results consume nothing;
+- health follows the slices' ``<driver>/unhealthy`` taint; ``status.taints`` lists every taint,
+  DeviceTaintRules' naming their rule; ``Overcommitted`` and ``MPSEscaped`` only gather the
+  plugin's measured verdicts, left out when nothing was measured;
+- pods come from ``status.reservedFor``, their containers from ``resources.claims``."""
 
 from __future__ import annotations
 
@@ -41,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from api.gpu import HEALTHY, UNHEALTHY, GpuObject, node_label_value
+from api.jsontypes import Obj
 from api.names import (
     CAP_CORES,
     CAP_MEMORY,
@@ -57,6 +41,7 @@ from api.names import (
     gpu_object_name,
 )
 from api.quantity import format_bytes_human, format_quantity
+from api.sharepolicy import reserved_amounts
 from controller.mpsclients import Client, client_users, mps_verdict
 from controller.records import (
     ClaimRecord,
@@ -71,7 +56,6 @@ from controller.records import (
     taint_rule_record,
 )
 
-Json = dict[str, Any]
 _DEVICE_INDEX = re.compile(r"^gpu-(\d+)(?:-|$)")
 
 
@@ -234,12 +218,7 @@ def _consumption(
     cores = device.cores if device.cores is not None else device.counter_cores
     memory = device.memory if device.memory is not None else device.counter_memory
     whole = (gpu.cores if cores is None else cores, gpu.memory if memory is None else memory)
-    if consumed is None:
-        return whole
-    return (
-        whole[0] if consumed[0] is None else consumed[0],
-        whole[1] if consumed[1] is None else consumed[1],
-    )
+    return reserved_amounts(consumed, whole)
 
 
 def claim_allocations(
@@ -311,9 +290,9 @@ def with_rule_taints(
     return gpu if taints == gpu.taints else replace(gpu, taints=taints)
 
 
-def _taint_json(t: GpuTaintEntry) -> Json:
+def _taint_json(t: GpuTaintEntry) -> Obj:
     device, key, value, effect, rule = t
-    out: Json = {"device": device, "key": key, "value": value, "effect": effect}
+    out: Obj = {"device": device, "key": key, "value": value, "effect": effect}
     if rule is not None:
         out["deviceTaintRule"] = rule
     return out
@@ -325,7 +304,7 @@ def gpu_labels(gpu: GpuHardware) -> dict[str, str]:
     return {} if value is None else {GPU_NODE_LABEL: value}
 
 
-def gpu_spec_json(gpu: GpuHardware) -> Json:
+def gpu_spec_json(gpu: GpuHardware) -> Obj:
     """``spec`` of the GPU object, in the JSON shape of :class:`api.gpu.GpuSpec`."""
     return {
         "node": gpu.node,
@@ -340,8 +319,8 @@ def gpu_spec_json(gpu: GpuHardware) -> Json:
     }
 
 
-def _alloc_json(a: Alloc) -> Json:
-    out: Json = {
+def _alloc_json(a: Alloc) -> Obj:
+    out: Obj = {
         "claimNamespace": a.claim_namespace,
         "claimName": a.claim_name,
         "claimUid": a.claim_uid,
@@ -358,9 +337,9 @@ def _alloc_json(a: Alloc) -> Json:
     return out
 
 
-def usage_json(u: UsageRecord) -> Json:
+def usage_json(u: UsageRecord) -> Obj:
     """``usage`` of an allocation, in the JSON shape of :class:`api.gpu.ShareUsage`."""
-    out: Json = {"usedMemory": format_quantity(u.used_memory), "processes": u.processes}
+    out: Obj = {"usedMemory": format_quantity(u.used_memory), "processes": u.processes}
     if u.sm_utilization is not None:
         out["smUtilization"] = u.sm_utilization
     if u.sampled_at is not None:
@@ -374,7 +353,7 @@ def usage_json(u: UsageRecord) -> Json:
     return out
 
 
-def overcommitted_condition(allocations: Iterable[Alloc]) -> Json | None:
+def overcommitted_condition(allocations: Iterable[Alloc]) -> Obj | None:
     """The ``Overcommitted`` condition of a GPU's (sorted) allocations: True naming each claim
     and what it exceeds, False when every measured allocation stays within its reservation,
     None when no allocation was measured."""
@@ -406,7 +385,7 @@ def overcommitted_condition(allocations: Iterable[Alloc]) -> Json | None:
     }
 
 
-def mps_escaped_condition(allocations: Iterable[Alloc]) -> Json | None:
+def mps_escaped_condition(allocations: Iterable[Alloc]) -> Obj | None:
     """The ``MPSEscaped`` condition of a GPU's (sorted) allocations: True when a measured MPS
     share reports compute processes outside MPS on the GPU (naming the claims whose own pods run
     them), False when every judged MPS share reports none, None when none was judged."""
@@ -458,12 +437,12 @@ def usage(allocations: Iterable[Alloc]) -> tuple[int, int, int]:
     return cores, memory, len(claims)
 
 
-def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Json:
+def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
     """``status`` of the GPU object for the allocations on it, in the JSON shape of
     :class:`api.gpu.GpuStatus` (allocations sorted, sums and summaries derived)."""
     allocs = sorted(allocations, key=Alloc.sort_key)
     used_cores, used_memory, claim_count = usage(allocs)
-    status: Json = {"health": UNHEALTHY if gpu.unhealthy_reason else HEALTHY}
+    status: Obj = {"health": UNHEALTHY if gpu.unhealthy_reason else HEALTHY}
     if gpu.unhealthy_reason:
         status["healthReason"] = gpu.unhealthy_reason
     status.update(
@@ -487,10 +466,10 @@ def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Json:
     return status
 
 
-def gpu_manifest(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Json:
+def gpu_manifest(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
     """The whole GPU object as the tracker writes it (what :meth:`api.gpu.GpuObject.manifest`
     gives for :func:`gpu_object`)."""
-    metadata: Json = {"name": gpu.name}
+    metadata: Obj = {"name": gpu.name}
     if labels := gpu_labels(gpu):
         metadata["labels"] = labels
     return {

@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from api.gpuconfig import STRATEGY_MPS, DriverConfigs, decode_driver_configs
+from api.jsontypes import ObjView as Obj
 from api.names import (
     ATTR_INDEX,
     ATTR_PARENT_UUID,
@@ -31,10 +32,12 @@ from api.names import (
     CAP_MEMORY,
     OVERCOMMIT_RESOURCES,
     SHARE_USAGE_KIND,
+    base_request_name,
     driver_value,
     unhealthy_taint_key,
 )
 from api.quantity import QuantityError, quantity_int
+from api.sharepolicy import recorded_amounts
 from sharegpu.kube.devicetaints import (
     SELECTOR_FIELDS,
     rule_name,
@@ -44,8 +47,6 @@ from sharegpu.kube.devicetaints import (
 from sharegpu.kube.slicerules import MAX_TAINTS_PER_DEVICE
 
 log = logging.getLogger(__name__)
-
-Obj = Mapping[str, Any]
 
 
 def _s(value: object) -> str:
@@ -405,10 +406,11 @@ def reserved_pods(claim: Obj) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _amount(consumed: Mapping[str, Any], driver: str, name: str) -> int | None:
-    """One amount of a ``consumedCapacity``: None when absent, 0 when invalid."""
-    value = driver_value(consumed, driver, name)
-    return None if value is None else qty(value) or 0
+def _amount(_name: str, value: Any) -> int:
+    """One amount of a ``consumedCapacity``: 0 when invalid. A fraction (never recorded under
+    the published whole-unit policies; the node refuses to prepare it) counts rounded up, so
+    the tracker never counts less than kube-scheduler holds."""
+    return qty(value) or 0
 
 
 #: Most distinct config lists whose decoding is remembered (claims of one template repeat them).
@@ -462,7 +464,7 @@ def _result_record(
     consumed = r.get("consumedCapacity")
     amounts = None
     if isinstance(consumed, Mapping):
-        amounts = (_amount(consumed, driver, CAP_CORES), _amount(consumed, driver, CAP_MEMORY))
+        amounts = recorded_amounts(consumed, driver, _amount)
     pool, device = _s(r.get("pool")), _s(r.get("device"))
     share_id = str(r["shareID"]) if r.get("shareID") else None
     request = _s(r.get("request", ""))
@@ -531,7 +533,7 @@ class PodInfo:
     def containers_for(self, claim_name: str, request: str) -> tuple[str, ...]:
         """Containers of this pod that use ``request`` of the claim named ``claim_name``,
         sorted."""
-        top = request.split("/", 1)[0]
+        top = base_request_name(request)
         found: set[str] = set()
         for entry, resolved in self.claim_names:
             if resolved != claim_name:

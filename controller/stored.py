@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from api.jsontypes import Obj
 from api.names import GPU_KIND, GROUP_VERSION
-
-Json = dict[str, Any]
 
 
 def json_digest(value: Any) -> bytes:
@@ -31,7 +30,7 @@ class StoredGpu:
     """A GPU object as stored: ``metadata`` (without ``managedFields``) and digests of its
     ``spec`` and ``status`` (:func:`json_digest`; of None when absent)."""
 
-    metadata: Json
+    metadata: Obj
     spec_digest: bytes
     status_digest: bytes
 
@@ -45,7 +44,7 @@ class StoredGpu:
         have = self.metadata.get("labels") or {}
         return all(have.get(k) == v for k, v in labels.items())
 
-    def body(self, **parts: Json) -> Json:
+    def body(self, **parts: Obj) -> Obj:
         """A request body: this object's identity and metadata plus ``parts`` (e.g. ``status``)."""
         return {"apiVersion": GROUP_VERSION, "kind": GPU_KIND, "metadata": self.metadata, **parts}
 

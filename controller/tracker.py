@@ -1,38 +1,22 @@
 """The tracker: keeps one ``GPU`` object per physical GPU in step with slices, claims and pods.
 
-It also follows DeviceTaintRules (``resource.k8s.io/v1``; on a server that does not serve them,
-an API server before 1.37, there are none): their taints show in ``status.taints``.
+Five informers (this driver's ResourceSlices, DeviceTaintRules (none where the API server does
+not serve them), ResourceClaims reduced to this driver's results, Pods that reference claims,
+and this driver's GPU objects) keep compact records (:mod:`controller.records`,
+:mod:`controller.stored`); their handlers mark GPUs dirty in a
+:class:`~controller.gpuindex.GpuIndex`, and a flusher recomputes only those. Invariants:
 
-Data flow: four informers (this driver's ResourceSlices, all ResourceClaims reduced to this
-driver's results, Pods that reference claims, and this driver's GPU objects) keep compact
-records (:mod:`controller.records`, :mod:`controller.stored`), never the decoded JSON. Their
-handlers update a :class:`~controller.gpuindex.GpuIndex`, which marks the affected GPU names
-*dirty*; only those are recomputed. A flusher thread computes the desired ``spec`` and
-``status`` of dirty GPUs (as JSON, digested) and — only while this replica leads and all
-informers have synced — writes the differences:
-
-- create a missing object, then set its status (the status subresource ignores status on
-  create); update ``spec`` when the hardware changed; delete objects whose GPU has been gone
-  for ``delete_grace_s`` (a plugin that republishes its slices does not reset them);
-- write ``status`` only when it differs from what is stored, and at most once per GPU per
-  ``write_interval_s`` (later changes wait and are merged into the next write);
-- on a conflict the stored copy is refreshed and the write retried on the next round;
-- a share that becomes overcommitted after the informers synced gets a ``ShareOvercommitted``
-  Event on its pods, and a pod of an MPS share that starts running a process outside MPS an
-  ``MPSEscape`` Event, and the claim of an MPS share whose clients run as several UIDs (and its
-  later pods) an ``MPSClientsQueued`` Event (:mod:`controller.events`); every replica follows
-  the transitions, only the leader sends (what was overcommitted or escaped when the informers
-  synced is the baseline: no Event; queued clients are told once more);
-- the objects of one round are written by up to ``write_workers`` threads (they are
-  independent), which matters for the first round of a large cluster.
-
-Because the comparison is always against the stored objects (kept current by the GPU informer),
-a restarted or newly elected controller writes nothing when the objects are already right.
-
-The records are long-lived, so (with ``freeze_gc``) the tracker moves what it has allocated out
-of the collector's reach every few thousand updates and after each list
-(:class:`~controller.gcfreeze.Freezer`): collections then scan only what changed since, instead
-of the whole cache.
+- only while this replica leads and every informer has synced does it write, and only what
+  differs from the stored objects, so a restarted or newly elected controller writes nothing
+  when they are right; a conflict refreshes the stored copy and retries next round;
+- ``status`` is written at most once per GPU per ``write_interval_s``; an object whose GPU has
+  been gone for ``delete_grace_s`` is deleted; a round's writes use up to ``write_workers``
+  threads;
+- Events (:mod:`controller.events`: ``ShareOvercommitted``, ``MPSEscape``,
+  ``MPSClientsQueued``) follow transitions after the informers synced (the state at sync is the
+  baseline); every replica follows them, only the leader sends;
+- with ``freeze_gc`` the long-lived records are moved out of the collector's reach
+  (:class:`~controller.gcfreeze.Freezer`) every few thousand updates and after each list.
 """
 
 from __future__ import annotations
@@ -47,6 +31,7 @@ from typing import Any
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from api.gpu import GpuObject
+from api.jsontypes import Obj
 from api.names import (
     API_GROUP,
     API_VERSION,
@@ -86,7 +71,6 @@ from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 #: The desired object of one GPU as digests: ``(spec digest, status digest, own labels)``
 #: (labels as pairs: a tuple of texts only is not tracked by the collector).
 Desired = tuple[bytes, bytes, tuple[tuple[str, str], ...]]

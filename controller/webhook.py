@@ -1,47 +1,15 @@
-"""The validating admission webhook (AdmissionReview v1 over HTTPS).
+"""The validating admission webhook (AdmissionReview v1 over HTTPS): ``POST /validate`` (any kind)
+and ``/validate/{resourceclaims,resourceclaimtemplates,deviceclasses}``, ``GET /healthz`` and
+``/readyz`` (a certificate is loaded).
 
-Endpoints (POST, ``Content-Type: application/json``)::
-
-    /validate/resourceclaims           ResourceClaim          (resource.k8s.io v1, v1beta2)
-    /validate/resourceclaimtemplates   ResourceClaimTemplate  (v1, v1beta2)
-    /validate/deviceclasses            DeviceClass            (v1, v1beta2)
-    /validate                          any of them, by the object's kind
-
-plus ``GET /healthz`` (the process serves) and ``GET /readyz`` (a certificate is loaded).
-
-Every check is a function of :mod:`sharegpu.admission.checks` (shared with ``sharegpu validate``):
-errors deny the object with one message listing each ``path: problem``; warnings are returned
-as AdmissionReview ``warnings`` (kubectl prints them) and the object is allowed. DELETE and
-objects of other kinds are allowed unchecked.
-
-GpuQuota: with a :class:`~controller.quotaadmit.QuotaAdmitter`, a ResourceClaim that passes the
-checks is, on CREATE, charged to its namespace's GpuQuotas and denied (403 Forbidden, naming the
-quota, what is used, asked and left) when it does not fit. Only a review the API server sent,
-proven by its client certificate (``--webhook-client-ca-file``, the admission configuration's
-kubeconfig on the API server's side), writes a charge: any other review is judged as a dry run,
-so a client that reaches the port without that certificate cannot change quota state. Without
-the GpuQuota CRD installed, claims are admitted with a warning that quotas are not enforced.
-
-Malformed input: every body that is an AdmissionReview with a string ``request.uid`` gets an
-AdmissionReview answer (HTTP 200) with that uid. A review whose fields have the wrong JSON type
-(``request.kind`` that is a number, a request that is a string, ``selectors`` that is an
-object, ...) or exceed Kubernetes' limits is denied with each field's path and what it must be,
-and logged in one line; a body that is no JSON or no such AdmissionReview is answered 400 with
-``{"error": ...}`` and logged in one line. HTTP 500 (logged with a traceback) means a defect in
-a check. The work of one review is bounded (:mod:`sharegpu.admission.checks`: Kubernetes' limits
-on lists and selector lengths, and a budget of selector bytes compiled per object), and so is
-the answer (at most 20 errors and 10 warnings listed, each cut to 1,000 characters).
-
-Failure policy: the chart registers the webhook with ``failurePolicy: Ignore`` by default, so a
-controller outage never blocks claims (of any driver); the scheduler and the kubelet plugin
-still reject what cannot work, only later and less clearly. ``Fail`` makes admission strict at
-the price of blocking all DRA object writes while no replica answers.
-
-TLS: the certificate and key are read from files and reloaded when either file changes (checked
-at most once per second, on new connections), so a rotated Secret needs no restart. A reload
-that fails keeps the previous certificate and logs why. Only TLS 1.3 and TLS 1.2 with ECDHE and
-AEAD ciphers (AES-GCM, ChaCha20-Poly1305) are accepted (:func:`server_tls_context`).
-"""
+Invariants: every check is :mod:`sharegpu.admission.checks`'s (errors deny with ``path:
+problem``, warnings allow; DELETE and other kinds pass); with a
+:class:`~controller.quotaadmit.QuotaAdmitter` a passing claim CREATE is charged or denied 403,
+and only a review proven by the API server's client certificate writes a charge; every review
+with a string ``request.uid`` is answered with it, other bodies get 400, 500 is a defect, each
+logged in one line; work and answer are bounded (20 errors, 10 warnings, 1,000 characters
+each); the certificate is reloaded when its files change, TLS 1.3 or 1.2 with ECDHE and AEAD
+only (:func:`server_tls_context`)."""
 
 from __future__ import annotations
 

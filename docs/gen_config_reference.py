@@ -4,7 +4,7 @@ Sources, so the reference cannot drift from what runs:
 
 - command-line flags: the ``argparse`` parsers of ``sharegpu-kubeletplugin``
   (``kubeletplugin.config.build_parser``), ``sharegpu-controller``
-  (``controller.main.build_parser``) and ``sharegpu`` (``sharegpu.cli.build_parser``, with its
+  (``controller.main.build_parser``) and ``sharegpu`` (``sharegpuctl.cli.build_parser``, with its
   subcommands);
 - ``GpuConfig``: the JSON Schema generated from the pydantic models (``api.schema``);
 - the ``GPU`` object: the pydantic models of ``api.gpu``;
@@ -89,6 +89,8 @@ def _flag_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
             continue
+        if action.help is argparse.SUPPRESS:
+            continue  # hidden from --help: test and benchmark settings, not configuration
         if action.option_strings:
             name = ", ".join(f"`{o}`" for o in action.option_strings)
         else:
@@ -122,7 +124,7 @@ def _controller_parser() -> argparse.ArgumentParser:
 
 
 def _cli_parser() -> argparse.ArgumentParser:
-    from sharegpu.cli import build_parser
+    from sharegpuctl.cli import build_parser
 
     return build_parser()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from kubeletplugin.config import PluginConfig
 from kubeletplugin.devices.migpartition import MigPartitioner
 from kubeletplugin.devices.table import NodeDevices
+from kubeletplugin.hosts.host import Host
 from kubeletplugin.kubelet.healthservice import HealthSource
 from kubeletplugin.kubelet.server import PluginServer
 from kubeletplugin.prepare.cdi import CdiSpecWriter, NvidiaCdiDetector, spec_file_prefix
@@ -23,12 +24,23 @@ from sharegpu.kube.connection import KubeClient
 from sharegpu.kube.telemetry import Telemetry
 
 
+def nvidia_cdi_detector(config: PluginConfig) -> NvidiaCdiDetector:
+    """Finds the NVIDIA Container Toolkit's CDI spec (``--nvidia-cdi-kind``,
+    ``--nvidia-cdi-dirs``), never taking this driver's own claim specs for it."""
+    return NvidiaCdiDetector(
+        config.nvidia_cdi_kind,
+        config.nvidia_cdi_dirs,
+        skip_prefixes=(spec_file_prefix(config.driver_name),),
+    )
+
+
 class ClaimService:
     """DeviceState + PluginServer as one start/stop component of the daemon."""
 
     def __init__(
         self,
         config: PluginConfig,
+        host: Host,
         devices: NodeDevices,
         api_client: KubeClient,
         enforcer: ShareEnforcer,
@@ -37,9 +49,8 @@ class ClaimService:
         partitioner: MigPartitioner | None = None,
     ) -> None:
         """``partitioner`` creates the MIG instances of dynamic MIG devices: required when
-        ``devices`` has any (``--mig dynamic`` on a MIG-enabled GPU), None otherwise."""
-        # Device nodes are added only for real GPUs; mock GPUs have none.
-        dev_root = config.dev_root if config.device_backend == "nvml" else None
+        ``devices`` has any (``--mig dynamic`` on a MIG-enabled GPU), None otherwise. ``host``
+        says where the GPUs' device nodes are and how a reboot is recognised."""
         self.state = DeviceState(
             driver_name=config.driver_name,
             node_name=config.node_name,
@@ -48,15 +59,11 @@ class ClaimService:
             cdi=CdiSpecWriter(
                 config.cdi_dir,
                 config.driver_name,
-                dev_root=dev_root,
-                proc_root=config.proc_root,
-                nvidia=NvidiaCdiDetector(
-                    config.nvidia_cdi_kind,
-                    config.nvidia_cdi_dirs,
-                    skip_prefixes=(spec_file_prefix(config.driver_name),),
-                ),
+                dev_root=host.dev_root,
+                proc_root=host.proc_root,
+                nvidia=nvidia_cdi_detector(config),
             ),
-            checkpoint=Checkpoint(config.plugin_data_dir, boot_id_file=config.boot_id_file),
+            checkpoint=Checkpoint(config.plugin_data_dir, boot_id_file=host.boot_id_file),
             enforcer=enforcer,
             telemetry=telemetry,
             partitioner=partitioner,

@@ -16,7 +16,6 @@ from typing import Final
 from api import names
 from api.quantity import quantity_int
 from api.version import VERSION
-from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT
 from kubeletplugin.health.flags import (
     DEFAULT_HEALTH_OPTIONS,
     HealthFlagError,
@@ -24,6 +23,13 @@ from kubeletplugin.health.flags import (
     add_health_flags,
     health_options,
 )
+from kubeletplugin.hosts.options import (
+    HostFlagError,
+    SimulatedOptions,
+    add_host_flags,
+    simulated_options,
+)
+from kubeletplugin.prepare.cdi import is_cdi_kind
 from kubeletplugin.sharing.shm import DEFAULT_SHM_BYTES
 from kubeletplugin.usage.flags import (
     DEFAULT_USAGE_OPTIONS,
@@ -42,10 +48,6 @@ DEFAULT_PLUGINS_DIR: Final = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_DIR: Final = Path("/var/run/cdi")
 #: Where runtimes read CDI specs; scanned for the NVIDIA Container Toolkit's spec.
 DEFAULT_NVIDIA_CDI_DIRS: Final = (Path("/etc/cdi"), Path("/var/run/cdi"))
-DEFAULT_BOOT_ID_FILE: Final = Path("/proc/sys/kernel/random/boot_id")
-DEFAULT_DEV_ROOT: Final = Path("/dev")
-DEVICE_BACKENDS: Final = ("nvml", "mock")
-DEFAULT_MOCK_GPUS: Final = 8
 
 ENV_DRIVER_NAME: Final = "DRIVER_NAME"
 ENV_NODE_NAME: Final = "NODE_NAME"
@@ -71,9 +73,6 @@ class PluginConfig:
     metrics_address: str | None
     log_format: str
     log_level: str
-    device_backend: str
-    mock_gpus: int
-    mock_config: Path | None
     #: Print the slices that would be published and exit (no API server needed).
     print_slices: bool
     #: Root of the NVIDIA driver files: nvidia-smi and nvidia-cuda-mps-control are run from
@@ -82,17 +81,13 @@ class PluginConfig:
     #: Host path of an interception library (HAMi-core's environment contract) for the
     #: GpuConfig strategy ``Limits``; None: claims asking for Limits get a per-claim error.
     limits_library: Path | None = None
-    #: ``--disable-health``, ``--health-*`` and ``--mock-health-file``.
+    #: ``--device-backend mock``: the simulated host's ``--mock-*`` settings; None: NVIDIA GPUs.
+    simulated: SimulatedOptions | None = None
+    #: ``--disable-health`` and ``--health-*``.
     health: HealthOptions = DEFAULT_HEALTH_OPTIONS
     #: CDI kind of the NVIDIA Container Toolkit's spec, and the directories searched for it.
     nvidia_cdi_kind: str = names.NVIDIA_CTK_CDI_KIND
     nvidia_cdi_dirs: tuple[Path, ...] = DEFAULT_NVIDIA_CDI_DIRS
-    #: The kernel's boot ID (a change means a reboot: checkpointed claims are dropped).
-    boot_id_file: Path = DEFAULT_BOOT_ID_FILE
-    #: Host directory of the GPU device nodes put into CDI specs (NVML backend only).
-    dev_root: Path = DEFAULT_DEV_ROOT
-    #: procfs of ``/proc/devices`` and the MIG capability minors (NVML backend only).
-    proc_root: Path = DEFAULT_PROC_ROOT
     #: Consumable mode: cores charged to a request that names none (``--default-share-cores``).
     default_share_cores: int = names.CORES_PER_GPU
     #: Host directory of the per-daemon MPS directories (``--mps-root``); None: ``<data dir>/mps``.
@@ -104,14 +99,11 @@ class PluginConfig:
     mps_daemon_pod_template: Path | None = None
     #: Namespace of the MPS daemon pods (``--namespace``, else ``$POD_NAMESPACE``).
     namespace: str | None = None
-    #: ``--disable-usage``, ``--usage-*`` and ``--mock-usage-file``.
+    #: ``--disable-usage`` and ``--usage-*``.
     usage: UsageOptions = DEFAULT_USAGE_OPTIONS
     #: ``--mig``: ``static`` publishes existing MIG devices; ``dynamic`` (``partitions`` mode
     #: only) publishes MIG profile placements and creates the instances at prepare.
     mig_strategy: str = names.MIG_STRATEGY_STATIC
-    #: Mock backend: seconds between the two steps of creating or destroying a MIG instance
-    #: (``--mock-mig-step-seconds``).
-    mock_mig_step_seconds: float = 0.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,27 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
         f"{','.join(str(d) for d in DEFAULT_NVIDIA_CDI_DIRS)})",
     )
     p.add_argument(
-        "--boot-id-file",
-        type=Path,
-        default=DEFAULT_BOOT_ID_FILE,
-        help=f"the kernel's boot ID, to detect reboots (default {DEFAULT_BOOT_ID_FILE})",
-    )
-    p.add_argument(
-        "--dev-root",
-        type=Path,
-        default=DEFAULT_DEV_ROOT,
-        help="host directory of the nvidia* device nodes put into CDI specs with the NVML backend "
-        f"(default {DEFAULT_DEV_ROOT})",
-    )
-    p.add_argument(
-        "--proc-root",
-        type=Path,
-        default=DEFAULT_PROC_ROOT,
-        help="procfs the device numbers of the UVM and MIG capability nodes are read from "
-        f"(devices, driver/nvidia-caps/mig-minors) with the NVML backend (default "
-        f"{DEFAULT_PROC_ROOT})",
-    )
-    p.add_argument(
         "--sharing-mode",
         choices=names.SHARING_MODES,
         default=names.SHARING_MODE_CONSUMABLE,
@@ -199,13 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
         "needs --sharing-mode partitions) (default static)",
     )
     p.add_argument(
-        "--mock-mig-step-seconds",
-        type=float,
-        default=0.0,
-        help="mock backend, --mig dynamic: seconds between the two steps of creating or "
-        "destroying a MIG instance, as NVML takes time for them (0 to 60, default 0)",
-    )
-    p.add_argument(
         "--default-share-cores",
         type=int,
         default=names.CORES_PER_GPU,
@@ -217,18 +181,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-address", help="serve /metrics on HOST:PORT (default: off)")
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    p.add_argument("--device-backend", choices=DEVICE_BACKENDS, default="nvml")
-    p.add_argument(
-        "--mock-gpus",
-        type=int,
-        default=DEFAULT_MOCK_GPUS,
-        help=f"number of mock GPUs (mock backend; default {DEFAULT_MOCK_GPUS})",
-    )
-    p.add_argument(
-        "--mock-config",
-        type=Path,
-        help="YAML list of mock GPUs with any discovery field (mock backend)",
-    )
     p.add_argument(
         "--driver-root",
         type=Path,
@@ -274,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_health_flags(p)
     add_usage_flags(p)
+    add_host_flags(p)
     return p
 
 
@@ -315,17 +268,19 @@ def config_from_args(
             parse_address(args.metrics_address)
         except ValueError as exc:
             raise ConfigError(f"--metrics-address: {exc}") from None
-    if args.mock_config is None and args.mock_gpus < 1:
-        raise ConfigError(f"--mock-gpus must be at least 1, got {args.mock_gpus}")
-    if args.device_backend != "mock" and args.mock_config is not None:
-        raise ConfigError("--mock-config needs --device-backend mock")
+    try:
+        simulated = simulated_options(args)
+    except HostFlagError as exc:
+        raise ConfigError(str(exc)) from None
+    if not is_cdi_kind(args.nvidia_cdi_kind):
+        raise ConfigError(
+            f"--nvidia-cdi-kind {args.nvidia_cdi_kind!r}: must be a CDI kind vendor/class, "
+            "e.g. nvidia.com/gpu"
+        )
     nvidia_cdi_dirs = tuple(Path(d) for d in args.nvidia_cdi_dirs.split(",") if d)
     for flag, path in (
         ("--driver-root", args.driver_root),
         ("--limits-library", args.limits_library),
-        ("--boot-id-file", args.boot_id_file),
-        ("--dev-root", args.dev_root),
-        ("--proc-root", args.proc_root),
         *(("--nvidia-cdi-dirs", d) for d in nvidia_cdi_dirs),
     ):
         if path is not None and not path.is_absolute():
@@ -346,10 +301,6 @@ def config_from_args(
         raise ConfigError(
             f"--default-share-cores {args.default_share_cores}: must be 1 to {names.CORES_PER_GPU}"
         )
-    if not 0.0 <= args.mock_mig_step_seconds <= 60.0:
-        raise ConfigError(f"--mock-mig-step-seconds {args.mock_mig_step_seconds}: must be 0 to 60")
-    if args.mock_mig_step_seconds and args.device_backend != "mock":
-        raise ConfigError("--mock-mig-step-seconds needs --device-backend mock")
     if (
         args.mig_strategy == names.MIG_STRATEGY_DYNAMIC
         and args.sharing_mode != names.SHARING_MODE_PARTITIONS
@@ -360,11 +311,11 @@ def config_from_args(
             "consume shared counters, which only that mode publishes"
         )
     try:
-        health = health_options(args, args.device_backend)
+        health = health_options(args)
     except HealthFlagError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        usage = usage_options(args, args.device_backend)
+        usage = usage_options(args)
     except UsageFlagError as exc:
         raise ConfigError(str(exc)) from None
     return PluginConfig(
@@ -378,18 +329,12 @@ def config_from_args(
         metrics_address=args.metrics_address,
         log_format=args.log_format,
         log_level=args.log_level,
-        device_backend=args.device_backend,
-        mock_gpus=args.mock_gpus,
-        mock_config=args.mock_config,
         print_slices=args.print_slices,
         driver_root=args.driver_root,
         limits_library=args.limits_library,
         health=health,
         nvidia_cdi_kind=args.nvidia_cdi_kind,
         nvidia_cdi_dirs=nvidia_cdi_dirs,
-        boot_id_file=args.boot_id_file,
-        dev_root=args.dev_root,
-        proc_root=args.proc_root,
         default_share_cores=args.default_share_cores,
         mps_root=args.mps_root,
         mps_shm_bytes=mps_shm_bytes,
@@ -397,7 +342,7 @@ def config_from_args(
         namespace=namespace,
         usage=usage,
         mig_strategy=args.mig_strategy,
-        mock_mig_step_seconds=args.mock_mig_step_seconds,
+        simulated=simulated,
     )
 
 

@@ -16,47 +16,36 @@ line, never a traceback.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 
 from api import names
 from api.gpuconfig import STRATEGY_MPS
-from kubeletplugin.claimservice import ClaimService
+from kubeletplugin.claimservice import ClaimService, nvidia_cdi_detector
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
 from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
 from kubeletplugin.devices.migpartition import MigPartitioner
-from kubeletplugin.devices.mock import MockBackend
-from kubeletplugin.devices.nvml import NvmlBackend
-from kubeletplugin.devices.prerequisites import check_driver_libraries
-from kubeletplugin.devices.procdevices import ProcDevices
-from kubeletplugin.devices.slices import desired_slices, resource_slice_objects
+from kubeletplugin.devices.slices import preview_slices
 from kubeletplugin.devices.table import NodeDevices, node_devices
-from kubeletplugin.devices.uvm import check_uvm
 from kubeletplugin.health.flags import HealthOptions
-from kubeletplugin.health.mockfile import MockHealthChecker
-from kubeletplugin.health.monitor import HealthChecker, HealthMonitor, TaintSink
-from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
+from kubeletplugin.health.monitor import HealthChecker, HealthMonitor
 from kubeletplugin.health.restore import published_unhealthy
 from kubeletplugin.health.taintmerge import TaintMerger
+from kubeletplugin.hosts.host import Host
+from kubeletplugin.hosts.nvidia import NvidiaHost
+from kubeletplugin.hosts.simulated import SimulatedHost
 from kubeletplugin.kubelet.healthservice import HealthBroadcaster, HealthSource
 from kubeletplugin.kubelet.sockets import SocketPathError
-from kubeletplugin.model import GpuInfo
-from kubeletplugin.prepare.cdi import NvidiaCdiDetector, spec_file_prefix
+from kubeletplugin.model import GpuInfo, TaintSink
 from kubeletplugin.prepare.checkpoint import STATE_COMPLETED
 from kubeletplugin.publish.publisher import SlicePublisher
-from kubeletplugin.sharing.daemonpods import TemplateError, pod_launcher_from_file
+from kubeletplugin.sharing.daemonpods import TemplateError
 from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
 from kubeletplugin.usage.claims import KubeClaimApi
-from kubeletplugin.usage.mocksource import FileUsageSource
 from kubeletplugin.usage.model import PreparedShare
 from kubeletplugin.usage.mpsdaemons import DaemonPods, KubePodLister
-from kubeletplugin.usage.procfs import pid_namespace_problem
-from kubeletplugin.usage.sampler import TaintSink as UsageTaintSink
 from kubeletplugin.usage.sampler import UsageSampler
-from kubeletplugin.usage.source import NvmlUsageSource, UsageSource
 from sharegpu.kube.connection import KubeClient
 from sharegpu.kube.httpserve import BoundedHTTPServer
 from sharegpu.kube.lifecycle import Component, Lifecycle
@@ -70,98 +59,51 @@ SERVICE_NAME = "sharegpu-kubeletplugin"
 log = logging.getLogger(__name__)
 
 
-def make_backend(config: PluginConfig) -> DeviceBackend:
-    """The device backend chosen by ``--device-backend``. With ``--mig dynamic`` the default mock
-    GPUs are in MIG mode (a ``--mock-config`` file says per GPU)."""
-    if config.device_backend == "mock":
-        return MockBackend(
+def make_host(config: PluginConfig) -> Host:
+    """The hardware the daemon drives: simulated with ``--device-backend mock``, else the node's
+    NVIDIA GPUs. The one place real and simulated hardware part; raises :class:`DiscoveryError`
+    for an unusable simulated GPU count."""
+    if config.simulated is not None:
+        return SimulatedHost(
             config.node_name,
-            count=config.mock_gpus,
-            config_file=config.mock_config,
+            config.simulated,
+            config.plugin_data_dir,
             mig_enabled=config.mig_strategy == names.MIG_STRATEGY_DYNAMIC,
         )
-    return NvmlBackend()
-
-
-#: The mock backend's MIG instances, in the plugin data directory (they survive restarts and
-#: kill -9 like a real GPU's).
-MOCK_MIG_STATE_FILE = "mock-mig.json"
-
-
-def make_partitioner(
-    config: PluginConfig, backend: DeviceBackend, devices: NodeDevices
-) -> MigPartitioner | None:
-    """What creates and destroys MIG instances: None unless the table has dynamic MIG
-    devices; the mock partitioner for the mock backend, NVML otherwise."""
-    if not any(d.dynamic_mig for d in devices):
-        return None
-    if isinstance(backend, NvmlBackend):
-        from kubeletplugin.devices.nvmlmig import NvmlMigPartitioner
-
-        return NvmlMigPartitioner(backend)
-    from kubeletplugin.devices.mockmig import MockMigPartitioner
-
-    return MockMigPartitioner(
-        config.plugin_data_dir / MOCK_MIG_STATE_FILE,
-        config.node_name,
-        step_seconds=config.mock_mig_step_seconds,
+    return NvidiaHost(
+        driver_root=config.driver_root,
+        node_name=config.node_name,
+        nvidia_cdi=nvidia_cdi_detector(config),
+        mps_daemon_pod_template=config.mps_daemon_pod_template,
+        namespace=config.namespace,
     )
 
 
-def enforcer_for(config: PluginConfig, rest: KubeRest | None = None) -> SharingEnforcer:
-    """The enforcer the daemon passes to ``DeviceState`` (``--device-backend``,
-    ``--plugin-data-dir``, ``--driver-root``, ``--limits-library``, ``--mps-root``,
-    ``--mps-shm-size``, ``--mps-daemon-pod-template``, ``--namespace``). MPS daemons run as pods
-    (through ``rest``) only on real GPUs with a pod template and a namespace; raises
-    TemplateError for an unusable daemon pod template."""
-    launcher = None
-    if (
-        config.device_backend != "mock"
-        and config.mps_daemon_pod_template is not None
-        and config.namespace is not None
-        and rest is not None
-    ):
-        launcher = pod_launcher_from_file(
-            rest,
-            config.mps_daemon_pod_template,
-            namespace=config.namespace,
-            node_name=config.node_name,
-        )
+def make_partitioner(host: Host, devices: NodeDevices) -> MigPartitioner | None:
+    """What creates and destroys MIG instances: None unless the table has dynamic MIG
+    devices."""
+    if not any(d.dynamic_mig for d in devices):
+        return None
+    return host.mig_partitioner()
+
+
+def enforcer_for(config: PluginConfig, host: Host, rest: KubeRest | None = None) -> SharingEnforcer:
+    """The enforcer the daemon passes to ``DeviceState`` (``--plugin-data-dir``,
+    ``--limits-library``, ``--mps-root``, ``--mps-shm-size``) over the host's tools; raises
+    TemplateError for an unusable MPS daemon pod template."""
     return build_enforcer(
-        config.device_backend,
+        host.share_tools(rest),
         config.plugin_data_dir,
         driver_name=config.driver_name,
-        driver_root=str(config.driver_root),
         limits_library=None if config.limits_library is None else str(config.limits_library),
         mps_root=config.mps_root,
         mps_shm_bytes=config.mps_shm_bytes,
-        launcher=launcher,
     )
-
-
-def install_reload_signal(checker: HealthChecker) -> bool:
-    """Make SIGUSR1 re-read the mock health file; True when installed.
-
-    Only the main thread can install signal handlers; elsewhere (tests) nothing happens.
-    """
-    if not isinstance(checker, MockHealthChecker):
-        return False
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    signal.signal(signal.SIGUSR1, lambda _signum, _frame: checker.reload())
-    return True
-
-
-def build_checker(options: HealthOptions, device_backend: str) -> HealthChecker:
-    """NVML events and probes for real GPUs; the health file for the mock backend."""
-    if device_backend == "mock":
-        return MockHealthChecker(options.mock_health_file)
-    return NvmlHealthChecker()
 
 
 def build_health(
     options: HealthOptions,
-    device_backend: str,
+    checker: HealthChecker,
     driver_name: str,
     node_name: str,
     devices: NodeDevices,
@@ -170,7 +112,7 @@ def build_health(
     """The monitor (not started) and the broadcaster to pass as ``PluginServer``'s source."""
     broadcaster = HealthBroadcaster()
     monitor = HealthMonitor(
-        build_checker(options, device_backend),
+        checker,
         driver_name,
         node_name,
         devices,
@@ -179,13 +121,6 @@ def build_health(
         stream=broadcaster,
     )
     return monitor, broadcaster
-
-
-def usage_source(config: PluginConfig, gpus: Sequence[GpuInfo]) -> UsageSource:
-    """NVML for real GPUs; the ``--mock-usage-file`` for the mock backend."""
-    if config.device_backend == "mock":
-        return FileUsageSource(config.usage.mock_usage_file, gpus)
-    return NvmlUsageSource()
 
 
 def prepared_shares(claims: ClaimService) -> Callable[[], list[PreparedShare]]:
@@ -220,15 +155,16 @@ def prepared_shares(claims: ClaimService) -> Callable[[], list[PreparedShare]]:
 
 def build_usage(
     plugin: Plugin,
+    host: Host,
     claims: ClaimService,
-    taints: UsageTaintSink | None,
+    taints: TaintSink | None,
 ) -> UsageSampler:
     """The usage sampler (not started) over the prepared claims; their MPS shares are judged
     for escapes, the MPS servers found through the daemon pods of the plugin's namespace
     (``--namespace``)."""
     config = plugin.config
     rest = KubeRest(plugin.api_client)
-    if config.device_backend == "nvml" and (problem := pid_namespace_problem()):
+    if problem := host.usage_problem():
         log.warning("usage: %s", problem)
     daemon_pods = None
     if config.namespace is not None:
@@ -243,7 +179,7 @@ def build_usage(
         )
     return UsageSampler(
         config.usage,
-        usage_source(config, plugin.gpus),
+        host.usage_source(plugin.gpus),
         prepared_shares(claims),
         KubeClaimApi(rest),
         config.driver_name,
@@ -275,14 +211,13 @@ def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
     """The ResourceSlices that would be published, as a YAML stream (no owner: no Node known)."""
     import yaml  # only for --print-slices
 
-    objects = resource_slice_objects(
-        desired_slices(
-            node_devices(gpus, config.sharing_mode, config.default_share_cores, config.mig_strategy)
-        ),
+    objects = preview_slices(
+        gpus,
+        config.sharing_mode,
+        config.default_share_cores,
+        config.mig_strategy,
         config.driver_name,
         config.node_name,
-        node_uid=None,
-        generation=1,
     )
     return yaml.safe_dump_all(objects, sort_keys=False)
 
@@ -417,33 +352,18 @@ class Plugin:
         return 0
 
 
-def check_gpu_node(config: PluginConfig) -> None:
-    """What a real GPU node needs beyond the plugin (logged, never fatal): the CUDA
-    unified-memory module (its nodes go into claims by their numbers when absent), and driver
-    libraries for the workloads (the NVIDIA Container Toolkit's CDI spec or the ``nvidia``
-    default runtime)."""
-    check_uvm(config.dev_root, ProcDevices(config.proc_root))
-    detector = NvidiaCdiDetector(
-        config.nvidia_cdi_kind,
-        config.nvidia_cdi_dirs,
-        skip_prefixes=(spec_file_prefix(config.driver_name),),
-    )
-    check_driver_libraries(detector.spec_found(), config.nvidia_cdi_kind, config.nvidia_cdi_dirs)
-
-
 def build_plugin(config: PluginConfig) -> Plugin:
     """Discover GPUs, connect to the API server and assemble the daemon.
 
     Raises :class:`DiscoveryError` or :class:`KubeConfigError`. This is where the daemon's
     further components are added (``plugin.add_component(...)``).
     """
-    backend = make_backend(config)
-    gpus = backend.discover()
+    host = make_host(config)
+    gpus = host.backend.discover()
     describe_gpus(gpus)
-    if config.device_backend == "nvml":
-        check_gpu_node(config)
+    host.check_node()
     api_client = load_connection(config.kubeconfig)
-    plugin = Plugin(config, backend, gpus, api_client, Telemetry(SERVICE_NAME))
+    plugin = Plugin(config, host.backend, gpus, api_client, Telemetry(SERVICE_NAME))
     # Health and usage taints reach the publisher merged (each sets its complete map).
     merger = TaintMerger(plugin.publisher)
     health_taints = merger.source("health")
@@ -452,7 +372,7 @@ def build_plugin(config: PluginConfig) -> Plugin:
     if config.health.enabled:
         plugin.health, plugin.health_source = build_health(
             config.health,
-            config.device_backend,
+            host.health_checker(),
             config.driver_name,
             config.node_name,
             plugin.devices,
@@ -463,12 +383,12 @@ def build_plugin(config: PluginConfig) -> Plugin:
                 KubeRest(api_client), config.driver_name, config.node_name, time.time()
             )
         )
-        install_reload_signal(plugin.health.checker)
         plugin.add_component(plugin.health)
-    partitioner = make_partitioner(config, backend, plugin.devices)
-    enforcer = enforcer_for(config, KubeRest(api_client))
+    partitioner = make_partitioner(host, plugin.devices)
+    enforcer = enforcer_for(config, host, KubeRest(api_client))
     plugin.claims = ClaimService(
         config,
+        host,
         plugin.devices,
         api_client,
         enforcer,
@@ -485,7 +405,7 @@ def build_plugin(config: PluginConfig) -> Plugin:
         if plugin.health is not None:
             plugin.health.set_instance_resolver(plugin.claims.state.mig_device_for)
     if config.usage.enabled:
-        plugin.usage = build_usage(plugin, plugin.claims, usage_taints)
+        plugin.usage = build_usage(plugin, host, plugin.claims, usage_taints)
         plugin.add_component(plugin.usage)
     return plugin
 
@@ -505,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(config.log_format, config.log_level)
     try:
         if config.print_slices:
-            sys.stdout.write(slices_yaml(config, make_backend(config).discover()))
+            sys.stdout.write(slices_yaml(config, make_host(config).backend.discover()))
             return 0
         plugin = build_plugin(config)
     except (DiscoveryError, KubeConfigError, SocketPathError, TemplateError) as exc:

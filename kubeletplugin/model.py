@@ -5,8 +5,11 @@ Nothing here does I/O or imports another part of the plugin.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from api import names
 
 
 @dataclass(frozen=True, order=True)
@@ -161,4 +164,14 @@ class GpuInfo:
 def base_request_names(requests: Iterable[str]) -> tuple[str, ...]:
     """The request names kubelet knows, in order without repeats: a subrequest ``req/sub``
     (DRA's name for an alternative of ``firstAvailable``) becomes its request ``req``."""
-    return tuple(dict.fromkeys(r.split("/", 1)[0] for r in requests))
+    return tuple(dict.fromkeys(names.base_request_name(r) for r in requests))
+
+
+#: Device name -> the taints the driver puts on it (``spec.devices[].taints`` entries).
+Taints = Mapping[str, Sequence[Mapping[str, Any]]]
+
+
+class TaintSink(Protocol):
+    """Takes a stage's complete taint map (the slice publisher, or one source of a merger)."""
+
+    def set_taints(self, taints: Taints) -> None: ...

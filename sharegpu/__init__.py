@@ -1,9 +1,9 @@
-"""sharegpu's shared library and user CLI, in layers (top may import down, never up; the
-contracts in ``pyproject.toml`` enforce it):
+"""sharegpu's shared runtime libraries, below both daemons (top may import down, never up; the
+contracts in ``pyproject.toml`` enforce it, and nothing here imports ``kubeletplugin``,
+``controller`` or ``sharegpuctl``):
 
-- :mod:`sharegpu.cli`: the ``sharegpu`` command;
-- :mod:`sharegpu.local`: an embedded API server and kubelet client (``sharegpu demo``, tests);
-- :mod:`sharegpu.admission`, :mod:`sharegpu.allocator`, :mod:`sharegpu.cel`: pure libraries
-  (claim checks, kube-scheduler's allocator, Kubernetes CEL);
+- :mod:`sharegpu.admission`, :mod:`sharegpu.allocator`: pure libraries (claim checks,
+  kube-scheduler's allocator);
+- :mod:`sharegpu.cel`: Kubernetes CEL for DRA selectors;
 - :mod:`sharegpu.kube`: the Kubernetes runtime both daemons share.
 """

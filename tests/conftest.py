@@ -9,7 +9,7 @@ import pytest
 from hypothesis import settings
 
 from sharegpu.kube.rest import KubeRest
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.deploy.helpers import helm_binary
 from tests.gpu.conftest import add_gpu_options
 

@@ -36,3 +36,24 @@ def eventually(
             named = what() if callable(what) else what
             raise AssertionError(f"not reached within {timeout_s:g}s: {named or condition}")
         time.sleep(interval_s)
+
+
+def built_kubectl() -> str:
+    """The real kubectl of the end-to-end binaries (``make e2e`` builds it); skips the test,
+    naming what is missing, where it is not built."""
+    import os
+    import subprocess
+
+    import pytest
+
+    from tests.e2e.binaries import bin_dir
+
+    try:
+        path = bin_dir() / "kubectl"
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"kubectl: cannot locate the e2e binaries ({exc})")
+    if not os.access(path, os.X_OK):
+        pytest.skip(
+            f"kubectl not built (no {path}); `make e2e` builds it (tests/e2e/build-binaries.sh)"
+        )
+    return str(path)

@@ -13,10 +13,14 @@ from tests.paths import REPO_ROOT
 
 pytestmark = pytest.mark.process
 
-COMMANDS = {"kubeletplugin": "sharegpu-kubeletplugin", "controller": "sharegpu-controller"}
+COMMANDS = {
+    "kubeletplugin": "sharegpu-kubeletplugin",
+    "controller": "sharegpu-controller",
+    "sharegpuctl": "sharegpu",
+}
 
 
-@pytest.mark.parametrize("module", ["kubeletplugin", "controller", "sharegpu"])
+@pytest.mark.parametrize("module", ["kubeletplugin", "controller", "sharegpuctl"])
 def test_module_prints_help(module: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True
@@ -24,12 +28,12 @@ def test_module_prints_help(module: str) -> None:
     assert "usage:" in out.stdout
 
 
-@pytest.mark.parametrize("module", ["kubeletplugin", "controller", "sharegpu"])
+@pytest.mark.parametrize("module", ["kubeletplugin", "controller", "sharegpuctl"])
 def test_module_prints_its_version(module: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", module, "--version"], capture_output=True, text=True, check=True
     )
-    assert out.stdout == f"{COMMANDS.get(module, module)} {VERSION}\n"
+    assert out.stdout == f"{COMMANDS[module]} {VERSION}\n"
 
 
 def test_chart_and_installed_package_carry_the_release_version() -> None:

@@ -1,34 +1,14 @@
-"""The device nodes that give a container access to one MIG device (NVIDIA capabilities).
+"""The capability device nodes that give a container access to one MIG device: besides
+``/dev/nvidia<minor>``, ``/dev/nvidia-caps/nvidia-cap<N>`` of its GPU instance
+(``gpu<minor>/gi<G>/access``) and of its compute instance (``gpu<minor>/gi<G>/ci<C>/access``),
+minors from ``/proc/driver/nvidia-caps/mig-minors``, major from ``/proc/devices``.
 
-Besides the parent GPU's ``/dev/nvidia<minor>``, a process needs two capability device nodes to
-use a MIG device: the access capability of its GPU instance and that of its compute instance,
-``/dev/nvidia-caps/nvidia-cap<N>``. The driver lists every capability's minor number ``N`` in
-``/proc/driver/nvidia-caps/mig-minors``, one per line::
-
-    config 1
-    monitor 2
-    gpu0/gi1/access 12
-    gpu0/gi1/ci0/access 13
-
-where ``gpu<M>`` is the parent GPU's minor number (the ``<minor>`` of ``/dev/nvidia<minor>``).
-The major of every capability node is the ``nvidia-caps`` line of ``/proc/devices``
-(:mod:`kubeletplugin.devices.procdevices`).
-
-The nodes go into a container as character devices by their numbers (:meth:`MigCaps.device_nodes`),
-never as copies of host nodes: the host creates a capability node only when something asks for
-it (``nvidia-smi``, ``nvidia-modprobe``), so one may well be absent for a MIG device that exists,
-and a runtime creates a node from its numbers whether or not the host has one.
-
-Invariants (the file is host input):
-- read whole in one bounded read (:data:`MAX_FILE_BYTES`; a larger file is refused, never
-  truncated) and only as ASCII;
-- every non-empty line is ``<name> <minor>``: a name of ``/``-separated lowercase segments
-  (``config``, ``gpu0/gi1/ci0/access``; capabilities the plugin does not use are accepted and
-  ignored) and a decimal minor within the 20-bit range; anything else refuses the whole file
-  with an error naming the file and the line;
-- a capability listed twice with different minors is ambiguous: a lookup of it fails rather than
-  hand out a node that may belong to another MIG device.
-"""
+Invariants (the file is host input): the nodes go in by their numbers
+(:meth:`MigCaps.device_nodes`), never as copies of host nodes (the host creates them only on
+demand); the file is read whole in one bounded read (:data:`MAX_FILE_BYTES`, never truncated),
+as ASCII, every non-empty line ``<name> <minor>`` (lowercase ``/``-separated segments, a 20-bit
+decimal minor) or the whole file is refused naming the file and the line; a capability listed
+twice with different minors fails its lookup. docs/sharing.md shows the file of a real node."""
 
 from __future__ import annotations
 

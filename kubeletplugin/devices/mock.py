@@ -34,6 +34,7 @@ from typing import Any, Final
 
 import yaml
 
+from api import names
 from api.quantity import QuantityError, quantity_int
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mig import MIG_ENABLED, instance_key, parse_profile
@@ -337,7 +338,7 @@ class MockBackend:
     """Reports default H100-like GPUs (in MIG mode with ``mig_enabled``), or the GPUs of a YAML
     config file (``mig_enabled`` does not apply to those: their entries say)."""
 
-    name = "mock"
+    name = names.MOCK_BACKEND
 
     def __init__(
         self,

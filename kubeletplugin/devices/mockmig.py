@@ -1,42 +1,16 @@
-"""Dynamic MIG on mock GPUs: MIG instances kept in a JSON file, created and destroyed in the
-same steps as through NVML.
+"""Dynamic MIG on mock GPUs: MIG instances kept in a JSON file, created and destroyed in NVML's
+two steps (GPU instance, then compute instance; destroyed in reverse), so a kill between them
+leaves a GPU instance without a compute instance (``compute_instance`` -1, empty UUID) for the
+plugin's restart to clean up. A MIG UUID (uuid5 of node, parent, GPU instance id and the
+file's creation ``serial``) is new each time an id is reused, like a real one.
 
-A real GPU keeps its MIG instances when the plugin is killed; so does this partitioner: every
-change is written durably (:func:`kubeletplugin.fsutil.atomic_write`: temporary file, fsync,
-rename, directory fsync) before the call returns, and every call re-reads the file, so another
-:class:`MockMigPartitioner` on the same file (another process, a test playing "someone else")
-sees the same instances.
-
-Like NVML, :meth:`MockMigPartitioner.create` takes two durable steps: the GPU instance (without
-a compute instance), then its compute instance; :meth:`MockMigPartitioner.destroy` removes the
-compute instance, then the GPU instance. A kill between the steps leaves a GPU instance without
-a compute instance, listed with ``compute_instance`` -1 and an empty UUID, which the plugin's
-restart must clean up.
-
-The file (``version`` 1)::
-
-    {"version": 1, "serial": 3,
-     "gpus": {"GPU-...": [{"gpuInstance": 1, "computeInstance": 0, "profileId": 19,
-                           "start": 0, "size": 1, "serial": 3}]}}
-
-``serial`` counts the GPU instances ever created in the file; each instance records its own, so
-its MIG UUID (uuid5 of the node name, parent UUID, GPU instance id and serial) is stable while it
-exists and new when an instance is created again with the same id, like a real one.
-
-Invariants:
-- the file is input from disk: it is read without following a symbolic link, at most
-  :data:`MAX_FILE_BYTES`, and checked whole (:func:`parse_state`) before any use; a bad file is
-  one :class:`~kubeletplugin.devices.migpartition.MigError` naming the field path;
-- every instance of a parent obeys :func:`~kubeletplugin.devices.migtables.placement_problem`
-  against the instances before it (checked when the parent's instances are used), so the file
-  never describes a layout the hardware could not have;
-- GPU instance ids are the smallest unused id >= 1 of the parent (NVML reuses ids); the compute
-  instance id is 0;
-- writes touch only the file, its temporary files and ``.<name>.lock`` in its directory (created
-  with :func:`kubeletplugin.fsutil.make_private_dirs` when missing);
-- one lock (a thread lock and ``flock`` of the lock file) serialises every read-modify-write,
-  across threads and processes.
-"""
+Invariants: every change is durable (:func:`kubeletplugin.fsutil.atomic_write`) before a call
+returns and every call re-reads the file, under one thread lock and ``flock`` of
+``.<name>.lock``, so partitioners in other threads or processes see the same instances; the file
+is read without following a link, at most :data:`MAX_FILE_BYTES`, and checked whole
+(:func:`parse_state`) with errors naming the field path; instances obey
+:func:`~kubeletplugin.devices.migtables.placement_problem`; GPU instance ids are the smallest
+unused id >= 1 of the parent, compute instance ids 0."""
 
 from __future__ import annotations
 
@@ -145,7 +119,11 @@ def _instance(where: str, raw: Any) -> Instance:
 
 
 def parse_state(data: Any) -> MockMigState:
-    """Check and convert the decoded file; ValueError naming the field path.
+    """Check and convert the decoded file; ValueError naming the field path. The file::
+
+        {"version": 1, "serial": 3,
+         "gpus": {"GPU-...": [{"gpuInstance": 1, "computeInstance": 0, "profileId": 19,
+                               "start": 0, "size": 1, "serial": 3}]}}
 
     Checked here: the schema (keys, types, id ranges), GPU instance ids and serials unique per
     parent and file, serials at most the counter, placements of one parent not overlapping. The

@@ -1,35 +1,15 @@
 """GPU discovery through NVML (the ``pynvml`` module of nvidia-ml-py).
 
-Invariants:
-- every NVML session opened here is closed (``nvmlShutdown``), also on errors;
-- an expected failure (no library, no driver, no GPU, an NVML error) becomes one
-  :class:`~kubeletplugin.devices.backend.DiscoveryError` whose message names the cause;
-- a GPU that NVML cannot describe (an NVML error on that GPU, a malformed answer) is left out
-  of the result with one warning line naming its index and the error; the other GPUs are still
-  published under their NVML index. Discovery fails only when no GPU can be described. A GPU
-  is left out rather than published tainted: without its UUID, bus ID or memory size there is
-  no device to describe, and a device with made-up attributes could be allocated by a selector;
-- the NUMA node comes from sysfs (``numa_node`` of the PCI device, where the kernel puts the
-  GPU's PCIe attachment); NVML's value is used only when sysfs cannot be read, because on
-  systems with GPU memory exposed as a NUMA node (Grace Hopper/Blackwell) NVML reports the node
-  of the GPU's memory, not the CPU node the GPU is attached to;
-- functions that older drivers or older ``pynvml`` versions lack degrade to a documented default
-  instead of failing discovery (memory info v1, no NUMA node, no MIG mode, ...);
-- on a GPU whose current MIG mode is enabled and has no change pending, every existing MIG
-  device is read (:meth:`NvmlBackend._mig_devices`) as a :class:`~kubeletplugin.model.GpuInfo`
-  with ``mig`` set; a MIG device NVML cannot describe is left out with one warning line, like a
-  GPU. A GPU whose mode change is pending is reported with ``mig_pending`` and no MIG devices;
-- on such a GPU the GPU-instance profiles it can create are read (:meth:`NvmlBackend.mig_profiles`)
-  into ``mig_profiles``: every ``NVML_GPU_INSTANCE_PROFILE_*`` index NVML describes, with its
-  possible placements, ordered by (slice count, memory, profile id). An index the GPU does not
-  support is skipped quietly; any other NVML error or malformed answer leaves ``mig_profiles``
-  empty with one warning line naming the GPU and the cause (the GPU and its MIG devices are
-  still published). An existing MIG device's GPU-instance placement and profile id are read
-  when NVML gives them (``None`` otherwise, without a warning);
-- every count and size NVML returns is checked against a bound (:data:`MAX_NVML_COUNT`,
-  :data:`MAX_MEMORY_SLICES`) before anything is allocated or looped over, so a broken driver
-  cannot make discovery allocate or loop without limit.
-"""
+Invariants: every NVML session opened is closed, also on errors; an expected failure is one
+:class:`~kubeletplugin.devices.backend.DiscoveryError` naming the cause; a GPU or MIG device NVML
+cannot describe is left out with one warning (never published with made-up attributes) and
+discovery fails only when no GPU can be described; the NUMA node comes from sysfs (NVML's is the
+memory's node on Grace systems); functions older drivers or ``pynvml`` lack degrade to a
+documented default; on a GPU in MIG mode with no change pending the existing MIG devices
+(:meth:`NvmlBackend._mig_devices`) and the creatable profiles with their placements
+(:meth:`NvmlBackend.mig_profiles`; empty with one warning on an error) are read, a pending change
+gives ``mig_pending``; every count and size NVML returns is bounded (:data:`MAX_NVML_COUNT`,
+:data:`MAX_MEMORY_SLICES`) before it is used."""
 
 from __future__ import annotations
 
@@ -45,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
+from api import names
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mig import MIG_DISABLED, MIG_ENABLED, instance_key, profile_name
 from kubeletplugin.model import GpuInfo, MigInfo, MigPlacement, MigProfile
@@ -224,7 +205,7 @@ class NvmlBackend:
     root and NUMA information are looked up.
     """
 
-    name = "nvml"
+    name = names.NVML_BACKEND
 
     def __init__(self, nvml: ModuleType | None = None, sysfs_root: Path | None = None) -> None:
         self._nvml = nvml

@@ -1,29 +1,12 @@
-"""Major numbers of character devices, as the kernel lists them in ``/proc/devices``.
+"""Major numbers of character devices, as the kernel lists them in ``<proc root>/devices`` (the
+NVIDIA modules' ``nvidia-uvm`` and ``nvidia-caps`` get theirs at load time; the file is the same
+in every mount namespace).
 
-The NVIDIA driver's modules get their majors from the kernel at load time (``nvidia-uvm``,
-``nvidia-caps``: 238 and 241 on one H200 node, other numbers elsewhere), and the kernel lists
-every registered major in ``/proc/devices``::
-
-    Character devices:
-      1 mem
-    195 nvidia
-    238 nvidia-uvm
-    241 nvidia-caps
-
-    Block devices:
-      7 loop
-
-The file is the same in every mount namespace; it is read from ``<proc root>/devices``.
-
-Invariants (the file is host input):
-- read whole in one bounded read (:data:`MAX_FILE_BYTES`; a larger file is refused, never
-  truncated) and only as ASCII;
-- every line is empty, a section header (``Character devices:``, ``Block devices:``) or
-  ``<major> <name>`` with a major of 0..4095 and a name of 1..64 printable characters, under a
-  header; anything else refuses the whole file with an error naming the file and the line;
-- only the character section is used; a name listed with two different majors is ambiguous and
-  a lookup of it fails rather than pick one.
-"""
+Invariants (the file is host input): read whole in one bounded read (:data:`MAX_FILE_BYTES`,
+never truncated) as ASCII; every line is empty, a section header or ``<major> <name>`` (major
+0..4095, 1..64 printable characters) under a header, else the whole file is refused naming the
+file and the line; only the character section is used, and a name listed with two majors fails
+its lookup."""
 
 from __future__ import annotations
 

@@ -1,31 +1,15 @@
-"""The ResourceSlices a node publishes, computed from its GPUs (pure functions, no I/O).
+"""The ResourceSlices a node publishes, computed from its device table
+(:mod:`kubeletplugin.devices.table`); pure functions, no I/O. :func:`desired_slices` gives each
+slice's content (``devices`` or ``sharedCounters``, never both), split to obey
+:mod:`sharegpu.kube.slicerules`; :func:`resource_slice_objects` wraps it into
+``resource.k8s.io/v1`` objects of the node's one pool.
 
-One pool per node (pool name = node name). :func:`desired_slices` renders the content of each
-slice (``devices`` or ``sharedCounters``, never both) from the node's device table
-(:mod:`kubeletplugin.devices.table`), already split so that every slice obeys the limits in
-:mod:`sharegpu.kube.slicerules`; :func:`resource_slice_objects` wraps the content into full
-``resource.k8s.io/v1`` ResourceSlice objects with the pool's generation and slice count.
-
-Invariants:
-- the output is a deterministic function of the input (same GPUs -> same slices, same order);
-- device names are unique in the pool; the devices of one GPU stay in one slice;
-- every ``consumesCounters`` entry names a counter set published in the same pool;
-- memory capacities are the GPU's usable memory (total - reserved), in bytes;
-- a MIG device (:func:`mig_device`) is exclusive in every sharing mode: no consumable capacity,
-  no counters, capacity ``memory`` only (the MIG device's own);
-- dynamic MIG (:func:`mig_placement_device`): a GPU whose devices are MIG placements gets the
-  counter set :func:`mig_counter_set` instead of the partitions' one; any set of its placement
-  devices whose consumption fits the counters is a set the hardware rule
-  (:func:`kubeletplugin.devices.migtables.placement_problem`) accepts, and the converse;
-- a device named in ``hidden`` is in no slice (its counters stay published).
-
-Kubernetes versions: every slice validates against the strict ``resource.k8s.io/v1`` schemas of
-1.34 and 1.36. The 1.34 schema already has ``allowMultipleAllocations``, ``requestPolicy``,
-``sharedCounters``, ``consumesCounters`` and ``taints``, but their feature gates
-(DRAConsumableCapacity, DRAPartitionableDevices, DRADeviceTaints) are alpha and off by default
-there, and an API server with a gate off silently drops the field. ``exclusive`` mode works on
-1.34+; ``consumable`` and ``partitions`` need 1.36 (gates beta and on) or the gates enabled.
-"""
+Invariants: deterministic (same GPUs, same slices in the same order); device names unique in the
+pool, a GPU's devices in one slice, every ``consumesCounters`` naming a set of the pool; memory
+is the usable memory in bytes; a MIG device is exclusive in every mode (capacity ``memory``
+only); a dynamic MIG GPU's counter set (:func:`mig_counter_set`) admits exactly the placement
+sets :func:`kubeletplugin.devices.migtables.placement_problem` accepts; a ``hidden`` device is in
+no slice. Which Kubernetes versions and gates each mode needs: docs/compatibility.md."""
 
 from __future__ import annotations
 
@@ -34,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from api import names
+from api.jsontypes import Obj
 from api.quantity import format_quantity
 from api.sharepolicy import consumable_capacity
 from kubeletplugin.devices import migtables
@@ -44,7 +29,6 @@ from sharegpu.kube import slicerules
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 #: Characters that ``generateName`` adds to a name prefix.
 GENERATED_SUFFIX_LENGTH: Final = 5
@@ -318,11 +302,6 @@ def _apply_taints(
             device["taints"] = combined[: slicerules.MAX_TAINTS_PER_DEVICE]
 
 
-def _limited(device: Obj) -> bool:
-    """True when the device puts its slice under the lower device limit."""
-    return bool(device.get("taints") or device.get("consumesCounters"))
-
-
 def _pack(groups: Iterable[list[Obj]]) -> list[list[Obj]]:
     """Pack device groups (one per GPU) into slices without splitting a group that fits."""
     slices: list[list[Obj]] = []
@@ -330,12 +309,7 @@ def _pack(groups: Iterable[list[Obj]]) -> list[list[Obj]]:
     for group in groups:
         for chunk in _split_group(group):
             candidate = current + chunk
-            limit = (
-                slicerules.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
-                if any(_limited(d) for d in candidate)
-                else slicerules.MAX_DEVICES_PER_SLICE
-            )
-            if current and len(candidate) > limit:
+            if current and len(candidate) > slicerules.device_limit(candidate):
                 slices.append(current)
                 current = list(chunk)
             else:
@@ -462,3 +436,19 @@ def resource_slice_objects(
             }
         )
     return objects
+
+
+def preview_slices(
+    gpus: Sequence[GpuInfo],
+    sharing_mode: str,
+    default_share_cores: int,
+    mig_strategy: str,
+    driver_name: str,
+    node_name: str,
+) -> list[Obj]:
+    """The ResourceSlices a plugin with these settings publishes for ``gpus``, before any API
+    server is asked (generation 1, no owner): what ``--print-slices`` prints and what
+    ``sharegpu devices`` and ``sharegpu explain`` work on. Raises ValueError as
+    :func:`~kubeletplugin.devices.table.node_devices` does."""
+    table = node_devices(gpus, sharing_mode, default_share_cores, mig_strategy)
+    return resource_slice_objects(desired_slices(table), driver_name, node_name, None, 1)

@@ -1,29 +1,14 @@
 """The node's device table: every device the node publishes in its sharing mode, computed once.
 
-:func:`node_devices` is the one place that decides which devices exist and what they are named.
-The daemon builds the table once from the discovered GPUs and hands the same object to the
-publisher (which renders the slices from it, :func:`kubeletplugin.devices.slices.desired_slices`),
-to prepare (which resolves allocated device names through it) and to health (which taints and
-streams the devices of each GPU), so the three cannot disagree about a device's name or GPU.
-
-Invariants: names are unique; devices are in publishing order (GPUs by NVML index, then each
-GPU's devices in the order its slice lists them); every device's physical GPU
-(:attr:`NodeDevice.parent`) is in :attr:`gpus`.
-
-MIG: a GPU whose current MIG mode is enabled is never published whole or shared, in any sharing
-mode; each of its existing MIG devices is one exclusive device
-(:func:`kubeletplugin.devices.mig.mig_device_name`), whose ``gpu`` is the MIG device itself. A
-GPU whose MIG mode change is pending (it waits for a reset) is published as no device at all,
-with one warning line each time the table is computed (once per daemon).
-
-Dynamic MIG (``--mig dynamic``, ``partitions`` mode): a MIG-enabled GPU that NVML describes
-profiles for is published as one device per placement of each of its GPU-instance profiles
-(:func:`api.names.mig_placement_device_name`), whose ``gpu`` is the physical GPU
-and whose ``mig_profile``/``placement`` say which MIG instance prepare creates. Its existing MIG
-devices are not in the table: the ones prepared claims use are theirs, and placements blocked by
-instances created by someone else are left out of the published slices (not of the table, which
-never changes while the daemon runs).
-"""
+:func:`node_devices` is the one place that decides which devices exist and their names; the
+publisher, prepare and health all use the same table, so they cannot disagree about a device.
+Invariants: names are unique; devices are in publishing order (GPUs by NVML index, then as their
+slice lists them); every device's physical GPU (:attr:`NodeDevice.parent`) is in :attr:`gpus`.
+A GPU in MIG mode is never published whole or shared: each existing MIG device is one exclusive
+device, or with ``--mig dynamic`` each placement of each profile is one
+(:func:`api.names.mig_placement_device_name`, the instance created at prepare); a GPU whose MIG
+mode change is pending is no device (one warning). The table never changes while the daemon
+runs: placements someone else's instances block are hidden from the slices, not the table."""
 
 from __future__ import annotations
 

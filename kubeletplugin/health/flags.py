@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from kubeletplugin.health.events import DEFAULT_IGNORED_XIDS, parse_xid_list
@@ -30,15 +29,14 @@ class HealthOptions:
 
     enabled: bool
     settings: HealthSettings
-    mock_health_file: Path | None
 
 
 #: What the flags give when none is set.
-DEFAULT_HEALTH_OPTIONS: Final = HealthOptions(True, HealthSettings(), None)
+DEFAULT_HEALTH_OPTIONS: Final = HealthOptions(True, HealthSettings())
 
 
 def add_health_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the ``--health-*``, ``--mock-health-file`` and ``--disable-health`` flags."""
+    """Add the ``--health-*`` and ``--disable-health`` flags."""
     group = parser.add_argument_group("device health")
     group.add_argument(
         "--disable-health",
@@ -74,18 +72,10 @@ def add_health_flags(parser: argparse.ArgumentParser) -> None:
         help="effect of the unhealthy device taint: NoSchedule keeps new claims away, "
         "NoExecute also evicts pods that use the device (default %(default)s)",
     )
-    group.add_argument(
-        "--mock-health-file",
-        type=Path,
-        metavar="PATH",
-        help="YAML/JSON file of injected GPU health, watched for changes (mock backend)",
-    )
 
 
-def health_options(args: argparse.Namespace, device_backend: str) -> HealthOptions:
+def health_options(args: argparse.Namespace) -> HealthOptions:
     """Check the health flags; raise :class:`HealthFlagError` naming the bad one."""
-    if args.mock_health_file is not None and device_backend != "mock":
-        raise HealthFlagError("--mock-health-file needs --device-backend mock")
     if not math.isfinite(args.health_probe_interval):
         raise HealthFlagError(
             f"--health-probe-interval must be a finite number of seconds, "
@@ -109,4 +99,4 @@ def health_options(args: argparse.Namespace, device_backend: str) -> HealthOptio
         ignored_xids=ignored,
         taint_effect=args.health_taint_effect,
     )
-    return HealthOptions(not args.disable_health, settings, args.mock_health_file)
+    return HealthOptions(not args.disable_health, settings)

@@ -1,49 +1,20 @@
 """Watches GPU health and publishes it: device taints in the slices, the kubelet health stream.
 
-:class:`HealthMonitor` owns the :class:`~kubeletplugin.health.state.HealthStateMachine`. Its
-inputs are a :class:`HealthChecker` (NVML or mock) that pushes events from its own thread and
-answers periodic probes. On every change of a GPU's or a MIG instance's health it, at once and
-in this order:
+:class:`HealthMonitor` feeds a :class:`HealthChecker`'s events and probes into two
+:class:`~kubeletplugin.health.state.HealthStateMachine` levels, per physical GPU and per MIG
+instance device (docs/sharing.md says which fault taints what). Invariants:
 
-1. hands the publisher the complete taint map (``gpu-<index>`` -> the unhealthy taint of a
-   GPU-wide fault, which the slice builder copies onto every device of that GPU, partitions and
-   MIG devices included; a MIG instance device's name -> the taint of its own fault, which the
-   slice builder puts on that device only; the slice builder re-splits slices to the
-   tainted-device limit); the publisher writes it within its debounce interval (at most one
-   publish per second), so a flapping GPU costs at most one write per second;
-2. publishes the complete device list (every published device of every GPU, pool = node
-   name) on the health stream.
-
-Health is kept at two levels, each by its own
-:class:`~kubeletplugin.health.state.HealthStateMachine` with the same rules:
-
-- per physical GPU: events without a MIG instance (or naming no GPU: every GPU), probes;
-- per MIG instance device (static MIG devices, dynamic MIG placement devices): events that name
-  a GPU instance (:mod:`kubeletplugin.health.instances` says which device; a dynamic device
-  through the resolver of :meth:`HealthMonitor.set_instance_resolver`). An instance the node
-  does not publish (created by someone else, or a dynamic instance no prepared claim owns)
-  gets one info line per event and no taint. An instance fault recovers like a GPU fault,
-  through healthy probes of its physical GPU (the probe is per GPU), and one that needs a reset
-  stays until the GPU is reset. It is a fault of the device, not of the instance: a dynamic
-  device keeps it after its claim is unprepared and its instance destroyed, because the next
-  instance at that placement uses the same memory and compute slices.
-
-A device is unhealthy on the health stream when its GPU or its own instance is. While its GPU
-is unhealthy, the device's own taint is left out of the map (the GPU's taint covers it; a device
-carries at most one unhealthy taint) and comes back when the GPU recovers.
-
-A fault that needs a GPU reset (:func:`~kubeletplugin.health.events.needs_reset`) keeps its
-taint for the life of this process: probes never clear it, because the GPU answers NVML
-normally long before it is usable again. Resetting a GPU needs every process that holds it
-stopped, this plugin included, so the reset is seen at the next start (:meth:`restore`): a
-published reset-required taint stays sticky unless the node booted after it was added (a
-reboot resets every GPU), in which case it is an ordinary fault that recovers through the usual
-healthy probes. After a reset without a reboot, deleting the node's ResourceSlices while the
-plugin is stopped drops the published taint (the documented operator action).
-
-The health stream list is also refreshed every ``stream_refresh`` seconds (whatever the probe
-interval) with ``last_updated`` = the time it is sent, so kubelet never sees a stale list (it
-marks devices Unknown after 30 s without news).
+- on every change it hands the publisher the complete taint map (``gpu-<index>`` for a GPU-wide
+  fault, which the slice builder copies onto every device of that GPU; a MIG instance device's
+  own name for its own fault), then publishes the complete device list on the health stream;
+- a device carries at most one unhealthy taint: its own is left out while its GPU is tainted;
+- an instance the node does not publish gets an info line and no taint; a dynamic device keeps
+  its fault after its instance is destroyed (the next instance uses the same slices);
+- a reset-required fault (:func:`~kubeletplugin.health.events.needs_reset`) stays for the life
+  of the process; at start (:meth:`HealthMonitor.restore`) a published one stays sticky unless
+  the node booted after it was added;
+- the health stream list is resent every ``stream_refresh`` seconds, so kubelet never marks
+  devices Unknown for lack of news.
 """
 
 from __future__ import annotations
@@ -66,7 +37,7 @@ from kubeletplugin.health.state import (
 )
 from kubeletplugin.health.taints import unhealthy_taint
 from kubeletplugin.kubelet.healthservice import DeviceHealthStatus, Health
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.model import GpuInfo, TaintSink
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +63,6 @@ class HealthChecker(Protocol):
     def stop(self) -> None:
         """Stop watching and release everything; returns within a few seconds."""
         ...
-
-
-class TaintSink(Protocol):
-    """Takes the complete taint map (the slice publisher)."""
-
-    def set_taints(self, taints: Mapping[str, Sequence[Mapping[str, Any]]]) -> None: ...
 
 
 class HealthListSink(Protocol):

@@ -6,12 +6,9 @@ made). Health taints and the optional overcommit taint of the usage stage share 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubeletplugin.health.monitor import TaintSink
-
-Taints = Mapping[str, Sequence[Mapping[str, Any]]]
+from kubeletplugin.model import Taints, TaintSink
 
 
 class TaintMerger:

@@ -9,7 +9,7 @@ into answers kubelet can use. It guarantees, whatever the preparer returns or ra
 - request names are answered as base names (``req/sub`` -> ``req``), duplicates removed, order
   kept: the preparer answers with the names as allocated and they are reduced here, once;
 - ``share_id`` is sent only by the v1 servicer (v1beta1 has no such field);
-- a malformed outcome (wrong types) becomes a per-claim error instead of failing the call;
+- an outcome with an ``error`` is answered without devices;
 - a claim reference that cannot name a claim (a UID with ``/`` or ``..``, a namespace or name
   that is no DNS name) gets a per-claim error and never reaches the preparer.
 
@@ -19,7 +19,7 @@ The layer holds no lock: concurrent calls reach the preparer concurrently.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -42,7 +42,6 @@ _Outcome = TypeVar("_Outcome", PrepareOutcome, UnprepareOutcome)
 MISSING_OUTCOME_ERROR = "the driver returned no result for this claim"
 MISSING_UID_ERROR = "kubelet sent a claim without a UID"
 INVALID_REFERENCE_ERROR = "kubelet sent an invalid claim reference"
-INVALID_OUTCOME_ERROR = "the driver returned a malformed result for this claim"
 
 
 def _unique_claims(claims: Iterable[ClaimRef]) -> list[ClaimRef]:
@@ -75,10 +74,7 @@ class DraService:
                     c.uid: PrepareOutcome(error=f"prepare failed: {_describe(err)}") for c in valid
                 }
             outcomes.update(self._complete(valid, returned, PrepareOutcome, "prepare"))
-        return {
-            uid: _checked(uid, outcome, PrepareOutcome, _validate)
-            for uid, outcome in outcomes.items()
-        }
+        return outcomes
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, UnprepareOutcome]:
         """One outcome per distinct requested UID."""
@@ -93,10 +89,7 @@ class DraService:
                     for c in valid
                 }
             outcomes.update(self._complete(valid, returned, UnprepareOutcome, "unprepare"))
-        return {
-            uid: _checked(uid, outcome, UnprepareOutcome, _validate_unprepare)
-            for uid, outcome in outcomes.items()
-        }
+        return outcomes
 
     @staticmethod
     def _split_invalid(
@@ -131,64 +124,6 @@ class DraService:
         if extra:
             log.warning("%s returned outcomes for claims not asked for: %s", verb, sorted(extra))
         return result
-
-
-def _checked(
-    uid: str,
-    outcome: _Outcome,
-    outcome_type: type[_Outcome],
-    validate: Callable[[_Outcome], _Outcome],
-) -> _Outcome:
-    """``validate(outcome)``, or a per-claim error when the outcome is malformed."""
-    try:
-        return validate(outcome)
-    except (AttributeError, TypeError, ValueError) as err:
-        log.error(
-            "the driver returned a malformed outcome for claim %s: %r (%s)", uid, outcome, err
-        )
-        return outcome_type(error=f"{INVALID_OUTCOME_ERROR}: {_describe(err)}")
-
-
-def _strings(values: Iterable[str], what: str) -> tuple[str, ...]:
-    if isinstance(values, str):
-        raise TypeError(f"{what} must be a sequence of strings, not a string")
-    items = tuple(values)
-    for item in items:
-        if not isinstance(item, str):
-            raise TypeError(f"{what} must hold strings, got {type(item).__name__}")
-    return items
-
-
-def _string(value: str | None, what: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
-    return value
-
-
-def _validate(outcome: PrepareOutcome) -> PrepareOutcome:
-    """``outcome`` itself when its types are right (devices dropped next to an error); raises
-    TypeError naming the bad field otherwise. Nothing is copied: the servicer reads the
-    preparer's device records when it writes the response."""
-    if not isinstance(outcome, PrepareOutcome):
-        raise TypeError(f"expected a PrepareOutcome, got {type(outcome).__name__}")
-    error = _string(outcome.error, "error")
-    if error:
-        return outcome if not outcome.devices else PrepareOutcome(error=error)
-    for d in outcome.devices:
-        _strings(d.request_names, "request_names")
-        _string(d.pool_name, "pool_name")
-        _string(d.device_name, "device_name")
-        _strings(d.cdi_device_ids, "cdi_device_ids")
-        _string(d.share_id, "share_id")
-    return outcome
-
-
-def _validate_unprepare(outcome: UnprepareOutcome) -> UnprepareOutcome:
-    if not isinstance(outcome, UnprepareOutcome):
-        raise TypeError(f"expected an UnprepareOutcome, got {type(outcome).__name__}")
-    return UnprepareOutcome(error=_string(outcome.error, "error"))
 
 
 class _DraServicer:

@@ -85,17 +85,6 @@ class PreparedDevice(Protocol):
 
 
 @dataclass(frozen=True)
-class PlainPreparedDevice:
-    """A :class:`PreparedDevice` for preparers without a record type of their own."""
-
-    request_names: tuple[str, ...]
-    pool_name: str
-    device_name: str
-    cdi_device_ids: tuple[str, ...]
-    share_id: str | None = None
-
-
-@dataclass(frozen=True)
 class PrepareOutcome:
     """Result of preparing one claim: devices, or a non-empty ``error``."""
 

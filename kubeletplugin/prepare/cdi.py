@@ -1,53 +1,22 @@
 """Transient per-claim CDI specs: building, versioning, writing, reading back, deleting.
+docs/sharing.md ("The container's environment") documents the variables. Invariants:
 
-One spec file per prepared claim, ``<cdi-dir>/k8s.<driver>-claim_<claimUID>.json``, kind
-``k8s.<driver>/claim``, one CDI device per allocated device (share), named
-``<claimUID>-<device>`` or ``<claimUID>-<device>-<shareID>`` for consumable-capacity shares
-(unique within the claim, and across claims because the claim UID is in it).
-
-Each CDI device's environment describes what the container got (the ``SHAREGPU_*`` variables
-below, plus ``NVIDIA_VISIBLE_DEVICES``). These variables are also how the plugin rebuilds its state
-when its checkpoint is lost: the spec file name carries the claim UID and the variables carry the
-claim, request, device, share and GPU. (Spec or device ``annotations`` would need cdiVersion 0.6.0,
-which podman 4.x rejects, so the specs carry none.)
-
-Several devices in one container: the runtime merges the edits of every CDI device a container
-gets, and for one variable name the device applied last wins. kubelet gives a container every
-device of each request it references (a container names one request of a claim, or the whole
-claim), so the devices of one request always arrive together. Hence two kinds of variables:
-
-- set variables, identical in the edits of every device of a request, so any merge order gives
-  the same value: ``NVIDIA_VISIBLE_DEVICES`` (the distinct GPU UUIDs of the request's devices, in
-  CUDA order: :func:`cuda_order`), ``SHAREGPU_DEVICES``, ``SHAREGPU_GPU_UUIDS``,
-  ``SHAREGPU_CORES_LIST`` and ``SHAREGPU_MEMORY_LIST`` (one comma-separated entry per device, all
-  four in the same order), ``SHAREGPU_CLAIM``, ``SHAREGPU_CLAIM_UID``, ``SHAREGPU_REQUEST``;
-- device variables (``SHAREGPU_DEVICE``, ``SHAREGPU_GPU_UUID``, ``SHAREGPU_CORES``,
-  ``SHAREGPU_MEMORY``, ``SHAREGPU_SHARE_ID``, ``SHAREGPU_PARTITION``, ``SHAREGPU_ADMIN_ACCESS``)
-  describe the one device whose edits carry them (recovery reads them per device). A container
-  given one device sees that device's values; given several, it sees one of them, and reads the
-  set variables instead.
-
-``NVIDIA_VISIBLE_DEVICES`` is per request, not per claim: a container that names one request must
-not see the GPUs of another. A container given several requests of a claim (it names the whole
-claim, or a device serves several requests) still gets every device node, mount and
-``CUDA_DEVICE_*_LIMIT_<i>`` variable it needs, but variables with one name (the set variables,
-``CUDA_MPS_*``) hold one request's values; such a workload should use one request per container.
-A device serving several requests (adminAccess) carries the devices common to all of them.
-
-A MIG device is the GPU its container sees: ``NVIDIA_VISIBLE_DEVICES`` and ``SHAREGPU_GPU_UUID``
-hold its MIG UUID, ``SHAREGPU_CORES``/``SHAREGPU_MEMORY`` its whole compute and memory, and the
-device variables ``SHAREGPU_MIG_PROFILE`` and ``SHAREGPU_MIG_PARENT_UUID`` say what it is. Its
-device nodes are the parent's ``/dev/nvidia<minor>``, the control nodes, and the two capability
-nodes of its GPU and compute instance, as character devices by their numbers
-(:mod:`kubeletplugin.devices.migcaps`); a MIG device whose capability nodes cannot be named
-(``mig-minors`` or ``/proc/devices`` unreadable, garbled or without the entry) fails the
-prepare, because without them the container could not use it. A dynamic MIG device (whose
-instance prepare created) is rendered the same way from its created MIG device
-(the record's attached GPU, :attr:`SpecDevice.gpu`), although its record's ``gpu_uuid`` names
-the physical GPU: the GPU UUID variables always name the device's :attr:`SpecDevice.gpu`.
-
-``cdiVersion`` is the lowest version the content needs (:func:`minimum_cdi_version`), so runtimes
-with older CDI libraries accept the files.
+- one spec file per prepared claim, ``<cdi-dir>/k8s.<driver>-claim_<claimUID>.json``, kind
+  ``k8s.<driver>/claim``; one CDI device per allocated device (share), named
+  ``<claimUID>-<device>[-<shareID>]``, unique across claims;
+- the file name and the ``SHAREGPU_*`` variables carry all the plugin needs to rebuild its
+  state when the checkpoint is lost (no ``annotations``: they need cdiVersion 0.6.0, which
+  podman 4.x rejects);
+- set variables (``NVIDIA_VISIBLE_DEVICES`` in :func:`cuda_order`, the lists, claim and request)
+  are identical in every device of a request, so any merge order of a request's devices gives
+  the same value; device variables describe the one device whose edits carry them;
+- ``NVIDIA_VISIBLE_DEVICES`` is per request, never the whole claim's; a device serving several
+  requests (adminAccess) carries the devices common to all of them;
+- a MIG device (static, or dynamic once prepare created it: :attr:`SpecDevice.gpu`) is the GPU
+  its container sees: its MIG UUID, whole compute and memory, the parent's device node and the
+  capability nodes of its instances (:mod:`kubeletplugin.devices.migcaps`); capability nodes
+  that cannot be named fail the prepare;
+- ``cdiVersion`` is the lowest version the content needs (:func:`minimum_cdi_version`).
 """
 
 from __future__ import annotations
@@ -113,6 +82,14 @@ ENV_MIG_PARENT_UUID = "SHAREGPU_MIG_PARENT_UUID"
 CONTROL_DEVICE_NODE = "nvidiactl"
 
 _DEVICE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
+#: A CDI kind ``vendor/class``: vendor letters, digits, ``_.-``; class letters, digits, ``_-``;
+#: each starting with a letter and ending with a letter or digit (the chart's schema agrees).
+CDI_KIND_PATTERN = r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?/[A-Za-z]([A-Za-z0-9_-]*[A-Za-z0-9])?$"
+
+
+def is_cdi_kind(text: str) -> bool:
+    """Whether ``text`` is a CDI kind (:data:`CDI_KIND_PATTERN`)."""
+    return re.fullmatch(CDI_KIND_PATTERN, text) is not None
 
 
 # --- Versions ----------------------------------------------------------------------------------

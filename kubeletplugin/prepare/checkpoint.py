@@ -1,69 +1,17 @@
-"""The plugin's crash-safe record of prepared claims: one versioned JSON document, kept in a
-two-slot file in the data dir (``checkpoint.dat``).
+"""The plugin's crash-safe record of prepared claims: one versioned, checksummed JSON document in
+a two-slot file (``<data dir>/checkpoint.dat``); docs/architecture.md ("The checkpoint") has the
+document format, the format-1 compatibility and the file layout. Invariants:
 
-The document (``version`` is the writer's format version, 2)::
-
-    {"version": 2, "bootID": "...", "checksum": "sha256:<hex>",
-     "claims": {"<uid>": {"state": "PrepareStarted" | "PrepareCompleted",
-                          "namespace": ..., "name": ...,
-                          "devices": [{"requests": [...], "pool": ..., "device": ...,
-                                       "gpuUUID": ..., "cores": ..., "memory": ...,
-                                       "shareID": ..., "partition": ..., "adminAccess": ...,
-                                       "cdiName": ..., "cdiDeviceIds": [...],
-                                       "migGpuInstance": ..., "migComputeInstance": ...,
-                                       "migUUID": ...,
-                                       "enforcement": {"strategy": ..., "limitCores": ...,
-                                                       "limitMemory": ..., "interval": ...}}]}},
-     "sharing": {...}}
-
-Each device entry is one :class:`~kubeletplugin.devicerecord.DeviceRecord`.
-
-- ``checksum`` is the SHA-256 of the canonical JSON (sorted keys, no spaces) of the document
-  without ``checksum``. A mismatch, invalid JSON or a wrong shape makes the document *corrupt*.
-- Fields this version does not know (top level, per claim, per device) are kept verbatim when the
-  document is rewritten, so a downgrade followed by an upgrade loses nothing; they are never fatal.
-- ``bootID`` is the kernel's boot ID when the document was written; a different boot ID at load
-  means the node rebooted, and every recorded claim is stale.
-- The top-level ``sharing`` is opaque to this module: the enforcer's node-wide state.
-- ``migGpuInstance``, ``migComputeInstance`` and ``migUUID`` are written only for a dynamic MIG
-  device whose instance exists (created by prepare, or found by its UUID when the state was
-  rebuilt from the CDI specs); documents without them (older plugins, other devices) load as
-  before. On load each is checked: instance ids integers in ``0..MAX_MIG_INSTANCE_ID`` (what
-  ``/proc/driver/nvidia-caps/mig-minors`` can name), the compute instance only with the GPU
-  instance, the UUID a short token (:data:`MIG_UUID_RE`).
-- ``enforcement`` is written once the enforcer decided for the device. On load: ``strategy`` one
-  of :data:`STRATEGIES`, ``limitCores`` and ``limitMemory`` integers between 0 and the device's
-  ``cores`` and ``memory``, ``interval`` a time-slice interval name present exactly for
-  ``TimeSlicing``, and none on an adminAccess device; other keys in it are dropped.
-- Format 1 (no ``enforcement``) kept the enforcer's decisions in each claim's ``sharing``
-  mapping, ``{"grants": [{"gpu_uuid", "device", "requests", "strategy", "cores", "memory",
-  "limit_cores", "limit_memory", "interval"}]}``, one grant per device without adminAccess in
-  device order. When no device of a claim has ``enforcement``, its grants are read into them
-  with the same checks (and must pair with the devices). Format 2 still writes them
-  (:func:`format1_sharing`, derived from the devices, never read beside ``enforcement``) so
-  that a plugin downgraded to format 1 resumes the same strategies.
-- A device entry that fails a check makes its claim's entry undecodable (the caller rolls the
-  claim back); the other claims load.
-
-The file (:mod:`kubeletplugin.prepare.slotfile` has the byte layout): two preallocated slots,
-each a header (sequence number, length, SHA-256 of header and body) and the document's bytes
-(canonical JSON, ``checksum`` first, a newline). Invariants:
-
-- Every write is durable and costs one ``pwrite`` and one ``fdatasync``, into the slot that does
-  not hold the document in use; no rename. A torn write leaves the previous document.
-- At load the newest valid slot whose document decodes wins; a slot that is torn, damaged or
-  holds a corrupt document falls back to the other slot. When neither slot holds a usable
-  document the file is *corrupt*: it is moved aside to ``checkpoint.dat.corrupt-<timestamp>``
-  (the caller rebuilds its state from elsewhere).
-- A document that outgrows its slot goes into a new, larger file written the slow way
-  (temporary file, fsync, rename, directory fsync), as does the first one.
-- Migration from the single-file format (``checkpoint.json``, the same document, written with a
-  rename): when that file exists it is the newest record (it is removed only after its document
-  is in the two-slot file, and a plugin that writes only it may have run since). Its bytes go
-  verbatim into a new two-slot file, written the slow way, and only then is it removed (unlink,
-  directory fsync). A crash before the removal leaves both files, and the next load migrates
-  again; a corrupt ``checkpoint.json`` is moved aside to ``checkpoint.json.corrupt-<timestamp>``
-  and the two-slot file, older than it, is removed.
+- each device entry is one :class:`~kubeletplugin.devicerecord.DeviceRecord`; fields this
+  version does not know are kept verbatim on rewrite and never fatal;
+- a checksum mismatch, invalid JSON or a wrong shape makes the document corrupt; a different
+  ``bootID`` at load makes every claim stale; a device entry that fails a check makes only its
+  claim undecodable (the caller rolls it back);
+- every write is durable (one ``pwrite`` and one ``fdatasync`` into the slot not in use); a torn
+  write leaves the previous document; when neither slot holds a usable document the file is
+  moved aside to ``checkpoint.dat.corrupt-<timestamp>``;
+- a ``checkpoint.json`` of the single-file format is the newest record and is removed only after
+  its document is in the two-slot file.
 """
 
 from __future__ import annotations

@@ -1,45 +1,15 @@
-"""The MIG instances of dynamic MIG devices: created by prepare, destroyed by unprepare and
-rollback, reconciled with the checkpoint when the plugin starts.
+"""The MIG instances of dynamic MIG devices: found, checked free, created, destroyed and
+reconciled with the checkpoint's records at start (the NVML side of
+:mod:`kubeletplugin.prepare.miglifecycle`).
 
-A dynamic MIG device (:attr:`kubeletplugin.devices.table.NodeDevice.dynamic_mig`) is one
-placement of one GPU-instance profile of a physical GPU; preparing it creates a GPU instance of
-that profile at exactly that placement, with one compute instance filling it
-(:class:`~kubeletplugin.devices.migpartition.MigPartitioner`). The state module records the
-intent (``PrepareStarted``) before the create and the instance's ids (``PrepareCompleted``)
-after it; this module owns the NVML side.
-
-Which instance a record owns (:meth:`MigInstances.find`): the GPU instance with the recorded id
-when the record has one, else the one with the recorded MIG UUID, else (a record written before
-its create returned) the GPU instance at the record's placement with the record's profile. An
-instance is the record's only when its placement and profile are the device's and, where the
-record has a MIG UUID, its UUID is that one: an instance someone else created at our placement
-after ours went (with our GPU instance id, as NVML reuses them) is never taken for ours, so
-never destroyed. An instance without a compute instance has no UUID yet: one with the recorded
-id at the recorded placement is taken for ours (a destroy interrupted between its two steps).
-Prepare checks that no instance overlaps a placement before it records its intent
-(:meth:`MigInstances.check_free`), so the placement rule can take someone else's instance
-only if it was created at that very placement between that check and a crash before the
-create returned.
-
-Invariants of :meth:`MigInstances.reconcile` (the plugin's start):
-
-- an instance a surviving record owns is never destroyed; every surviving record of a dynamic
-  MIG device owns an instance with a compute instance (else its claim is rolled back, and
-  prepared again by kubelet's next call);
-- every instance a rolled-back record owns is destroyed (also one without a compute instance:
-  a crash between the two NVML steps), before the caller persists the rollback, so a crash
-  during the reconcile repeats it; a record whose instance cannot be destroyed (or whose GPU
-  cannot be listed) stays recorded as ``PrepareStarted``, and the next prepare, unprepare or
-  start of its claim tries again;
-- instances no record owns are *foreign* (made by an administrator or another tool): never
-  destroyed; the placement devices the hardware rule refuses next to them (overlapping, or of
-  a profile whose instance limit they use up) are *hidden* (left out of the published slices),
-  as are all placement devices of a GPU whose instances cannot be listed.
-
-Calls for one GPU may run concurrently for different claims; the partitioner serialises them
-per GPU, and the conflict check of the state module keeps the placements of different claims
-apart.
-"""
+Invariants: an instance is a record's only when its placement and profile are the device's and,
+where the record has a MIG UUID, its UUID is that one (:meth:`MigInstances.find`), so an
+instance someone else made at our placement is never taken for ours. At start
+(:meth:`MigInstances.reconcile`) an instance a surviving record owns is never destroyed, every
+instance of a rolled-back record is destroyed before the rollback is persisted (one that cannot
+be stays ``PrepareStarted`` and is retried), and instances no record owns are foreign: never
+destroyed, and the placements they block are hidden from the slices. The partitioner
+serialises calls per GPU."""
 
 from __future__ import annotations
 
@@ -189,8 +159,11 @@ class MigInstances:
         return created
 
     def find(self, instances: Iterable[GpuInfo], recorded: RecordedInstance) -> GpuInfo | None:
-        """The instance among ``instances`` (the parent's) that ``recorded`` owns, or None (see
-        the module docstring)."""
+        """The instance among ``instances`` (the parent's) that ``recorded`` owns, or None: the
+        one with the recorded GPU instance id, else MIG UUID, else (a record written before its
+        create returned) the one at the recorded placement with its profile; it must match the
+        placement, profile and any recorded UUID (one without a compute instance has no UUID
+        yet: a destroy interrupted between its steps)."""
         listed = [i for i in instances if i.mig is not None]
         if recorded.gpu_instance is not None:
             found = next(

@@ -2,9 +2,10 @@
 
 :func:`device_record` is the one place that turns the allocation results of one device (share)
 into its :class:`~kubeletplugin.devicerecord.DeviceRecord` and what it is entitled to (cores and
-memory): from ``consumedCapacity`` for consumable-capacity shares, from the partition profile
-for partition devices (:func:`kubeletplugin.devices.slices.partition_share`, the amounts the
-slice publishes), the whole GPU otherwise.
+memory): from ``consumedCapacity`` for consumable-capacity shares
+(:func:`api.sharepolicy.share_reservation`, the rule the tracker and quota apply too), from the
+partition profile for partition devices (:func:`kubeletplugin.devices.slices.partition_share`,
+the amounts the slice publishes), the whole GPU otherwise.
 
 A dynamic MIG device's record is on its physical GPU until prepare has created its instance
 (every core, the profile's memory); prepare then attaches the created MIG device and its
@@ -14,10 +15,12 @@ its instance exists only for the claim that holds it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from api import names
-from api.quantity import QuantityError, quantity_int
+from api.quantity import QuantityError, quantity_whole
+from api.sharepolicy import share_reservation
 from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.devices.mig import MIB
 from kubeletplugin.devices.slices import partition_share
@@ -25,16 +28,22 @@ from kubeletplugin.devices.table import NodeDevice
 from kubeletplugin.prepare.claims import AllocationResult, ClaimError
 
 
-def _consumed(
-    consumed: Mapping[str, str], capacity: str, driver_name: str, label: str
-) -> int | None:
-    for key in (capacity, names.qualify(driver_name, capacity)):
-        if key in consumed:
-            try:
-                return quantity_int(consumed[key])
-            except QuantityError as exc:
-                raise ClaimError(f"{label}: consumedCapacity.{key}: {exc}") from exc
-    return None
+def _quantity(label: str) -> Callable[[str, Any], int]:
+    """Reads one ``consumedCapacity`` amount exactly. The published request policies
+    (:func:`api.sharepolicy.consumable_capacity`) grant whole cores and whole bytes, so
+    kube-scheduler records whole amounts; a fraction is refused, never rounded (up would grant
+    more than the share, down would silently shrink it)."""
+
+    def parse(name: str, value: Any) -> int:
+        try:
+            return quantity_whole(value)
+        except QuantityError as exc:
+            raise ClaimError(
+                f"{label}: consumedCapacity.{name}: {exc} (the device's request policy grants "
+                "whole cores and memory in whole bytes)"
+            ) from exc
+
+    return parse
 
 
 def device_record(
@@ -65,11 +74,12 @@ def device_record(
     elif device.partition is not None:
         cores, memory = partition_share(gpu, device.partition)
     elif result.share_id is not None:
-        # The scheduler records every capacity in consumedCapacity; a missing one counts whole.
-        got_cores = _consumed(result.consumed_capacity, names.CAP_CORES, driver_name, label)
-        got_memory = _consumed(result.consumed_capacity, names.CAP_MEMORY, driver_name, label)
-        cores = names.CORES_PER_GPU if got_cores is None else got_cores
-        memory = gpu.memory_usable if got_memory is None else got_memory
+        cores, memory = share_reservation(
+            result.consumed_capacity,
+            driver_name,
+            (names.CORES_PER_GPU, gpu.memory_usable),
+            _quantity(label),
+        )
     else:
         cores, memory = names.CORES_PER_GPU, gpu.memory_usable
     if not 1 <= cores <= names.CORES_PER_GPU:

@@ -1,42 +1,21 @@
-"""One byte string kept durably in a file that is rewritten in place: two preallocated slots.
-
-Layout: the file is exactly ``2 * slot_size`` bytes, ``slot_size`` a power of two from
-:data:`MIN_SLOT_SIZE` to :data:`MAX_SLOT_SIZE`. Slot ``i`` starts at byte ``i * slot_size`` with
-a header of :data:`HEADER_SIZE` (72) bytes, integers little-endian::
-
-    offset  size  field
-    0       8     magic b"SGPUSLOT"
-    8       4     layout version, 1
-    12      4     reserved, 0
-    16      8     sequence number (unsigned; wraps from 2**64 - 1 to 0)
-    24      8     slot size (the file's; a header that disagrees is invalid)
-    32      8     body length, at most slot size - 72
-    40      32    SHA-256 of header bytes 0..40 followed by the body
-
-and the body right after it. Bytes after the body are left from older writes and mean nothing;
-an all-zero header is an empty slot.
+"""One byte string kept durably in a file rewritten in place: two preallocated slots of
+``slot_size`` (a power of two, :data:`MIN_SLOT_SIZE` to :data:`MAX_SLOT_SIZE`), each a checksummed
+header (:data:`HEADER_SIZE`, layout below the imports) and a body.
 
 Invariants:
 
-- A slot is *valid* when its magic, layout version, slot size and length fit and its checksum
-  matches. Of two valid slots the one with the newer sequence number wins (serial-number
-  arithmetic modulo 2**64, so the order survives a wrap; equal or opposite numbers: slot 0).
-- A write goes into the slot that does not hold the body in use, with one ``pwrite`` and one
-  ``fdatasync`` and no rename: the slot in use is never touched, so a torn write (crash, power
-  loss) leaves an invalid slot and the previous body wins at the next load.
-- The file is filled with written zeros when it is created (not sparse, not fallocated), so a
-  write overwrites allocated blocks and ``fdatasync`` flushes data, no metadata.
-- The file is created, grown (a body that does not fit its slot) and rebuilt the slow way: a
-  temporary file with the body in slot 0, fsync, rename, directory fsync. A crash leaves the old
-  file or the new one, each whole (the temporary file is removed by the next load's owner).
-- After a failed write the next write rebuilds the file the slow way: after a failed
-  ``fdatasync`` the kernel may have dropped the dirty pages, so the file's blocks are not trusted.
-- Reads are bounded: a file whose size is no two-slot layout is rejected before any read, and a
-  header's length is checked against the slot before its body is read; nothing larger than one
-  slot (at most :data:`MAX_SLOT_SIZE`) is ever allocated for a read.
+- Of the valid slots (magic, version, size, length fit, checksum matches) the newer sequence
+  number wins (serial-number arithmetic modulo 2**64; equal or opposite: slot 0).
+- A write goes to the slot not in use with one ``pwrite`` and one ``fdatasync``, no rename, into
+  blocks written with zeros at creation: a torn write leaves an invalid slot and the previous
+  body wins.
+- Creating, growing and rebuilding go the slow way (temporary file, fsync, rename, directory
+  fsync), so a crash leaves the old file or the new one; after a failed write the next write
+  rebuilds (the kernel may have dropped the dirty pages).
+- Reads are bounded: a size that is no two-slot layout is refused before reading, a header's
+  length is checked before its body is read, nothing larger than one slot is allocated.
 
-Not thread-safe: the owner serializes calls.
-"""
+Not thread-safe: the owner serializes calls."""
 
 from __future__ import annotations
 
@@ -50,6 +29,16 @@ from pathlib import Path
 
 from kubeletplugin.fsutil import atomic_create
 
+# Slot i starts at byte i * slot_size with a 72-byte header, integers little-endian, then the
+# body; bytes after the body mean nothing, an all-zero header is an empty slot:
+#   offset size field
+#   0      8    magic b"SGPUSLOT"
+#   8      4    layout version, 1
+#   12     4    reserved, 0
+#   16     8    sequence number (unsigned; wraps from 2**64 - 1 to 0)
+#   24     8    slot size (the file's; a header that disagrees is invalid)
+#   32     8    body length, at most slot size - 72
+#   40     32   SHA-256 of header bytes 0..40 followed by the body
 MAGIC = b"SGPUSLOT"
 LAYOUT_VERSION = 1
 _HEADER = struct.Struct("<8sIIQQQ")

@@ -1,41 +1,19 @@
-"""The node's prepared claims: prepare, unprepare, the checkpoint, recovery (a ClaimPreparer).
+"""The node's prepared claims (a ClaimPreparer): prepare, unprepare, the checkpoint, recovery.
 
 Invariants:
 
-- A claim is prepared in three durable steps: record ``PrepareStarted`` in the checkpoint, do the
-  work (share enforcement, CDI spec file), record ``PrepareCompleted``. A crash in between leaves a
-  ``PrepareStarted`` record, which the next start rolls back (CDI file removed, enforcement
-  released) so the next call redoes it.
-- Prepare is idempotent: a ``PrepareCompleted`` claim whose spec file still exists gets its
-  recorded answer again, with no new side effects (no API call, no write).
-- Unprepare removes the spec file, releases enforcement, then drops the record; unknown claims
-  succeed.
-- The spec file and the ``PrepareCompleted`` record are written concurrently; a
-  ``PrepareCompleted`` record whose spec file is missing is rolled back at start and prepared
-  again by the next call, and spec files without a record are removed at start.
-- Concurrency: claims are fetched from the API server before any lock; each claim then holds its
-  own lock for the whole operation, and the node-wide lock guards only in-memory state (a few
-  dictionary operations; the conflict check looks only at the claims that hold the same GPUs).
-  Checkpoint writes are group-committed: a write covers every state change made before it began
-  (``PrepareStarted``, ``PrepareCompleted`` and dropped records of any claims), one write runs at
-  a time, and a caller whose change a write covered returns without writing; each write is one
-  ``fdatasync`` (see :mod:`kubeletplugin.prepare.checkpoint`). Slow work for different claims
-  therefore runs in parallel, and concurrent prepares share their durable writes.
-- Last line of defence: a GPU prepared exclusively for one claim is never prepared for another
-  at the same time (only consumable-capacity shares, partitions, dynamic MIG devices and
-  adminAccess allocations may share a GPU; the same partition device is never held twice, and
-  two dynamic MIG devices of one GPU only when their placements do not overlap).
-- Dynamic MIG (:mod:`kubeletplugin.prepare.miginstances`): ``PrepareStarted`` (the placement
-  devices, no instance yet) is durable before any instance is created; each placement device's
-  instance is then created and the share, the enforcement and the CDI spec use the created MIG
-  device, whose ids and UUID the ``PrepareCompleted`` record carries. A failed create fails only
-  its claim, after destroying what the claim created. Undo and unprepare destroy the claim's
-  instances before the record is dropped; while an instance cannot be destroyed the record
-  stays (unprepare answers kubelet with the error, and kubelet retries). ``start`` rolls back
-  prepared claims whose instance is gone, destroys the instances of rolled-back claims, never
-  touches instances no record owns (foreign), and computes the placement devices those hide
-  (:meth:`DeviceState.hidden_devices`). NVML is never called with the node-wide lock held.
-"""
+- A prepare is three durable steps: ``PrepareStarted``, the work (enforcement, dynamic MIG
+  instances through :class:`~kubeletplugin.prepare.miglifecycle.ClaimInstances`, CDI spec),
+  ``PrepareCompleted``; ``start`` rolls back every ``PrepareStarted`` record, every completed one
+  whose spec file is gone, and removes spec files without a record. A failure undoes only its
+  claim; a record stays while its MIG instance cannot be destroyed (kubelet retries).
+- Prepare is idempotent (a completed claim with its spec file gets its recorded answer, no side
+  effect); unprepare of an unknown claim succeeds.
+- Claims are fetched before any lock; each claim holds its own lock for its operation, the
+  node-wide lock guards only in-memory state, and NVML is never called under it. Checkpoint
+  writes are group-committed (one ``fdatasync`` covers every change made before it began).
+- A GPU prepared exclusively for one claim is never prepared for another at the same time (only
+  shares, partitions, non-overlapping dynamic MIG placements and adminAccess share a GPU)."""
 
 from __future__ import annotations
 
@@ -59,7 +37,7 @@ from kubeletplugin.kubelet.preparer import (
     UnprepareOutcome,
     claim_ref_problem,
 )
-from kubeletplugin.model import GpuInfo, MigPlacement
+from kubeletplugin.model import MigPlacement
 from kubeletplugin.prepare import cdi as cdimod
 from kubeletplugin.prepare.cdi import CdiSpecWriter, SpecDevice
 from kubeletplugin.prepare.checkpoint import (
@@ -84,7 +62,7 @@ from kubeletplugin.prepare.claims import (
     extract_allocation,
 )
 from kubeletplugin.prepare.metrics import StateMetrics
-from kubeletplugin.prepare.miginstances import MigInstances, RecordedInstance
+from kubeletplugin.prepare.miglifecycle import claim_instances
 from kubeletplugin.prepare.shares import device_record
 from kubeletplugin.sharing.enforcement import Decisions, NoEnforcement, ShareEnforcer, ShareError
 from sharegpu.kube.telemetry import Telemetry
@@ -176,10 +154,8 @@ class DeviceState:
     ) -> None:
         """``partitioner`` creates and destroys the MIG instances of dynamic MIG devices; it is
         needed (ValueError without it) exactly when ``devices`` has such devices."""
-        #: Whether the table has dynamic MIG devices (then the partitioner is needed).
-        self._dynamic_mig = any(d.dynamic_mig for d in devices)
-        if partitioner is None and self._dynamic_mig:
-            raise ValueError("the device table has dynamic MIG devices but no MIG partitioner")
+        #: The MIG instances of the claims' dynamic MIG devices.
+        self._instances = claim_instances(partitioner, devices, cdi.cdi_ids)
         self.driver_name = driver_name
         self.node_name = node_name
         #: The node's device table (shared with the publisher and health; never changed here).
@@ -193,7 +169,6 @@ class DeviceState:
         self._cdi = cdi
         self._checkpoint = checkpoint
         self._enforcer: ShareEnforcer = enforcer or NoEnforcement()
-        self._mig = MigInstances(partitioner, devices)
         self._claim_locks = KeyedLocks()
         #: Guards ``_claims`` and the commit counters; held only for in-memory operations.
         self._mu = threading.Lock()
@@ -201,15 +176,6 @@ class DeviceState:
         #: ``_claims`` by GPU UUID (the conflict check's index); changed with ``_claims`` only
         #: through :meth:`_put` and :meth:`_drop`.
         self._by_gpu: dict[str, dict[str, ClaimRecord]] = {}
-        #: Dynamic MIG device name -> the MIG device (instance) the claim holding it has; set
-        #: when the instance is created or adopted at start, dropped when it is destroyed.
-        self._mig_devices: dict[str, GpuInfo] = {}
-        #: Claims whose create was interrupted, or recorded at start with instances that could
-        #: not be destroyed: a device of theirs without a recorded instance id may still own
-        #: the instance at its placement.
-        self._unsure: set[str] = set()
-        #: Placement devices that instances no record owns block (computed at start).
-        self._hidden: frozenset[str] = frozenset()
         #: Serializes checkpoint writes (group commit).
         self._write_lock = threading.Lock()
         self._changes = 0
@@ -271,7 +237,7 @@ class DeviceState:
                     uid,
                 )
                 rollback.add(uid)
-        pending = self._reconcile_mig(claims, rollback)
+        pending = self._instances.recover(claims, rollback)
         # Only the claims that stay prepared: resuming enforcement for a claim about to be
         # rolled back would start daemons just to stop them. Whatever a rolled-back claim left
         # running is a leftover the enforcer cleans up when no remaining claim needs it.
@@ -309,80 +275,16 @@ class DeviceState:
             "device state ready: %d prepared claims (checkpoint %s)", len(claims), loaded.status
         )
 
-    def _reconcile_mig(self, claims: dict[str, ClaimRecord], rollback: set[str]) -> set[str]:
-        """Start, dynamic MIG: match the recorded instances with the GPUs' (see
-        :meth:`MigInstances.reconcile`). Adds the claims whose instance is missing to
-        ``rollback``, gives the surviving records their instance (and the CDI IDs of its MIG
-        device) in ``claims``; returns the rolled-back claims to keep recorded (their instance
-        could not be destroyed)."""
-        if not self._dynamic_mig:
-            return set()
-        recorded = {
-            uid: found for uid, rec in claims.items() if (found := self._recorded_instances(rec))
-        }
-        reconciled = self._mig.reconcile(recorded, [u for u in recorded if u not in rollback])
-        rollback |= reconciled.missing
-        for (uid, device), mig in reconciled.owned.items():
-            claims[uid] = self._with_instance(claims[uid], device, mig)
-        self._mig_devices = {device: mig for (_, device), mig in reconciled.owned.items()}
-        self._unsure = set(reconciled.pending)
-        self._hidden = reconciled.hidden
-        return reconciled.pending
-
-    def _recorded_instances(self, rec: ClaimRecord) -> list[RecordedInstance]:
-        """What ``rec`` says about the instances of its dynamic MIG devices."""
-        out = []
-        for d in rec.devices:
-            device = self._devices.get(d.device)
-            if device is not None and device.dynamic_mig:
-                out.append(
-                    RecordedInstance(
-                        device=device,
-                        gpu_instance=d.mig_gpu_instance,
-                        compute_instance=d.mig_compute_instance,
-                        mig_uuid=d.mig_uuid,
-                        memory=d.memory,
-                    )
-                )
-        return out
-
-    def _with_instance(self, rec: ClaimRecord, device: str, mig: GpuInfo) -> ClaimRecord:
-        """``rec`` with the device record of ``device`` naming MIG device ``mig`` (its ids,
-        UUID and CDI IDs) and attached to it."""
-        info = mig.mig
-        assert info is not None
-        return replace(
-            rec,
-            devices=tuple(
-                replace(
-                    d,
-                    mig_gpu_instance=info.gpu_instance,
-                    mig_compute_instance=info.compute_instance,
-                    mig_uuid=mig.uuid,
-                    cdi_device_ids=self._cdi.cdi_ids(d.cdi_name, mig),
-                    gpu_info=mig,
-                )
-                if d.device == device
-                else d
-                for d in rec.devices
-            ),
-        )
-
     def hidden_devices(self) -> frozenset[str]:
         """Dynamic MIG devices not to publish: the hardware rule refuses their placement next to
         the instances no prepared claim owns (an administrator's: the placement overlaps one,
         or the profile's instance limit is used up), found at start (empty before)."""
-        return self._hidden
+        return self._instances.hidden_devices()
 
     def mig_device_for(self, parent_uuid: str, gpu_instance: int) -> str | None:
         """The dynamic MIG device whose claim's instance is GPU instance ``gpu_instance`` of
         GPU ``parent_uuid``, or None (for health events)."""
-        with self._mu:
-            for name, device in self._mig_devices.items():
-                mig = device.mig
-                if mig and mig.parent_uuid == parent_uuid and mig.gpu_instance == gpu_instance:
-                    return name
-        return None
+        return self._instances.device_for(parent_uuid, gpu_instance)
 
     def _revalidated(self, rec: ClaimRecord) -> ClaimRecord:
         """``rec`` (read from the checkpoint or a spec file) checked against the node's device
@@ -458,19 +360,10 @@ class DeviceState:
                 namespace=spec.namespace,
                 name=spec.name,
                 state=STATE_COMPLETED,
-                devices=tuple(self._physical(d) for d in spec.devices),
+                devices=tuple(self._instances.from_spec(d) for d in spec.devices),
             )
             for spec in specs
         }
-
-    def _physical(self, d: DeviceRecord) -> DeviceRecord:
-        """A device read from a spec file, recorded as prepare records it: a dynamic MIG
-        device's spec names its MIG device's UUID, its record the physical GPU (and the MIG
-        UUID, by which ``start`` finds the instance)."""
-        device = self._devices.get(d.device)
-        if device is None or not device.dynamic_mig or d.gpu_uuid == device.gpu.uuid:
-            return d
-        return replace(d, gpu_uuid=device.gpu.uuid, mig_uuid=d.gpu_uuid)
 
     # --- Checkpoint ------------------------------------------------------------------------
 
@@ -657,8 +550,7 @@ class DeviceState:
             if conflict is not None:
                 raise ClaimError(f"{label}: {conflict}", REASON_CONFLICT)
             try:
-                for device in dynamic:
-                    self._mig.check_free(device)
+                self._instances.check_free(dynamic)
             except MigError as exc:
                 raise ClaimError(f"{label}: {exc}", REASON_MIG) from exc
         with self._mu:
@@ -669,7 +561,7 @@ class DeviceState:
             change = self._changed()
         try:
             self._persist(change)
-            started = self._create_instances(started)
+            started = self._instances.create(started, self._record_instance)
             applied = self._enforcer.apply(ref.uid, started.devices, allocation.configs)
             if len(applied.device_edits) != len(started.devices):
                 raise ShareError(
@@ -714,34 +606,11 @@ class DeviceState:
         log.info("prepared %s: %s", label, ", ".join(d.cdi_name for d in completed.devices))
         return self._outcome(completed)
 
-    def _create_instances(self, started: ClaimRecord) -> ClaimRecord:
-        """Create the MIG instance of each dynamic MIG device of ``started`` (whose
-        ``PrepareStarted`` is durable); the record with the created MIG devices attached (every
-        core and the MIG device's memory). Each instance is recorded in memory as soon as it
-        exists, so an undo destroys it by its id. MigError: the instance of that device was not
-        created; any other exception: it may have been (the claim becomes one of
-        :attr:`_unsure`)."""
-        rec = started
-        for i, record in enumerate(started.devices):
-            device = self._devices[record.device]
-            if not device.dynamic_mig:
-                continue
-            try:
-                mig = self._mig.create(device)
-            except MigError:
-                raise  # the partitioner left nothing behind
-            except BaseException:
-                # Interrupted: the instance may exist, without its id known here.
-                with self._mu:
-                    self._unsure.add(rec.uid)
-                raise
-            rec = self._with_instance(rec, record.device, mig)
-            d = replace(rec.devices[i], cores=CORES_PER_GPU, memory=mig.memory_usable)
-            rec = replace(rec, devices=(*rec.devices[:i], d, *rec.devices[i + 1 :]))
-            with self._mu:
-                self._put(rec)
-                self._mig_devices[record.device] = mig
-        return rec
+    def _record_instance(self, rec: ClaimRecord) -> None:
+        """A MIG instance of ``rec`` was just created: record it in memory, so an undo destroys
+        it by its id."""
+        with self._mu:
+            self._put(rec)
 
     def _placement(self, device: str) -> MigPlacement | None:
         """The placement of dynamic MIG device ``device``; None for other devices."""
@@ -805,21 +674,11 @@ class DeviceState:
 
     def _destroy_instances(self, uid: str) -> None:
         """Destroy the MIG instances ``uid``'s record owns (the record stays; MigError for the
-        first that cannot be destroyed). A device without a recorded instance id owns nothing
-        (its create failed cleanly, or never ran), except in a record of :attr:`_unsure`."""
+        first that cannot be destroyed)."""
         with self._mu:
             rec = self._claims.get(uid)
-            unsure = uid in self._unsure
-        if rec is None:
-            return
-        for recorded in self._recorded_instances(rec):
-            known = recorded.gpu_instance is not None or recorded.mig_uuid is not None
-            if known or unsure:
-                self._mig.destroy(recorded)
-            with self._mu:
-                self._mig_devices.pop(recorded.device.name, None)
-        with self._mu:
-            self._unsure.discard(uid)
+        if rec is not None:
+            self._instances.destroy(rec)
 
     def _undo_quietly(self, uid: str) -> None:
         try:

@@ -1,34 +1,15 @@
-"""Keeps the node's ResourceSlices on the API server equal to what the node has.
+"""Keeps the node's ResourceSlices on the API server equal to what the node has, with the
+semantics of Kubernetes' Go helper (``k8s.io/dynamic-resource-allocation/resourceslice``).
 
-:class:`SlicePublisher` mirrors the publishing semantics of Kubernetes' Go helper
-(``k8s.io/dynamic-resource-allocation/resourceslice``):
-
-- one pool per node, named after the node; slices carry ``spec.nodeName`` and a controller
-  ownerReference to the Node; names are ``<4 hex digits>-<driver>-<node>-<random>``, and existing
-  slices are matched to the desired ones by that index prefix;
-- a sync takes the highest existing generation; slices with a lower generation, an unparsable or
-  duplicate index, or an index beyond the desired count are obsolete and are deleted first (with
-  UID and resourceVersion preconditions); the generation is kept when no slice is missing and at
-  most one slice changed, otherwise it is bumped and every slice is rewritten with the new
-  generation and ``resourceSliceCount``; then changed slices are updated and missing ones created;
-- a watch on this node's and driver's slices triggers a sync after any change by someone else
-  (kubelet deletes all slices of its node when it starts and 30 s after a driver disconnects),
-  so wiped slices come back within seconds;
-- retryable failures (409, 429, 5xx, transport errors, dropped watches) are retried with
-  exponential backoff up to a cap; a rejected slice (422) is logged with the server's message and
-  retried slowly; nothing here ever raises into the caller's thread.
-
-The first slice the publisher writes is read back from the API server's answer (the slice as
-stored): fields a feature gate guards that the server dropped (:mod:`.gatecheck`; Kubernetes
-1.34/1.35 with DRAConsumableCapacity off drop the shared devices' fields) are logged once as an
-error naming the gate and the consequence, and posted once as a Warning Event on the Node;
-from then on those fields are left out of the desired slices, so the publisher does not
-rewrite slices the server can never store as sent.
-
-Publishes are debounced: at most one sync starts per ``min_interval`` seconds, however often
-:meth:`SlicePublisher.update_devices` / :meth:`SlicePublisher.set_taints` /
-:meth:`SlicePublisher.set_hidden_devices` are called.
-"""
+Invariants: one pool per node, slices owned by the Node and named
+``<4 hex digits>-<driver>-<node>-<random>`` (matched to the desired ones by that index); a sync
+first deletes obsolete slices (older generation, bad or duplicate or excess index; with UID and
+resourceVersion preconditions), keeps the generation when at most one slice changed and none is
+missing, else bumps it and rewrites all; a watch on the node's slices resyncs after anyone
+else's change (kubelet wipes them at start); failures are retried with capped backoff (a 422
+slowly) and never raise into the caller's thread; syncs start at most once per
+``min_interval``. Fields the server dropped from the first slice written (a gate off,
+:mod:`.gatecheck`) are reported once (log and Node Event) and then left out."""
 
 from __future__ import annotations
 
@@ -41,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from api import gates, names
+from api.jsontypes import Obj
 from api.quantity import QuantityError, parse_quantity
 from kubeletplugin.devices.slices import (
     desired_slices,
@@ -51,6 +33,7 @@ from kubeletplugin.devices.slices import (
     slice_spec,
 )
 from kubeletplugin.devices.table import NodeDevices
+from kubeletplugin.model import Taints
 from kubeletplugin.publish import gatecheck
 from sharegpu.kube import slicerules
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
@@ -59,8 +42,6 @@ from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-Taints = Mapping[str, Sequence[Mapping[str, Any]]]
 
 SLICES_PATH: Final = f"/apis/{names.RESOURCE_GROUP_VERSION}/resourceslices"
 #: Fields the API server fills in on its own; their presence is not a difference.

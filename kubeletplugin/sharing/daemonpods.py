@@ -1,32 +1,15 @@
-"""MPS control daemons as pods: one pod per claim and GPU, created by the plugin through the API.
+"""MPS control daemons as pods: one pod per claim and GPU, created by the plugin through the API,
+so a daemon survives plugin restarts, OOM kills and rollouts (kubelet restarts it; its state is
+read from the pod's status, never from a pid).
 
-A daemon pod is no part of the plugin's DaemonSet, so it survives a plugin container restart, an
-OOM kill of the plugin and a DaemonSet rollout; kubelet reaps and restarts its process
-(``restartPolicy: Always``, ``tini`` as PID 1), and the plugin reads its state from the pod's
-status, never from a pid.
-
-The chart renders the node-independent part as a Pod manifest (image, driver files, security
-context, priority class, tolerations, readiness probe); :func:`daemon_pod` adds what depends on
-the GPU and the node:
-
-- the name ``<template name>-<node hash>-<daemon id>`` in the plugin's namespace (at most 63
-  characters, a function of the node, claim and GPU alone), and labels naming the daemon
-  (:data:`LABEL_DAEMON`), the GPU (:data:`LABEL_GPU`) and the node (:data:`LABEL_NODE`); GPU
-  and node as hashes, since their names may be longer than a label value;
-  :meth:`PodLauncher.present` selects on the node; annotations name the claim, GPU and node;
-- a required node affinity on ``metadata.name`` (what the DaemonSet controller uses), so the pod
-  runs on this node and nowhere else;
-- the daemon's host directories: ``pipe`` and ``log`` at their host paths (the plugin reaches
-  the same sockets at the same paths), ``shm`` at ``/dev/shm``; the daemon's environment; and a
-  ``postStart`` hook that sets the share's limits as the daemon's defaults after every container
-  (re)start, before the pod is ready (a restarted daemon would otherwise serve without a memory
-  limit: its environment does not set one).
-
-A pod of that name is this node's daemon only when its labels, node annotation and node affinity
-are the ones :func:`daemon_pod` writes for this node (:func:`foreign_reason`): anything else (a
-pod another node's plugin created under this node's name, or left by an older build) is never
-adopted, read as running or deleted; the launcher reports it and refuses the daemon.
-"""
+:func:`daemon_pod` completes the chart's Pod manifest with what depends on the node and GPU: a
+name that is a function of node, claim and GPU alone (at most 63 characters), labels
+(:data:`LABEL_DAEMON`, :data:`LABEL_GPU`, :data:`LABEL_NODE`, hashed), a required node affinity
+on this node, the daemon's host directories and environment, and a ``postStart`` hook that sets
+the share's limits as defaults after every (re)start, before the pod is ready. Invariant: a pod
+of that name is this node's daemon only when its labels, node annotation and affinity are those
+:func:`daemon_pod` writes (:func:`foreign_reason`); any other is never adopted, read as running
+or deleted."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The manager decides when a claim's daemon on a GPU must run and which limits it 
 :class:`DaemonLauncher` only makes the daemon process exist or not, outside the plugin container
 so that it outlives plugin restarts and upgrades:
 :class:`~kubeletplugin.sharing.daemonpods.PodLauncher` runs each daemon as its own pod;
-:class:`~kubeletplugin.sharing.simulator.SimulatedLauncher` stands in for it with the mock backend.
+:class:`~kubeletplugin.hosts.simtools.SimulatedLauncher` stands in for it with the mock backend.
 
 Invariants every launcher keeps:
 

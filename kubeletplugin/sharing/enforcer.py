@@ -1,41 +1,16 @@
-"""The share enforcer: GpuConfig strategies turned into node state and per-device container edits.
+"""The share enforcer (:class:`~kubeletplugin.sharing.enforcement.ShareEnforcer`): GpuConfig
+strategies turned into node state and per-device container edits.
 
-Implements the state module's :class:`~kubeletplugin.sharing.enforcement.ShareEnforcer` seam. Per
-claim:
-
-1. every device's GpuConfig is resolved with :meth:`api.gpuconfig.DriverConfigs.resolve`
-   (DeviceClass configs, then the claim's; default MPS for a share, Exclusive for a whole GPU);
-2. overrides are checked against the share (never above its cores or memory) and ``Limits`` needs
-   a configured interception library;
-3. under the locks of the GPUs involved, the claim is checked against the other claims on those
-   GPUs: strategies must coexist (MPS only with MPS: other strategies' processes would run
-   beside the MPS servers without their limits; TimeSlicing and Limits together; Exclusive with
-   nothing) and the sum of granted cores and memory never exceeds the GPU's 100 cores and usable
-   memory;
-4. node state is driven (the claim's own MPS daemon per GPU started, adopted or restarted with
-   the claim's limits as its defaults, time-slice interval set) and the edits are returned: MPS
-   client variables, pipe and shm mounts, or the Limits library and its limits.
-
-Allocations with adminAccess are neither counted nor enforced. ``release`` stops the claim's MPS
-daemons and restores a GPU's time-slice interval after its last holder; a failed stop is retried
-on every later call. ``export_state``/``restore`` carry intervals across plugin restarts; what
-was decided for each device travels in its record (``enforcement``), and the claim's daemons
-follow from it.
-
-Every GPU fact comes from the record's attached GPU (:attr:`DeviceRecord.gpu`): its UUID is the
-GPU enforced (a dynamic MIG device's MIG device, not its ``gpu_uuid``), its usable memory the
-capacity counted.
-
-MPS daemons run outside the plugin container (see :mod:`kubeletplugin.sharing.daemons`), so after
-a plugin restart ``restore`` adopts the daemon of every prepared claim (never a second start,
-never a stop) and stops the daemons no prepared claim needs.
-
-A prepare interrupted after it drove the node but before its checkpoint record (and the exported
-state) was written leaves changes no checkpoint mentions. Both kinds leave a mark before the node
-is changed: a daemon's directory or its launcher's record (a pod), and a time-slice marker.
-``restore`` undoes every mark that no surviving claim needs: the daemon is stopped, the interval
-set back to ``Default``.
-"""
+Invariants, per claim: each device's GpuConfig is resolved by
+:meth:`api.gpuconfig.DriverConfigs.resolve`, its overrides never exceed the share, and
+``Limits`` needs an interception library; under the locks of its GPUs the claim's strategies
+must coexist with the other claims' (MPS only with MPS, TimeSlicing with Limits, Exclusive
+alone) and granted cores and memory never exceed the GPU's; adminAccess allocations are neither
+counted nor enforced. Every GPU fact comes from the record's attached GPU
+(:attr:`DeviceRecord.gpu`). Before the node is changed a mark is left (a daemon's directory or
+pod, a time-slice marker): ``restore`` adopts the daemons of prepared claims and undoes every
+mark no surviving claim needs; ``release`` stops a claim's daemons and restores a GPU's
+time-slice interval after its last holder, retrying a failed stop on every later call."""
 
 from __future__ import annotations
 
@@ -45,7 +20,7 @@ import shutil
 import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -65,18 +40,12 @@ from api.quantity import format_bytes_human
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
 from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.fsutil import child_path
-from kubeletplugin.runner import CommandError, FakeRunner, HostRunner, Runner
-from kubeletplugin.sharing.daemons import DaemonLauncher, NoLauncher
+from kubeletplugin.runner import CommandError, Runner
+from kubeletplugin.sharing.daemons import DaemonLauncher
 from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
 from kubeletplugin.sharing.limits import limits_edits
 from kubeletplugin.sharing.mps import MPS_ERRORS, MpsLimits, MpsManager
-from kubeletplugin.sharing.shm import (
-    DEFAULT_SHM_BYTES,
-    PlainDirectory,
-    ShmMounter,
-    TmpfsMounter,
-)
-from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
+from kubeletplugin.sharing.shm import DEFAULT_SHM_BYTES, ShmMounter
 from kubeletplugin.sharing.timeslice import (
     DEFAULT_INTERVAL,
     TimeSliceConflict,
@@ -642,42 +611,33 @@ def _on_node(found: dict[str, str], known: frozenset[str], what: str) -> dict[st
     return {uuid: value for uuid, value in found.items() if uuid in known}
 
 
+@dataclass(frozen=True)
+class ShareTools:
+    """What enforcement drives on a host: the runner of the driver's tools, the launcher of the
+    MPS daemons and the mounter of their shared memory."""
+
+    runner: Runner
+    launcher: DaemonLauncher
+    shm: ShmMounter
+
+
 def build_enforcer(
-    device_backend: str,
+    tools: ShareTools,
     data_dir: str | Path,
     *,
     driver_name: str,
-    driver_root: str = "/",
     limits_library: str | None = None,
     mps_root: str | Path | None = None,
     mps_shm_bytes: int = DEFAULT_SHM_BYTES,
-    launcher: DaemonLauncher | None = None,
 ) -> SharingEnforcer:
-    """The enforcer for a plugin: real commands under ``driver_root`` and MPS daemons run by
-    ``launcher`` (a :class:`~kubeletplugin.sharing.daemonpods.PodLauncher`; without one MPS
-    shares are refused) with the NVML backend; a FakeRunner over :class:`SimulatedNvidiaTools`
-    and its :class:`SimulatedLauncher` with the mock backend."""
-    runner: Runner
-    shm: ShmMounter
-    if device_backend == "mock":
-        sim = SimulatedNvidiaTools()
-        runner = sim.install(FakeRunner())
-        launcher = launcher or SimulatedLauncher(sim)
-        shm = PlainDirectory()
-    else:
-        runner = HostRunner(driver_root)
-        shm = TmpfsMounter()
-        launcher = launcher or NoLauncher(
-            "this node's plugin has no MPS daemon pod template (--mps-daemon-pod-template), "
-            "so it cannot run MPS daemons; use strategy TimeSlicing or Limits"
-        )
+    """The enforcer for a plugin, driving the host through ``tools``."""
     return SharingEnforcer(
-        runner,
+        tools.runner,
         data_dir,
         driver_name=driver_name,
-        launcher=launcher,
+        launcher=tools.launcher,
         limits_library=limits_library,
         mps_root=mps_root,
-        shm=shm,
+        shm=tools.shm,
         shm_bytes=mps_shm_bytes,
     )

@@ -1,41 +1,15 @@
-"""One MPS control daemon per claim and GPU, outside the plugin container, and the container
-edits that attach a share to it.
+"""One MPS control daemon per claim and GPU, outside the plugin container, and the container edits
+that attach a share to it (why one per claim, and what was measured: docs/sharing.md).
 
-Why one per claim: a daemon's ``set_default_*`` limits reach only MPS servers it starts later, a
-server outlives its clients, and every client of one UID shares one server; so with one daemon
-per GPU a later, larger share got the limits of the first share's server (measured on an H200).
-Each claim's daemon starts with that claim's limits on that GPU as its defaults, so a share's
-limits hold whatever the order of prepares, client starts and unprepares.
-
-Per daemon (claim ``C``, GPU ``U``) the plugin owns the host directories of
-:class:`~kubeletplugin.sharing.mpspaths.MpsPaths` (``<root>/<daemon id>/{pipe,shm,log}``); a
-:class:`~kubeletplugin.sharing.daemons.DaemonLauncher` runs it (a pod on a real node), so a
-plugin restart, OOM kill or upgrade leaves it running.
-
-- start: every socket path must fit a unix socket address, and the GPU must be in compute mode
-  ``DEFAULT`` (the claims' servers run side by side; the plugin never changes the mode for MPS);
-  the ``shm`` directory becomes a bounded tmpfs; the daemon is launched with
-  ``CUDA_VISIBLE_DEVICES=U``, its directories, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (a control
-  daemon's environment sets its default thread percentage; measured on an H200 with driver 580,
-  where ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` in its environment set nothing) and
-  :data:`DEFAULTS_ENV`, the ``set_default_*`` commands its pod runs after every container
-  (re)start; once it answers ``get_server_list`` the plugin sets them too, before any client can
-  know the daemon (the claim's CDI spec comes later), and reads the thread percentage back: the
-  control command exits 0 and keeps the old value when it refuses one (measured);
-- alive: the launcher says it runs (a crashed, exited or zombie daemon, or a pod being deleted,
-  is dead) *and* it answers ``get_server_list``;
-- adopt: an alive daemon that is not owned (found after a plugin restart) is taken over, never
-  started a second time; restart: an owned daemon that is not alive is removed and launched again;
-- stop: ``quit``, the launcher removes the daemon, the tmpfs is unmounted and the daemon's
-  directory removed. Leftovers (directories or pods of no prepared claim) are stopped the same way.
-
-Clients get the pipe directory read-only (a tenant cannot plant a file or link for the privileged
-daemon to follow) with ``control_privileged`` masked, and the daemon's ``shm`` at ``/dev/shm``;
-never the log directory. The daemon sees only its GPU, so a client sees it as device 0 and
-attaches to one daemon (one GPU) at a time; the enforcer keeps the MPS devices of a request on one
-GPU. Clients of one claim that run as different UIDs queue behind each other: the daemon runs one
-server at a time, for one UID.
-"""
+Invariants: a daemon is started only on a GPU in compute mode ``DEFAULT``, in the
+:class:`~kubeletplugin.sharing.mpspaths.MpsPaths` directories the plugin owns, with its claim's
+limits as its defaults (environment, :data:`DEFAULTS_ENV` after every container restart, and set
+and read back once it answers, before any client can know it); it is alive when its
+:class:`~kubeletplugin.sharing.daemons.DaemonLauncher` says it runs *and* it answers
+``get_server_list``; an alive daemon found after a plugin restart is adopted, never started twice;
+stop is ``quit``, removal, tmpfs unmount and directory removal, also for leftovers. Clients get
+the pipe directory read-only with ``control_privileged`` masked and the daemon's ``shm`` at
+``/dev/shm``, never the log directory; a client sees its one GPU as device 0."""
 
 from __future__ import annotations
 

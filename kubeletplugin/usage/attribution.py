@@ -1,30 +1,14 @@
 """Which share each process belongs to, what each share uses, and what it exceeds.
 
-The mapping, in order:
-
-1. A process whose source names its claim (the mock source) belongs to that claim's share on
-   the process's GPU.
-2. Otherwise its pod comes from its cgroup (:mod:`kubeletplugin.usage.procfs`); the claims
-   reserved for that pod (``status.reservedFor``, read from the API server) that have a share on
-   the process's GPU own it.
-3. Exactly one candidate share: attributed. None, or several (one pod with two shares on the
-   same GPU: the process cannot be told apart), or no pod: :class:`Unattributed`, with why.
-
-MPS (``daemon_pods``: the UIDs of this node's MPS daemon pods, see
-:mod:`kubeletplugin.usage.mpsdaemons`; None when unknown). A process that is no MPS client and
-whose pod is a daemon pod is an MPS server: neither a share's process nor unattributed. On a GPU
-that has MPS shares, whose MPS clients the source listed and with the daemon pods known, every
-other process that is no MPS client escaped MPS (it gets the whole GPU): an :class:`Escape`,
-still counted in its share's usage when it has one. Each MPS share's usage then carries the
-number of escapes on its GPU and its own pods among them. An MPS share's SM utilisation is
-absent: NVML reports its clients' SM time under their server, not per client.
-
-Every prepared share on a sampled GPU gets a :class:`ShareUsage`, also with no process (so
-"within its reservation" is known). Overcommit, the one rule: memory when the used bytes exceed
-the reserved bytes; compute when the measured SM utilisation exceeds the reserved cores plus
-``compute_margin`` points (utilisation is sampled and bursty; cores are a cap). adminAccess
-shares reserve nothing and are never overcommitted.
-"""
+Invariants: a process belongs to the one share on its GPU of the claim its source names (the
+mock source), else of the claims reserved for its pod (pod from its cgroup,
+:mod:`kubeletplugin.usage.procfs`); none, several or no pod is :class:`Unattributed` with why.
+With the MPS daemon pods known, a non-client process of a daemon pod is an MPS server (neither),
+and on a GPU with MPS shares every other non-client process is an :class:`Escape` (still counted
+in its share). Every prepared share on a sampled GPU gets a :class:`ShareUsage`, also without
+processes; an MPS share has no SM utilisation (NVML reports it per server). Overcommit, the one
+rule: used memory above the reserved bytes, or SM utilisation above the reserved cores plus
+``compute_margin`` points; adminAccess shares reserve nothing and are never overcommitted."""
 
 from __future__ import annotations
 

@@ -37,14 +37,13 @@ class UsageOptions:
     taint: bool = False
     escape_taint: bool = False
     proc_root: Path = DEFAULT_PROC_ROOT
-    mock_usage_file: Path | None = None
 
 
 DEFAULT_USAGE_OPTIONS: Final = UsageOptions()
 
 
 def add_usage_flags(parser: argparse.ArgumentParser) -> None:
-    """Add the ``--usage-*``, ``--mock-usage-file`` and ``--disable-usage`` flags."""
+    """Add the ``--usage-*`` and ``--disable-usage`` flags."""
     g = parser.add_argument_group("measured usage")
     g.add_argument(
         "--disable-usage", action="store_true", help="do not sample the GPUs' compute processes"
@@ -99,18 +98,10 @@ def add_usage_flags(parser: argparse.ArgumentParser) -> None:
         help="the host's /proc, where a process's cgroup names its pod (default /proc: the "
         "chart runs the plugin in the host PID namespace, where NVML lists every process)",
     )
-    g.add_argument(
-        "--mock-usage-file",
-        type=Path,
-        metavar="PATH",
-        help="YAML/JSON file of GPU processes to report (mock backend)",
-    )
 
 
-def usage_options(args: argparse.Namespace, device_backend: str) -> UsageOptions:
+def usage_options(args: argparse.Namespace) -> UsageOptions:
     """Check the usage flags; raise :class:`UsageFlagError` naming the bad one."""
-    if args.mock_usage_file is not None and device_backend != "mock":
-        raise UsageFlagError("--mock-usage-file needs --device-backend mock")
     for flag, value, low in (
         ("--usage-interval", args.usage_interval, 0.0),
         ("--usage-write-interval", args.usage_write_interval, -1.0),
@@ -139,5 +130,4 @@ def usage_options(args: argparse.Namespace, device_backend: str) -> UsageOptions
         taint=args.usage_taint,
         escape_taint=args.usage_escape_taint,
         proc_root=args.usage_proc_root,
-        mock_usage_file=args.mock_usage_file,
     )

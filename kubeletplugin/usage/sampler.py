@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from kubeletplugin.model import GpuInfo
+from kubeletplugin.model import GpuInfo, TaintSink
 from kubeletplugin.usage.attribution import REASON_NO_SHARE, Attribution, attribute
 from kubeletplugin.usage.claims import ClaimApi, ClaimPods, UsageWriter
 from kubeletplugin.usage.flags import UsageOptions
@@ -37,12 +37,6 @@ from kubeletplugin.usage.taints import EscapeTaints, OvercommitTaints, rfc3339
 from sharegpu.kube.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
-
-
-class TaintSink(Protocol):
-    """Takes this stage's complete taint map (device name -> taints)."""
-
-    def set_taints(self, taints: Mapping[str, Sequence[Mapping[str, Any]]]) -> None: ...
 
 
 class UsageSampler:

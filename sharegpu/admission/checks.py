@@ -2,40 +2,26 @@
 
 The admission webhook (``controller.webhook``) and ``sharegpu validate`` both call these
 functions, so a claim is judged the same way before and at admission. Each check returns
-:class:`Finding` s (``error`` refuses the object, ``warning`` only informs) with the field path
-of the problem. Objects are dicts in their JSON shape; ``resource.k8s.io`` v1 and v1beta2 share
-the request structure (``exactly`` / ``firstAvailable``); the flat v1beta1 request is accepted too.
+:class:`Finding` s (``error`` refuses, ``warning`` informs) with the field path of the problem;
+objects are dicts in their JSON shape (``resource.k8s.io`` v1 and v1beta2, and v1beta1's flat
+request). "This driver's" is a config entry whose ``opaque.driver`` is the driver, a selector
+naming it, or a request whose class (:func:`is_driver_class`), selectors or qualified capacity
+keys are the driver's; everything else is left to its own driver. Invariants:
 
-What "this driver's" means: a config entry whose ``opaque.driver`` is the driver; a selector
-whose text names the driver (``device.driver == '<driver>'`` or the attribute/capacity domain);
-a request whose device class is the driver's (by default the class named like the driver, see
-:func:`is_driver_class`), whose selectors name the driver, or whose capacity keys are qualified
-with the driver's domain. Everything else is left to its own driver.
-
-Checks:
-
-- GpuConfig parameters decode (:func:`api.gpuconfig.parse_gpu_config`, the plugin's own code);
-- CEL selectors compile in the Kubernetes CEL environment (:mod:`sharegpu.cel`), and name only
-  attributes and capacities this driver publishes (unknown ones get a did-you-mean);
-- capacity requests fit the devices' ``requestPolicy``: ``cores`` a whole number 1-100,
-  ``memory`` positive and granted in 256Mi steps (a warning states what the scheduler will
-  actually reserve after rounding up); a ``cores`` or ``memory`` amount finer than a thousandth
-  is an error, as Kubernetes 1.37 refuses to allocate it (its policy steps are worked in
-  milli-units);
-- a share with only one of ``cores``/``memory`` gets a warning: the other dimension defaults to
-  the whole GPU, so the share blocks every other share of that GPU;
-- a claim's own GpuConfig that sets an MPS or Limits override above what the request reserves
-  (``activeThreadPercentage``/``smLimit`` above its cores, ``pinnedMemoryLimit``/
-  ``deviceMemoryLimit`` above its memory) is an error: the plugin would refuse to prepare it.
-
-Before any rule, the object's shape is checked (:mod:`sharegpu.admission.shape`): a field the
-rules read that has the wrong JSON type, or a list, selector or parameters beyond Kubernetes'
-limits, is an error marked ``malformed`` with its path, and the rules are not run. So every
-check accepts any decoded JSON value and returns findings; it raises only on a defect. The
-work of one object is bounded too: the distinct selectors naming the driver, which are the
-ones compiled, may total at most :data:`MAX_SELECTORS_PER_OBJECT` expressions and
-:data:`MAX_SELECTOR_BYTES_PER_OBJECT` bytes; beyond that its selectors are not checked, with a
-warning that says so (Kubernetes accepts such an object, so admission must not deny it).
+- GpuConfig parameters decode with the plugin's own code (:func:`api.gpuconfig.parse_gpu_config`);
+  CEL selectors compile as in Kubernetes (:mod:`sharegpu.cel`) and name only what the driver
+  publishes; capacity requests fit the published ``requestPolicy`` (warnings state what the
+  scheduler reserves after rounding; an amount finer than a thousandth is an error, as
+  Kubernetes 1.37 cannot allocate it); a share naming only one of ``cores``/``memory`` is
+  warned that the scheduler reserves the policy's default of the other (the whole GPU's memory;
+  the node's ``--default-share-cores``); an MPS or Limits override above what the request
+  reserves is an error (the plugin would refuse to prepare it);
+- the object's shape is checked first (:mod:`sharegpu.admission.shape`): wrong JSON types and
+  lists, selectors or parameters past Kubernetes' limits are errors marked ``malformed`` and
+  the rules are not run, so a check accepts any decoded JSON value and raises only on a defect;
+- the selectors compiled per object are bounded (:data:`MAX_SELECTORS_PER_OBJECT`,
+  :data:`MAX_SELECTOR_BYTES_PER_OBJECT`); past that they are not checked, with a warning
+  (Kubernetes accepts such an object, so admission must not deny it).
 """
 
 from __future__ import annotations
@@ -44,13 +30,15 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final, Literal
 
 from api import names
 from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity, quantity_hint
-from api.sharepolicy import reserved_memory
+from api.sharepolicy import capacity_of_unknown_gpu
 from sharegpu.admission import shape
+from sharegpu.allocator.capacity import PolicyViolation, consumed_amount
 from sharegpu.cel import CelCompileError, compile_selector, is_compiled
 from sharegpu.cel.environment import NESTED_TOO_DEEPLY
 
@@ -409,31 +397,53 @@ def check_capacity_requests(requests: Any, path: str, driver: str) -> list[Findi
 
 def _check_cores(value: Any, where: str) -> list[Finding]:
     top = names.CORES_PER_GPU
-    if value < 1 or value > top:
+    if value <= 0:
+        return [Finding(ERROR, where, f"cores must be positive (got {value})")]
+    if value > top:
         return [Finding(ERROR, where, f"cores must be between 1 and {top} (got {value})")]
-    if value != int(value):
-        rounded = int(value) + 1
+    reserved = reserved_cores(value)
+    if reserved is not None and reserved != value:
         return [
             Finding(
                 WARNING,
                 where,
-                f"cores are whole percent of the GPU: {value} is reserved as {rounded}",
+                f"cores are whole percent of the GPU, at least 1: {value} is reserved as "
+                f"{reserved}",
             )
         ]
     return []
 
 
+def reserved_memory(requested: Decimal | int) -> int:
+    """Bytes the scheduler reserves for a memory request of ``requested`` bytes (exact,
+    fractions included) on any GPU: the request policy's rounding
+    (:func:`~api.sharepolicy.capacity_of_unknown_gpu`), at least one 256Mi step."""
+    memory = capacity_of_unknown_gpu()[names.CAP_MEMORY]
+    got = consumed_amount(names.CAP_MEMORY, memory, requested, "memory")
+    assert not isinstance(got, PolicyViolation)  # a range without max allows every rounding
+    return int(got)
+
+
+def reserved_cores(requested: Decimal | int) -> int | None:
+    """Cores the scheduler reserves for a cores request (exact, fractions included): the
+    request policy's rounding, a whole core and at least 1 (``150m`` is 1); None above the
+    most one share may ask."""
+    cores = capacity_of_unknown_gpu()[names.CAP_CORES]
+    got = consumed_amount(names.CAP_CORES, cores, requested, "cores")
+    return None if isinstance(got, PolicyViolation) else int(got)
+
+
 def _check_memory(value: Any, where: str) -> list[Finding]:
     if value <= 0:
         return [Finding(ERROR, where, f"memory must be positive (got {value})")]
-    requested = int(value) + (1 if value != int(value) else 0)
-    reserved = reserved_memory(requested)
-    if reserved != requested:
+    reserved = reserved_memory(value)
+    if reserved != value:
+        shown = format_quantity(int(value)) if value == int(value) else str(value)
         return [
             Finding(
                 WARNING,
                 where,
-                f"memory is granted in 256Mi steps: {format_quantity(requested)} is reserved "
+                f"memory is granted in 256Mi steps: {shown} is reserved "
                 f"as {format_quantity(reserved)}",
             )
         ]
@@ -455,11 +465,12 @@ def _reserved_share(requests: Mapping[str, Any], driver: str) -> tuple[int | Non
             value = parse_quantity(raw)
         except QuantityError:
             continue
-        whole = int(value) + (1 if value != int(value) else 0)
+        if value <= 0:
+            continue  # check_capacity_requests reports it
         if name == names.CAP_CORES:
-            cores = whole
-        elif name == names.CAP_MEMORY and whole > 0:
-            memory = reserved_memory(whole)
+            cores = reserved_cores(value)
+        else:
+            memory = reserved_memory(value)
     return cores, memory
 
 

@@ -6,9 +6,11 @@ two ``500m`` shares of a capacity of ``1`` both fit. The ``step`` arithmetic of 
 is Kubernetes 1.37's (DRAFractionalCapacityRange, beta and on): in milli-units when ``min``,
 ``max`` and ``step`` are all whole milli-units and ``step`` is at least ``1m`` (step ``100m``:
 a request of ``150m`` consumes ``200m``); else on ``Quantity.Value()`` integers (fractions
-rounded up), as before 1.37. On the milli-unit path a request that is not a whole number of
-milli-units cannot be rounded: the allocation stops with :class:`NotRepresentable`, as
-kube-scheduler's does (``errCapacityRequestNotRepresentable``).
+rounded up), as before 1.37. A request that is not a whole number of milli-units (on the
+milli-unit path), or that or its rounded value lies past the int64 range, cannot be rounded:
+the allocation stops with :class:`NotRepresentable`, as kube-scheduler's does
+(``errCapacityRequestNotRepresentable``), before any capacity is judged short or against its
+policy.
 
 For every capacity of a device:
 
@@ -156,10 +158,21 @@ def _rounded(requested: Amount, policy: Mapping[str, Any], path: str) -> Amount:
             return requested
         if _use_milli(bounds):
             return _round_up_milli(requested, low, bounds["step"], path)
+        if requested > _INT64_MAX:
+            raise NotRepresentable(
+                f"{path}: capacity request cannot be represented in the device's range "
+                f"arithmetic: request {format_amount(requested)} exceeds MaxInt64"
+            )
         step = _value_int(bounds["step"])
         base = _value_int(low)
         added = _value_int(requested) - base
         steps = added // step + (1 if step and added % step else 0) if step > 0 else 0
+        if base >= 0 and base + step * steps > _INT64_MAX:
+            raise NotRepresentable(
+                f"{path}: capacity request cannot be represented in the device's range "
+                f"arithmetic: rounding request {format_amount(requested)} up to the next step "
+                "passes MaxInt64"
+            )
         return Decimal(base + step * steps)
     valid_values = policy.get("validValues")
     if valid_values is not None:

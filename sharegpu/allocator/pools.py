@@ -48,7 +48,7 @@ class Pool:
     counters: dict[str, dict[str, Amount]] = field(default_factory=dict)
     #: Every device of the pool (also those not targeting the node), by name.
     all_devices: dict[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: Some device has binding conditions (such pools are searched last).
+    #: Some device has binding conditions (such pools, when usable, are searched last).
     has_binding_conditions: bool = False
 
     @property
@@ -125,15 +125,18 @@ def _pool_fields(s: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def _relevant(spec: Mapping[str, Any], node: str, labels: Mapping[str, str]) -> bool:
-    """Whether a slice takes part in the node's pools (kube-scheduler's ``GatherPools``)."""
-    if spec.get("sharedCounters"):
-        return True
+    """Whether a slice takes part in the node's pools (kube-scheduler's ``GatherPools``).
+
+    The slice's ``nodeName``, ``allNodes`` or ``nodeSelector`` decides (a counter-set slice
+    too); with ``perDeviceNodeSelection`` some device must be available on the node; a slice
+    with none of these (an unknown extension) never takes part.
+    """
     node_name, all_nodes, selector = (
         spec.get("nodeName"),
         spec.get("allNodes"),
         spec.get("nodeSelector"),
     )
-    if node_name or all_nodes or selector:
+    if node_name or all_nodes or selector is not None:
         return node_matches(node, labels, node_name, bool(all_nodes), selector)
     if spec.get("perDeviceNodeSelection"):
         return any(
@@ -143,6 +146,15 @@ def _relevant(spec: Mapping[str, Any], node: str, labels: Mapping[str, str]) -> 
             for d in spec.get("devices") or []
         )
     return False
+
+
+def _uses_compatibility_groups(spec: Mapping[str, Any]) -> bool:
+    """Whether a device of the slice declares ``compatibilityGroups`` on a counter set."""
+    return any(
+        consumption.get("compatibilityGroups")
+        for device in spec.get("devices") or []
+        for consumption in device.get("consumesCounters") or []
+    )
 
 
 def _validate(slices: Iterable[Mapping[str, Any]]) -> None:
@@ -161,11 +173,15 @@ def gather_pools(
     """The pools of ``node`` as kube-scheduler gathers them, sorted by (driver, pool name),
     pools with binding conditions last.
 
-    Only slices for this node (or for no single node, or holding counter sets) count; per
-    pool the newest generation among them. A pool whose set for the node is not
-    ``resourceSliceCount`` slices is completed from the other nodes' slices of that
-    generation; when a newer generation exists elsewhere it is left out (obsolete), when that
-    set is still not complete the pool is *incomplete*.
+    Only slices that take part for this node (:func:`_relevant`) make a pool; per pool the
+    newest generation among them. When those are ``resourceSliceCount`` slices the pool is
+    theirs alone. Otherwise all slices of that generation (on any node) are counted: when a
+    newer generation exists elsewhere the pool is left out (obsolete); when they are not
+    ``resourceSliceCount`` either the pool is *incomplete* (and not validated); else the
+    other nodes' slices complete it (their counter sets, and their devices' consumption).
+    A slice with a device declaring ``compatibilityGroups`` is ignored throughout
+    (DRADeviceCompatibilityGroups is alpha and off in Kubernetes 1.37: kube-scheduler cannot
+    honour the groups), which leaves its pool incomplete.
     """
     labels = node_labels or {}
     all_slices = list(slices)
@@ -173,9 +189,7 @@ def gather_pools(
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for s in all_slices:
         spec = s["spec"]
-        if spec.get("nodeName") and spec["nodeName"] != node and not spec.get("sharedCounters"):
-            continue
-        if not _relevant(spec, node, labels):
+        if _uses_compatibility_groups(spec) or not _relevant(spec, node, labels):
             continue
         key = (str(spec["driver"]), str(spec["pool"]["name"]))
         members = grouped.get(key)
@@ -188,7 +202,7 @@ def gather_pools(
     pools: list[Pool] = []
     for (driver, pool_name), members in grouped.items():
         generation, expected = _pool_fields(members[0])
-        everywhere: list[Mapping[str, Any]] | None = None
+        everywhere: list[Mapping[str, Any]] = []
         if len(members) != expected:
             same = [
                 s
@@ -197,12 +211,18 @@ def gather_pools(
             ]
             if any(_pool_fields(s)[0] > generation for s in same):
                 continue  # obsolete: a newer generation is being published elsewhere
-            everywhere = [s for s in same if _pool_fields(s)[0] == generation]
+            everywhere = [
+                s
+                for s in same
+                if _pool_fields(s)[0] == generation and not _uses_compatibility_groups(s["spec"])
+            ]
         pool = Pool(driver, pool_name, generation)
-        pool.incomplete = everywhere is not None and len(everywhere) != expected
+        pool.incomplete = len(members) != expected and len(everywhere) != expected
         _fill(pool, members, everywhere, node, labels)
         pools.append(pool)
-    pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
+    # An incomplete or invalid pool has no devices for kube-scheduler, so none with
+    # binding conditions: it stays among the others.
+    pools.sort(key=lambda p: (p.has_binding_conditions and p.usable, p.driver, p.name))
     position = 0
     for pool in pools:
         for c in pool.candidates:
@@ -214,38 +234,44 @@ def gather_pools(
 def _fill(
     pool: Pool,
     members: list[Mapping[str, Any]],
-    everywhere: list[Mapping[str, Any]] | None,
+    everywhere: list[Mapping[str, Any]],
     node: str,
     labels: Mapping[str, str],
 ) -> None:
-    """Candidates, counter sets and validity of one pool from its slices for the node."""
+    """Candidates, counter sets and validity of one pool from its slices for the node
+    (``members``) and, when those are not the whole pool, all slices of its generation
+    (``everywhere``). An incomplete pool keeps its candidates (to explain why none is taken)
+    but is not validated: kube-scheduler does not look into it."""
     members = sorted(members, key=_slice_name)
+    names = {_slice_name(s) for s in members}
+    others = [s for s in everywhere if _slice_name(s) not in names]
     device_slices = [s for s in members if not s["spec"].get("sharedCounters")]
+    other_device_slices = [s for s in others if not s["spec"].get("sharedCounters")]
+    counter_slices = [s for s in [*members, *others] if s["spec"].get("sharedCounters")]
+    problems: list[str] = []
     seen: set[str] = set()
     for s in device_slices:
         for device in s["spec"].get("devices") or []:
             name = str(device.get("name"))
-            if name in seen and pool.invalid_reason is None:
-                pool.invalid_reason = f"duplicate device name {name}"
+            if name in seen:
+                problems.append(f"duplicate device name {name}")
             seen.add(name)
-    for s in members:
+    for s in counter_slices:
         slice_name = _slice_name(s)
         for counter_set in s["spec"].get("sharedCounters") or []:
             set_name = str(counter_set.get("name"))
-            if set_name in pool.counters and pool.invalid_reason is None:
-                pool.invalid_reason = f"duplicate counter set name {set_name}"
+            if set_name in pool.counters:
+                problems.append(f"duplicate counter set name {set_name}")
             pool.counters[set_name] = {
                 n: amount(c.get("value"), f"slice {slice_name}: counter {set_name}/{n}")
                 for n, c in (counter_set.get("counters") or {}).items()
             }
-    names = {_slice_name(s) for s in members}
-    others = [s for s in everywhere or [] if _slice_name(s) not in names]
-    for s in [*members, *others]:
+    for s in [*device_slices, *other_device_slices]:
         for device in s["spec"].get("devices") or []:
             pool.all_devices.setdefault(str(device.get("name")), device)
-            problem = _counter_problem(pool.counters, device)
-            if problem and pool.invalid_reason is None:
-                pool.invalid_reason = problem
+            problems.append(_counter_problem(pool.counters, device))
+    if not pool.incomplete:
+        pool.invalid_reason = next((p for p in problems if p), None)
     for s in device_slices:
         spec = s["spec"]
         per_device = bool(spec.get("perDeviceNodeSelection"))

@@ -6,9 +6,11 @@ their order, devices in pool, slice-name and slice order; a pick that leaves no 
 is undone and the next candidate tried, also across claims. Per candidate the checks run in
 this order: in use, class and request selectors (a CEL error stops the allocation), capacity
 (the request policy and what is left, for every device), counters, taints, constraints. An
-``All`` request's devices are fixed before the search (selectors, static capacity); each is
-checked for use, counters, taints, constraints (breaking one stops the allocation with an
-error) and last the capacity left.
+``All`` request's devices are fixed before the search (selectors, and capacity were nothing
+allocated); each is checked for use, counters, taints, constraints (breaking one stops the
+allocation with an error) and last the capacity left, as in kube-scheduler's
+``allocateDevice``, so a device that breaks a constraint stops the allocation even when its
+capacity left is too small.
 
 The result limit (32 devices per claim) works as upstream: a claim whose requests need more
 devices at least is refused before the search; during the search a pick that would take the
@@ -32,7 +34,14 @@ from sharegpu.cel import CelCompileError, CelEvalError, compile_selector
 from sharegpu.kube.devicetaints import RULE_FIELD
 
 from .attributes import attribute, show
-from .capacity import Amount, PolicyViolation, amount, consumed_amount, format_amount
+from .capacity import (
+    Amount,
+    NotRepresentable,
+    PolicyViolation,
+    amount,
+    consumed_amount,
+    format_amount,
+)
 from .model import DeviceId, Rejection
 from .pools import Candidate
 from .requests import Alternative, Constraint, Request, claim_name
@@ -241,7 +250,7 @@ class Search:
         try:
             probe.prepare()
             return not probe.run(), probe.steps
-        except SearchAbort:
+        except (SearchAbort, NotRepresentable):
             return False, probe.steps
 
     @staticmethod
@@ -276,18 +285,22 @@ class Search:
             return count
         matching = self.matching[id(alt)]
         for dev in self.shared_now:
-            if dev in matching and isinstance(
-                self._capacity(alt, self.owner.candidate_by_id[dev]), Rejection
-            ):
+            if dev not in matching:
+                continue
+            try:
+                short = self._capacity(alt, self.owner.candidate_by_id[dev])
+            except NotRepresentable:
+                continue  # counted: the search meets the error where kube-scheduler's does
+            if isinstance(short, Rejection):
                 count -= 1
         return count
 
     def _collect_all(self, plan: ClaimPlan, alt: Alternative) -> list[Candidate]:
         """The devices an ``All`` request takes: those matching its selectors whose capacity
-        can hold its capacity request (what other claims consume is not looked at: a device
-        they exhausted stays, and the search then fails on it). Pool by pool: an incomplete
-        or invalid pool stops the allocation, and so does a selector failing on a device of a
-        pool before it."""
+        could hold its capacity request were nothing allocated (:meth:`_fits_empty`: a device
+        other claims exhausted stays in the set, so the request cannot be met, as with
+        kube-scheduler). Pool by pool: an incomplete or invalid pool stops the allocation,
+        and so does a selector failing on a device of a pool before it."""
         selected = []
         for pool in self.owner.pools:
             state = "being updated" if pool.incomplete else "invalid" if pool.invalid_reason else ""
@@ -299,7 +312,7 @@ class Search:
             for cand in pool.candidates:
                 rejection = self.selectors(alt, cand, plan.name)
                 if rejection is None:
-                    if not isinstance(self._demand(alt, cand), Rejection):
+                    if self._fits_empty(alt, cand):
                         selected.append(cand)
                 elif rejection.kind == "selector-error":
                     raise SearchAbort(selector_error_text(rejection, plan.name))
@@ -426,11 +439,19 @@ class Search:
                 rejection = self.selectors(alt, cand, claim)
                 if rejection is not None and rejection.kind != "selector-error":
                     continue
-                if rejection is None and isinstance(self._demand(alt, cand), Rejection):
+                if rejection is None and self._never_fits(alt, cand):
                     continue
                 cached.append((index, cand))
             self.worth_trying[id(alt)] = cached
         return cached
+
+    def _never_fits(self, alt: Alternative, cand: Candidate) -> bool:
+        """Whether no pick of ``cand`` can hold ``alt``'s capacity request, whatever is
+        picked (False when the request cannot be represented: the search meets that error)."""
+        try:
+            return isinstance(self._demand(alt, cand), Rejection)
+        except NotRepresentable:
+            return False
 
     # --- checks ------------------------------------------------------------------------
 
@@ -505,13 +526,13 @@ class Search:
         if rejection is not None:
             return rejection
         # kube-scheduler checks the capacity left before it takes an ExactCount device, and
-        # an All device (whose static capacity was checked when it was collected) last.
+        # an All device (whose capacity with nothing allocated was checked when it was
+        # collected) last.
         pick = Pick(ci, alt, cand, pool_key, None)
         if not alt.all_mode:
-            consumed = self._capacity(alt, cand)
-            if isinstance(consumed, Rejection):
-                return consumed
-            pick.consumed = consumed
+            rejection = self._capacity_of(pick)
+            if rejection is not None:
+                return rejection
         rejection = self._counters(pick)
         if rejection is not None:
             return rejection
@@ -523,11 +544,16 @@ class Search:
             if rejection is not None:
                 return rejection
         if alt.all_mode:
-            consumed = self._capacity(alt, cand)
-            if isinstance(consumed, Rejection):
-                return consumed
-            pick.consumed = consumed
+            return self._capacity_of(pick) or pick
         return pick
+
+    def _capacity_of(self, pick: Pick) -> Rejection | None:
+        """Sets what ``pick`` consumes, or says why its device cannot hold it now."""
+        consumed_or_rejection = self._capacity(pick.alt, pick.cand)
+        if isinstance(consumed_or_rejection, Rejection):
+            return consumed_or_rejection
+        pick.consumed = consumed_or_rejection
+        return None
 
     def _picked_by(self, ci: int, holder: int) -> str:
         """Who in this search holds a device: a request of this claim or another claim."""
@@ -589,47 +615,69 @@ class Search:
                 return _short(cand, key, share, max(left, Amount(0)), why)
         return {key: share for key, (share, _) in static.items()} if cand.multi else None
 
+    def _fits_empty(self, alt: Alternative, cand: Candidate) -> bool:
+        """Whether one pick of ``cand`` for ``alt`` fits the device's capacity with nothing
+        else consumed (kube-scheduler's static capacity check of an ``All`` request)."""
+        demand = self._demand(alt, cand)
+        if isinstance(demand, Rejection):
+            return False
+        return all(share <= value for share, value in demand.values())
+
     def _demand(
         self, alt: Alternative, cand: Candidate
     ) -> Rejection | dict[str, tuple[Amount, Amount]]:
         """Per capacity of ``cand``: what one pick for ``alt`` consumes and the capacity's
         value; or why no pick can (a capacity it lacks, a request above the value or against
-        the request policy). Depends on nothing picked, so computed once per pair."""
+        the request policy). Depends on nothing picked, so computed once per pair. Raises
+        :class:`NotRepresentable` for a request the range arithmetic cannot represent; the
+        callers that only prune leave such a device in, so the search meets the error where
+        kube-scheduler's does."""
         key = (id(alt), cand.id)
         cached = self.demand_cache.get(key)
         if cached is not None:
             return cached
         capacities: Mapping[str, Any] = cand.device.get("capacity") or {}
-        result: Rejection | dict[str, tuple[Amount, Amount]] = {}
+        missing = next((n for n in alt.capacity_requests if n not in capacities), None)
+        if missing is not None:
+            result: Rejection | dict[str, tuple[Amount, Amount]] = Rejection(
+                "capacity-short",
+                cand.id,
+                f"device has no capacity {missing!r}",
+                {
+                    "capacity": missing,
+                    "requested": format_amount(alt.capacity_requests[missing]),
+                    "available": None,
+                    "shortBy": None,
+                },
+            )
+            self.demand_cache[key] = result
+            return result
+        # Every capacity is rounded first: a request that cannot be represented stops the
+        # allocation (NotRepresentable) whatever else would reject the device.
+        shares = {
+            name: consumed_amount(
+                name, cap, alt.capacity_requests.get(name), f"device {cand.id}: capacity[{name}]"
+            )
+            for name, cap in capacities.items()
+        }
+        values = {
+            name: amount(cap.get("value"), f"device {cand.id}: capacity[{name}].value")
+            for name, cap in capacities.items()
+        }
+        result = {}
         for name, requested in alt.capacity_requests.items():
-            if name not in capacities:
-                result = Rejection(
-                    "capacity-short",
-                    cand.id,
-                    f"device has no capacity {name!r}",
-                    {
-                        "capacity": name,
-                        "requested": format_amount(requested),
-                        "available": None,
-                        "shortBy": None,
-                    },
-                )
-                break
-            value = amount(capacities[name].get("value"), f"device {cand.id}: capacity[{name}]")
-            if requested > value:
+            if requested > values[name]:
                 # Rejected whatever the policy (rounding only goes up); said as the cause.
-                why = f"capacity {name} is {format_amount(value)} in total"
-                result = _short(cand, name, requested, value, why)
+                why = f"capacity {name} is {format_amount(values[name])} in total"
+                result = _short(cand, name, requested, values[name], why)
                 break
         else:
             demand: dict[str, tuple[Amount, Amount]] = {}
-            for name, cap in capacities.items():
-                path = f"device {cand.id}: capacity[{name}]"
-                share = consumed_amount(name, cap, alt.capacity_requests.get(name), path)
+            for name, share in shares.items():
                 if isinstance(share, PolicyViolation):
                     result = _policy_rejection(cand, share)
                     break
-                demand[name] = (share, amount(cap.get("value"), f"{path}.value"))
+                demand[name] = (share, values[name])
             else:
                 result = demand
         self.demand_cache[key] = result

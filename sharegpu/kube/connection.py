@@ -1,31 +1,14 @@
-"""The official client's connection code, loaded with as little of the ``kubernetes`` package as
-possible, and :class:`ApiConnection`, what the node daemon holds instead of an ``ApiClient``.
+"""The official client's connection code (kubeconfig, exec plugins, OIDC, in-cluster account,
+token refresh), loaded with as little of the ``kubernetes`` package as possible, and
+:class:`ApiConnection`, what the node daemon holds instead of an ``ApiClient``.
 
-The official client loads kubeconfig files (client certificates, exec plugins, OIDC), the
-in-cluster service account, and refreshes tokens; sharegpu uses it for exactly that. But
-``import kubernetes`` runs the package's ``__init__`` files, which import every generated API and
-model and the dynamic client (about 37 MiB of memory and a quarter of a second), none of it used
-by a process that sends its requests through :class:`~sharegpu.kube.transport.Transport`.
-
-:func:`official` returns the few classes and functions that matter (:class:`Official`):
-
-- when ``kubernetes`` is already imported (the command line, the tests, the local demo), they
-  are taken from it;
-- otherwise only the modules that define them are imported (``kubernetes.client.configuration``,
-  ``.rest`` and ``.exceptions``, ``kubernetes.config.kube_config`` or ``.incluster_config``
-  with ``.exec_provider``, ``.config_exception`` and ``.dateutil``, ``kubernetes.utils.retry``
-  and ``.keepalive``), with the packages above them registered as empty namespaces meanwhile.
-  Afterwards every ``kubernetes`` entry this added to ``sys.modules`` is removed again, so a
-  later ``import kubernetes`` anywhere in the process runs the package as usual (with modules
-  of its own); the loaded functions keep working, as functions keep their module's globals;
-- if that import fails (a client version laid out differently), the whole package is imported.
-
-Each part is imported when first used: a daemon on the in-cluster config never imports the
-kubeconfig loader (nor the OAuth libraries it needs). Invariants: each module is imported once
-per process, and whether the light or the full way is decided once, at the first import. While a
-light import runs, the namespaces are visible in ``sys.modules``; the daemons load their
-connection at start-up, before their other threads run.
-"""
+:func:`official` returns the pieces used (:class:`Official`): from ``kubernetes`` when it is
+already imported; else from only the modules that define them, imported under empty namespace
+packages that are removed from ``sys.modules`` afterwards (so a later ``import kubernetes`` runs
+as usual; a plain ``import kubernetes`` costs about 37 MiB and a quarter second); else, when that
+fails, from the whole package. Invariants: each part is imported when first used and once per
+process; light or full is decided once, at the first import; the daemons load their connection
+at start-up, before other threads run (the namespaces are visible meanwhile)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from api.jsontypes import ObjView as Obj
 from sharegpu.kube.slicerules import (
     MAX_DRIVER_NAME_LENGTH,
     is_dns_label,
@@ -30,8 +31,6 @@ RULE_FIELD: Final = "deviceTaintRule"
 SELECTOR_FIELDS: Final = ("driver", "pool", "device")
 #: Most status conditions a rule may carry (as upstream bounds them).
 MAX_RULE_CONDITIONS: Final = 8
-
-Obj = Mapping[str, Any]
 
 
 def _is_driver_name(value: object) -> bool:

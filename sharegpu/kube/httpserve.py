@@ -1,67 +1,19 @@
-"""One bounded HTTP(S) server for every port the daemons open.
+"""One bounded HTTP(S) server for every port the daemons open (``/metrics``, the controller's
+JSON API and probes, the admission webhook): :class:`BoundedHTTPServer` with a handler derived
+from :class:`BoundedRequestHandler`, bounded by :class:`ServerLimits` (docs/security.md, "Bind
+addresses and limits", lists each port's values). Invariants, whatever clients do:
 
-``/metrics`` of both daemons, the controller's JSON API (also its probes) and the admission
-webhook all use :class:`BoundedHTTPServer` with a handler derived from
-:class:`BoundedRequestHandler`. The stdlib ``ThreadingHTTPServer`` starts one thread per
-connection and waits for a client for ever; here every connection is bounded by
-:class:`ServerLimits`:
-
-- **Connection cap.** At most ``max_connections`` connections are served at once. At the cap, a
-  new connection takes the slot of the connection that has waited longest for a complete
-  request (kept alive idle, or still sending its head or its body): that one is shut down and
-  its thread ends at once. When every connection has its request read in full (its answer is
-  computed or written), or ``EVICTING_MAX`` evicted threads are still ending, the new
-  connection is closed at once by the accepting thread, without a thread. So clients that
-  stall do not keep a client that sends its request at once from being answered: to evict it
-  they would have to open ``max_connections`` connections while its request is on its way.
-- **Per-peer cap.** One peer address holds at most ``max_connections_per_peer`` connections; a
-  new one past that takes the slot of that peer's connection that has waited longest for a
-  complete request, or is closed at once. So one source cannot take every slot.
-- **Request deadline.** A request (request line, headers and body) must be read in full within
-  ``request_timeout_s`` of its start: of the accept for the first request of a connection (the
-  TLS handshake included), of its first byte for a later one. The socket timeout of every read
-  is the time left, so a client that trickles one byte every few seconds is cut at the deadline,
-  not kept while each byte arrives within a per-read timeout.
-- **Minimum body rate.** A body of ``n`` bytes must arrive within ``body_grace_s + n /
-  min_body_rate`` of the end of the head (and within the request deadline), so a client that
-  declares a large body and sends it slowly is cut in seconds. The body is read in full
-  before the handler runs (:attr:`BoundedRequestHandler.body`).
-- **Idle keep-alive timeout.** After an answer, the first byte of the next request must arrive
-  within ``idle_timeout_s``, else the connection is closed.
-- **Write timeout.** Each write of an answer must make progress within ``write_timeout_s``, so a
-  client that stops reading is cut too.
-- **Header and body size.** The request line and headers may take ``max_header_bytes`` (plus one
-  read buffer); a declared ``Content-Length`` above ``max_body_bytes`` is answered 413 before
-  any of the body is read.
-- **TLS.** With ``tls_context``, each connection is wrapped and its handshake done in the
-  connection's own thread, under the request deadline; the accepting thread never reads from a
-  client.
-- **Daemon threads.** No connection keeps the process from exiting; ``server_close`` also shuts
-  down the connections still open so their threads end at once.
-
-Invariants:
-
-- Threads of one server: at most ``max_connections + EVICTING_MAX`` connection threads (the
-  second term: evicted connections whose threads are ending) plus the one serving thread
-  (:meth:`BoundedHTTPServer.start`), whatever clients do.
-- One peer address holds at most ``max_connections_per_peer`` of those connections (not
-  counting evicted ones).
-- A connection holds its thread at most ``request_timeout_s`` until its first request is read,
-  and at most ``idle_timeout_s + request_timeout_s`` between the end of one answer and the end
-  of reading the next request. Longer only while the server computes an answer, or writes one
-  that the client keeps reading (each write progressing within ``write_timeout_s``).
-- Memory per connection while a request is read: at most ``max_header_bytes`` plus one read
-  buffer for the head; a body is read only when its declared length is within
-  ``max_body_bytes``.
-
-Usage::
-
-    class Handler(BoundedRequestHandler):
-        def do_GET(self) -> None: ...
-
-    server = BoundedHTTPServer(("127.0.0.1", 8080), Handler, name="api").start()
-    ...
-    server.stop()
+- at most ``max_connections + EVICTING_MAX`` connection threads plus the serving thread; one
+  peer address holds at most ``max_connections_per_peer`` of them (evicted ones not counted);
+- at a cap, a new connection evicts the connection (of that peer) that has waited longest for a
+  complete request, or is closed by the accepting thread, which never reads from a client;
+- a request (line, headers, body; the TLS handshake for the first) is read in full within
+  ``request_timeout_s``, a body of ``n`` bytes within ``body_grace_s + n / min_body_rate`` of
+  its head, the next request starts within ``idle_timeout_s``, and each write progresses within
+  ``write_timeout_s``;
+- a head takes at most ``max_header_bytes`` plus one read buffer; a declared body above
+  ``max_body_bytes`` is answered 413 unread; the body is read before the handler runs;
+- connection threads are daemon threads, and ``server_close`` shuts the open connections down.
 """
 
 from __future__ import annotations

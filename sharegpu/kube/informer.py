@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from api.jsontypes import Obj
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Handler = Callable[[str, Any, Any], None]
 
 

@@ -18,7 +18,8 @@ from api.quantity import QuantityError, parse_quantity
 
 # --- limits -----------------------------------------------------------------------------------
 MAX_DEVICES_PER_SLICE: Final = 128
-#: Applies when any device of the slice has taints or consumesCounters.
+#: Applies when any device of the slice has taints, consumesCounters or list-typed attributes
+#: (:func:`takes_lower_device_limit`).
 MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS: Final = 64
 MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE: Final = 32
 MAX_STRING_ATTRIBUTE_LENGTH: Final = 64
@@ -265,30 +266,35 @@ def _validate_node_selector(selector: Any, path: str, msgs: _Messages) -> None:
         msgs.add(f"{path}.nodeSelectorTerms", "must have exactly one node selector term")
 
 
-def _device_limit(devices: list[Any]) -> int:
-    strict = any(
-        isinstance(d, Mapping)
-        and (
-            d.get("taints")
-            or d.get("consumesCounters")
-            or any(
-                isinstance(a, Mapping)
-                and any(a.get(f) is not None for f in LIST_ATTRIBUTE_VALUE_FIELDS)
-                for a in _as_mapping(d.get("attributes")).values()
-            )
-        )
-        for d in devices
+def takes_lower_device_limit(device: Any) -> bool:
+    """Whether ``device`` puts its slice under the lower device limit
+    (:data:`MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS`): it has taints, ``consumesCounters``
+    or a list-typed attribute (k8s.io/api v0.37 ``ResourceSliceMaxDevicesWithAdvancedFeatures``).
+    A non-mapping counts as a plain device."""
+    if not isinstance(device, Mapping):
+        return False
+    if device.get("taints") or device.get("consumesCounters"):
+        return True
+    return any(
+        isinstance(a, Mapping) and any(a.get(f) is not None for f in LIST_ATTRIBUTE_VALUE_FIELDS)
+        for a in _as_mapping(device.get("attributes")).values()
     )
-    return MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS if strict else MAX_DEVICES_PER_SLICE
+
+
+def device_limit(devices: Iterable[Any]) -> int:
+    """The most devices a slice holding ``devices`` may have (:func:`takes_lower_device_limit`)."""
+    if any(takes_lower_device_limit(d) for d in devices):
+        return MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
+    return MAX_DEVICES_PER_SLICE
 
 
 def _validate_devices(
     devices: list[Any], driver: str, spec: Mapping[str, Any], msgs: _Messages
 ) -> None:
-    limit = _device_limit(devices)
+    limit = device_limit(devices)
     if len(devices) > limit:
         why = (
-            " when a device has taints or consumesCounters"
+            " when a device has taints, consumesCounters or list-typed attributes"
             if limit == MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
             else ""
         )

@@ -53,6 +53,21 @@ def test_a_request_finer_than_milli_units_cannot_be_rounded() -> None:
         consumed_amount("c", capacity("1", "100m", "100m"), _amount("150100u"), "device")
 
 
+def test_integer_path_requests_past_int64_cannot_be_rounded() -> None:
+    """A step below 1m works on Quantity.Value() integers: a request, or its rounded value,
+    past MaxInt64 cannot be represented there either."""
+    policy = capacity("10", "0", "500u")
+    with pytest.raises(NotRepresentable, match="exceeds MaxInt64"):
+        consumed_amount("c", policy, Decimal(2**63), "device")
+    rounding = capacity("10", "1", "1500u")  # Value() of the step is 1: rounds up by 1
+    assert consumed_amount("c", rounding, Decimal(2**63 - 1), "device") == Decimal(2**63 - 1)
+    odd = capacity("10", "0", "1500u")
+    odd["requestPolicy"]["validRange"]["min"] = "2"
+    odd["requestPolicy"]["validRange"]["step"] = "2.0001"  # Value() 3
+    with pytest.raises(NotRepresentable, match="passes MaxInt64"):
+        consumed_amount("c", odd, Decimal(2**63 - 2), "device")
+
+
 def test_off_grid_default_and_above_max_violate_the_policy() -> None:
     policy = capacity("2", "200m", "100m", "1")
     policy["requestPolicy"]["default"] = "250m"
@@ -88,6 +103,15 @@ def test_a_150m_request_consumes_200m_and_shares_add_up_exactly() -> None:
 def test_an_unrepresentable_request_stops_the_allocation() -> None:
     slices = [resource_slice("s", [fractional_device()])]
     c = claim("c", [exactly(capacity={"share": "150100u"})])
+    with pytest.raises(AllocatorInputError, match="cannot be represented"):
+        allocate(c, slices, [device_class()], node="n1")
+
+
+def test_an_unrepresentable_request_stops_the_allocation_before_a_short_capacity() -> None:
+    """Every capacity is rounded before any is judged: a request past the milli-unit range
+    stops the allocation although the device is too small for it anyway."""
+    slices = [resource_slice("s", [fractional_device()])]
+    c = claim("c", [exactly(capacity={"share": "9E"})])
     with pytest.raises(AllocatorInputError, match="cannot be represented"):
         allocate(c, slices, [device_class()], node="n1")
 

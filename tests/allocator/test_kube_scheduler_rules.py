@@ -1,6 +1,7 @@
-"""Rules where sharegpu follows kube-scheduler 1.36 beyond what its test table pins down:
-joint allocation of a pod's claims, the result limit, ``All`` with capacity requests, pool
-validity and generations, request policies on dedicated devices, exact quantities."""
+"""Rules where sharegpu follows kube-scheduler (1.36, and 1.37 where it changed them) beyond
+what its test table pins down: joint allocation of a pod's claims, the result limit, ``All``
+with capacity requests, pool gathering, validity and generations, request policies on
+dedicated devices, exact quantities."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 from sharegpu.allocator import allocate, allocate_many, allocate_pod, seeded_share_ids
 from tests.allocator.helpers import (
     CLASS,
+    DRIVER,
+    allocated,
     claim,
     device_class,
     exactly,
@@ -149,3 +152,138 @@ def test_more_slices_than_resource_slice_count_is_incomplete() -> None:
     out = allocate(claim("c", [exactly()]), slices, CLASSES, node="n1")
     assert not out.ok
     assert {r.kind for r in out.reports[0].rejections} == {"pool-incomplete"}
+
+
+def _counter_device(index: int) -> Obj:
+    device = exclusive_device(index)
+    device["consumesCounters"] = [{"counterSet": "set", "counters": {"slots": {"value": "1"}}}]
+    return device
+
+
+def _counters(slots: str = "1") -> list[Obj]:
+    return [{"name": "set", "counters": {"slots": {"value": slots}}}]
+
+
+def test_a_counter_slice_for_another_node_makes_no_pool_on_this_node() -> None:
+    """A counter-set slice takes part where its node fields say, as any slice: alone on n2
+    it gives n1 no pool (an All request finds no device instead of a pool being updated)."""
+    slices = [resource_slice("c", node="n2", pool="p", count=2, shared_counters=_counters())]
+    out = allocate(claim("c", [exactly(all_mode=True)]), slices, CLASSES, node="n1")
+    assert not out.ok and out.error is None
+
+
+def test_a_counter_slice_for_another_node_still_completes_the_pool() -> None:
+    """n1's device slice alone is not the pool (count 2): all slices of the generation
+    complete it, the counter set on n2 included, and its counters bound n1's devices."""
+    slices = [
+        resource_slice("c", node="n2", pool="p", count=2, shared_counters=_counters()),
+        resource_slice("d", [_counter_device(0), _counter_device(1)], node="n1", pool="p", count=2),
+    ]
+    out = allocate(claim("c", [exactly(count=1)]), slices, CLASSES, node="n1")
+    assert _devices(out) == ["gpu-0"]
+    two = allocate(claim("c", [exactly(count=2)]), slices, CLASSES, node="n1")
+    assert not two.ok and two.error is None
+
+
+def test_an_incomplete_pool_is_skipped_not_invalid() -> None:
+    """A pool that is still being published is not validated: a counter set it lacks so far
+    does not make it invalid (no "invalid resource pools" error)."""
+    slices = [resource_slice("d", [_counter_device(0)], node="n1", pool="p", count=2)]
+    out = allocate(claim("c", [exactly()]), slices, CLASSES, node="n1")
+    assert not out.ok and out.error is None
+    assert {r.kind for r in out.reports[0].rejections} == {"pool-incomplete"}
+
+
+def _exhausted_share_device() -> tuple[list[Obj], list[Obj]]:
+    """gpu-0 shareable and wholly consumed by another claim, gpu-1 shareable and free."""
+    devices = []
+    for index in (0, 1):
+        device = exclusive_device(index)
+        device["allowMultipleAllocations"] = True
+        device["capacity"] = {"slots": {"value": "1"}}
+        devices.append(device)
+    slices = [resource_slice("s", devices, node="n1", pool="p")]
+    held = {
+        "devices": {
+            "results": [
+                {
+                    "request": "gpu",
+                    "driver": DRIVER,
+                    "pool": "p",
+                    "device": "gpu-0",
+                    "shareID": "00000000-0000-4000-8000-000000000001",
+                    "consumedCapacity": {"slots": "1"},
+                }
+            ]
+        }
+    }
+    return slices, [allocated(claim("held", []), held)]
+
+
+def test_all_mode_keeps_a_device_whose_capacity_left_is_too_small() -> None:
+    """Kubernetes 1.37: only a device's capacity as published decides whether an All request
+    includes it, so a device other claims have consumed entirely makes the request fail
+    rather than be met by the other devices."""
+    slices, held = _exhausted_share_device()
+    out = allocate(claim("c", [exactly(all_mode=True)]), slices, CLASSES, held, node="n1")
+    assert not out.ok and out.error is None
+    free = allocate(claim("c", [exactly(all_mode=True)]), slices, CLASSES, node="n1")
+    assert _devices(free) == ["gpu-0", "gpu-1"]
+
+
+def test_admin_access_all_does_not_skip_the_capacity_left() -> None:
+    """Admin access skips the in-use check, not the capacity check of a shared device."""
+    slices, held = _exhausted_share_device()
+    c = claim("c", [exactly(all_mode=True, admin=True)])
+    out = allocate(c, slices, CLASSES, held, node="n1")
+    assert not out.ok and out.error is None
+
+
+def test_all_mode_checks_constraints_before_the_capacity_left() -> None:
+    """Same brand on both devices, distinctAttribute on it: the second device of the All
+    request breaks the constraint, which stops the allocation with an error although that
+    device has no capacity left either (kube-scheduler checks constraints first)."""
+    slices, held = _exhausted_share_device()
+    slices[0]["spec"]["devices"].reverse()  # the exhausted gpu-0 comes second
+    distinct = {"distinctAttribute": f"{DRIVER}/brand"}
+    c = claim("c", [exactly(all_mode=True)], constraints=[distinct])
+    out = allocate(c, slices, CLASSES, held, node="n1")
+    assert out.error is not None
+    assert "cannot add device" in out.error and "constraint would not be satisfied" in out.error
+
+
+def test_a_slice_declaring_compatibility_groups_is_ignored_and_its_pool_incomplete() -> None:
+    """DRADeviceCompatibilityGroups is off in Kubernetes 1.37: kube-scheduler ignores a slice
+    whose device declares groups, so its pool is incomplete and none of its devices (also
+    those without groups) is allocated; another pool still is."""
+    grouped = _counter_device(0)
+    grouped["consumesCounters"][0]["compatibilityGroups"] = ["mig"]
+    pool_p = [
+        resource_slice("p-a", [grouped], node="n1", pool="p", count=3),
+        resource_slice("p-b", [_counter_device(1)], node="n1", pool="p", count=3),
+        resource_slice("p-c", node="n1", pool="p", count=3, shared_counters=_counters("4")),
+    ]
+    out = allocate(claim("c", [exactly()]), pool_p, CLASSES, node="n1")
+    assert not out.ok and out.error is None
+    assert {r.kind for r in out.reports[0].rejections} == {"pool-incomplete"}
+    pool_q = [
+        resource_slice("q-a", [_counter_device(2)], node="n1", pool="q", count=2),
+        resource_slice("q-b", node="n1", pool="q", count=2, shared_counters=_counters()),
+    ]
+    both = allocate(claim("c", [exactly()]), pool_p + pool_q, CLASSES, node="n1")
+    assert _devices(both) == ["gpu-2"]
+
+
+def test_an_incomplete_pool_with_binding_conditions_is_not_moved_last() -> None:
+    """Pools with binding conditions are searched last, but an incomplete pool has no devices
+    for kube-scheduler: it keeps its place by name, and the All request names it first."""
+    bound = exclusive_device(0)
+    bound["bindingConditions"] = ["example.com/ready"]
+    bound["bindingFailureConditions"] = ["example.com/failed"]
+    slices = [
+        resource_slice("a", [bound], node="n1", pool="pool-a", count=2),
+        resource_slice("b", [exclusive_device(1)], node="n1", pool="pool-b", count=2),
+    ]
+    out = allocate(claim("c", [exactly(all_mode=True)]), slices, CLASSES, node="n1")
+    assert out.error is not None
+    assert f"resource pool {DRIVER}/pool-a is currently being updated" in out.error

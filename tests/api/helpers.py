@@ -3,7 +3,15 @@ with their normalized form, invalid ones with the exact messages."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from api.gpuconfig import (
+    SOURCE_FROM_CLAIM,
+    SOURCE_FROM_CLASS,
+    GpuConfig,
+    decode_driver_configs,
+)
 
 BASE = {"apiVersion": "resource.sharegpu.dev/v1alpha1", "kind": "GpuConfig"}
 SHARING_FIELDS = "(fields here: strategy, timeSlicing, mps, limits)"
@@ -12,6 +20,24 @@ MPS_FIELDS = "(fields here: activeThreadPercentage, pinnedMemoryLimit)"
 
 def cfg(sharing: Any) -> dict[str, Any]:
     return {**BASE, "sharing": sharing}
+
+
+def config_entries_from(
+    class_configs: Iterable[Mapping[str, Any]], claim_configs: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """DeviceClass and claim config entries tagged with their source, as
+    ``status.allocation.devices.config`` holds them."""
+    tagged = [{**c, "source": SOURCE_FROM_CLASS} for c in class_configs]
+    tagged += [{**c, "source": SOURCE_FROM_CLAIM} for c in claim_configs]
+    return tagged
+
+
+def resolve_config(
+    config_entries: Sequence[Any], request_name: str, driver: str, *, shared: bool = False
+) -> GpuConfig:
+    """The config of one request: :meth:`api.gpuconfig.DriverConfigs.resolve` of the decoded
+    ``config_entries``."""
+    return decode_driver_configs(config_entries, driver).resolve(request_name, shared=shared)
 
 
 GOOD: list[tuple[str, Any, dict[str, Any]]] = [

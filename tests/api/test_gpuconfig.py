@@ -13,13 +13,19 @@ from api.gpuconfig import (
     DriverConfigs,
     GpuConfig,
     GpuConfigError,
-    config_entries_from,
     decode_driver_configs,
     parse_gpu_config,
-    resolve_config,
 )
 from api.names import GROUP_VERSION
-from tests.api.helpers import BAD, BASE, GOOD, SHARING_FIELDS, cfg
+from tests.api.helpers import (
+    BAD,
+    BASE,
+    GOOD,
+    SHARING_FIELDS,
+    cfg,
+    config_entries_from,
+    resolve_config,
+)
 from tests.paths import DOCS_DIR
 
 DRIVER = "gpu.sharegpu.dev"

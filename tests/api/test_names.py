@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from api import names
+from api.gpuconfig import config_applies
 
 DRIVER = "gpu.example.com"
 
@@ -14,3 +15,14 @@ def test_driver_value_takes_the_plain_name_first_then_the_qualified_one() -> Non
     assert names.driver_value(both, DRIVER, "cores") == "30"
     assert names.driver_value({"other.io/cores": "10"}, DRIVER, "cores") is None
     assert names.driver_value({}, DRIVER, "memory") is None
+
+
+def test_a_subrequest_names_its_request() -> None:
+    assert names.base_request_name("gpu/large") == "gpu"
+    assert names.base_request_name("gpu") == "gpu"
+    assert names.base_request_name("gpu/a/b") == "gpu"
+    assert config_applies((), "gpu/large")
+    assert config_applies(("gpu",), "gpu/large")
+    assert config_applies(("gpu/large",), "gpu/large")
+    assert not config_applies(("gpu/small",), "gpu/large")
+    assert not config_applies(("other",), "gpu")

@@ -22,6 +22,7 @@ from api.quantity import (
     QuantityError,
     QuantityRangeError,
     parse_quantity,
+    quantity_whole,
 )
 
 #: (input, mantissa, exponent): ParseQuantity(input) == mantissa * 10**exponent.
@@ -278,3 +279,14 @@ def test_any_text_is_a_bounded_quantity_or_a_quantity_error(text: str) -> None:
 def test_decimals_out_of_range_are_range_errors(value: Decimal) -> None:
     with pytest.raises(QuantityRangeError, match="out of range"):
         parse_quantity(value)
+
+
+@pytest.mark.parametrize(("text", "value"), [("25", 25), ("25000m", 25), ("1Gi", 1024**3)])
+def test_quantity_whole_reads_whole_amounts_exactly(text: str, value: int) -> None:
+    assert quantity_whole(text) == value
+
+
+@pytest.mark.parametrize("text", ["12500m", "12.5", "1n"])
+def test_quantity_whole_refuses_fractions(text: str) -> None:
+    with pytest.raises(QuantityError, match="is not a whole number"):
+        quantity_whole(text)

@@ -16,7 +16,7 @@ from controller.apiauth import MAX_TOKEN_BYTES, AllowAll, KubeAuthorizer
 from controller.httpapi import serve_api, serve_probes
 from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from controller.records import UsageRecord
 from controller.tracker import Tracker
 from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest, resource_path
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
 from tests.helpers import eventually
 

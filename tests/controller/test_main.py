@@ -27,7 +27,7 @@ from sharegpu.kube import httpserve
 from sharegpu.kube.leader import LeaderElector
 from sharegpu.kube.rest import KubeRest
 from sharegpu.kube.telemetry import Telemetry, span_exporter_from_env
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
 from tests.helpers import eventually
 from tests.kube.helpers import all_closed, get_with_retries, short_limits, stall

@@ -25,7 +25,7 @@ from controller.records import (
 from controller.tracker import Tracker
 from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest, resource_path
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
 
 DEADLINE_S = 30.0  # generous: a loaded 2-core machine

@@ -18,7 +18,7 @@ from controller.quotacontroller import QuotaController
 from controller.webhook import AdmissionHandler
 from sharegpu.kube.rest import KubeApiError, KubeRest
 from sharegpu.kube.telemetry import Telemetry
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller.quota_helpers import (
     DRIVER,
     GI,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sharegpu.cli import main
+from sharegpuctl.cli import main
 from tests.paths import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "gpu-quota"

@@ -10,7 +10,7 @@ import pytest
 from controller.tracker import Tracker
 from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
 from tests.helpers import eventually
 

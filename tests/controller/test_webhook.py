@@ -14,9 +14,9 @@ import pytest
 import trustme
 
 from api.names import DEFAULT_DRIVER_NAME as DRIVER
-from api.sharepolicy import reserved_memory
 from controller.metrics import ControllerMetrics
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
+from sharegpu.admission.checks import reserved_memory
 from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
 from tests.controller.webhook_helpers import (

@@ -30,7 +30,7 @@ from kubeletplugin.devices.mock import default_gpu, load_mock_config
 from kubeletplugin.devices.slices import consumable_device, desired_slices, partition_devices
 from kubeletplugin.devices.table import node_devices
 from sharegpu.cel import compile_selector, device_activation
-from sharegpu.cli.common import default_device_class
+from sharegpuctl.cli.common import default_device_class
 from tests.deploy.helpers import (
     CERT_MANAGER_GROUPS,
     CHART_DIR,
@@ -517,6 +517,7 @@ def test_chart_crd_copy_matches_the_generated_crd() -> None:
         ("controller.leaderElection.enabled=false", "/controller/leaderElection/enabled"),
         ("kubeletPlugin.unknownKey=1", "unknownKey"),
         ("kubeletPlugin.mig=auto", "/kubeletPlugin/mig"),
+        ("kubeletPlugin.nvidiaCdiKind=gpu", "/kubeletPlugin/nvidiaCdiKind"),
         # Dynamic MIG needs partitions mode (the default mode is consumable).
         ("kubeletPlugin.mig=dynamic", "/kubeletPlugin/sharingMode"),
         # MPS daemon pods need their pod policy: the plugin's pod-create Role without it would
@@ -583,7 +584,7 @@ def test_sharegpu_validate_accepts_every_rendered_document(
         path.write_text(yaml.safe_dump_all(kept))
         files += ["-f", str(path)]
     result = subprocess.run(
-        [sys.executable, "-m", "sharegpu", "validate", *files, "--kubernetes-version", version],
+        [sys.executable, "-m", "sharegpuctl", "validate", *files, "--kubernetes-version", version],
         capture_output=True,
         text=True,
         timeout=120,
@@ -735,6 +736,20 @@ def test_default_share_cores_reach_the_plugin_in_consumable_mode_only(helm: str)
         helm, "template", RELEASE, str(CHART_DIR), "--set", "kubeletPlugin.defaultShareCores=0"
     )
     assert result.returncode != 0 and "defaultShareCores" in result.stderr
+
+
+def test_the_nvidia_cdi_kind_reaches_the_plugin_on_real_gpus_only(helm: str) -> None:
+    def plugin_args(*set_args: str) -> list[str]:
+        docs = render(helm, list(set_args))
+        (ds,) = by_kind(docs, "DaemonSet")
+        (container,) = ds["spec"]["template"]["spec"]["containers"]
+        return [a for a in container["args"] if a.startswith("--nvidia-cdi-kind")]
+
+    assert plugin_args() == ["--nvidia-cdi-kind=nvidia.com/gpu"]
+    assert plugin_args("kubeletPlugin.nvidiaCdiKind=k8s.example.com/gpu") == [
+        "--nvidia-cdi-kind=k8s.example.com/gpu"
+    ]
+    assert plugin_args("kubeletPlugin.deviceBackend=mock") == []
 
 
 def test_the_api_servers_client_certificate_is_signed_by_the_ca_the_controller_trusts(

@@ -59,7 +59,7 @@ def test_image_contains_every_python_package_and_runs_unprivileged() -> None:
 
 
 def test_image_ships_the_examples_where_the_demo_looks_for_them() -> None:
-    from sharegpu.cli.demo import IMAGE_EXAMPLES_DIR
+    from sharegpuctl.cli.demo import IMAGE_EXAMPLES_DIR
 
     dockerfile = (KIND_DIR.parent / "Dockerfile").read_text()
     assert f"COPY examples {IMAGE_EXAMPLES_DIR}" in dockerfile

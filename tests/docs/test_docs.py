@@ -74,7 +74,7 @@ def code_of(markdown: str) -> str:
 
 
 def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
-    from sharegpu.cli import build_parser
+    from sharegpuctl.cli import build_parser
 
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -150,6 +150,8 @@ OTHER_TOOLS_FLAGS = {
     "--kubelet-preferred-address-types",
     # kube-apiserver, kubelet and kubectl apply of the real node (docs/development.md)
     "--kubelet-certificate-authority",
+    "--endpoint-reconciler-type",
+    "--enable-aggregator-routing",
     "--node-ip",
     "--server-side",
     # kubectl create token / create --dry-run=server (docs/development.md, the e2e run)

@@ -130,17 +130,16 @@ def real_node(control_plane: ControlPlane) -> Iterator[RealNode]:
 def node_plugin(
     real_node: RealNode, crds: ControlPlane, chart: list[dict[str, Any]], helm: str
 ) -> Iterator[plugindaemon.PluginDaemon]:
-    """The chart's kubelet-plugin DaemonSet (mock backend, the driver's image built here) whose
-    pod the real kubelet runs; it registers with that kubelet through the kubelet's plugin
-    registration directory and writes its CDI specs where containerd reads them. The chart's
-    DeviceClasses applied. The DaemonSet is deleted after the last test."""
-    driver.apply(crds, [d for d in chart if d["kind"] == "DeviceClass"], "apply the DeviceClasses")
+    """The chart installed with ``helm install`` (mock backend, the driver's image built here,
+    the controller left to its host process): the real kubelet runs the release's kubelet-plugin
+    DaemonSet, whose pod registers with that kubelet through its plugin registration directory
+    and writes its CDI specs where containerd reads them. Uninstalled after the last test."""
     real_node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
     daemon = None
     try:
-        with step("run the chart's kubelet-plugin DaemonSet on the real node"):
-            daemon = plugindaemon.start(helm, crds, real_node, chart)
+        with step("helm install the chart; its kubelet-plugin DaemonSet runs on the real node"):
+            daemon = plugindaemon.install(helm, crds, real_node, chart)
         yield daemon
     finally:
         if daemon is not None:
-            plugindaemon.stop(daemon)
+            plugindaemon.uninstall(daemon)

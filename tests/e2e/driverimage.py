@@ -39,7 +39,7 @@ from tests.paths import REPO_ROOT
 
 #: Where Debian's tini package installs it (the chart's plugin container runs ``tini -s --``).
 TINI: Final = Path("/usr/bin/tini")
-PROJECT_PACKAGES: Final = ("api", "kubeletplugin", "controller", "sharegpu")
+PROJECT_PACKAGES: Final = ("api", "kubeletplugin", "controller", "sharegpu", "sharegpuctl")
 #: Parts of the Python installation the daemons never use.
 _STDLIB_SKIPPED: Final = frozenset(
     {"test", "site-packages", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3"}
@@ -174,9 +174,11 @@ def write_layer(path: Path) -> Path:
     return path
 
 
-def build(directory: Path) -> tuple[Path, str]:
-    """Write the image's OCI archive under ``directory``; returns it and the image name."""
+def build(directory: Path, *tags: str) -> tuple[Path, str]:
+    """Write the image's OCI archive under ``directory``, named as the chart renders it and also
+    with each of ``tags`` instead of its tag; returns the archive and the chart's image name."""
     name = chart_image()
+    names = [name, *(f"{name.rsplit(':', 1)[0]}:{tag}" for tag in tags)]
     layer = write_layer(directory / "sharegpu-layer.tar")
     env = (
         f"PATH=/usr/local/bin:{Path(sys.base_prefix) / 'bin'}:/usr/bin:/bin",
@@ -185,7 +187,7 @@ def build(directory: Path) -> tuple[Path, str]:
         "MALLOC_ARENA_MAX=2",
     )
     archive = images.write_oci_archive(
-        directory / "sharegpu.tar", [name], [layer], cmd=("sharegpu", "--help"), env=env
+        directory / "sharegpu.tar", names, [layer], cmd=("sharegpu", "--help"), env=env
     )
     layer.unlink()
     return archive, name

@@ -4,7 +4,7 @@ that pod (so it carries the node name, KEP-4193), the chart's plugin RBAC and ad
 and ``python -m kubeletplugin`` with the mock backend and the arguments the chart gives it.
 
 The kubelet's part (registration, NodePrepareResources, NodeUnprepareResources) is played by
-:class:`sharegpu.local.kubelet.KubeletSim` over the plugin's unix sockets.
+:class:`sharegpuctl.local.kubelet.KubeletSim` over the plugin's unix sockets.
 """
 
 from __future__ import annotations

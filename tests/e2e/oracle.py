@@ -1,7 +1,7 @@
 """The oracle cases: requests a real kube-apiserver refuses (or prunes), and how its answers are
 recorded under ``tests/data/apiserver-oracle/`` (one JSON file per case, naming the Kubernetes
 version that answered). ``tests/e2e/test_oracle.py`` sends them to a real API server; the same
-cases and files can be replayed against the embedded one (sharegpu.local.apiserver).
+cases and files can be replayed against the embedded one (sharegpuctl.local.apiserver).
 """
 
 from __future__ import annotations
@@ -77,9 +77,11 @@ def normalized(body: Any) -> Any:
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 QUOTAS = "/apis/resource.sharegpu.dev/v1alpha1/namespaces/default/gpuquotas"
 GPUS = "/apis/resource.sharegpu.dev/v1alpha1/gpus"
+PODS = "/api/v1/namespaces/default/pods"
 
 
-def _claim(name: str, requests: dict[str, str]) -> dict[str, Any]:
+def _claim(name: str, requests: dict[str, str], **extra: Any) -> dict[str, Any]:
+    """A claim of one request; ``extra`` fields go into the request's ``exactly``."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -92,6 +94,7 @@ def _claim(name: str, requests: dict[str, str]) -> dict[str, Any]:
                         "exactly": {
                             "deviceClassName": "gpu.sharegpu.dev",
                             "capacity": {"requests": requests},
+                            **extra,
                         },
                     }
                 ]
@@ -167,6 +170,25 @@ CASES = (
         "POST",
         QUOTAS,
         _quota("unknown-pruned", {"cores": 100}, colour="blue"),
+    ),
+    OracleCase(
+        "pod-unknown-field-strict",
+        "a Pod with an unknown field, strict field validation (the decoder refuses it)",
+        "POST",
+        PODS + "?fieldValidation=Strict",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "unknown-strict", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "bogusField": 1},
+        },
+    ),
+    OracleCase(
+        "claim-unknown-field-strict",
+        "a ResourceClaim with an unknown field in a request, strict field validation",
+        "POST",
+        CLAIMS + "?fieldValidation=Strict",
+        _claim("unknown-strict", {"cores": "30", "memory": "4Gi"}, colour="blue"),
     ),
     OracleCase(
         "gpu-negative-index",

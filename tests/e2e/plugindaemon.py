@@ -1,30 +1,36 @@
-"""The chart's kubelet-plugin DaemonSet on the real node (:class:`~tests.e2e.kubelet.RealNode`):
-the driver's image (:mod:`tests.e2e.driverimage`) imported into the node's containerd, the
-chart rendered with the mock backend and the node's host directories, the DaemonSet applied, and
-its pod run by the real kubelet.
+"""The chart installed with ``helm install`` on the real node
+(:class:`~tests.e2e.kubelet.RealNode`): the driver's image (:mod:`tests.e2e.driverimage`)
+imported into the node's containerd, the release's kubelet-plugin DaemonSet run by the real
+kubelet, later ``helm upgrade`` to other values.
 
-Values set besides ``kubeletPlugin.deviceBackend=mock``: the kubelet and CDI directories and the
-MPS root (the node keeps them under its temporary directory), the metrics port (a free one), two
-extra environment variables and two extra flags (``--metrics-address`` on 127.0.0.1, and
-``--mock-health-file`` for injected GPU faults). Changed in the rendered DaemonSet:
-``hostNetwork`` (there is no kube-proxy, so the pod reaches the API server on 127.0.0.1, which
-``KUBERNETES_SERVICE_HOST`` and ``_PORT`` name) and the liveness probe's host (127.0.0.1, where
-``--metrics-address`` then listens). The node carries the label the chart's node selector asks
-for (``nvidia.com/gpu.present``), as the kind set-up's nodes do.
+Values set besides the image and the mock GPUs (``kubeletPlugin.deviceBackend=mock``,
+``kubeletPlugin.mock.config``): ``controller.enabled=false`` (the controller runs as a host
+process, :mod:`tests.e2e.driver`: a pod could not reach the API server on 127.0.0.1, nor could
+the API server reach a webhook Service without kube-proxy), the kubelet and CDI directories and
+the MPS root (the node keeps them under its temporary directory), ``kubeletPlugin.hostNetwork``
+(the pod reaches the API server on 127.0.0.1, which ``extraEnv`` ``KUBERNETES_SERVICE_HOST`` and
+``_PORT`` name), ``kubeletPlugin.metrics.address=127.0.0.1`` and a free metrics port (so the pod
+listens on loopback only), and ``--mock-health-file`` in ``extraArgs`` (injected GPU faults). The
+chart's objects applied earlier by the control-plane steps (CRDs, DeviceClasses, the plugin's RBAC
+and policies) are taken over by the release (``--take-ownership``). The node carries the label
+the chart's node selector asks for (``nvidia.com/gpu.present``), as the kind set-up's nodes do.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from tests.deploy.helpers import load_documents, run_helm
 from tests.e2e import driverimage
 from tests.e2e.controlplane import ControlPlane, free_port
-from tests.e2e.driver import NAMESPACE, apply, component, render_chart
+from tests.e2e.driver import CHART_DIR, NAMESPACE, RELEASE, component
 from tests.e2e.kubelet import RealNode
-from tests.e2e.node import PLUGIN_COMPONENT, chart_flag, plugin_objects
+from tests.e2e.node import PLUGIN_COMPONENT, chart_flag
 from tests.e2e.processes import StepFailed, failure, forbidden_lines, wait_until
 
 #: The label the chart's plugin DaemonSet selects nodes by (values.yaml).
@@ -32,17 +38,22 @@ GPU_NODE_LABEL: Final = "nvidia.com/gpu.present=true"
 #: The mock health file, in the plugin's data directory (a host path the pod mounts at the same
 #: path), read by ``--mock-health-file``.
 HEALTH_FILE: Final = "mock-health.yaml"
+#: The tag the driver's image is also imported under, for an upgrade to another image.
+UPGRADE_TAG: Final = "upgrade"
 
 
 @dataclasses.dataclass(frozen=True)
 class PluginDaemon:
-    """The applied DaemonSet, its node and the host paths of its pod."""
+    """The installed release's DaemonSet, its node, the host paths of its pod and the image
+    (``repository:tag``) it was installed or last upgraded with."""
 
     plane: ControlPlane
+    helm: str
     name: str
     node: RealNode
     data_dir: Path
     metrics_port: int
+    image: str
 
     @property
     def health_file(self) -> Path:
@@ -82,94 +93,130 @@ class PluginDaemon:
             raise StepFailed(failure(step_name, "kubectl logs", forbidden[0]))
 
 
-def daemonset(
-    helm: str,
-    plane: ControlPlane,
-    node: RealNode,
-    metrics_port: int,
-    data_dir: Path,
-    *values: str,
-    json_values: tuple[str, ...] = (),
-) -> list[dict[str, Any]]:
-    """The chart's plugin DaemonSet for ``node`` (see the module docstring for what changes),
-    with ``values`` (``key=value``) and ``json_values`` (``key=JSON``) set as well; preceded by
-    the chart's mock GPU ConfigMap where ``kubeletPlugin.mock.config`` renders one."""
+def values(
+    daemon: PluginDaemon, extra: tuple[str, ...] = (), json_values: tuple[str, ...] = ()
+) -> list[str]:
+    """The ``--set`` and ``--set-json`` arguments of the release (see the module docstring),
+    with ``extra`` (``key=value``) and ``json_values`` (``key=JSON``) set as well."""
+    plane, node = daemon.plane, daemon.node
+    repository, tag = daemon.image.rsplit(":", 1)
     env = [
         {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(plane.api_port)},
     ]
-    chart = render_chart(
-        helm,
+    sets = (
+        "controller.enabled=false",
+        f"image.repository={repository}",
+        f"image.tag={tag}",
         "kubeletPlugin.deviceBackend=mock",
         f"kubeletPlugin.kubeletDir={node.kubelet_dir}",
         f"kubeletPlugin.cdiDir={node.cdi_dir}",
         f"kubeletPlugin.mps.hostRoot={node.root / 'mps'}",
-        f"kubeletPlugin.metrics.port={metrics_port}",
-        *values,
-        json_values=(
-            f"kubeletPlugin.extraEnv={json.dumps(env)}",
-            "kubeletPlugin.extraArgs="
-            + json.dumps(
-                [
-                    f"--metrics-address=127.0.0.1:{metrics_port}",
-                    f"--mock-health-file={data_dir / HEALTH_FILE}",
-                ]
-            ),
-            *json_values,
-        ),
+        "kubeletPlugin.hostNetwork=true",
+        "kubeletPlugin.metrics.address=127.0.0.1",
+        f"kubeletPlugin.metrics.port={daemon.metrics_port}",
+        *extra,
     )
-    mock_config = [
-        d
-        for d in chart
-        if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-kubelet-plugin-mock")
+    json_sets = (
+        f"kubeletPlugin.extraEnv={json.dumps(env)}",
+        "kubeletPlugin.extraArgs="
+        + json.dumps([f"--mock-health-file={daemon.data_dir / HEALTH_FILE}"]),
+        *json_values,
+    )
+    return [a for v in sets for a in ("--set", v)] + [
+        a for v in json_sets for a in ("--set-json", v)
     ]
-    (ds,) = [d for d in chart if d["kind"] == "DaemonSet" and component(d) == PLUGIN_COMPONENT]
-    spec = ds["spec"]["template"]["spec"]
-    spec["hostNetwork"] = True
-    spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    (container,) = spec["containers"]
-    container["livenessProbe"]["httpGet"]["host"] = "127.0.0.1"
-    return [*mock_config, ds]
 
 
-def start(
+def helm_run(daemon: PluginDaemon, step_name: str, *args: str) -> str:
+    """Run helm against the control plane (the release's namespace); returns its output."""
+    argv = [
+        *args,
+        "--namespace",
+        NAMESPACE,
+        f"--kubeconfig={daemon.plane.admin_kubeconfig}",
+    ]
+    result = run_helm(daemon.helm, *argv)
+    if result.returncode != 0:
+        raise StepFailed(
+            failure(
+                step_name,
+                ["helm", *argv],
+                f"exit code {result.returncode}: {result.stderr}",
+                daemon.plane.apiserver.log if daemon.plane.apiserver else None,
+            )
+        )
+    return result.stdout
+
+
+def plugin_daemonset_name(daemon: PluginDaemon) -> str:
+    """The name of the plugin DaemonSet in the release's manifest (``helm get manifest``)."""
+    manifest = load_documents(helm_run(daemon, "helm get manifest", "get", "manifest", RELEASE))
+    (name,) = [
+        d["metadata"]["name"]
+        for d in manifest
+        if d["kind"] == "DaemonSet" and component(d) == PLUGIN_COMPONENT
+    ]
+    return str(name)
+
+
+def install(
     helm: str, plane: ControlPlane, node: RealNode, chart: list[dict[str, Any]]
 ) -> PluginDaemon:
-    """Import the driver's image, apply the chart's plugin RBAC, policies and DaemonSet, and wait
-    until its pod runs and the node's ResourceSlice is published."""
-    archive, _name = driverimage.build(node.root)
+    """Import the driver's image (also tagged :data:`UPGRADE_TAG`), ``helm install`` the chart
+    and wait until the plugin's pod runs and the node's ResourceSlice is published."""
+    archive, name = driverimage.build(node.root, UPGRADE_TAG)
     node.import_image(archive, "import the driver's image")
     archive.unlink()
-    plane.kubectl("create", "namespace", NAMESPACE, check=False)
-    apply(plane, plugin_objects(chart), "apply the plugin's RBAC and policies from the chart")
     plane.kubectl("label", "node", node.name, GPU_NODE_LABEL, "--overwrite")
     data_dir = node.plugins_dir / chart_flag(chart, "--driver-name")
-    daemon = PluginDaemon(plane, "", node, data_dir, free_port())
-    return _roll_out(daemon, helm)
+    daemon = PluginDaemon(plane, helm, "", node, data_dir, free_port(), name)
+    return _roll_out(
+        daemon, "install", ("--create-namespace", "--take-ownership", "--force-conflicts")
+    )
 
 
-def reconfigure(
-    daemon: PluginDaemon, helm: str, *values: str, json_values: tuple[str, ...] = ()
+def upgrade(
+    daemon: PluginDaemon,
+    *extra: str,
+    json_values: tuple[str, ...] = (),
+    image: str | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> PluginDaemon:
-    """Apply the DaemonSet rendered with ``values`` as well (as ``helm upgrade --set`` would) and
-    wait until a new pod runs; what it publishes is for the caller to wait for."""
-    return _roll_out(daemon, helm, *values, json_values=json_values)
+    """``helm upgrade`` the release with ``extra`` (``key=value``) and ``json_values``
+    (``key=JSON``) set besides the release's own (and the image ``image`` when given), run
+    ``meanwhile`` as soon as helm returns, and wait until a new pod runs; what it publishes is for
+    the caller to wait for."""
+    if image is not None:
+        daemon = dataclasses.replace(daemon, image=image)
+    return _roll_out(daemon, "upgrade", (), extra, json_values, meanwhile)
 
 
 def _roll_out(
-    daemon: PluginDaemon, helm: str, *values: str, json_values: tuple[str, ...] = ()
+    daemon: PluginDaemon,
+    verb: str,
+    flags: tuple[str, ...],
+    extra: tuple[str, ...] = (),
+    json_values: tuple[str, ...] = (),
+    meanwhile: Callable[[], None] | None = None,
 ) -> PluginDaemon:
-    """Apply the DaemonSet and wait until a pod other than the current one is ready and the node
-    has ResourceSlices."""
+    """``helm install`` or ``upgrade``, run ``meanwhile``, and wait until a pod other than the
+    current one is ready and the node has ResourceSlices."""
     plane, node = daemon.plane, daemon.node
     before = daemon.pod() if daemon.name else None
     old_uid = (before or {}).get("metadata", {}).get("uid")
-    docs = daemonset(
-        helm, plane, node, daemon.metrics_port, daemon.data_dir, *values, json_values=json_values
+    helm_run(
+        daemon,
+        f"helm {verb} the chart",
+        verb,
+        RELEASE,
+        str(CHART_DIR),
+        *flags,
+        *values(daemon, extra, json_values),
     )
-    apply(plane, docs, "apply the chart's kubelet-plugin DaemonSet")
-    ds = docs[-1]
-    daemon = dataclasses.replace(daemon, name=ds["metadata"]["name"])
+    daemon = dataclasses.replace(daemon, name=plugin_daemonset_name(daemon))
+    if meanwhile is not None:
+        meanwhile()
 
     def running() -> bool:
         pod = daemon.pod()
@@ -193,16 +240,25 @@ def _roll_out(
     return daemon
 
 
-def stop(daemon: PluginDaemon) -> None:
-    """Delete the DaemonSet and wait until its pod is gone."""
-    daemon.plane.kubectl(
-        "delete",
-        "daemonset",
-        daemon.name,
-        "-n",
-        NAMESPACE,
-        "--cascade=foreground",
-        "--wait=true",
-        "--timeout=120s",
-        check=False,
-    )
+def uninstall(daemon: PluginDaemon) -> None:
+    """``helm uninstall`` the release and wait until its pod is gone (the CRDs stay:
+    ``crds.keep``)."""
+    try:
+        result = run_helm(
+            daemon.helm,
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            f"--kubeconfig={daemon.plane.admin_kubeconfig}",
+            "--wait",
+            "--timeout=100s",
+        )
+        uninstalled = result.returncode == 0
+    except subprocess.TimeoutExpired:
+        uninstalled = False
+    if not uninstalled:
+        # The DaemonSet itself, so that its pod stops before the kubelet does.
+        daemon.plane.kubectl(
+            "delete", "daemonset", daemon.name, "-n", NAMESPACE, "--wait=true", check=False
+        )

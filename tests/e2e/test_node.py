@@ -16,7 +16,7 @@ import yaml
 
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.cdi import spec_file_name
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.deploy.helpers import load_documents
 from tests.e2e.binaries import missing_binaries
 from tests.e2e.controlplane import ControlPlane

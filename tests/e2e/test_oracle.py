@@ -1,5 +1,5 @@
 """What a real kube-apiserver answers to objects an API server must refuse (or prune): the
-oracle the embedded API server (sharegpu.local.apiserver) is compared with.
+oracle the embedded API server (sharegpuctl.local.apiserver) is compared with.
 
 Each case is sent as a dry run (nothing is stored) and its answer, without the fields that
 change from run to run, must equal ``tests/data/apiserver-oracle/<case>.json``, which also names

@@ -1,9 +1,10 @@
-"""The driver's kubelet plugin under a real kubelet: the chart's DaemonSet (mock backend, the
-driver's image built without docker) runs on the node and its pod registers through the
-kubelet's plugin registration directory; the pods of examples/two-pods-fractional-share, pinned
-to the node, reach Running after the kubelet's NodePrepareResources; inside each container
-(``kubectl exec``) the environment is what the claim's CDI spec promised; deleting the pods and
-claims makes the kubelet call NodeUnprepareResources, which removes the specs."""
+"""The driver's kubelet plugin under a real kubelet: the chart installed with ``helm install``
+(mock backend, the driver's image built without docker), whose DaemonSet's pod registers through
+the kubelet's plugin registration directory, later ``helm upgrade`` to other values; the pods of
+examples/two-pods-fractional-share, pinned to the node, reach Running after the kubelet's
+NodePrepareResources; inside each container (``kubectl exec``) the environment is what the
+claim's CDI spec promised; deleting the pods and claims makes the kubelet call
+NodeUnprepareResources, which removes the specs."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sharegpu.cli.demo_inputs import DEMO_EXAMPLES
+from kubeletplugin.hosts.simtools import PID_FILE as MPS_PID_FILE
+from sharegpuctl.cli.demo_inputs import DEMO_EXAMPLES
 from tests.deploy.helpers import load_documents
 from tests.e2e import plugindaemon
 from tests.e2e.controlplane import ControlPlane
@@ -199,19 +201,7 @@ def test_plugin_restart_while_pods_start(real_node: RealNode, node_plugin: Plugi
     plane = real_node.plane
     namespace = "e2e-plugin-restart"
     plane.create_namespace(namespace)
-    # A fault injected by an earlier test taints a device until enough healthy probes pass;
-    # the slices are compared once that is over.
-    wait_until(
-        lambda: (
-            not any(
-                d.get("taints") for sl in node_slices(plane, real_node.name) for d in _devices(sl)
-            )
-        ),
-        "the node's devices are untainted before the restart",
-        "no device with taints",
-        process=real_node.kubelet,
-    )
-    before = {sl["metadata"]["name"]: sl for sl in node_slices(plane, real_node.name)}
+    before = _untainted_slices(real_node, "the restart")
     old = node_plugin.pod()
     assert old is not None
     plane.kubectl(
@@ -249,16 +239,7 @@ def test_plugin_restart_while_pods_start(real_node: RealNode, node_plugin: Plugi
         out = plane.kubectl("exec", pod, "-n", namespace, "--", "env", step_name="kubectl exec")
         with step(f"{pod} has its share after the plugin's restart", f"kubectl exec {pod} -- env"):
             assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={cores}" in out.stdout, out.stdout
-    after = {sl["metadata"]["name"]: sl for sl in node_slices(plane, real_node.name)}
-    with step("the restarted plugin left the node's ResourceSlices as they were", "kubectl get"):
-        assert sorted(after) == sorted(before)
-        changed = {n: _changes(before[n], after[n]) for n in after}
-        assert not any(changed.values()), changed
-        versions = {
-            n: (before[n]["metadata"]["resourceVersion"], sl["metadata"]["resourceVersion"])
-            for n, sl in after.items()
-        }
-        assert all(a == b for a, b in versions.values()), versions
+    _check_slices_unchanged(real_node, before, "the restarted plugin")
     uids = _claim_uids(plane, namespace)
     plane.kubectl(
         "delete",
@@ -276,8 +257,165 @@ def test_plugin_restart_while_pods_start(real_node: RealNode, node_plugin: Plugi
     )
 
 
+def test_helm_upgrade_while_pods_start(real_node: RealNode, node_plugin: PluginDaemon) -> None:
+    """``helm upgrade`` to another image of the plugin while the example's pods are created, with
+    the example running already in another namespace: the new pods reach Running with their
+    shares once the upgraded pod serves; the running pods never restart, and their claims'
+    CDI specs and MPS daemon directories (pid file and sockets) stay; the node's ResourceSlices
+    are the same objects, not rewritten; no pod fails."""
+    plane = real_node.plane
+    running_ns, starting_ns = "e2e-upgrade-running", "e2e-upgrade-starting"
+    for namespace in (running_ns, starting_ns):
+        plane.create_namespace(namespace)
+    _apply_example(real_node, running_ns, "apply examples/two-pods-fractional-share")
+    _wait_ready(plane, running_ns, "before the upgrade")
+    prepared = _claim_uids(plane, running_ns)
+    specs = {uid: sorted(_spec_files(real_node.cdi_dir, uid)) for uid in prepared.values()}
+    mps_root = real_node.root / "mps"
+    daemons = sorted({d for uid in prepared.values() for d in _mps_daemons(real_node, uid)})
+    with step("the running claims' MPS daemons are there before the upgrade", f"ls {mps_root}"):
+        assert all(specs.values()), specs
+        assert daemons and all((d / "pipe" / MPS_PID_FILE).is_file() for d in daemons), daemons
+    pods_before = _pod_states(plane, running_ns)
+    before = _untainted_slices(real_node, "the upgrade")
+    image = f"{node_plugin.image.rsplit(':', 1)[0]}:{plugindaemon.UPGRADE_TAG}"
+    upgraded = plugindaemon.upgrade(
+        node_plugin,
+        image=image,
+        meanwhile=lambda: _apply_example(
+            real_node, starting_ns, "apply examples/two-pods-fractional-share during the upgrade"
+        ),
+    )
+    pod = upgraded.pod()
+    with step("the upgraded plugin pod runs the new image", "kubectl get pods"):
+        assert pod is not None
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == image, container["image"]
+    _wait_ready(plane, starting_ns, "after the upgrade")
+    for name, cores in SHARES.items():
+        out = plane.kubectl("exec", name, "-n", starting_ns, "--", "env", step_name="kubectl exec")
+        with step(f"{name} has its share after the upgrade", f"kubectl exec {name} -- env"):
+            assert f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={cores}" in out.stdout, out.stdout
+    with step("the running pods and their prepared claims survived the upgrade", "kubectl get"):
+        assert _pod_states(plane, running_ns) == pods_before
+        after_specs = {uid: sorted(_spec_files(real_node.cdi_dir, uid)) for uid in specs}
+        assert after_specs == specs
+        assert all((d / "pipe" / MPS_PID_FILE).is_file() for d in daemons), daemons
+    with step("no pod failed during the upgrade", "kubectl get pods"):
+        for namespace in (running_ns, starting_ns):
+            states = _pod_states(plane, namespace)
+            assert states and all(s[0] == "Running" and s[2] == 0 for s in states.values()), states
+    _check_slices_unchanged(real_node, before, "the upgrade")
+    node_plugin.check_no_forbidden("the upgraded plugin with the chart's RBAC")
+    uids = {**prepared, **{f"starting/{k}": v for k, v in _claim_uids(plane, starting_ns).items()}}
+    for namespace in (running_ns, starting_ns):
+        plane.kubectl(
+            "delete",
+            "namespace",
+            namespace,
+            "--wait=true",
+            "--timeout=180s",
+            step_name="delete the namespace",
+        )
+    wait_until(
+        lambda: not any(_spec_files(real_node.cdi_dir, uid) for uid in uids.values()),
+        "the upgraded plugin unprepares the claims of before and after the upgrade",
+        "no CDI spec of the claims",
+        process=real_node.kubelet,
+    )
+
+
+def _apply_example(real_node: RealNode, namespace: str, step_name: str) -> None:
+    real_node.plane.kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all(_example_on(real_node.name)),
+        step_name=step_name,
+    )
+
+
+def _wait_ready(plane: ControlPlane, namespace: str, when: str) -> None:
+    for pod in SHARES:
+        plane.kubectl(
+            "wait",
+            "--for=condition=Ready",
+            f"pod/{pod}",
+            "-n",
+            namespace,
+            "--timeout=240s",
+            step_name=f"pod {pod} of {namespace} Running {when}",
+        )
+
+
+def _pod_states(plane: ControlPlane, namespace: str) -> dict[str, tuple[str, str, int]]:
+    """Each pod's phase, uid and the restart count of its containers."""
+    out = plane.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout
+    return {
+        p["metadata"]["name"]: (
+            p["status"].get("phase", ""),
+            p["metadata"]["uid"],
+            sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])),
+        )
+        for p in json.loads(out)["items"]
+    }
+
+
+def _mps_daemons(real_node: RealNode, uid: str) -> set[Path]:
+    """The MPS daemon directories (``<mps root>/<daemon id>``) the CDI specs of claim ``uid``
+    mount into its containers."""
+    root = real_node.root / "mps"
+    found: set[Path] = set()
+    for path in _spec_files(real_node.cdi_dir, uid):
+        spec = json.loads(path.read_text())
+        edits = [spec.get("containerEdits") or {}]
+        edits += [d.get("containerEdits") or {} for d in spec.get("devices", [])]
+        for edit in edits:
+            for mount in edit.get("mounts") or []:
+                host = Path(mount.get("hostPath", "/"))
+                if host.is_relative_to(root) and host != root:
+                    found.add(root / host.relative_to(root).parts[0])
+    return found
+
+
 def _devices(slice_: dict[str, Any]) -> list[dict[str, Any]]:
     return list(slice_["spec"].get("devices", []))
+
+
+def _untainted_slices(real_node: RealNode, before_what: str) -> dict[str, dict[str, Any]]:
+    """The node's ResourceSlices by name, once no device has a taint: a fault injected by an
+    earlier test taints a device until enough healthy probes pass."""
+    plane = real_node.plane
+    wait_until(
+        lambda: (
+            not any(
+                d.get("taints") for sl in node_slices(plane, real_node.name) for d in _devices(sl)
+            )
+        ),
+        f"the node's devices are untainted before {before_what}",
+        "no device with taints",
+        process=real_node.kubelet,
+    )
+    return {sl["metadata"]["name"]: sl for sl in node_slices(plane, real_node.name)}
+
+
+def _check_slices_unchanged(
+    real_node: RealNode, before: dict[str, dict[str, Any]], who: str
+) -> None:
+    """The node's ResourceSlices are the objects of ``before``: same names, spec, generation and
+    resourceVersion (not rewritten at all)."""
+    after = {sl["metadata"]["name"]: sl for sl in node_slices(real_node.plane, real_node.name)}
+    with step(f"{who} left the node's ResourceSlices as they were", "kubectl get resourceslices"):
+        assert sorted(after) == sorted(before)
+        changed = {n: _changes(before[n], after[n]) for n in after}
+        assert not any(changed.values()), changed
+        versions = {
+            n: (before[n]["metadata"]["resourceVersion"], sl["metadata"]["resourceVersion"])
+            for n, sl in after.items()
+        }
+        assert all(a == b for a, b in versions.values()), versions
 
 
 def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -319,11 +457,11 @@ PARTITION_EXAMPLES = ("partitions", "admin-device-classes")
 
 
 def test_partition_examples_after_switching_the_plugin(
-    real_node: RealNode, node_plugin: PluginDaemon, helm: str
+    real_node: RealNode, node_plugin: PluginDaemon
 ) -> None:
-    """The DaemonSet re-applied with ``kubeletPlugin.sharingMode=partitions``: a new pod
+    """The release upgraded with ``kubeletPlugin.sharingMode=partitions``: a new pod
     publishes partitions (devices drawing on shared counters), and the partitions examples run."""
-    plugindaemon.reconfigure(node_plugin, helm, "kubeletPlugin.sharingMode=partitions")
+    plugindaemon.upgrade(node_plugin, "kubeletPlugin.sharingMode=partitions")
 
     def partitions_published() -> bool:
         devices = [
@@ -344,13 +482,13 @@ def test_partition_examples_after_switching_the_plugin(
 
 
 def test_dynamic_mig_example_after_switching_the_plugin(
-    real_node: RealNode, node_plugin: PluginDaemon, helm: str
+    real_node: RealNode, node_plugin: PluginDaemon
 ) -> None:
-    """The DaemonSet re-applied with ``kubeletPlugin.mig=dynamic`` as well (the mock GPUs are then
+    """The release upgraded with ``kubeletPlugin.mig=dynamic`` as well (the mock GPUs are then
     in MIG mode): a new pod publishes MIG placements, and examples/mig-dynamic runs, each pod on
     the MIG device created for its claim."""
-    plugindaemon.reconfigure(
-        node_plugin, helm, "kubeletPlugin.sharingMode=partitions", "kubeletPlugin.mig=dynamic"
+    plugindaemon.upgrade(
+        node_plugin, "kubeletPlugin.sharingMode=partitions", "kubeletPlugin.mig=dynamic"
     )
 
     def placements_published() -> bool:
@@ -456,12 +594,12 @@ MIG_GPUS = """\
 
 
 def test_static_mig_example_after_switching_the_plugin(
-    real_node: RealNode, node_plugin: PluginDaemon, helm: str
+    real_node: RealNode, node_plugin: PluginDaemon
 ) -> None:
-    """The DaemonSet re-applied in the default modes with ``kubeletPlugin.mock.config`` naming
+    """The release upgraded in the default modes with ``kubeletPlugin.mock.config`` naming
     MIG devices on GPU 0: a new pod publishes them, and examples/mig-static runs."""
-    plugindaemon.reconfigure(
-        node_plugin, helm, json_values=(f"kubeletPlugin.mock.config={json.dumps(MIG_GPUS)}",)
+    plugindaemon.upgrade(
+        node_plugin, json_values=(f"kubeletPlugin.mock.config={json.dumps(MIG_GPUS)}",)
     )
 
     def mig_devices_published() -> bool:

@@ -218,7 +218,7 @@ def test_sharegpu_validate_accepts_every_example_without_warnings(version: str) 
         [
             sys.executable,
             "-m",
-            "sharegpu",
+            "sharegpuctl",
             "validate",
             "-f",
             str(EXAMPLES_DIR),

@@ -80,7 +80,7 @@ def wait_until(
 
 
 class TaintRecorder:
-    """A :class:`~kubeletplugin.health.monitor.TaintSink` that keeps every map it is handed
+    """A :class:`~kubeletplugin.model.TaintSink` that keeps every map it is handed
     (thread-safe: the monitor calls it from its checker's thread)."""
 
     def __init__(self) -> None:

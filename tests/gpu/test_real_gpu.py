@@ -53,6 +53,7 @@ from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.health.taints import DEFAULT_TAINT_EFFECT
+from kubeletplugin.hosts.nvidia import nvidia_share_tools
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.kubelet.server import PluginServer
 from kubeletplugin.model import GpuInfo
@@ -69,8 +70,8 @@ from kubeletplugin.usage.attribution import attribute
 from kubeletplugin.usage.model import GpuSample, PreparedShare
 from kubeletplugin.usage.procfs import PodLookup
 from kubeletplugin.usage.source import NvmlUsageSource
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimClaimResult
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin, SimClaimResult
 from tests.gpu import cudaprobe
 from tests.gpu.checks import (
     CALIBRATION_ITERATIONS,
@@ -163,11 +164,10 @@ class GpuNode:
             cdi=CdiSpecWriter(root / "cdi", DRIVER, dev_root=Path("/dev")),
             checkpoint=Checkpoint(root / "data"),
             enforcer=build_enforcer(
-                "nvml",
+                nvidia_share_tools(Path("/"), self.launcher),
                 root / "data",
                 driver_name=DRIVER,
                 mps_root=self.mps_root,
-                launcher=self.launcher,
             ),
         )
         self.state.start()

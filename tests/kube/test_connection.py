@@ -19,7 +19,7 @@ from sharegpu.kube.rest import (
     load_connection,
     resource_path,
 )
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.paths import REPO_ROOT
 
 NODES = resource_path("", "v1", "nodes")

@@ -11,7 +11,7 @@ from controller.tracker import Tracker
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock, FakeClock
 from sharegpu.kube.leader import LeaderElector
 from sharegpu.kube.rest import KubeRest, resource_path
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller import helpers as h
 from tests.helpers import eventually
 

@@ -19,7 +19,7 @@ from sharegpu.kube.rest import (
     load_api_client,
     resource_path,
 )
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 NODES = resource_path("", "v1", "nodes")
 

@@ -772,7 +772,7 @@ def test_pool_disagreeing_slice_counts_and_pools() -> None:
 
 @pytest.mark.parametrize("name", sorted(VALID))
 def test_valid_slices_also_pass_the_official_schema(name: str) -> None:
-    from sharegpu.local.apiserver.validation import schema_validator
+    from sharegpuctl.local.apiserver.validation import schema_validator
 
     assert schema_validator("resource.k8s.io/v1", "ResourceSlice")(VALID[name]()) == []
 
@@ -822,3 +822,42 @@ def test_string_attribute_limit_counts_utf8_bytes_like_the_api_server() -> None:
     ]
     assert sr.truncate_utf8(value, 64) == "é" * 32
     assert sr.truncate_utf8("a" + "é" * 40, 64) == "a" + "é" * 31
+
+
+@pytest.mark.parametrize(
+    ("extra", "lower"),
+    [
+        ({}, False),
+        ({"taints": [{"key": "k", "effect": "NoSchedule"}]}, True),
+        ({"taints": []}, False),
+        ({"consumesCounters": [{"counterSet": "gpu-0", "counters": {}}]}, True),
+        ({"attributes": {"ids": {"ints": [1, 2]}}}, True),
+        ({"attributes": {"ok": {"bools": [True]}}}, True),
+        ({"attributes": {"names": {"strings": ["a"]}}}, True),
+        ({"attributes": {"vs": {"versions": ["1.0.0"]}}}, True),
+        ({"attributes": {"one": {"int": 1}, "s": {"string": "x"}}}, False),
+        ({"attributes": "junk"}, False),
+    ],
+)
+def test_which_devices_take_the_lower_device_limit(extra: Obj, lower: bool) -> None:
+    """Taints, consumesCounters and list-typed attributes (k8s.io/api v0.37
+    ``ResourceSliceMaxDevicesWithAdvancedFeatures``) lower the limit of the device's slice; the
+    node plugin packs its slices by the same :func:`sr.device_limit`."""
+    dev = device("gpu-0", **extra)
+    assert sr.takes_lower_device_limit(dev) is lower
+    want = sr.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS if lower else sr.MAX_DEVICES_PER_SLICE
+    assert sr.device_limit([device("gpu-1"), dev]) == want
+    assert sr.device_limit([]) == sr.MAX_DEVICES_PER_SLICE
+    assert not sr.takes_lower_device_limit("junk")
+
+
+def test_a_list_attribute_lowers_the_device_limit_the_validator_reports() -> None:
+    devices = [
+        device(f"gpu-{i}") for i in range(sr.MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS + 1)
+    ]
+    devices[0]["attributes"]["ids"] = {"ints": [1, 2]}
+    msgs = sr.validate_resource_slice(good_slice(devices=devices))
+    assert (
+        "spec.devices: Too many: 65: must have at most 64 items when a device has taints, "
+        "consumesCounters or list-typed attributes" in msgs
+    )

@@ -9,10 +9,11 @@ import pytest
 
 from kubeletplugin.config import ConfigError, PluginConfig, parse_config
 from kubeletplugin.devices.mock import MockBackend
-from kubeletplugin.main import Plugin, check_gpu_node
+from kubeletplugin.hosts.nvidia import NvidiaHost
+from kubeletplugin.main import Plugin, make_host
 from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.helpers import eventually
 from tests.kube.helpers import Recorder, all_closed, get_with_retries, short_limits, stall
 from tests.kubeletplugin.publish.helpers import DEADLINE, create_node, is_consistent, pool
@@ -31,11 +32,9 @@ def test_defaults() -> None:
         metrics_address=None,
         log_format="text",
         log_level="info",
-        device_backend="nvml",
-        mock_gpus=8,
-        mock_config=None,
         print_slices=False,
     )
+    assert config.simulated is None
 
 
 def test_environment_fallbacks_and_flag_precedence() -> None:
@@ -55,7 +54,6 @@ def test_environment_fallbacks_and_flag_precedence() -> None:
         (["--node-name", "n1", "--metrics-address", "nowhere"], "--metrics-address: invalid"),
         (["--node-name", "n1", "--device-backend", "mock", "--mock-gpus", "0"], "--mock-gpus"),
         (["--node-name", "n1", "--mock-config", "x.yaml"], "--mock-config needs"),
-        (["--node-name", "n1", "--proc-root", "proc"], "--proc-root 'proc': must be an absolute"),
         (["--node-name", "n1", "--mps-shm-size", "8Mi"], "--mps-shm-size '8Mi': must be 16Mi to"),
         (["--node-name", "n1", "--mps-shm-size", "65Gi"], "--mps-shm-size '65Gi': must be 16Mi"),
         (["--node-name", "n1", "--mps-shm-size", "lots"], "--mps-shm-size 'lots': "),
@@ -199,18 +197,38 @@ def test_default_share_cores_flag() -> None:
             parse_config([*base, "--default-share-cores", bad])
 
 
-def test_the_gpu_node_check_reads_the_configured_proc_root(
+def test_the_gpu_node_check_reads_the_hosts_proc_root(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     dev, proc = tmp_path / "dev", tmp_path / "proc"
     dev.mkdir()
     proc.mkdir()
     (proc / "devices").write_text("Character devices:\n195 nvidia\n")
-    config = parse_config(
-        ["--node-name", "n1", "--dev-root", str(dev), "--proc-root", str(proc)], environ={}
-    )
-    assert config.proc_root == proc
+    host = make_host(parse_config(["--node-name", "n1"], environ={}))
+    assert isinstance(host, NvidiaHost)
+    assert (host.dev_root, host.proc_root) == (Path("/dev"), Path("/proc"))
+    # The host's /dev and /proc in production (no flag moves them); here fixture directories.
+    fixture = NvidiaHost(dev_root=dev, proc_root=proc, nvidia_cdi=host.nvidia_cdi)
     with caplog.at_level("WARNING", logger="kubeletplugin.devices.uvm"):
-        check_gpu_node(config)
+        fixture.check_node()
     assert f"{proc / 'devices'} lists no character device 'nvidia-uvm'" in caplog.text
     assert "nvidia-modprobe -u -c=0" in caplog.text
+
+
+def test_the_nvidia_cdi_kind_reaches_the_detectors() -> None:
+    config = parse_config(
+        ["--node-name", "n1", "--nvidia-cdi-kind", "k8s.example.com/gpu"], environ={}
+    )
+    assert config.nvidia_cdi_kind == "k8s.example.com/gpu"
+    host = make_host(config)
+    assert isinstance(host, NvidiaHost)
+    assert host.nvidia_cdi is not None and host.nvidia_cdi.kind == "k8s.example.com/gpu"
+
+
+@pytest.mark.parametrize("kind", ["gpu", "nvidia.com/", "/gpu", "nvidia.com/g.pu", "1x.com/gpu"])
+def test_a_bad_nvidia_cdi_kind_is_refused(kind: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(["--node-name", "n1", "--nvidia-cdi-kind", kind], environ={})
+    assert str(info.value) == (
+        f"--nvidia-cdi-kind {kind!r}: must be a CDI kind vendor/class, e.g. nvidia.com/gpu"
+    )

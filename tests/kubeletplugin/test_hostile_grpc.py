@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubeletplugin.kubelet.preparer import ClaimRef
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.kubelet.helpers import DRIVER, Dirs, running_server, socket_dirs
 from tests.kubeletplugin.prepare import helpers as h
 

@@ -20,7 +20,7 @@ from kubeletplugin.devices.slices import (
     slice_index,
 )
 from kubeletplugin.devices.table import node_devices
-from sharegpu.kube.slicerules import validate_pool, validate_resource_slice
+from sharegpu.kube.slicerules import device_limit, validate_pool, validate_resource_slice
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 MI = 2**20
@@ -275,3 +275,15 @@ def test_long_non_ascii_strings_are_cut_to_64_bytes() -> None:
     assert len(name.encode()) <= 64 and name.startswith("NVIDIA H100 \u2013 ü")
     [obj] = resource_slice_objects([content], DRIVER, "node-a", "uid-1", 1)
     assert validate_resource_slice(obj) == []
+
+
+def test_slices_are_packed_by_the_validators_device_limit() -> None:
+    """The plugin packs by :func:`sharegpu.kube.slicerules.device_limit`, the rule the validator
+    applies: every published slice stays within the limit its own devices set."""
+    taint = {"key": f"{DRIVER}/unhealthy", "value": "XID-79", "effect": "NoSchedule"}
+    for mode in names.SHARING_MODES:
+        slices = objects(96, mode, {"gpu-40": [taint]})
+        for s in slices:
+            devices = s["spec"].get("devices") or []
+            assert len(devices) <= device_limit(devices)
+        assert_valid(slices)

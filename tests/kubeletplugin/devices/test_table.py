@@ -13,7 +13,7 @@ from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.slices import desired_slices
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.main import build_plugin
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 
 @pytest.mark.parametrize("mode", names.SHARING_MODES)

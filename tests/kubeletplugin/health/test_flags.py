@@ -12,8 +12,8 @@ from kubeletplugin.health.flags import DEFAULT_HEALTH_OPTIONS
 from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.health.settings import HealthSettings
-from kubeletplugin.main import build_checker, build_plugin
-from sharegpu.local.apiserver import KubeAPIServer
+from kubeletplugin.main import build_plugin, make_host
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 BASE = ["--node-name", "n1"]
 
@@ -26,11 +26,10 @@ def test_defaults() -> None:
     assert health.settings.recovery_probes == 3
     assert health.settings.ignored_xids == DEFAULT_IGNORED_XIDS
     assert health.settings.taint_effect == "NoSchedule"
-    assert health.mock_health_file is None
 
 
 def test_every_flag_is_applied(tmp_path: Path) -> None:
-    health = parse_config(
+    config = parse_config(
         [
             *BASE,
             "--device-backend",
@@ -48,13 +47,15 @@ def test_every_flag_is_applied(tmp_path: Path) -> None:
             "--disable-health",
         ],
         environ={},
-    ).health
+    )
+    health = config.health
     assert not health.enabled
     assert health.settings.probe_interval == 0.5
     assert health.settings.recovery_probes == 7
     assert health.settings.ignored_xids == frozenset({13, 94})
     assert health.settings.taint_effect == "NoExecute"
-    assert health.mock_health_file == tmp_path / "h.yaml"
+    assert config.simulated is not None
+    assert config.simulated.health_file == tmp_path / "h.yaml"
     assert parse_config([*BASE, "--health-ignore-xids", ""], environ={}).health.settings == (
         HealthSettings(ignored_xids=frozenset())
     )
@@ -85,8 +86,10 @@ def test_bad_taint_effect_is_rejected_by_the_parser(capsys: pytest.CaptureFixtur
 
 
 def test_checker_follows_the_backend() -> None:
-    assert isinstance(build_checker(DEFAULT_HEALTH_OPTIONS, "nvml"), NvmlHealthChecker)
-    assert isinstance(build_checker(DEFAULT_HEALTH_OPTIONS, "mock"), MockHealthChecker)
+    nvml = parse_config(BASE, environ={})
+    mock = parse_config([*BASE, "--device-backend", "mock"], environ={})
+    assert isinstance(make_host(nvml).health_checker(), NvmlHealthChecker)
+    assert isinstance(make_host(mock).health_checker(), MockHealthChecker)
 
 
 @pytest.mark.parametrize("disabled", [False, True])

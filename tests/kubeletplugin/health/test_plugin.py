@@ -24,8 +24,8 @@ from kubeletplugin.config import parse_config
 from kubeletplugin.health.monitor import HealthMonitor
 from kubeletplugin.main import Plugin, build_plugin
 from sharegpu.kube import slicerules
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import HealthWatch, KubeletSim, RegisteredPlugin, SimDeviceHealth
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import HealthWatch, KubeletSim, RegisteredPlugin, SimDeviceHealth
 from tests.helpers import eventually
 from tests.kubeletplugin.kubelet.helpers import socket_dirs
 from tests.kubeletplugin.publish.helpers import create_node, devices, is_consistent, pool
@@ -115,7 +115,7 @@ def running_plugin(
                 str(dirs.data),
                 "--cdi-dir",
                 str(tmp_path / "cdi"),
-                "--boot-id-file",
+                "--mock-boot-id-file",
                 str(boot_id),
                 "--mock-health-file",
                 str(health_file),

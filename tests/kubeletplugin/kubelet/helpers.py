@@ -15,13 +15,24 @@ from kubeletplugin.kubelet.healthservice import HealthSource
 from kubeletplugin.kubelet.preparer import (
     ClaimPreparer,
     ClaimRef,
-    PlainPreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
 )
 from kubeletplugin.kubelet.server import PluginServer
 
 DRIVER = "gpu.sharegpu.dev"
+
+
+@dataclass(frozen=True)
+class PlainPreparedDevice:
+    """A :class:`~kubeletplugin.kubelet.preparer.PreparedDevice` of the fake preparer."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+
 
 PrepareFn = Callable[[Sequence[ClaimRef]], Mapping[str, PrepareOutcome]]
 UnprepareFn = Callable[[Sequence[ClaimRef]], Mapping[str, UnprepareOutcome]]

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubeletplugin.kubelet.preparer import ClaimRef, PrepareOutcome
 from kubeletplugin.kubelet.server import PluginServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.kubelet.helpers import (
     DRIVER,
     Dirs,

@@ -7,23 +7,22 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from kubeletplugin.kubelet.draservice import (
-    INVALID_OUTCOME_ERROR,
     INVALID_REFERENCE_ERROR,
     MISSING_OUTCOME_ERROR,
 )
 from kubeletplugin.kubelet.preparer import (
     ClaimRef,
-    PlainPreparedDevice,
     PrepareOutcome,
     UnprepareOutcome,
     claim_ref_problem,
 )
 from kubeletplugin.model import base_request_names
-from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin, SimDevice
+from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin, SimDevice
 from tests.kubeletplugin.kubelet.helpers import (
     DRIVER,
     Dirs,
     FakePreparer,
+    PlainPreparedDevice,
     one_device,
     running_server,
 )
@@ -164,39 +163,6 @@ def test_every_claim_answered_even_when_preparer_forgets_some(dirs: Dirs, versio
     assert results["uid-2"].error == MISSING_OUTCOME_ERROR
     assert results["uid-3"].error == ""
     assert errors == {"uid-0": MISSING_OUTCOME_ERROR, "uid-1": MISSING_OUTCOME_ERROR}
-
-
-def test_malformed_outcomes_become_per_claim_errors(dirs: Dirs) -> None:
-    def sloppy(claims: Sequence[ClaimRef]) -> Mapping[str, PrepareOutcome]:
-        bad_names = PlainPreparedDevice(
-            request_names="gpu",  # type: ignore[arg-type]
-            pool_name="node-1",
-            device_name="gpu-0",
-            cdi_device_ids=("k8s.gpu.sharegpu.dev/claim=x",),
-        )
-        return {
-            "uid-0": {"devices": []},  # type: ignore[dict-item]
-            "uid-1": PrepareOutcome(devices=(bad_names,)),
-            "uid-2": one_device(claims[2]),
-        }
-
-    def sloppy_unprepare(claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareOutcome]:
-        return {"uid-0": UnprepareOutcome(error=42)}  # type: ignore[arg-type]
-
-    preparer = FakePreparer(prepare_fn=sloppy, unprepare_fn=sloppy_unprepare)
-    with running_server(dirs, preparer), KubeletSim(dirs.registry) as kubelet:
-        plugin = _plugin(dirs, kubelet)
-        results = plugin.prepare(_claims(3))
-        errors = plugin.unprepare(_claims(1))
-    assert results["uid-0"].error.startswith(INVALID_OUTCOME_ERROR + ": TypeError: expected a")
-    assert results["uid-1"].error == (
-        f"{INVALID_OUTCOME_ERROR}: TypeError: request_names must be a sequence of strings, "
-        "not a string"
-    )
-    assert results["uid-2"].error == "" and len(results["uid-2"].devices) == 1
-    assert errors == {
-        "uid-0": f"{INVALID_OUTCOME_ERROR}: TypeError: error must be a string, got int"
-    }
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -10,7 +10,7 @@ import pytest
 from kubeletplugin.kubelet.healthservice import HealthBroadcaster
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.kubelet.registration import RegistrationStatus
-from sharegpu.local.kubelet import KubeletSim, RegistrationRejected
+from sharegpuctl.local.kubelet import KubeletSim, RegistrationRejected
 from tests.kubeletplugin.kubelet.helpers import (
     DRIVER,
     Dirs,

@@ -15,7 +15,7 @@ from kubeletplugin.kubelet.healthservice import (
     HealthBroadcaster,
     HealthSubscription,
 )
-from sharegpu.local.kubelet import KubeletSim, SimDeviceHealth
+from sharegpuctl.local.kubelet import KubeletSim, SimDeviceHealth
 from tests.helpers import eventually
 from tests.kubeletplugin.kubelet.helpers import DRIVER, Dirs, running_server
 

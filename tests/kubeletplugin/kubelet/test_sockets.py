@@ -11,7 +11,7 @@ import pytest
 
 from kubeletplugin.kubelet.server import PluginServer
 from kubeletplugin.kubelet.sockets import SocketPathError, UnixSocketPath
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.kubelet.helpers import (
     DRIVER,
     Dirs,

@@ -1,4 +1,5 @@
-"""The checkpoint's file as tests see it: the document in use in the two-slot file."""
+"""The checkpoint's file as tests see it: the document in use in the two-slot file, and the
+older format a previous plugin wrote."""
 
 from __future__ import annotations
 
@@ -22,3 +23,30 @@ def read_document(data_dir: Path) -> dict[str, Any]:
     assert found.valid, f"no valid slot: {found.problems}"
     doc: dict[str, Any] = json.loads(found.valid[0].body)
     return doc
+
+
+def as_format1(doc: dict[str, Any]) -> None:
+    """Rewrite a format-2 document in place into format 1, as that plugin wrote it: no
+    ``enforcement`` in the devices, the claim's ``sharing.grants`` instead (one per device
+    without adminAccess, on the GPU enforced)."""
+    doc["version"] = 1
+    for claim in doc["claims"].values():
+        grants = []
+        for d in claim["devices"]:
+            e = d.pop("enforcement", None)
+            if e is None:
+                continue
+            grants.append(
+                {
+                    "gpu_uuid": d.get("migUUID") or d["gpuUUID"],
+                    "device": d["device"],
+                    "requests": d["requests"],
+                    "strategy": e["strategy"],
+                    "cores": d["cores"],
+                    "memory": d["memory"],
+                    "limit_cores": e["limitCores"],
+                    "limit_memory": e["limitMemory"],
+                    "interval": e.get("interval"),
+                }
+            )
+        claim["sharing"] = {"grants": grants} if grants else {}

@@ -16,7 +16,7 @@ import grpc
 
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.checkpoint import checksum_of
-from sharegpu.local.kubelet import KubeletSim, RegisteredPlugin
+from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin
 from tests.helpers import eventually
 from tests.kubeletplugin.prepare.checkpoint_files import read_document
 from tests.kubeletplugin.prepare.helpers import DRIVER, NODE, assert_valid_cdi
@@ -67,7 +67,7 @@ class PluginProcess:
                     f"--plugin-registry-dir={self.registry}",
                     f"--plugin-data-dir={self.data_dir}",
                     f"--cdi-dir={self.cdi_dir}",
-                    f"--boot-id-file={self.root / 'boot_id'}",
+                    f"--mock-boot-id-file={self.root / 'boot_id'}",
                     f"--nvidia-cdi-dirs={self.root / 'no-toolkit'}",
                     "--disable-health",
                     *self.extra_args,

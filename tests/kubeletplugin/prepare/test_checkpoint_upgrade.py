@@ -21,38 +21,12 @@ from kubeletplugin.prepare.checkpoint import (
     format1_sharing,
 )
 from tests.kubeletplugin.prepare import helpers as h
+from tests.kubeletplugin.prepare.checkpoint_files import as_format1
 from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools, gpu_config
 
 #: A checkpoint document as the plugin of format 1 wrote it for the claims of :func:`claims`
 #: (its checksum dropped, its boot ID a placeholder).
 FORMAT1 = Path(__file__).parent / "data" / "checkpoint-format1.json"
-
-
-def as_format1(doc: dict[str, Any]) -> None:
-    """Rewrite a format-2 document in place into format 1, as that plugin wrote it: no
-    ``enforcement`` in the devices, the claim's ``sharing.grants`` instead (one per device
-    without adminAccess, on the GPU enforced)."""
-    doc["version"] = 1
-    for claim in doc["claims"].values():
-        grants = []
-        for d in claim["devices"]:
-            e = d.pop("enforcement", None)
-            if e is None:
-                continue
-            grants.append(
-                {
-                    "gpu_uuid": d.get("migUUID") or d["gpuUUID"],
-                    "device": d["device"],
-                    "requests": d["requests"],
-                    "strategy": e["strategy"],
-                    "cores": d["cores"],
-                    "memory": d["memory"],
-                    "limit_cores": e["limitCores"],
-                    "limit_memory": e["limitMemory"],
-                    "interval": e.get("interval"),
-                }
-            )
-        claim["sharing"] = {"grants": grants} if grants else {}
 
 
 def _share(request: str, device: str, share_id: str, cores: int, memory: int) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 from api.names import GROUP_VERSION
 from kubeletplugin.prepare.cdi import cdi_device_name, minimum_cdi_version
 from kubeletplugin.prepare.claims import ClaimError, KubeClaimGetter, extract_allocation
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,
     GI,
@@ -144,7 +144,7 @@ def test_kube_claim_getter_keeps_the_servers_message(
 ) -> None:
     # An admin reading the per-claim error needs the API server's reason, e.g. the RBAC rule
     # that is missing, not only the status line.
-    from sharegpu.local.apiserver import Fault
+    from sharegpuctl.local.apiserver import Fault
 
     message = (
         'resourceclaims.resource.k8s.io "x" is forbidden: User "system:serviceaccount:'

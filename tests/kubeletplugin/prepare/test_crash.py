@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from kubeletplugin.prepare.checkpoint import canonical_json
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.prepare.checkpoint_files import read_document
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,

@@ -26,8 +26,8 @@ from kubeletplugin.devices.migtables import H100_80GB
 from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.mockmig import MockMigPartitioner
 from kubeletplugin.model import GpuInfo, MigPlacement
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.helpers import eventually
 from tests.kubeletplugin.prepare.helpers import DRIVER, NODE, assert_valid_cdi, claim, ref, result
 from tests.kubeletplugin.prepare.process_helpers import CrashingKubelet, PluginProcess, check_node

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from kubeletplugin.devices.table import node_devices
 from tests.jsondata import json_paths
 from tests.kubeletplugin.prepare import helpers as h
-from tests.kubeletplugin.prepare.test_checkpoint_upgrade import as_format1
+from tests.kubeletplugin.prepare.checkpoint_files import as_format1
 from tests.kubeletplugin.sharing.helpers import GI, Tools, gpu_config
 
 MPS = gpu_config({"strategy": "MPS"})

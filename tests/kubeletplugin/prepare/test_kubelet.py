@@ -20,8 +20,8 @@ from kubeletplugin.prepare.cdi import CdiSpecWriter, spec_file_prefix
 from kubeletplugin.prepare.checkpoint import Checkpoint
 from kubeletplugin.prepare.claims import KubeClaimGetter
 from kubeletplugin.prepare.state import DeviceState
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,
     GI,

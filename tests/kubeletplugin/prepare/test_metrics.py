@@ -19,8 +19,8 @@ from kubeletplugin.prepare.cdi import CdiSpecWriter
 from kubeletplugin.prepare.checkpoint import Checkpoint
 from kubeletplugin.prepare.state import DeviceState
 from sharegpu.kube.telemetry import Telemetry
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.prepare.helpers import (
     DRIVER,
     GI,
@@ -100,7 +100,7 @@ def test_the_daemon_serves_prepare_metrics(tmp_path: Path, apiserver: KubeAPISer
             f"--plugin-registry-dir={root / 'reg'}",
             f"--plugin-data-dir={root / 'data'}",
             f"--cdi-dir={tmp_path / 'cdi'}",
-            f"--boot-id-file={tmp_path / 'boot_id'}",
+            f"--mock-boot-id-file={tmp_path / 'boot_id'}",
             f"--nvidia-cdi-dirs={tmp_path / 'none'}",
             "--metrics-address=127.0.0.1:0",
             "--disable-health",

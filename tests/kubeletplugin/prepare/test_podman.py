@@ -20,6 +20,7 @@ import pytest
 
 from kubeletplugin.devices.migcaps import MIG_MINORS_FILE
 from kubeletplugin.devices.mock import load_mock_config
+from kubeletplugin.hosts.simulated import simulated_share_tools
 from kubeletplugin.sharing.enforcement import ShareEnforcer
 from kubeletplugin.sharing.enforcer import build_enforcer
 from tests.kubeletplugin.prepare.helpers import (
@@ -180,7 +181,9 @@ def test_mps_share_edits_reach_the_container(image: str, node: Node) -> None:
     # The share enforcer of the mock backend (MPS by default for shares): its mounts and
     # variables must be accepted by a real runtime.
     mps_root = short_mps_root()
-    enforcer = build_enforcer("mock", node.data_dir, driver_name=DRIVER, mps_root=mps_root)
+    enforcer = build_enforcer(
+        simulated_share_tools(), node.data_dir, driver_name=DRIVER, mps_root=mps_root
+    )
     obj = claim("podman-mps", [result("gpu", "gpu-1", share={"cores": 30, "memory": 10 * GI})])
     gpu_uuid = gpus()[1].uuid
     pipe = f"/run/sharegpu/mps/{gpu_uuid}/pipe"

@@ -579,6 +579,7 @@ def test_the_daemon_skips_its_own_claim_specs_when_looking_for_the_toolkit(
 
     from kubeletplugin.claimservice import ClaimService
     from kubeletplugin.config import parse_config
+    from kubeletplugin.main import make_host
     from kubeletplugin.sharing.enforcement import NoEnforcement
 
     config = parse_config(
@@ -592,7 +593,10 @@ def test_the_daemon_skips_its_own_claim_specs_when_looking_for_the_toolkit(
         {},
     )
     with client.ApiClient() as api:
-        service = ClaimService(config, node_devices(gpus(), "consumable"), api, NoEnforcement())
+        host = make_host(config)
+        service = ClaimService(
+            config, host, node_devices(gpus(), "consumable"), api, NoEnforcement()
+        )
     detector = service.state._cdi.nvidia
     assert detector is not None
     assert detector.skip_prefixes == (f"k8s.{config.driver_name}-claim_",)

@@ -15,7 +15,7 @@ from kubeletplugin.publish.publisher import PublisherSettings, SlicePublisher
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.informer import Backoff
 from sharegpu.kube.rest import KubeRest
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 NODE = "n1"

@@ -10,7 +10,7 @@ import pytest
 from api import names
 from kubeletplugin.devices.table import node_devices
 from sharegpu.kube.informer import Backoff
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.helpers import eventually
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,

@@ -12,7 +12,7 @@ import pytest
 
 from api import gates, names
 from kubeletplugin.publish import gatecheck
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,
     NODE,

@@ -11,7 +11,7 @@ from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.publish.publisher import SlicePublisher
 from sharegpu.kube.rest import KubeRest
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.helpers import eventually
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,

@@ -13,7 +13,7 @@ import yaml
 
 from api import names
 from sharegpu.kube.slicerules import validate_resource_slice
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.helpers import eventually
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,

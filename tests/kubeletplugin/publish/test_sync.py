@@ -12,7 +12,7 @@ from kubeletplugin.devices.slices import desired_slices, slice_generate_name
 from kubeletplugin.devices.table import node_devices
 from kubeletplugin.publish.publisher import SlicePublisher
 from sharegpu.kube.clock import FakeClock
-from sharegpu.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.helpers import eventually
 from tests.kubeletplugin.publish.helpers import (
     DEADLINE,

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from kubeletplugin.devicerecord import DeviceRecord
+from kubeletplugin.hosts.fakerunner import FakeRunner
+from kubeletplugin.hosts.simtools import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.model import GpuInfo
-from kubeletplugin.runner import FakeRunner
 from kubeletplugin.sharing.daemonpods import DAEMON_CONTAINER
 from kubeletplugin.sharing.enforcement import Applied
 from kubeletplugin.sharing.enforcer import SharingEnforcer
-from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
 from tests.kubeletplugin.prepare import helpers as h
 
 GI = 1024**3

@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 
 from kubeletplugin.config import ConfigError, parse_config
-from kubeletplugin.main import enforcer_for
-from kubeletplugin.runner import FakeRunner, HostRunner
+from kubeletplugin.hosts.fakerunner import FakeRunner
+from kubeletplugin.main import enforcer_for, make_host
+from kubeletplugin.runner import HostRunner
 
 
 def test_defaults_run_driver_tools_from_the_host_root() -> None:
     config = parse_config(["--node-name", "n1"], environ={})
     assert (config.driver_root, config.limits_library) == (Path("/"), None)
-    enforcer = enforcer_for(config)
+    enforcer = enforcer_for(config, make_host(config))
     assert isinstance(enforcer.runner, HostRunner)
     assert enforcer.runner.driver_root == Path("/")
     assert enforcer.limits_library is None
@@ -35,7 +36,7 @@ def test_flags_reach_the_enforcer() -> None:
         ],
         environ={},
     )
-    enforcer = enforcer_for(config)
+    enforcer = enforcer_for(config, make_host(config))
     assert isinstance(enforcer.runner, HostRunner)
     assert enforcer.runner.driver_root == Path("/run/nvidia/driver")
     assert enforcer.limits_library == "/opt/hami/libvgpu.so"
@@ -44,7 +45,7 @@ def test_flags_reach_the_enforcer() -> None:
 
 def test_mock_backend_uses_the_simulated_tools() -> None:
     config = parse_config(["--node-name", "n1", "--device-backend", "mock"], environ={})
-    assert isinstance(enforcer_for(config).runner, FakeRunner)
+    assert isinstance(enforcer_for(config, make_host(config)).runner, FakeRunner)
 
 
 @pytest.mark.parametrize("flag", ["--driver-root", "--limits-library"])
@@ -87,6 +88,7 @@ def test_without_a_launcher_real_gpus_refuse_mps_shares_with_a_clear_error(
     tmp_path: Path,
 ) -> None:
     from api.gpuconfig import DriverConfigs
+    from kubeletplugin.hosts.nvidia import nvidia_share_tools
     from kubeletplugin.sharing.enforcement import ShareError
     from kubeletplugin.sharing.enforcer import build_enforcer
     from kubeletplugin.sharing.shm import PlainDirectory, TmpfsMounter
@@ -94,7 +96,9 @@ def test_without_a_launcher_real_gpus_refuse_mps_shares_with_a_clear_error(
     from tests.kubeletplugin.sharing.helpers import record
 
     fake = FakeRunner()
-    enforcer = build_enforcer("nvml", tmp_path, driver_name=h.DRIVER, mps_root=tmp_path / "m")
+    enforcer = build_enforcer(
+        nvidia_share_tools(Path("/")), tmp_path, driver_name=h.DRIVER, mps_root=tmp_path / "m"
+    )
     enforcer.runner = enforcer.mps.runner = fake  # no NVIDIA tools here
     assert isinstance(enforcer.mps.shm, TmpfsMounter)
     enforcer.mps.shm = PlainDirectory()  # tests never mount
@@ -106,8 +110,11 @@ def test_without_a_launcher_real_gpus_refuse_mps_shares_with_a_clear_error(
 
 
 def test_the_shm_bound_reaches_the_mps_manager(tmp_path: Path) -> None:
+    from kubeletplugin.hosts.simulated import simulated_share_tools
     from kubeletplugin.sharing.enforcer import build_enforcer
     from tests.kubeletplugin.prepare import helpers as h
 
-    enforcer = build_enforcer("mock", tmp_path, driver_name=h.DRIVER, mps_shm_bytes=64 * 1024**2)
+    enforcer = build_enforcer(
+        simulated_share_tools(), tmp_path, driver_name=h.DRIVER, mps_shm_bytes=64 * 1024**2
+    )
     assert enforcer.mps.shm_bytes == 64 * 1024**2

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 from kubeletplugin.config import parse_config
+from kubeletplugin.hosts.simtools import PID_FILE
 from kubeletplugin.main import build_plugin
 from kubeletplugin.sharing.mpspaths import daemon_id
-from kubeletplugin.sharing.simulator import PID_FILE
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.kubelet.helpers import socket_dirs
 from tests.kubeletplugin.prepare.helpers import DRIVER, GI, NODE, claim, ref, result
 from tests.kubeletplugin.prepare.helpers import cdi_validator as cdi_schema
@@ -40,7 +40,7 @@ def test_daemon_enforces_a_30_core_10gi_share(apiserver: KubeAPIServer) -> None:
                 str(dirs.data),
                 "--cdi-dir",
                 str(cdi_dir),
-                "--boot-id-file",
+                "--mock-boot-id-file",
                 str(_boot_id(dirs.root)),
                 "--disable-health",
             ],

@@ -11,6 +11,7 @@ import pytest
 
 from api.gpuconfig import DriverConfigs
 from kubeletplugin.devicerecord import DeviceRecord
+from kubeletplugin.hosts.simtools import SimulatedNvidiaTools
 from kubeletplugin.sharing.daemonpods import (
     ANNOTATION_NODE,
     DAEMON_CONTAINER,
@@ -28,7 +29,6 @@ from kubeletplugin.sharing.daemonpods import (
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import MpsPaths, daemon_id, short_id
-from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, FakePodApi, Tools, decided, record
 

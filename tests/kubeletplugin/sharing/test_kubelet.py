@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kubeletplugin.kubelet.preparer import ClaimRef
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.kubeletplugin.kubelet.helpers import Dirs, running_server, socket_dirs
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, Tools, claim_env

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kubeletplugin.runner import CommandError, FakeRunner
+from kubeletplugin.hosts.fakerunner import FakeRunner
+from kubeletplugin.hosts.simtools import SimulatedLauncher, SimulatedNvidiaTools
+from kubeletplugin.runner import CommandError
 from kubeletplugin.sharing.computemode import compute_mode_argument
 from kubeletplugin.sharing.daemons import DaemonError, DaemonSpec
 from kubeletplugin.sharing.mps import ComputeModeError, MpsLimits, MpsManager, share_edits
 from kubeletplugin.sharing.mpspaths import MpsPathError, MpsPaths, daemon_id
-from kubeletplugin.sharing.simulator import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.sharing.timeslice import TimeSliceConflict, TimeSliceManager
 from tests.kubeletplugin.sharing.helpers import query_compute_mode
 

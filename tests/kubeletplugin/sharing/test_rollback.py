@@ -11,8 +11,9 @@ import pytest
 
 from api.gpuconfig import DriverConfigs, decode_driver_configs
 from kubeletplugin.devicerecord import DeviceRecord
+from kubeletplugin.hosts.fakerunner import RecordedCall
 from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE, STATE_STARTED
-from kubeletplugin.runner import CommandResult, RecordedCall
+from kubeletplugin.runner import CommandResult
 from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import daemon_id

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kubeletplugin.runner import CommandError, CommandResult, FakeRunner, HostRunner
+from kubeletplugin.hosts.fakerunner import FakeRunner
+from kubeletplugin.runner import CommandError, CommandResult, HostRunner
 
 
 def script(root: Path, rel: str, body: str) -> Path:

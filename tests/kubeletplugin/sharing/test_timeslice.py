@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kubeletplugin.runner import CommandError, FakeRunner
-from kubeletplugin.sharing.simulator import SimulatedNvidiaTools
+from kubeletplugin.hosts.fakerunner import FakeRunner
+from kubeletplugin.hosts.simtools import SimulatedNvidiaTools
+from kubeletplugin.runner import CommandError
 from kubeletplugin.sharing.timeslice import TimeSliceManager
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"

@@ -10,8 +10,8 @@ from typing import Any
 from kubeletplugin.config import parse_config
 from kubeletplugin.main import build_plugin
 from kubeletplugin.usage.mpsdaemons import DAEMON_POD_SELECTOR
-from sharegpu.local.apiserver import KubeAPIServer
-from sharegpu.local.kubelet import KubeletSim
+from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.kubelet import KubeletSim
 from tests.helpers import eventually
 from tests.kubeletplugin.kubelet.helpers import socket_dirs
 from tests.kubeletplugin.prepare.helpers import DRIVER, GI, NODE, claim, ref, result
@@ -60,7 +60,7 @@ def test_daemon_flags_a_plain_process_next_to_an_mps_share(apiserver: KubeAPISer
                 *("--kubeconfig", apiserver.write_kubeconfig(dirs.root / "kubeconfig")),
                 *("--plugin-registry-dir", str(dirs.registry)),
                 *("--plugin-data-dir", str(dirs.data), "--cdi-dir", str(dirs.root / "cdi")),
-                *("--boot-id-file", str(_boot_id(dirs.root)), "--disable-health"),
+                *("--mock-boot-id-file", str(_boot_id(dirs.root)), "--disable-health"),
                 *("--namespace", NAMESPACE, "--usage-interval", "0.1"),
                 *("--mock-usage-file", str(usage_file)),
             ],

@@ -1,5 +1,0 @@
-"""``python -m sharegpu``."""
-
-from sharegpu.cli import main
-
-raise SystemExit(main())

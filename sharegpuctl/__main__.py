@@ -1,0 +1,5 @@
+"""``python -m sharegpuctl``."""
+
+from sharegpuctl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""What several ``sharegpu`` commands share: errors, flags, the driver's defaults, the local node.
+
+Invariants:
+
+- Expected problems (a missing file, bad YAML, no GPU, an unreachable API server) raise
+  :class:`CliError`; ``sharegpu`` prints its one-line message and exits with its ``code``
+  (1; 2 for usage errors). Nothing expected reaches the user as a traceback.
+- Manifests are plain dicts in their JSON shape, read by the one bounded loader,
+  :mod:`sharegpuctl.cli.loading`.
+- Importing this module is cheap (``sharegpu --help`` imports it): the device backends and the
+  slice builders are imported by the functions that use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from api import names
+from api.jsontypes import Obj
+from sharegpuctl.cli.output import OUTPUT_FORMATS
+
+if TYPE_CHECKING:
+    from kubeletplugin.devices.backend import DeviceBackend
+    from kubeletplugin.model import GpuInfo
+
+
+EXIT_OK: Final = 0
+EXIT_FINDINGS: Final = 1
+EXIT_USAGE: Final = 2
+
+DEFAULT_MOCK_GPUS: Final = 8
+#: Added to an NVML discovery failure: how to run the command on a machine without a GPU.
+NO_GPU_HINT: Final = (
+    "; without an NVIDIA GPU here, use --mock N for N mock H100-like GPUs (or --mock-config FILE)"
+)
+#: Node name used when neither ``--node-name`` nor ``$NODE_NAME`` nor a usable host name is set.
+FALLBACK_NODE_NAME: Final = "local-node"
+
+
+class CliError(Exception):
+    """An expected failure: one line for the user, and the exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_FINDINGS) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def add_output_flag(parser: argparse.ArgumentParser) -> None:
+    """``-o/--output``: every command takes it (default: a table on a terminal, else text)."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        help="output format (default: table on a terminal, plain text otherwise)",
+    )
+
+
+# --- the driver's defaults ------------------------------------------------------------------
+
+
+#: The attribute only MIG devices have (the chart's gpu class leaves them out).
+PROFILE = names.ATTR_PROFILE
+
+
+def default_device_class(driver: str = names.DEFAULT_DRIVER_NAME) -> Obj:
+    """The DeviceClass the Helm chart installs: every device of the driver but MIG devices (which
+    have the attribute ``profile``), named like the driver."""
+    return {
+        "apiVersion": names.RESOURCE_GROUP_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": driver},
+        "spec": {
+            "selectors": [
+                {"cel": {"expression": f"device.driver == {driver!r}"}},
+                {
+                    "cel": {
+                        "expression": f"!({names.ATTR_PROFILE!r} in device.attributes[{driver!r}])"
+                    }
+                },
+            ]
+        },
+    }
+
+
+def mig_device_class(driver: str = names.DEFAULT_DRIVER_NAME) -> Obj:
+    """The MIG DeviceClass the Helm chart installs (``mig.<driver>``): every device of the driver
+    that has the attribute ``profile`` (static MIG devices and dynamic MIG placements); a request
+    picks a profile with a selector such as ``device.attributes['<driver>'].profile ==
+    '1g.10gb'``."""
+    return {
+        "apiVersion": names.RESOURCE_GROUP_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": f"mig.{driver}"},
+        "spec": {
+            "selectors": [
+                {"cel": {"expression": f"device.driver == {driver!r}"}},
+                {"cel": {"expression": f"{names.ATTR_PROFILE!r} in device.attributes[{driver!r}]"}},
+            ]
+        },
+    }
+
+
+def chart_device_class_names(driver: str = names.DEFAULT_DRIVER_NAME) -> tuple[str, ...]:
+    """The names the Helm chart gives its DeviceClasses by default: the class of every device of
+    the driver (:func:`default_device_class`, named like the driver) and the extended-resource
+    class ``extended.<driver>`` and the MIG class ``mig.<driver>`` (``deviceClasses.*.name``
+    empty in the chart's values)."""
+    return (default_device_class(driver)["metadata"]["name"], f"extended.{driver}", f"mig.{driver}")
+
+
+def default_node_name() -> str:
+    """``$NODE_NAME``, else this host's name when it is a DNS subdomain, else a fixed name."""
+    import socket
+
+    from sharegpu.kube import slicerules
+
+    for candidate in (os.environ.get("NODE_NAME", ""), socket.gethostname().lower()):
+        if candidate and slicerules.is_dns_subdomain(candidate):
+            return candidate
+    return FALLBACK_NODE_NAME
+
+
+# --- the local node's GPUs and slices -------------------------------------------------------
+
+
+def add_node_flags(
+    parser: argparse.ArgumentParser,
+    default_backend: str,
+    group: argparse._ArgumentGroup | None = None,
+) -> None:
+    """Flags that describe this node's GPUs and how the plugin would publish them (added to
+    ``group`` when given)."""
+    target = group or parser
+    target.add_argument(
+        "--mock",
+        type=int,
+        metavar="N",
+        help=f"use N mock H100-like GPUs (implies --device-backend mock; default "
+        f"{DEFAULT_MOCK_GPUS} with the mock backend)",
+    )
+    target.add_argument(
+        "--mock-config", metavar="FILE", help="YAML list of mock GPUs (implies the mock backend)"
+    )
+    target.add_argument(
+        "--device-backend",
+        choices=names.DEVICE_BACKENDS,
+        help=f"where GPUs come from (default {default_backend})",
+    )
+    target.add_argument(
+        "--sharing-mode",
+        choices=names.SHARING_MODES,
+        default=names.SHARING_MODE_CONSUMABLE,
+        help="how the plugin publishes the GPUs (default consumable)",
+    )
+    target.add_argument(
+        "--mig",
+        choices=names.MIG_STRATEGIES,
+        default=names.MIG_STRATEGY_STATIC,
+        help="how GPUs in MIG mode are published: static (the MIG devices that exist) or dynamic "
+        "(every placement of every MIG profile, created at prepare; needs --sharing-mode "
+        "partitions). With dynamic, the default mock GPUs are in MIG mode (default static)",
+    )
+    target.add_argument(
+        "--default-share-cores",
+        type=int,
+        default=names.CORES_PER_GPU,
+        metavar="N",
+        help="consumable mode: the cores (percent, 1-100) a request naming none is charged, as "
+        f"the plugin's flag of that name publishes it (default {names.CORES_PER_GPU})",
+    )
+    target.add_argument("--node-name", help="node name (default $NODE_NAME, else the host name)")
+    target.add_argument(
+        "--driver-name",
+        default=names.DEFAULT_DRIVER_NAME,
+        help=f"DRA driver name (default {names.DEFAULT_DRIVER_NAME})",
+    )
+    parser.set_defaults(default_backend=default_backend)
+
+
+@dataclass(frozen=True)
+class LocalNode:
+    """This node as the kubelet plugin would see and publish it."""
+
+    node_name: str
+    driver: str
+    backend: str
+    sharing_mode: str
+    gpus: tuple[GpuInfo, ...]
+    slices: tuple[Obj, ...]
+    mig_strategy: str = names.MIG_STRATEGY_STATIC
+
+
+def make_backend(
+    args: argparse.Namespace, node_name: str, mig_enabled: bool = False
+) -> DeviceBackend:
+    """The backend the node flags ask for; usage errors raise :class:`CliError` (code 2).
+    ``mig_enabled``: the default mock GPUs are in MIG mode (not those of ``--mock-config``)."""
+    from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MockBackend
+    from kubeletplugin.devices.nvml import NvmlBackend
+
+    backend = args.device_backend
+    if backend is None:
+        mock_asked = args.mock is not None or args.mock_config is not None
+        backend = names.MOCK_BACKEND if mock_asked else args.default_backend
+    if backend == names.NVML_BACKEND:
+        if args.mock is not None or args.mock_config is not None:
+            raise CliError("--mock and --mock-config need --device-backend mock", EXIT_USAGE)
+        return NvmlBackend()
+    if args.mock is not None and not 1 <= args.mock <= MAX_MOCK_GPUS:
+        raise CliError(
+            f"--mock: must be between 1 and {MAX_MOCK_GPUS}, got {args.mock}", EXIT_USAGE
+        )
+    config = Path(args.mock_config) if args.mock_config else None
+    if config is not None and not config.is_file():
+        raise CliError(f"--mock-config {args.mock_config}: no such file")
+    count = DEFAULT_MOCK_GPUS if args.mock is None else args.mock
+    return MockBackend(node_name, count, config, mig_enabled=mig_enabled)
+
+
+def local_node(args: argparse.Namespace) -> LocalNode:
+    """Discover this node's GPUs and build the slices the plugin would publish.
+
+    Slices get names (``<generateName>local``) so that allocation order is defined. With
+    ``--mig dynamic`` the default mock GPUs are in MIG mode (H100s with their reference MIG
+    profiles); a ``--mock-config`` file says per GPU (``migMode``).
+    """
+    from kubeletplugin.devices.backend import DiscoveryError
+    from kubeletplugin.devices.nvml import NvmlBackend
+    from kubeletplugin.devices.slices import preview_slices
+    from sharegpu.kube import slicerules
+
+    node = args.node_name or default_node_name()
+    if not slicerules.is_dns_subdomain(node):
+        raise CliError(f"--node-name {node!r}: must be a DNS subdomain", EXIT_USAGE)
+    mig = getattr(args, "mig", names.MIG_STRATEGY_STATIC)
+    dynamic = mig == names.MIG_STRATEGY_DYNAMIC
+    if dynamic and args.sharing_mode != names.SHARING_MODE_PARTITIONS:
+        raise CliError(
+            f"--mig {mig} needs --sharing-mode {names.SHARING_MODE_PARTITIONS}, not "
+            f"{args.sharing_mode}",
+            EXIT_USAGE,
+        )
+    cores = getattr(args, "default_share_cores", names.CORES_PER_GPU)
+    if not 1 <= cores <= names.CORES_PER_GPU:
+        raise CliError(
+            f"--default-share-cores {cores}: must be 1 to {names.CORES_PER_GPU}", EXIT_USAGE
+        )
+    backend = make_backend(args, node, mig_enabled=dynamic)
+    try:
+        gpus = backend.discover()
+    except DiscoveryError as exc:
+        hint = NO_GPU_HINT if isinstance(backend, NvmlBackend) else ""
+        raise CliError(f"{exc}{hint}") from None
+    objects = preview_slices(gpus, args.sharing_mode, cores, mig, args.driver_name, node)
+    for obj in objects:
+        obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"
+    return LocalNode(
+        node_name=node,
+        driver=args.driver_name,
+        backend=backend.name,
+        sharing_mode=args.sharing_mode,
+        gpus=tuple(gpus),
+        slices=tuple(objects),
+        mig_strategy=mig,
+    )
+
+
+def slice_summary(slices: Sequence[Obj]) -> list[Obj]:
+    """Per slice: name, pool, node, devices and counter sets (counts and names)."""
+    out: list[Obj] = []
+    for s in slices:
+        spec = s.get("spec") or {}
+        md = s.get("metadata") or {}
+        devices = [str(d.get("name")) for d in spec.get("devices") or []]
+        counters = [str(c.get("name")) for c in spec.get("sharedCounters") or []]
+        pool = spec.get("pool") or {}
+        out.append(
+            {
+                "name": str(md.get("name") or md.get("generateName") or ""),
+                "driver": str(spec.get("driver", "")),
+                "pool": str(pool.get("name", "")),
+                "generation": pool.get("generation"),
+                "node": str(spec.get("nodeName", "")),
+                "devices": len(devices),
+                "deviceNames": devices,
+                "counterSets": len(counters),
+                "counterSetNames": counters,
+            }
+        )
+    return out
+
+
+def compact_names(items: Sequence[str], limit: int = 6) -> str:
+    """``a, b, c`` or ``a, b, ... z (N)`` for long lists."""
+    if len(items) <= limit:
+        return ", ".join(items)
+    return f"{', '.join(items[: limit - 1])}, ..., {items[-1]} ({len(items)})"
