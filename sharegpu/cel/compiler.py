@@ -30,11 +30,13 @@ from .device import finds
 from .errors import CelCompileError, CelEvalError
 from .library import GLOBAL_FUNCTIONS, METHODS, constant_call_error
 from .parser import bytes_literal, field_name, string_literal
+from .re2regex import check_pattern
 from .strformat import check_format
 from .values import (
     INT64_MAX,
     INT64_MIN,
     UINT64_MAX,
+    CelMap,
     UInt,
     cel_add,
     cel_compare,
@@ -134,6 +136,9 @@ _GLOBAL_RESULT = {
 _CONVERSIONS = frozenset(
     {"bool", "bytes", "double", "duration", "int", "string", "timestamp", "uint"}
 )
+#: The functions whose second argument (receiver first) cel-go's planner precompiles as a
+#: regular expression when it is a constant.
+_REGEX_FUNCTIONS = frozenset({"matches", "find", "findAll"})
 #: Argument types of global functions with one overload per position (a known static type
 #: outside the set is cel-go's "found no matching overload" at compile time).
 _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
@@ -149,6 +154,20 @@ _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
     "isSemver": (frozenset({"string"}), frozenset({"bool"})),
     "timestamp": (frozenset({"string", "int", TIMESTAMP}),),
     "duration": (frozenset({"string", DURATION}),),
+    # The type conversions' overloads (cel-go's standard library; ``string`` also takes
+    # Kubernetes' IP and CIDR): ``int([])`` or ``string(quantity('1'))`` is a compile error.
+    # ``null`` passes the checker and fails the planner's fold of the constant.
+    "int": (frozenset({"int", "uint", "double", "string", "null", TIMESTAMP, DURATION}),),
+    "uint": (frozenset({"int", "uint", "double", "string", "null"}),),
+    "double": (frozenset({"int", "uint", "double", "string", "null"}),),
+    "bool": (frozenset({"bool", "string", "null"}),),
+    "bytes": (frozenset({"bytes", "string", "null"}),),
+    "string": (
+        frozenset(
+            {"string", "bool", "bytes", "int", "uint", "double", "null"}
+            | {TIMESTAMP, DURATION, NET_IP, NET_CIDR}
+        ),
+    ),
 }
 _METHOD_RESULT = {
     **dict.fromkeys(
@@ -458,6 +477,19 @@ class _Compiler:
         if message is not None:
             self.fail(token, message)
 
+    def check_planned_regex(self, token: lark.Token, name: str, args: list[Node]) -> None:
+        """cel-go's planner precompiles the pattern of ``matches``, ``find`` and ``findAll``
+        (receiver first in ``args``) when it knows it as a constant, including one the
+        checker's literal validator does not see (``dyn('[')``): an invalid pattern fails
+        the program's planning, a compile error."""
+        if name not in _REGEX_FUNCTIONS or len(args) < 2 or isinstance(args[1].const, str):
+            return
+        planned = _planned(args[1])
+        if planned is not None and isinstance(planned[0], str):
+            reason = check_pattern(planned[0])
+            if reason is not None:
+                self.fail(token, f"program instantiation failed: error parsing regexp: {reason}")
+
     def check_homogeneous(self, typed: list[tuple[Node, Any]]) -> None:
         """cel-go's homogeneous aggregate literal check (Kubernetes' base environment): the
         elements of a list literal, or the keys or values of a map literal, have one type
@@ -742,9 +774,23 @@ class _Compiler:
             lambda env: opt.select(f(env), field), "optional", cost=C.add(member.cost, C.ONE)
         )
 
+    def check_qualifier(self, tree: lark.Tree[Any], index: Node) -> None:
+        """cel-go's planner turns a constant index into a qualifier, which only a string,
+        int, uint, bool or double can be: ``m[dyn(null)]`` or ``l[dyn([0])]`` fails the
+        program's planning, a compile error."""
+        planned = _planned(index)
+        if planned is not None and not isinstance(planned[0], str | int | float):
+            name = type_name(planned[0])
+            self.fail(
+                tree,
+                "program instantiation failed: invalid qualifier type: "
+                f"{_GO_TYPES.get(name, name)}",
+            )
+
     def _member_index(self, tree: lark.Tree[Any]) -> Node:
         member = self.node(tree.children[0])
         index = self.node(tree.children[1])
+        self.check_qualifier(tree, index)
         mf, xf = member.fn, index.fn
         if member.type == DEVICE:
             self.fail(tree, "device fields are selected with '.', not indexed")
@@ -772,6 +818,7 @@ class _Compiler:
     def _member_index_opt(self, tree: lark.Tree[Any]) -> Node:
         member = self.node(tree.children[0])
         index = self.node(tree.children[1])
+        self.check_qualifier(tree, index)
         if member.type == DEVICE:
             self.fail(tree, "device fields are selected with '.', not indexed")
         if isinstance(index.const, str):
@@ -838,6 +885,7 @@ class _Compiler:
         if len(args) not in function.arities:
             self.fail(name_token, _no_overload(name, receiver, args))
         self.check_constant_call(name_token, name, [receiver, *args])
+        self.check_planned_regex(name_token, name, [receiver, *args])
         if name == "format" and isinstance(receiver.const, str) and args[0].elements is not None:
             bases = [t.split("(")[0] for t in args[0].elements]
             message = check_format(receiver.const, bases)
@@ -1006,9 +1054,10 @@ class _Compiler:
             self.fail(name_token, _no_overload(name, None, args))
         accepted = _GLOBAL_ARGS.get(name, ())
         for arg, types in zip(args, accepted, strict=False):
-            if _plain(arg.type) not in types and _plain(arg.type) != DYN:
+            if _checked(arg.type) not in types and _checked(arg.type) != DYN:
                 self.fail(name_token, _no_overload(name, None, args))
         self.check_constant_call(name_token, name, args)
+        self.check_planned_regex(name_token, name, args)
         impl = function.impl
         result_type = DYN if name == "dyn" else _GLOBAL_RESULT.get(name, DYN)
         own, size = _global_cost(name, args)
@@ -1126,7 +1175,7 @@ class _Compiler:
             return self.made(
                 build_optional, "list", own=C.LIST_CREATE, cost=cost, size=size, items=element
             )
-        return self.made(
+        node = self.made(
             lambda env: [g(env) for g in fns],
             "list",
             own=C.LIST_CREATE,
@@ -1136,6 +1185,10 @@ class _Compiler:
             elements=tuple(_full_type(i) for i in items),
             full=f"list({_common_type(items)})",
         )
+        planned = [_planned(i) for i in items]
+        if all(planned):
+            node.planned = ([p[0] for p in planned if p],)
+        return node
 
     def _map_lit(self, tree: lark.Tree[Any]) -> Node:
         entries: list[tuple[Node, Node, bool]] = []
@@ -1161,29 +1214,33 @@ class _Compiler:
             *(v.cost for _, v, _ in entries),
         )
 
-        def build(env: Env) -> dict[Any, Any]:
-            result: dict[Any, Any] = {}
+        def build(env: Env) -> CelMap:
+            # As cel-go builds a map literal: entry by entry, key then value; any key type;
+            # a repeated key replaces the earlier entry, and an absent optional entry
+            # removes it.
+            result = CelMap()
             for kf, vf, is_opt in pairs:
                 key = kf(env)
-                if not isinstance(key, str | int | bool):
-                    raise CelEvalError(f"unsupported map key type: {type_name(key)}")
-                if key in result:
-                    raise _repeated_key(result, key)
                 value = vf(env)
                 if is_opt:
                     value = opt.expect(value, "{?_:_}")
                     if not value.has_value:
+                        result.remove(key)
                         continue
                     value = value.get()
-                result[key] = value
+                result.put(key, value)
             return result
 
         n = len(entries)
         keys = _common_type([k for k, _, _ in entries])
         values = _common_type([v for _, v, o in entries if not o])
-        return self.made(
+        node = self.made(
             build, "map", own=C.MAP_CREATE, cost=cost, size=(n, n), full=f"map({keys}, {values})"
         )
+        planned = [(_planned(k), _planned(v)) for k, v, o in entries if not o]
+        if len(planned) == n and all(k and v for k, v in planned):
+            node.planned = (CelMap((k[0], v[0]) for k, v in planned if k and v),)
+        return node
 
     # --- macros --------------------------------------------------------------------------
 
@@ -1511,12 +1568,12 @@ class _Compiler:
                 size=count,
             )
 
-        def transform_map(env: Env) -> dict[Any, Any]:
-            out: dict[Any, Any] = {}
+        def transform_map(env: Env) -> CelMap:
+            out = CelMap()
             for inner, k in chosen(env):
                 produced = mf(inner)
                 if name == "transformMap":
-                    out[k] = produced
+                    out.put(k, produced)
                     continue
                 if not isinstance(produced, Mapping) or len(produced) != 1:
                     raise CelEvalError(
@@ -1525,24 +1582,10 @@ class _Compiler:
                 [(key, value)] = produced.items()
                 if key in out:
                     raise CelEvalError(f"insert failed: key {key} already exists")
-                out[key] = value
+                out.put(key, value)
             return out
 
         return self.made(transform_map, "map", own=0, cost=cost, size=count)
-
-
-def _repeated_key(result: Mapping[Any, Any], key: Any) -> CelEvalError:
-    """The error of a map literal key equal to an earlier one. Keys compare as CEL numbers
-    (``0`` and ``0u`` are the same key); a bool key and an int key that Python's dict cannot
-    tell apart (``true`` and ``1``) are refused rather than merged."""
-    earlier = next(k for k in result if k == key)
-    if isinstance(earlier, bool) != isinstance(key, bool):
-        number = int(key)
-        return CelEvalError(
-            f"unsupported map: the keys {str(bool(number)).lower()} and {number} of one map "
-            "literal cannot be told apart here"
-        )
-    return CelEvalError(f"Failed with repeated key: {key}")
 
 
 def _not_iterable(value: Any) -> CelEvalError:
@@ -1723,7 +1766,8 @@ def _full_type(node: Node) -> str:
 
 def _planned(node: Node) -> tuple[Any] | None:
     """The value of ``node`` as a 1-tuple when cel-go's planner knows it as a constant (a
-    literal, ``null``, a folded conversion, ``dyn`` of one of these), else None."""
+    literal, ``null``, a folded conversion, ``dyn`` of one of these, a list or map literal of
+    these), else None."""
     if node.const is not None or node.type == "null":
         return (node.const,)
     return node.planned
@@ -1777,6 +1821,12 @@ def _plain(type_: str) -> str:
     if type_ == DEVICE:
         return DYN
     return type_
+
+
+def _checked(type_: str) -> str:
+    """The static type an overload check sees: :func:`_plain`, except that ``device`` is a
+    type of its own (cel-go's ``kubernetes.DRADevice``), which no function argument takes."""
+    return DEVICE if type_ == DEVICE else _plain(type_)
 
 
 def _key_type(container: str) -> str:

@@ -70,7 +70,6 @@ TRUE_EXPRESSIONS = [
     # conversions
     "int('42') == 42 && uint(3) == 3u && double(1) == 1.0 && string(12) == '12'",
     "bool('true') && !bool('false') && bytes('a') == b'a' && dyn(1) == 1",
-    "string(quantity('1Gi')) == '1Gi' && string(semver('1.2.3')) == '1.2.3'",
     # arithmetic and comparison
     "1 + 2 * 3 == 7 && 7 / 2 == 3 && -7 / 2 == -3 && 7 % 3 == 1 && -7 % 3 == -1",
     "2.5 * 2.0 == 5.0 && 1 == 1.0 && 2u > 1u && 'b' > 'a' && 1 < 2.5",
@@ -181,10 +180,10 @@ ERROR_EXPRESSIONS = [
     ("'abc'.substring(4) == ''", "index out of range: 4"),
     ("[].max() == 1", "max called on empty list"),
     (
-        "'a'.matches(dyn('(?=a)'))",
+        "'a'.matches(device.driver + '(?=a)')",
         "error parsing regexp: invalid or unsupported Perl syntax: `\\(\\?=`",
     ),
-    ("'a'.find(dyn('a)')) == ''", "Illegal regex: error parsing regexp: unexpected \\)"),
+    ("'a'.find(device.driver + 'a)') == ''", "Illegal regex: error parsing regexp: unexpected \\)"),
     ("[dyn('a'), dyn(1)].sort() == []", "list elements must have the same type"),
     ("[[1]].sort() == []", "list elements must be comparable"),
     ("[1].slice(0, 2) == []", "cannot slice\\(0, 2\\), list is length 1"),
@@ -350,6 +349,8 @@ def test_double_conversions_refuse_both_bounds(expression: str) -> None:
         ("bool('maybe')", "cannot convert"),
         ("duration(dyn('1d')) == duration('1h')", "type conversion error"),
         ("int(null) == 1", "no such overload"),
+        ("int(dyn([])) == 1", "no such overload: int(list)"),
+        ("string(dyn({'a': 1})) == ''", "no such overload: string(map)"),
     ],
 )
 def test_failing_conversions_of_constants_are_compile_errors(expression: str, message: str) -> None:
@@ -357,6 +358,66 @@ def test_failing_conversions_of_constants_are_compile_errors(expression: str, me
     error = compile_error(expression)
     assert error is not None, expression
     assert "program instantiation failed" in error.message and message in error.message
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("int([]) == 1", "found no matching overload for 'int' applied to '(list)'"),
+        ("double({}) == 1.0", "found no matching overload for 'double' applied to '(map)'"),
+        ("string(quantity('1Gi')) == '1Gi'", "found no matching overload for 'string'"),
+        ("string(semver('1.2.3')) == '1.2.3'", "found no matching overload for 'string'"),
+        (
+            "int(device.capacity['d'].memory) > 0",
+            "found no matching overload for 'int' applied to '(Quantity)'",
+        ),
+        ("int(device) == 1", "found no matching overload for 'int'"),
+        ("bool(1)", "found no matching overload for 'bool' applied to '(int)'"),
+    ],
+)
+def test_conversions_of_a_type_without_an_overload_are_compile_errors(
+    expression: str, message: str
+) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message and "program instantiation" not in error.message
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("'a'.matches(dyn('(?=a)'))", "invalid or unsupported Perl syntax"),
+        ("true || matches('a', dyn('['))", "missing closing ]"),
+        ("'a'.find(dyn('a)')) == ''", "unexpected )"),
+        ("'a'.findAll(string(dyn('['))) == []", "missing closing ]"),
+    ],
+)
+def test_patterns_known_to_the_planner_are_checked_when_compiling(
+    expression: str, message: str
+) -> None:
+    # The planner precompiles a constant pattern, also one the checker does not see as one.
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert "program instantiation failed: error parsing regexp" in error.message
+    assert message in error.message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "{'a': 1}[dyn(null)] == 1",
+        "device.attributes[dyn(null)].size() == 0",
+        "[1][dyn(b'a')] == 1",
+        "[1][?dyn([0])].hasValue()",
+        "false && {'a': 1}[dyn(duration('1s'))] == 1",
+    ],
+)
+def test_constant_indexes_of_a_type_no_qualifier_takes_are_compile_errors(
+    expression: str,
+) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert "program instantiation failed: invalid qualifier type" in error.message
 
 
 def test_conversions_of_constants_fold_to_their_value() -> None:
