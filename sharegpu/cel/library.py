@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from . import lib_lists, lib_net, lib_time, namedformats, re2regex
+from . import gostrconv, lib_lists, lib_net, lib_time, namedformats, re2regex
 from .celtypes import TYPE_IDENTIFIERS, CelType, type_of
 from .errors import CelEvalError
 from .netaddr import CIDR, IP
@@ -117,10 +117,10 @@ def _to_int(v: Any) -> int:
             raise CelEvalError("double out of range for int conversion")
         result = int(v)
     elif isinstance(v, str):
-        try:
-            result = int(v, 10)
-        except ValueError:
-            raise CelEvalError(f"cannot convert {v!r} to int") from None
+        parsed = gostrconv.parse_int(v)
+        if parsed is None:
+            raise CelEvalError(f"cannot convert {v!r} to int")
+        result = parsed
     else:
         raise no_overload("int", v)
     if not INT64_MIN <= result <= INT64_MAX:
@@ -136,10 +136,10 @@ def _to_uint(v: Any) -> UInt:
             raise CelEvalError("double out of range for uint conversion")
         result = int(v)
     elif isinstance(v, str):
-        try:
-            result = int(v, 10)
-        except ValueError:
-            raise CelEvalError(f"cannot convert {v!r} to uint") from None
+        parsed = gostrconv.parse_uint(v)
+        if parsed is None:
+            raise CelEvalError(f"cannot convert {v!r} to uint")
+        result = parsed
     else:
         raise no_overload("uint", v)
     if not 0 <= result <= UINT64_MAX:
@@ -153,10 +153,10 @@ def _to_double(v: Any) -> float:
     if isinstance(v, int | float):
         return float(v)
     if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            raise CelEvalError(f"cannot convert {v!r} to double") from None
+        parsed = gostrconv.parse_float(v)
+        if parsed is None:
+            raise CelEvalError(f"cannot convert {v!r} to double")
+        return parsed
     raise no_overload("double", v)
 
 
@@ -174,28 +174,20 @@ def _to_string(v: Any) -> str:
             return v.decode("utf-8")
         except UnicodeDecodeError:
             raise CelEvalError("invalid UTF-8 in bytes to string conversion") from None
-    if isinstance(v, Quantity):
-        return v.text
-    if isinstance(v, Semver):
-        return v.text
     if isinstance(v, IP | CIDR | Timestamp | Duration):
         return str(v)
+    # No overload takes a quantity, a semver or a URL (Kubernetes has none).
     raise no_overload("string", v)
-
-
-_BOOL_STRINGS = {
-    **dict.fromkeys(("1", "t", "true", "TRUE", "True"), True),
-    **dict.fromkeys(("0", "f", "false", "FALSE", "False"), False),
-}
 
 
 def _to_bool(v: Any) -> bool:
     if isinstance(v, bool):
         return v
     if isinstance(v, str):
-        if v in _BOOL_STRINGS:
-            return _BOOL_STRINGS[v]
-        raise CelEvalError(f"cannot convert {v!r} to bool")
+        parsed = gostrconv.parse_bool(v)
+        if parsed is None:
+            raise CelEvalError(f"cannot convert {v!r} to bool")
+        return parsed
     raise no_overload("bool", v)
 
 

@@ -453,3 +453,58 @@ def test_type_identifiers_name_types() -> None:
     assert TYPE_IDENTIFIERS["int"] == type_of(1, "int")
     assert str(TYPE_IDENTIFIERS["net.IP"]) == "net.IP"
     assert type_of(Quantity.parse("1"), "Quantity") == TYPE_IDENTIFIERS["kubernetes.Quantity"]
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "int('+1') == 1 && int('-0') == 0 && int('010') == 10",
+        "uint('010') == 10u && uint('18446744073709551615') == 18446744073709551615u",
+        "double('1_000.5') == 1000.5 && double('.5') == 0.5 && double('5.') == 5.0",
+        "double('0x1.8p1') == 3.0 && double('0X1P4') == 16.0 && double('-0x.8p1') == -1.0",
+        "double('Inf') > 0.0 && double('-infinity') < 0.0 && double('1e-400') == 0.0",
+        "bool('T') && !bool('F') && bool('True') && !bool('0')",
+    ],
+)
+def test_strings_convert_as_go_parses_them(expression: str) -> None:
+    assert ev(expression)
+
+
+@pytest.mark.parametrize(
+    "text", ["' 1'", "'1 '", "'1_0'", "'\\uff10'", "'0x10'", "'9223372036854775808'"]
+)
+def test_int_refuses_what_go_refuses(text: str) -> None:
+    with pytest.raises(CelEvalError):
+        ev(f"[{text}].all(s, int(s) == 1)")
+
+
+@pytest.mark.parametrize(
+    ("function", "text"),
+    [
+        ("uint", "'+1'"),
+        ("uint", "'-0'"),
+        ("double", "' 1'"),
+        ("double", "'\\uff11'"),
+        ("double", "'1e400'"),
+        ("double", "'0x10'"),
+        ("double", "'+nan'"),
+        ("double", "'_1'"),
+        ("double", "'1e_5'"),
+        ("bool", "'tRue'"),
+    ],
+)
+def test_conversions_refuse_what_go_refuses(function: str, text: str) -> None:
+    with pytest.raises(CelEvalError, match="cannot convert"):
+        ev(f"[{text}].all(s, {function}(s) == {function}(s))")
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "[dyn(quantity('1Gi'))].all(q, string(q) == '1Gi')",
+        "[dyn(semver('1.2.3'))].all(v, string(v) == '1.2.3')",
+    ],
+)
+def test_string_of_a_quantity_or_semver_has_no_overload(expression: str) -> None:
+    with pytest.raises(CelEvalError, match="no such overload: string"):
+        ev(expression)
