@@ -50,6 +50,7 @@ from .values import (
     cel_not,
     cel_select,
     cel_sub,
+    key_identity,
     no_overload,
     type_name,
 )
@@ -220,6 +221,9 @@ _METHOD_RESULT = {
     "find": "string",
     "findAll": "list",
     "isSorted": "bool",
+    # The lists extension's list-valued methods (``s.reverse()`` on a dyn ``s`` resolves to
+    # the list overload, as strings version 2 has no ``reverse``).
+    **dict.fromkeys(("reverse", "distinct", "flatten", "slice", "sort"), "list"),
     "isInteger": "bool",
     "asInteger": "int",
     "asApproximateFloat": "double",
@@ -610,15 +614,29 @@ class _Compiler:
             own = C.ONE if rt == "map" else C.factor(_size(right), 1)
             if rt == DYN:
                 own = C.union(C.ONE, own)
+            left_full = _known_full_type(left)
+            right_key = _known_key_type(right)
+            if left_full not in (None, DYN) and right_key is not None and left_full != right_key:
+                self.fail(tree, mismatch)
             if right.elements == ():
                 # cel-go's planner (Kubernetes evaluates with OptOptimize) replaces membership
                 # in a constant empty list by false: the left operand is never evaluated, so
                 # its error is not the answer. The cost estimate is the checker's, unchanged.
                 return self.made(lambda env: False, "bool", cost=C.add(own, args))
+            members = _membership_set(right)
+            if members is not None:
+                return self.made(
+                    lambda env: key_identity(lf(env)) in members, "bool", cost=C.add(own, args)
+                )
             return self.made(lambda env: cel_in(lf(env), rf(env)), "bool", cost=C.add(own, args))
         if known and lt != rt and not ({lt, rt} <= _NUMERIC):
             self.fail(tree, mismatch)
-        if known and lt not in _ORDERED and lt not in _TIME_TYPES:
+        # No ordering overload takes a quantity, a semver, a list, ...: one such side is
+        # enough (``dyn > semver('1.0.0')`` is refused).
+        # (``null`` beside ``dyn`` passes the checker.)
+        if any(
+            t not in _ORDERED and t not in _TIME_TYPES and t not in (DYN, "null") for t in (lt, rt)
+        ):
             self.fail(tree, mismatch)
         own = C.ONE
         if {lt, rt} & {"string", "bytes"} or (lt == DYN and rt == DYN):
@@ -903,18 +921,26 @@ class _Compiler:
             self.fail(name_token, _no_overload(name, receiver, args))
         impl, rf = function.impl, receiver.fn
         result_type = _METHOD_RESULT.get(name, DYN)
+        full = None
         if name == "ip" and rtype == NET_CIDR:
             result_type = NET_IP
+        if name in ("sum", "min", "max"):
+            # The element type of the receiver, as cel-go infers it (``dyn`` included).
+            result_type, full = _element_of_full(receiver.full)
         own, size = _method_cost(name, receiver, args)
         cost = C.total(own, receiver.cost, *(a.cost for a in args))
         if not args:
             return self.made(
-                lambda env: _call(name, impl, rf(env)), result_type, cost=cost, size=size
+                lambda env: _call(name, impl, rf(env)), result_type, cost=cost, size=size, full=full
             )
         if len(args) == 1:
             af = args[0].fn
             return self.made(
-                lambda env: _call(name, impl, rf(env), af(env)), result_type, cost=cost, size=size
+                lambda env: _call(name, impl, rf(env), af(env)),
+                result_type,
+                cost=cost,
+                size=size,
+                full=full,
             )
         fns = [a.fn for a in args]
         return self.made(
@@ -922,6 +948,7 @@ class _Compiler:
             result_type,
             cost=cost,
             size=size,
+            full=full,
         )
 
     def _sort_by(
@@ -1792,6 +1819,82 @@ def _common_type(nodes: list[Node]) -> str:
     """The full type shared by ``nodes``; ``dyn`` when they differ or there are none."""
     types = {_full_type(n) for n in nodes}
     return types.pop() if len(types) == 1 else DYN
+
+
+def _known_key_type(container: Node) -> str | None:
+    """The element type of a list literal, or the key type of a map literal, when fully known
+    (no ``dyn`` in it), else None."""
+    full = container.full
+    if full is None or DYN in full:
+        return None
+    if full.startswith("list("):
+        return full[len("list(") : -1]
+    if full.startswith("map("):
+        return _split_type_arguments(full[len("map(") : -1])[0]
+    return None
+
+
+#: Static types whose full CEL type is their name.
+_SCALARS = frozenset({"int", "uint", "double", "bool", "string", "bytes"})
+
+
+def _element_of_full(container: str | None) -> tuple[str, str | None]:
+    """The static type and full type of the elements of a list whose full type is
+    ``container`` (``list(int)`` -> ``('int', 'int')``, ``list(dyn)`` -> ``('dyn', 'dyn')``:
+    exactly ``dyn``, as cel-go infers it); ``(dyn, None)`` (unknown) when not known."""
+    if container is None or not container.startswith("list("):
+        return DYN, None
+    element = container[len("list(") : -1]
+    if element == DYN or element in _SCALARS:
+        return element, element
+    return DYN, None
+
+
+def _split_type_arguments(arguments: str) -> list[str]:
+    """``'string, list(int)'`` -> ``['string', 'list(int)']`` (top-level commas only)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(arguments):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(arguments[start:i].strip())
+            start = i + 1
+    parts.append(arguments[start:].strip())
+    return parts
+
+
+def _membership_set(container: Node) -> frozenset[tuple[Any, ...]] | None:
+    """cel-go's planner turns ``x in [constants]`` into a hash-set test when every element is
+    a bool, int, uint, double or string: the set holds each element with its lossless
+    conversions to the other numeric types (a double's to int and uint only when exact, an
+    int's or uint's to double always), and ``x`` is looked up by type and value
+    (:func:`key_identity`), so ``dyn(9223372036854775807) in [9223372036854775807.0]`` is
+    false. None when the planner keeps the list (not a literal of such constants)."""
+    if container.full is None or not container.full.startswith("list("):
+        return None
+    planned = container.planned
+    if planned is None:
+        return None
+    members: set[tuple[Any, ...]] = set()
+    for element in planned[0]:
+        if not isinstance(element, bool | int | float | str):
+            return None
+        members.add(key_identity(element))
+        if isinstance(element, bool | str):
+            continue
+        if isinstance(element, float):
+            if element == element and element.is_integer():
+                if -(2.0**63) < element < 2.0**63:  # cel-go refuses both bounds
+                    members.add(("int", int(element)))
+                if 0 <= element < 2.0**64:
+                    members.add(("uint", int(element)))
+            continue
+        members.add(("double", float(element)))
+        if isinstance(element, UInt):
+            if element <= INT64_MAX:
+                members.add(("int", int(element)))
+        elif element >= 0:
+            members.add(("uint", int(element)))
+    return frozenset(members)
 
 
 def _known_element_type(node: Node) -> str | None:

@@ -37,7 +37,7 @@ class UInt(int):
 _UNIQUE = itertools.count()
 
 
-def _key_identity(key: Any) -> tuple[Any, ...]:
+def key_identity(key: Any) -> tuple[Any, ...]:
     """What makes two map keys the same key in cel-go (a Go map keyed by CEL values): the
     type and the value for bool, int, uint, double, string, bytes, null and the time types
     (``1``, ``1u`` and ``true`` are three keys); the object itself for a list, a map, a
@@ -64,7 +64,7 @@ def _key_identity(key: Any) -> tuple[Any, ...]:
 class CelMap(Mapping[Any, Any]):
     """A map built by a CEL map literal (or comprehension), with cel-go's key semantics.
 
-    Keys are told apart as cel-go tells them apart (:func:`_key_identity`), so a map may hold
+    Keys are told apart as cel-go tells them apart (:func:`key_identity`), so a map may hold
     ``1``, ``1u`` and ``true`` at once; a later entry with the same key replaces the earlier
     one. Lookup (``m[k]``, ``k in m``) also finds an int key by an equal uint or integral
     double and a uint key by an equal int or integral double, as cel-go's map lookup does.
@@ -80,14 +80,14 @@ class CelMap(Mapping[Any, Any]):
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key`` to ``value`` (replacing the entry of the same key)."""
-        self._entries[_key_identity(key)] = (key, value)
+        self._entries[key_identity(key)] = (key, value)
 
     def remove(self, key: Any) -> None:
         """Drop the entry of ``key`` when there is one."""
-        self._entries.pop(_key_identity(key), None)
+        self._entries.pop(key_identity(key), None)
 
     def _find(self, key: Any) -> tuple[Any, Any] | None:
-        entry = self._entries.get(_key_identity(key))
+        entry = self._entries.get(key_identity(key))
         if entry is not None or isinstance(key, bool):
             return entry
         candidates: list[tuple[str, int]] = []

@@ -169,3 +169,54 @@ def test_literal_types_are_checked_as_kubernetes_does(expression: str, message: 
 def test_homogeneous_check_accepts_what_it_cannot_refute(expression: str) -> None:
     assert compile_error(expression) is None
     assert ev(expression) is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("dyn(1) > semver('1.0.0')", "'_>_' applied to '(dyn, Semver)'"),
+        ("quantity('1') <= dyn(1)", "'_<=_' applied to '(Quantity, dyn)'"),
+        ("dyn(1) < [1]", "'_<_' applied to '(dyn, list)'"),
+        ("1 in [1.0]", "'@in' applied to '(int, list)'"),
+        ("'a' in {1: 'x'}", "'@in' applied to '(string, map)'"),
+        ("[1] in [['a']]", "'@in' applied to '(list, list)'"),
+        ("dyn('abc').reverse() == 'cba'", "'_==_' applied to '(list, string)'"),
+        ("[1, [dyn(2)].max()].size() == 2", "expected type 'int' but found 'dyn'"),
+        ("[1, 2].sum() == 'a'", "'_==_' applied to '(int, string)'"),
+    ],
+)
+def test_static_types_of_operands_as_kubernetes_infers_them(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "dyn(1) < null || true",
+        "dyn(1) in [1.0] && [1, [2].max()].size() == 2",
+        "dyn(1.0) in {1: 'a'} == false",
+    ],
+)
+def test_operands_the_checker_accepts(expression: str) -> None:
+    assert compile_error(expression) is None, expression
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # A constant list's membership is a hash-set test of exact conversions.
+        ("dyn(9223372036854775807) in [9223372036854775807.0]", False),
+        ("dyn(9007199254740993) in [9007199254740992.0]", False),
+        ("dyn(9007199254740992.0) in [9007199254740993]", True),
+        ("dyn(1u) in [1.0] && dyn(1.0) in [1u] && dyn(1) in [1u]", True),
+        ("dyn(0.0 / 0.0) in [0.0 / 0.0]", False),
+        ("dyn(true) in [1] || dyn('1') in [1]", False),
+        # A list that is no constant compares with CEL's equality.
+        ("cel.bind(l, [9223372036854775807.0], dyn(9223372036854775807) in l)", True),
+        ("[9223372036854775807.0].exists(d, dyn(9223372036854775807) in [d])", True),
+    ],
+)
+def test_membership_in_a_constant_list(expression: str, expected: bool) -> None:
+    assert ev(expression) is expected
