@@ -392,6 +392,7 @@ class _Local:
     type: str
     path: tuple[str, ...] | None
     size: C.Est | None
+    full: str | None = None
 
 
 def compile_tree(
@@ -602,6 +603,14 @@ class _Compiler:
         if op in ("relation_eq", "relation_ne"):
             if known and lt != rt and not ({lt, rt} <= _NUMERIC) and "null" not in (lt, rt):
                 self.fail(tree, mismatch)
+            fulls = (_known_full_type(left), _known_full_type(right))
+            if all(f is not None and "(" in f for f in fulls) and fulls[0] != fulls[1]:
+                # Lists and maps unify by their type parameters: list(int) is no list(double).
+                self.fail(
+                    tree,
+                    f"found no matching overload for '{symbol}' applied to "
+                    f"'({fulls[0]}, {fulls[1]})'",
+                )
             cost = C.add(_compare_cost(left, right), args)
             if op == "relation_eq":
                 return self.made(lambda env: cel_eq(lf(env), rf(env)), "bool", cost=cost)
@@ -686,12 +695,15 @@ class _Compiler:
         items = None
         if left.items is not None and right.items is not None:
             items = C.union(left.items, right.items)
+        # Two operands cel-go types exactly dyn match several overloads: the result is dyn.
+        exact = DYN if left.full == DYN and right.full == DYN else None
         return self.made(
             lambda env: impl(lf(env), rf(env)),
             result_type,
             cost=C.add(own, args),
             size=size,
             items=items,
+            full=exact,
         )
 
     def _addition(self, tree: lark.Tree[Any]) -> Node:
@@ -722,7 +734,12 @@ class _Compiler:
         if operand.const is not None and isinstance(operand.const, int | float):
             value = cel_neg(operand.const)
             return Node(lambda env: value, operand.type, const=value, cost=C.ZERO)
-        return self.made(lambda env: cel_neg(f(env)), operand.type, cost=cost)
+        return self.made(
+            lambda env: cel_neg(f(env)),
+            operand.type,
+            cost=cost,
+            full=DYN if operand.full == DYN else None,
+        )
 
     # --- members -----------------------------------------------------------------------
 
@@ -822,16 +839,28 @@ class _Compiler:
         cost = C.total(C.ONE, member.cost, index.cost)
         if member.type == "optional":
             return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
+        self.check_index_type(tree, "_[_]", member, index)
         path = self._sub_path(member, "@items" if member.type == "list" else "@values")
+        type_, full = _element_type(member.type), _exact_dyn(member)
+        value_full = _parts_of_full(member.full)[1]
+        if value_full is not None:
+            type_, full = _static_of_full(value_full)
         node = self.made(
-            lambda env: cel_index(mf(env), xf(env)),
-            _element_type(member.type),
-            cost=cost,
-            path=path,
-            full=_exact_dyn(member),
+            lambda env: cel_index(mf(env), xf(env)), type_, cost=cost, path=path, full=full
         )
         node.domain = domain
         return node
+
+    def check_index_type(self, tree: lark.Tree[Any], op: str, member: Node, index: Node) -> None:
+        """cel-go's index overloads: a list takes an int, a map its key type (a string for
+        the device's maps); another statically known index type is a compile error."""
+        key = _key_of(member)
+        given = _known_full_type(index)
+        if key is not None and given not in (None, DYN) and given != key:
+            container = _full_type(member)
+            self.fail(
+                tree, f"found no matching overload for '{op}' applied to '({container}, {given})'"
+            )
 
     def _member_index_opt(self, tree: lark.Tree[Any]) -> Node:
         member = self.node(tree.children[0])
@@ -841,6 +870,8 @@ class _Compiler:
             self.fail(tree, "device fields are selected with '.', not indexed")
         if isinstance(index.const, str):
             self.refer(member, index.const, True, tree.children[1])
+        if member.type != "optional":
+            self.check_index_type(tree, "_[?_]", member, index)
         mf, xf = member.fn, index.fn
         cost = C.total(C.ONE, member.cost, index.cost)
         return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
@@ -924,6 +955,8 @@ class _Compiler:
         full = None
         if name == "ip" and rtype == NET_CIDR:
             result_type = NET_IP
+        if name in ("split", "findAll"):
+            full = "list(string)"
         if name in ("sum", "min", "max"):
             # The element type of the receiver, as cel-go infers it (``dyn`` included).
             result_type, full = _element_of_full(receiver.full)
@@ -1128,7 +1161,12 @@ class _Compiler:
         if local:
             top = local[-1]
             return self.made(
-                lambda env: env[name], top.type, path=top.path, size=top.size, cost=C.ONE
+                lambda env: env[name],
+                top.type,
+                path=top.path,
+                size=top.size,
+                cost=C.ONE,
+                full=top.full,
             )
         return self.made(lambda env: env[name], self.scope[name], path=(name,), cost=C.ONE)
 
@@ -1210,7 +1248,7 @@ class _Compiler:
             size=size,
             items=element,
             elements=tuple(_full_type(i) for i in items),
-            full=f"list({_common_type(items)})",
+            full=_literal_full("list", items),
         )
         planned = [_planned(i) for i in items]
         if all(planned):
@@ -1259,11 +1297,8 @@ class _Compiler:
             return result
 
         n = len(entries)
-        keys = _common_type([k for k, _, _ in entries])
-        values = _common_type([v for _, v, o in entries if not o])
-        node = self.made(
-            build, "map", own=C.MAP_CREATE, cost=cost, size=(n, n), full=f"map({keys}, {values})"
-        )
+        full = _literal_full("map", [k for k, _, _ in entries], [v for _, v, o in entries if not o])
+        node = self.made(build, "map", own=C.MAP_CREATE, cost=cost, size=(n, n), full=full)
         planned = [(_planned(k), _planned(v)) for k, v, o in entries if not o]
         if len(planned) == n and all(k and v for k, v in planned):
             node.planned = (CelMap((k[0], v[0]) for k, v in planned if k and v),)
@@ -1346,17 +1381,26 @@ class _Compiler:
         elements or map keys) or two (index and element, key and value)."""
         is_list = target.type == "list"
         base = target.path
+        key_full, value_full = _parts_of_full(target.full)
         if not second:
             sub = "@items" if is_list else "@keys"
             path = None if base is None else (*base, sub)
             size = target.items if is_list else None
             element = _element_type(target.type) if is_list else _key_type(target.type)
-            return _Local(element, path, size if size is not None else C.path_size(path)), None
+            full = value_full if is_list else key_full
+            if full is not None:
+                element, full = _static_of_full(full)
+            local = _Local(element, path, size if size is not None else C.path_size(path), full)
+            return local, None
         key_path = None if base is None else (*base, "@indices" if is_list else "@keys")
         val_path = None if base is None else (*base, "@items" if is_list else "@values")
         key = _Local("int" if is_list else _key_type(target.type), key_path, None)
+        if key_full is not None and not is_list:
+            key.type, key.full = _static_of_full(key_full)
         val_size = target.items if is_list else None
         value = _Local(_element_type(target.type), val_path, val_size)
+        if value_full is not None:
+            value.type, value.full = _static_of_full(value_full)
         return key, value
 
     def _macro(
@@ -1815,6 +1859,15 @@ def _known_full_type(node: Node) -> str | None:
     return None
 
 
+def _literal_full(kind: str, *parts: list[Node]) -> str | None:
+    """The full type of a list literal (``kind`` ``list``, its elements) or map literal
+    (``map``, its keys and values), as cel-go infers it; None when an element's type is not
+    known here (``list(dyn)`` would then claim an exact ``dyn`` cel-go may not infer)."""
+    if any(_known_full_type(n) is None for nodes in parts for n in nodes):
+        return None
+    return f"{kind}({', '.join(_common_type(nodes) for nodes in parts)})"
+
+
 def _common_type(nodes: list[Node]) -> str:
     """The full type shared by ``nodes``; ``dyn`` when they differ or there are none."""
     types = {_full_type(n) for n in nodes}
@@ -1832,6 +1885,42 @@ def _known_key_type(container: Node) -> str | None:
     if full.startswith("map("):
         return _split_type_arguments(full[len("map(") : -1])[0]
     return None
+
+
+def _parts_of_full(container: str | None) -> tuple[str | None, str | None]:
+    """(key, element) full types of a list (``int``, E) or map (K, V) whose full type is
+    ``container`` when known; (None, None) otherwise."""
+    if container is None:
+        return None, None
+    if container.startswith("list("):
+        return "int", container[len("list(") : -1]
+    if container.startswith("map("):
+        key, value = _split_type_arguments(container[len("map(") : -1])
+        return key, value
+    return None, None
+
+
+def _static_of_full(full: str) -> tuple[str, str | None]:
+    """The static type and full type of a value whose full CEL type is ``full``: a scalar or
+    exactly ``dyn`` as such, a list or map with its full type, anything else unknown."""
+    if full == DYN or full in _SCALARS:
+        return full, full
+    if full.startswith("list("):
+        return "list", full
+    if full.startswith("map("):
+        return "map", full
+    return DYN, None
+
+
+def _key_of(container: Node) -> str | None:
+    """The index type ``container`` takes when statically known: ``int`` for a list, the key
+    type of a map literal without ``dyn``, ``string`` for the device's maps."""
+    if container.type == "list":
+        return "int"
+    if container.type in (ATTRIBUTES, CAPACITY, ATTRIBUTE_DOMAIN, CAPACITY_DOMAIN):
+        return "string"
+    key = _parts_of_full(container.full)[0] if container.type == "map" else None
+    return None if key is None or DYN in key else key
 
 
 #: Static types whose full CEL type is their name.
@@ -1869,7 +1958,7 @@ def _membership_set(container: Node) -> frozenset[tuple[Any, ...]] | None:
     int's or uint's to double always), and ``x`` is looked up by type and value
     (:func:`key_identity`), so ``dyn(9223372036854775807) in [9223372036854775807.0]`` is
     false. None when the planner keeps the list (not a literal of such constants)."""
-    if container.full is None or not container.full.startswith("list("):
+    if container.type != "list":
         return None
     planned = container.planned
     if planned is None:

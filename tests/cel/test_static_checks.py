@@ -220,3 +220,49 @@ def test_operands_the_checker_accepts(expression: str) -> None:
 )
 def test_membership_in_a_constant_list(expression: str, expected: bool) -> None:
     assert ev(expression) is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("device.attributes[1].size() == 0", "'_[_]' applied to '(map(dyn, dyn), int)'"),
+        ("device.capacity['d'][1].isInteger()", "'_[_]' applied to"),
+        ("'a,b'.split(',')[1u] == 'b'", "'_[_]' applied to '(list(string), uint)'"),
+        ("{'a': 1}[1] == 1", "'_[_]' applied to '(map(string, int), int)'"),
+        ("{'a': 1}[?1].hasValue()", "'_[?_]' applied to '(map(string, int), int)'"),
+        ("[1, 2][0] == 'a'", "'_==_' applied to '(int, string)'"),
+        ("{'a': [1]}['a'][0] == 'x'", "'_==_' applied to '(int, string)'"),
+        ("'a,b'.split(',')[1] == 1", "'_==_' applied to '(string, int)'"),
+        ("[1, 2].exists(x, x == 'a')", "'_==_' applied to '(int, string)'"),
+        ("{'a': 'b'}.exists(k, k == 1)", "'_==_' applied to '(string, int)'"),
+        ("[1, 2].all(i, v, v == 'a')", "'_==_' applied to '(int, string)'"),
+        ("{'a': 'b'}.all(k, v, v == 1)", "'_==_' applied to '(string, int)'"),
+        ("[1, 2].map(x, x + 'a').size() == 2", "'_+_' applied to '(int, string)'"),
+        ("[1] == [1.0]", "'_==_' applied to '(list(int), list(double))'"),
+        ("{'a': 1} != {1: 1}", "'_!=_' applied to '(map(string, int), map(int, int))'"),
+        ("[[1]].exists(x, x == ['a'])", "'(list(int), list(string))'"),
+        ("[dyn(1)].exists(m, [m, 'a'].size() == 2)", "expected type 'dyn' but found 'string'"),
+        ("[dyn(1) + dyn(2), 1].size() == 2", "expected type 'dyn' but found 'int'"),
+        ("[-dyn(1), 1].size() == 2", "expected type 'dyn' but found 'int'"),
+    ],
+)
+def test_element_and_key_types_of_literals_as_kubernetes_infers_them(
+    expression: str, message: str
+) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "[1, 2][dyn(0)] == 1 && {'a': 1}[?'a'].orValue(0) == 1",
+        "[[1, 2]].exists(x, x[0] == 1) && {'a': {'b': 1}}['a']['b'] == 1",
+        "[1, 2].exists(x, [x, 1].size() == 2) && [dyn(1)][0] + 1 == 2",
+        "[1] == [dyn(1)] && [dyn(1) + 1, 1].size() == 2",
+        "'a,b'.split(',') == ['a', 'b']",
+    ],
+)
+def test_literals_the_checker_accepts(expression: str) -> None:
+    assert ev(expression) is True
