@@ -16,6 +16,7 @@ macros absorb them where the CEL specification says so (``true || error`` is ``t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -1301,7 +1302,9 @@ class _Compiler:
         node = self.made(build, "map", own=C.MAP_CREATE, cost=cost, size=(n, n), full=full)
         planned = [(_planned(k), _planned(v)) for k, v, o in entries if not o]
         if len(planned) == n and all(k and v for k, v in planned):
-            node.planned = (CelMap((k[0], v[0]) for k, v in planned if k and v),)
+            # A key Go cannot hash: cel-go's planner panics; here the evaluation errs.
+            with contextlib.suppress(CelEvalError):
+                node.planned = (CelMap((k[0], v[0]) for k, v in planned if k and v),)
         return node
 
     # --- macros --------------------------------------------------------------------------

@@ -41,7 +41,8 @@ def key_identity(key: Any) -> tuple[Any, ...]:
     """What makes two map keys the same key in cel-go (a Go map keyed by CEL values): the
     type and the value for bool, int, uint, double, string, bytes, null and the time types
     (``1``, ``1u`` and ``true`` are three keys); the object itself for a list, a map, a
-    quantity or an optional (pointers in cel-go); NaN never equals a key, itself included."""
+    quantity or an optional (pointers in cel-go); NaN never equals a key, itself included.
+    Bytes and semvers are an error (Go cannot hash them)."""
     if isinstance(key, bool):
         return ("bool", key)
     if isinstance(key, UInt):
@@ -50,7 +51,11 @@ def key_identity(key: Any) -> tuple[Any, ...]:
         return ("int", key)
     if isinstance(key, float):
         return ("double", key) if key == key else ("nan", next(_UNIQUE))
-    if isinstance(key, str | bytes | Duration | Timestamp) or key is None:
+    if isinstance(key, bytes | Semver):
+        # Go cannot hash these: cel-go's evaluation panics and reports an internal error.
+        name = "types.Bytes" if isinstance(key, bytes) else "cel.Semver"
+        raise CelEvalError(f"internal error: runtime error: hash of unhashable type {name}")
+    if isinstance(key, str | Duration | Timestamp) or key is None:
         return (type(key).__name__, key)
     try:
         hash(key)

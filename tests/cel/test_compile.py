@@ -248,3 +248,12 @@ def test_arguments_known_only_at_run_time_are_checked_then() -> None:
     assert compile_error("duration(device.driver) == duration('1h')") is None
     with pytest.raises(CelEvalError):
         _holds("duration(device.driver) == duration('1h')")
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["{dyn(semver('1.0.0')): 1}.size() == 1", "{b'a': 1}.size() == 1", "dyn(b'a') in [1, 2]"],
+)
+def test_keys_go_cannot_hash_are_evaluation_errors(expression: str) -> None:
+    with pytest.raises(CelEvalError, match="hash of unhashable type"):
+        _holds(expression)

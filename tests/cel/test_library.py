@@ -508,3 +508,58 @@ def test_conversions_refuse_what_go_refuses(function: str, text: str) -> None:
 def test_string_of_a_quantity_or_semver_has_no_overload(expression: str) -> None:
     with pytest.raises(CelEvalError, match="no such overload: string"):
         ev(expression)
+
+
+@pytest.mark.parametrize(
+    ("text", "integer"),
+    [
+        # Stored as an int64 with scale >= 0: converts.
+        ("0", True),
+        ("16G", True),
+        ("80Gi", True),
+        ("81079Mi", True),
+        ("1e3", True),
+        ("-5k", True),
+        ("123456789012345678", True),
+        # An int64 with a negative scale (milli, a fraction): does not, whatever the value.
+        ("2000m", False),
+        ("1.0", False),
+        ("0.0", False),
+        ("100e-2", False),
+        # Stored as a decimal (a binary fraction, too many digits, a large binary suffix).
+        ("1.5Gi", False),
+        ("0.5Gi", False),
+        ("1Ei", False),
+        ("1234567890123456789", False),
+        ("9223372036854775807", False),
+        ("10E", False),
+    ],
+)
+def test_is_integer_follows_how_kubernetes_stores_the_quantity(text: str, integer: bool) -> None:
+    assert ev(f"quantity('{text}').isInteger() == {str(integer).lower()}")
+    if not integer:
+        with pytest.raises(CelEvalError, match="cannot convert value to integer"):
+            ev(f"quantity('{text}').asInteger() == 0")
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("quantity('1k').add(quantity('1')).asInteger() == 1001", True),
+        ("quantity('1k').sub(1).asInteger() == 999", True),
+        ("quantity('0').add(quantity('2k')).asInteger() == 2000", True),
+        # The sum keeps the smaller scale, and overflow turns it into a decimal.
+        ("quantity('1500m').add(quantity('500m')).isInteger()", False),
+        ("quantity('1').add(9223372036854775807).isInteger()", False),
+        ("quantity('1').add(9223372036854775806).isInteger()", True),
+        ("quantity('1Ei').add(quantity('1')).isInteger()", False),
+    ],
+)
+def test_arithmetic_keeps_kubernetes_storage_form(expression: str, expected: bool) -> None:
+    assert ev(expression) is expected
+
+
+def test_decimal_quantities_beyond_int64_are_valid() -> None:
+    assert ev("isQuantity('10E') && quantity('10E').compareTo(quantity('1')) == 1")
+    assert ev("isQuantity('1e1000') && !isQuantity('1e1001')")
+    assert ev("quantity('1.5e19').isGreaterThan(quantity('9223372036854775807'))")
