@@ -21,7 +21,10 @@ DRIVER: Final = "gpu.example.com"
 K8S: Final = "resource.kubernetes.io"
 MODELS: Final = ("A100", "H100", "L4", "a100", "")
 VERSIONS: Final = ("535.104.5", "550.54.15", "1.2.3-rc.1", "2.0.0+build.5", "0.0.1")
-QUANTITIES: Final = ("40Gi", "80Gi", "81079Mi", "16G", "1500m", "0", "1", "100", "1k", "2.5")
+QUANTITIES: Final = (
+    "40Gi", "80Gi", "81079Mi", "16G", "1500m", "0", "1", "100", "1k", "2.5",
+    "2000m", "1.0", "1.5Gi", "1Ei", "10E",
+)  # fmt: skip
 PCIE_ROOTS: Final = ("pci0000:00", "pci0000:01")
 
 Strategy = st.SearchStrategy[str]
@@ -58,9 +61,10 @@ def device_capacity(draw: st.DrawFn) -> dict[str, Any]:
     """Capacities of a GPU-like device; each one may be absent."""
     cap: dict[str, Any] = {}
     if draw(st.integers(0, 9)) > 0:
-        cap["memory"] = {"value": draw(st.sampled_from(("40Gi", "80Gi", "81079Mi", "16G")))}
+        memory = ("40Gi", "80Gi", "81079Mi", "16G", "1.5Gi")
+        cap["memory"] = {"value": draw(st.sampled_from(memory))}
     if draw(st.integers(0, 9)) > 1:
-        cap["cores"] = {"value": draw(st.sampled_from(("100", "50", "1500m", "0")))}
+        cap["cores"] = {"value": draw(st.sampled_from(("100", "50", "1500m", "0", "2000m")))}
     if draw(st.integers(0, 9)) > 6:
         cap["example.com/bandwidth"] = {"value": draw(st.sampled_from(("10G", "100M")))}
     return cap
@@ -185,7 +189,7 @@ def int_term(depth: int) -> Strategy:
         string_term(depth - 1).map(lambda s: f"{s}.size()"),
         _attr("version").map(lambda v: f"{v}.major()"),
         _attr("version").map(lambda v: f"{v}.minor()"),
-        _attr("quantity").map(lambda q: f"{q}.asInteger()"),
+        st.one_of(_attr("quantity"), quantity_literal()).map(lambda q: f"{q}.asInteger()"),
         _attr("quantity").map(lambda q: f"sign({q})"),
         st.tuples(_attr("quantity"), quantity_literal()).map(lambda p: f"{p[0]}.compareTo({p[1]})"),
         st.tuples(_attr("version"), semver_literal()).map(lambda p: f"{p[0]}.compareTo({p[1]})"),
@@ -286,6 +290,7 @@ def atom(depth: int) -> Strategy:
         ).map(lambda t: f"{t[0]}.{t[1]}({t[2]})"),
         st.tuples(_attr("quantity"), quantity_literal()).map(lambda p: f"{p[0]} == {p[1]}"),
         _attr("quantity").map(lambda q: f"{q}.isInteger()"),
+        quantity_literal().map(lambda q: f"{q}.isInteger()"),
         st.tuples(_attr("quantity"), st.sampled_from(("1.5", "0.0", "1e9"))).map(
             lambda p: f"{p[0]}.asApproximateFloat() > {p[1]}"
         ),
