@@ -474,16 +474,21 @@ def _sv(op: str, receiver: Any) -> Semver:
     return receiver  # type: ignore[no-any-return]
 
 
+def _as_int64(number: int) -> int:
+    """A uint64 version number as Kubernetes returns it (``types.Int(v.Major)``: wrapped)."""
+    return number - 2**64 if number > INT64_MAX else number
+
+
 def _major(v: Any) -> int:
-    return _sv("major", v).major
+    return _as_int64(_sv("major", v).major)
 
 
 def _minor(v: Any) -> int:
-    return _sv("minor", v).minor
+    return _as_int64(_sv("minor", v).minor)
 
 
 def _patch(v: Any) -> int:
-    return _sv("patch", v).patch
+    return _as_int64(_sv("patch", v).patch)
 
 
 # --- shared by both libraries ------------------------------------------------------------

@@ -563,3 +563,26 @@ def test_decimal_quantities_beyond_int64_are_valid() -> None:
     assert ev("isQuantity('10E') && quantity('10E').compareTo(quantity('1')) == 1")
     assert ev("isQuantity('1e1000') && !isQuantity('1e1001')")
     assert ev("quantity('1.5e19').isGreaterThan(quantity('9223372036854775807'))")
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # blang/semver: uint64 numbers (major() returns them as Kubernetes does, wrapped to
+        # int64), ASCII digits, non-empty identifiers.
+        ("isSemver('18446744073709551615.0.0')", True),
+        ("isSemver('18446744073709551616.0.0')", False),
+        ("semver('18446744073709551615.0.0').major() == -1", True),
+        ("isSemver('1.2.3-18446744073709551616')", False),
+        ("isSemver('1.2.\\u0661')", False),
+        ("isSemver('1.2.3-a..b') || isSemver('1.2.3+')", False),
+        ("isSemver('1.2.3--') && isSemver('1.2.3-b-c+d-e')", True),
+        # Kubernetes' normalisation: per part, and a short version with a suffix is refused.
+        ("isSemver('1.2-rc', true) || isSemver('1-rc', true)", False),
+        ("semver('v01.2.03-rc', true) == semver('1.2.3-rc')", True),
+        ("semver('1.2.00-rc', true).patch() == 0", True),
+        ("isSemver('1.2.-rc', true)", True),
+    ],
+)
+def test_semver_parses_as_kubernetes_does(expression: str, expected: bool) -> None:
+    assert ev(expression) is expected
