@@ -588,7 +588,7 @@ class _Compiler:
             return self.node(tree.children[0])
         op, left, right = self._binary(tree)
         lf, rf = left.fn, right.fn
-        lt, rt = _plain(left.type), _plain(right.type)
+        lt, rt = _checked(left.type), _checked(right.type)
         known = lt != DYN and rt != DYN
         symbol = {
             "relation_lt": "_<_",
@@ -605,7 +605,9 @@ class _Compiler:
             if known and lt != rt and not ({lt, rt} <= _NUMERIC) and "null" not in (lt, rt):
                 self.fail(tree, mismatch)
             fulls = (_known_full_type(left), _known_full_type(right))
-            if all(f is not None and "(" in f for f in fulls) and fulls[0] != fulls[1]:
+            if all(f is not None and "(" in f and DYN not in f for f in fulls) and (
+                fulls[0] != fulls[1]
+            ):
                 # Lists and maps unify by their type parameters: list(int) is no list(double).
                 self.fail(
                     tree,
@@ -669,7 +671,7 @@ class _Compiler:
             return self.node(tree.children[0])
         op, left, right = self._binary(tree)
         symbol, impl = table[op]
-        lt, rt = _plain(left.type), _plain(right.type)
+        lt, rt = _checked(left.type), _checked(right.type)
         mismatch = f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'"
         result_type = lt if lt != DYN else rt
         if {lt, rt} & _TIME_TYPES:
@@ -1829,11 +1831,24 @@ _LIST_ELEMENTS = {
 }
 
 
+#: The full CEL types of the ``device`` variable and its maps, as Kubernetes declares them.
+_DEVICE_FULL = {
+    DEVICE: "kubernetes.DRADevice",
+    ATTRIBUTES: "map(string, map(string, dyn))",
+    CAPACITY: "map(string, map(string, kubernetes.Quantity))",
+    ATTRIBUTE_DOMAIN: "map(string, dyn)",
+    CAPACITY_DOMAIN: "map(string, kubernetes.Quantity)",
+}
+
+
 def _full_type(node: Node) -> str:
     """The full CEL type of ``node`` as cel-go prints it: a literal's own (``list(int)``),
-    else its static type with ``dyn`` parameters (``list(dyn)``)."""
+    the device's declared ones, else its static type with ``dyn`` parameters
+    (``list(dyn)``)."""
     if node.full is not None:
         return node.full
+    if node.type in _DEVICE_FULL:
+        return _DEVICE_FULL[node.type]
     name = _cel_name(_plain(node.type))
     return {"list": "list(dyn)", "map": "map(dyn, dyn)"}.get(name, name)
 
@@ -1857,7 +1872,7 @@ def _known_full_type(node: Node) -> str | None:
     """The full CEL type of ``node`` when this compiler knows it as cel-go does: no ``dyn``
     in it, or ``dyn`` that cel-go infers too (an attribute value, ``dyn(x)``); else None."""
     full = _full_type(node)
-    if DYN not in full or node.full == DYN:
+    if DYN not in full or node.full is not None or node.type in _DEVICE_FULL:
         return full
     return None
 
@@ -1866,6 +1881,8 @@ def _literal_full(kind: str, *parts: list[Node]) -> str | None:
     """The full type of a list literal (``kind`` ``list``, its elements) or map literal
     (``map``, its keys and values), as cel-go infers it; None when an element's type is not
     known here (``list(dyn)`` would then claim an exact ``dyn`` cel-go may not infer)."""
+    if any(not nodes for nodes in parts):
+        return None  # cel-go types ``[]`` and ``{}`` with a free type parameter
     if any(_known_full_type(n) is None for nodes in parts for n in nodes):
         return None
     return f"{kind}({', '.join(_common_type(nodes) for nodes in parts)})"

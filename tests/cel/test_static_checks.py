@@ -225,7 +225,10 @@ def test_membership_in_a_constant_list(expression: str, expected: bool) -> None:
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
-        ("device.attributes[1].size() == 0", "'_[_]' applied to '(map(dyn, dyn), int)'"),
+        (
+            "device.attributes[1].size() == 0",
+            "'_[_]' applied to '(map(string, map(string, dyn)), int)'",
+        ),
         ("device.capacity['d'][1].isInteger()", "'_[_]' applied to"),
         ("'a,b'.split(',')[1u] == 'b'", "'_[_]' applied to '(list(string), uint)'"),
         ("{'a': 1}[1] == 1", "'_[_]' applied to '(map(string, int), int)'"),
@@ -266,3 +269,33 @@ def test_element_and_key_types_of_literals_as_kubernetes_infers_them(
 )
 def test_literals_the_checker_accepts(expression: str) -> None:
     assert ev(expression) is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("'other.io' in device", "'@in' applied to '(string, device)'"),
+        ("device + 1 == 1", "'_+_' applied to '(device, int)'"),
+        ("[device, 1].size() == 2", "expected type 'kubernetes.DRADevice' but found 'int'"),
+        (
+            "[device.attributes['d'], {'a': 1}].size() == 2",
+            "expected type 'map(string, dyn)' but found 'map(string, int)'",
+        ),
+    ],
+)
+def test_the_device_variable_has_its_declared_types(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "[device.attributes, {}].size() == 2",
+        "[[], [1]].size() == 2 && [{}, {'a': 1}].size() == 2",
+        "device.attributes['d'] == {'model': 1}",
+    ],
+)
+def test_empty_literals_and_dyn_parameters_unify(expression: str) -> None:
+    assert compile_error(expression) is None, expression

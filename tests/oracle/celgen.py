@@ -240,9 +240,12 @@ def quantity_literal() -> Strategy:
 @cache
 def semver_literal() -> Strategy:
     """``semver('...')``, now and then one that does not parse."""
+    odd = ("535", "v1.2.3", "1.2", "18446744073709551615.0.0", "1.2.3-rc.01")
     return st.one_of(
-        st.sampled_from((*VERSIONS, "535", "v1.2.3", "1.2")).map(lambda v: f"semver('{v}')"),
-        st.sampled_from(("v1.2", "535", "1.2.3", "01.2.3")).map(lambda v: f"semver('{v}', true)"),
+        st.sampled_from((*VERSIONS, *odd)).map(lambda v: f"semver('{v}')"),
+        st.sampled_from(("v1.2", "535", "1.2.3", "01.2.3", "1.2-rc", "v550.54.015")).map(
+            lambda v: f"semver('{v}', true)"
+        ),
     )
 
 
