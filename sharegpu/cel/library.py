@@ -242,10 +242,10 @@ def _index_of(s: Any, sub: Any, start: Any = 0) -> int:
                 return i
         return -1
     _expect("indexOf", isinstance(s, str) and isinstance(sub, str) and _is_int(start), s, sub)
-    if sub == "":
-        return int(start)
     if start < 0:
         raise CelEvalError(f"index out of range: {start}")
+    if sub == "":
+        return min(int(start), len(s))  # cel-go clamps the empty match to the end
     if start >= len(s):
         return -1
     return int(s.find(sub, start))
@@ -267,10 +267,10 @@ def _last_index_of(s: Any, sub: Any, end: Any = None) -> int:
             return -1
         end = len(s) - 1
     _expect("lastIndexOf", _is_int(end), s, sub, end)
-    if sub == "":
-        return int(end)
     if end < 0:
         raise CelEvalError(f"index out of range: {end}")
+    if sub == "":
+        return min(int(end), len(s))  # cel-go clamps the empty match to the end
     if end >= len(s):
         return -1
     return int(s.rfind(sub, 0, end + len(sub)))

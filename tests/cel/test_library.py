@@ -586,3 +586,33 @@ def test_decimal_quantities_beyond_int64_are_valid() -> None:
 )
 def test_semver_parses_as_kubernetes_does(expression: str, expected: bool) -> None:
     assert ev(expression) is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # cel-go's strings extension clamps an empty match to the end, and refuses a
+        # negative offset first.
+        ("'abc'.indexOf('', 4) == 3 && 'abc'.lastIndexOf('', 4) == 3", True),
+        ("'abc'.indexOf('', 2) == 2 && 'abc'.lastIndexOf('', 1) == 1", True),
+        ("'abc'.indexOf('c', 4) == -1", True),
+    ],
+)
+def test_index_of_offsets_as_cel_go(expression: str, expected: bool) -> None:
+    assert ev(expression) is expected
+
+
+@pytest.mark.parametrize(
+    "expression", ["'abc'.indexOf('', -1) == 0", "'a'.lastIndexOf('', -1) == 0"]
+)
+def test_negative_offsets_are_errors_even_for_the_empty_string(expression: str) -> None:
+    with pytest.raises(CelEvalError, match="index out of range: -1"):
+        ev(expression)
+
+
+def test_the_any_byte_escape_is_refused_as_go_refuses_it() -> None:
+    assert compile_error("'x'.matches('\\\\C')") is not None
+    assert compile_error("'x'.matches('[\\\\C]')") is not None
+    assert ev("'x\\\\C'.matches('\\\\\\\\C')")
+    with pytest.raises(CelEvalError, match="invalid escape sequence"):
+        ev("'x'.matches(device.driver + '\\\\C')")
