@@ -346,6 +346,8 @@ def cel_mod(a: Any, b: Any) -> Any:
         raise no_overload("_%_", a, b)
     if b == 0:
         raise CelEvalError("modulus by zero")
+    if kind == "int" and a == INT64_MIN and b == -1:
+        raise CelEvalError("integer overflow")  # as cel-go: the quotient overflows
     result = a - _trunc_div(a, b) * b
     return UInt(result) if kind == "uint" else result
 

@@ -616,3 +616,9 @@ def test_the_any_byte_escape_is_refused_as_go_refuses_it() -> None:
     assert ev("'x\\\\C'.matches('\\\\\\\\C')")
     with pytest.raises(CelEvalError, match="invalid escape sequence"):
         ev("'x'.matches(device.driver + '\\\\C')")
+
+
+def test_modulo_of_the_smallest_int_by_minus_one_overflows() -> None:
+    with pytest.raises(CelEvalError, match="integer overflow"):
+        ev("[-9223372036854775808].all(x, x % -1 == 0)")
+    assert ev("[-9223372036854775807].all(x, x % -1 == 0)")
