@@ -141,6 +141,8 @@ _CONVERSIONS = frozenset(
 #: The functions whose second argument (receiver first) cel-go's planner precompiles as a
 #: regular expression when it is a constant.
 _REGEX_FUNCTIONS = frozenset({"matches", "find", "findAll"})
+#: The sets extension's functions, each of two lists of one element type.
+_SET_FUNCTIONS = frozenset({"sets.contains", "sets.equivalent", "sets.intersects"})
 #: Argument types of global functions with one overload per position (a known static type
 #: outside the set is cel-go's "found no matching overload" at compile time).
 _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
@@ -1121,6 +1123,15 @@ class _Compiler:
                 self.fail(name_token, _no_overload(name, None, args))
         self.check_constant_call(name_token, name, args)
         self.check_planned_regex(name_token, name, args)
+        if name in _SET_FUNCTIONS and len(args) == 2:
+            # (list(T), list(T)): two lists of known, different element types do not unify.
+            fulls = [_known_full_type(a) for a in args]
+            if all(f is not None and DYN not in f for f in fulls) and fulls[0] != fulls[1]:
+                self.fail(
+                    name_token,
+                    f"found no matching overload for '{name}' applied to "
+                    f"'({fulls[0]}, {fulls[1]})'",
+                )
         impl = function.impl
         result_type = DYN if name == "dyn" else _GLOBAL_RESULT.get(name, DYN)
         own, size = _global_cost(name, args)

@@ -93,7 +93,7 @@ TRUE_EXPRESSIONS = [
     "'GPU-ABC'.find('(?i)gpu-[a-z]+') == 'GPU-ABC'",
     # sets and lists extensions
     "sets.contains([1, 2, 3], [3, 1]) && !sets.contains([1], [2])",
-    "sets.equivalent([1, 2, 2], [2, 1]) && sets.intersects([1, 2], [2.0, 5.0])",
+    "sets.equivalent([1, 2, 2], [2, 1]) && sets.intersects([1, 2], [dyn(2.0), dyn(5.0)])",
     "lists.range(3) == [0, 1, 2] && [1, 2, 3, 4].slice(1, 3) == [2, 3]",
     "[[1], [2]].flatten() == [1, 2] && [[[1]], [[2]]].flatten(2) == [1, 2]",
     "[3, 1, 3, 2].distinct() == [3, 1, 2] && [1, 2].reverse() == [2, 1]",

@@ -299,3 +299,20 @@ def test_the_device_variable_has_its_declared_types(expression: str, message: st
 )
 def test_empty_literals_and_dyn_parameters_unify(expression: str) -> None:
     assert compile_error(expression) is None, expression
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "sets.contains([1], [1.0])",
+        "sets.intersects([1], [1u])",
+        "sets.equivalent(['a'], [1])",
+    ],
+)
+def test_sets_of_different_element_types_are_compile_errors(expression: str) -> None:
+    error = compile_error(expression)
+    assert error is not None and "found no matching overload for 'sets." in error.message
+
+
+def test_sets_with_an_empty_or_dyn_list_compile() -> None:
+    assert ev("sets.contains([1], []) && sets.contains([1], [dyn(1.0)])") is True
