@@ -554,12 +554,27 @@ class _Compiler:
             raise no_overload("_?_:_", c)
 
         same = then.type if then.type == other.type else DYN
+        # cel-go's (bool, A, A) -> A: a dyn branch makes A dyn; two known types must agree.
+        fulls = (_known_full_type(then), _known_full_type(other))
+        full = None
+        if DYN in fulls:
+            same, full = DYN, DYN
+        elif fulls[0] is not None and fulls[1] is not None:
+            if fulls[0] == fulls[1]:
+                full = fulls[0]
+            elif DYN not in fulls[0] and DYN not in fulls[1]:
+                self.fail(
+                    tree,
+                    "found no matching overload for '_?_:_' applied to "
+                    f"'(bool, {fulls[0]}, {fulls[1]})'",
+                )
         return self.made(
             ternary,
             same,
             own=0,
             cost=C.add(cond.cost, C.union(then.cost, other.cost)),
             size=C.union(_size(then), _size(other)),
+            full=full,
         )
 
     def _logic(self, tree: lark.Tree[Any], short: bool, op: str) -> Node:

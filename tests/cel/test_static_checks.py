@@ -316,3 +316,25 @@ def test_sets_of_different_element_types_are_compile_errors(expression: str) -> 
 
 def test_sets_with_an_empty_or_dyn_list_compile() -> None:
     assert ev("sets.contains([1], []) && sets.contains([1], [dyn(1.0)])") is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("(true ? 1 : 'a') == 1", "'_?_:_' applied to '(bool, int, string)'"),
+        ("(true ? 1 : 2.0) == 1", "'_?_:_' applied to '(bool, int, double)'"),
+        ("(true ? null : 1) == null", "'_?_:_' applied to '(bool, null_type, int)'"),
+        ("(true ? [1] : ['a']) == [1]", "'(bool, list(int), list(string))'"),
+        ("[(true ? dyn(1) : 2), 1].size() == 2", "expected type 'dyn' but found 'int'"),
+        ("[(true ? 2 : dyn(1)), 'a'].size() == 2", "expected type 'dyn' but found 'string'"),
+    ],
+)
+def test_conditional_branches_as_kubernetes_types_them(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message
+
+
+def test_conditional_branches_that_unify() -> None:
+    assert ev("[(true ? 2 : 3), 1].size() == 2 && (true ? [1] : []) == [1]") is True
+    assert ev("(true ? {'a': 1} : {}).size() == 1") is True
