@@ -16,6 +16,7 @@ macros absorb them where the CEL specification says so (``true || error`` is ``t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -30,11 +31,13 @@ from .device import finds
 from .errors import CelCompileError, CelEvalError
 from .library import GLOBAL_FUNCTIONS, METHODS, constant_call_error
 from .parser import bytes_literal, field_name, string_literal
+from .re2regex import check_pattern
 from .strformat import check_format
 from .values import (
     INT64_MAX,
     INT64_MIN,
     UINT64_MAX,
+    CelMap,
     UInt,
     cel_add,
     cel_compare,
@@ -48,6 +51,7 @@ from .values import (
     cel_not,
     cel_select,
     cel_sub,
+    key_identity,
     no_overload,
     type_name,
 )
@@ -134,6 +138,11 @@ _GLOBAL_RESULT = {
 _CONVERSIONS = frozenset(
     {"bool", "bytes", "double", "duration", "int", "string", "timestamp", "uint"}
 )
+#: The functions whose second argument (receiver first) cel-go's planner precompiles as a
+#: regular expression when it is a constant.
+_REGEX_FUNCTIONS = frozenset({"matches", "find", "findAll"})
+#: The sets extension's functions, each of two lists of one element type.
+_SET_FUNCTIONS = frozenset({"sets.contains", "sets.equivalent", "sets.intersects"})
 #: Argument types of global functions with one overload per position (a known static type
 #: outside the set is cel-go's "found no matching overload" at compile time).
 _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
@@ -149,6 +158,20 @@ _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
     "isSemver": (frozenset({"string"}), frozenset({"bool"})),
     "timestamp": (frozenset({"string", "int", TIMESTAMP}),),
     "duration": (frozenset({"string", DURATION}),),
+    # The type conversions' overloads (cel-go's standard library; ``string`` also takes
+    # Kubernetes' IP and CIDR): ``int([])`` or ``string(quantity('1'))`` is a compile error.
+    # ``null`` passes the checker and fails the planner's fold of the constant.
+    "int": (frozenset({"int", "uint", "double", "string", "null", TIMESTAMP, DURATION}),),
+    "uint": (frozenset({"int", "uint", "double", "string", "null"}),),
+    "double": (frozenset({"int", "uint", "double", "string", "null"}),),
+    "bool": (frozenset({"bool", "string", "null"}),),
+    "bytes": (frozenset({"bytes", "string", "null"}),),
+    "string": (
+        frozenset(
+            {"string", "bool", "bytes", "int", "uint", "double", "null"}
+            | {TIMESTAMP, DURATION, NET_IP, NET_CIDR}
+        ),
+    ),
 }
 _METHOD_RESULT = {
     **dict.fromkeys(
@@ -201,6 +224,9 @@ _METHOD_RESULT = {
     "find": "string",
     "findAll": "list",
     "isSorted": "bool",
+    # The lists extension's list-valued methods (``s.reverse()`` on a dyn ``s`` resolves to
+    # the list overload, as strings version 2 has no ``reverse``).
+    **dict.fromkeys(("reverse", "distinct", "flatten", "slice", "sort"), "list"),
     "isInteger": "bool",
     "asInteger": "int",
     "asApproximateFloat": "double",
@@ -369,6 +395,7 @@ class _Local:
     type: str
     path: tuple[str, ...] | None
     size: C.Est | None
+    full: str | None = None
 
 
 def compile_tree(
@@ -458,6 +485,19 @@ class _Compiler:
         if message is not None:
             self.fail(token, message)
 
+    def check_planned_regex(self, token: lark.Token, name: str, args: list[Node]) -> None:
+        """cel-go's planner precompiles the pattern of ``matches``, ``find`` and ``findAll``
+        (receiver first in ``args``) when it knows it as a constant, including one the
+        checker's literal validator does not see (``dyn('[')``): an invalid pattern fails
+        the program's planning, a compile error."""
+        if name not in _REGEX_FUNCTIONS or len(args) < 2 or isinstance(args[1].const, str):
+            return
+        planned = _planned(args[1])
+        if planned is not None and isinstance(planned[0], str):
+            reason = check_pattern(planned[0])
+            if reason is not None:
+                self.fail(token, f"program instantiation failed: error parsing regexp: {reason}")
+
     def check_homogeneous(self, typed: list[tuple[Node, Any]]) -> None:
         """cel-go's homogeneous aggregate literal check (Kubernetes' base environment): the
         elements of a list literal, or the keys or values of a map literal, have one type
@@ -514,12 +554,27 @@ class _Compiler:
             raise no_overload("_?_:_", c)
 
         same = then.type if then.type == other.type else DYN
+        # cel-go's (bool, A, A) -> A: a dyn branch makes A dyn; two known types must agree.
+        fulls = (_known_full_type(then), _known_full_type(other))
+        full = None
+        if DYN in fulls:
+            same, full = DYN, DYN
+        elif fulls[0] is not None and fulls[1] is not None:
+            if fulls[0] == fulls[1]:
+                full = fulls[0]
+            elif DYN not in fulls[0] and DYN not in fulls[1]:
+                self.fail(
+                    tree,
+                    "found no matching overload for '_?_:_' applied to "
+                    f"'(bool, {fulls[0]}, {fulls[1]})'",
+                )
         return self.made(
             ternary,
             same,
             own=0,
             cost=C.add(cond.cost, C.union(then.cost, other.cost)),
             size=C.union(_size(then), _size(other)),
+            full=full,
         )
 
     def _logic(self, tree: lark.Tree[Any], short: bool, op: str) -> Node:
@@ -550,7 +605,7 @@ class _Compiler:
             return self.node(tree.children[0])
         op, left, right = self._binary(tree)
         lf, rf = left.fn, right.fn
-        lt, rt = _plain(left.type), _plain(right.type)
+        lt, rt = _checked(left.type), _checked(right.type)
         known = lt != DYN and rt != DYN
         symbol = {
             "relation_lt": "_<_",
@@ -566,6 +621,16 @@ class _Compiler:
         if op in ("relation_eq", "relation_ne"):
             if known and lt != rt and not ({lt, rt} <= _NUMERIC) and "null" not in (lt, rt):
                 self.fail(tree, mismatch)
+            fulls = (_known_full_type(left), _known_full_type(right))
+            if all(f is not None and "(" in f and DYN not in f for f in fulls) and (
+                fulls[0] != fulls[1]
+            ):
+                # Lists and maps unify by their type parameters: list(int) is no list(double).
+                self.fail(
+                    tree,
+                    f"found no matching overload for '{symbol}' applied to "
+                    f"'({fulls[0]}, {fulls[1]})'",
+                )
             cost = C.add(_compare_cost(left, right), args)
             if op == "relation_eq":
                 return self.made(lambda env: cel_eq(lf(env), rf(env)), "bool", cost=cost)
@@ -578,15 +643,29 @@ class _Compiler:
             own = C.ONE if rt == "map" else C.factor(_size(right), 1)
             if rt == DYN:
                 own = C.union(C.ONE, own)
+            left_full = _known_full_type(left)
+            right_key = _known_key_type(right)
+            if left_full not in (None, DYN) and right_key is not None and left_full != right_key:
+                self.fail(tree, mismatch)
             if right.elements == ():
                 # cel-go's planner (Kubernetes evaluates with OptOptimize) replaces membership
                 # in a constant empty list by false: the left operand is never evaluated, so
                 # its error is not the answer. The cost estimate is the checker's, unchanged.
                 return self.made(lambda env: False, "bool", cost=C.add(own, args))
+            members = _membership_set(right)
+            if members is not None:
+                return self.made(
+                    lambda env: key_identity(lf(env)) in members, "bool", cost=C.add(own, args)
+                )
             return self.made(lambda env: cel_in(lf(env), rf(env)), "bool", cost=C.add(own, args))
         if known and lt != rt and not ({lt, rt} <= _NUMERIC):
             self.fail(tree, mismatch)
-        if known and lt not in _ORDERED and lt not in _TIME_TYPES:
+        # No ordering overload takes a quantity, a semver, a list, ...: one such side is
+        # enough (``dyn > semver('1.0.0')`` is refused).
+        # (``null`` beside ``dyn`` passes the checker.)
+        if any(
+            t not in _ORDERED and t not in _TIME_TYPES and t not in (DYN, "null") for t in (lt, rt)
+        ):
             self.fail(tree, mismatch)
         own = C.ONE
         if {lt, rt} & {"string", "bytes"} or (lt == DYN and rt == DYN):
@@ -609,7 +688,7 @@ class _Compiler:
             return self.node(tree.children[0])
         op, left, right = self._binary(tree)
         symbol, impl = table[op]
-        lt, rt = _plain(left.type), _plain(right.type)
+        lt, rt = _checked(left.type), _checked(right.type)
         mismatch = f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'"
         result_type = lt if lt != DYN else rt
         if {lt, rt} & _TIME_TYPES:
@@ -636,12 +715,15 @@ class _Compiler:
         items = None
         if left.items is not None and right.items is not None:
             items = C.union(left.items, right.items)
+        # Two operands cel-go types exactly dyn match several overloads: the result is dyn.
+        exact = DYN if left.full == DYN and right.full == DYN else None
         return self.made(
             lambda env: impl(lf(env), rf(env)),
             result_type,
             cost=C.add(own, args),
             size=size,
             items=items,
+            full=exact,
         )
 
     def _addition(self, tree: lark.Tree[Any]) -> Node:
@@ -672,7 +754,12 @@ class _Compiler:
         if operand.const is not None and isinstance(operand.const, int | float):
             value = cel_neg(operand.const)
             return Node(lambda env: value, operand.type, const=value, cost=C.ZERO)
-        return self.made(lambda env: cel_neg(f(env)), operand.type, cost=cost)
+        return self.made(
+            lambda env: cel_neg(f(env)),
+            operand.type,
+            cost=cost,
+            full=DYN if operand.full == DYN else None,
+        )
 
     # --- members -----------------------------------------------------------------------
 
@@ -742,9 +829,23 @@ class _Compiler:
             lambda env: opt.select(f(env), field), "optional", cost=C.add(member.cost, C.ONE)
         )
 
+    def check_qualifier(self, tree: lark.Tree[Any], index: Node) -> None:
+        """cel-go's planner turns a constant index into a qualifier, which only a string,
+        int, uint, bool or double can be: ``m[dyn(null)]`` or ``l[dyn([0])]`` fails the
+        program's planning, a compile error."""
+        planned = _planned(index)
+        if planned is not None and not isinstance(planned[0], str | int | float):
+            name = type_name(planned[0])
+            self.fail(
+                tree,
+                "program instantiation failed: invalid qualifier type: "
+                f"{_GO_TYPES.get(name, name)}",
+            )
+
     def _member_index(self, tree: lark.Tree[Any]) -> Node:
         member = self.node(tree.children[0])
         index = self.node(tree.children[1])
+        self.check_qualifier(tree, index)
         mf, xf = member.fn, index.fn
         if member.type == DEVICE:
             self.fail(tree, "device fields are selected with '.', not indexed")
@@ -758,24 +859,39 @@ class _Compiler:
         cost = C.total(C.ONE, member.cost, index.cost)
         if member.type == "optional":
             return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
+        self.check_index_type(tree, "_[_]", member, index)
         path = self._sub_path(member, "@items" if member.type == "list" else "@values")
+        type_, full = _element_type(member.type), _exact_dyn(member)
+        value_full = _parts_of_full(member.full)[1]
+        if value_full is not None:
+            type_, full = _static_of_full(value_full)
         node = self.made(
-            lambda env: cel_index(mf(env), xf(env)),
-            _element_type(member.type),
-            cost=cost,
-            path=path,
-            full=_exact_dyn(member),
+            lambda env: cel_index(mf(env), xf(env)), type_, cost=cost, path=path, full=full
         )
         node.domain = domain
         return node
 
+    def check_index_type(self, tree: lark.Tree[Any], op: str, member: Node, index: Node) -> None:
+        """cel-go's index overloads: a list takes an int, a map its key type (a string for
+        the device's maps); another statically known index type is a compile error."""
+        key = _key_of(member)
+        given = _known_full_type(index)
+        if key is not None and given not in (None, DYN) and given != key:
+            container = _full_type(member)
+            self.fail(
+                tree, f"found no matching overload for '{op}' applied to '({container}, {given})'"
+            )
+
     def _member_index_opt(self, tree: lark.Tree[Any]) -> Node:
         member = self.node(tree.children[0])
         index = self.node(tree.children[1])
+        self.check_qualifier(tree, index)
         if member.type == DEVICE:
             self.fail(tree, "device fields are selected with '.', not indexed")
         if isinstance(index.const, str):
             self.refer(member, index.const, True, tree.children[1])
+        if member.type != "optional":
+            self.check_index_type(tree, "_[?_]", member, index)
         mf, xf = member.fn, index.fn
         cost = C.total(C.ONE, member.cost, index.cost)
         return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
@@ -838,6 +954,7 @@ class _Compiler:
         if len(args) not in function.arities:
             self.fail(name_token, _no_overload(name, receiver, args))
         self.check_constant_call(name_token, name, [receiver, *args])
+        self.check_planned_regex(name_token, name, [receiver, *args])
         if name == "format" and isinstance(receiver.const, str) and args[0].elements is not None:
             bases = [t.split("(")[0] for t in args[0].elements]
             message = check_format(receiver.const, bases)
@@ -855,18 +972,28 @@ class _Compiler:
             self.fail(name_token, _no_overload(name, receiver, args))
         impl, rf = function.impl, receiver.fn
         result_type = _METHOD_RESULT.get(name, DYN)
+        full = None
         if name == "ip" and rtype == NET_CIDR:
             result_type = NET_IP
+        if name in ("split", "findAll"):
+            full = "list(string)"
+        if name in ("sum", "min", "max"):
+            # The element type of the receiver, as cel-go infers it (``dyn`` included).
+            result_type, full = _element_of_full(receiver.full)
         own, size = _method_cost(name, receiver, args)
         cost = C.total(own, receiver.cost, *(a.cost for a in args))
         if not args:
             return self.made(
-                lambda env: _call(name, impl, rf(env)), result_type, cost=cost, size=size
+                lambda env: _call(name, impl, rf(env)), result_type, cost=cost, size=size, full=full
             )
         if len(args) == 1:
             af = args[0].fn
             return self.made(
-                lambda env: _call(name, impl, rf(env), af(env)), result_type, cost=cost, size=size
+                lambda env: _call(name, impl, rf(env), af(env)),
+                result_type,
+                cost=cost,
+                size=size,
+                full=full,
             )
         fns = [a.fn for a in args]
         return self.made(
@@ -874,6 +1001,7 @@ class _Compiler:
             result_type,
             cost=cost,
             size=size,
+            full=full,
         )
 
     def _sort_by(
@@ -1006,9 +1134,19 @@ class _Compiler:
             self.fail(name_token, _no_overload(name, None, args))
         accepted = _GLOBAL_ARGS.get(name, ())
         for arg, types in zip(args, accepted, strict=False):
-            if _plain(arg.type) not in types and _plain(arg.type) != DYN:
+            if _checked(arg.type) not in types and _checked(arg.type) != DYN:
                 self.fail(name_token, _no_overload(name, None, args))
         self.check_constant_call(name_token, name, args)
+        self.check_planned_regex(name_token, name, args)
+        if name in _SET_FUNCTIONS and len(args) == 2:
+            # (list(T), list(T)): two lists of known, different element types do not unify.
+            fulls = [_known_full_type(a) for a in args]
+            if all(f is not None and DYN not in f for f in fulls) and fulls[0] != fulls[1]:
+                self.fail(
+                    name_token,
+                    f"found no matching overload for '{name}' applied to "
+                    f"'({fulls[0]}, {fulls[1]})'",
+                )
         impl = function.impl
         result_type = DYN if name == "dyn" else _GLOBAL_RESULT.get(name, DYN)
         own, size = _global_cost(name, args)
@@ -1052,7 +1190,12 @@ class _Compiler:
         if local:
             top = local[-1]
             return self.made(
-                lambda env: env[name], top.type, path=top.path, size=top.size, cost=C.ONE
+                lambda env: env[name],
+                top.type,
+                path=top.path,
+                size=top.size,
+                cost=C.ONE,
+                full=top.full,
             )
         return self.made(lambda env: env[name], self.scope[name], path=(name,), cost=C.ONE)
 
@@ -1126,7 +1269,7 @@ class _Compiler:
             return self.made(
                 build_optional, "list", own=C.LIST_CREATE, cost=cost, size=size, items=element
             )
-        return self.made(
+        node = self.made(
             lambda env: [g(env) for g in fns],
             "list",
             own=C.LIST_CREATE,
@@ -1134,8 +1277,12 @@ class _Compiler:
             size=size,
             items=element,
             elements=tuple(_full_type(i) for i in items),
-            full=f"list({_common_type(items)})",
+            full=_literal_full("list", items),
         )
+        planned = [_planned(i) for i in items]
+        if all(planned):
+            node.planned = ([p[0] for p in planned if p],)
+        return node
 
     def _map_lit(self, tree: lark.Tree[Any]) -> Node:
         entries: list[tuple[Node, Node, bool]] = []
@@ -1161,29 +1308,32 @@ class _Compiler:
             *(v.cost for _, v, _ in entries),
         )
 
-        def build(env: Env) -> dict[Any, Any]:
-            result: dict[Any, Any] = {}
+        def build(env: Env) -> CelMap:
+            # As cel-go builds a map literal: entry by entry, key then value; any key type;
+            # a repeated key replaces the earlier entry, and an absent optional entry
+            # removes it.
+            result = CelMap()
             for kf, vf, is_opt in pairs:
                 key = kf(env)
-                if not isinstance(key, str | int | bool):
-                    raise CelEvalError(f"unsupported map key type: {type_name(key)}")
-                if key in result:
-                    raise _repeated_key(result, key)
                 value = vf(env)
                 if is_opt:
                     value = opt.expect(value, "{?_:_}")
                     if not value.has_value:
+                        result.remove(key)
                         continue
                     value = value.get()
-                result[key] = value
+                result.put(key, value)
             return result
 
         n = len(entries)
-        keys = _common_type([k for k, _, _ in entries])
-        values = _common_type([v for _, v, o in entries if not o])
-        return self.made(
-            build, "map", own=C.MAP_CREATE, cost=cost, size=(n, n), full=f"map({keys}, {values})"
-        )
+        full = _literal_full("map", [k for k, _, _ in entries], [v for _, v, o in entries if not o])
+        node = self.made(build, "map", own=C.MAP_CREATE, cost=cost, size=(n, n), full=full)
+        planned = [(_planned(k), _planned(v)) for k, v, o in entries if not o]
+        if len(planned) == n and all(k and v for k, v in planned):
+            # A key Go cannot hash: cel-go's planner panics; here the evaluation errs.
+            with contextlib.suppress(CelEvalError):
+                node.planned = (CelMap((k[0], v[0]) for k, v in planned if k and v),)
+        return node
 
     # --- macros --------------------------------------------------------------------------
 
@@ -1262,17 +1412,26 @@ class _Compiler:
         elements or map keys) or two (index and element, key and value)."""
         is_list = target.type == "list"
         base = target.path
+        key_full, value_full = _parts_of_full(target.full)
         if not second:
             sub = "@items" if is_list else "@keys"
             path = None if base is None else (*base, sub)
             size = target.items if is_list else None
             element = _element_type(target.type) if is_list else _key_type(target.type)
-            return _Local(element, path, size if size is not None else C.path_size(path)), None
+            full = value_full if is_list else key_full
+            if full is not None:
+                element, full = _static_of_full(full)
+            local = _Local(element, path, size if size is not None else C.path_size(path), full)
+            return local, None
         key_path = None if base is None else (*base, "@indices" if is_list else "@keys")
         val_path = None if base is None else (*base, "@items" if is_list else "@values")
         key = _Local("int" if is_list else _key_type(target.type), key_path, None)
+        if key_full is not None and not is_list:
+            key.type, key.full = _static_of_full(key_full)
         val_size = target.items if is_list else None
         value = _Local(_element_type(target.type), val_path, val_size)
+        if value_full is not None:
+            value.type, value.full = _static_of_full(value_full)
         return key, value
 
     def _macro(
@@ -1511,12 +1670,12 @@ class _Compiler:
                 size=count,
             )
 
-        def transform_map(env: Env) -> dict[Any, Any]:
-            out: dict[Any, Any] = {}
+        def transform_map(env: Env) -> CelMap:
+            out = CelMap()
             for inner, k in chosen(env):
                 produced = mf(inner)
                 if name == "transformMap":
-                    out[k] = produced
+                    out.put(k, produced)
                     continue
                 if not isinstance(produced, Mapping) or len(produced) != 1:
                     raise CelEvalError(
@@ -1525,24 +1684,10 @@ class _Compiler:
                 [(key, value)] = produced.items()
                 if key in out:
                     raise CelEvalError(f"insert failed: key {key} already exists")
-                out[key] = value
+                out.put(key, value)
             return out
 
         return self.made(transform_map, "map", own=0, cost=cost, size=count)
-
-
-def _repeated_key(result: Mapping[Any, Any], key: Any) -> CelEvalError:
-    """The error of a map literal key equal to an earlier one. Keys compare as CEL numbers
-    (``0`` and ``0u`` are the same key); a bool key and an int key that Python's dict cannot
-    tell apart (``true`` and ``1``) are refused rather than merged."""
-    earlier = next(k for k in result if k == key)
-    if isinstance(earlier, bool) != isinstance(key, bool):
-        number = int(key)
-        return CelEvalError(
-            f"unsupported map: the keys {str(bool(number)).lower()} and {number} of one map "
-            "literal cannot be told apart here"
-        )
-    return CelEvalError(f"Failed with repeated key: {key}")
 
 
 def _not_iterable(value: Any) -> CelEvalError:
@@ -1712,18 +1857,32 @@ _LIST_ELEMENTS = {
 }
 
 
+#: The full CEL types of the ``device`` variable and its maps, as Kubernetes declares them.
+_DEVICE_FULL = {
+    DEVICE: "kubernetes.DRADevice",
+    ATTRIBUTES: "map(string, map(string, dyn))",
+    CAPACITY: "map(string, map(string, kubernetes.Quantity))",
+    ATTRIBUTE_DOMAIN: "map(string, dyn)",
+    CAPACITY_DOMAIN: "map(string, kubernetes.Quantity)",
+}
+
+
 def _full_type(node: Node) -> str:
     """The full CEL type of ``node`` as cel-go prints it: a literal's own (``list(int)``),
-    else its static type with ``dyn`` parameters (``list(dyn)``)."""
+    the device's declared ones, else its static type with ``dyn`` parameters
+    (``list(dyn)``)."""
     if node.full is not None:
         return node.full
+    if node.type in _DEVICE_FULL:
+        return _DEVICE_FULL[node.type]
     name = _cel_name(_plain(node.type))
     return {"list": "list(dyn)", "map": "map(dyn, dyn)"}.get(name, name)
 
 
 def _planned(node: Node) -> tuple[Any] | None:
     """The value of ``node`` as a 1-tuple when cel-go's planner knows it as a constant (a
-    literal, ``null``, a folded conversion, ``dyn`` of one of these), else None."""
+    literal, ``null``, a folded conversion, ``dyn`` of one of these, a list or map literal of
+    these), else None."""
     if node.const is not None or node.type == "null":
         return (node.const,)
     return node.planned
@@ -1739,15 +1898,138 @@ def _known_full_type(node: Node) -> str | None:
     """The full CEL type of ``node`` when this compiler knows it as cel-go does: no ``dyn``
     in it, or ``dyn`` that cel-go infers too (an attribute value, ``dyn(x)``); else None."""
     full = _full_type(node)
-    if DYN not in full or node.full == DYN:
+    if DYN not in full or node.full is not None or node.type in _DEVICE_FULL:
         return full
     return None
+
+
+def _literal_full(kind: str, *parts: list[Node]) -> str | None:
+    """The full type of a list literal (``kind`` ``list``, its elements) or map literal
+    (``map``, its keys and values), as cel-go infers it; None when an element's type is not
+    known here (``list(dyn)`` would then claim an exact ``dyn`` cel-go may not infer)."""
+    if any(not nodes for nodes in parts):
+        return None  # cel-go types ``[]`` and ``{}`` with a free type parameter
+    if any(_known_full_type(n) is None for nodes in parts for n in nodes):
+        return None
+    return f"{kind}({', '.join(_common_type(nodes) for nodes in parts)})"
 
 
 def _common_type(nodes: list[Node]) -> str:
     """The full type shared by ``nodes``; ``dyn`` when they differ or there are none."""
     types = {_full_type(n) for n in nodes}
     return types.pop() if len(types) == 1 else DYN
+
+
+def _known_key_type(container: Node) -> str | None:
+    """The element type of a list literal, or the key type of a map literal, when fully known
+    (no ``dyn`` in it), else None."""
+    full = container.full
+    if full is None or DYN in full:
+        return None
+    if full.startswith("list("):
+        return full[len("list(") : -1]
+    if full.startswith("map("):
+        return _split_type_arguments(full[len("map(") : -1])[0]
+    return None
+
+
+def _parts_of_full(container: str | None) -> tuple[str | None, str | None]:
+    """(key, element) full types of a list (``int``, E) or map (K, V) whose full type is
+    ``container`` when known; (None, None) otherwise."""
+    if container is None:
+        return None, None
+    if container.startswith("list("):
+        return "int", container[len("list(") : -1]
+    if container.startswith("map("):
+        key, value = _split_type_arguments(container[len("map(") : -1])
+        return key, value
+    return None, None
+
+
+def _static_of_full(full: str) -> tuple[str, str | None]:
+    """The static type and full type of a value whose full CEL type is ``full``: a scalar or
+    exactly ``dyn`` as such, a list or map with its full type, anything else unknown."""
+    if full == DYN or full in _SCALARS:
+        return full, full
+    if full.startswith("list("):
+        return "list", full
+    if full.startswith("map("):
+        return "map", full
+    return DYN, None
+
+
+def _key_of(container: Node) -> str | None:
+    """The index type ``container`` takes when statically known: ``int`` for a list, the key
+    type of a map literal without ``dyn``, ``string`` for the device's maps."""
+    if container.type == "list":
+        return "int"
+    if container.type in (ATTRIBUTES, CAPACITY, ATTRIBUTE_DOMAIN, CAPACITY_DOMAIN):
+        return "string"
+    key = _parts_of_full(container.full)[0] if container.type == "map" else None
+    return None if key is None or DYN in key else key
+
+
+#: Static types whose full CEL type is their name.
+_SCALARS = frozenset({"int", "uint", "double", "bool", "string", "bytes"})
+
+
+def _element_of_full(container: str | None) -> tuple[str, str | None]:
+    """The static type and full type of the elements of a list whose full type is
+    ``container`` (``list(int)`` -> ``('int', 'int')``, ``list(dyn)`` -> ``('dyn', 'dyn')``:
+    exactly ``dyn``, as cel-go infers it); ``(dyn, None)`` (unknown) when not known."""
+    if container is None or not container.startswith("list("):
+        return DYN, None
+    element = container[len("list(") : -1]
+    if element == DYN or element in _SCALARS:
+        return element, element
+    return DYN, None
+
+
+def _split_type_arguments(arguments: str) -> list[str]:
+    """``'string, list(int)'`` -> ``['string', 'list(int)']`` (top-level commas only)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(arguments):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(arguments[start:i].strip())
+            start = i + 1
+    parts.append(arguments[start:].strip())
+    return parts
+
+
+def _membership_set(container: Node) -> frozenset[tuple[Any, ...]] | None:
+    """cel-go's planner turns ``x in [constants]`` into a hash-set test when every element is
+    a bool, int, uint, double or string: the set holds each element with its lossless
+    conversions to the other numeric types (a double's to int and uint only when exact, an
+    int's or uint's to double always), and ``x`` is looked up by type and value
+    (:func:`key_identity`), so ``dyn(9223372036854775807) in [9223372036854775807.0]`` is
+    false. None when the planner keeps the list (not a literal of such constants)."""
+    if container.type != "list":
+        return None
+    planned = container.planned
+    if planned is None:
+        return None
+    members: set[tuple[Any, ...]] = set()
+    for element in planned[0]:
+        if not isinstance(element, bool | int | float | str):
+            return None
+        members.add(key_identity(element))
+        if isinstance(element, bool | str):
+            continue
+        if isinstance(element, float):
+            if element == element and element.is_integer():
+                if -(2.0**63) < element < 2.0**63:  # cel-go refuses both bounds
+                    members.add(("int", int(element)))
+                if 0 <= element < 2.0**64:
+                    members.add(("uint", int(element)))
+            continue
+        members.add(("double", float(element)))
+        if isinstance(element, UInt):
+            if element <= INT64_MAX:
+                members.add(("int", int(element)))
+        elif element >= 0:
+            members.add(("uint", int(element)))
+    return frozenset(members)
 
 
 def _known_element_type(node: Node) -> str | None:
@@ -1777,6 +2059,12 @@ def _plain(type_: str) -> str:
     if type_ == DEVICE:
         return DYN
     return type_
+
+
+def _checked(type_: str) -> str:
+    """The static type an overload check sees: :func:`_plain`, except that ``device`` is a
+    type of its own (cel-go's ``kubernetes.DRADevice``), which no function argument takes."""
+    return DEVICE if type_ == DEVICE else _plain(type_)
 
 
 def _key_type(container: str) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from . import lib_lists, lib_net, lib_time, namedformats, re2regex
+from . import gostrconv, lib_lists, lib_net, lib_time, namedformats, re2regex
 from .celtypes import TYPE_IDENTIFIERS, CelType, type_of
 from .errors import CelEvalError
 from .netaddr import CIDR, IP
@@ -117,10 +117,10 @@ def _to_int(v: Any) -> int:
             raise CelEvalError("double out of range for int conversion")
         result = int(v)
     elif isinstance(v, str):
-        try:
-            result = int(v, 10)
-        except ValueError:
-            raise CelEvalError(f"cannot convert {v!r} to int") from None
+        parsed = gostrconv.parse_int(v)
+        if parsed is None:
+            raise CelEvalError(f"cannot convert {v!r} to int")
+        result = parsed
     else:
         raise no_overload("int", v)
     if not INT64_MIN <= result <= INT64_MAX:
@@ -136,10 +136,10 @@ def _to_uint(v: Any) -> UInt:
             raise CelEvalError("double out of range for uint conversion")
         result = int(v)
     elif isinstance(v, str):
-        try:
-            result = int(v, 10)
-        except ValueError:
-            raise CelEvalError(f"cannot convert {v!r} to uint") from None
+        parsed = gostrconv.parse_uint(v)
+        if parsed is None:
+            raise CelEvalError(f"cannot convert {v!r} to uint")
+        result = parsed
     else:
         raise no_overload("uint", v)
     if not 0 <= result <= UINT64_MAX:
@@ -153,10 +153,10 @@ def _to_double(v: Any) -> float:
     if isinstance(v, int | float):
         return float(v)
     if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            raise CelEvalError(f"cannot convert {v!r} to double") from None
+        parsed = gostrconv.parse_float(v)
+        if parsed is None:
+            raise CelEvalError(f"cannot convert {v!r} to double")
+        return parsed
     raise no_overload("double", v)
 
 
@@ -174,28 +174,20 @@ def _to_string(v: Any) -> str:
             return v.decode("utf-8")
         except UnicodeDecodeError:
             raise CelEvalError("invalid UTF-8 in bytes to string conversion") from None
-    if isinstance(v, Quantity):
-        return v.text
-    if isinstance(v, Semver):
-        return v.text
     if isinstance(v, IP | CIDR | Timestamp | Duration):
         return str(v)
+    # No overload takes a quantity, a semver or a URL (Kubernetes has none).
     raise no_overload("string", v)
-
-
-_BOOL_STRINGS = {
-    **dict.fromkeys(("1", "t", "true", "TRUE", "True"), True),
-    **dict.fromkeys(("0", "f", "false", "FALSE", "False"), False),
-}
 
 
 def _to_bool(v: Any) -> bool:
     if isinstance(v, bool):
         return v
     if isinstance(v, str):
-        if v in _BOOL_STRINGS:
-            return _BOOL_STRINGS[v]
-        raise CelEvalError(f"cannot convert {v!r} to bool")
+        parsed = gostrconv.parse_bool(v)
+        if parsed is None:
+            raise CelEvalError(f"cannot convert {v!r} to bool")
+        return parsed
     raise no_overload("bool", v)
 
 
@@ -250,10 +242,10 @@ def _index_of(s: Any, sub: Any, start: Any = 0) -> int:
                 return i
         return -1
     _expect("indexOf", isinstance(s, str) and isinstance(sub, str) and _is_int(start), s, sub)
-    if sub == "":
-        return int(start)
     if start < 0:
         raise CelEvalError(f"index out of range: {start}")
+    if sub == "":
+        return min(int(start), len(s))  # cel-go clamps the empty match to the end
     if start >= len(s):
         return -1
     return int(s.find(sub, start))
@@ -275,10 +267,10 @@ def _last_index_of(s: Any, sub: Any, end: Any = None) -> int:
             return -1
         end = len(s) - 1
     _expect("lastIndexOf", _is_int(end), s, sub, end)
-    if sub == "":
-        return int(end)
     if end < 0:
         raise CelEvalError(f"index out of range: {end}")
+    if sub == "":
+        return min(int(end), len(s))  # cel-go clamps the empty match to the end
     if end >= len(s):
         return -1
     return int(s.rfind(sub, 0, end + len(sub)))
@@ -482,16 +474,21 @@ def _sv(op: str, receiver: Any) -> Semver:
     return receiver  # type: ignore[no-any-return]
 
 
+def _as_int64(number: int) -> int:
+    """A uint64 version number as Kubernetes returns it (``types.Int(v.Major)``: wrapped)."""
+    return number - 2**64 if number > INT64_MAX else number
+
+
 def _major(v: Any) -> int:
-    return _sv("major", v).major
+    return _as_int64(_sv("major", v).major)
 
 
 def _minor(v: Any) -> int:
-    return _sv("minor", v).minor
+    return _as_int64(_sv("minor", v).minor)
 
 
 def _patch(v: Any) -> int:
-    return _sv("patch", v).patch
+    return _as_int64(_sv("patch", v).patch)
 
 
 # --- shared by both libraries ------------------------------------------------------------

@@ -54,8 +54,24 @@ def _go_reason(re2_reason: str) -> str:
     return re2_reason
 
 
+def _any_byte_escape(pattern: str) -> bool:
+    """Whether ``pattern`` uses ``\\C`` (any byte): RE2 accepts it, Go's regexp does not."""
+    i = 0
+    while i < len(pattern) - 1:
+        if pattern[i] == "\\":
+            if pattern[i + 1] == "C":
+                return True
+            i += 2
+        else:
+            i += 1
+    return False
+
+
 @lru_cache(maxsize=256)
 def _compile(pattern: str) -> Any:
+    if _any_byte_escape(pattern):
+        reason = "invalid escape sequence: `\\C`"
+        raise RegexError(f"error parsing regexp: {reason}", reason)
     try:
         return re2.compile(pattern, options=_OPTIONS)
     except re2.error as exc:

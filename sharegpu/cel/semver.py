@@ -11,13 +11,41 @@ import re
 
 from .errors import CelEvalError
 
-_NUM = r"0|[1-9]\d*"
-_PRE_ID = r"(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
-_SEMVER = re.compile(
-    rf"^(?P<major>{_NUM})\.(?P<minor>{_NUM})\.(?P<patch>{_NUM})"
-    rf"(?:-(?P<pre>{_PRE_ID}(?:\.{_PRE_ID})*))?"
-    r"(?:\+(?P<build>[0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
-)
+_UINT64_MAX = 2**64 - 1
+_NUMBER = re.compile(r"0|[1-9][0-9]*")
+_ALPHANUMERIC = re.compile(r"[0-9A-Za-z-]+")
+
+
+def _number(text: str) -> int | None:
+    """A version number as blang/semver reads it: ASCII digits, no leading zero, a uint64."""
+    if not _NUMBER.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value <= _UINT64_MAX else None
+
+
+def _parse(text: str) -> tuple[int, int, int, tuple[str, ...], str] | None:
+    """blang/semver's ``Parse``: (major, minor, patch, pre-release identifiers, build), or
+    None when it refuses ``text``."""
+    parts = text.split(".", 2)
+    if len(parts) != 3:
+        return None
+    major, minor = _number(parts[0]), _number(parts[1])
+    rest, _, build = parts[2].partition("+")
+    patch_text, has_pre, pre_text = rest.partition("-")
+    patch = _number(patch_text)
+    if major is None or minor is None or patch is None:
+        return None
+    if "+" in parts[2] and not all(_ALPHANUMERIC.fullmatch(b) for b in build.split(".")):
+        return None
+    pre = tuple(pre_text.split(".")) if has_pre else ()
+    for identifier in pre:
+        if identifier.isascii() and identifier.isdigit():
+            if _number(identifier) is None:
+                return None
+        elif not _ALPHANUMERIC.fullmatch(identifier):
+            return None
+    return major, minor, patch, pre, build
 
 
 class Semver:
@@ -27,20 +55,17 @@ class Semver:
 
     def __init__(self, text: str, normalize: bool = False) -> None:
         source = _normalize(text) if normalize else text
-        match = _SEMVER.match(source)
-        if match is None:
+        parsed = None if source is None else _parse(source)
+        if source is None or parsed is None:
             raise CelEvalError(f"could not parse {text!r} as semver")
         self.text = source
-        self.major = int(match["major"])
-        self.minor = int(match["minor"])
-        self.patch = int(match["patch"])
-        self.pre: tuple[str, ...] = tuple(match["pre"].split(".")) if match["pre"] else ()
-        self.build = match["build"] or ""
+        self.major, self.minor, self.patch, self.pre, self.build = parsed
 
     @staticmethod
     def is_valid(text: str, normalize: bool = False) -> bool:
         """Whether ``text`` parses (after normalisation when asked)."""
-        return _SEMVER.match(_normalize(text) if normalize else text) is not None
+        source = _normalize(text) if normalize else text
+        return source is not None and _parse(source) is not None
 
     def __repr__(self) -> str:
         return f"semver({self.text!r})"
@@ -79,19 +104,19 @@ def _compare_pre(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     return -1 if len(a) < len(b) else 1
 
 
-def _normalize(text: str) -> str:
-    """Kubernetes' normalisation: ``v1.2`` -> ``1.2.0``, ``01.002.3`` -> ``1.2.3``."""
-    text = text.removeprefix("v")
-    core, sep, rest = _split_core(text)
-    parts = core.split(".")
-    if len(parts) > 3 or any(not p.isdigit() for p in parts):
-        return text
-    parts = [str(int(p)) for p in parts] + ["0"] * (3 - len(parts))
-    return ".".join(parts) + sep + rest
-
-
-def _split_core(text: str) -> tuple[str, str, str]:
-    for i, ch in enumerate(text):
-        if ch in "-+":
-            return text[:i], ch, text[i + 1 :]
-    return text, "", ""
+def _normalize(text: str) -> str | None:
+    """Kubernetes' normalisation (``normalizeAndParse``): drop a leading ``v``, strip leading
+    zeros of each of the first three dot-separated parts, fill a short version up with ``.0``
+    (None, an error, when its last part carries a pre-release or build)."""
+    parts = text.removeprefix("v").split(".", 2)
+    for i, part in enumerate(parts):
+        if len(part) > 1:
+            part = part.lstrip("0")
+            if not part or part[0] not in "0123456789":
+                part = "0" + part
+            parts[i] = part
+    if len(parts) < 3:
+        if "+" in parts[-1] or "-" in parts[-1]:
+            return None
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)

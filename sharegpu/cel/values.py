@@ -2,15 +2,17 @@
 
 Mapping: bool -> ``bool``, int -> ``int``, uint -> :class:`UInt`, double -> ``float``,
 string -> ``str``, bytes -> ``bytes``, null -> ``None``, list -> ``list``/``tuple``,
-map -> ``dict``, plus the Kubernetes types :class:`Quantity` and :class:`Semver`, and the value
-classes of the other modules here (timestamp, duration, IP, CIDR, URL, type), which name their
-CEL type in a ``cel_type_name`` class attribute.
+map -> ``dict`` (a map literal or comprehension: :class:`CelMap`), plus the Kubernetes types
+:class:`Quantity` and :class:`Semver`, and the value classes of the other modules here
+(timestamp, duration, IP, CIDR, URL, type), which name their CEL type in a ``cel_type_name``
+class attribute.
 Every operator raises :class:`CelEvalError` where CEL produces an error value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import CelEvalError
@@ -30,6 +32,113 @@ class UInt(int):
 
     def __repr__(self) -> str:
         return f"{int(self)}u"
+
+
+_UNIQUE = itertools.count()
+
+
+def key_identity(key: Any) -> tuple[Any, ...]:
+    """What makes two map keys the same key in cel-go (a Go map keyed by CEL values): the
+    type and the value for bool, int, uint, double, string, bytes, null and the time types
+    (``1``, ``1u`` and ``true`` are three keys); the object itself for a list, a map, a
+    quantity or an optional (pointers in cel-go); NaN never equals a key, itself included.
+    Bytes and semvers are an error (Go cannot hash them)."""
+    if isinstance(key, bool):
+        return ("bool", key)
+    if isinstance(key, UInt):
+        return ("uint", int(key))
+    if isinstance(key, int):
+        return ("int", key)
+    if isinstance(key, float):
+        return ("double", key) if key == key else ("nan", next(_UNIQUE))
+    if isinstance(key, bytes | Semver):
+        # Go cannot hash these: cel-go's evaluation panics and reports an internal error.
+        name = "types.Bytes" if isinstance(key, bytes) else "cel.Semver"
+        raise CelEvalError(f"internal error: runtime error: hash of unhashable type {name}")
+    if isinstance(key, str | Duration | Timestamp) or key is None:
+        return (type(key).__name__, key)
+    try:
+        hash(key)
+    except TypeError:
+        return ("ref", id(key))
+    if isinstance(key, Quantity) or getattr(key, "cel_type_name", None) == "optional_type":
+        return ("ref", id(key))
+    return (type(key).__name__, key)
+
+
+class CelMap(Mapping[Any, Any]):
+    """A map built by a CEL map literal (or comprehension), with cel-go's key semantics.
+
+    Keys are told apart as cel-go tells them apart (:func:`key_identity`), so a map may hold
+    ``1``, ``1u`` and ``true`` at once; a later entry with the same key replaces the earlier
+    one. Lookup (``m[k]``, ``k in m``) also finds an int key by an equal uint or integral
+    double and a uint key by an equal int or integral double, as cel-go's map lookup does.
+    Iteration follows insertion order (cel-go's is unspecified).
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Iterable[tuple[Any, Any]] = ()) -> None:
+        self._entries: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+        for key, value in entries:
+            self.put(key, value)
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value`` (replacing the entry of the same key)."""
+        self._entries[key_identity(key)] = (key, value)
+
+    def remove(self, key: Any) -> None:
+        """Drop the entry of ``key`` when there is one."""
+        self._entries.pop(key_identity(key), None)
+
+    def _find(self, key: Any) -> tuple[Any, Any] | None:
+        entry = self._entries.get(key_identity(key))
+        if entry is not None or isinstance(key, bool):
+            return entry
+        candidates: list[tuple[str, int]] = []
+        if isinstance(key, float):
+            if key == key and key.is_integer():
+                number = int(key)
+                if INT64_MIN <= number <= INT64_MAX:
+                    candidates.append(("int", number))
+                if 0 <= number <= UINT64_MAX:
+                    candidates.append(("uint", number))
+        elif isinstance(key, UInt):
+            if key <= INT64_MAX:
+                candidates.append(("int", int(key)))
+        elif isinstance(key, int) and key >= 0:
+            candidates.append(("uint", key))
+        for candidate in candidates:
+            entry = self._entries.get(candidate)
+            if entry is not None:
+                return entry
+        return None
+
+    def __getitem__(self, key: Any) -> Any:
+        entry = self._find(key)
+        if entry is None:
+            raise KeyError(key)
+        return entry[1]
+
+    def __contains__(self, key: object) -> bool:
+        return self._find(key) is not None
+
+    def __iter__(self) -> Iterator[Any]:
+        return (key for key, _ in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def items(self) -> Any:
+        """The (key, value) pairs, NaN keys included."""
+        return list(self._entries.values())
+
+    def values(self) -> Any:
+        """The values."""
+        return [value for _, value in self._entries.values()]
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self._entries.values()) + "}"
 
 
 def type_name(value: Any) -> str:
@@ -237,6 +346,8 @@ def cel_mod(a: Any, b: Any) -> Any:
         raise no_overload("_%_", a, b)
     if b == 0:
         raise CelEvalError("modulus by zero")
+    if kind == "int" and a == INT64_MIN and b == -1:
+        raise CelEvalError("integer overflow")  # as cel-go: the quotient overflows
     result = a - _trunc_div(a, b) * b
     return UInt(result) if kind == "uint" else result
 
@@ -259,6 +370,8 @@ def cel_not(a: Any) -> bool:
 
 def cel_in(a: Any, container: Any) -> bool:
     """``a in list`` (CEL equality) or ``a in map`` (key presence)."""
+    if isinstance(container, CelMap):
+        return a in container
     if isinstance(container, Mapping):
         if _is_num(a):
             return any(_is_num(k) and k == a for k in container) if a not in container else True

@@ -169,3 +169,172 @@ def test_literal_types_are_checked_as_kubernetes_does(expression: str, message: 
 def test_homogeneous_check_accepts_what_it_cannot_refute(expression: str) -> None:
     assert compile_error(expression) is None
     assert ev(expression) is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("dyn(1) > semver('1.0.0')", "'_>_' applied to '(dyn, Semver)'"),
+        ("quantity('1') <= dyn(1)", "'_<=_' applied to '(Quantity, dyn)'"),
+        ("dyn(1) < [1]", "'_<_' applied to '(dyn, list)'"),
+        ("1 in [1.0]", "'@in' applied to '(int, list)'"),
+        ("'a' in {1: 'x'}", "'@in' applied to '(string, map)'"),
+        ("[1] in [['a']]", "'@in' applied to '(list, list)'"),
+        ("dyn('abc').reverse() == 'cba'", "'_==_' applied to '(list, string)'"),
+        ("[1, [dyn(2)].max()].size() == 2", "expected type 'int' but found 'dyn'"),
+        ("[1, 2].sum() == 'a'", "'_==_' applied to '(int, string)'"),
+    ],
+)
+def test_static_types_of_operands_as_kubernetes_infers_them(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "dyn(1) < null || true",
+        "dyn(1) in [1.0] && [1, [2].max()].size() == 2",
+        "dyn(1.0) in {1: 'a'} == false",
+    ],
+)
+def test_operands_the_checker_accepts(expression: str) -> None:
+    assert compile_error(expression) is None, expression
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # A constant list's membership is a hash-set test of exact conversions.
+        ("dyn(9223372036854775807) in [9223372036854775807.0]", False),
+        ("dyn(9007199254740993) in [9007199254740992.0]", False),
+        ("dyn(9007199254740992.0) in [9007199254740993]", True),
+        ("dyn(1u) in [1.0] && dyn(1.0) in [1u] && dyn(1) in [1u]", True),
+        ("dyn(0.0 / 0.0) in [0.0 / 0.0]", False),
+        ("dyn(true) in [1] || dyn('1') in [1]", False),
+        # A list that is no constant compares with CEL's equality.
+        ("cel.bind(l, [9223372036854775807.0], dyn(9223372036854775807) in l)", True),
+        ("[9223372036854775807.0].exists(d, dyn(9223372036854775807) in [d])", True),
+    ],
+)
+def test_membership_in_a_constant_list(expression: str, expected: bool) -> None:
+    assert ev(expression) is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        (
+            "device.attributes[1].size() == 0",
+            "'_[_]' applied to '(map(string, map(string, dyn)), int)'",
+        ),
+        ("device.capacity['d'][1].isInteger()", "'_[_]' applied to"),
+        ("'a,b'.split(',')[1u] == 'b'", "'_[_]' applied to '(list(string), uint)'"),
+        ("{'a': 1}[1] == 1", "'_[_]' applied to '(map(string, int), int)'"),
+        ("{'a': 1}[?1].hasValue()", "'_[?_]' applied to '(map(string, int), int)'"),
+        ("[1, 2][0] == 'a'", "'_==_' applied to '(int, string)'"),
+        ("{'a': [1]}['a'][0] == 'x'", "'_==_' applied to '(int, string)'"),
+        ("'a,b'.split(',')[1] == 1", "'_==_' applied to '(string, int)'"),
+        ("[1, 2].exists(x, x == 'a')", "'_==_' applied to '(int, string)'"),
+        ("{'a': 'b'}.exists(k, k == 1)", "'_==_' applied to '(string, int)'"),
+        ("[1, 2].all(i, v, v == 'a')", "'_==_' applied to '(int, string)'"),
+        ("{'a': 'b'}.all(k, v, v == 1)", "'_==_' applied to '(string, int)'"),
+        ("[1, 2].map(x, x + 'a').size() == 2", "'_+_' applied to '(int, string)'"),
+        ("[1] == [1.0]", "'_==_' applied to '(list(int), list(double))'"),
+        ("{'a': 1} != {1: 1}", "'_!=_' applied to '(map(string, int), map(int, int))'"),
+        ("[[1]].exists(x, x == ['a'])", "'(list(int), list(string))'"),
+        ("[dyn(1)].exists(m, [m, 'a'].size() == 2)", "expected type 'dyn' but found 'string'"),
+        ("[dyn(1) + dyn(2), 1].size() == 2", "expected type 'dyn' but found 'int'"),
+        ("[-dyn(1), 1].size() == 2", "expected type 'dyn' but found 'int'"),
+    ],
+)
+def test_element_and_key_types_of_literals_as_kubernetes_infers_them(
+    expression: str, message: str
+) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "[1, 2][dyn(0)] == 1 && {'a': 1}[?'a'].orValue(0) == 1",
+        "[[1, 2]].exists(x, x[0] == 1) && {'a': {'b': 1}}['a']['b'] == 1",
+        "[1, 2].exists(x, [x, 1].size() == 2) && [dyn(1)][0] + 1 == 2",
+        "[1] == [dyn(1)] && [dyn(1) + 1, 1].size() == 2",
+        "'a,b'.split(',') == ['a', 'b']",
+    ],
+)
+def test_literals_the_checker_accepts(expression: str) -> None:
+    assert ev(expression) is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("'other.io' in device", "'@in' applied to '(string, device)'"),
+        ("device + 1 == 1", "'_+_' applied to '(device, int)'"),
+        ("[device, 1].size() == 2", "expected type 'kubernetes.DRADevice' but found 'int'"),
+        (
+            "[device.attributes['d'], {'a': 1}].size() == 2",
+            "expected type 'map(string, dyn)' but found 'map(string, int)'",
+        ),
+    ],
+)
+def test_the_device_variable_has_its_declared_types(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "[device.attributes, {}].size() == 2",
+        "[[], [1]].size() == 2 && [{}, {'a': 1}].size() == 2",
+        "device.attributes['d'] == {'model': 1}",
+    ],
+)
+def test_empty_literals_and_dyn_parameters_unify(expression: str) -> None:
+    assert compile_error(expression) is None, expression
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "sets.contains([1], [1.0])",
+        "sets.intersects([1], [1u])",
+        "sets.equivalent(['a'], [1])",
+    ],
+)
+def test_sets_of_different_element_types_are_compile_errors(expression: str) -> None:
+    error = compile_error(expression)
+    assert error is not None and "found no matching overload for 'sets." in error.message
+
+
+def test_sets_with_an_empty_or_dyn_list_compile() -> None:
+    assert ev("sets.contains([1], []) && sets.contains([1], [dyn(1.0)])") is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("(true ? 1 : 'a') == 1", "'_?_:_' applied to '(bool, int, string)'"),
+        ("(true ? 1 : 2.0) == 1", "'_?_:_' applied to '(bool, int, double)'"),
+        ("(true ? null : 1) == null", "'_?_:_' applied to '(bool, null_type, int)'"),
+        ("(true ? [1] : ['a']) == [1]", "'(bool, list(int), list(string))'"),
+        ("[(true ? dyn(1) : 2), 1].size() == 2", "expected type 'dyn' but found 'int'"),
+        ("[(true ? 2 : dyn(1)), 'a'].size() == 2", "expected type 'dyn' but found 'string'"),
+    ],
+)
+def test_conditional_branches_as_kubernetes_types_them(expression: str, message: str) -> None:
+    error = compile_error(expression)
+    assert error is not None, expression
+    assert message in error.message
+
+
+def test_conditional_branches_that_unify() -> None:
+    assert ev("[(true ? 2 : 3), 1].size() == 2 && (true ? [1] : []) == [1]") is True
+    assert ev("(true ? {'a': 1} : {}).size() == 1") is True

@@ -2,8 +2,10 @@
 selector drawn from a grammar of realistic device CEL.
 
 The grammar builds typed terms (bool, int, string, semver, quantity) from the device's
-attributes and capacities, literals, the standard and Kubernetes functions (strings, regex,
-semver, quantity, lists, optionals, macros) and the logical operators; with a small chance
+attributes (the standard ``resource.kubernetes.io`` ones included) and capacities, literals,
+map literals as lookup tables, the standard and Kubernetes functions (strings, regex with
+constant and computed patterns, semver, quantity arithmetic, lists, sets, optionals, macros,
+``cel.bind``) and the logical operators; with a small chance
 it yields what users get wrong: an attribute the device lacks, a type mismatch, a result that
 is no bool, a division by zero, an unknown function or a truncated expression.
 """
@@ -19,7 +21,10 @@ DRIVER: Final = "gpu.example.com"
 K8S: Final = "resource.kubernetes.io"
 MODELS: Final = ("A100", "H100", "L4", "a100", "")
 VERSIONS: Final = ("535.104.5", "550.54.15", "1.2.3-rc.1", "2.0.0+build.5", "0.0.1")
-QUANTITIES: Final = ("40Gi", "80Gi", "81079Mi", "16G", "1500m", "0", "1", "100", "1k", "2.5")
+QUANTITIES: Final = (
+    "40Gi", "80Gi", "81079Mi", "16G", "1500m", "0", "1", "100", "1k", "2.5",
+    "2000m", "1.0", "1.5Gi", "1Ei", "10E",
+)  # fmt: skip
 PCIE_ROOTS: Final = ("pci0000:00", "pci0000:01")
 
 Strategy = st.SearchStrategy[str]
@@ -56,9 +61,10 @@ def device_capacity(draw: st.DrawFn) -> dict[str, Any]:
     """Capacities of a GPU-like device; each one may be absent."""
     cap: dict[str, Any] = {}
     if draw(st.integers(0, 9)) > 0:
-        cap["memory"] = {"value": draw(st.sampled_from(("40Gi", "80Gi", "81079Mi", "16G")))}
+        memory = ("40Gi", "80Gi", "81079Mi", "16G", "1.5Gi")
+        cap["memory"] = {"value": draw(st.sampled_from(memory))}
     if draw(st.integers(0, 9)) > 1:
-        cap["cores"] = {"value": draw(st.sampled_from(("100", "50", "1500m", "0")))}
+        cap["cores"] = {"value": draw(st.sampled_from(("100", "50", "1500m", "0", "2000m")))}
     if draw(st.integers(0, 9)) > 6:
         cap["example.com/bandwidth"] = {"value": draw(st.sampled_from(("10G", "100M")))}
     return cap
@@ -133,6 +139,36 @@ def string_term(depth: int) -> Strategy:
         ),
         st.tuples(bool_term(depth - 1), sub, sub).map(lambda t: f"({t[0]} ? {t[1]} : {t[2]})"),
         _attr("version").map(lambda v: f"string({v}.major())"),
+        st.tuples(sub, int_term(0)).map(lambda p: f"{p[0]}.charAt({p[1]})"),
+        st.tuples(sub, st.sampled_from((":", "0", "-"))).map(
+            lambda p: f"{p[0]}.split({_quoted(p[1])}).join('/')"
+        ),
+        st.tuples(sub, int_term(0)).map(lambda p: f"'%s-%d'.format([{p[0]}, {p[1]}])"),
+        st.tuples(sub, st.sampled_from(("[0-9]+", "[A-Z]", "x"))).map(
+            lambda p: f"{p[0]}.find({_quoted(p[1])})"
+        ),
+        _optional_string(),
+    )
+
+
+@cache
+def _optional_string() -> Strategy:
+    """A string read through an optional: ``orValue``, ``value``, ``or``, ``optMap``."""
+    names = ("model", "uuid", "nosuch")
+    return st.one_of(
+        st.tuples(st.sampled_from(names), string_term(0)).map(
+            lambda p: f"{_ATTRS}.?{p[0]}.orValue({p[1]})"
+        ),
+        st.sampled_from(names).map(lambda n: f"{_ATTRS}.?{n}.value()"),
+        st.tuples(st.sampled_from(names), string_term(0)).map(
+            lambda p: f"{_ATTRS}.?{p[0]}.or(optional.of({p[1]})).value()"
+        ),
+        st.sampled_from(names).map(
+            lambda n: f"{_ATTRS}.?{n}.optMap(m, m.lowerAscii()).orValue('none')"
+        ),
+        st.sampled_from((DRIVER, K8S, "other.io")).map(
+            lambda d: f"device.attributes[?{_quoted(d)}].?pcieRoot.orValue('')"
+        ),
     )
 
 
@@ -153,13 +189,45 @@ def int_term(depth: int) -> Strategy:
         string_term(depth - 1).map(lambda s: f"{s}.size()"),
         _attr("version").map(lambda v: f"{v}.major()"),
         _attr("version").map(lambda v: f"{v}.minor()"),
-        _attr("quantity").map(lambda q: f"{q}.asInteger()"),
+        st.one_of(_attr("quantity"), quantity_literal()).map(lambda q: f"{q}.asInteger()"),
         _attr("quantity").map(lambda q: f"sign({q})"),
         st.tuples(_attr("quantity"), quantity_literal()).map(lambda p: f"{p[0]}.compareTo({p[1]})"),
         st.tuples(_attr("version"), semver_literal()).map(lambda p: f"{p[0]}.compareTo({p[1]})"),
         st.lists(sub, min_size=1, max_size=3).map(lambda xs: f"[{', '.join(xs)}].sum()"),
         st.lists(sub, min_size=1, max_size=3).map(lambda xs: f"[{', '.join(xs)}].max()"),
         string_term(depth - 1).map(lambda s: f"int({s})"),
+        _attr("version").map(lambda v: f"{v}.patch()"),
+        st.lists(sub, min_size=1, max_size=3).map(lambda xs: f"[{', '.join(xs)}].min()"),
+        st.tuples(st.lists(sub, max_size=3), sub).map(
+            lambda p: f"[{', '.join(p[0])}].map(x, x + {p[1]}).size()"
+        ),
+        st.tuples(string_term(depth - 1), string_term(0)).map(lambda p: f"{p[0]}.indexOf({p[1]})"),
+        st.tuples(_attr("quantity"), st.sampled_from(("quantity('1Gi')", "1", "-5"))).map(
+            lambda p: f"{p[0]}.add({p[1]}).asInteger()"
+        ),
+        st.tuples(_attr("quantity"), st.sampled_from(("quantity('1500m')", "100"))).map(
+            lambda p: f"{p[0]}.sub({p[1]}).compareTo(quantity('0'))"
+        ),
+        _lookup_table(sub),
+    )
+
+
+@st.composite
+def _lookup_table(draw: st.DrawFn, values: Strategy) -> str:
+    """A map literal used as a lookup table keyed by model (``{'A100': 40, ...}[model]``),
+    its keys drawn with repeats now and then; read by index, optional index or ``in``."""
+    keys = draw(st.lists(st.sampled_from(MODELS[:3]), min_size=1, max_size=3))
+    table = "{" + ", ".join(f"{_quoted(k)}: {draw(values)}" for k in keys) + "}"
+    model = draw(_attr("string"))
+    return draw(
+        st.sampled_from(
+            (
+                f"{table}[{model}]",
+                f"{table}[?{model}].orValue(0)",
+                f"({model} in {table} ? {table}[{model}] : -1)",
+                f"{table}.size()",
+            )
+        )
     )
 
 
@@ -172,7 +240,13 @@ def quantity_literal() -> Strategy:
 @cache
 def semver_literal() -> Strategy:
     """``semver('...')``, now and then one that does not parse."""
-    return st.sampled_from((*VERSIONS, "535", "v1.2.3", "1.2")).map(lambda v: f"semver('{v}')")
+    odd = ("535", "v1.2.3", "1.2", "18446744073709551615.0.0", "1.2.3-rc.01")
+    return st.one_of(
+        st.sampled_from((*VERSIONS, *odd)).map(lambda v: f"semver('{v}')"),
+        st.sampled_from(("v1.2", "535", "1.2.3", "01.2.3", "1.2-rc", "v550.54.015")).map(
+            lambda v: f"semver('{v}', true)"
+        ),
+    )
 
 
 @cache
@@ -219,6 +293,7 @@ def atom(depth: int) -> Strategy:
         ).map(lambda t: f"{t[0]}.{t[1]}({t[2]})"),
         st.tuples(_attr("quantity"), quantity_literal()).map(lambda p: f"{p[0]} == {p[1]}"),
         _attr("quantity").map(lambda q: f"{q}.isInteger()"),
+        quantity_literal().map(lambda q: f"{q}.isInteger()"),
         st.tuples(_attr("quantity"), st.sampled_from(("1.5", "0.0", "1e9"))).map(
             lambda p: f"{p[0]}.asApproximateFloat() > {p[1]}"
         ),
@@ -254,6 +329,28 @@ def atom(depth: int) -> Strategy:
             lambda p: f"[{', '.join(p[0])}].filter(x, x > {p[1]}).size() == 1"
         ),
         ints.map(lambda i: f"cel.bind(v, {i}, v * v >= v)"),
+        strings.map(lambda t: f"cel.bind(s, {t}, s == s.upperAscii())"),
+        st.tuples(strings, strings).map(lambda p: f"{p[0]}.matches({p[1]})"),
+        st.tuples(strings, st.sampled_from(("^H", "[", "a|b", "(?i)h100"))).map(
+            lambda p: f"{p[0]}.matches(dyn({_quoted(p[1])}))"
+        ),
+        st.sampled_from(("numaNode", "pcieRoot")).map(lambda n: f"has({_K8S_ATTRS}.{n})"),
+        st.tuples(
+            st.sampled_from(("numaNode", "pcieRoot")),
+            st.sampled_from(("0", "1", "'pci0000:00'")),
+        ).map(lambda p: f"{_K8S_ATTRS}.?{p[0]}.orValue({p[1]}) == {p[1]}"),
+        st.sampled_from(("v1.2", "535", "1.2.3", "01.2.3")).map(lambda v: f"isSemver('{v}', true)"),
+        st.tuples(st.lists(st.integers(-2, 8).map(str), max_size=4), st.booleans()).map(
+            lambda p: f"[{', '.join(p[0])}].isSorted() == {str(p[1]).lower()}"
+        ),
+        st.tuples(st.lists(ints, max_size=3), st.lists(ints, max_size=2)).map(
+            lambda p: f"sets.contains([{', '.join(p[0])}], [{', '.join(p[1])}])"
+        ),
+        st.tuples(st.lists(st.sampled_from(MODELS), min_size=1, max_size=3), strings).map(
+            lambda p: (
+                "{" + ", ".join(f"{_quoted(k)}: true" for k in p[0]) + f"}}[?{p[1]}].orValue(false)"
+            )
+        ),
     )
 
 
@@ -281,6 +378,11 @@ def _mistake(expression: str) -> Strategy:
         st.just(f"{expression} && {_ATTRS}.model.frobnicate()"),
         st.just(f"dev.driver == 'x' || {expression}"),
         st.sampled_from((_ATTRS + ".model", _ATTRS + ".index + 1", "device.capacity", "1.0")),
+        st.just(f"{expression} && int({_CAPS}.memory) > 0"),
+        st.just(f"{expression} && {_CAPS}.memory > quantity('1Gi')"),
+        st.just(f"{expression} && {_K8S_ATTRS}.numaNode == '0'"),
+        st.just(f"{expression} && string({_ATTRS}.driverVersion) == '1'"),
+        st.just(f"{expression} && {{'a': 1, 'a': 2}}['a'] == 2"),
     )
 
 
