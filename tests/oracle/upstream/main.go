@@ -184,6 +184,26 @@ func answerAllocate(ctx context.Context, cache *cel.Cache, c *oracleCase) answer
 	return out
 }
 
+// answerCase answers one case; a panic in upstream's code (which some inputs cause) becomes
+// that case's input error instead of ending the whole batch.
+func answerCase(ctx context.Context, cache *cel.Cache, c *oracleCase) (a answer) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg := fmt.Sprintf("upstream panicked: %v", r)
+			a = answer{ID: c.ID, InputError: &msg}
+		}
+	}()
+	switch c.Kind {
+	case "cel":
+		return answerCEL(ctx, cache, c)
+	case "allocate":
+		return answerAllocate(ctx, cache, c)
+	default:
+		msg := fmt.Sprintf("kind: %q is none of cel, allocate", c.Kind)
+		return answer{ID: c.ID, InputError: &msg}
+	}
+}
+
 func run(in io.Reader, w io.Writer) error {
 	ctx := context.Background()
 	cache := cel.NewCache(1000, celFeatures)
@@ -205,15 +225,7 @@ func run(in io.Reader, w io.Writer) error {
 			msg := err.Error()
 			a = answer{ID: c.ID, InputError: &msg}
 		} else {
-			switch c.Kind {
-			case "cel":
-				a = answerCEL(ctx, cache, &c)
-			case "allocate":
-				a = answerAllocate(ctx, cache, &c)
-			default:
-				msg := fmt.Sprintf("kind: %q is none of cel, allocate", c.Kind)
-				a = answer{ID: c.ID, InputError: &msg}
-			}
+			a = answerCase(ctx, cache, &c)
 		}
 		if err := encoder.Encode(&a); err != nil {
 			return err
