@@ -153,6 +153,7 @@ OTHER_TOOLS_FLAGS = {
     "--endpoint-reconciler-type",
     "--enable-aggregator-routing",
     "--node-ip",
+    "--cloud-provider",
     "--server-side",
     # kubectl create token / create --dry-run=server (docs/development.md, the e2e run)
     "--bound-object-kind",
