@@ -12,7 +12,7 @@ import urllib3
 
 from api import names
 from sharegpuctl.local.apiserver import KubeAPIServer
-from sharegpuctl.local.apiserver.tables import human_duration
+from sharegpuctl.local.apiserver.printers import human_duration
 from tests.sharegpuctl.local.objects import gpu_spec, gpu_status
 
 Obj = dict[str, Any]
@@ -85,9 +85,12 @@ def test_missing_cells_are_null_and_types_without_columns_get_the_default_table(
     )
     _, quotas = get(apiserver, f"/apis/{names.GROUP_VERSION}/namespaces/default/gpuquotas", TABLE)
     assert quotas["rows"][0]["cells"][:4] == ["q", None, None, None]
-    _, namespaces = get(apiserver, "/api/v1/namespaces/default", TABLE)
-    assert [c["name"] for c in namespaces["columnDefinitions"]] == ["Name", "Created At"]
-    created = namespaces["rows"][0]["cells"][1]
+    crd = f"{names.GPU_PLURAL}.{names.API_GROUP}"
+    _, crds = get(
+        apiserver, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}", TABLE
+    )
+    assert [c["name"] for c in crds["columnDefinitions"]] == ["Name", "Created At"]
+    created = crds["rows"][0]["cells"][1]
     assert datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ")
     code, bad = get(apiserver, "/api/v1/namespaces?includeObject=All", TABLE)
     assert code == 400 and "includeObject" in bad["message"]
