@@ -5,8 +5,9 @@ a column is a name, its priority (0: ``kubectl get`` shows it; 1: only ``-o wide
 function computing the cell from the stored object and the current time. The server always
 computes every column (the real one generates wide tables and lets the client drop priority-1
 columns). Cells are strings like upstream's printers (``<none>``/``<unknown>`` for missing
-values) except the events' ``Count``, an integer. Kinds not listed here (custom resources,
-CustomResourceDefinitions) keep the default ``Name``/``Created At`` table or their
+values) except the events' ``Count`` (an integer), and the CustomResourceDefinitions'
+``Created At`` (the RFC 3339 timestamp, which kubectl shows as an age) and ``Established`` (a
+boolean). Custom resources keep the default ``Name``/``Created At`` table or their
 ``additionalPrinterColumns``.
 """
 
@@ -414,6 +415,31 @@ def pod_row_conditions(obj: Obj) -> list[dict[str, str]]:
     return [{"type": "Completed", "status": "True", "reason": phase, "message": messages[phase]}]
 
 
+# --- apiextensions.k8s.io/v1 CustomResourceDefinition ------------------------------------------
+
+
+def crd_versions(obj: Obj, now: datetime) -> str:
+    """The served versions, sorted, the storage one marked ``(storage)``."""
+    labels = [
+        str(v.get("name", "")) + ("(storage)" if v.get("storage") is True else "")
+        for v in _list(obj, "spec", "versions")
+        if isinstance(v, Mapping) and v.get("served") is True
+    ]
+    return ",".join(sorted(labels))
+
+
+def _created(obj: Obj, now: datetime) -> Any:
+    return _map(obj, "metadata").get("creationTimestamp")
+
+
+def _short_names(obj: Obj, now: datetime) -> str:
+    return ",".join(str(n) for n in _list(obj, "spec", "names", "shortNames"))
+
+
+def _established(obj: Obj, now: datetime) -> bool:
+    return _has_condition(obj, "Established") is True
+
+
 # --- the table -------------------------------------------------------------------------------
 
 _RESOURCE = names.RESOURCE_GROUP
@@ -514,6 +540,16 @@ BUILTIN_COLUMNS: dict[tuple[str, str], tuple[Column, ...]] = {
         Column("Driver", "The driver publishing the slice.", _field("spec", "driver")),
         Column("Pool", "The pool the slice belongs to.", _field("spec", "pool", "name")),
         AGE,
+    ),
+    ("apiextensions.k8s.io", "customresourcedefinitions"): (
+        NAME,
+        Column("Scope", "Cluster/Namespaced", _field("spec", "scope")),
+        Column("Versions", "Served versions", crd_versions),
+        Column("Created At", AGE_DESCRIPTION, _created, type="date"),
+        Column("Group", "API group", _field("spec", "group"), priority=1),
+        Column("Kind", "CustomResource kind", _field("spec", "names", "kind"), priority=1),
+        Column("ShortNames", "Short names", _short_names, priority=1),
+        Column("Established", "Established status", _established, priority=1, type="boolean"),
     ),
     (_RESOURCE, "devicetaintrules"): (
         NAME,

@@ -42,12 +42,19 @@ def gpu_status(claims: int = 0) -> Obj:
 
 def builtin_samples(namespace: str) -> list[Obj]:
     """One object of every listable built-in kind the embedded server serves, valid for it and
-    for the real server (namespaced ones in ``namespace``, created first)."""
+    for the real server (namespaced ones in ``namespace``, created first; the real server also
+    needs its ``default`` ServiceAccount for the pod). The node is unschedulable and the taint
+    rule selects only the sample driver's devices, so neither affects other workloads."""
     resource = names.RESOURCE_GROUP_VERSION
     meta = {"name": "sample", "namespace": namespace}
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "sample-node"}},
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "sample-node"},
+            "spec": {"unschedulable": True},
+        },
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -91,7 +98,10 @@ def builtin_samples(namespace: str) -> list[Obj]:
             "apiVersion": resource,
             "kind": "DeviceTaintRule",
             "metadata": {"name": "sample"},
-            "spec": {"taint": {"key": "example.com/k", "effect": "NoSchedule"}},
+            "spec": {
+                "deviceSelector": {"driver": "sample.example.com"},
+                "taint": {"key": "example.com/k", "effect": "NoSchedule"},
+            },
         },
     ]
 

@@ -153,7 +153,7 @@ BUILTIN_HEADERS = {
     "resourceclaimtemplates": "NAME AGE",
     "resourceslices": "NAME NODE DRIVER POOL AGE",
     "devicetaintrules": "NAME KEY VALUE EFFECT TIMEADDED AGE",
-    "customresourcedefinitions": "NAME CREATED AT",
+    "customresourcedefinitions": "NAME SCOPE VERSIONS CREATED AT",
 }
 
 

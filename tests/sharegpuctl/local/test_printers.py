@@ -43,7 +43,10 @@ EXPECTED: dict[tuple[str, str], tuple[list[str], list[str]]] = {
     (R, "resourceclaimtemplates"): (["Name", "Age"], []),
     (R, "resourceslices"): (["Name", "Node", "Driver", "Pool", "Age"], []),
     (R, "devicetaintrules"): (["Name", "Key", "Value", "Effect", "TimeAdded", "Age"], []),
-    ("apiextensions.k8s.io", "customresourcedefinitions"): (["Name", "Created At"], []),
+    ("apiextensions.k8s.io", "customresourcedefinitions"): (
+        ["Name", "Scope", "Versions", "Created At"],
+        ["Group", "Kind", "ShortNames", "Established"],
+    ),
 }
 
 
@@ -68,7 +71,7 @@ def test_every_listable_built_in_kind_has_the_real_servers_columns() -> None:
         if rt.crd is None and not rt.plural.endswith("reviews")
     }
     assert served == set(EXPECTED)
-    assert set(BUILTIN_COLUMNS) == served - {("apiextensions.k8s.io", "customresourcedefinitions")}
+    assert set(BUILTIN_COLUMNS) == served
     for (_, plural), (shown, wide) in EXPECTED.items():
         columns = _table(plural, {"metadata": _meta()})["columnDefinitions"]
         assert [c["name"] for c in columns if c["priority"] == 0] == shown, plural
@@ -150,6 +153,29 @@ def test_event_cells_fall_back_from_last_to_first_seen_and_count_one() -> None:
     event["involvedObject"] = {"kind": "Node"}
     cells = _cells("events", event)
     assert (cells[0], cells[3], cells[8]) == ("5s", "node", 4)
+
+
+def test_crd_cells_list_served_versions_and_established() -> None:
+    crd: Obj = {
+        "metadata": _meta("widgets.example.com"),
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"kind": "Widget", "shortNames": ["wd", "wdg"]},
+            "versions": [
+                {"name": "v2", "served": True, "storage": True},
+                {"name": "v1", "served": True, "storage": False},
+                {"name": "v0", "served": False, "storage": False},
+            ],
+        },
+        "status": {"conditions": [{"type": "Established", "status": "True"}]},
+    }
+    assert _cells("customresourcedefinitions", crd) == [
+        "widgets.example.com", "Namespaced", "v1,v2(storage)", HOUR_AGO,
+        "example.com", "Widget", "wd,wdg", True,
+    ]  # fmt: skip
+    crd["status"] = {}
+    assert _cells("customresourcedefinitions", crd)[-1] is False
 
 
 def _container(name: str, state: Obj, ready: bool = False, restarts: int = 0) -> Obj:
