@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from sharegpuctl.local.apiserver import KubeAPIServer
 
 T = TypeVar("T")
 
@@ -57,3 +60,10 @@ def built_kubectl() -> str:
             f"kubectl not built (no {path}); `make e2e` builds it (tests/e2e/build-binaries.sh)"
         )
     return str(path)
+
+
+def create_namespaces(server: KubeAPIServer, *names: str) -> None:
+    """Create ``names`` on ``server`` (like the real one, it refuses namespaced objects in a
+    namespace that does not exist; ``default`` and the ``kube-*`` ones exist from the start)."""
+    for name in names:
+        server.store.create("namespaces", {"metadata": {"name": name}})

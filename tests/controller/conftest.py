@@ -1,4 +1,5 @@
-"""Fixtures of the controller tests: a started admission webhook and its HTTPS client."""
+"""Fixtures of the controller tests: the embedded API server with the namespaces the tests
+write to, and a started admission webhook and its HTTPS client."""
 
 from __future__ import annotations
 
@@ -12,7 +13,20 @@ from api.names import DEFAULT_DRIVER_NAME as DRIVER
 from controller.metrics import ControllerMetrics
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 from sharegpu.kube.telemetry import Telemetry
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller.webhook_helpers import Endpoint, issue_certificate
+from tests.helpers import create_namespaces
+
+#: Where the controller tests' leases, quotas, claims and pods live.
+NAMESPACES = ("sharegpu", "team-a", "team", "ml")
+
+
+@pytest.fixture
+def apiserver() -> Iterator[KubeAPIServer]:
+    """A started in-process API server with :data:`NAMESPACES`, stopped after the test."""
+    with KubeAPIServer() as server:
+        create_namespaces(server, *NAMESPACES)
+        yield server
 
 
 @pytest.fixture

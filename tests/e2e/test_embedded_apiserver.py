@@ -1,18 +1,22 @@
 """The embedded API server (sharegpuctl.local.apiserver) against the real one, through the real
 kubectl: ``kubectl explain`` reads the same documentation from both (the embedded server
 generates its OpenAPI from the CRDs and the Kubernetes schemas it validates with), and discovery
-gives the resources both serve the same short names and categories."""
+gives the resources both serve the same short names and categories, and ``kubectl get`` prints
+the same columns for every built-in kind the embedded server serves."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver.resources import default_resources
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.processes import step
+from tests.sharegpuctl.local.objects import builtin_samples
 
 #: Fields of the project's kinds and of built-in kinds the driver's users read.
 EXPLAINED = (
@@ -26,6 +30,8 @@ EXPLAINED = (
     "pods.spec.resourceClaims",
     "namespaces",
 )
+#: Where the header comparison creates its sample objects, on both servers.
+SAMPLES_NAMESPACE = "printer-columns"
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +77,58 @@ def test_discovery_gives_the_same_short_names_and_categories(
     with step("short names and categories: embedded == real", "kubectl api-resources -o wide"):
         assert {r: mine[r] for r in mine if r in real} == {r: real[r] for r in mine if r in real}
         assert set(mine) <= set(real), sorted(set(mine) - set(real))
+
+
+def _listable_built_in_kinds() -> list[str]:
+    """The built-in kinds the embedded server serves that ``kubectl get`` lists (not the
+    create-only reviews)."""
+    return sorted(
+        rt.plural for rt in default_resources() if rt.crd is None and "reviews" not in rt.plural
+    )
+
+
+def _apply_samples(plane: ControlPlane, kubeconfig: Path | None, side: str) -> str:
+    """Apply one sample object of each kind; returns the manifest (to delete them again)."""
+    documents = "\n---\n".join(json.dumps(obj) for obj in builtin_samples(SAMPLES_NAMESPACE))
+    if kubeconfig is None:  # the real server admits pods only with the namespace's ServiceAccount
+        for args in (
+            ("create", "namespace", SAMPLES_NAMESPACE),
+            ("create", "serviceaccount", "default", "-n", SAMPLES_NAMESPACE),
+        ):
+            plane.kubectl(*args, step_name=f"kubectl {' '.join(args)}", check=False)
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=documents,
+        kubeconfig=kubeconfig,
+        step_name=f"apply samples ({side})",
+    )
+    return documents
+
+
+def _headers(plane: ControlPlane, kubeconfig: Path | None, side: str) -> dict[str, list[str]]:
+    """``kubectl get`` and ``get -o wide`` header lines, by command."""
+    headers: dict[str, list[str]] = {}
+    for kind in _listable_built_in_kinds():
+        for wide in ((), ("-o", "wide")):
+            args = ("get", kind, "-n", SAMPLES_NAMESPACE, *wide)
+            out = plane.kubectl(
+                *args, kubeconfig=kubeconfig, step_name=f"kubectl {' '.join(args)} ({side})"
+            ).stdout
+            headers[" ".join(args[1:])] = out.splitlines()[0].split()
+    return headers
+
+
+def test_get_prints_the_same_columns_for_built_in_kinds(crds: ControlPlane, embedded: Path) -> None:
+    documents = _apply_samples(crds, None, "real")
+    try:
+        real = _headers(crds, None, "real")
+    finally:  # the control plane is shared with the other end-to-end modules
+        crds.kubectl(
+            "delete", "-f", "-", "--ignore-not-found", stdin=documents, step_name="delete samples"
+        )
+    _apply_samples(crds, embedded, "embedded")
+    mine = _headers(crds, embedded, "embedded")
+    with step("kubectl get headers: embedded == real", "kubectl get <kind> [-o wide]"):
+        assert mine == real

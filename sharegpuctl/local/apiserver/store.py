@@ -305,6 +305,7 @@ class ObjectStore:
         if rt.default_status is not None and "status" not in new:
             new["status"] = dict(rt.default_status)
         with self._lock:
+            self._check_namespace(rt, new)
             if not meta.get("name"):
                 prefix = meta.get("generateName")
                 if not prefix:
@@ -330,6 +331,28 @@ class ObjectStore:
             if dry_run:
                 return new
             return self._commit(rt, new, None)
+
+    def _check_namespace(self, rt: ResourceType, obj: Obj) -> None:
+        """Namespaced objects are created only in an existing namespace that is not being
+        deleted (the real server's NamespaceLifecycle admission: 404, or 403), checked before
+        names are generated and objects validated, as admission runs before both."""
+        if not rt.namespaced or "namespaces" not in self._objects:
+            return
+        name = obj["metadata"]["namespace"]
+        who = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
+        namespace = self._objects["namespaces"].get(("", name))
+        if namespace is None:
+            raise ApiError(404, f'namespaces "{name}" not found', name=name, kind="namespaces")
+        terminating = (namespace.get("status") or {}).get("phase") == "Terminating"
+        if terminating or namespace["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                f'{rt.qualified} "{who}" is forbidden: unable to create new '
+                f"content in namespace {name} because it is being terminated",
+                name=who,
+                group=rt.group,
+                kind=rt.plural,
+            )
 
     def update_ref(
         self,

@@ -1,9 +1,10 @@
 """``meta.k8s.io/v1`` Table answers, what ``kubectl get`` asks for.
 
 A client that sends ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` on a get or list
-gets a Table: a ``Name`` column, then the type's ``additionalPrinterColumns`` (or, for a type
-without any, ``Created At`` with the RFC 3339 timestamp, as the real server's default table
-convertor has it). Cells follow
+gets a Table. A built-in kind gets the columns the real server prints for it
+(:mod:`.printers`); any other type gets a ``Name`` column, then the type's
+``additionalPrinterColumns`` (or, for a type without any, ``Created At`` with the RFC 3339
+timestamp, as the real server's default table convertor has it). Cells follow
 apiextensions-apiserver's CRD table convertor: a missing value is ``null``; ``string`` columns
 print the value; ``integer``, ``number`` and ``boolean`` columns keep a value of that type;
 ``date`` columns show the age (``duration.HumanDuration``). Each row carries the object as
@@ -19,20 +20,27 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sharegpuctl.local.apiserver.errors import ApiError
+from sharegpuctl.local.apiserver.printers import (
+    AGE_DESCRIPTION,
+    BUILTIN_COLUMNS,
+    NAME_DESCRIPTION,
+    ROW_CONDITIONS,
+    Column,
+    human_duration,
+)
 from sharegpuctl.local.apiserver.resources import ResourceType
 
 _NAME_COLUMN = {
     "name": "Name",
     "type": "string",
     "format": "name",
-    "description": "Name must be unique within a namespace.",
+    "description": NAME_DESCRIPTION,
     "priority": 0,
 }
 _CREATED_COLUMN = {
     "name": "Created At",
     "type": "date",
-    "description": "CreationTimestamp is a timestamp representing the server time when this "
-    "object was created.",
+    "description": AGE_DESCRIPTION,
     "priority": 0,
 }
 _STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]")
@@ -44,32 +52,6 @@ def wants_table(accept: str) -> bool:
     first = accept.split(",")[0].replace(" ", "").lower()
     params = set(first.split(";")[1:])
     return "as=table" in params and "g=meta.k8s.io" in params
-
-
-def human_duration(seconds: float) -> str:
-    """``k8s.io/apimachinery/pkg/util/duration.HumanDuration`` of ``seconds``."""
-    if seconds < -1:
-        return "<invalid>"
-    s = max(int(seconds), 0)
-    minutes, hours = s // 60, s // 3600
-    if s < 120:
-        return f"{s}s"
-    if minutes < 10:
-        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
-    if minutes < 180:
-        return f"{minutes}m"
-    if hours < 8:
-        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
-    return f"{hours // 24 // 365}y"
 
 
 def _lookup(obj: Any, path: str) -> Any:
@@ -118,6 +100,11 @@ def _cell(column: Mapping[str, Any], value: Any, now: datetime) -> Any:
     return str(value) if isinstance(value, (int, float)) else None
 
 
+def _builtin(rt: ResourceType) -> tuple[Column, ...] | None:
+    """The printed columns of a built-in kind (never of a custom resource)."""
+    return BUILTIN_COLUMNS.get((rt.group, rt.plural)) if rt.crd is None else None
+
+
 def _columns(rt: ResourceType) -> list[dict[str, Any]]:
     if not rt.printer_columns:
         return [_NAME_COLUMN, _CREATED_COLUMN]
@@ -141,6 +128,24 @@ def _paths(rt: ResourceType) -> list[str]:
     return [str(col.get("jsonPath", "")) for col in rt.printer_columns]
 
 
+def _cells(
+    rt: ResourceType,
+    builtin: tuple[Column, ...] | None,
+    columns: list[dict[str, Any]],
+    obj: dict[str, Any],
+    now: datetime,
+) -> list[Any]:
+    if builtin:
+        return [column.cell(obj, now) for column in builtin]
+    meta = obj.get("metadata") or {}
+    cells = [meta.get("name")]
+    if not rt.printer_columns:  # the default convertor shows the timestamp itself
+        return [*cells, meta.get("creationTimestamp")]
+    for column, path in zip(columns[1:], _paths(rt), strict=False):
+        cells.append(_cell(column, _lookup(obj, path), now))
+    return cells
+
+
 def table(
     rt: ResourceType,
     objects: list[dict[str, Any]],
@@ -157,18 +162,16 @@ def table(
             + ", ".join(f'"{v}"' for v in _INCLUDE),
         )
     now = now or datetime.now(UTC)
-    columns = _columns(rt)
+    builtin = _builtin(rt)
+    columns = [c.definition() for c in builtin] if builtin else _columns(rt)
+    conditions = ROW_CONDITIONS.get((rt.group, rt.plural)) if builtin else None
     rows = []
     for obj in objects:
         meta = obj.get("metadata") or {}
-        cells = [meta.get("name")]
-        if not rt.printer_columns:  # the default convertor shows the timestamp itself
-            cells.append(meta.get("creationTimestamp"))
-        for column, path in zip(
-            columns[1:], _paths(rt) if rt.printer_columns else [], strict=False
-        ):
-            cells.append(_cell(column, _lookup(obj, path), now))
-        row: dict[str, Any] = {"cells": cells}
+        row: dict[str, Any] = {"cells": _cells(rt, builtin, columns, obj, now)}
+        row_conditions = conditions(obj) if conditions else []
+        if row_conditions:
+            row["conditions"] = row_conditions
         if include == "Object":
             row["object"] = obj
         elif include == "Metadata":

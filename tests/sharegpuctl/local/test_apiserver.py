@@ -23,6 +23,38 @@ Obj = dict[str, Any]
 DRIVER = names.DEFAULT_DRIVER_NAME
 
 
+def test_namespaced_objects_need_a_live_namespace(
+    apiserver: KubeAPIServer, kube_client: ApiClient
+) -> None:
+    core = client.CoreV1Api(kube_client)
+    assert {"default", "kube-system", "kube-public", "kube-node-lease"} <= {
+        ns.metadata.name for ns in core.list_namespace().items
+    }
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("nowhere", pod_obj("p"))
+    assert err.value.status == 404
+    body = body_of(err.value)
+    assert body["message"] == 'namespaces "nowhere" not found'
+    assert body["reason"] == "NotFound"
+    assert body["details"] == {"name": "nowhere", "kind": "namespaces"}
+    # admission runs before validation: an invalid object there is refused the same way
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("nowhere", pod_obj("Bad_Name"))
+    assert err.value.status == 404
+    hold = {"metadata": {"name": "going", "finalizers": ["example.com/hold"]}}
+    core.create_namespace(hold)
+    core.delete_namespace("going")
+    assert core.read_namespace("going").metadata.deletion_timestamp is not None
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("going", pod_obj("p"))
+    assert err.value.status == 403
+    assert (
+        "unable to create new content in namespace going because it is being terminated"
+        in (body_of(err.value)["message"])
+    )
+    assert apiserver.store.list("pods") == []
+
+
 def body_of(exc: ApiException) -> Obj:
     data: Obj = json.loads(exc.body)
     return data
@@ -168,12 +200,15 @@ def test_invalid_names_are_rejected(kube_client: ApiClient) -> None:
     for create in (
         lambda: core.create_node({"metadata": {"name": "Node_1"}}),
         lambda: core.create_namespace({"metadata": {"name": "a.b"}}),
-        lambda: core.create_namespaced_pod("Bad_NS", pod_obj("p")),
     ):
         with pytest.raises(ApiException) as err:
             create()
         assert err.value.status == 422
         assert body_of(err.value)["details"]["causes"][0]["field"].startswith("metadata.")
+    # a namespace that cannot exist is not found (admission runs before validation)
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("Bad_NS", pod_obj("p"))
+    assert err.value.status == 404
 
 
 def test_update_with_stale_resource_version_conflicts(kube_client: ApiClient) -> None:

@@ -4,7 +4,7 @@ Table answers with the CRDs' printer columns, and 415 for request bodies it cann
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +12,9 @@ import urllib3
 
 from api import names
 from sharegpuctl.local.apiserver import KubeAPIServer
-from sharegpuctl.local.apiserver.tables import human_duration
+from sharegpuctl.local.apiserver.printers import human_duration
+from sharegpuctl.local.apiserver.resources import ResourceType
+from sharegpuctl.local.apiserver.tables import table
 from tests.sharegpuctl.local.objects import gpu_spec, gpu_status
 
 Obj = dict[str, Any]
@@ -85,10 +87,15 @@ def test_missing_cells_are_null_and_types_without_columns_get_the_default_table(
     )
     _, quotas = get(apiserver, f"/apis/{names.GROUP_VERSION}/namespaces/default/gpuquotas", TABLE)
     assert quotas["rows"][0]["cells"][:4] == ["q", None, None, None]
-    _, namespaces = get(apiserver, "/api/v1/namespaces/default", TABLE)
-    assert [c["name"] for c in namespaces["columnDefinitions"]] == ["Name", "Created At"]
-    created = namespaces["rows"][0]["cells"][1]
-    assert datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ")
+    widgets = ResourceType("example.com", "v1", "widgets", "Widget", namespaced=False, crd={})
+    plain = table(
+        widgets,
+        [{"metadata": {"name": "w", "creationTimestamp": "2026-01-02T03:04:05Z"}}],
+        "1",
+        None,
+    )
+    assert [c["name"] for c in plain["columnDefinitions"]] == ["Name", "Created At"]
+    assert plain["rows"][0]["cells"] == ["w", "2026-01-02T03:04:05Z"]
     code, bad = get(apiserver, "/api/v1/namespaces?includeObject=All", TABLE)
     assert code == 400 and "includeObject" in bad["message"]
 

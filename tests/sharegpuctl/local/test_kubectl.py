@@ -5,6 +5,7 @@ Skips, naming what is missing, where kubectl is not built (``make e2e`` builds i
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.apiserver.validation import SCHEMA_KUBERNETES_VERSION
 from tests.helpers import built_kubectl
 from tests.paths import EXAMPLES_DIR
-from tests.sharegpuctl.local.objects import gpu_spec, gpu_status
+from tests.sharegpuctl.local.objects import builtin_samples, gpu_spec, gpu_status
 
 #: kubectl talks to a local server; a generous bound keeps a hung call from hanging the run.
 KUBECTL_TIMEOUT_S = 120
@@ -138,3 +139,29 @@ def test_protobuf_bodies_and_server_side_apply_are_refused_plainly(
     out = kubectl.run("apply", "--server-side", "-f", manifest)
     assert out.returncode != 0
     assert "server-side apply (application/apply-patch+yaml) is not supported" in out.stderr
+
+
+#: ``kubectl get <kind>``'s header for every listable built-in kind (the real server's columns).
+BUILTIN_HEADERS = {
+    "pods": "NAME READY STATUS RESTARTS AGE",
+    "nodes": "NAME STATUS ROLES AGE VERSION",
+    "namespaces": "NAME STATUS AGE",
+    "events": "LAST SEEN TYPE REASON OBJECT MESSAGE",
+    "leases": "NAME HOLDER AGE",
+    "deviceclasses": "NAME AGE",
+    "resourceclaims": "NAME STATE AGE",
+    "resourceclaimtemplates": "NAME AGE",
+    "resourceslices": "NAME NODE DRIVER POOL AGE",
+    "devicetaintrules": "NAME KEY VALUE EFFECT TIMEADDED AGE",
+    "customresourcedefinitions": "NAME SCOPE VERSIONS CREATED AT",
+}
+
+
+def test_get_prints_the_built_in_kinds_columns(kubectl: Kubectl, tmp_path: Path) -> None:
+    documents = (json.dumps(obj) for obj in builtin_samples("samples"))
+    kubectl.ok("apply", "-f", write(tmp_path / "samples.yaml", "\n---\n".join(documents)))
+    for kind, header in BUILTIN_HEADERS.items():
+        first = kubectl.ok("get", kind, "-n", "samples").splitlines()[0]
+        assert first.split() == header.split(), kind
+    row = kubectl.ok("get", "resourceclaims", "-n", "samples", "--no-headers").split()
+    assert row[:2] == ["sample", "pending"]
