@@ -7,6 +7,7 @@ the same columns for every built-in kind the embedded server serves."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from sharegpuctl.local.apiserver.resources import default_resources
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.processes import step
 from tests.sharegpuctl.local.objects import builtin_samples
+
+#: Tries, a second apart, for the real server to explain a CRD's field after it is Established.
+EXPLAIN_TRIES = 60
 
 #: Fields of the project's kinds and of built-in kinds the driver's users read.
 EXPLAINED = (
@@ -45,6 +49,12 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_explain_reads_the_same_documentation(
     crds: ControlPlane, embedded: Path, field: str
 ) -> None:
+    # The real server publishes a new CRD's discovery and schema a moment after it is
+    # Established: ask until it answers (the last try fails the step with its output).
+    for _ in range(EXPLAIN_TRIES):
+        if crds.kubectl("explain", field, check=False).returncode == 0:
+            break
+        time.sleep(1)
     real = crds.kubectl("explain", field, step_name=f"kubectl explain {field} (real)").stdout
     mine = crds.kubectl(
         "explain", field, kubeconfig=embedded, step_name=f"kubectl explain {field} (embedded)"
