@@ -132,18 +132,6 @@ def _builtin_schema(name: str) -> Obj:
     return schema
 
 
-@functools.cache
-def _definition_of() -> dict[tuple[str, str, str], str]:
-    """(group, version, kind) -> the name of the definition that declares it."""
-    out: dict[tuple[str, str, str], str] = {}
-    for name, schema in published_definitions().items():
-        for gvk in schema.get("x-kubernetes-group-version-kind") or ():
-            out.setdefault(
-                (gvk.get("group", ""), gvk.get("version", ""), gvk.get("kind", "")), name
-            )
-    return out
-
-
 def _gvk(rt: ResourceType, kind: str) -> Obj:
     return {"group": rt.group, "version": rt.version, "kind": kind}
 
