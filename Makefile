@@ -46,14 +46,15 @@ GPU_REPORT ?= gpu-report.json
 gpu-test: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/gpu --keep-gpu-settings --gpu-report=$(GPU_REPORT)
 
-## Build the upstream Kubernetes binaries and containerd (cached outside the checkout), start etcd
-## and the control plane on 127.0.0.1, check the driver's control-plane side against it, then run
-## a real node (containerd, kubelet) with the chart's plugin DaemonSet and the examples' pods
-## (tests/e2e/).
+## Build the upstream Kubernetes binaries and containerd (cached outside the checkout), then, in a
+## sealed network namespace of the run's own, start etcd, the control plane and a real node
+## (containerd, kubelet, kube-proxy), install the chart with its defaults and run the examples'
+## pods (tests/e2e/). K8S=1.36.3 runs the same against the second pinned release.
+K8S ?=
 e2e: $(STAMP)
 	bash tests/install-helm.sh
-	$(BIN)/python -m tests.e2e.binaries
-	$(BIN)/pytest -q -p no:cacheprovider tests/e2e
+	SHAREGPU_E2E_K8S=$(K8S) $(BIN)/python -m tests.e2e.binaries
+	SHAREGPU_E2E_K8S=$(K8S) $(BIN)/pytest -q -p no:cacheprovider tests/e2e
 
 ## The same control plane with the CRDs, the controller and its webhook, kept running for kubectl.
 local-cluster: $(STAMP)

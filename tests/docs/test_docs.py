@@ -150,11 +150,13 @@ OTHER_TOOLS_FLAGS = {
     "--kubelet-preferred-address-types",
     # kube-apiserver, kubelet and kubectl apply of the real node (docs/development.md)
     "--kubelet-certificate-authority",
-    "--endpoint-reconciler-type",
-    "--enable-aggregator-routing",
     "--node-ip",
-    "--cloud-provider",
     "--server-side",
+    # nsenter, kube-proxy and helm of the sealed e2e run (docs/development.md)
+    "--net",
+    "--conntrack-max-per-core",
+    "--take-ownership",
+    "--force-conflicts",
     # kubectl create token / create --dry-run=server (docs/development.md, the e2e run)
     "--bound-object-kind",
     "--dry-run",

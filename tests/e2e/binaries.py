@@ -33,16 +33,32 @@ CONTROL_PLANE: Final = (
     "kube-controller-manager",
     "kube-scheduler",
 )
-#: What the real node runs (a kubelet and containerd with its shim and ctr).
-NODE: Final = ("kubelet", "containerd")
+#: What the real node runs (a kubelet, kube-proxy, and containerd with its shim and ctr).
+NODE: Final = ("kubelet", "kube-proxy", "containerd")
+
+
+#: The environment variable that picks another pinned release (``make e2e K8S=1.36.3``).
+VERSION_ENV: Final = "SHAREGPU_E2E_K8S"
+
+
+def pinned_version(pins: Path) -> str:
+    """The ``k8s.io/kubernetes`` version ``pins`` (a go.mod) requires, e.g. ``v1.37.2``."""
+    match = re.search(r"^require k8s\.io/kubernetes (v\S+)", pins.read_text(), re.M)
+    if match is None:
+        raise ValueError(f"{pins}: no 'require k8s.io/kubernetes vX.Y.Z' line")
+    return match.group(1)
 
 
 def kubernetes_version() -> str:
-    """The pinned ``k8s.io/kubernetes`` version, e.g. ``v1.37.2``."""
-    match = re.search(r"^require k8s\.io/kubernetes (v\S+)", KUBERNETES_PINS.read_text(), re.M)
-    if match is None:
-        raise ValueError(f"{KUBERNETES_PINS}: no 'require k8s.io/kubernetes vX.Y.Z' line")
-    return match.group(1)
+    """The version of the run: :data:`VERSION_ENV` where it names a pinned release (the build
+    script refuses any other), else the default pin's (``v1.37.2``)."""
+    wanted = os.environ.get(VERSION_ENV, "").strip()
+    return f"v{wanted.removeprefix('v')}" if wanted else pinned_version(KUBERNETES_PINS)
+
+
+def kubernetes_minor() -> int:
+    """The minor version of the run (37 for v1.37.2)."""
+    return int(kubernetes_version().split(".")[1])
 
 
 def missing_prerequisites() -> list[str]:

@@ -6,10 +6,13 @@
 # seconds. The Go build and module caches live under the same cache directory.
 #
 # Usage: build-binaries.sh [--print-dir] [binary...]
-#   binary: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet containerd
+#   binary: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy
+#           containerd
 #           (default: $SHAREGPU_E2E_BINARIES, else the control-plane set below; containerd
 #           builds containerd, containerd-shim-runc-v2 and ctr)
 #   --print-dir: print the bin directory and exit without building.
+# SHAREGPU_E2E_K8S=1.36.3 builds another pinned Kubernetes release (upstream/kubernetes-1.36/);
+# unset, or the version of upstream/kubernetes/, builds the default one.
 # The last line on stdout is the bin directory. Build times are appended to <dir>/build-times.log.
 set -euo pipefail
 
@@ -24,17 +27,29 @@ binaries=()
 for arg in "$@"; do
   case "$arg" in
     --print-dir) print_only=1 ;;
-    etcd|kube-apiserver|kubectl|kube-controller-manager|kube-scheduler|kubelet|containerd) binaries+=("$arg") ;;
-    *) die "unknown argument '$arg' (allowed: --print-dir, etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet, containerd)" ;;
+    etcd|kube-apiserver|kubectl|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|containerd) binaries+=("$arg") ;;
+    *) die "unknown argument '$arg' (allowed: --print-dir, etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, containerd)" ;;
   esac
 done
 if [ "${#binaries[@]}" = 0 ]; then
   read -r -a binaries <<< "${SHAREGPU_E2E_BINARIES:-$default_binaries}"
 fi
 
-k8s_version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3; exit}' "$pins/kubernetes/go.mod")"
-[ -n "$k8s_version" ] || die "cannot read the k8s.io/kubernetes version from $pins/kubernetes/go.mod"
-pin_hash="$(cat "$pins"/{kubernetes,etcd,containerd}/go.{mod,sum} | sha256sum | cut -c1-12)"
+pinned_version() { awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3; exit}' "$1/go.mod"; }
+
+# SHAREGPU_E2E_K8S (make e2e K8S=1.36.3) picks another pinned release: upstream/kubernetes-<minor>/.
+kpins="$pins/kubernetes"
+if [ -n "${SHAREGPU_E2E_K8S:-}" ] && [ "v${SHAREGPU_E2E_K8S#v}" != "$(pinned_version "$kpins")" ]; then
+  wanted="v${SHAREGPU_E2E_K8S#v}"
+  minor_dir="$pins/kubernetes-$(echo "${wanted#v}" | cut -d. -f1,2)"
+  available="$(for d in "$pins"/kubernetes*; do pinned_version "$d"; done | tr '\n' ' ')"
+  [ -f "$minor_dir/go.mod" ] && [ "$(pinned_version "$minor_dir")" = "$wanted" ] \
+    || die "Kubernetes $wanted is not pinned (pinned: ${available% })"
+  kpins="$minor_dir"
+fi
+k8s_version="$(pinned_version "$kpins")"
+[ -n "$k8s_version" ] || die "cannot read the k8s.io/kubernetes version from $kpins/go.mod"
+pin_hash="$(cat "$kpins"/go.{mod,sum} "$pins"/{etcd,containerd}/go.{mod,sum} | sha256sum | cut -c1-12)"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/sharegpu-e2e"
 out="$cache_root/$k8s_version-$pin_hash"
 bin="$out/bin"
@@ -72,7 +87,7 @@ build_one() {
       # Static, without the snapshotters that need C libraries (btrfs, devmapper, zfs).
       dir="$pins/containerd"; tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
       pkgs=(github.com/containerd/containerd/v2/cmd/{containerd,containerd-shim-runc-v2,ctr}) ;;
-    *) dir="$pins/kubernetes"; pkgs=("k8s.io/kubernetes/cmd/$name"); ldflags+="$version_ldflags" ;;
+    *) dir="$kpins"; pkgs=("k8s.io/kubernetes/cmd/$name"); ldflags+="$version_ldflags" ;;
   esac
   local start=$SECONDS tmp="$out/build-$name"
   echo "build-binaries: building $name (${pkgs[*]}) ..." >&2

@@ -1,30 +1,43 @@
-"""A local cluster to try sharegpu's control-plane side with kubectl, no docker needed:
-``python -m tests.e2e.cluster`` (``make local-cluster``).
+"""A local cluster to try sharegpu with kubectl, no docker needed: ``python -m tests.e2e.cluster``
+(``make local-cluster``).
 
-It starts what ``make e2e`` tests (etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-from the cached upstream binaries, the CRDs, the controller with the chart's RBAC and its webhook),
-publishes a ResourceSlice of mock GPUs for one node, prints the ``KUBECONFIG`` to use and runs
-until Ctrl-C or SIGTERM, then stops every process it started by its PID.
+It starts what ``make e2e`` tests, in a sealed network namespace of its own: etcd, the control
+plane, a real node (containerd, the kubelet, kube-proxy) from the cached upstream binaries, the
+CRDs, and the chart installed with ``helm install`` and its defaults (the controller Deployment
+and its webhook, the kubelet-plugin DaemonSet on 8 mock GPUs, the driver's image built here).
+It writes ``kubectl`` and ``helm`` wrappers that run inside the namespace with the admin
+kubeconfig, prints the ``PATH`` to use and runs until Ctrl-C or SIGTERM; then it uninstalls the
+release and stops every process it started by its PID, and removes the namespace.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Final
 
-import yaml
-
-from tests.controller.helpers import node_slice
 from tests.deploy.helpers import helm_binary
-from tests.e2e import driver
-from tests.e2e.binaries import CONTROL_PLANE, bin_dir, missing_binaries, missing_prerequisites
+from tests.e2e import driver, images, plugindaemon
+from tests.e2e.binaries import (
+    CONTROL_PLANE,
+    NODE,
+    bin_dir,
+    missing_binaries,
+    missing_prerequisites,
+)
 from tests.e2e.controlplane import ControlPlane
+from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode, missing_node_prerequisites
+from tests.e2e.netns import missing_network_prerequisites
 from tests.e2e.processes import StepFailed
+
+#: What the wrappers run inside the cluster's network namespace.
+WRAPPED: Final = ("kubectl", "helm")
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:
@@ -35,48 +48,70 @@ def build_parser() -> argparse.ArgumentParser:
     """Flags of ``python -m tests.e2e.cluster``."""
     parser = argparse.ArgumentParser(prog="python -m tests.e2e.cluster", description=__doc__)
     parser.add_argument("--work", type=Path, help="work directory (default: a new temporary one)")
-    parser.add_argument("--node", default="local-node", help="node of the mock GPUs")
-    parser.add_argument(
-        "--gpus", type=int, default=4, choices=range(0, 9), metavar="0..8", help="mock GPUs"
-    )
     return parser
+
+
+def write_wrappers(plane: ControlPlane, helm: str, directory: Path) -> Path:
+    """``kubectl`` and ``helm`` scripts in ``directory`` that run the run's binaries inside the
+    cluster's network namespace with the admin kubeconfig; returns ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    binaries = {"kubectl": str(plane.bin / "kubectl"), "helm": helm}
+    for name in WRAPPED:
+        argv = plane.network.argv([binaries[name]])
+        script = directory / name
+        script.write_text(
+            "#!/bin/sh\n"
+            f"# {name} inside the sharegpu local cluster's network namespace.\n"
+            f"export KUBECONFIG={shlex.quote(str(plane.admin_kubeconfig))}\n"
+            f'exec {shlex.join(argv)} "$@"\n'
+        )
+        script.chmod(0o755)
+    return directory
+
+
+def missing() -> list[str]:
+    """What the local cluster needs and this machine lacks."""
+    problems = [*missing_prerequisites(), *missing_network_prerequisites()]
+    problems += missing_node_prerequisites() + images.missing_tools()
+    absent = missing_binaries((*CONTROL_PLANE, *NODE))
+    if absent:
+        problems.append(f"binaries not built: {', '.join(absent)} (make local-cluster builds them)")
+    if helm_binary() is None:
+        problems.append("helm not found (bash tests/install-helm.sh installs it)")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the local cluster until interrupted; returns the exit code."""
     args = build_parser().parse_args(argv)
-    missing = missing_prerequisites()
-    absent = missing_binaries(CONTROL_PLANE[:3])
+    problems = missing()
     helm = helm_binary()
-    if missing or absent or helm is None:
-        problems = [*missing]
-        if absent:
-            problems.append(
-                f"binaries not built: {', '.join(absent)} (make local-cluster builds them)"
-            )
-        if helm is None:
-            problems.append("helm not found (bash tests/install-helm.sh installs it)")
+    if problems or helm is None:
         print("local cluster cannot start: " + "; ".join(problems), file=sys.stderr)
         return 1
     work = args.work or Path(tempfile.mkdtemp(prefix="sharegpu-cluster-"))
     work.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _stop)
     plane = ControlPlane(bin_dir(), work)
+    node: RealNode | None = None
+    daemon: plugindaemon.PluginDaemon | None = None
     try:
+        print("starting the control plane, a node and the chart (a few minutes) ...", flush=True)
         plane.start()
         driver.apply_crds(plane)
         chart = driver.render_chart(helm)
-        controller = driver.start_controller(plane, chart)
-        driver.register_webhook(plane, controller, chart)
-        if args.gpus:
-            plane.kubectl(
-                "apply", "-f", "-", stdin=yaml.safe_dump(node_slice(args.node, args.gpus))
-            )
+        node = RealNode(plane)
+        node.start()
+        node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
+        daemon = plugindaemon.install(helm, plane, node, chart)
+        driver.controller_deployment(plane, plugindaemon.release_manifest(daemon))
+        wrappers = write_wrappers(plane, helm, work / "bin")
         print(
-            f"local cluster running (logs in {work / 'logs'}); in another shell:\n"
-            f"  export KUBECONFIG={plane.admin_kubeconfig} PATH={bin_dir()}:$PATH\n"
-            "  kubectl get gpus; kubectl get resourceslices; kubectl explain gpus.spec\n"
-            "Ctrl-C stops it.",
+            f"local cluster running in the network namespace {plane.network.name} (logs in "
+            f"{work / 'logs'}); in another shell, as root, from the checkout:\n"
+            f"  export PATH={wrappers}:$PATH\n"
+            "  kubectl get gpus; kubectl get pods -n sharegpu-system\n"
+            "Ctrl-C stops it and removes the namespace.",
             flush=True,
         )
         while True:
@@ -88,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     finally:
+        if daemon is not None:
+            plugindaemon.uninstall(daemon)
+        if node is not None:
+            node.stop()
         plane.stop()
 
 

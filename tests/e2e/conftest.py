@@ -1,10 +1,12 @@
-"""Fixtures of the end-to-end run: a real control plane, the CRDs, the controller, the webhook.
+"""Fixtures of the end-to-end run: a sealed network namespace with a real control plane and a
+real node in it, the CRDs, and the chart installed with its defaults (controller Deployment,
+webhook, kubelet-plugin DaemonSet).
 
 Everything here is package-scoped: the control plane starts once for tests/e2e/, and every
 process it and the fixtures start is stopped by its PID after the last of these tests, also
-after a failure. The run skips,
-naming what is missing, where it cannot happen (not Linux, not root, no Go toolchain) or where
-the binaries are not built yet (``make e2e`` builds them first).
+after a failure; the namespace is removed last. The run skips, naming what is missing, where it
+cannot happen (not Linux, not root, no Go toolchain, no ip or nsenter) or where the binaries are
+not built yet (``make e2e`` builds them first).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tests.e2e.kubelet import (
     RealNode,
     missing_node_prerequisites,
 )
+from tests.e2e.netns import missing_network_prerequisites
 from tests.e2e.processes import step
 
 #: The node of the kubelet plugin's process (its token is bound to a pod on it).
@@ -41,8 +44,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="package")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1."""
-    missing = missing_prerequisites()
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler in the run's sealed
+    network namespace, whose seal is proven before anything starts."""
+    missing = missing_prerequisites() + missing_network_prerequisites()
     if missing:
         pytest.skip("e2e: " + "; ".join(missing))
     absent = missing_binaries(REQUIRED)
@@ -62,7 +66,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 @pytest.fixture(scope="package")
 def chart(helm: str) -> list[dict[str, Any]]:
-    """The chart rendered as the e2e run applies parts of it (webhook failure policy Fail)."""
+    """The chart rendered with its defaults, as the e2e run applies parts of it."""
     return driver.render_chart(helm)
 
 
@@ -71,20 +75,6 @@ def crds(control_plane: ControlPlane) -> ControlPlane:
     """The control plane with the CRDs of deploy/crds established."""
     driver.apply_crds(control_plane)
     return control_plane
-
-
-@pytest.fixture(scope="package")
-def controller(crds: ControlPlane, chart: list[dict[str, Any]]) -> driver.RunningController:
-    """The controller process with the chart's RBAC."""
-    return driver.start_controller(crds, chart)
-
-
-@pytest.fixture(scope="package")
-def webhook(
-    controller: driver.RunningController, crds: ControlPlane, chart: list[dict[str, Any]]
-) -> str:
-    """The chart's webhook registration, pointed at the controller and called by the API server."""
-    return driver.register_webhook(crds, controller, chart)
 
 
 @pytest.fixture(scope="package")
@@ -127,13 +117,14 @@ def real_node(control_plane: ControlPlane) -> Iterator[RealNode]:
 
 
 @pytest.fixture(scope="package")
-def node_plugin(
+def release(
     real_node: RealNode, crds: ControlPlane, chart: list[dict[str, Any]], helm: str
 ) -> Iterator[plugindaemon.PluginDaemon]:
-    """The chart installed with ``helm install`` (mock backend, the driver's image built here,
-    the controller left to its host process): the real kubelet runs the release's kubelet-plugin
-    DaemonSet, whose pod registers with that kubelet through its plugin registration directory
-    and writes its CDI specs where containerd reads them. Uninstalled after the last test."""
+    """The chart installed with ``helm install`` and its defaults but for
+    :data:`plugindaemon.OVERRIDES` (mock GPUs, the driver's image built here): the controller
+    Deployment and its webhook Service, and the kubelet-plugin DaemonSet on the real node, whose
+    pod registers with the kubelet and writes its CDI specs where containerd reads them.
+    Uninstalled after the last test."""
     real_node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
     daemon = None
     try:
@@ -143,3 +134,23 @@ def node_plugin(
     finally:
         if daemon is not None:
             plugindaemon.uninstall(daemon)
+
+
+@pytest.fixture(scope="package")
+def node_plugin(release: plugindaemon.PluginDaemon) -> plugindaemon.PluginDaemon:
+    """The release's kubelet-plugin DaemonSet (:func:`release`)."""
+    return release
+
+
+@pytest.fixture(scope="package")
+def controller(release: plugindaemon.PluginDaemon) -> driver.ControllerDeployment:
+    """The release's controller Deployment, rolled out, its webhook called by the API server
+    through the webhook Service (kube-proxy)."""
+    with step("the chart's controller runs in the cluster"):
+        return driver.controller_deployment(release.plane, plugindaemon.release_manifest(release))
+
+
+@pytest.fixture(scope="package")
+def webhook(controller: driver.ControllerDeployment) -> str:
+    """The name of the release's ValidatingWebhookConfiguration, once the API server calls it."""
+    return controller.webhook_configuration

@@ -1,5 +1,8 @@
 """A Kubernetes control plane from the upstream binaries: etcd, kube-apiserver,
-kube-controller-manager and kube-scheduler, all on 127.0.0.1, in one work directory.
+kube-controller-manager and kube-scheduler, in one work directory and in the run's sealed network
+namespace (:mod:`tests.e2e.netns`): etcd on the namespace's loopback, the API server on the node
+address, which the ``kubernetes`` Service's endpoints name. Every process, kubectl included, runs
+inside that namespace; requests of the test process go through its threads there.
 
 Certificates come from one CA made with ``trustme`` (serving certificate of the API server,
 client certificates of the admin and of each component, named as Kubernetes' bootstrap RBAC
@@ -16,6 +19,7 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,7 +28,8 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.e2e.processes import Process, Processes, StepFailed, failure, wait_until
+from tests.e2e.netns import KUBERNETES_SERVICE_IP, NODE_IP, SERVICE_CIDR, SealedNetwork
+from tests.e2e.processes import Process, Processes, StepFailed, failure, step, wait_until
 
 #: DRA features sharegpu uses (on by default in 1.37; set so an older pin enables them too).
 FEATURE_GATES: Final = (
@@ -33,7 +38,6 @@ FEATURE_GATES: Final = (
 )
 #: Served next to resource.k8s.io/v1 for clients that still speak v1beta2.
 RUNTIME_CONFIG: Final = "resource.k8s.io/v1beta2=true"
-SERVICE_CIDR: Final = "10.96.0.0/24"
 #: Seconds a component may take to become ready on a busy 2-core machine.
 READY_DEADLINE_S: Final = 240.0
 #: Seconds one kubectl command may take.
@@ -125,7 +129,10 @@ class ControlPlane:
         (work / "logs").mkdir(parents=True, exist_ok=True)
         self.home = work / "home"
         self.home.mkdir(exist_ok=True)
-        self.processes = Processes(work / "logs")
+        self.network = SealedNetwork()
+        self.processes = Processes(work / "logs", wrap=self.network.argv)
+        #: What each probe of the seal got (:meth:`SealedNetwork.prove_sealed`).
+        self.seal: list[str] = []
         self.pki = Pki(work / "pki")
         self.api_port = 0
         self.server = ""
@@ -145,6 +152,10 @@ class ControlPlane:
     def start(self) -> None:
         """Start every component and wait until the API server is ready; fails the step with the
         log of the component that did not come up."""
+        with step("create the sealed network namespace", "ip netns add " + self.network.name):
+            self.network.create()
+        with step("prove the seal", f"connect from {self.network.name}"):
+            self.seal = self.network.prove_sealed()
         etcd_url = self._start_etcd()
         self._start_apiserver(etcd_url)
         self._start_component(
@@ -175,8 +186,12 @@ class ControlPlane:
         )
 
     def stop(self) -> None:
-        """Stop every process this control plane started, by PID, in reverse order."""
-        self.processes.stop_all()
+        """Stop every process this control plane started, by PID, in reverse order; then remove
+        the sealed network namespace."""
+        try:
+            self.processes.stop_all()
+        finally:
+            self.network.remove()
 
     def _start_etcd(self) -> str:
         name = "etcd"
@@ -205,7 +220,13 @@ class ControlPlane:
                     return bool(json.load(resp).get("health") == "true")
 
             try:
-                wait_until(healthy, "start etcd", "etcd /health", process=proc, deadline_s=60)
+                wait_until(
+                    lambda: self.network.call(healthy),
+                    "start etcd",
+                    "etcd /health",
+                    process=proc,
+                    deadline_s=60,
+                )
                 return client_url
             except StepFailed:
                 if "address already in use" not in _read(proc.log):
@@ -263,11 +284,12 @@ class ControlPlane:
             "kubernetes",
             "kubernetes.default",
             "kubernetes.default.svc",
-            "10.96.0.1",
+            KUBERNETES_SERVICE_IP,
+            NODE_IP,
         )
         for _attempt in range(3):
             self.api_port = free_port()
-            self.server = f"https://127.0.0.1:{self.api_port}"
+            self.server = f"https://{NODE_IP}:{self.api_port}"
             write_kubeconfig(
                 self.admin_kubeconfig, self.server, self.pki.ca_file, cert=self.admin_cert
             )
@@ -276,8 +298,8 @@ class ControlPlane:
                 [
                     str(self.bin / "kube-apiserver"),
                     f"--etcd-servers={etcd_url}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
+                    "--bind-address=0.0.0.0",
+                    f"--advertise-address={NODE_IP}",
                     f"--secure-port={self.api_port}",
                     f"--cert-dir={self.work / 'apiserver-certs'}",
                     f"--tls-cert-file={serving[0]}",
@@ -291,13 +313,11 @@ class ControlPlane:
                     "--service-account-issuer=https://kubernetes.default.svc",
                     f"--service-account-key-file={self.pki.sa_pub}",
                     f"--service-account-signing-key-file={self.pki.sa_key}",
-                    # Loopback addresses are not valid Endpoints of the kubernetes Service.
-                    "--endpoint-reconciler-type=none",
                     f"--feature-gates={FEATURE_GATES}",
                     f"--runtime-config={RUNTIME_CONFIG}",
-                    # A kubelet of the run is reached by its node name (which resolves to
-                    # 127.0.0.1) and proves itself with a certificate of the run's CA.
-                    "--kubelet-preferred-address-types=Hostname,InternalIP",
+                    # A kubelet of the run is reached by its InternalIP and proves itself with a
+                    # certificate of the run's CA.
+                    "--kubelet-preferred-address-types=InternalIP,Hostname",
                     f"--kubelet-certificate-authority={self.pki.ca_file}",
                     f"--kubelet-client-certificate={self.kubelet_client_cert[0]}",
                     f"--kubelet-client-key={self.kubelet_client_cert[1]}",
@@ -347,7 +367,11 @@ class ControlPlane:
         content_type: str = "application/json",
     ) -> tuple[int, Any]:
         """One request as the admin; returns the HTTP status and the decoded JSON body (or the
-        text where it is no JSON). HTTP errors are returned, not raised."""
+        text where it is no JSON). HTTP errors are returned, not raised. Sent from inside the
+        sealed namespace."""
+        return self.network.call(self._request, method, path, body, content_type)
+
+    def _request(self, method: str, path: str, body: Any, content_type: str) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.server + path, data=data, method=method)
         request.add_header("Accept", "application/json")
@@ -372,12 +396,16 @@ class ControlPlane:
         kubeconfig: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this control plane; with ``check`` a non-zero exit fails the step
-        with the command, its output and the API server's log."""
+        with the command, its output and the API server's log. It runs inside the sealed
+        namespace with the run's kubeconfigs (under the work directory); with any other
+        ``kubeconfig`` (an embedded API server on the machine's loopback) outside it."""
         argv = [
             str(self.bin / "kubectl"),
             f"--kubeconfig={kubeconfig or self.admin_kubeconfig}",
             *args,
         ]
+        if kubeconfig is None or self.work in kubeconfig.parents:
+            argv = self.network.argv(argv)
         env = {**os.environ, "HOME": str(self.home)}
         result = subprocess.run(
             argv,
@@ -399,6 +427,20 @@ class ControlPlane:
                 )
             )
         return result
+
+    def run(
+        self, argv: Sequence[str], timeout_s: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside the sealed namespace (helm, iptables-save); the caller checks the
+        exit code."""
+        return subprocess.run(
+            self.network.argv(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, "HOME": str(self.home)},
+            check=False,
+        )
 
     def create_namespace(self, namespace: str) -> None:
         """Create ``namespace`` (if absent) and wait for its default ServiceAccount, without which

@@ -1,22 +1,24 @@
-"""The driver's control-plane side on a :class:`~tests.e2e.controlplane.ControlPlane`: the CRDs,
-the chart's controller RBAC, the controller process (``python -m controller``) and the chart's
-webhook registration pointed at it. Shared by the test fixtures and ``tests/e2e/cluster.py``.
+"""The driver's control-plane side on a :class:`~tests.e2e.controlplane.ControlPlane`: the chart
+rendered, the CRDs, and the release's controller Deployment with the webhook and JSON API
+Services that reach it. Shared by the test fixtures and ``tests/e2e/cluster.py``.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-import re
-import sys
+import http.client
+import json
+import socket
+import ssl
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
 from tests.deploy.helpers import load_documents, run_helm
-from tests.e2e.controlplane import WEBHOOK_CLIENT_NAME, ControlPlane, free_port, write_kubeconfig
-from tests.e2e.processes import Process, StepFailed, failure, wait_until
+from tests.e2e.controlplane import ControlPlane
+from tests.e2e.processes import StepFailed, failure, forbidden_lines, wait_until
 from tests.paths import REPO_ROOT
 
 #: Namespace and release name of the chart objects applied (RBAC, webhook registration).
@@ -52,12 +54,10 @@ PROBE_CLAIM: Final[dict[str, Any]] = {
 def render_chart(
     helm: str, *values: str, json_values: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
-    """The chart as ``helm template`` renders it, with the webhook's failure policy Fail (a
-    webhook the API server cannot reach fails the request instead of admitting it silently),
-    each ``values`` entry (``key=value``) set and each ``json_values`` entry (``key=JSON``) set
-    with ``--set-json``."""
+    """The chart as ``helm template`` renders it, with each ``values`` entry (``key=value``) set
+    and each ``json_values`` entry (``key=JSON``) set with ``--set-json``."""
     argv = ("template", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE)
-    sets = [a for v in ("controller.webhook.failurePolicy=Fail", *values) for a in ("--set", v)]
+    sets = [a for v in values for a in ("--set", v)]
     sets += [a for v in json_values for a in ("--set-json", v)]
     result = run_helm(helm, *argv, *sets)
     if result.returncode != 0:
@@ -65,12 +65,16 @@ def render_chart(
     return load_documents(result.stdout)
 
 
-def apply(plane: ControlPlane, docs: list[dict[str, Any]], step_name: str) -> None:
-    """``kubectl apply --server-side`` the documents."""
+def apply(
+    plane: ControlPlane, docs: list[dict[str, Any]], step_name: str, *, force: bool = False
+) -> None:
+    """``kubectl apply --server-side`` the documents; with ``force``, taking over the fields
+    another manager (the release) set to other values."""
     plane.kubectl(
         "apply",
         "--server-side",
         "--field-manager=e2e",
+        *(["--force-conflicts"] if force else []),
         "-f",
         "-",
         stdin=yaml.safe_dump_all(docs),
@@ -96,80 +100,98 @@ def component(doc: dict[str, Any]) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunningController:
-    """The controller process, where its webhook listens and the CA that signed its certificate."""
+class ControllerDeployment:
+    """The release's controller Deployment: its pods, the webhook registration and Service that
+    reach it, and the CA of its serving certificate (the chart's generated one)."""
 
-    process: Process
-    webhook_port: int
+    plane: ControlPlane
+    deployment: str
+    webhook_configuration: str
+    webhook_service: str
     ca_file: Path
 
+    def pods(self) -> list[dict[str, Any]]:
+        """The Deployment's pods."""
+        out = self.plane.kubectl(
+            "get", "pods", "-n", NAMESPACE, "-l", CONTROLLER_SELECTOR, "-o", "json"
+        ).stdout
+        return list(json.loads(out)["items"])
 
-def start_controller(plane: ControlPlane, chart: list[dict[str, Any]]) -> RunningController:
-    """``python -m controller`` with the chart's ServiceAccount and RBAC (a token of that account,
-    so exactly the chart's permissions), its webhook on 127.0.0.1 with a certificate of the run's
-    CA; returns once the webhook listens."""
-    plane.kubectl("create", "namespace", NAMESPACE, step_name="create the namespace", check=False)
-    rbac = [d for d in chart if component(d) == "controller" and d["kind"] in RBAC_KINDS]
-    account = next(d["metadata"]["name"] for d in rbac if d["kind"] == "ServiceAccount")
-    apply(plane, rbac, "apply the controller's RBAC from the chart")
-    token = plane.kubectl(
-        "create",
-        "token",
-        account,
-        f"--namespace={NAMESPACE}",
-        "--duration=24h",
-        step_name="issue the controller's token",
-    ).stdout.strip()
-    kubeconfig = write_kubeconfig(
-        plane.work / "controller.kubeconfig", plane.server, plane.pki.ca_file, token=token
-    )
-    cert, key = plane.pki.issue("webhook", "127.0.0.1", "localhost")
-    argv = [
-        sys.executable,
-        "-m",
-        "controller",
-        f"--kubeconfig={kubeconfig}",
-        "--webhook-address=127.0.0.1:0",
-        f"--tls-cert-file={cert}",
-        f"--tls-key-file={key}",
-        # Only reviews with the API server's client certificate charge GpuQuotas.
-        f"--webhook-client-ca-file={plane.pki.ca_file}",
-        f"--webhook-client-name={WEBHOOK_CLIENT_NAME}",
-        "--metrics-address=",
-        f"--api-address=127.0.0.1:{free_port()}",
-        "--leader-elect=true",
-        f"--lease-namespace={NAMESPACE}",
+    def logs(self) -> str:
+        """The log of every replica, each line prefixed with its pod."""
+        return self.plane.kubectl(
+            "logs", "-n", NAMESPACE, "-l", CONTROLLER_SELECTOR, "--prefix", "--tail=-1",
+            check=False,
+        ).stdout  # fmt: skip
+
+    def check_no_forbidden(self, step_name: str) -> None:
+        """Fail the step when a replica's log shows a 403 (Forbidden) answer."""
+        forbidden = forbidden_lines(self.logs())
+        if forbidden:
+            raise StepFailed(
+                failure(step_name, "kubectl logs -l " + CONTROLLER_SELECTOR, forbidden[0])
+            )
+
+    def service_request(
+        self,
+        service: str,
+        port: int,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        """One HTTPS request to ``service`` (of the release's namespace) on its ClusterIP, from
+        inside the sealed namespace, checking the server's certificate against :attr:`ca_file`
+        for the Service's DNS name; returns the status and the decoded JSON body."""
+        ip = self.plane.kubectl(
+            "get", "service", service, "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}",
+            step_name=f"the ClusterIP of the Service {service}",
+        ).stdout.strip()  # fmt: skip
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        server_name = f"{service}.{NAMESPACE}.svc"
+        data = None if body is None else json.dumps(body)
+
+        def send() -> tuple[int, Any]:
+            raw = socket.create_connection((ip, port), timeout=30)
+            with context.wrap_socket(raw, server_hostname=server_name) as tls:
+                connection = http.client.HTTPConnection(server_name, port, timeout=30)
+                connection.sock = tls
+                connection.request(
+                    method, path, data, {"Content-Type": "application/json", **(headers or {})}
+                )
+                response = connection.getresponse()
+                return response.status, json.loads(response.read() or b"null")
+
+        return self.plane.network.call(send)
+
+
+#: The label selector of the chart's controller pods.
+CONTROLLER_SELECTOR: Final = "app.kubernetes.io/component=controller"
+
+
+def controller_deployment(
+    plane: ControlPlane, manifest: list[dict[str, Any]]
+) -> ControllerDeployment:
+    """Wait until the release's controller Deployment (in ``manifest``) is rolled out and the
+    API server calls its webhook through the Service (a dry-run probe claim is denied)."""
+    (deployment,) = [
+        d["metadata"]["name"]
+        for d in manifest
+        if d["kind"] == "Deployment" and component(d) == "controller"
     ]
-    process = plane.processes.start(
-        "controller", argv, env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT)}
-    )
-    port: list[int] = []
-
-    def webhook_listening() -> bool:
-        match = re.search(r"webhook on https://127\.0\.0\.1:(\d+)", process.log.read_text())
-        if match:
-            port.append(int(match.group(1)))
-        return bool(port)
-
-    wait_until(webhook_listening, "start the controller", "the webhook listening", process=process)
-    return RunningController(process, port[0], plane.pki.ca_file)
-
-
-def register_webhook(
-    plane: ControlPlane, controller: RunningController, chart: list[dict[str, Any]]
-) -> str:
-    """Apply the chart's ValidatingWebhookConfiguration with each service reference replaced by
-    the controller's URL on 127.0.0.1; returns its name once the API server calls the webhook
-    (a dry-run probe claim is denied)."""
-    config = next(d for d in chart if d["kind"] == "ValidatingWebhookConfiguration")
-    ca_bundle = base64.b64encode(controller.ca_file.read_bytes()).decode()
-    for hook in config["webhooks"]:
-        path = hook["clientConfig"]["service"]["path"]
-        hook["clientConfig"] = {
-            "url": f"https://127.0.0.1:{controller.webhook_port}{path}",
-            "caBundle": ca_bundle,
-        }
-    apply(plane, [config], "register the webhook")
+    config = next(d for d in manifest if d["kind"] == "ValidatingWebhookConfiguration")
+    service = config["webhooks"][0]["clientConfig"]["service"]["name"]
+    plane.kubectl(
+        "rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, "--timeout=300s",
+        step_name="the controller Deployment rolls out",
+    )  # fmt: skip
+    bundle = plane.kubectl(
+        "get", "validatingwebhookconfiguration", config["metadata"]["name"], "-o",
+        "jsonpath={.webhooks[0].clientConfig.caBundle}",
+    ).stdout.strip()  # fmt: skip
+    ca_file = plane.work / "webhook-ca.crt"
+    ca_file.write_bytes(base64.b64decode(bundle))
     claims = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims?dryRun=All"
 
     def denied() -> bool:
@@ -178,9 +200,10 @@ def register_webhook(
 
     wait_until(
         denied,
-        "register the webhook",
-        "the API server calling the webhook",
-        process=controller.process,
-        deadline_s=60,
+        "the API server calls the webhook through its Service",
+        "the probe claim denied",
+        deadline_s=120,
     )
-    return str(config["metadata"]["name"])
+    return ControllerDeployment(
+        plane, deployment, str(config["metadata"]["name"]), str(service), ca_file
+    )

@@ -1,17 +1,19 @@
-"""A real node for the end-to-end run: containerd and a kubelet from the cached upstream binaries,
-registered with a :class:`~tests.e2e.controlplane.ControlPlane`, everything on loopback and under
-one short temporary directory.
+"""A real node for the end-to-end run: containerd, a kubelet and kube-proxy from the cached
+upstream binaries, registered with a :class:`~tests.e2e.controlplane.ControlPlane`, all in the
+run's sealed network namespace (:mod:`tests.e2e.netns`) and under one short temporary directory.
 
 What this machine needs (Debian 12, cgroup v1, a root that may not lower ``oom_score_adj``):
 the kubelet with ``failCgroupV1: false`` and the cgroupfs driver under a cgroup root of its own;
 containerd with ``restrict_oom_score_adj``, CDI on (spec directory: :attr:`RealNode.cdi_dir`),
 its network namespaces under its state directory, a CNI bridge of its own (``bridge`` with
-``host-local``, no masquerading); images imported from OCI archives (:mod:`tests.e2e.images`),
-never pulled.
+``host-local`` addresses of :data:`~tests.e2e.netns.POD_CIDR`, hairpin on, no masquerading);
+kube-proxy in iptables mode, so Services' ClusterIPs work for pods and for the node's processes
+(the API server reaching a webhook Service); images imported from OCI archives
+(:mod:`tests.e2e.images`), never pulled.
 
-The API server reaches the kubelet (``kubectl logs``, ``exec``) by the node's Hostname address:
-the node is named ``localhost``, the kubelet listens on 127.0.0.1 with a serving certificate of
-the run's CA, and accepts the API server's client certificate.
+The API server reaches the kubelet (``kubectl logs``, ``exec``) by the node's InternalIP
+(:data:`~tests.e2e.netns.NODE_IP`, the kubelet's ``--node-ip``), where the kubelet listens with a
+serving certificate of the run's CA, and accepts the API server's client certificate.
 
 :meth:`RealNode.stop` undoes everything, also after a failed start: the node's pods deleted, the
 kubelet and containerd stopped by their PIDs, leftover containers and shims killed, every mount
@@ -23,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -38,10 +39,11 @@ import yaml
 from tests.e2e import images
 from tests.e2e.controlplane import FEATURE_GATES, ControlPlane, free_port, write_kubeconfig
 from tests.e2e.driverimage import TINI
+from tests.e2e.netns import NODE_IP, POD_CIDR
 from tests.e2e.processes import Process, StepFailed, failure, wait_until
 
-#: The node's name: its Hostname address, which the API server resolves to 127.0.0.1.
-NODE_NAME: Final = "localhost"
+#: The node's name (its Hostname address; the API server dials its InternalIP).
+NODE_NAME: Final = "e2e-node"
 #: The pod sandbox image, imported from an OCI archive (never pulled).
 PAUSE_IMAGE: Final = "localhost/sharegpu-e2e/pause:1"
 #: A busybox image for workloads (:meth:`RealNode.import_busybox`).
@@ -52,13 +54,14 @@ PACKAGES: Final = {
     "containernetworking-plugins": Path("/usr/lib/cni/bridge"),
     "busybox-static": images.BUSYBOX,
     "tini": TINI,
+    "iptables": Path("/usr/sbin/iptables"),
 }
 CNI_BIN_DIR: Final = Path("/usr/lib/cni")
 CGROUP_FS: Final = Path("/sys/fs/cgroup")
 #: The device-plugin registration socket: the kubelet creates it at this fixed path whatever its
 #: root directory, and leaves it behind.
 DEVICE_PLUGIN_SOCKET: Final = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
-NODE_BINARIES: Final = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr")
+NODE_BINARIES: Final = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "kube-proxy")
 
 
 def missing_node_prerequisites() -> list[str]:
@@ -101,10 +104,11 @@ class RealNode:
         suffix = self.root.name.rsplit("-", 1)[1].lower()
         self.cgroup_root = f"sg-e2e-{suffix}"
         self.bridge = f"sge2e{suffix[:8]}"
-        self.subnet = f"10.{random.randint(200, 250)}.{random.randint(0, 255)}.0/24"
+        self.subnet = POD_CIDR
         self.name = NODE_NAME
         self.containerd: Process | None = None
         self.kubelet: Process | None = None
+        self.kube_proxy: Process | None = None
         #: The fixed kubelet directories that did not exist before this node's kubelet started.
         self._created = [
             p
@@ -144,7 +148,7 @@ class RealNode:
     def start(self) -> None:
         """Start containerd, import the pause image, start the kubelet and wait until the node is
         Ready; then remove the not-ready taint the kubelet registers with (this control plane
-        runs no node lifecycle controller)."""
+        runs no node lifecycle controller) and start kube-proxy."""
         for d in (self.cdi_dir, self.root / "cni", self.kubelet_dir):
             d.mkdir(parents=True, exist_ok=True)
         for cgroup in _cgroup_dirs(self.cgroup_root):
@@ -158,6 +162,7 @@ class RealNode:
             "import the pause image",
         )
         self._start_kubelet()
+        self._start_kube_proxy()
 
     def _write_cni_config(self) -> None:
         conf = {
@@ -167,8 +172,12 @@ class RealNode:
                 {
                     "type": "bridge",
                     "bridge": self.bridge,
-                    "isGateway": True,
+                    # The bridge is the pods' default gateway: Services' ClusterIPs are routed
+                    # through the node, where kube-proxy's rules translate them.
+                    "isDefaultGateway": True,
                     "ipMasq": False,
+                    # A pod reaching itself through its Service (kube-proxy's hairpin).
+                    "hairpinMode": True,
                     "ipam": {
                         "type": "host-local",
                         "ranges": [[{"subnet": self.subnet}]],
@@ -274,7 +283,7 @@ state = "{d / "containerd" / "state"}"
     def _start_kubelet(self) -> None:
         pki = self.plane.pki
         client = pki.issue("kubelet-client", user=f"system:node:{self.name}", group="system:nodes")
-        serving = pki.issue("kubelet-serving", self.name, "127.0.0.1")
+        serving = pki.issue("kubelet-serving", self.name, NODE_IP)
         kubeconfig = write_kubeconfig(
             self.root / "kubelet.kubeconfig", self.plane.server, pki.ca_file, cert=client
         )
@@ -282,7 +291,7 @@ state = "{d / "containerd" / "state"}"
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "address": "127.0.0.1",
+            "address": NODE_IP,
             "port": free_port(),
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
@@ -324,6 +333,7 @@ state = "{d / "containerd" / "state"}"
                 f"--kubeconfig={kubeconfig}",
                 f"--root-dir={self.kubelet_dir}",
                 f"--hostname-override={self.name}",
+                f"--node-ip={NODE_IP}",
                 "--v=2",
             ],
         )
@@ -332,6 +342,46 @@ state = "{d / "containerd" / "state"}"
             self._socket_mtime = DEVICE_PLUGIN_SOCKET.stat().st_mtime
         self.plane.kubectl(
             "taint", "node", self.name, "node.kubernetes.io/not-ready:NoSchedule-", check=False
+        )
+
+    def _start_kube_proxy(self) -> None:
+        """kube-proxy (iptables mode) with the client certificate of its bootstrap RBAC user;
+        returns once it has programmed the ``kubernetes`` Service."""
+        pki = self.plane.pki
+        kubeconfig = write_kubeconfig(
+            self.root / "kube-proxy.kubeconfig",
+            self.plane.server,
+            pki.ca_file,
+            cert=pki.issue("kube-proxy", user="system:kube-proxy"),
+        )
+        self.kube_proxy = self.plane.processes.start(
+            "kube-proxy",
+            [
+                str(self.plane.bin / "kube-proxy"),
+                f"--kubeconfig={kubeconfig}",
+                "--proxy-mode=iptables",
+                f"--hostname-override={self.name}",
+                f"--cluster-cidr={self.subnet}",
+                f"--healthz-bind-address=127.0.0.1:{free_port()}",
+                f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                # Leave the namespace's conntrack settings as they are (no sysctl writes).
+                "--conntrack-max-per-core=0",
+                "--conntrack-tcp-timeout-established=0",
+                "--conntrack-tcp-timeout-close-wait=0",
+                f"--feature-gates={FEATURE_GATES}",
+                "--v=2",
+            ],
+        )
+
+        def programmed() -> bool:
+            rules = self.plane.run(["iptables-save", "-t", "nat"]).stdout
+            return "default/kubernetes:https" in rules
+
+        wait_until(
+            programmed,
+            "start kube-proxy",
+            "the kubernetes Service in the nat table",
+            process=self.kube_proxy,
         )
 
     def ready(self) -> bool:
@@ -347,6 +397,7 @@ state = "{d / "containerd" / "state"}"
         for action in (
             self._delete_pods,
             self._stop_kubelet,
+            self._stop_kube_proxy,
             self._remove_containers,
             self._stop_containerd,
             self._kill_shims,
@@ -375,6 +426,10 @@ state = "{d / "containerd" / "state"}"
     def _stop_kubelet(self) -> None:
         if self.kubelet is not None:
             self.plane.processes.stop(self.kubelet)
+
+    def _stop_kube_proxy(self) -> None:
+        if self.kube_proxy is not None:
+            self.plane.processes.stop(self.kube_proxy)
 
     def _remove_containers(self) -> None:
         if self.containerd is None or not self.containerd.running():
@@ -422,7 +477,7 @@ state = "{d / "containerd" / "state"}"
                 directory.rmdir()
 
     def _remove_bridge(self) -> None:
-        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
+        self.plane.run(["ip", "link", "delete", self.bridge])
 
     def _remove_cgroups(self) -> None:
         for top in _cgroup_dirs(self.cgroup_root):

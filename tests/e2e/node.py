@@ -181,7 +181,14 @@ def start_plugin(
     token bound to a pod on ``node`` and the chart's mock-backend arguments; returns once the API
     server has its ResourceSlice."""
     plane.kubectl("create", "namespace", NAMESPACE, step_name="create the namespace", check=False)
-    apply(plane, plugin_objects(chart), "apply the plugin's RBAC and policies from the chart")
+    # The release (mock backend) has most of these already; the default render's MPS rules
+    # widen its policies, which the release takes back at its next upgrade.
+    apply(
+        plane,
+        plugin_objects(chart),
+        "apply the plugin's RBAC and policies from the chart",
+        force=True,
+    )
     token = node_bound_token(plane, plugin_account(chart), node)
     kubeconfig = write_kubeconfig(
         plane.work / "plugin.kubeconfig", plane.server, plane.pki.ca_file, token=token

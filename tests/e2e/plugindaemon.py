@@ -3,17 +3,13 @@
 imported into the node's containerd, the release's kubelet-plugin DaemonSet run by the real
 kubelet, later ``helm upgrade`` to other values.
 
-Values set besides the image and the mock GPUs (``kubeletPlugin.deviceBackend=mock``,
-``kubeletPlugin.mock.config``): ``controller.enabled=false`` (the controller runs as a host
-process, :mod:`tests.e2e.driver`: a pod could not reach the API server on 127.0.0.1, nor could
-the API server reach a webhook Service without kube-proxy), the kubelet and CDI directories and
-the MPS root (the node keeps them under its temporary directory), ``kubeletPlugin.hostNetwork``
-(the pod reaches the API server on 127.0.0.1, which ``extraEnv`` ``KUBERNETES_SERVICE_HOST`` and
-``_PORT`` name), ``kubeletPlugin.metrics.address=127.0.0.1`` and a free metrics port (so the pod
-listens on loopback only), and ``--mock-health-file`` in ``extraArgs`` (injected GPU faults). The
-chart's objects applied earlier by the control-plane steps (CRDs, DeviceClasses, the plugin's RBAC
-and policies) are taken over by the release (``--take-ownership``). The node carries the label
-the chart's node selector asks for (``nvidia.com/gpu.present``), as the kind set-up's nodes do.
+The values the run sets are :data:`OVERRIDES`, each with its reason; every other value keeps the
+chart's default (the plugin's pod on the pod network, reaching the API server through the
+``kubernetes`` Service and kube-proxy, its probes and metrics on its own pod IP). The chart's
+objects applied earlier by the control-plane steps (CRDs, DeviceClasses, the plugin's RBAC and
+policies) are taken over by the release (``--take-ownership``). The node carries the label the
+chart's node selector asks for (``nvidia.com/gpu.present``), as the kind set-up's nodes do. helm
+runs inside the sealed network namespace.
 """
 
 from __future__ import annotations
@@ -25,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from tests.deploy.helpers import load_documents, run_helm
+from tests.deploy.helpers import load_documents
 from tests.e2e import driverimage
-from tests.e2e.controlplane import ControlPlane, free_port
+from tests.e2e.controlplane import ControlPlane
 from tests.e2e.driver import CHART_DIR, NAMESPACE, RELEASE, component
 from tests.e2e.kubelet import RealNode
 from tests.e2e.node import PLUGIN_COMPONENT, chart_flag
@@ -40,6 +36,22 @@ GPU_NODE_LABEL: Final = "nvidia.com/gpu.present=true"
 HEALTH_FILE: Final = "mock-health.yaml"
 #: The tag the driver's image is also imported under, for an upgrade to another image.
 UPGRADE_TAG: Final = "upgrade"
+#: The Secret with the CA of the API server's webhook client certificate (``ca.crt``).
+CLIENT_CA_SECRET: Final = "e2e-apiserver-client-ca"
+#: Every chart value the run sets at install (by its top key path), and why. A test refuses any
+#: other: the rest of the chart runs with its defaults.
+OVERRIDES: Final = {
+    "controller.webhook.clientAuth.existingSecret": "the run's API server presents a client "
+    "certificate of the run's CA to webhooks (its AdmissionConfiguration exists before the "
+    "chart); the Secret holds that CA, docs/install.md's path for an API server's own CA",
+    "image.repository": "the driver's image built here and imported into the node's containerd",
+    "image.tag": "the same",
+    "kubeletPlugin.deviceBackend": "mock GPUs: the node has no NVIDIA GPU",
+    "kubeletPlugin.kubeletDir": "the test node keeps the kubelet's root under its own directory",
+    "kubeletPlugin.cdiDir": "the test node's containerd reads CDI specs from its own directory",
+    "kubeletPlugin.mps.hostRoot": "the MPS root under the test node's directory",
+    "kubeletPlugin.extraArgs": "--mock-health-file: the mock backend's injected GPU faults",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +64,6 @@ class PluginDaemon:
     name: str
     node: RealNode
     data_dir: Path
-    metrics_port: int
     image: str
 
     @property
@@ -93,36 +104,34 @@ class PluginDaemon:
             raise StepFailed(failure(step_name, "kubectl logs", forbidden[0]))
 
 
-def values(
-    daemon: PluginDaemon, extra: tuple[str, ...] = (), json_values: tuple[str, ...] = ()
-) -> list[str]:
-    """The ``--set`` and ``--set-json`` arguments of the release (see the module docstring),
-    with ``extra`` (``key=value``) and ``json_values`` (``key=JSON``) set as well."""
-    plane, node = daemon.plane, daemon.node
+def install_values(daemon: PluginDaemon) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The values the run sets at install (``key=value`` and ``key=JSON``): exactly the keys of
+    :data:`OVERRIDES`."""
+    node = daemon.node
     repository, tag = daemon.image.rsplit(":", 1)
-    env = [
-        {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-        {"name": "KUBERNETES_SERVICE_PORT", "value": str(plane.api_port)},
-    ]
     sets = (
-        "controller.enabled=false",
+        f"controller.webhook.clientAuth.existingSecret={CLIENT_CA_SECRET}",
         f"image.repository={repository}",
         f"image.tag={tag}",
         "kubeletPlugin.deviceBackend=mock",
         f"kubeletPlugin.kubeletDir={node.kubelet_dir}",
         f"kubeletPlugin.cdiDir={node.cdi_dir}",
         f"kubeletPlugin.mps.hostRoot={node.root / 'mps'}",
-        "kubeletPlugin.hostNetwork=true",
-        "kubeletPlugin.metrics.address=127.0.0.1",
-        f"kubeletPlugin.metrics.port={daemon.metrics_port}",
-        *extra,
     )
     json_sets = (
-        f"kubeletPlugin.extraEnv={json.dumps(env)}",
         "kubeletPlugin.extraArgs="
         + json.dumps([f"--mock-health-file={daemon.data_dir / HEALTH_FILE}"]),
-        *json_values,
     )
+    return sets, json_sets
+
+
+def values(
+    daemon: PluginDaemon, extra: tuple[str, ...] = (), json_values: tuple[str, ...] = ()
+) -> list[str]:
+    """The ``--set`` and ``--set-json`` arguments of the release: :func:`install_values`, then
+    a step's ``extra`` (``key=value``) and ``json_values`` (``key=JSON``)."""
+    sets, json_sets = install_values(daemon)
+    sets, json_sets = (*sets, *extra), (*json_sets, *json_values)
     return [a for v in sets for a in ("--set", v)] + [
         a for v in json_sets for a in ("--set-json", v)
     ]
@@ -136,7 +145,7 @@ def helm_run(daemon: PluginDaemon, step_name: str, *args: str) -> str:
         NAMESPACE,
         f"--kubeconfig={daemon.plane.admin_kubeconfig}",
     ]
-    result = run_helm(daemon.helm, *argv)
+    result = daemon.plane.run([daemon.helm, *argv])
     if result.returncode != 0:
         raise StepFailed(
             failure(
@@ -149,9 +158,14 @@ def helm_run(daemon: PluginDaemon, step_name: str, *args: str) -> str:
     return result.stdout
 
 
+def release_manifest(daemon: PluginDaemon) -> list[dict[str, Any]]:
+    """The release's objects (``helm get manifest``)."""
+    return load_documents(helm_run(daemon, "helm get manifest", "get", "manifest", RELEASE))
+
+
 def plugin_daemonset_name(daemon: PluginDaemon) -> str:
     """The name of the plugin DaemonSet in the release's manifest (``helm get manifest``)."""
-    manifest = load_documents(helm_run(daemon, "helm get manifest", "get", "manifest", RELEASE))
+    manifest = release_manifest(daemon)
     (name,) = [
         d["metadata"]["name"]
         for d in manifest
@@ -169,8 +183,14 @@ def install(
     node.import_image(archive, "import the driver's image")
     archive.unlink()
     plane.kubectl("label", "node", node.name, GPU_NODE_LABEL, "--overwrite")
+    plane.kubectl("create", "namespace", NAMESPACE, check=False)
+    plane.kubectl(
+        "create", "secret", "generic", CLIENT_CA_SECRET, "-n", NAMESPACE,
+        f"--from-file=ca.crt={plane.pki.ca_file}",
+        step_name="the Secret with the CA of the API server's webhook client certificate",
+    )  # fmt: skip
     data_dir = node.plugins_dir / chart_flag(chart, "--driver-name")
-    daemon = PluginDaemon(plane, helm, "", node, data_dir, free_port(), name)
+    daemon = PluginDaemon(plane, helm, "", node, data_dir, name)
     return _roll_out(
         daemon, "install", ("--create-namespace", "--take-ownership", "--force-conflicts")
     )
@@ -189,7 +209,7 @@ def upgrade(
     the caller to wait for."""
     if image is not None:
         daemon = dataclasses.replace(daemon, image=image)
-    return _roll_out(daemon, "upgrade", (), extra, json_values, meanwhile)
+    return _roll_out(daemon, "upgrade", ("--force-conflicts",), extra, json_values, meanwhile)
 
 
 def _roll_out(
@@ -244,15 +264,17 @@ def uninstall(daemon: PluginDaemon) -> None:
     """``helm uninstall`` the release and wait until its pod is gone (the CRDs stay:
     ``crds.keep``)."""
     try:
-        result = run_helm(
-            daemon.helm,
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            NAMESPACE,
-            f"--kubeconfig={daemon.plane.admin_kubeconfig}",
-            "--wait",
-            "--timeout=100s",
+        result = daemon.plane.run(
+            [
+                daemon.helm,
+                "uninstall",
+                RELEASE,
+                "--namespace",
+                NAMESPACE,
+                f"--kubeconfig={daemon.plane.admin_kubeconfig}",
+                "--wait",
+                "--timeout=100s",
+            ]
         )
         uninstalled = result.returncode == 0
     except subprocess.TimeoutExpired:

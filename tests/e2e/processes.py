@@ -111,14 +111,22 @@ class Process:
 class Processes:
     """The children of one run, stopped in reverse start order by :meth:`stop_all`."""
 
-    def __init__(self, log_dir: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+        wrap: Callable[[Sequence[str]], list[str]] | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.env = dict(os.environ if env is None else env)
+        #: Applied to every command line (the sealed namespace's ``nsenter``).
+        self.wrap = wrap
         self.started: list[Process] = []
 
     def start(
         self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None
     ) -> Process:
+        argv = self.wrap(argv) if self.wrap is not None else list(argv)
         process = Process(name, argv, self.log_dir / f"{name}.log", {**self.env, **(env or {})})
         self.started.append(process)
         return process

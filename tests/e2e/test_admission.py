@@ -1,19 +1,17 @@
-"""The controller's validating webhook called by a real kube-apiserver (the chart's registration,
-failure policy Fail): a bad GpuConfig is denied naming its field path, and a GpuQuota admits the
-claim that fits and denies the one over it (examples/gpu-quota)."""
+"""The chart's controller Deployment's validating webhook, called by a real kube-apiserver through
+its Service and kube-proxy (the release's registration, its default failure policy): a bad
+GpuConfig is denied naming its field path, and a GpuQuota admits the claim that fits and denies
+the one over it (examples/gpu-quota)."""
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.request
 from typing import Any
 
 import yaml
 
 from tests.deploy.helpers import load_documents
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.driver import RunningController
+from tests.e2e.driver import ControllerDeployment
 from tests.e2e.processes import step, wait_until
 from tests.paths import EXAMPLES_DIR
 
@@ -92,9 +90,12 @@ def test_gpu_quota_admits_within_and_denies_over(webhook: str, crds: ControlPlan
     assert used.get("cores") == 60, quota
 
 
-def _forged_review(controller: RunningController, claim: dict[str, Any]) -> dict[str, Any]:
-    """POST an AdmissionReview of a CREATE of ``claim`` straight to the webhook, past the API
-    server and without its client certificate; the review's response."""
+def _forged_review(
+    plane: ControlPlane, controller: ControllerDeployment, claim: dict[str, Any]
+) -> dict[str, Any]:
+    """POST an AdmissionReview of a CREATE of ``claim`` straight to the webhook Service, past the
+    API server and without its client certificate (from inside the sealed namespace); the
+    review's response."""
     review = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -106,19 +107,16 @@ def _forged_review(controller: RunningController, claim: dict[str, Any]) -> dict
             "object": {**claim, "metadata": {**claim["metadata"], "uid": "forged-uid"}},
         },
     }
-    context = ssl.create_default_context(cafile=str(controller.ca_file))
-    request = urllib.request.Request(
-        f"https://127.0.0.1:{controller.webhook_port}/validate/resourceclaims",
-        data=json.dumps(review).encode(),
-        headers={"Content-Type": "application/json"},
+    code, answer = controller.service_request(
+        controller.webhook_service, 443, "POST", "/validate/resourceclaims", review
     )
-    with urllib.request.urlopen(request, timeout=30, context=context) as resp:
-        answer: dict[str, Any] = json.loads(resp.read())["response"]
-    return answer
+    assert code == 200, answer
+    response: dict[str, Any] = answer["response"]
+    return response
 
 
 def test_only_the_api_servers_reviews_charge_a_gpu_quota(
-    webhook: str, crds: ControlPlane, controller: RunningController
+    webhook: str, crds: ControlPlane, controller: ControllerDeployment
 ) -> None:
     """The API server presents its client certificate (its AdmissionConfiguration, as
     docs/install.md sets it up); a review sent to the webhook without it is judged against the
@@ -140,7 +138,7 @@ def test_only_the_api_servers_reviews_charge_a_gpu_quota(
 
     try:
         with step("a forged review is admitted but not charged", "POST /validate/resourceclaims"):
-            assert _forged_review(controller, _claim("forged", "default"))["allowed"] is True
+            assert _forged_review(crds, controller, _claim("forged", "default"))["allowed"] is True
             assert charges() == {}
         real = crds.kubectl(
             "create",
@@ -158,7 +156,7 @@ def test_only_the_api_servers_reviews_charge_a_gpu_quota(
             "status.claims naming only the real claim",
         )
         with step("a forged review over the quota is denied and charges nothing", "POST"):
-            denied = _forged_review(controller, _claim("forged-2", "default"))
+            denied = _forged_review(crds, controller, _claim("forged-2", "default"))
             assert denied["allowed"] is False and "one-share" in denied["status"]["message"]
             assert [c.get("name") for c in charges().values()] == ["real"]
     finally:

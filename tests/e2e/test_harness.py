@@ -5,18 +5,31 @@ the step, the command and the log."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
-from tests.e2e.binaries import BUILD_SCRIPT, kubernetes_version, missing_prerequisites
+from tests.e2e.binaries import (
+    BUILD_SCRIPT,
+    KUBERNETES_PINS,
+    VERSION_ENV,
+    missing_prerequisites,
+    pinned_version,
+)
+from tests.e2e.netns import SEAL_PROBES, SealBroken, SealedNetwork, missing_network_prerequisites
+from tests.e2e.plugindaemon import OVERRIDES, PluginDaemon, install_values, values
 from tests.e2e.processes import Processes, StepFailed, forbidden_lines, step, wait_until
 
 
-def _script(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+def _script(*args: str, cache: Path, version: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), VERSION_ENV: version}
     return subprocess.run(
         ["bash", str(BUILD_SCRIPT), *args], capture_output=True, text=True, env=env, timeout=60
     )
@@ -28,15 +41,28 @@ def test_bin_dir_is_keyed_by_version_and_pins(tmp_path: Path) -> None:
     path = Path(out.stdout.strip())
     assert path.parent.parent == tmp_path / "sharegpu-e2e"
     version, _, digest = path.parent.name.partition("-")
-    assert version == kubernetes_version() == "v1.37.2"
+    assert version == pinned_version(KUBERNETES_PINS) == "v1.37.2"
     assert len(digest) == 12 and int(digest, 16) >= 0
     assert path.name == "bin" and not path.exists()  # --print-dir builds nothing
 
 
-def test_unknown_binary_is_refused_naming_the_allowed_ones(tmp_path: Path) -> None:
-    out = _script("kube-proxy", cache=tmp_path)
+def test_a_second_pinned_release_is_picked_by_its_version(tmp_path: Path) -> None:
+    """``make e2e K8S=1.36.3`` builds from upstream/kubernetes-1.36/ into a directory of its own;
+    a release that is not pinned is refused naming the pinned ones."""
+    default = Path(_script("--print-dir", cache=tmp_path).stdout.strip())
+    second = Path(_script("--print-dir", cache=tmp_path, version="1.36.3").stdout.strip())
+    assert second.parent.name.startswith("v1.36.3-") and second != default
+    same = Path(_script("--print-dir", cache=tmp_path, version="v1.37.2").stdout.strip())
+    assert same == default
+    out = _script("--print-dir", cache=tmp_path, version="1.35.0")
     assert out.returncode == 1
-    assert "unknown argument 'kube-proxy'" in out.stderr and "kube-apiserver" in out.stderr
+    assert "Kubernetes v1.35.0 is not pinned (pinned: v1.37.2 v1.36.3)" in out.stderr
+
+
+def test_unknown_binary_is_refused_naming_the_allowed_ones(tmp_path: Path) -> None:
+    out = _script("kube-dns", cache=tmp_path)
+    assert out.returncode == 1
+    assert "unknown argument 'kube-dns'" in out.stderr and "kube-proxy" in out.stderr
     assert not (tmp_path / "sharegpu-e2e").exists()
 
 
@@ -98,3 +124,84 @@ def test_forbidden_lines_are_403_answers_not_timestamps() -> None:
         ]
     )
     assert forbidden_lines(log) == log.splitlines()[2:]
+
+
+def test_every_command_line_goes_through_the_wrapper(tmp_path: Path) -> None:
+    """What the sealed namespace relies on: a Processes with a wrapper starts nothing
+    unwrapped."""
+    seen: list[list[str]] = []
+
+    def wrap(argv: Sequence[str]) -> list[str]:
+        seen.append(list(argv))
+        return ["env", "WRAPPED=1", *argv]
+
+    processes = Processes(tmp_path, wrap=wrap)
+    proc = processes.start(
+        "child", [sys.executable, "-c", "import os; print(os.environ.get('WRAPPED'))"]
+    )
+    proc.popen.wait(60)
+    processes.stop_all()
+    assert proc.argv[:2] == ["env", "WRAPPED=1"] and len(seen) == 1
+    assert proc.log.read_text().strip() == "1"
+
+
+def test_the_install_sets_exactly_the_listed_overrides(tmp_path: Path) -> None:
+    """Every value the run sets at ``helm install`` is in OVERRIDES with its reason, and every
+    entry of OVERRIDES is set: the rest of the chart keeps its defaults."""
+    node = SimpleNamespace(
+        kubelet_dir=tmp_path / "kubelet", cdi_dir=tmp_path / "cdi", root=tmp_path
+    )
+    daemon = PluginDaemon(
+        cast(Any, None), "helm", "", cast(Any, node), tmp_path / "data", "sharegpu:e2e"
+    )
+    sets, json_sets = install_values(daemon)
+    keys = [v.split("=", 1)[0] for v in (*sets, *json_sets)]
+    assert sorted(keys) == sorted(OVERRIDES), keys
+    assert all(reason.strip() for reason in OVERRIDES.values())
+    # A step's own values come on top of those (helm upgrade --set).
+    assert "kubeletPlugin.sharingMode=partitions" in values(
+        daemon, ("kubeletPlugin.sharingMode=partitions",)
+    )
+
+
+needs_netns = pytest.mark.skipif(
+    os.geteuid() != 0 or bool(missing_network_prerequisites()),
+    reason="network namespaces need root, ip and nsenter",
+)
+
+
+@needs_netns
+def test_a_new_namespace_is_sealed_and_removed_without_a_trace() -> None:
+    network = SealedNetwork()
+    network.create()
+    try:
+        lines = network.prove_sealed()
+        assert len(lines) == len(SEAL_PROBES), lines
+        assert all(line.endswith(("ENETUNREACH", "EHOSTUNREACH")) for line in lines), lines
+        assert not network.holds(os.getpid())
+        assert network.call(lambda: network.holds(threading.get_native_id()))
+    finally:
+        network.remove()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert network.name not in listed and not network.path.exists()
+    network.remove()  # idempotent
+
+
+@needs_netns
+def test_the_seal_check_fails_on_an_answer() -> None:
+    """The proof is no formality: a listener at a probed address breaks it."""
+    network = SealedNetwork()
+    network.create()
+    try:
+
+        def listen() -> tuple[socket.socket, int]:
+            server = socket.socket()
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            return server, int(server.getsockname()[1])
+
+        server, port = network.call(listen)
+        with server, pytest.raises(SealBroken, match="a connection was accepted"):
+            network.prove_sealed([("a listener inside", "127.0.0.1", port)])
+    finally:
+        network.remove()

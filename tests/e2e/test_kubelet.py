@@ -7,18 +7,19 @@ from __future__ import annotations
 import json
 
 from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
+from tests.e2e.netns import NODE_IP
 from tests.e2e.processes import step
 
 NAMESPACE = "e2e-kubelet"
 IMAGE = BUSYBOX_IMAGE
 
 
-def test_node_registers_ready_with_its_hostname_address(real_node: RealNode) -> None:
+def test_node_registers_ready_with_its_node_address(real_node: RealNode) -> None:
     code, node = real_node.plane.request("GET", f"/api/v1/nodes/{real_node.name}")
     with step("the kubelet's Node object", f"GET /api/v1/nodes/{real_node.name}"):
         assert code == 200, node
         addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
-        assert addresses.get("Hostname") == real_node.name, addresses
+        assert addresses == {"Hostname": real_node.name, "InternalIP": NODE_IP}, addresses
         assert real_node.ready()
         taints = [t["key"] for t in node["spec"].get("taints", [])]
         assert "node.kubernetes.io/not-ready" not in taints, taints

@@ -13,11 +13,13 @@ import yaml
 
 from tests.controller.helpers import MODEL, node_slice
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.driver import RunningController
-from tests.e2e.processes import assert_no_forbidden, step, wait_until
+from tests.e2e.driver import CHART_DIR, ControllerDeployment
+from tests.e2e.processes import step, wait_until
 
 NODE = "e2e-node-1"
 GPUS = 2
+#: The JSON API Service's port (the chart's default).
+API_PORT = int(yaml.safe_load((CHART_DIR / "values.yaml").read_text())["controller"]["api"]["port"])
 
 
 def _header(table: str) -> list[str]:
@@ -56,7 +58,7 @@ def test_explain_documents_the_gpu_spec(crds: ControlPlane) -> None:
 
 
 @pytest.fixture(scope="module")
-def published(crds: ControlPlane, controller: RunningController) -> ControlPlane:
+def published(crds: ControlPlane, controller: ControllerDeployment) -> ControlPlane:
     """One node's ResourceSlice with two consumable GPUs, as the kubelet plugin publishes it."""
     crds.kubectl(
         "apply",
@@ -69,9 +71,7 @@ def published(crds: ControlPlane, controller: RunningController) -> ControlPlane
     def gpus_tracked() -> bool:
         return len(_gpus_of(crds, NODE)) == GPUS
 
-    wait_until(
-        gpus_tracked, "controller creates GPU objects", "2 GPU objects", process=controller.process
-    )
+    wait_until(gpus_tracked, "controller creates GPU objects", "2 GPU objects")
     return crds
 
 
@@ -98,6 +98,78 @@ def test_gpus_show_the_printer_columns(published: ControlPlane) -> None:
 
 
 def test_controller_log_has_no_forbidden_answer(
-    published: ControlPlane, controller: RunningController
+    published: ControlPlane, controller: ControllerDeployment
 ) -> None:
-    assert_no_forbidden(controller.process, "controller with the chart's RBAC")
+    controller.check_no_forbidden("controller with the chart's RBAC")
+
+
+def test_json_api_through_its_service_with_a_token_of_its_audience(
+    published: ControlPlane, controller: ControllerDeployment
+) -> None:
+    """The chart's JSON API Service, reached through kube-proxy: a ServiceAccount token bound to
+    the API's audience, of an account allowed to list GPUs, reads the GPU objects; no token, or a
+    token for the Kubernetes API's own audience, is refused."""
+    plane = published
+    reader = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": "gpu-reader", "namespace": "default"},
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "e2e-gpu-reader"},
+                "rules": [
+                    {
+                        "apiGroups": ["resource.sharegpu.dev"],
+                        "resources": ["gpus"],
+                        "verbs": ["list"],
+                    }
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-gpu-reader"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "e2e-gpu-reader",
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": "gpu-reader", "namespace": "default"}
+                ],
+            },
+        ],
+    }
+    plane.kubectl("apply", "-f", "-", stdin=json.dumps(reader), step_name="a GPU reader")
+
+    def token(*audience: str) -> str:
+        return plane.kubectl(
+            "create", "token", "gpu-reader", "-n", "default", *audience,
+            step_name="a token of the GPU reader",
+        ).stdout.strip()  # fmt: skip
+
+    service = f"{controller.deployment}-api"
+    port = API_PORT
+
+    def get(bearer: str | None) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+        return controller.service_request(service, port, "GET", "/api/v1/gpus", headers=headers)
+
+    good = token("--audience=sharegpu.dev")
+
+    def answered() -> bool:
+        return get(good)[0] == 200
+
+    wait_until(answered, "the JSON API through its Service", "200 for a reader's token")
+    code, body = get(good)
+    with step("the JSON API lists the GPU objects", f"GET {service}:{port}/api/v1/gpus"):
+        assert code == 200, body
+        assert json.dumps(body).count(NODE) >= GPUS, body
+        assert get(None)[0] == 401
+        assert get(token())[0] == 401

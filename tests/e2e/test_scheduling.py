@@ -14,7 +14,7 @@ import yaml
 from tests.controller.helpers import node_slice
 from tests.e2e.binaries import missing_binaries
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.driver import RunningController, apply
+from tests.e2e.driver import ControllerDeployment, apply
 from tests.e2e.node import create_ready_node
 from tests.e2e.processes import step, wait_until
 from tests.paths import EXAMPLES_DIR
@@ -38,7 +38,7 @@ def node(crds: ControlPlane, chart: list[dict[str, Any]], webhook: str) -> Contr
 
 
 def test_two_fractional_shares_land_on_one_gpu(
-    node: ControlPlane, controller: RunningController
+    node: ControlPlane, controller: ControllerDeployment
 ) -> None:
     plane = node
     plane.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE), step_name="apply the example")
@@ -69,9 +69,7 @@ def test_two_fractional_shares_land_on_one_gpu(
         mine = [g for g in gpus if g.get("spec", {}).get("node") == NODE]
         return len(mine) == 1 and mine[0].get("status", {}).get("claimCount") == 2
 
-    wait_until(
-        counted, "the GPU object counts both claims", "claimCount 2", process=controller.process
-    )
+    wait_until(counted, "the GPU object counts both claims", "claimCount 2")
     gpu = json.loads(plane.kubectl("get", "gpus", "-o", "json").stdout)["items"]
     (mine,) = [g for g in gpu if g.get("spec", {}).get("node") == NODE]
     with step("the GPU object shows the allocation", "kubectl get gpus -o json"):
