@@ -11,7 +11,9 @@ not built yet (``make e2e`` builds them first).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -35,6 +37,10 @@ PLUGIN_NODE = "e2e-plugin-node"
 REQUIRED = ("etcd", "kube-apiserver", "kubectl")
 
 
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that runs on the control plane carries the ``e2e`` marker."""
     for item in items:
@@ -56,12 +62,16 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
             "`make e2e` builds them (tests/e2e/build-binaries.sh)"
         )
     plane = ControlPlane(bin_dir(), tmp_path_factory.mktemp("e2e"))
+    # SIGTERM (a CI time-out, a killed run) ends the session like Ctrl-C: every fixture's
+    # teardown runs, so no process, mount or namespace outlives the run.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with step("start the control plane"):
             plane.start()
         yield plane
     finally:
         plane.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture(scope="package")

@@ -34,6 +34,8 @@ GPU_NODE_LABEL: Final = "nvidia.com/gpu.present=true"
 #: The mock health file, in the plugin's data directory (a host path the pod mounts at the same
 #: path), read by ``--mock-health-file``.
 HEALTH_FILE: Final = "mock-health.yaml"
+#: The mock GPUs' processes (``--mock-usage-file``), beside it: the usage the plugin measures.
+USAGE_FILE: Final = "mock-usage.yaml"
 #: The tag the driver's image is also imported under, for an upgrade to another image.
 UPGRADE_TAG: Final = "upgrade"
 #: The Secret with the CA of the API server's webhook client certificate (``ca.crt``).
@@ -50,7 +52,8 @@ OVERRIDES: Final = {
     "kubeletPlugin.kubeletDir": "the test node keeps the kubelet's root under its own directory",
     "kubeletPlugin.cdiDir": "the test node's containerd reads CDI specs from its own directory",
     "kubeletPlugin.mps.hostRoot": "the MPS root under the test node's directory",
-    "kubeletPlugin.extraArgs": "--mock-health-file: the mock backend's injected GPU faults",
+    "kubeletPlugin.extraArgs": "--mock-health-file and --mock-usage-file: the mock backend's "
+    "injected GPU faults and the processes it reports as running on its GPUs",
 }
 
 
@@ -69,6 +72,10 @@ class PluginDaemon:
     @property
     def health_file(self) -> Path:
         return self.data_dir / HEALTH_FILE
+
+    @property
+    def usage_file(self) -> Path:
+        return self.data_dir / USAGE_FILE
 
     def pod(self) -> dict[str, Any] | None:
         """The DaemonSet's pod on the node (None before the controller creates it)."""
@@ -120,7 +127,12 @@ def install_values(daemon: PluginDaemon) -> tuple[tuple[str, ...], tuple[str, ..
     )
     json_sets = (
         "kubeletPlugin.extraArgs="
-        + json.dumps([f"--mock-health-file={daemon.data_dir / HEALTH_FILE}"]),
+        + json.dumps(
+            [
+                f"--mock-health-file={daemon.data_dir / HEALTH_FILE}",
+                f"--mock-usage-file={daemon.data_dir / USAGE_FILE}",
+            ]
+        ),
     )
     return sets, json_sets
 

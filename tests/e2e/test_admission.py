@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from tests.deploy.helpers import load_documents
+from tests.e2e.claims import gpu_config, share_claim
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.driver import ControllerDeployment
 from tests.e2e.processes import step, wait_until
@@ -18,52 +19,15 @@ from tests.paths import EXAMPLES_DIR
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 
 
-def _claim(name: str, namespace: str, config: list[Any] | None = None) -> dict[str, Any]:
-    devices: dict[str, Any] = {
-        "requests": [
-            {
-                "name": "gpu",
-                "exactly": {
-                    "deviceClassName": "gpu.sharegpu.dev",
-                    "capacity": {"requests": {"cores": "30", "memory": "4Gi"}},
-                },
-            }
-        ]
-    }
-    if config is not None:
-        devices["config"] = config
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": devices},
-    }
-
-
-def _gpu_config(parameters: dict[str, Any]) -> list[Any]:
-    return [
-        {
-            "opaque": {
-                "driver": "gpu.sharegpu.dev",
-                "parameters": {
-                    "apiVersion": "resource.sharegpu.dev/v1alpha1",
-                    "kind": "GpuConfig",
-                    **parameters,
-                },
-            }
-        }
-    ]
-
-
 def test_bad_gpu_config_is_denied_naming_the_field(webhook: str, crds: ControlPlane) -> None:
-    bad = _claim("bad-config", "default", _gpu_config({"sharing": {"strategy": "Mps"}}))
+    bad = share_claim("bad-config", "default", gpu_config({"sharing": {"strategy": "Mps"}}))
     result = crds.kubectl("create", "-f", "-", stdin=yaml.safe_dump(bad), check=False)
     with step("a bad GpuConfig is denied", "kubectl create -f bad-config.yaml"):
         assert result.returncode != 0, result.stdout
         assert 'admission webhook "resourceclaim.gpu.sharegpu.dev" denied' in result.stderr
         assert "spec.devices.config[0].opaque.parameters" in result.stderr, result.stderr
         assert "sharing.strategy" in result.stderr, result.stderr
-    good = _claim("good-config", "default", _gpu_config({"sharing": {"strategy": "MPS"}}))
+    good = share_claim("good-config", "default", gpu_config({"sharing": {"strategy": "MPS"}}))
     crds.kubectl("create", "-f", "-", stdin=yaml.safe_dump(good), step_name="a good GpuConfig")
     crds.kubectl("delete", "resourceclaim", "good-config", step_name="delete the good claim")
 
@@ -138,13 +102,16 @@ def test_only_the_api_servers_reviews_charge_a_gpu_quota(
 
     try:
         with step("a forged review is admitted but not charged", "POST /validate/resourceclaims"):
-            assert _forged_review(crds, controller, _claim("forged", "default"))["allowed"] is True
+            assert (
+                _forged_review(crds, controller, share_claim("forged", "default"))["allowed"]
+                is True
+            )
             assert charges() == {}
         real = crds.kubectl(
             "create",
             "-f",
             "-",
-            stdin=yaml.safe_dump(_claim("real", "default")),
+            stdin=yaml.safe_dump(share_claim("real", "default")),
             step_name="a claim through the API server",
         )
         assert "real created" in real.stdout
@@ -156,7 +123,7 @@ def test_only_the_api_servers_reviews_charge_a_gpu_quota(
             "status.claims naming only the real claim",
         )
         with step("a forged review over the quota is denied and charges nothing", "POST"):
-            denied = _forged_review(crds, controller, _claim("forged-2", "default"))
+            denied = _forged_review(crds, controller, share_claim("forged-2", "default"))
             assert denied["allowed"] is False and "one-share" in denied["status"]["message"]
             assert [c.get("name") for c in charges().values()] == ["real"]
     finally:
