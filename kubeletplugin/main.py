@@ -69,6 +69,7 @@ def make_host(config: PluginConfig) -> Host:
             config.simulated,
             config.plugin_data_dir,
             mig_enabled=config.mig_strategy == names.MIG_STRATEGY_DYNAMIC,
+            daemon_pods=config.mps_daemon_pod_template is not None and bool(config.namespace),
         )
     return NvidiaHost(
         driver_root=config.driver_root,
@@ -161,13 +162,13 @@ def build_usage(
 ) -> UsageSampler:
     """The usage sampler (not started) over the prepared claims; their MPS shares are judged
     for escapes, the MPS servers found through the daemon pods of the plugin's namespace
-    (``--namespace``)."""
+    (``--namespace``) where the host runs its daemons as pods."""
     config = plugin.config
     rest = KubeRest(plugin.api_client)
     if problem := host.usage_problem():
         log.warning("usage: %s", problem)
     daemon_pods = None
-    if config.namespace is not None:
+    if config.namespace is not None and host.runs_daemon_pods():
         interval = config.usage.interval_s
         daemon_pods = DaemonPods(
             KubePodLister(rest),

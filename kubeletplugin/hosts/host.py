@@ -57,6 +57,12 @@ class Host(Protocol):
         reaches the API server where daemons run as pods."""
         ...
 
+    def runs_daemon_pods(self) -> bool:
+        """Whether MPS control daemons run as pods of the plugin's namespace (their servers are
+        then told apart from tenants' processes by those pods); False where they are simulated
+        or MPS is refused, so the plugin never lists pods it has no permission to list."""
+        ...
+
     def health_checker(self) -> HealthChecker:
         """The source of GPU health events and probes."""
         ...

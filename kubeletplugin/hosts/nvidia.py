@@ -104,17 +104,18 @@ class NvidiaHost:
 
         return NvmlMigPartitioner(self._backend)
 
+    def runs_daemon_pods(self) -> bool:
+        return self.mps_daemon_pod_template is not None and bool(self.namespace)
+
     def share_tools(self, rest: KubeRest | None) -> ShareTools:
         """MPS daemons run as pods (through ``rest``) only with a pod template and a namespace;
         raises :class:`~kubeletplugin.sharing.daemonpods.TemplateError` for an unusable
         template."""
         launcher = None
-        if self.mps_daemon_pod_template is not None and self.namespace and rest is not None:
+        template, namespace = self.mps_daemon_pod_template, self.namespace
+        if template is not None and namespace and rest is not None:
             launcher = pod_launcher_from_file(
-                rest,
-                self.mps_daemon_pod_template,
-                namespace=self.namespace,
-                node_name=self.node_name,
+                rest, template, namespace=namespace, node_name=self.node_name
             )
         return nvidia_share_tools(self.driver_root, launcher)
 

@@ -50,7 +50,10 @@ def install_reload_signal(checker: MockHealthChecker) -> bool:
 
 class SimulatedHost:
     """:class:`~kubeletplugin.hosts.host.Host` of simulated GPUs. With ``mig_enabled`` the
-    default mock GPUs are in MIG mode (a ``--mock-config`` file says per GPU)."""
+    default mock GPUs are in MIG mode (a ``--mock-config`` file says per GPU). The daemons are
+    simulated in this process; with ``daemon_pods`` (a daemon pod template and a namespace were
+    given) the host stands in for a node whose daemons are pods, so the usage sampler tells MPS
+    servers apart by the daemon pods of the namespace, as on an NVIDIA node."""
 
     def __init__(
         self,
@@ -59,10 +62,12 @@ class SimulatedHost:
         data_dir: Path,
         *,
         mig_enabled: bool = False,
+        daemon_pods: bool = False,
     ) -> None:
         self.node_name = node_name
         self.options = options
         self.data_dir = data_dir
+        self._daemon_pods = daemon_pods
         self._backend = MockBackend(
             node_name,
             count=options.gpus,
@@ -99,6 +104,9 @@ class SimulatedHost:
             self.node_name,
             step_seconds=self.options.mig_step_seconds,
         )
+
+    def runs_daemon_pods(self) -> bool:
+        return self._daemon_pods
 
     def share_tools(self, rest: KubeRest | None) -> ShareTools:
         return simulated_share_tools()

@@ -1,4 +1,13 @@
-"""Decoding JSON bodies from Kubernetes (API answers, watch events, AdmissionReviews).
+"""Decoding JSON bodies from Kubernetes (API answers, watch events, AdmissionReviews), and
+encoding request bodies byte for byte as Go's ``encoding/json`` writes them.
+
+:func:`encode` matters where the API server compares bytes: an opaque config's ``parameters``
+(a ``runtime.RawExtension``) keeps the bytes a client sent, and a status update must send a
+claim's immutable ``status.allocation`` back unchanged, byte for byte. An answer carries those
+bytes as Go wrote them (compact, ``<``, ``>``, ``&``, U+2028 and U+2029 escaped, other
+characters as UTF-8), so a body encoded the same way round-trips them exactly; Python's default
+(``", "`` separators, ASCII escapes) changes them and the API server refuses the update
+(``status.allocation: field cannot be modified once set``).
 
 The API server accepts objects nested up to 10,000 levels (Go's ``encoding/json`` limit);
 Python's decoder stops at its recursion limit (about 1,000), so one claim whose *foreign* opaque
@@ -36,6 +45,21 @@ _deep_lock = threading.Lock()
 
 class NestingError(ValueError):
     """A JSON body nested deeper than :data:`MAX_DEPTH`."""
+
+
+#: What Go's encoder escapes inside strings besides what JSON requires (HTML-safe output). None
+#: of these characters can occur outside a string in JSON, so replacing them in the encoded text
+#: only touches strings.
+_GO_ESCAPES: Final = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
+def encode(obj: Any) -> bytes:
+    """``obj`` as UTF-8 JSON bytes, written as Go's ``encoding/json`` writes them; raises
+    ``TypeError`` or ``ValueError`` for what JSON cannot hold."""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.translate(_GO_ESCAPES).encode()
 
 
 def decode(data: bytes | str) -> Any:

@@ -266,7 +266,7 @@ class KubeRest:
         if transport is None:
             raise KubeApiError(0, "", f"{request}: no API client")
         try:
-            data = None if body is None else json.dumps(body).encode()
+            data = None if body is None else jsonbody.encode(body)
         except (TypeError, ValueError) as exc:
             raise KubeApiError(0, "", f"{request}: the body is not JSON: {exc}") from None
         try:

@@ -64,7 +64,10 @@ mkdir -p "$bin"
 
 # One build at a time per cache directory: a second caller waits, then finds the binaries built.
 exec 9>"$out/.lock"
-flock 9
+if ! flock -n 9; then
+  echo "build-binaries: another build of $k8s_version holds $out/.lock; waiting for it" >&2
+  flock 9
+fi
 
 export GOMODCACHE="$cache_root/gomod" GOCACHE="$cache_root/gocache"
 export GOFLAGS="-trimpath -buildvcs=false -mod=readonly" GOTOOLCHAIN=local CGO_ENABLED=0
@@ -79,6 +82,10 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
   version_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
+# Seconds between two "still building" lines (SHAREGPU_E2E_PROGRESS_S, default 30).
+progress_s="${SHAREGPU_E2E_PROGRESS_S:-30}"
+case "$progress_s" in ''|*[!0-9]*|0) die "SHAREGPU_E2E_PROGRESS_S must be a positive number of seconds, not '$progress_s'" ;; esac
+
 build_one() {
   local name="$1" dir pkgs ldflags="-s -w" tags=""
   case "$name" in
@@ -92,11 +99,19 @@ build_one() {
   local start=$SECONDS tmp="$out/build-$name"
   echo "build-binaries: building $name (${pkgs[*]}) ..." >&2
   rm -rf "$tmp" && mkdir -p "$tmp"
-  if [ "${#pkgs[@]}" = 1 ]; then
-    (cd "$dir" && nice -n 10 go build -tags "$tags" -ldflags "$ldflags" -o "$tmp/$name" "${pkgs[0]}")
-  else
-    (cd "$dir" && nice -n 10 go build -tags "$tags" -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
-  fi || die "building $name failed (command: cd $dir && go build -o $tmp ${pkgs[*]})"
+  local target="$tmp/"
+  [ "${#pkgs[@]}" = 1 ] && target="$tmp/$name"
+  (cd "$dir" && exec nice -n 10 go build -tags "$tags" -ldflags "$ldflags" -o "$target" "${pkgs[@]}") &
+  local pid=$! ticks=0
+  # A cold kube-apiserver takes minutes: say every $progress_s seconds that the build goes on.
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    ticks=$((ticks + 1))
+    if [ $((ticks % progress_s)) = 0 ] && kill -0 "$pid" 2>/dev/null; then
+      echo "build-binaries: still building $name ($((SECONDS - start)) s)" >&2
+    fi
+  done
+  wait "$pid" || die "building $name failed (command: cd $dir && go build -o $target ${pkgs[*]})"
   # The binary named like the target goes last: its presence means the whole target is built.
   find "$tmp" -maxdepth 1 -type f ! -name "$name" -exec mv {} "$bin/" \;
   mv "$tmp/$name" "$bin/$name"

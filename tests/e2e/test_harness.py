@@ -5,6 +5,7 @@ the step, the command and the log."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -205,3 +206,55 @@ def test_the_seal_check_fails_on_an_answer() -> None:
             network.prove_sealed([("a listener inside", "127.0.0.1", port)])
     finally:
         network.remove()
+
+
+def _fake_go(directory: Path, seconds: int) -> Path:
+    """A ``go`` that takes ``seconds`` and writes the ``-o`` file it is given."""
+    directory.mkdir(parents=True, exist_ok=True)
+    go = directory / "go"
+    go.write_text(
+        "#!/bin/sh\n"
+        f"sleep {seconds}\n"
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done\n'
+        'printf "#!/bin/sh\\n" > "$out"; chmod +x "$out"\n'
+    )
+    go.chmod(0o755)
+    return directory
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="no flock (util-linux) on PATH")
+def test_a_long_build_reports_progress_and_a_waiting_build_says_so(tmp_path: Path) -> None:
+    fake = _fake_go(tmp_path / "fakebin", 3)
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        VERSION_ENV: "",
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "SHAREGPU_E2E_PROGRESS_S": "1",
+    }
+    out_dir = Path(_script("--print-dir", cache=tmp_path / "cache").stdout.strip()).parent
+    out_dir.mkdir(parents=True)
+    holder = subprocess.Popen(["flock", str(out_dir / ".lock"), "sleep", "5"])
+    try:
+        lock = str(out_dir / ".lock")
+        wait_until(
+            lambda: subprocess.run(["flock", "-n", lock, "true"]).returncode != 0,
+            "hold the lock",
+            "the lock held by another process",
+        )
+        built = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "kube-scheduler"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    finally:
+        holder.wait(60)
+    assert built.returncode == 0, built.stderr
+    assert "holds" in built.stderr and "waiting for it" in built.stderr, built.stderr
+    assert "still building kube-scheduler" in built.stderr, built.stderr
+    assert (out_dir / "bin" / "kube-scheduler").exists()
+    bad = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "kube-scheduler"],
+        capture_output=True, text=True, env={**env, "SHAREGPU_E2E_PROGRESS_S": "soon"},
+        timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "positive number of seconds, not 'soon'" in bad.stderr

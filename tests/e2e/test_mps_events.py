@@ -81,6 +81,13 @@ def _check_usage_reaches_the_gpu_object(plane: Any, daemon: PluginDaemon) -> Non
             "the share's usage reaches its GPU object",
             "status.allocations[].usage.usedMemory 2Gi on the claim's GPU",
         )
+    except AssertionError as exc:
+        status = plane.kubectl("get", "resourceclaim", "shared", "-n", NAMESPACE, "-o", "json")
+        devices = json.loads(status.stdout).get("status", {}).get("devices")
+        raise AssertionError(
+            f"{exc}\n  GPU objects' usage of the claim: {seen}\n  the claim's status.devices: "
+            f"{devices}\n  plugin log:\n{daemon.logs()[-3000:]}"
+        ) from exc
     finally:
         daemon.usage_file.unlink(missing_ok=True)
 

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from sharegpu.kube import jsonbody
 from sharegpu.kube.jsonbody import KEPT_DEPTH, MAX_DEPTH, PRUNED, NestingError, decode
 
 
@@ -68,3 +69,20 @@ def test_the_recursion_limit_is_restored_and_threads_keep_their_stack() -> None:
     limit, stack = sys.getrecursionlimit(), threading.stack_size()
     decode(_nested(5_000))
     assert (sys.getrecursionlimit(), threading.stack_size()) == (limit, stack)
+
+
+def test_bodies_are_encoded_as_go_encodes_them() -> None:
+    """An opaque config's parameters come back in a claim as Go wrote them (compact, HTML
+    characters escaped, the rest as UTF-8); a status update must send them back byte for byte,
+    or the API server refuses it as a change of the immutable allocation (found on a real
+    kube-apiserver 1.37.2: 'status.allocation: field cannot be modified once set')."""
+    parameters = {"kind": "GpuConfig", "note": "<a & b> é\u2028", "sharing": {"strategy": "MPS"}}
+    go = (
+        b'{"kind":"GpuConfig","note":"\\u003ca \\u0026 b\\u003e \xc3\xa9\\u2028",'
+        b'"sharing":{"strategy":"MPS"}}'
+    )
+    assert jsonbody.encode(parameters) == go
+    assert jsonbody.decode(jsonbody.encode(parameters)) == parameters
+    assert jsonbody.encode([1, 2.5, None, True, "\n\u001f"]) == b'[1,2.5,null,true,"\\n\\u001f"]'
+    with pytest.raises(ValueError):
+        jsonbody.encode({"x": float("nan")})

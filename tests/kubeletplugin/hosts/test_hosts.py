@@ -138,3 +138,22 @@ def test_test_seams_are_not_production_flags(capsys: pytest.CaptureFixture[str])
             parse_config([*BASE, removed, "/x"], environ={})
         assert exc.value.code == 2
     capsys.readouterr()
+
+
+def test_only_a_host_whose_daemons_are_pods_lists_daemon_pods(tmp_path: Path) -> None:
+    """The usage sampler lists the MPS daemon pods of the plugin's namespace only where the
+    daemons are pods (a daemon pod template and a namespace): the chart grants ``list pods``
+    only with the template, so without it every usage sample got a 403 (the mock backend, or
+    ``kubeletPlugin.mps.enabled=false``)."""
+    template = tmp_path / "daemon-pod.yaml"
+    template.write_text("apiVersion: v1\nkind: Pod\n")
+    pods = ("--namespace", "gpu", "--mps-daemon-pod-template", str(template))
+    mock = ("--device-backend", "mock")
+    for args, expected in (
+        ((*mock, "--namespace", "gpu"), False),
+        ((*mock, *pods), True),
+        (pods, True),
+        (("--namespace", "gpu"), False),
+    ):
+        config = parse_config([*BASE, *args], environ={})
+        assert make_host(config).runs_daemon_pods() is expected, args

@@ -47,6 +47,13 @@ def wait_for(apiserver: KubeAPIServer, name: str, outside: int) -> dict[str, Any
     return eventually(reached, f"usage with {outside} processes outside MPS", timeout_s=60)
 
 
+def _template(directory: Path) -> Path:
+    """A daemon pod template file (the simulated host never reads it)."""
+    path = directory / "daemon-pod.yaml"
+    path.write_text("apiVersion: v1\nkind: Pod\n")
+    return path
+
+
 def test_daemon_flags_a_plain_process_next_to_an_mps_share(apiserver: KubeAPIServer) -> None:
     create_node(apiserver, NODE)
     here = apiserver.store.put("pods", daemon_pod("mps-here", NODE))
@@ -63,6 +70,8 @@ def test_daemon_flags_a_plain_process_next_to_an_mps_share(apiserver: KubeAPISer
                 *("--mock-boot-id-file", str(_boot_id(dirs.root)), "--disable-health"),
                 *("--namespace", NAMESPACE, "--usage-interval", "0.1"),
                 *("--mock-usage-file", str(usage_file)),
+                # Stands in for a node whose daemons are pods (their servers found by pod).
+                *("--mps-daemon-pod-template", str(_template(dirs.root))),
             ],
             environ={},
         )
