@@ -157,6 +157,8 @@ OTHER_TOOLS_FLAGS = {
     "--conntrack-max-per-core",
     "--take-ownership",
     "--force-conflicts",
+    # kubectl drain of the e2e run's fault step (docs/development.md)
+    "--ignore-daemonsets",
     # kubectl create token / create --dry-run=server (docs/development.md, the e2e run)
     "--bound-object-kind",
     "--dry-run",
