@@ -777,6 +777,21 @@ def test_the_api_servers_client_certificate_is_signed_by_the_ca_the_controller_t
     assert f"--webhook-client-ca-file={mount['mountPath']}/ca.crt" in controller["args"]
 
 
+def test_a_stopping_controller_keeps_serving_while_its_endpoints_go(helm: str) -> None:
+    """A controller pod asked to stop keeps serving for ``shutdownDelaySeconds`` (a preStop
+    sleep) before its daemon gets SIGTERM: on a real cluster a webhook that stopped at once was
+    dialled through kube-proxy for a moment, refused, and three claims with a bad GpuConfig were
+    admitted unchecked under the default failure policy (tests/e2e/test_faults.py). The grace
+    period leaves the daemon its own 30 s after the sleep; 0 turns both off."""
+    pod = one(render(helm, []), "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+    assert pod["terminationGracePeriodSeconds"] == 40
+    off = one(render(helm, ["controller.shutdownDelaySeconds=0"]), "Deployment")
+    assert "lifecycle" not in off["spec"]["template"]["spec"]["containers"][0]
+    assert "terminationGracePeriodSeconds" not in off["spec"]["template"]["spec"]
+
+
 def test_an_existing_client_ca_and_allowed_names_reach_the_controller(helm: str) -> None:
     docs = render(
         helm,

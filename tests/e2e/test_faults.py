@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.claims import gpu_config, share_claim
+from tests.e2e.claims import busybox_pod, gpu_config, share_claim
 from tests.e2e.driver import NAMESPACE, ControllerDeployment
 from tests.e2e.kubelet import RealNode
 from tests.e2e.plugindaemon import PluginDaemon
@@ -115,25 +115,9 @@ def test_drained_node_unprepares_its_claims(
     namespace = "e2e-drain"
     plane.create_namespace(namespace)
     claim = share_claim("drained", namespace)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "drained", "namespace": namespace},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": real_node.name},
-            "terminationGracePeriodSeconds": 1,
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": "drained"}],
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "localhost/sharegpu-e2e/busybox:1",
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                    "resources": {"claims": [{"name": "gpu"}]},
-                }
-            ],
-        },
-    }
+    pod = busybox_pod(
+        "drained", namespace, real_node.name, ["sleep", "3600"], claims={"gpu": "drained"}
+    )
     plane.kubectl(
         "apply", "-f", "-", stdin=yaml.safe_dump_all([claim, pod]), step_name="a pod with a share"
     )

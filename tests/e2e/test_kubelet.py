@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from tests.e2e.claims import busybox_pod
 from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
 from tests.e2e.netns import NODE_IP
 from tests.e2e.processes import step
@@ -29,23 +30,12 @@ def test_pod_runs_and_kubectl_reaches_the_kubelet(real_node: RealNode) -> None:
     plane = real_node.plane
     real_node.import_busybox([IMAGE], "import the busybox image")
     plane.create_namespace(NAMESPACE)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "hello", "namespace": NAMESPACE},
-        "spec": {
-            "nodeName": real_node.name,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "hello",
-                    "image": IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "echo hello from the node; exec sleep 3600"],
-                }
-            ],
-        },
-    }
+    pod = busybox_pod(
+        "hello",
+        NAMESPACE,
+        real_node.name,
+        ["sh", "-c", "echo hello from the node; exec sleep 3600"],
+    )
     plane.kubectl("apply", "-f", "-", stdin=json.dumps(pod), step_name="create a pod")
     plane.kubectl(
         "wait",

@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.claims import gpu_config, share_claim
+from tests.e2e.claims import busybox_pod, gpu_config, share_claim
 from tests.e2e.driver import ControllerDeployment
-from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
+from tests.e2e.kubelet import RealNode
 from tests.e2e.plugindaemon import PluginDaemon
 from tests.e2e.processes import step, wait_until
 
@@ -21,26 +21,9 @@ UIDS = (1000, 2000)
 
 
 def _pod(name: str, node: str, uid: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsUser": uid},
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": "shared"}],
-            "containers": [
-                {
-                    "name": "client",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                    "resources": {"claims": [{"name": "gpu"}]},
-                }
-            ],
-        },
-    }
+    return busybox_pod(
+        name, NAMESPACE, node, ["sleep", "3600"], claims={"gpu": "shared"}, run_as_user=uid
+    )
 
 
 def _events(plane: Any, kind: str, name: str) -> list[dict[str, Any]]:

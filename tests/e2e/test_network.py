@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from tests.e2e.claims import busybox_pod
 from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
 from tests.e2e.netns import KUBERNETES_SERVICE_IP, SEAL_PROBES, SealedNetwork
 from tests.e2e.processes import step, wait_until
@@ -100,23 +101,7 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(real_node: 
         "nc -w 10 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT </dev/null "
         "&& echo reached || echo unreachable; exec sleep 3600"
     )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "reach-api", "namespace": NAMESPACE},
-        "spec": {
-            "nodeName": real_node.name,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "probe",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", script],
-                }
-            ],
-        },
-    }
+    pod = busybox_pod("reach-api", NAMESPACE, real_node.name, ["sh", "-c", script])
     plane.kubectl("apply", "-f", "-", stdin=json.dumps(pod), step_name="create a pod")
     try:
         plane.kubectl(
