@@ -9,7 +9,7 @@ from typing import Any
 from tests.controller.webhook_helpers import DRIVER, gpu_config
 from tests.e2e.kubelet import BUSYBOX_IMAGE
 
-__all__ = ["DRIVER", "busybox_pod", "gpu_config", "share_claim"]
+__all__ = ["busybox_pod", "gpu_config", "share_claim"]
 
 
 def share_claim(name: str, namespace: str, config: list[Any] | None = None) -> dict[str, Any]:

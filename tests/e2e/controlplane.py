@@ -404,23 +404,13 @@ class ControlPlane:
             f"--kubeconfig={kubeconfig or self.admin_kubeconfig}",
             *args,
         ]
-        if kubeconfig is None or self.work in kubeconfig.parents:
-            argv = self.network.argv(argv)
-        env = {**os.environ, "HOME": str(self.home)}
-        result = subprocess.run(
-            argv,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=KUBECTL_TIMEOUT_S,
-            env=env,
-            check=False,
-        )
+        inside = kubeconfig is None or self.work in kubeconfig.parents
+        result = self.run(argv, KUBECTL_TIMEOUT_S, stdin=stdin, inside=inside)
         if check and result.returncode != 0:
             raise StepFailed(
                 failure(
                     step_name,
-                    argv,
+                    result.args,
                     f"exit code {result.returncode}\n  stdout: {result.stdout.strip()}"
                     f"\n  stderr: {result.stderr.strip()}",
                     self.apiserver.log if self.apiserver is not None else None,
@@ -429,12 +419,18 @@ class ControlPlane:
         return result
 
     def run(
-        self, argv: Sequence[str], timeout_s: float = 120.0
+        self,
+        argv: Sequence[str],
+        timeout_s: float = 120.0,
+        *,
+        stdin: str | None = None,
+        inside: bool = True,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` inside the sealed namespace (helm, iptables-save); the caller checks the
-        exit code."""
+        """Run ``argv`` (kubectl, helm, iptables-save) with this run's ``HOME``, inside the
+        sealed namespace unless ``inside`` is False; the caller checks the exit code."""
         return subprocess.run(
-            self.network.argv(argv),
+            self.network.argv(argv) if inside else list(argv),
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout_s,

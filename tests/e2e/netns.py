@@ -22,6 +22,7 @@ import concurrent.futures
 import ctypes
 import errno
 import os
+import shutil
 import socket
 import subprocess
 import uuid
@@ -69,17 +70,11 @@ class SealBroken(AssertionError):
 
 def missing_network_prerequisites() -> list[str]:
     """What the sealed network needs and this machine lacks."""
-    missing = []
-    for tool in ("ip", "nsenter"):
-        if not _which(tool):
-            missing.append(f"no {tool} on PATH (iproute2, util-linux)")
-    return missing
-
-
-def _which(tool: str) -> bool:
-    return any(
-        os.access(Path(d) / tool, os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep)
-    )
+    return [
+        f"no {tool} on PATH (iproute2, util-linux)"
+        for tool in ("ip", "nsenter")
+        if shutil.which(tool) is None
+    ]
 
 
 def _ip(*args: str) -> None:

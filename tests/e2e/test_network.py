@@ -21,6 +21,8 @@ def test_the_namespace_stays_sealed_with_kube_proxy_and_pods(real_node: RealNode
     bridge exists: each still fails at once (refused or unreachable), none answers or times
     out."""
     network = real_node.plane.network
+    with step("the seal was proven before anything started", "ControlPlane.start"):
+        assert len(real_node.plane.seal) == len(SEAL_PROBES), real_node.plane.seal
     with step("prove the seal with the node running", f"connect from {network.name}"):
         lines = network.prove_sealed(SEAL_PROBES)
         assert len(lines) == len(SEAL_PROBES), lines
