@@ -69,7 +69,8 @@ def make_host(config: PluginConfig) -> Host:
             config.simulated,
             config.plugin_data_dir,
             mig_enabled=config.mig_strategy == names.MIG_STRATEGY_DYNAMIC,
-            daemon_pods=config.mps_daemon_pod_template is not None and bool(config.namespace),
+            mps_daemon_pod_template=config.mps_daemon_pod_template,
+            namespace=config.namespace,
         )
     return NvidiaHost(
         driver_root=config.driver_root,

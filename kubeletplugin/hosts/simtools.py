@@ -57,7 +57,7 @@ class SimulatedNvidiaTools:
 
     def install(self, runner: FakeRunner) -> FakeRunner:
         runner.on(NVIDIA_SMI, answer=self._nvidia_smi)
-        runner.on(MPS_CONTROL, answer=self._mps_control)
+        runner.on(MPS_CONTROL, answer=self.answer_mps_control)
         return runner
 
     def mode(self, uuid: str) -> str:
@@ -103,11 +103,19 @@ class SimulatedNvidiaTools:
                 return CommandResult(call.argv, 0, _MODE_DISPLAY[self.mode(args[1])] + "\n")
         return CommandResult(call.argv, 2, "", f"invalid arguments {args}")
 
-    def start_daemon(self, pipe: str, uuid: str, env: dict[str, str] | None = None) -> bool:
+    def start_daemon(
+        self,
+        pipe: str,
+        uuid: str,
+        env: dict[str, str] | None = None,
+        *,
+        placeholders: bool = True,
+    ) -> bool:
         """Start the daemon of ``pipe`` as ``nvidia-cuda-mps-control -f`` would: write its pid
-        file and socket placeholders, take its defaults from ``env``. False (no daemon) when one
-        runs there already or the GPU is not in DEFAULT compute mode (the servers of several
-        daemons could not share it; the plugin must never rely on that)."""
+        file and (with ``placeholders``) empty files where its sockets go, take its defaults from
+        ``env``. False (no daemon) when one runs there already or the GPU is not in DEFAULT
+        compute mode (the servers of several daemons could not share it; the plugin must never
+        rely on that)."""
         env = env or {}
         defaults = {}
         if "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in env:
@@ -129,7 +137,7 @@ class SimulatedNvidiaTools:
         directory = Path(pipe)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / PID_FILE).write_text(f"{self.daemon_pid}\n")
-        for name in DAEMON_SOCKETS:
+        for name in DAEMON_SOCKETS if placeholders else ():
             (directory / name).touch()
         return True
 
@@ -142,7 +150,9 @@ class SimulatedNvidiaTools:
         for name in (PID_FILE, *DAEMON_SOCKETS):
             (Path(pipe) / name).unlink(missing_ok=True)
 
-    def _mps_control(self, call: RecordedCall) -> CommandResult:
+    def answer_mps_control(self, call: RecordedCall) -> CommandResult:
+        """What ``nvidia-cuda-mps-control`` answers to the commands on ``call.stdin``, sent to
+        the daemon of the call's ``CUDA_MPS_PIPE_DIRECTORY``."""
         pipe = call.env.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
         if call.args or call.stdin is None:
             return CommandResult(call.argv, 2, "", f"invalid arguments {list(call.args)}")

@@ -1,6 +1,7 @@
-"""The simulated host (``--device-backend mock``): mock GPUs, simulated ``nvidia-smi`` and MPS
-daemons, MIG instances kept in a file of the plugin data directory, health and usage read from
-files. It drives no hardware and needs no privileges."""
+"""The simulated host (``--device-backend mock``): mock GPUs, simulated ``nvidia-smi``, MPS
+daemons simulated in this process or stand-in daemons in pods, MIG instances kept in a file of
+the plugin data directory, health and usage read from files. It drives no hardware and needs no
+privileges."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT
 from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.monitor import HealthChecker
+from kubeletplugin.hosts import mpsstandin
 from kubeletplugin.hosts.fakerunner import FakeRunner
 from kubeletplugin.hosts.options import SimulatedOptions
 from kubeletplugin.hosts.simtools import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.model import GpuInfo
+from kubeletplugin.runner import MPS_CONTROL
+from kubeletplugin.sharing.daemonpods import pod_launcher_from_file
+from kubeletplugin.sharing.daemons import DaemonLauncher
 from kubeletplugin.sharing.enforcer import ShareTools
 from kubeletplugin.sharing.shm import PlainDirectory
 from kubeletplugin.usage.mocksource import FileUsageSource
@@ -37,6 +42,21 @@ def simulated_share_tools() -> ShareTools:
     return ShareTools(sim.install(FakeRunner()), SimulatedLauncher(sim), PlainDirectory())
 
 
+def standin_daemon_share_tools(launcher: DaemonLauncher) -> ShareTools:
+    """Simulated ``nvidia-smi``, MPS control commands sent to the stand-in daemons that
+    ``launcher`` runs (:mod:`~kubeletplugin.hosts.mpsstandin`), and plain directories for
+    shared memory."""
+    runner = SimulatedNvidiaTools().install(FakeRunner())
+    runner.on(
+        MPS_CONTROL,
+        answer=lambda call: mpsstandin.send(
+            Path(call.env.get("CUDA_MPS_PIPE_DIRECTORY") or mpsstandin.DEFAULT_PIPE),
+            call.stdin or "",
+        ),
+    )
+    return ShareTools(runner, launcher, PlainDirectory())
+
+
 def install_reload_signal(checker: MockHealthChecker) -> bool:
     """Make SIGUSR1 re-read the mock health file; True when installed.
 
@@ -50,10 +70,13 @@ def install_reload_signal(checker: MockHealthChecker) -> bool:
 
 class SimulatedHost:
     """:class:`~kubeletplugin.hosts.host.Host` of simulated GPUs. With ``mig_enabled`` the
-    default mock GPUs are in MIG mode (a ``--mock-config`` file says per GPU). The daemons are
-    simulated in this process; with ``daemon_pods`` (a daemon pod template and a namespace were
-    given) the host stands in for a node whose daemons are pods, so the usage sampler tells MPS
-    servers apart by the daemon pods of the namespace, as on an NVIDIA node."""
+    default mock GPUs are in MIG mode (a ``--mock-config`` file says per GPU).
+
+    With ``mps_daemon_pod_template`` and ``namespace`` the MPS daemons are pods of that namespace
+    running the stand-in daemon (:mod:`~kubeletplugin.hosts.mpsstandin`), started, adopted and
+    removed through the same :class:`~kubeletplugin.sharing.daemonpods.PodLauncher` as on an
+    NVIDIA node, and the usage sampler tells MPS servers apart by those pods; without them the
+    daemons are simulated in this process."""
 
     def __init__(
         self,
@@ -62,12 +85,14 @@ class SimulatedHost:
         data_dir: Path,
         *,
         mig_enabled: bool = False,
-        daemon_pods: bool = False,
+        mps_daemon_pod_template: Path | None = None,
+        namespace: str | None = None,
     ) -> None:
         self.node_name = node_name
         self.options = options
         self.data_dir = data_dir
-        self._daemon_pods = daemon_pods
+        self.mps_daemon_pod_template = mps_daemon_pod_template
+        self.namespace = namespace
         self._backend = MockBackend(
             node_name,
             count=options.gpus,
@@ -106,10 +131,18 @@ class SimulatedHost:
         )
 
     def runs_daemon_pods(self) -> bool:
-        return self._daemon_pods
+        return self.mps_daemon_pod_template is not None and bool(self.namespace)
 
     def share_tools(self, rest: KubeRest | None) -> ShareTools:
-        return simulated_share_tools()
+        """Stand-in daemon pods (through ``rest``) with a pod template and a namespace, else
+        daemons simulated in this process; raises
+        :class:`~kubeletplugin.sharing.daemonpods.TemplateError` for an unusable template."""
+        template, namespace = self.mps_daemon_pod_template, self.namespace
+        if template is None or not namespace or rest is None:
+            return simulated_share_tools()
+        return standin_daemon_share_tools(
+            pod_launcher_from_file(rest, template, namespace=namespace, node_name=self.node_name)
+        )
 
     def health_checker(self) -> HealthChecker:
         """The ``--mock-health-file`` checker; SIGUSR1 re-reads the file."""

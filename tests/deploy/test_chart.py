@@ -246,8 +246,38 @@ def test_sharing_mode_and_mock_backend_reach_the_plugin(
         d["spec"]["template"]["spec"] for d in by_kind(rendered["mock-backend"], "DaemonSet")
     ]
     assert "initContainers" not in mock_pod
-    config_map = one(rendered["mock-backend"], "ConfigMap")
+    (config_map,) = [
+        d for d in by_kind(rendered["mock-backend"], "ConfigMap") if "gpus.yaml" in d["data"]
+    ]
     assert "NVIDIA A100-SXM4-40GB" in config_map["data"]["gpus.yaml"]
+    # MPS daemons are pods with the mock backend too, running the image's stand-in tool.
+    assert "--mps-daemon-pod-template=/etc/sharegpu/mps/daemon-pod.yaml" in mock["args"]
+
+
+def test_mock_mps_daemon_pods_run_the_stand_in_without_devices_or_privileges(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """With the mock backend the daemon pod installs and runs the stand-in
+    ``nvidia-cuda-mps-control``; it mounts neither ``/dev`` nor the driver, is not privileged,
+    and the policy allows it no host path but the MPS root."""
+    (template,) = [
+        d for d in by_kind(rendered["mock-backend"], "ConfigMap") if "daemon-pod.yaml" in d["data"]
+    ]
+    pod = yaml.safe_load(template["data"]["daemon-pod.yaml"])["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["sharegpu-mps-standin", "--install", "/nvidia-root"]
+    (daemon,) = pod["containers"]
+    assert daemon["command"] == ["tini", "--", "nvidia-cuda-mps-control", "-f"]
+    assert "privileged" not in daemon["securityContext"]
+    assert daemon["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert [v for v in pod["volumes"] if "hostPath" in v] == []
+    (policy,) = [
+        d
+        for d in by_kind(rendered["mock-backend"], "ValidatingAdmissionPolicy")
+        if d["metadata"]["name"].endswith("-mps-pods")
+    ]
+    (volumes,) = [v for v in policy["spec"]["variables"] if v["name"] == "onlyAllowedVolumes"]
+    assert "v.hostPath.path in []" in volumes["expression"]
 
 
 def test_controller_runs_unprivileged_with_probes(

@@ -41,6 +41,10 @@ WRAPPED: Final = ("kubectl", "helm")
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:
+    """The first SIGINT or SIGTERM ends the wait; later ones are ignored, so that a second
+    signal cannot cut the cleanup short and leave processes and mounts behind."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

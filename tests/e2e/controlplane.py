@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -42,6 +43,19 @@ RUNTIME_CONFIG: Final = "resource.k8s.io/v1beta2=true"
 READY_DEADLINE_S: Final = 240.0
 #: Seconds one kubectl command may take.
 KUBECTL_TIMEOUT_S: Final = 120.0
+#: Seconds a kubectl given its own ``--timeout=<n>s`` may run beyond it.
+KUBECTL_TIMEOUT_MARGIN_S: Final = 30.0
+
+
+def kubectl_timeout(args: Sequence[str]) -> float:
+    """How long kubectl with ``args`` may run: its own ``--timeout=<n>s`` (or ``<n>m``) and a
+    margin when that is longer than :data:`KUBECTL_TIMEOUT_S`, else that."""
+    for arg in args:
+        match = re.fullmatch(r"--timeout=([0-9]+)([sm])", arg)
+        if match:
+            own = int(match[1]) * (60 if match[2] == "m" else 1)
+            return max(KUBECTL_TIMEOUT_S, own + KUBECTL_TIMEOUT_MARGIN_S)
+    return KUBECTL_TIMEOUT_S
 
 
 def free_port() -> int:
@@ -405,7 +419,17 @@ class ControlPlane:
             *args,
         ]
         inside = kubeconfig is None or self.work in kubeconfig.parents
-        result = self.run(argv, KUBECTL_TIMEOUT_S, stdin=stdin, inside=inside)
+        try:
+            result = self.run(argv, kubectl_timeout(args), stdin=stdin, inside=inside)
+        except subprocess.TimeoutExpired as exc:
+            raise StepFailed(
+                failure(
+                    step_name,
+                    argv,
+                    f"no answer in {exc.timeout:g} s",
+                    self.apiserver.log if self.apiserver is not None else None,
+                )
+            ) from None
         if check and result.returncode != 0:
             raise StepFailed(
                 failure(

@@ -155,7 +155,7 @@ def write_layer(path: Path) -> Path:
         busybox.mode, busybox.size = 0o755, images.BUSYBOX.stat().st_size
         with images.BUSYBOX.open("rb") as f:
             tar.addfile(busybox, f)
-        for command in ("sh", "env", "cat", "ls", "sleep"):
+        for command in ("sh", "env", "cat", "ls", "sleep", "seq"):
             link = tarfile.TarInfo(f"bin/{command}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)

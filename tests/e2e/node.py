@@ -41,6 +41,9 @@ _REPLACED_FLAGS: Final = (
     "--cdi-dir",
     "--mps-root",
     "--metrics-address",
+    # The chart's daemon pod template is a file of the plugin's pod: the host-process plugin
+    # simulates its MPS daemons in itself.
+    "--mps-daemon-pod-template",
 )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from kubeletplugin.sharing.daemonpods import ANNOTATION_CLAIM
 from tests.e2e.claims import busybox_pod, gpu_config, share_claim
 from tests.e2e.driver import NAMESPACE, ControllerDeployment
 from tests.e2e.kubelet import RealNode
@@ -109,8 +110,8 @@ def test_drained_node_unprepares_its_claims(
 ) -> None:
     """``kubectl drain`` of the node (the controller's pods left alone: their PDB would block the
     drain of a one-node cluster, as it should): the pods' claims are unprepared (their CDI specs
-    gone), the plugin's DaemonSet pod stays and so do the node's ResourceSlices (the devices are
-    still there; a cordon is the scheduler's business)."""
+    and MPS daemon pods gone), the plugin's DaemonSet pod stays and so do the node's
+    ResourceSlices (the devices are still there; a cordon is the scheduler's business)."""
     plane = real_node.plane
     namespace = "e2e-drain"
     plane.create_namespace(namespace)
@@ -132,8 +133,17 @@ def test_drained_node_unprepares_its_claims(
     def specs() -> list[str]:
         return [p.name for p in real_node.cdi_dir.iterdir() if uid in p.name]
 
-    with step("the share is prepared", f"ls {real_node.cdi_dir}"):
+    def daemons() -> list[str]:
+        out = plane.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json").stdout
+        return [
+            p["metadata"]["name"]
+            for p in json.loads(out)["items"]
+            if p["metadata"].get("annotations", {}).get(ANNOTATION_CLAIM) == uid
+        ]
+
+    with step("the share is prepared, with its MPS daemon pod", f"ls {real_node.cdi_dir}"):
         assert specs(), sorted(p.name for p in real_node.cdi_dir.iterdir())
+        assert daemons()
     slices_before = plane.kubectl(
         "get", "resourceslices", f"--field-selector=spec.nodeName={real_node.name}", "-o", "name"
     ).stdout.split()
@@ -145,6 +155,7 @@ def test_drained_node_unprepares_its_claims(
             step_name="kubectl drain the node",
         )  # fmt: skip
         wait_until(lambda: not specs(), "the drained pod's claim is unprepared", "no CDI spec")
+        wait_until(lambda: not daemons(), "the claim's MPS daemon pod is gone", "no daemon pod")
         slices_after = plane.kubectl(
             "get", "resourceslices", f"--field-selector=spec.nodeName={real_node.name}",
             "-o", "name",

@@ -24,6 +24,7 @@ from tests.e2e.binaries import (
     missing_prerequisites,
     pinned_version,
 )
+from tests.e2e.controlplane import KUBECTL_TIMEOUT_MARGIN_S, KUBECTL_TIMEOUT_S, kubectl_timeout
 from tests.e2e.netns import SEAL_PROBES, SealBroken, SealedNetwork, missing_network_prerequisites
 from tests.e2e.plugindaemon import OVERRIDES, PluginDaemon, install_values, values
 from tests.e2e.processes import Processes, StepFailed, forbidden_lines, step, wait_until
@@ -258,3 +259,11 @@ def test_a_long_build_reports_progress_and_a_waiting_build_says_so(tmp_path: Pat
         timeout=60,
     )  # fmt: skip
     assert bad.returncode == 1 and "positive number of seconds, not 'soon'" in bad.stderr
+
+
+def test_kubectl_may_run_as_long_as_its_own_timeout() -> None:
+    """A ``kubectl wait --timeout=240s`` is not killed after the default 120 s."""
+    assert kubectl_timeout(["get", "pods"]) == KUBECTL_TIMEOUT_S
+    assert kubectl_timeout(["wait", "--timeout=240s"]) == 240 + KUBECTL_TIMEOUT_MARGIN_S
+    assert kubectl_timeout(["wait", "--timeout=5m"]) == 300 + KUBECTL_TIMEOUT_MARGIN_S
+    assert kubectl_timeout(["wait", "--timeout=30s"]) == KUBECTL_TIMEOUT_S
