@@ -37,7 +37,7 @@ DEFAULT_WAIT_S: Final = 1.5
 #: Compiling checks of one user that run at once by default (the other slot stays for others).
 DEFAULT_PER_USER: Final = 1
 #: Reviews of one user that wait for a slot by default; more are answered "not checked" at once.
-DEFAULT_QUEUE_PER_USER: Final = 2
+DEFAULT_QUEUE_PER_USER: Final = 8
 
 
 class CompileGate:
