@@ -8,6 +8,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from controller.httpapi import serve_api, serve_probes
 from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest
 from sharegpuctl.local.apiserver import KubeAPIServer
+from tests.helpers import PATIENCE_S, eventually
 
 
 @pytest.fixture
@@ -186,3 +188,74 @@ def test_a_flood_of_random_tokens_is_bounded_and_the_probes_answer(
     assert answered == [(200, b"ok\n")] * 30
     assert 1 <= rest.peak <= 4
     assert 429 in codes and set(codes) <= {401, 429}
+
+
+class HeldRest(KubeRest):
+    """The real client; each TokenReview of a token starting ``flood-`` waits for a permit."""
+
+    def __init__(self, inner: KubeRest) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._lock = threading.Lock()
+        self.permits = threading.Semaphore(0)
+        self.in_flight = 0
+        self.completed = 0
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        token = str(((kw.get("body") or {}).get("spec") or {}).get("token", ""))
+        if not path.endswith("/tokenreviews") or not token.startswith("flood-"):
+            return super().request(method, path, **kw)
+        with self._lock:
+            self.in_flight += 1
+        try:
+            assert self.permits.acquire(timeout=PATIENCE_S * 4)
+            return super().request(method, path, **kw)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self.completed += 1
+
+
+FLOODERS = [f"10.0.0.{i}" for i in range(4)]
+
+
+def test_a_flood_of_uncached_tokens_from_four_addresses_leaves_another_client_its_turn(
+    apiserver: KubeAPIServer, kube: KubeRest
+) -> None:
+    """The attack: four addresses send random bearer tokens without pause, so every
+    TokenReview slot is always taken and more wait; a legitimate client whose token is not
+    cached used to wait behind all of them and get 429. Now each address has one review in
+    flight and one waiting (a third is 429 at once), and the client is reviewed as soon as its
+    turn comes: after at most one review of each flooding address."""
+    apiserver.reviews.add_token("good", "alice", audiences=("sharegpu.dev",))
+    apiserver.reviews.allow("alice", "list", "resource.sharegpu.dev", "gpus")
+    rest = HeldRest(kube)
+    auth = KubeAuthorizer(rest, max_reviews=4, review_wait_s=PATIENCE_S * 4)
+    serial = iter(range(10**6))
+
+    def flood(peer: str) -> Any:
+        return pool.submit(auth.decide, f"Bearer flood-{next(serial)}", peer)
+
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        try:
+            flooding = [flood(peer) for peer in FLOODERS * 2]
+            eventually(lambda: rest.in_flight == 4)
+            eventually(lambda: sum(auth.reviews.waiting(p) for p in FLOODERS) == 4)
+            for peer in FLOODERS:  # a third review of each address is not waited for
+                assert flood(peer).result(PATIENCE_S).code == 429
+            legit = pool.submit(auth.decide, "Bearer good", "10.0.0.9")
+            eventually(lambda: auth.reviews.waiting("10.0.0.9") == 1)
+            released = 0
+            while not legit.done() and released < 20:
+                rest.permits.release()
+                released += 1
+                eventually(lambda: rest.completed == released)  # noqa: B023
+                flooding += [flood(peer) for peer in FLOODERS]  # the flood goes on
+                eventually(lambda: legit.done() or rest.in_flight == 4)
+            decision = legit.result(PATIENCE_S)
+        finally:
+            for _ in range(200):
+                rest.permits.release()
+        assert (decision.code, decision.user) == (200, "alice")
+        assert released <= 5
+        codes = {f.result(PATIENCE_S).code for f in flooding}
+    assert codes <= {401, 429}
