@@ -26,7 +26,7 @@ from typing import Any
 from api.jsontypes import json_type
 from controller.checkgate import CompileGate
 from controller.metrics import REVIEWED_KINDS, ControllerMetrics, ReviewResult
-from controller.quotaadmit import QuotaAdmitter
+from controller.quotaadmit import QuotaAdmitter, not_enforced_warning
 from sharegpu.admission.checks import (
     ERROR,
     WARNING,
@@ -381,7 +381,9 @@ class AdmissionHandler:
         not installed the claim is admitted with a warning saying quotas are not enforced.
 
         Invariant: only a review ``from_api_server`` (its client certificate verified) writes a
-        charge; any other is judged as a dry run, so a forged review never changes quota state.
+        charge; any other is judged as a dry run, so a forged review never changes quota state,
+        and is admitted with :func:`~controller.quotaadmit.not_enforced_warning` when a quota
+        applies.
         """
         namespace = request.get("namespace")
         if self.quota is None or request.get("operation") != "CREATE":
@@ -392,8 +394,11 @@ class AdmissionHandler:
         if not from_api_server and not dry_run:
             self._note_unauthenticated()
         decision = self.quota.admit(namespace, obj, dry_run=dry_run or not from_api_server)
-        if decision.warning is not None:
-            warns = [*response.get("warnings", []), decision.warning][:_MAX_WARNINGS]
+        warning = decision.warning
+        if warning is None and decision.applies and not (from_api_server or dry_run):
+            warning = not_enforced_warning(_clip(namespace, 63))
+        if warning is not None and decision.denial is None:
+            warns = [*response.get("warnings", []), warning][:_MAX_WARNINGS]
             return {**response, "warnings": warns}, "warned"
         if decision.denial is None:
             return response, result
