@@ -293,6 +293,9 @@ class AdmissionHandler:
         self.quota = quota
         self._lock = threading.Lock()
         self._warned_unauthenticated = False
+        #: Whether the last claim CREATE judged against GpuQuotas (not a dry run) came from the
+        #: API server, so it could be charged (None: none yet).
+        self.charging: bool | None = None
 
     def bounded_findings(
         self, kind: str, obj: dict[str, Any], requester: str = ""
@@ -391,6 +394,8 @@ class AdmissionHandler:
         if not isinstance(namespace, str) or not namespace:
             return response, result
         dry_run = request.get("dryRun") is True
+        if not dry_run:
+            self.charging = from_api_server
         if not from_api_server and not dry_run:
             self._note_unauthenticated()
         decision = self.quota.admit(namespace, obj, dry_run=dry_run or not from_api_server)

@@ -188,6 +188,9 @@ def test_without_the_certificate_concurrent_claims_pass_with_a_warning_saying_so
 def test_the_controller_says_at_start_and_in_a_metric_whether_quotas_are_enforced(
     apiserver: KubeAPIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Without a client CA: a warning at start and the metric 0. With one: the metric is 1
+    until a claim is judged without the API server's certificate (the API server does not
+    present it yet), and 1 again once one comes with it."""
     ca = trustme.CA()
     leaf = ca.issue_cert("localhost")
     leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
@@ -208,6 +211,14 @@ def test_the_controller_says_at_start_and_in_a_metric_whether_quotas_are_enforce
             controller = Controller(build_parser().parse_args(base + extra))
             controller.start()
         try:
+            text = controller.telemetry.scrape().decode()
+            assert f"sharegpu_quota_admission_enforced {enforced}" in text
+            assert controller.webhook is not None
+            hook = Webhook(controller.webhook, ca, ca)
+            hook.post(review(claim("unverified")))
+            text = controller.telemetry.scrape().decode()
+            assert "sharegpu_quota_admission_enforced 0.0" in text
+            hook.post(review(claim("verified")), ca.issue_cert("kube-apiserver"))
             text = controller.telemetry.scrape().decode()
             assert f"sharegpu_quota_admission_enforced {enforced}" in text
         finally:
