@@ -16,13 +16,13 @@ Invariants: a decision (allowed or denied) is cached per token (by its SHA-256, 
 itself) for ``ttl_s`` in an LRU of at most ``max_entries``, so a polling client costs two reviews
 per ``ttl_s`` and an attacker's random tokens cannot grow memory; at most ``max_reviews``
 reviews are in flight at once, shared between client addresses in turn
-(:class:`~controller.fairgate.FairGate`): one address has at most ``reviews_per_peer`` in
-flight and as many waiting, and a request beyond that, or one that finds no room within
+(:class:`~controller.fairgate.FairGate`): one address has at most ``reviews_per_peer`` reviews
+in flight or waiting, and a request beyond that, or one that finds no room within
 ``review_wait_s``, is answered 429 at once. So a flood of random tokens costs the API server a
 bounded rate of reviews and holds each connection briefly, and however many uncached tokens a
-few addresses send, a client from another address waits for at most one review of each other
-waiting address before its own; a review that fails (API server unreachable) is not cached and
-answers 503: the API fails closed.
+few addresses send, a client from another address takes the next free slot (with many
+addresses waiting: after at most one review of each); a review that fails (API server
+unreachable) is not cached and answers 503: the API fails closed.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class KubeAuthorizer:
         max_entries: int = 1024,
         audience: str = DEFAULT_AUDIENCE,
         max_reviews: int = 4,
-        review_wait_s: float = 0.5,
+        review_wait_s: float = 1.0,
         reviews_per_peer: int = 1,
     ) -> None:
         self._rest = rest
@@ -99,7 +99,11 @@ class KubeAuthorizer:
         self._lock = threading.Lock()
         #: The TokenReviews in flight, shared between client addresses in turn.
         self.reviews = FairGate(
-            max_reviews, review_wait_s, per_user=reviews_per_peer, queue_per_user=reviews_per_peer
+            max_reviews,
+            review_wait_s,
+            per_user=reviews_per_peer,
+            queue_per_user=reviews_per_peer,
+            most_per_user=reviews_per_peer,
         )
 
     def decide(self, authorization: str | None, peer: str = "") -> Decision:

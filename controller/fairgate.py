@@ -1,7 +1,8 @@
 """A fair gate: at most ``slots`` costly checks at once, shared between keys (requesting users,
 client addresses) in turn.
 
-Each key runs at most ``per_user`` checks at once and queues at most ``queue_per_user`` more; a
+Each key runs at most ``per_user`` checks at once and queues at most ``queue_per_user`` more
+(and, with ``most_per_user``, has at most that many running and waiting together); a
 free slot goes to the next key in turn (round robin over the keys that wait), so a key that
 floods the gate only ever waits behind itself. A check that finds its key's queue full returns
 at once without running; one that gets no slot within ``wait_s`` returns without running.
@@ -32,6 +33,7 @@ class FairGate:
         wait_s: float,
         per_user: int = 1,
         queue_per_user: int = 1,
+        most_per_user: int | None = None,
     ) -> None:
         if slots < 1 or wait_s < 0 or per_user < 1 or queue_per_user < 0:
             raise ValueError(
@@ -43,6 +45,7 @@ class FairGate:
         self.wait_s = wait_s
         self.per_user = min(per_user, slots)
         self.queue_per_user = queue_per_user
+        self.most_per_user = most_per_user
         self._lock = threading.Lock()
         self._free = slots
         #: Checks running, per user (users with none are left out).
@@ -84,7 +87,10 @@ class FairGate:
                 self._take(user)
                 return True
             queue = self._waiting.get(user)
-            if len(queue or ()) >= self.queue_per_user:
+            waiting = len(queue or ())
+            held = self._running.get(user, 0) + waiting
+            most = self.most_per_user
+            if waiting >= self.queue_per_user or (most is not None and held >= most):
                 self.turned_away += 1
                 return False
             granted = threading.Event()

@@ -123,7 +123,12 @@ def serve_api(
     handler = type(
         "ApiHandler",
         (_Handler,),
-        {"list_gpus": list_gpus, "ready": ready, "authorizer": authorizer or AllowAll()},
+        {
+            # Static, so a plain function is called as given (a bound method would be anyway).
+            "list_gpus": staticmethod(list_gpus) if list_gpus is not None else None,
+            "ready": staticmethod(ready),
+            "authorizer": authorizer or AllowAll(),
+        },
     )
     return BoundedHTTPServer(
         parse_address(address), handler, limits, tls_context=tls_context, name="json-api"
@@ -138,6 +143,6 @@ def serve_probes(
     handler = type(
         "ProbeHandler",
         (_ProbeHandler,),
-        {"list_gpus": None, "ready": ready, "authorizer": AllowAll()},
+        {"list_gpus": None, "ready": staticmethod(ready), "authorizer": AllowAll()},
     )
     return BoundedHTTPServer(parse_address(address), handler, limits, name="probes").start()
