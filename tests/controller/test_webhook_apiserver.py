@@ -148,6 +148,23 @@ def test_the_api_servers_connections_are_served_when_its_address_is_at_the_cap(
         assert all(f.result(PATIENCE_S)["allowed"] for f in held)
 
 
+def test_a_burst_of_the_api_servers_connections_beyond_the_cap_is_queued_not_closed(
+    hook: Hook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twelve reviews of the API server at once (a tenant creating claims concurrently makes it
+    open that many connections) against a cap of two per address, all held in their checks
+    until every one has arrived. Beyond the cap a connection used to be closed, or evict a
+    handshake in progress; now it waits for a handshake slot and all twelve are answered."""
+    monkeypatch.setattr(httpserve, "HANDSHAKE_GRACE_S", PATIENCE_S * 4)  # no eviction at all
+    apiserver = hook.client_ca.issue_cert("kube-apiserver")
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        burst = [pool.submit(hook.post, "block", apiserver) for _ in range(12)]
+        eventually(lambda: hook.handler.blocked == 12)
+        hook.handler.release.set()
+        assert all(f.result(PATIENCE_S)["allowed"] for f in burst)
+    assert (hook.server.rejected, hook.server.evicted) == (0, 0)
+
+
 def test_a_client_without_the_certificate_is_still_capped(hook: Hook) -> None:
     """A third connection without the API server's certificate from the same address is closed
     once its handshake shows it is not the API server's."""
