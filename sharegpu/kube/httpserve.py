@@ -3,8 +3,9 @@ JSON API and probes, the admission webhook): :class:`BoundedHTTPServer` with a h
 from :class:`BoundedRequestHandler`, bounded by :class:`ServerLimits` (docs/security.md, "Bind
 addresses and limits", lists each port's values). Invariants, whatever clients do:
 
-- at most ``max_connections + EVICTING_MAX`` connection threads plus the serving thread; one
-  peer address holds at most ``max_connections_per_peer`` of them (evicted ones not counted);
+- at most ``max_connections + EVICTING_MAX`` connection threads plus the serving thread (with a
+  ``trusted`` test: that many per pool, below, and ``max_trusted_connections`` more); one peer
+  address holds at most ``max_connections_per_peer`` of them (evicted ones not counted);
 - at a cap, a new connection evicts the connection (of that peer) that has waited longest for a
   complete request, or is closed by the accepting thread, which never reads from a client;
 - a request (line, headers, body; the TLS handshake for the first) is read in full within
