@@ -15,10 +15,14 @@ does not confirm for that audience is 401.
 Invariants: a decision (allowed or denied) is cached per token (by its SHA-256, never the token
 itself) for ``ttl_s`` in an LRU of at most ``max_entries``, so a polling client costs two reviews
 per ``ttl_s`` and an attacker's random tokens cannot grow memory; at most ``max_reviews``
-reviews are in flight at once, and a request that finds no room within ``review_wait_s`` is
-answered 429 at once, so a flood of random tokens costs the API server a bounded rate of reviews
-and holds each connection briefly; a review that fails (API server unreachable) is not cached
-and answers 503: the API fails closed.
+reviews are in flight at once, shared between client addresses in turn
+(:class:`~controller.fairgate.FairGate`): one address has at most ``reviews_per_peer`` reviews
+in flight or waiting, and a request beyond that, or one that finds no room within
+``review_wait_s``, is answered 429 at once. So a flood of random tokens costs the API server a
+bounded rate of reviews and holds each connection briefly, and however many uncached tokens a
+few addresses send, a client from another address takes the next free slot (with many
+addresses waiting: after at most one review of each); a review that fails (API server
+unreachable) is not cached and answers 503: the API fails closed.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from api import names
+from controller.fairgate import FairGate
 from sharegpu.kube.clock import Clock, SystemClock
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
@@ -55,15 +60,16 @@ class Decision:
 
 
 class ApiAuthorizer(Protocol):
-    def decide(self, authorization: str | None) -> Decision:
-        """The decision for a request with this ``Authorization`` header (None: absent)."""
+    def decide(self, authorization: str | None, peer: str = "") -> Decision:
+        """The decision for a request with this ``Authorization`` header (None: absent) from
+        the client address ``peer``."""
         ...
 
 
 class AllowAll:
     """No authentication (``--api-auth=none``): for a local API bound to 127.0.0.1."""
 
-    def decide(self, authorization: str | None) -> Decision:
+    def decide(self, authorization: str | None, peer: str = "") -> Decision:
         return Decision(200, "authentication is off (--api-auth=none)")
 
 
@@ -79,7 +85,8 @@ class KubeAuthorizer:
         max_entries: int = 1024,
         audience: str = DEFAULT_AUDIENCE,
         max_reviews: int = 4,
-        review_wait_s: float = 0.5,
+        review_wait_s: float = 1.0,
+        reviews_per_peer: int = 1,
     ) -> None:
         self._rest = rest
         self._clock = clock or SystemClock()
@@ -90,9 +97,16 @@ class KubeAuthorizer:
         self.review_wait_s = review_wait_s
         self._cache: OrderedDict[bytes, tuple[float, Decision]] = OrderedDict()
         self._lock = threading.Lock()
-        self._reviews = threading.BoundedSemaphore(max_reviews)
+        #: The TokenReviews in flight, shared between client addresses in turn.
+        self.reviews = FairGate(
+            max_reviews,
+            review_wait_s,
+            per_user=reviews_per_peer,
+            queue_per_user=reviews_per_peer,
+            most_per_user=reviews_per_peer,
+        )
 
-    def decide(self, authorization: str | None) -> Decision:
+    def decide(self, authorization: str | None, peer: str = "") -> Decision:
         token = _bearer_token(authorization)
         if isinstance(token, Decision):
             return token
@@ -103,15 +117,13 @@ class KubeAuthorizer:
             if cached is not None and now - cached[0] < self.ttl_s:
                 self._cache.move_to_end(key)
                 return cached[1]
-        if not self._reviews.acquire(timeout=self.review_wait_s):
-            return Decision(429, "too many authorization requests in flight; retry later")
         try:
-            decision = self._review(token)
+            decision = self.reviews.run(True, lambda: self._review(token), peer)
         except KubeApiError as exc:
             log.warning("JSON API: cannot review a token: %s", exc)
             return Decision(503, "cannot reach the API server to authorize the request")
-        finally:
-            self._reviews.release()
+        if decision is None:
+            return Decision(429, "too many authorization requests in flight; retry later")
         with self._lock:
             self._cache[key] = (now, decision)
             self._cache.move_to_end(key)

@@ -70,10 +70,12 @@ class _Handler(BoundedRequestHandler):
         parts = [unquote(p) for p in path.split("/") if p]
         if self._probe(path):
             return
-        if (
-            parts[:1] == ["api"]
-            and (decision := self.authorizer.decide(self.headers.get("Authorization"))).code != 200
-        ):
+        decision = (
+            self.authorizer.decide(self.headers.get("Authorization"), self._peer())
+            if parts[:1] == ["api"]
+            else None
+        )
+        if decision is not None and decision.code != 200:
             self._send(decision.code, {"error": decision.reason})
         elif self.list_gpus is None and parts[:2] == ["api", "v1"]:
             self._send(503, {"error": "the tracker is disabled (--disable-tracker)"})
@@ -88,6 +90,10 @@ class _Handler(BoundedRequestHandler):
             self._send(200, gpu_list(self.list_gpus(parts[3])))
         else:
             self._send(404, {"error": f"no such path {path!r}"})
+
+    def _peer(self) -> str:
+        address = self.client_address
+        return str(address[0]) if isinstance(address, tuple) else ""
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api %s", format % args)
@@ -117,7 +123,12 @@ def serve_api(
     handler = type(
         "ApiHandler",
         (_Handler,),
-        {"list_gpus": list_gpus, "ready": ready, "authorizer": authorizer or AllowAll()},
+        {
+            # Static, so a plain function is called as given (a bound method would be anyway).
+            "list_gpus": staticmethod(list_gpus) if list_gpus is not None else None,
+            "ready": staticmethod(ready),
+            "authorizer": authorizer or AllowAll(),
+        },
     )
     return BoundedHTTPServer(
         parse_address(address), handler, limits, tls_context=tls_context, name="json-api"
@@ -132,6 +143,6 @@ def serve_probes(
     handler = type(
         "ProbeHandler",
         (_ProbeHandler,),
-        {"list_gpus": None, "ready": ready, "authorizer": AllowAll()},
+        {"list_gpus": None, "ready": staticmethod(ready), "authorizer": AllowAll()},
     )
     return BoundedHTTPServer(parse_address(address), handler, limits, name="probes").start()

@@ -297,7 +297,21 @@ class Controller:
             )
             if admitter is not None:
                 self.metrics.set_quota_crd_source(admitter.crd_served)
+                if not a.webhook_client_ca_file:
+                    log.warning(
+                        "GpuQuotas are NOT enforced at admission: --webhook-client-ca-file is not "
+                        "set, so the webhook cannot tell the API server's reviews from forged "
+                        "ones and charges none; claims are judged against the quotas and charged "
+                        "when they appear, so claims created at the same time can together exceed "
+                        "a quota (metric sharegpu_quota_admission_enforced 0; see "
+                        "docs/security.md, webhook client authentication)"
+                    )
             admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class, admitter)
+            if admitter is not None:
+                verifies = bool(a.webhook_client_ca_file)
+                self.metrics.set_quota_admission_source(
+                    lambda: verifies and admission.charging is not False
+                )
             self.webhook = WebhookServer(
                 a.webhook_address, admission, certs, client_names=a.webhook_client_name
             ).start()

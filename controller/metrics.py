@@ -20,6 +20,13 @@ GPU objects the tracker computes; nothing is stored twice. Prometheus names (aft
 - ``sharegpu_quota_crd_installed``: 1 while the webhook finds GpuQuotas served, 0 while the
   GpuQuota CRD is not installed (claims are then admitted with a warning, quotas not enforced);
   no sample before the webhook first listed GpuQuotas
+- ``sharegpu_quota_admission_enforced``: 1 while the webhook verifies the API server's client
+  certificate (``--webhook-client-ca-file``) and the last claim it judged against GpuQuotas came
+  with it, so reviews charge quotas as they admit; 0 without a client CA, or while the last
+  such review came without the certificate (the API server is not configured to present it, or
+  a forged review): reviews are then judged against the quotas but never charged, so claims
+  created at the same time can together exceed a quota (docs/security.md); no sample without
+  the webhook or quota admission
 """
 
 from __future__ import annotations
@@ -154,6 +161,13 @@ class ControllerMetrics:
             callbacks=[self._observe_quota_crd],
             description="1 if GpuQuotas are served (quotas enforced), 0 if their CRD is absent",
         )
+        self._quota_enforced: Callable[[], bool | None] = lambda: None
+        meter.create_observable_gauge(
+            "sharegpu_quota_admission_enforced",
+            callbacks=[self._observe_quota_enforced],
+            description="1 if admission charges GpuQuotas (the API server's client certificate "
+            "is verified), 0 if it only judges claims against them",
+        )
 
     def set_gpu_source(self, gpus: GpuSource) -> None:
         """Read per-GPU gauges from ``gpus`` from now on."""
@@ -179,6 +193,15 @@ class ControllerMetrics:
     def set_quota_crd_source(self, served: Callable[[], bool | None]) -> None:
         """Read whether the GpuQuota CRD is installed from ``served`` from now on."""
         self._quota_crd = served
+
+    def set_quota_admission_source(self, enforced: Callable[[], bool | None]) -> None:
+        """Read whether admission charges GpuQuotas (module text) from ``enforced``."""
+        self._quota_enforced = enforced
+
+    def _observe_quota_enforced(self, _: CallbackOptions) -> Iterator[Observation]:
+        enforced = self._quota_enforced()
+        if enforced is not None:
+            yield Observation(1 if enforced else 0)
 
     def _observe_quota_crd(self, _: CallbackOptions) -> Iterator[Observation]:
         served = self._quota_crd()

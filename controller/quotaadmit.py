@@ -12,7 +12,10 @@ effort); whatever stays behind (a claim admitted here and then refused by the AP
 carries ``admittedAt`` and is released by the controller when no such claim appears within its
 grace period (:mod:`controller.quotacontroller`).
 
-``dryRun`` requests are judged without writing anything.
+``dryRun`` requests are judged without writing anything, and so are reviews the webhook cannot
+tie to the API server (no verified client certificate): those are admitted with
+:func:`not_enforced_warning` when a quota applies, since claims judged at the same time can
+then together exceed it.
 
 A GpuQuota resource the API server does not serve (HTTP 404 on the list: the CRD is not
 installed, e.g. a chart installed with ``--skip-crds`` before the CRDs are applied) means no
@@ -63,11 +66,22 @@ CRD_ABSENT_WARNING: Final = (
 
 @dataclass(frozen=True, slots=True)
 class QuotaDecision:
-    """What quota admission decided: ``denial`` (None: admitted) and a ``warning`` to return
-    with an admitted claim."""
+    """What quota admission decided: ``denial`` (None: admitted), a ``warning`` to return
+    with an admitted claim, and whether any GpuQuota ``applies`` to the claim."""
 
     denial: str | None = None
     warning: str | None = None
+    applies: bool = False
+
+
+def not_enforced_warning(namespace: str) -> str:
+    """The warning of a claim judged against ``namespace``'s GpuQuotas but not charged."""
+    return (
+        f"GpuQuotas of namespace {namespace} are not enforced at admission: the webhook cannot "
+        "verify that this review comes from the API server (no client certificate), so the "
+        "claim was judged against them but not charged, and claims created at the same time "
+        "can together exceed a quota (see the webhook client authentication in docs/security.md)"
+    )
 
 
 def now_text() -> str:
@@ -174,7 +188,8 @@ class QuotaAdmitter:
             return QuotaDecision(f"cannot read the GpuQuotas of namespace {namespace}: {exc}")
         self._note_served(True)
         self._note_listed(namespace, empty=not items)
-        return QuotaDecision(self._admit_listed(namespace, claim, items, dry_run))
+        denied, applies = self._admit_listed(namespace, claim, items, dry_run)
+        return QuotaDecision(denied, applies=applies)
 
     def _listed_empty_lately(self, namespace: str) -> bool:
         """Whether a live list of ``namespace`` found no GpuQuota within the TTL."""
@@ -196,8 +211,9 @@ class QuotaAdmitter:
         claim: Mapping[str, Any],
         items: list[dict[str, Any]],
         dry_run: bool,
-    ) -> str | None:
-        """The denial of ``claim`` by the listed quotas ``items``, or None (charged)."""
+    ) -> tuple[str | None, bool]:
+        """The denial of ``claim`` by the listed quotas ``items``, or None (charged), and
+        whether any of them applies to it."""
         meta = claim.get("metadata")
         meta = meta if isinstance(meta, Mapping) else {}
         name = meta.get("name")
@@ -210,6 +226,7 @@ class QuotaAdmitter:
         charged: list[str] = []
         spec = claim.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
+        applies = False
         for item in sorted(items, key=lambda o: str((o.get("metadata") or {}).get("name"))):
             quota_name = str((item.get("metadata") or {}).get("name"))
             try:
@@ -217,19 +234,20 @@ class QuotaAdmitter:
                 asked = demand(spec, self.driver, classes, basis, quota.spec.device_class_names)
             except (GpuQuotaError, ValueError) as exc:
                 self._undo(namespace, charged, key)
-                return f"GpuQuota {namespace}/{quota_name} cannot be applied: {exc}"
+                return f"GpuQuota {namespace}/{quota_name} cannot be applied: {exc}", True
             if asked.zero:
                 continue
+            applies = True
             if dry_run:
                 refused = denial(quota, used_of(quota.status.claims, key), asked)
             else:
                 refused = self._charge(quota, key, name, uid, asked)
             if refused is not None:
                 self._undo(namespace, charged, key)
-                return refused
+                return refused, True
             if not dry_run:
                 charged.append(quota_name)
-        return None
+        return None, applies
 
     def _charge(
         self, quota: GpuQuota, key: str, name: str, uid: str | None, asked: Any

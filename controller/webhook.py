@@ -26,7 +26,7 @@ from typing import Any
 from api.jsontypes import json_type
 from controller.checkgate import CompileGate
 from controller.metrics import REVIEWED_KINDS, ControllerMetrics, ReviewResult
-from controller.quotaadmit import QuotaAdmitter
+from controller.quotaadmit import QuotaAdmitter, not_enforced_warning
 from sharegpu.admission.checks import (
     ERROR,
     WARNING,
@@ -293,29 +293,39 @@ class AdmissionHandler:
         self.quota = quota
         self._lock = threading.Lock()
         self._warned_unauthenticated = False
+        #: Whether the last claim CREATE judged against GpuQuotas (not a dry run) came from the
+        #: API server, so it could be charged (None: none yet).
+        self.charging: bool | None = None
 
-    def bounded_findings(self, kind: str, obj: dict[str, Any]) -> list[Finding]:
+    def bounded_findings(
+        self, kind: str, obj: dict[str, Any], requester: str = ""
+    ) -> list[Finding]:
         """:meth:`findings` under the compile gate: a check that compiles new selectors waits
-        for a slot; without one in time the object is allowed, not checked, with a warning."""
+        for a slot of ``requester``'s (:func:`requester_key`); without one in time the object
+        is allowed, not checked, with a warning."""
         pending = uncompiled_selector_bytes(obj, self.driver)
-        found = self.gate.run(pending > 0, lambda: self.findings(kind, obj))
+        found = self.gate.run(pending > 0, lambda: self.findings(kind, obj), requester)
         if found is not None:
             return found
         log.warning(
-            "webhook: a %s with %d bytes of new selectors was allowed unchecked: every compile "
-            "slot stayed busy for %.1f s",
+            "webhook: a %s of %s with %d bytes of new selectors was allowed unchecked: no "
+            "compile slot of that requester came free within %.1f s, or it had %d waiting",
             kind,
+            _logged(requester),
             pending,
             self.gate.wait_s,
+            self.gate.queue_per_user,
         )
         return [
             Finding(
                 WARNING,
                 "spec",
-                f"not checked: the admission webhook is busy compiling other objects' selectors "
-                f"(at most {self.gate.slots} at once) and this object's {pending} bytes of new "
-                f"selectors could not be compiled within {self.gate.wait_s:g} s; it is allowed "
-                "as Kubernetes would allow it (`sharegpu validate` checks it offline)",
+                f"not checked: the admission webhook is busy compiling selectors (at most "
+                f"{self.gate.slots} objects at once, {self.gate.per_user} of one requester, "
+                f"with {self.gate.queue_per_user} more waiting) and this object's {pending} "
+                f"bytes of new selectors could not be compiled within {self.gate.wait_s:g} s; "
+                "it is allowed as Kubernetes would allow it (`sharegpu validate` checks it "
+                "offline)",
             )
         ]
 
@@ -330,10 +340,15 @@ class AdmissionHandler:
         return []
 
     def answer(
-        self, data: bytes, expected_kind: str | None = None, *, from_api_server: bool = False
+        self,
+        data: bytes,
+        expected_kind: str | None = None,
+        *,
+        from_api_server: bool = False,
+        requester: str | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """The HTTP status and JSON answer for one request body (see the class invariants;
-        ``from_api_server``: the client is authenticated as the API server, see :meth:`review`):
+        ``from_api_server`` and ``requester``: see :meth:`review`):
         200 and an AdmissionReview; 400 and ``{"error": ...}`` for a body that is no JSON or
         not an AdmissionReview with a ``request.uid``; 500 and ``{"error": ...}`` when a
         check fails, logged with its traceback so the defect can be found."""
@@ -342,7 +357,9 @@ class AdmissionHandler:
         except ValueError as exc:  # not JSON, or nested deeper than any API server sends
             return self._refused(f"invalid JSON body: {exc}")
         try:
-            return 200, self.review(body, expected_kind, from_api_server=from_api_server)
+            return 200, self.review(
+                body, expected_kind, from_api_server=from_api_server, requester=requester
+            )
         except NotAnAdmissionReview as exc:
             return self._refused(str(exc))
         except Exception:
@@ -367,7 +384,9 @@ class AdmissionHandler:
         not installed the claim is admitted with a warning saying quotas are not enforced.
 
         Invariant: only a review ``from_api_server`` (its client certificate verified) writes a
-        charge; any other is judged as a dry run, so a forged review never changes quota state.
+        charge; any other is judged as a dry run, so a forged review never changes quota state,
+        and is admitted with :func:`~controller.quotaadmit.not_enforced_warning` when a quota
+        applies.
         """
         namespace = request.get("namespace")
         if self.quota is None or request.get("operation") != "CREATE":
@@ -375,11 +394,16 @@ class AdmissionHandler:
         if not isinstance(namespace, str) or not namespace:
             return response, result
         dry_run = request.get("dryRun") is True
+        if not dry_run:
+            self.charging = from_api_server
         if not from_api_server and not dry_run:
             self._note_unauthenticated()
         decision = self.quota.admit(namespace, obj, dry_run=dry_run or not from_api_server)
-        if decision.warning is not None:
-            warns = [*response.get("warnings", []), decision.warning][:_MAX_WARNINGS]
+        warning = decision.warning
+        if warning is None and decision.applies and not (from_api_server or dry_run):
+            warning = not_enforced_warning(_clip(namespace, 63))
+        if warning is not None and decision.denial is None:
+            warns = [*response.get("warnings", []), warning][:_MAX_WARNINGS]
             return {**response, "warnings": warns}, "warned"
         if decision.denial is None:
             return response, result
@@ -415,11 +439,18 @@ class AdmissionHandler:
             self.metrics.review(kind, result)
 
     def review(
-        self, body: Any, expected_kind: str | None = None, *, from_api_server: bool = False
+        self,
+        body: Any,
+        expected_kind: str | None = None,
+        *,
+        from_api_server: bool = False,
+        requester: str | None = None,
     ) -> dict[str, Any]:
         """Answer one AdmissionReview (v1) body (see the class invariants). Only a review
         ``from_api_server`` (the HTTP layer verified the API server's client certificate) may
-        charge GpuQuotas; any other is judged against them without a write.
+        charge GpuQuotas; any other is judged against them without a write. Compiles are
+        bounded per ``requester`` (None: the review's ``request.userInfo``, see
+        :func:`requester_key`).
 
         Raises :class:`NotAnAdmissionReview` (a ``ValueError``) for a body that is not an
         AdmissionReview with a string ``request.uid``; any other exception is a defect.
@@ -470,7 +501,8 @@ class AdmissionHandler:
             ]
             response, result = review_response(uid, malformed, str(kind))
         else:
-            found = self.bounded_findings(str(kind), obj)
+            who = requester if requester is not None else requester_key(request)
+            found = self.bounded_findings(str(kind), obj, who)
             malformed = [f for f in found if f.malformed]
             what = _described(str(kind), request, obj)
             response, result = review_response(uid, found, what)
@@ -490,6 +522,28 @@ class AdmissionHandler:
         return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
 
 
+#: The longest user name kept as a requester key (Kubernetes names are far shorter).
+_MAX_REQUESTER_CHARS = 512
+
+
+def requester_key(request: Mapping[str, Any]) -> str:
+    """Whom the compile gate counts a review against: ``user <username>`` of the review's
+    ``request.userInfo`` (``user `` when absent or not a string; cut to 512 characters).
+    Trusted only where the API server is known to have sent the review."""
+    info = request.get("userInfo")
+    name = info.get("username") if isinstance(info, Mapping) else None
+    return "user " + (name[:_MAX_REQUESTER_CHARS] if isinstance(name, str) else "")
+
+
+def api_server_certificate(sock: Any, client_names: frozenset[str]) -> bool:
+    """Whether ``sock`` presented a certificate the client CA verified (the context asks for
+    one only with a client CA) carrying one of ``client_names`` (when any)."""
+    cert = sock.getpeercert() if isinstance(sock, ssl.SSLSocket) else None
+    if not cert:
+        return False
+    return not client_names or bool(certificate_names(cert) & client_names)
+
+
 class _Handler(httpserve.BoundedRequestHandler):
     protocol_version = "HTTP/1.1"
     #: Buffer each answer and send it in one segment (no Nagle / delayed-ACK stalls).
@@ -499,6 +553,9 @@ class _Handler(httpserve.BoundedRequestHandler):
     ready: Callable[[], bool]
     #: Names (subject CN or DNS SAN) a client certificate must carry; empty: any the CA signed.
     client_names: frozenset[str]
+    #: Whether a client CA is configured (so a review without its certificate is not the API
+    #: server's, and its ``userInfo`` is not believed).
+    verifies_clients: bool
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(code)
@@ -531,19 +588,17 @@ class _Handler(httpserve.BoundedRequestHandler):
         if length <= 0 or length > _MAX_BODY:
             self._send(400, b'{"error":"missing or oversized body"}')
             return
+        from_api_server = api_server_certificate(self.connection, self.client_names)
+        # A review the API server is not known to have sent is counted against its address.
+        requester = None if from_api_server or not self.verifies_clients else self._peer()
         code, answer = self.admission.answer(
-            self.body, expected, from_api_server=self._from_api_server()
+            self.body, expected, from_api_server=from_api_server, requester=requester
         )
         self._send(code, json.dumps(answer, separators=(",", ":")).encode())
 
-    def _from_api_server(self) -> bool:
-        """Whether the client presented a certificate the client CA verified (the context asks
-        for one only with a client CA) carrying one of :attr:`client_names` (when any)."""
-        sock = self.connection
-        cert = sock.getpeercert() if isinstance(sock, ssl.SSLSocket) else None
-        if not cert:
-            return False
-        return not self.client_names or bool(certificate_names(cert) & self.client_names)
+    def _peer(self) -> str:
+        address = self.client_address
+        return "peer " + (str(address[0]) if isinstance(address, tuple) else "")
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook %s", format % args)
@@ -571,7 +626,12 @@ class WebhookServer(httpserve.BoundedHTTPServer):
     thread, ``stop()`` stops serving and closes the socket, ``port`` is the bound port.
     With a client CA in ``certificates``, a review whose client certificate that CA verified
     (and, when ``client_names`` is not empty, names one of them) is from the API server and may
-    charge GpuQuotas; every other review is judged without charging.
+    charge GpuQuotas; every other review is judged without charging. Such a connection, once
+    its handshake is done, is served from a pool of its own (``max_trusted_connections``, 256)
+    that the per-peer cap never touches, and its reviews' compiles are counted against their
+    ``request.userInfo`` user (:mod:`controller.checkgate`); every other connection stays
+    capped per address and its compiles are counted against its address (without a client CA
+    against the ``userInfo`` user, which the API server's own address shares).
     """
 
     def __init__(
@@ -583,13 +643,16 @@ class WebhookServer(httpserve.BoundedHTTPServer):
         client_names: Iterable[str] = (),
     ) -> None:
         self.certificates = certificates
+        names = frozenset(client_names)
+        verifies = certificates.client_ca_file is not None
         handler = type(
             "WebhookHandler",
             (_Handler,),
             {
                 "admission": admission,
                 "ready": staticmethod(lambda: True),
-                "client_names": frozenset(client_names),
+                "client_names": names,
+                "verifies_clients": verifies,
             },
         )
         if limits is None:
@@ -605,5 +668,6 @@ class WebhookServer(httpserve.BoundedHTTPServer):
             handler,
             limits,
             tls_context=certificates.context,
+            trusted=(lambda sock: api_server_certificate(sock, names)) if verifies else None,
             name="webhook-https",
         )

@@ -3,8 +3,9 @@ JSON API and probes, the admission webhook): :class:`BoundedHTTPServer` with a h
 from :class:`BoundedRequestHandler`, bounded by :class:`ServerLimits` (docs/security.md, "Bind
 addresses and limits", lists each port's values). Invariants, whatever clients do:
 
-- at most ``max_connections + EVICTING_MAX`` connection threads plus the serving thread; one
-  peer address holds at most ``max_connections_per_peer`` of them (evicted ones not counted);
+- at most ``max_connections + EVICTING_MAX`` connection threads plus the serving thread (with a
+  ``trusted`` test: that many per pool, below, and ``max_trusted_connections`` more); one peer
+  address holds at most ``max_connections_per_peer`` of them (evicted ones not counted);
 - at a cap, a new connection evicts the connection (of that peer) that has waited longest for a
   complete request, or is closed by the accepting thread, which never reads from a client;
 - a request (line, headers, body; the TLS handshake for the first) is read in full within
@@ -14,10 +15,21 @@ addresses and limits", lists each port's values). Invariants, whatever clients d
 - a head takes at most ``max_header_bytes`` plus one read buffer; a declared body above
   ``max_body_bytes`` is answered 413 unread; the body is read before the handler runs;
 - connection threads are daemon threads, and ``server_close`` shuts the open connections down.
+
+With a ``trusted`` test (the admission webhook: a client certificate its client CA verified),
+a connection is first counted in a handshake pool (the same caps, each per peer and in all),
+where one is evicted only after :data:`HANDSHAKE_GRACE_S`; at that pool's caps a new connection
+waits, without a thread, in a queue of at most :data:`PENDING_MAX` sockets for at most
+``request_timeout_s``. After its handshake a trusted connection moves to a pool of its own
+(``max_trusted_connections``) that no cap of a peer touches and no eviction picks; any other
+connection then takes a slot of its peer (the same caps, evicting a staller of that peer, or of
+anyone at the cap) or is closed. So a peer that carries many clients' trusted connections (the
+API server) is never refused for its address, and untrusted peers stay capped.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import io
@@ -61,6 +73,8 @@ class ServerLimits:
     min_body_rate: int = 64 * 1024
     #: Seconds a body may take beyond what ``min_body_rate`` gives it.
     body_grace_s: float = 1.0
+    #: Connections a ``trusted`` test accepted that are served at once beside the others.
+    max_trusted_connections: int = 256
 
     def __post_init__(self) -> None:
         timeouts = (self.request_timeout_s, self.idle_timeout_s, self.write_timeout_s)
@@ -69,6 +83,8 @@ class ServerLimits:
         if self.max_header_bytes < 1 or self.max_body_bytes < 0:
             raise ValueError(f"server limits must be positive: {self}")
         if self.max_connections_per_peer < 0 or self.min_body_rate < 1 or self.body_grace_s < 0:
+            raise ValueError(f"server limits must be positive: {self}")
+        if self.max_trusted_connections < 0:
             raise ValueError(f"server limits must be positive: {self}")
 
     @property
@@ -83,14 +99,26 @@ class ServerLimits:
 DEFAULT_LIMITS = ServerLimits()
 #: Evicted connections whose threads may still be ending; no more are evicted meanwhile.
 EVICTING_MAX: Final = 8
+#: Accepted sockets waiting, without a thread, for a handshake slot (servers with a
+#: ``trusted`` test only); more are closed.
+PENDING_MAX: Final = 128
+#: Seconds a TLS handshake runs before it may be evicted for another connection (servers with
+#: a ``trusted`` test only: a client's handshake takes milliseconds, a burst of them more).
+HANDSHAKE_GRACE_S: Final = 1.0
+
+#: Pools a connection is counted in: its TLS handshake (servers with a ``trusted`` test),
+#: its peer's slots, the trusted pool.
+HANDSHAKE: Final = "handshake"
+OPEN: Final = "open"
+TRUSTED: Final = "trusted"
 
 
 class _Connection:
     """Book-keeping of one admitted connection; its fields are guarded by the server's lock."""
 
-    __slots__ = ("evicted", "peer", "sock", "waiting_since")
+    __slots__ = ("evicted", "peer", "pool", "since", "sock", "waiting_since")
 
-    def __init__(self, sock: socket.socket, peer: str, now: float) -> None:
+    def __init__(self, sock: socket.socket, peer: str, now: float, pool: str = OPEN) -> None:
         #: The socket to shut down on eviction (the TLS socket once the handshake is done).
         self.sock = sock
         #: The peer's address (without the port).
@@ -99,6 +127,10 @@ class _Connection:
         #: an answer is computed or written.
         self.waiting_since: float | None = now
         self.evicted = False
+        #: :data:`HANDSHAKE`, :data:`OPEN` or :data:`TRUSTED`.
+        self.pool = pool
+        #: When it was accepted.
+        self.since = now
 
 
 class RequestTooLarge(http.client.HTTPException):
@@ -184,6 +216,7 @@ class BoundedRequestHandler(BaseHTTPRequestHandler):
                 sock.settimeout(max(self.time_left(), 0.001))
                 sock = context().wrap_socket(sock, server_side=True)
                 self.server._replace_socket(self._connection, sock)
+                self.server._handshaken(self._connection, sock)
             if self.disable_nagle_algorithm:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         except BaseException:
@@ -267,6 +300,11 @@ class BoundedRequestHandler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.server.name, format % args)
 
 
+def _peer(client_address: Any) -> str:
+    """The address of a client (without the port)."""
+    return str(client_address[0]) if isinstance(client_address, tuple) else ""
+
+
 def _close(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
@@ -295,12 +333,15 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         limits: ServerLimits | None = None,
         *,
         tls_context: Callable[[], ssl.SSLContext] | None = None,
+        trusted: Callable[[ssl.SSLSocket], bool] | None = None,
         name: str = "http",
     ) -> None:
         if not issubclass(handler, BoundedRequestHandler):
             raise TypeError(f"{handler.__name__} must derive from BoundedRequestHandler")
         self.limits = DEFAULT_LIMITS if limits is None else limits
         self.tls_context = tls_context
+        #: Whether a connection, its handshake done, is trusted (module text); TLS only.
+        self.trusted = trusted if tls_context is not None else None
         self.name = name
         #: Connections closed at the cap without a thread, and connections evicted there.
         self.rejected = 0
@@ -308,6 +349,8 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, _Connection] = {}
         self._evicting = 0
+        #: Accepted sockets waiting for a handshake slot: (socket, address, accepted at).
+        self._pending: collections.deque[tuple[socket.socket, Any, float]] = collections.deque()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, handler)
@@ -323,21 +366,37 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         with self._lock:
             return len(self._connections)
 
+    @property
+    def pending_connections(self) -> int:
+        """Accepted sockets waiting, without a thread, for a handshake slot."""
+        with self._lock:
+            return len(self._pending)
+
     def process_request(self, request: Any, client_address: Any) -> None:
         """Start a thread for the connection; at the cap (of all connections, or of its peer's)
-        evict a staller for it, or close it."""
+        evict a staller for it, or queue it (with a ``trusted`` test), or close it."""
         now = time.monotonic()
-        peer = str(client_address[0]) if isinstance(client_address, tuple) else ""
+        peer = _peer(client_address)
+        pool = HANDSHAKE if self.trusted is not None else OPEN
+        queued = False
         with self._lock:
-            admitted = self._admit(peer)
+            admitted = self._admit(peer, pool, now)
             if admitted:
-                self._connections[request] = _Connection(request, peer, now)
+                self._connections[request] = _Connection(request, peer, now, pool)
+            elif pool == HANDSHAKE and len(self._pending) < PENDING_MAX:
+                self._pending.append((request, client_address, now))
+                queued = True
             else:
                 self.rejected += 1
+        if queued:
+            return
         if not admitted:
             log.debug("%s: at the cap; closing the connection from %s", self.name, client_address)
             self.shutdown_request(request)
             return
+        self._start_thread(request, client_address)
+
+    def _start_thread(self, request: Any, client_address: Any) -> None:
         try:
             threading.Thread(
                 target=self.process_request_thread,
@@ -355,29 +414,69 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._release(request)
+            self._dispatch()
 
-    def _admit(self, peer: str) -> bool:
-        """Whether a new connection from ``peer`` gets a slot, evicting a staller of that peer
-        (at its per-peer cap) or of anyone (at the cap) for it. Called with the lock held."""
-        held = sum(1 for c in self._connections.values() if c.peer == peer and not c.evicted)
+    def service_actions(self) -> None:
+        """Between accepts: start queued connections that have room, close expired ones."""
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Start each queued socket whose pool has room now (oldest first); close those that
+        waited ``request_timeout_s``."""
+        if self.trusted is None:
+            return
+        now = time.monotonic()
+        start: list[tuple[socket.socket, Any]] = []
+        expired: list[socket.socket] = []
+        with self._lock:
+            keep: collections.deque[tuple[socket.socket, Any, float]] = collections.deque()
+            for request, address, queued_at in self._pending:
+                peer = _peer(address)
+                if now - queued_at >= self.limits.request_timeout_s:
+                    expired.append(request)
+                    self.rejected += 1
+                elif self._admit(peer, HANDSHAKE, now):
+                    self._connections[request] = _Connection(request, peer, now, HANDSHAKE)
+                    start.append((request, address))
+                else:
+                    keep.append((request, address, queued_at))
+            self._pending = keep
+        for request in expired:
+            self.shutdown_request(request)
+        for request, address in start:
+            self._start_thread(request, address)
+
+    def _admit(self, peer: str, pool: str = OPEN, now: float = 0.0) -> bool:
+        """Whether a new connection from ``peer`` gets a slot of ``pool``, evicting a staller
+        of that pool and peer (at its per-peer cap) or of anyone (at the cap) for it. Called
+        with the lock held."""
+        held = sum(
+            1
+            for c in self._connections.values()
+            if c.peer == peer and c.pool == pool and not c.evicted
+        )
         if held >= self.limits.per_peer and (
-            self._evicting >= EVICTING_MAX or not self._evict_one(peer)
+            self._evicting >= EVICTING_MAX or not self._evict_one(pool, now, peer)
         ):
             return False
-        if len(self._connections) - self._evicting < self.limits.max_connections:
+        in_pool = sum(1 for c in self._connections.values() if c.pool == pool and not c.evicted)
+        if in_pool < self.limits.max_connections:
             return True
-        return self._evicting < EVICTING_MAX and self._evict_one()
+        return self._evicting < EVICTING_MAX and self._evict_one(pool, now)
 
-    def _evict_one(self, peer: str | None = None) -> bool:
-        """Shut down the connection (of ``peer``, when given) that has waited longest for a
-        complete request; True when there was one. Called with the lock held."""
+    def _evict_one(self, pool: str = OPEN, now: float = 0.0, peer: str | None = None) -> bool:
+        """Shut down the connection of ``pool`` (of ``peer``, when given) that has waited
+        longest for a complete request (a handshake: at least :data:`HANDSHAKE_GRACE_S`); True
+        when there was one. Called with the lock held."""
         oldest: _Connection | None = None
         oldest_since = 0.0
         for connection in self._connections.values():
             since = connection.waiting_since
-            if connection.evicted or since is None:
+            if connection.evicted or since is None or connection.pool != pool:
                 continue
             if peer is not None and connection.peer != peer:
+                continue
+            if pool == HANDSHAKE and now - connection.since < HANDSHAKE_GRACE_S:
                 continue
             if oldest is None or since < oldest_since:
                 oldest, oldest_since = connection, since
@@ -390,6 +489,27 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         with contextlib.suppress(OSError):
             socket.socket.shutdown(oldest.sock, socket.SHUT_RDWR)
         return True
+
+    def _handshaken(self, connection: _Connection, sock: ssl.SSLSocket) -> None:
+        """Move a connection out of the handshake pool (servers with a ``trusted`` test): into
+        the trusted pool while it has room, else into its peer's slots at their caps. Raises
+        ConnectionRefusedError (the connection is closed) when there is no slot for it."""
+        if connection.pool != HANDSHAKE or self.trusted is None:
+            return
+        trusted = self.trusted(sock)
+        with self._lock:
+            connection.pool = ""  # out of the handshake pool while its new one is decided
+            room = sum(1 for c in self._connections.values() if c.pool == TRUSTED)
+            if trusted and room < self.limits.max_trusted_connections:
+                connection.pool = TRUSTED
+            elif self._admit(connection.peer, OPEN):
+                connection.pool = OPEN
+            else:
+                self.rejected += 1
+        self._dispatch()
+        if not connection.pool:
+            log.debug("%s: at the cap; closing the connection from %s", self.name, connection.peer)
+            raise ConnectionRefusedError("at the connection cap")
 
     def _release(self, request: socket.socket) -> None:
         with self._lock:

@@ -8,6 +8,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from controller.httpapi import serve_api, serve_probes
 from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest
 from sharegpuctl.local.apiserver import KubeAPIServer
+from tests.helpers import PATIENCE_S, eventually
 
 
 @pytest.fixture
@@ -186,3 +188,96 @@ def test_a_flood_of_random_tokens_is_bounded_and_the_probes_answer(
     assert answered == [(200, b"ok\n")] * 30
     assert 1 <= rest.peak <= 4
     assert 429 in codes and set(codes) <= {401, 429}
+
+
+class HeldRest(KubeRest):
+    """The real client; each TokenReview of a token starting ``flood-`` waits for a permit."""
+
+    def __init__(self, inner: KubeRest) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._lock = threading.Lock()
+        self.permits = threading.Semaphore(0)
+        self.in_flight = 0
+        self.completed = 0
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        token = str(((kw.get("body") or {}).get("spec") or {}).get("token", ""))
+        if not path.endswith("/tokenreviews") or not token.startswith("flood-"):
+            return super().request(method, path, **kw)
+        with self._lock:
+            self.in_flight += 1
+        try:
+            assert self.permits.acquire(timeout=PATIENCE_S * 4)
+            return super().request(method, path, **kw)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self.completed += 1
+
+
+FLOODERS = [f"10.0.0.{i}" for i in range(4)]
+
+
+def test_a_flood_of_uncached_tokens_from_four_addresses_leaves_another_client_its_turn(
+    apiserver: KubeAPIServer, kube: KubeRest
+) -> None:
+    """The attack: four addresses send random bearer tokens without pause, so every
+    TokenReview slot is always taken and more wait; a legitimate client whose token is not
+    cached used to wait behind all of them and get 429. Now each address has one review in
+    flight or waiting (another is 429 at once), so the client, from another address, takes the
+    first slot that comes free, however the flood goes on."""
+    apiserver.reviews.add_token("good", "alice", audiences=("sharegpu.dev",))
+    apiserver.reviews.allow("alice", "list", "resource.sharegpu.dev", "gpus")
+    rest = HeldRest(kube)
+    auth = KubeAuthorizer(rest, max_reviews=4, review_wait_s=PATIENCE_S * 4)
+    serial = iter(range(10**6))
+
+    def flood(peer: str) -> Any:
+        return pool.submit(auth.decide, f"Bearer flood-{next(serial)}", peer)
+
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        try:
+            flooding = [flood(peer) for peer in FLOODERS]
+            eventually(lambda: rest.in_flight == 4)
+            for peer in FLOODERS * 3:  # more from each address is not waited for
+                assert flood(peer).result(PATIENCE_S).code == 429
+            legit = pool.submit(auth.decide, "Bearer good", "10.0.0.9")
+            eventually(lambda: auth.reviews.waiting("10.0.0.9") == 1)
+            rest.permits.release()  # one flood review ends: its slot is the client's
+            decision = legit.result(PATIENCE_S)
+            assert rest.completed == 1
+            flooding += [flood(peer) for peer in FLOODERS]  # the flood goes on
+        finally:
+            for _ in range(200):
+                rest.permits.release()
+        assert (decision.code, decision.user) == (200, "alice")
+        codes = {f.result(PATIENCE_S).code for f in flooding}
+    assert codes <= {401, 429}
+
+
+def test_plain_functions_serve_the_list_and_readiness() -> None:
+    """The GPU lister and the readiness check may be plain functions (they used to be bound to
+    the handler and called with it: every list answered with a dropped connection)."""
+    api = serve_api("127.0.0.1:0", lambda node: [{"node": node}], lambda: False)
+    try:
+        for path, expected in (("/api/v1/nodes/n1/gpus", 200), ("/readyz", 503)):
+            conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=PATIENCE_S)
+            try:
+                conn.request("GET", path)
+                resp = conn.getresponse()
+                body = resp.read()
+            finally:
+                conn.close()
+            assert resp.status == expected, body
+        assert b'"node": "n1"' in http_get(api.port, "/api/v1/nodes/n1/gpus")
+    finally:
+        api.stop()
+
+
+def http_get(port: int, path: str) -> bytes:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PATIENCE_S)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().read()
+    finally:
+        conn.close()

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import ssl
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,10 +18,12 @@ from typing import Any
 import pytest
 import trustme
 
-from controller.quotaadmit import QuotaAdmitter
+from controller.main import Controller, build_parser
+from controller.quotaadmit import QuotaAdmitter, not_enforced_warning
 from controller.quotacharge import ChargeBasis
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 from sharegpu.kube.rest import KubeRest
+from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller.quota_helpers import DRIVER, claim, create_quota, quota, read_quota, review
 
 BASIS = ChargeBasis(largest_memory=80 * 1024**3, largest_node_gpus=8)
@@ -153,3 +157,71 @@ def test_without_a_client_ca_no_review_charges(kube: KubeRest, tmp_path: Path) -
         assert charges(kube) == {}
     finally:
         server.stop()
+
+
+def test_without_the_certificate_concurrent_claims_pass_with_a_warning_saying_so(
+    kube: KubeRest, tmp_path: Path
+) -> None:
+    """Without the API server's client certificate no review charges, so six claims admitted at
+    the same time all fit a quota of two (the controller charges them when they appear). The
+    webhook says so on each of them, and the metric says quota admission is not enforced; with
+    the certificate exactly two of six are admitted."""
+    create_quota(kube, quota("q", {"devices": 2}))
+    hook = start(kube, tmp_path)
+    try:
+        reviews = [review(claim(f"c{i}"), uid=f"u-{i}") for i in range(6)]
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            unverified = list(pool.map(hook.post, reviews))
+        assert all(r["allowed"] for r in unverified)
+        assert all(r["warnings"] == [not_enforced_warning("team-a")] for r in unverified)
+        assert charges(kube) == {}
+        apiserver = hook.client_ca.issue_cert("kube-apiserver")
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            verified = list(pool.map(lambda r: hook.post(r, apiserver), reviews))
+        assert sum(r["allowed"] for r in verified) == 2
+        assert all("warnings" not in r for r in verified)
+        assert len(charges(kube)) == 2
+    finally:
+        hook.server.stop()
+
+
+def test_the_controller_says_at_start_and_in_a_metric_whether_quotas_are_enforced(
+    apiserver: KubeAPIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a client CA: a warning at start and the metric 0. With one: the metric is 1
+    until a claim is judged without the API server's certificate (the API server does not
+    present it yet), and 1 again once one comes with it."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("localhost")
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    ca.cert_pem.write_to_path(str(tmp_path / "client-ca.crt"))
+    base = [
+        f"--kubeconfig={apiserver.write_kubeconfig(tmp_path / 'kubeconfig')}",
+        "--webhook-address=127.0.0.1:0",
+        f"--tls-cert-file={tmp_path / 'tls.crt'}",
+        f"--tls-key-file={tmp_path / 'tls.key'}",
+        "--metrics-address=",
+        "--api-address=",
+    ]
+    with_ca = [f"--webhook-client-ca-file={tmp_path}/client-ca.crt"]
+    for extra, enforced in (([], 0.0), (with_ca, 1.0)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="controller.main"):
+            controller = Controller(build_parser().parse_args(base + extra))
+            controller.start()
+        try:
+            text = controller.telemetry.scrape().decode()
+            assert f"sharegpu_quota_admission_enforced {enforced}" in text
+            assert controller.webhook is not None
+            hook = Webhook(controller.webhook, ca, ca)
+            hook.post(review(claim("unverified")))
+            text = controller.telemetry.scrape().decode()
+            assert "sharegpu_quota_admission_enforced 0.0" in text
+            hook.post(review(claim("verified")), ca.issue_cert("kube-apiserver"))
+            text = controller.telemetry.scrape().decode()
+            assert f"sharegpu_quota_admission_enforced {enforced}" in text
+        finally:
+            controller.stop()
+        loud = [r for r in caplog.records if "NOT enforced at admission" in r.getMessage()]
+        assert len(loud) == (1 if enforced == 0.0 else 0)

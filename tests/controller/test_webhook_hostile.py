@@ -631,7 +631,7 @@ def test_heavy_reviews_compile_two_at_a_time_and_the_rest_are_allowed_unchecked(
     They used to compile all at once (1.4 GiB, every review past the API server's timeout).
     Now at most two compile at a time; a review that finds no slot within the wait is allowed
     with a "not checked" warning; a plain claim never waits for a slot."""
-    handler = CountingHandler(CompileGate(slots=2, wait_s=0.2))
+    handler = CountingHandler(CompileGate(slots=2, wait_s=0.2, per_user=2))
     endpoint = start_webhook(tmp_path, handler)
     heavy = [claim(exactly(selectors=distinct_selectors(2, 8 * 1024 - 16 - i))) for i in range(12)]
     try:
