@@ -309,6 +309,9 @@ state = "{d / "containerd" / "state"}"
             "failCgroupV1": False,
             "failSwapOn": False,
             "containerRuntimeEndpoint": f"unix://{self.socket}",
+            # The run's own: a kubelet removes the log directories of pods it does not know, so
+            # two runs on one machine sharing /var/log/pods lost each other's `kubectl logs`.
+            "podLogsDir": str(self.root / "pod-logs"),
             "featureGates": {k: v == "true" for k, v in gates.items()},
             # A nearly full shared disk must not evict the test's pods.
             "evictionHard": {
