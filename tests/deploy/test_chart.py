@@ -414,6 +414,16 @@ def test_webhook_policy_and_cert_manager_injection(
     assert {w["failurePolicy"] for w in default["webhooks"]} == {"Ignore"}
     resources = {r for w in default["webhooks"] for rule in w["rules"] for r in rule["resources"]}
     assert resources == {"resourceclaims", "resourceclaimtemplates", "deviceclasses"}
+    # Each webhook is named after its resource's kind in lower case (not a plural cut short).
+    kinds = {
+        "resourceclaims": "ResourceClaim",
+        "resourceclaimtemplates": "ResourceClaimTemplate",
+        "deviceclasses": "DeviceClass",
+    }
+    for webhook in default["webhooks"]:
+        [rule] = webhook["rules"]
+        [resource] = rule["resources"]
+        assert webhook["name"] == f"{kinds[resource].lower()}.gpu.sharegpu.dev"
     managed = one(rendered["cert-manager"], "ValidatingWebhookConfiguration")
     cert = one(rendered["cert-manager"], "Certificate")
     injected = managed["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
