@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit oracle e2e local-cluster gpu-test venv clean
+.PHONY: demo test lint typecheck unit oracle e2e local-cluster gpu-test venv clean release-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,13 @@ local-cluster: $(STAMP)
 	bash tests/install-helm.sh
 	$(BIN)/python -m tests.e2e.binaries
 	$(BIN)/python -m tests.e2e.cluster
+
+## Package the chart (build/release/) and check that its version and appVersion, the Python
+## package's version, the image tag the chart renders and the one `make image` builds are all
+## api/version.py's, and that CHANGELOG.md has its dated section.
+release-check: $(STAMP)
+	bash tests/install-helm.sh
+	$(BIN)/python deploy/release_check.py $(BIN)/helm
 
 ## Set up everything and run the whole test suite (linters, type checks, tests).
 test: lint typecheck unit

@@ -146,12 +146,12 @@ run_example mig-dynamic
 # gpu-quota creates claims, no pods: the second claim must be denied by the quota.
 log "example gpu-quota"
 kubectl apply -f "$repo/examples/gpu-quota/gpu-quota.yaml"
-if ! kubectl apply -f "$repo/examples/gpu-quota/claims.yaml" 2>&1 | grep -q 'exceeded GpuQuota'; then
+if ! kubectl apply -f "$repo/examples/gpu-quota/quota-claims.yaml" 2>&1 | grep -q 'exceeded GpuQuota'; then
   echo "run.sh: example gpu-quota: the claim over the quota was not denied" >&2
   exit 1
 fi
 kubectl get gpuquotas -A
-kubectl delete -f "$repo/examples/gpu-quota/claims.yaml" --ignore-not-found
+kubectl delete -f "$repo/examples/gpu-quota/quota-claims.yaml" --ignore-not-found
 kubectl delete -f "$repo/examples/gpu-quota/gpu-quota.yaml"
 
 log "all examples ran"

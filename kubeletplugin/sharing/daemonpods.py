@@ -3,7 +3,9 @@ so a daemon survives plugin restarts, OOM kills and rollouts (kubelet restarts i
 read from the pod's status, never from a pid).
 
 :func:`daemon_pod` completes the chart's Pod manifest with what depends on the node and GPU: a
-name that is a function of node, claim and GPU alone (at most 63 characters), labels
+name that is a function of node, claim and GPU alone and embeds the node's name
+(:func:`pod_name`, the scheme the chart's ``-mps-pods`` ValidatingAdmissionPolicy requires of
+every pod a node's plugin creates, so no node can squat another node's daemon name), labels
 (:data:`LABEL_DAEMON`, :data:`LABEL_GPU`, :data:`LABEL_NODE`, hashed), a required node affinity
 on this node, the daemon's host directories and environment, and a ``postStart`` hook that sets
 the share's limits as defaults after every (re)start, before the pod is ready. Invariant: a pod
@@ -24,7 +26,7 @@ import yaml
 
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.mps import DEFAULTS_ENV
-from kubeletplugin.sharing.mpspaths import DAEMON_ID_LENGTH, SHORT_ID_LENGTH, MpsPaths, short_id
+from kubeletplugin.sharing.mpspaths import MpsPaths, short_id
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
@@ -37,9 +39,11 @@ LABEL_NODE: Final = "mps.sharegpu.dev/node"
 ANNOTATION_UUID: Final = "mps.sharegpu.dev/gpu-uuid"
 ANNOTATION_CLAIM: Final = "mps.sharegpu.dev/claim-uid"
 ANNOTATION_NODE: Final = "mps.sharegpu.dev/node-name"
-#: A pod name is a DNS label here (at most 63 characters), so the template name leaves room
-#: for ``-<node hash>-<daemon id>``.
-MAX_TEMPLATE_NAME: Final = 63 - 1 - SHORT_ID_LENGTH - 1 - DAEMON_ID_LENGTH
+#: A pod name is a DNS subdomain: at most 253 characters.
+MAX_POD_NAME: Final = 253
+#: The longest template name (the chart truncates its own to this): it leaves room for a node
+#: name of ``MAX_POD_NAME - MAX_TEMPLATE_NAME - 2 - DAEMON_ID_LENGTH`` (198) characters.
+MAX_TEMPLATE_NAME: Final = 41
 #: The daemon container's postStart hook: once the daemon answers (at most 30 s), run the
 #: ``set_default_*`` commands of its environment.
 SET_DEFAULTS_SCRIPT: Final = (
@@ -142,9 +146,11 @@ def template_problem(doc: Any) -> str:
 
 
 def pod_name(template: Mapping[str, Any], spec: DaemonSpec, node_name: str) -> str:
-    """``<template name>-<node hash>-<daemon id>``: stable, and another node's daemon of the
-    same id never has it."""
-    return f"{template['metadata']['name']}-{short_id(node_name)}-{spec.id}"
+    """``<template name>-<node name>-<daemon id>``: stable, and no other node's daemon has it.
+    The chart's policy checks exactly this shape against the node name of the creator's token
+    (prefix, node, ``-`` and :data:`DAEMON_ID_LENGTH` hex digits, and nothing else), so the
+    name of one node's daemon cannot be created by another node's plugin."""
+    return f"{template['metadata']['name']}-{node_name}-{spec.id}"
 
 
 def _pinned_nodes(pod: Mapping[str, Any]) -> list[Any]:
@@ -297,6 +303,12 @@ class PodLauncher:
         return pod
 
     def launch(self, spec: DaemonSpec) -> None:
+        if len(self._name(spec)) > MAX_POD_NAME:
+            raise DaemonError(
+                f"the MPS daemon pod name {self._name(spec)!r} is longer than {MAX_POD_NAME} "
+                f"characters: node name {self.node_name!r} is too long for it (shorten the "
+                "chart's fullnameOverride, or run MPS without daemon pods)"
+            )
         if self._get(spec) is not None:
             return
         pod = daemon_pod(self.template, spec, namespace=self.namespace, node_name=self.node_name)

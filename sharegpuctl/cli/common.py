@@ -106,12 +106,52 @@ def mig_device_class(driver: str = names.DEFAULT_DRIVER_NAME) -> Obj:
     }
 
 
+@dataclass(frozen=True)
+class ChartDeviceClass:
+    """One DeviceClass of the Helm chart: its key under ``deviceClasses`` in the chart's values,
+    the prefix of its default name (``<prefix><driver>``) and whether the chart's defaults
+    install it. :data:`CHART_DEVICE_CLASSES` is the one list; a chart test renders it."""
+
+    key: str
+    prefix: str
+    installed_by_default: bool
+
+    def name(self, driver: str) -> str:
+        return f"{self.prefix}{driver}"
+
+
+#: The chart's DeviceClasses (``deviceClasses.*`` with ``name`` empty): the class of every device
+#: of the driver (:func:`default_device_class`), the MIG class (:func:`mig_device_class`) and the
+#: extended-resource class (off by default: it needs DRAExtendedResource).
+CHART_DEVICE_CLASSES: Final = (
+    ChartDeviceClass("gpu", "", installed_by_default=True),
+    ChartDeviceClass("extendedResource", "extended.", installed_by_default=False),
+    ChartDeviceClass("mig", "mig.", installed_by_default=True),
+)
+
+
 def chart_device_class_names(driver: str = names.DEFAULT_DRIVER_NAME) -> tuple[str, ...]:
-    """The names the Helm chart gives its DeviceClasses by default: the class of every device of
-    the driver (:func:`default_device_class`, named like the driver) and the extended-resource
-    class ``extended.<driver>`` and the MIG class ``mig.<driver>`` (``deviceClasses.*.name``
-    empty in the chart's values)."""
-    return (default_device_class(driver)["metadata"]["name"], f"extended.{driver}", f"mig.{driver}")
+    """The names the Helm chart gives its DeviceClasses (every one it can install)."""
+    return tuple(c.name(driver) for c in CHART_DEVICE_CLASSES)
+
+
+def chart_installed_class_names(driver: str = names.DEFAULT_DRIVER_NAME) -> tuple[str, ...]:
+    """The DeviceClasses the Helm chart installs with its default values."""
+    return tuple(c.name(driver) for c in CHART_DEVICE_CLASSES if c.installed_by_default)
+
+
+def chart_installed_classes(driver: str = names.DEFAULT_DRIVER_NAME) -> list[Obj]:
+    """The DeviceClass objects the Helm chart installs with its default values (the MIG class
+    too: it selects nothing on a node without MIG devices)."""
+    builders = {"gpu": default_device_class, "mig": mig_device_class}
+    return [builders[c.key](driver) for c in CHART_DEVICE_CLASSES if c.installed_by_default]
+
+
+def chart_installs(driver: str = names.DEFAULT_DRIVER_NAME) -> str:
+    """``the sharegpu chart installs A and B``: every DeviceClass of its defaults, for messages."""
+    installed = chart_installed_class_names(driver)
+    *first, last = installed
+    return f"the sharegpu chart installs {', '.join(first) + ' and ' if first else ''}{last}"
 
 
 def default_node_name() -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -248,6 +248,8 @@ class Context:
     #: Shared by every did-you-mean of the run; results are memoized per (what, name).
     budget: ComparisonBudget = field(default_factory=ComparisonBudget)
     hints: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    #: ``group/version`` strings the cluster enables beyond its defaults (``--runtime-config``).
+    enabled_api_versions: frozenset[str] = frozenset()
 
     def near_miss(self, what: str, name: str, known: frozenset[str]) -> str | None:
         """:func:`near_miss` of a ``what`` (``DeviceClass``, ...) name, memoized."""
@@ -264,6 +266,7 @@ class Context:
         version: str,
         feature_gates: Mapping[str, bool],
         classes: Sequence[str],
+        enabled_api_versions: Collection[str] = (),
     ) -> Context:
         def defined(kind: str) -> frozenset[str]:
             return frozenset(m.name for m in manifests if m.kind == kind)
@@ -277,6 +280,7 @@ class Context:
             template_names=defined("ResourceClaimTemplate"),
             claim_names=defined("ResourceClaim"),
             claim_users=claim_users([m.obj for m in manifests], driver),
+            enabled_api_versions=frozenset(enabled_api_versions),
         )
 
 

@@ -49,10 +49,10 @@ from sharegpuctl.cli.common import (
     CliError,
     add_node_flags,
     add_output_flag,
+    chart_installed_classes,
+    chart_installs,
     compact_names,
-    default_device_class,
     local_node,
-    mig_device_class,
 )
 from sharegpuctl.cli.loading import SLICE_LIMITS, Manifest, load_manifests, load_objects
 from sharegpuctl.cli.output import Table, emit, resolve_format
@@ -62,6 +62,7 @@ from sharegpuctl.cli.validate import (
     check_manifests,
     check_version,
     parse_feature_gates,
+    parse_runtime_config,
 )
 
 HELP = "explain where a claim would be allocated, or why each device is rejected"
@@ -142,6 +143,8 @@ class Inputs:
     #: DeviceTaintRules (of ``-f``, ``--slices`` and the cluster): their taints count as taints
     #: of the devices they select.
     taint_rules: list[Obj] = field(default_factory=list)
+    #: The DRA driver (``--driver-name``).
+    driver: str = names.DEFAULT_DRIVER_NAME
 
 
 def claim_from_template(template: Obj) -> Obj:
@@ -342,18 +345,12 @@ def gather_inputs(
         raise CliError(f"no ResourceSlices found ({source})")
     by_name = {str((c.get("metadata") or {}).get("name")): c for c in classes}
     if not by_name and not args.kubeconfig:
-        default = default_device_class(args.driver_name)
-        by_name[default["metadata"]["name"]] = default
+        chart = chart_installed_classes(args.driver_name)
+        by_name.update((c["metadata"]["name"], c) for c in chart)
         classes_from = (
-            "the classes known here (only the driver's default: pass others with -f or --classes)"
+            "the classes known here (only those the sharegpu chart installs: pass others with -f "
+            "or --classes)"
         )
-        if has_mig_devices(slices, args.driver_name):
-            mig = mig_device_class(args.driver_name)
-            by_name[mig["metadata"]["name"]] = mig
-            classes_from = (
-                "the classes known here (only the driver's default and MIG classes: pass others "
-                "with -f or --classes)"
-            )
     own = {_name(c) for c in claims}
     others = [c for c in allocated if _name(c) not in own]
     users = claim_users(manifests)
@@ -369,6 +366,7 @@ def gather_inputs(
         users,
         manifests,
         _checked_rules(rules),
+        args.driver_name,
     )
 
 
@@ -379,18 +377,6 @@ def _checked_rules(rules: Sequence[Obj]) -> list[Obj]:
         if problems:
             raise CliError(f"{DEVICE_TAINT_RULE_KIND} {rule_name(rule) or '?'}: {problems[0]}")
     return list(rules)
-
-
-def has_mig_devices(slices: Sequence[Obj], driver: str) -> bool:
-    """Whether some device of ``driver`` in the slices is a MIG device (attribute ``profile``):
-    then the chart's MIG class (:func:`~sharegpuctl.cli.common.mig_device_class`) stands in too."""
-    return any(
-        names.ATTR_PROFILE in (d.get("attributes") or {})
-        for s in slices
-        if (s.get("spec") or {}).get("driver") == driver
-        for d in (s.get("spec") or {}).get("devices") or []
-        if isinstance(d, Mapping)
-    )
 
 
 def claim_users(manifests: Sequence[Manifest]) -> dict[str, list[str]]:
@@ -432,7 +418,7 @@ def missing_class_error(claim: Mapping[str, Any], inputs: Inputs) -> str | None:
     return (
         f"DeviceClass {', '.join(missing)} does not exist in {inputs.classes_from} (DeviceClasses "
         f"there: {there}); kube-scheduler leaves the pod Pending until the class exists: fix "
-        "deviceClassName, or create the class (the sharegpu chart installs gpu.sharegpu.dev)"
+        f"deviceClassName, or create the class ({chart_installs(inputs.driver)})"
     )
 
 
@@ -833,14 +819,18 @@ def tables_of(report: Sequence[Obj]) -> list[Table]:
             tables.append(t)
             tables += placement_tables(entry)
             continue
+        hint = f"\n  hint: {entry['hint']}" if entry.get("hint") else ""
         if entry.get("error"):
             t = Table(
-                ["REQUEST", "DEVICES", "REASON"], title=f"{entry['claim']}: cannot be allocated"
+                ["REQUEST", "DEVICES", "REASON"],
+                title=f"{entry['claim']}: cannot be allocated{hint}",
             )
             t.add("-", "-", entry["error"])
             tables.append(t)
+            hint = ""
         for attempt in entry["nodes"]:
-            title = f"{entry['claim']}: cannot be allocated on node {attempt['node']}"
+            title = f"{entry['claim']}: cannot be allocated on node {attempt['node']}{hint}"
+            hint = ""
             if attempt["error"]:
                 title += f"\n  error: {attempt['error']}"
             t = Table(["REQUEST", "DEVICES", "REASON"], title=title)
@@ -930,6 +920,58 @@ def invalid_report(
     return EXIT_FINDINGS
 
 
+#: The node flags (``--sharing-mode``, ``--mig``) a mode hint tries, fewest changes first.
+MODE_ALTERNATIVES: Final = (
+    (names.SHARING_MODE_CONSUMABLE, names.MIG_STRATEGY_STATIC),
+    (names.SHARING_MODE_PARTITIONS, names.MIG_STRATEGY_STATIC),
+    (names.SHARING_MODE_EXCLUSIVE, names.MIG_STRATEGY_STATIC),
+    (names.SHARING_MODE_PARTITIONS, names.MIG_STRATEGY_DYNAMIC),
+)
+
+
+def mode_flags(sharing_mode: str, mig: str) -> str:
+    """``--sharing-mode M`` and, unless static, ``--mig S``."""
+    flags = f"--sharing-mode {sharing_mode}"
+    return flags if mig == names.MIG_STRATEGY_STATIC else f"{flags} --mig {mig}"
+
+
+def add_mode_hints(
+    args: argparse.Namespace,
+    report: Sequence[Obj],
+    manifests: list[Manifest],
+    side: tuple[list[Manifest], list[Manifest]],
+) -> None:
+    """Offline on this node (no ``--slices``, no ``--kubeconfig``): give each claim that is not
+    allocated with this run's ``--sharing-mode`` and ``--mig`` a ``hint`` naming the first other
+    flags (:data:`MODE_ALTERNATIVES`) under which it is, i.e. the chart's
+    ``kubeletPlugin.sharingMode``/``kubeletPlugin.mig`` it needs. Nothing changes when no other
+    mode allocates it."""
+    if args.slices or args.kubeconfig:
+        return
+    waiting = {e["claim"]: e for e in report if not e["allocated"]}
+    current = (args.sharing_mode, getattr(args, "mig", names.MIG_STRATEGY_STATIC))
+    for mode, mig in MODE_ALTERNATIVES:
+        if not waiting:
+            return
+        if (mode, mig) == current:
+            continue
+        other = argparse.Namespace(**{**vars(args), "sharing_mode": mode, "mig": mig})
+        try:
+            inputs = gather_inputs(other, manifests, side)
+            attempt = explain_claims(inputs, nodes_of(inputs.slices, inputs.node))
+        except CliError:
+            continue
+        for entry in attempt:
+            if entry["allocated"] and entry["claim"] in waiting:
+                values = f"kubeletPlugin.sharingMode={mode}"
+                if mig != names.MIG_STRATEGY_STATIC:
+                    values += f", kubeletPlugin.mig={mig}"
+                waiting.pop(entry["claim"])["hint"] = (
+                    f"it would be allocated with {mode_flags(mode, mig)} (this run: "
+                    f"{mode_flags(*current)}); on a cluster, the chart's {values}"
+                )
+
+
 def run(args: argparse.Namespace) -> int:
     version = check_version(str(args.kubernetes_version))
     gates = parse_feature_gates(str(args.feature_gates))
@@ -937,12 +979,14 @@ def run(args: argparse.Namespace) -> int:
     manifests = load_manifests(args.filename)
     side = side_manifests(args)
     checked = [*manifests, *side[0], *side[1]]
-    findings = check_manifests(checked, args.driver_name, version, gates)
+    enabled = parse_runtime_config(str(args.runtime_config))
+    findings = check_manifests(checked, args.driver_name, version, gates, enabled)
     if any(f.finding.severity == ERROR for f in findings):
         return invalid_report(manifests, findings, version, fmt)
     inputs = gather_inputs(args, manifests, side)
     nodes = nodes_of(inputs.slices, inputs.node)
     report = explain_claims(inputs, nodes)
+    add_mode_hints(args, report, manifests, side)
     data: Obj = {
         "source": inputs.source,
         "kubernetesVersion": version,

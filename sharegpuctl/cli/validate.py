@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -23,6 +23,7 @@ import kubernetes_validate
 from kubernetes_validate.utils import all_versions
 
 from api import names
+from api.apiversions import RUNTIME_CONFIG_FLAG, unserved_problem
 from api.gates import LATEST_KUBERNETES
 from api.gpuconfig import GPU_CONFIG_KIND, GpuConfigError, parse_gpu_config
 from api.gpuquota import GpuQuotaError, parse_gpu_quota
@@ -41,6 +42,7 @@ DEFAULT_KUBERNETES_VERSION: Final = "{}.{}".format(*LATEST_KUBERNETES)
 #: Longest finding message; schema messages quote the offending value, which may be large.
 MAX_MESSAGE_CHARS: Final = 400
 _GATE = re.compile(r"([A-Za-z][A-Za-z0-9]*)=(true|false)")
+_API = re.compile(r"([a-z0-9][a-z0-9.-]*/v[0-9]+(?:(?:alpha|beta)[0-9]+)?)(?:=(true|false))?")
 #: The kinds of this project's API group (``resource.sharegpu.dev``).
 OWN_KINDS: Final = (GPU_CONFIG_KIND, names.GPU_KIND, GPU_QUOTA_KIND)
 
@@ -86,6 +88,14 @@ def add_version_flags(p: Any) -> None:
         help="feature gates of the cluster, as kube-apiserver takes them (NAME=true|false,...); "
         "the others have their defaults at --kubernetes-version (e.g. "
         f"{crosschecks.CONSUMABLE_CAPACITY_GATE}=true on 1.34/1.35 keeps capacity requests)",
+    )
+    p.add_argument(
+        RUNTIME_CONFIG_FLAG,
+        default="",
+        metavar="APIS",
+        help="API versions the cluster's kube-apiserver enables beyond its defaults, as it takes "
+        "them (GROUP/VERSION=true,...), e.g. resource.k8s.io/v1beta2=true; a resource.k8s.io "
+        "version that --kubernetes-version does not serve is an error",
     )
 
 
@@ -174,6 +184,21 @@ def own_kind_findings(obj: Obj) -> list[checks.Finding]:
             f"{names.API_GROUP} has no kind {kind!r}{hint} (kinds: {', '.join(OWN_KINDS)})",
         )
     ]
+
+
+def served_version_findings(
+    obj: Obj, version: str, enabled: Collection[str] = ()
+) -> list[checks.Finding]:
+    """An error when ``version``'s API server does not serve the object's ``resource.k8s.io``
+    version (:mod:`api.apiversions`), with the hints that say how its requests look in v1
+    (:func:`sharegpu.admission.checks.request_field_hints` of the object as v1)."""
+    release = crosschecks.parse_version(version)
+    api_version = str(obj.get("apiVersion", ""))
+    problem = unserved_problem(api_version, release, enabled) if release else None
+    if problem is None:
+        return []
+    as_v1 = {**obj, "apiVersion": names.RESOURCE_GROUP_VERSION}
+    return [checks.Finding(checks.ERROR, "apiVersion", problem), *checks.request_field_hints(as_v1)]
 
 
 def schema_findings(obj: Obj, version: str) -> list[checks.Finding]:
@@ -322,7 +347,9 @@ def validate_manifest(manifest: Manifest, ctx: crosschecks.Context) -> list[chec
     obj = manifest.obj
     if not obj.get("apiVersion") or not obj.get("kind"):
         return [checks.Finding(checks.ERROR, "<root>", "apiVersion and kind are required")]
-    findings = schema_findings(obj, ctx.version)
+    findings = served_version_findings(obj, ctx.version, ctx.enabled_api_versions)
+    if not findings:
+        findings = schema_findings(obj, ctx.version)
     findings += checks.check_object(obj, ctx.driver, ctx.classes)
     findings += foreign_selector_findings(obj, ctx.driver)
     if obj.get("kind") == "GpuConfig":
@@ -340,23 +367,34 @@ def check_manifests(
     driver: str,
     version: str,
     gates: Mapping[str, bool] | None = None,
+    enabled_api_versions: Collection[str] = (),
 ) -> list[FileFinding]:
-    """Every finding of every object of ``manifests`` (see the module docstring), in order."""
+    """Every finding of every object of ``manifests`` (see the module docstring), in order;
+    ``enabled_api_versions``: the ``group/version`` strings of ``--runtime-config``."""
     ctx = crosschecks.Context.of(
-        manifests, driver, version, gates or {}, driver_classes(manifests, driver)
+        manifests,
+        driver,
+        version,
+        gates or {},
+        driver_classes(manifests, driver),
+        enabled_api_versions,
     )
     return [FileFinding(m, f) for m in manifests for f in validate_manifest(m, ctx)]
 
 
 def validate_paths(
-    paths: Sequence[str], driver: str, version: str, gates: Mapping[str, bool] | None = None
+    paths: Sequence[str],
+    driver: str,
+    version: str,
+    gates: Mapping[str, bool] | None = None,
+    enabled_api_versions: Collection[str] = (),
 ) -> tuple[int, list[FileFinding | LoadFinding]]:
     """``(number of objects, findings)`` for the files and directories named: first the files
     that could not be read, then the findings of every object of the others."""
     problems: list[FileProblem] = []
     manifests = load_manifests(paths, problems=problems)
     found: list[FileFinding | LoadFinding] = [LoadFinding(p) for p in problems]
-    found += check_manifests(manifests, driver, version, gates)
+    found += check_manifests(manifests, driver, version, gates, enabled_api_versions)
     return len(manifests), found
 
 
@@ -400,10 +438,31 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
     return gates
 
 
+def parse_runtime_config(text: str) -> frozenset[str]:
+    """``G/V=true,G/V2`` -> the ``group/version`` strings enabled (kube-apiserver's
+    ``--runtime-config``: a key alone means true; ``=false`` enables nothing); anything else is a
+    usage error."""
+    enabled: set[str] = set()
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        m = _API.fullmatch(item)
+        if m is None:
+            raise CliError(
+                f"{RUNTIME_CONFIG_FLAG} {text}: {item!r} is not GROUP/VERSION=true or "
+                "GROUP/VERSION=false",
+                EXIT_USAGE,
+            )
+        if m.group(2) != "false":
+            enabled.add(m.group(1))
+    return frozenset(enabled)
+
+
 def run(args: argparse.Namespace) -> int:
     version = check_version(str(args.kubernetes_version))
     gates = parse_feature_gates(str(args.feature_gates))
-    count, found = validate_paths(args.filename, args.driver_name, version, gates)
+    enabled = parse_runtime_config(str(args.runtime_config))
+    count, found = validate_paths(args.filename, args.driver_name, version, gates, enabled)
     if getattr(args, "quota", None):
         found += quota_file_findings(args.quota, args.filename, args.driver_name)
     errors = [f for f in found if f.finding.severity == checks.ERROR]

@@ -14,7 +14,7 @@ EXAMPLE = REPO_ROOT / "examples" / "gpu-quota"
 
 
 def test_the_example_quota_denies_the_second_claim(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["validate", "-f", str(EXAMPLE / "claims.yaml"), "-o", "json"]
+    args = ["validate", "-f", str(EXAMPLE / "quota-claims.yaml"), "-o", "json"]
     code = main([*args, "--quota", str(EXAMPLE / "gpu-quota.yaml")])
     report = json.loads(capsys.readouterr().out)
     assert code == 1
@@ -33,7 +33,7 @@ def test_a_hostile_quota_file_is_a_usage_error(
         "apiVersion: resource.sharegpu.dev/v1alpha1\nkind: GpuQuota\n"
         "metadata: {name: q, namespace: x}\nspec: {hard: {cores: -4, memory: [1]}}\n"
     )
-    code = main(["validate", "-f", str(EXAMPLE / "claims.yaml"), "--quota", str(bad)])
+    code = main(["validate", "-f", str(EXAMPLE / "quota-claims.yaml"), "--quota", str(bad)])
     err = capsys.readouterr().err
     assert code == 2
     assert "spec.hard.cores: must be an integer between 0 and 100000000 (got -4)" in err

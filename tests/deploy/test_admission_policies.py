@@ -263,6 +263,56 @@ def test_daemon_pods_of_other_nodes_can_be_neither_created_nor_deleted(
     assert any("not update pods" in m for m in denials(p, pod_request("UPDATE"), pod, pod) or [])
 
 
+def _named_for(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["name"] = name
+    return pod
+
+
+@pytest.mark.parametrize("node", [NODE, "n", "gpu-7.rack-3.example.com", "x" * 198])
+def test_every_name_the_plugin_gives_its_daemon_pods_is_allowed(
+    docs: list[dict[str, Any]], node: str
+) -> None:
+    """The plugin's naming (kubeletplugin.sharing.daemonpods.pod_name) and the policy's agree,
+    for short, dotted and the longest node names a pod name has room for."""
+    pod = daemon_pod_for(docs, node=node)
+    assert denials(policy(docs, "-mps-pods"), pod_request("CREATE", node=node), pod) == []
+
+
+def test_a_node_cannot_squat_another_nodes_daemon_pod_name(docs: list[dict[str, Any]]) -> None:
+    """Node A's plugin creating, pinned to node A, the pod name of node B's daemon would keep B
+    from ever starting that daemon (B never adopts a pod that is not its own)."""
+    p = policy(docs, "-mps-pods")
+    own = daemon_pod_for(docs)
+    daemon = own["metadata"]["name"].rsplit("-", 1)[1]
+    names = [
+        daemon_pod_for(docs, node="other-node")["metadata"]["name"],
+        # a node whose name ends with this node's name: the length check tells them apart
+        daemon_pod_for(docs, node=f"rack-{NODE}")["metadata"]["name"],
+        f"sharegpu-mps-{NODE}-{daemon}-x",
+        f"sharegpu-mps-{NODE}-{daemon[:-1]}",
+        f"sharegpu-mps-{NODE}-{daemon[:-1]}G",
+        f"sharegpu-mps-{NODE}x{daemon}",
+        f"other-mps-{NODE}-{daemon}",
+        "",
+    ]
+    for name in names:
+        found = denials(p, pod_request("CREATE"), _named_for(own, name))
+        assert found and any("may only create MPS daemon pods named" in m for m in found), name
+
+
+def test_the_daemon_pod_name_follows_the_release_name(helm: str) -> None:
+    docs = render_chart(helm, release="gpus", namespace=NAMESPACE)
+    p = policy(docs, "-mps-pods")
+    pod = daemon_pod_for(docs)
+    assert pod["metadata"]["name"].startswith(f"gpus-sharegpu-mps-{NODE}-")
+    plugin = f"system:serviceaccount:{NAMESPACE}:gpus-sharegpu-kubelet-plugin"
+    request = {"operation": "CREATE", "userInfo": user(plugin, NODE)}
+    assert denials(p, request, pod) == []
+    found = denials(p, request, _named_for(pod, pod["metadata"]["name"].removeprefix("gpus-")))
+    assert found and "may only create MPS daemon pods named gpus-sharegpu-mps-" in found[0]
+
+
 def test_the_pod_policy_follows_the_mps_root_and_the_driver_root(helm: str) -> None:
     docs = render_chart(
         helm,

@@ -30,7 +30,12 @@ from kubeletplugin.devices.mock import default_gpu, load_mock_config
 from kubeletplugin.devices.slices import consumable_device, desired_slices, partition_devices
 from kubeletplugin.devices.table import node_devices
 from sharegpu.cel import compile_selector, device_activation
-from sharegpuctl.cli.common import default_device_class
+from sharegpuctl.cli.common import (
+    chart_device_class_names,
+    chart_installed_class_names,
+    chart_installed_classes,
+    default_device_class,
+)
 from tests.deploy.helpers import (
     CERT_MANAGER_GROUPS,
     CHART_DIR,
@@ -444,6 +449,16 @@ def test_webhook_policy_and_cert_manager_injection(
     assert {w["failurePolicy"] for w in default["webhooks"]} == {"Ignore"}
     resources = {r for w in default["webhooks"] for rule in w["rules"] for r in rule["resources"]}
     assert resources == {"resourceclaims", "resourceclaimtemplates", "deviceclasses"}
+    # Each webhook is named after its resource's kind in lower case (not a plural cut short).
+    kinds = {
+        "resourceclaims": "ResourceClaim",
+        "resourceclaimtemplates": "ResourceClaimTemplate",
+        "deviceclasses": "DeviceClass",
+    }
+    for webhook in default["webhooks"]:
+        [rule] = webhook["rules"]
+        [resource] = rule["resources"]
+        assert webhook["name"] == f"{kinds[resource].lower()}.gpu.sharegpu.dev"
     managed = one(rendered["cert-manager"], "ValidatingWebhookConfiguration")
     cert = one(rendered["cert-manager"], "Certificate")
     injected = managed["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
@@ -463,6 +478,18 @@ def test_device_classes(rendered: dict[str, list[dict[str, Any]]]) -> None:
     cli_selectors = [s["cel"]["expression"] for s in default_device_class()["spec"]["selectors"]]
     chart_selectors = [s["cel"]["expression"] for s in gpu["spec"]["selectors"]]
     assert [e.replace('"', "'") for e in chart_selectors] == cli_selectors
+    # The classes the CLI says the chart installs (its messages, explain's stand-ins) are the
+    # ones it renders with its defaults, selector for selector; with every class enabled, the
+    # names the CLI knows are all the chart's.
+    rendered_classes = {d["metadata"]["name"]: d for d in (gpu, mig)}
+    assert list(rendered_classes) == list(chart_installed_class_names())
+    for stand_in in chart_installed_classes():
+        chart_class = rendered_classes[stand_in["metadata"]["name"]]
+        assert [
+            s["cel"]["expression"].replace('"', "'") for s in chart_class["spec"]["selectors"]
+        ] == [s["cel"]["expression"] for s in stand_in["spec"]["selectors"]]
+    every = {d["metadata"]["name"] for d in by_kind(rendered["extended-resource"], "DeviceClass")}
+    assert every == set(chart_device_class_names())
     classes = {
         d["metadata"]["name"]: d for d in by_kind(rendered["extended-resource"], "DeviceClass")
     }

@@ -36,7 +36,8 @@ def test_gpu_quota_admits_within_and_denies_over(webhook: str, crds: ControlPlan
     example = EXAMPLES_DIR / "gpu-quota"
     crds.kubectl("apply", "-f", str(example / "gpu-quota.yaml"), step_name="apply the GpuQuota")
     claims = {
-        d["metadata"]["name"]: d for d in load_documents((example / "claims.yaml").read_text())
+        d["metadata"]["name"]: d
+        for d in load_documents((example / "quota-claims.yaml").read_text())
     }
     within = crds.kubectl(
         "create", "-f", "-", stdin=yaml.safe_dump(claims["share-a"]), step_name="claim within"

@@ -20,7 +20,7 @@ INSTALL_MD = REPO_ROOT / "docs" / "install.md"
 SECTION = "## Trying sharegpu on a local cluster without docker"
 #: Commands the section says fail, and the words their output must hold.
 EXPECTED_FAILURES = {
-    "kubectl apply -f examples/gpu-quota/claims.yaml": ("share-a", "team-gpus"),
+    "kubectl apply -f examples/gpu-quota/quota-claims.yaml": ("share-a", "team-gpus"),
 }
 
 

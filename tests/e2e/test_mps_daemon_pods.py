@@ -151,17 +151,19 @@ def test_mps_daemon_pods_start_adopt_deny_and_go(
     assert plugin is not None
     account = plugin["spec"]["serviceAccountName"]
     own = _token_kubeconfig(plane, "mps-plugin", account, plugin)
+    # Copies under the live pod's name: admission judges them before the name is found taken.
     changed = _clone(daemon)
-    changed["metadata"]["name"] += "-x"
+    image = changed["spec"]["containers"][0]["image"]
     changed["spec"]["containers"][0]["image"] = "attacker/tool:1"
-    _as(plane, own, "create", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(changed))
+    out = _as(plane, own, "create", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(changed))
+    with step("the plugin may not run another image in a daemon pod", "kubectl create"):
+        assert f"an MPS daemon pod may only run the image {image}" in out, out
     elsewhere = _clone(daemon)
     elsewhere["metadata"]["annotations"][ANNOTATION_NODE] = OTHER_NODE
     terms = elsewhere["spec"]["affinity"]["nodeAffinity"]
     terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][
         0
     ]["values"] = [OTHER_NODE]
-    elsewhere["metadata"]["name"] += "-y"
     out = _as(plane, own, "create", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(elsewhere))
     with step("the plugin may not pin a daemon pod to another node", "kubectl create"):
         assert f"the sharegpu kubelet plugin on node {real_node.name} may only" in out, out

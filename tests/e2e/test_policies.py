@@ -151,6 +151,23 @@ def test_plugin_cannot_create_a_daemon_pod_for_another_node(
         ) in out, out
 
 
+def test_plugin_cannot_take_another_nodes_daemon_pod_name(
+    crds: ControlPlane, plugin: RunningPlugin, daemon_pod: dict[str, Any]
+) -> None:
+    """Pinned to its own node, but named as node B's daemon: B could then never start it."""
+    pod = copy.deepcopy(daemon_pod)
+    name = pod["metadata"]["name"]
+    pod["metadata"]["name"] = name.replace(f"-{plugin.node}-", f"-{OTHER_NODE}-")
+    assert pod["metadata"]["name"] != name
+    admitted, out = _as_plugin(crds, plugin, pod, "--dry-run=server")
+    with step("a daemon pod named for node B is denied", "kubectl create --dry-run=server"):
+        assert not admitted, out
+        assert (
+            f"{POD_POLICY} denied request: the sharegpu kubelet plugin on node {plugin.node} "
+            "may only create MPS daemon pods named"
+        ) in out, out
+
+
 def test_a_token_without_a_node_cannot_write_slices(
     crds: ControlPlane, plugin: RunningPlugin, chart: list[dict[str, Any]]
 ) -> None:

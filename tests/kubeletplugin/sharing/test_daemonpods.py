@@ -18,6 +18,7 @@ from kubeletplugin.sharing.daemonpods import (
     LABEL_DAEMON,
     LABEL_GPU,
     LABEL_NODE,
+    MAX_POD_NAME,
     MAX_TEMPLATE_NAME,
     SET_DEFAULTS_SCRIPT,
     PodLauncher,
@@ -28,7 +29,7 @@ from kubeletplugin.sharing.daemonpods import (
 )
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import SharingEnforcer
-from kubeletplugin.sharing.mpspaths import MpsPaths, daemon_id, short_id
+from kubeletplugin.sharing.mpspaths import DAEMON_ID_LENGTH, MpsPaths, daemon_id, short_id
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, FakePodApi, Tools, decided, record
 
@@ -67,7 +68,7 @@ def spec(root: Path = Path("/run/sharegpu/mps")) -> DaemonSpec:
 def test_the_pod_runs_on_its_node_with_the_claims_directories() -> None:
     pod = daemon_pod(TEMPLATE, spec(), namespace=NS, node_name=NODE)
     sid = daemon_id(CLAIM, U)
-    assert pod["metadata"]["name"] == f"sharegpu-mps-{short_id(NODE)}-{sid}"
+    assert pod["metadata"]["name"] == f"sharegpu-mps-{NODE}-{sid}"
     assert pod["metadata"]["namespace"] == NS
     assert pod["metadata"]["labels"] == {
         "app": "mps",
@@ -203,21 +204,32 @@ def test_remove_waits_for_the_pod_to_be_gone_and_says_when_it_is_not() -> None:
     )
     launcher.launch(spec())
     api.delete = lambda namespace, name, grace_seconds: None  # type: ignore[method-assign]
-    name = f"sharegpu-mps-{short_id(NODE)}-{daemon_id(CLAIM, U)}"
+    name = f"sharegpu-mps-{NODE}-{daemon_id(CLAIM, U)}"
     with pytest.raises(DaemonError, match=f"pod {NS}/{name} is still"):
         launcher.remove(spec())
     assert naps  # it polled, with a bounded back-off
 
 
-def test_names_carry_the_node_and_stay_within_a_dns_label() -> None:
+def test_names_carry_the_node_and_stay_within_a_dns_subdomain() -> None:
     longest = {**TEMPLATE, "metadata": {"name": "x" * MAX_TEMPLATE_NAME}}
-    a = daemon_pod(longest, spec(), namespace=NS, node_name="n" * 253)
-    b = daemon_pod(longest, spec(), namespace=NS, node_name="m" * 253)
-    assert len(a["metadata"]["name"]) == 63 and a["metadata"]["name"] != b["metadata"]["name"]
-    assert daemon_pod(longest, spec(), namespace=NS, node_name="n" * 253) == a  # stable
+    node = "n" * (MAX_POD_NAME - MAX_TEMPLATE_NAME - 2 - DAEMON_ID_LENGTH)
+    a = daemon_pod(longest, spec(), namespace=NS, node_name=node)
+    assert a["metadata"]["name"] == f"{'x' * MAX_TEMPLATE_NAME}-{node}-{daemon_id(CLAIM, U)}"
+    assert len(a["metadata"]["name"]) == MAX_POD_NAME
+    assert daemon_pod(longest, spec(), namespace=NS, node_name=node) == a  # stable
     too_long = {**TEMPLATE, "metadata": {"name": "x" * (MAX_TEMPLATE_NAME + 1)}}
     with pytest.raises(TemplateError, match=r"metadata\.name must be"):
         PodLauncher(FakePodApi(SimulatedNvidiaTools()), too_long, namespace=NS, node_name=NODE)
+
+
+def test_a_node_name_too_long_for_the_pod_name_is_a_daemon_error() -> None:
+    api = FakePodApi(SimulatedNvidiaTools())
+    longest = {**TEMPLATE, "metadata": {"name": "x" * MAX_TEMPLATE_NAME}}
+    node = "n" * (MAX_POD_NAME - MAX_TEMPLATE_NAME - 1 - DAEMON_ID_LENGTH)
+    launcher = PodLauncher(api, longest, namespace=NS, node_name=node)
+    with pytest.raises(DaemonError, match="longer than 253 characters: node name"):
+        launcher.launch(spec())
+    assert api.pods == {}
 
 
 def _squat(api: FakePodApi, pod: dict[str, Any]) -> None:
@@ -302,7 +314,7 @@ def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
     done = first.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
     state = first.export_state()
     daemon = daemon_id("claim-a", uuid)
-    assert state["mps"][daemon]["daemon"] == f"pod {NS}/sharegpu-mps-{short_id(NODE)}-{daemon}"
+    assert state["mps"][daemon]["daemon"] == f"pod {NS}/sharegpu-mps-{NODE}-{daemon}"
     # The plugin container restarts (or the DaemonSet rolls): the daemon pod stays.
     second = enforcer(tools, api, tmp_path)
     second.restore(
@@ -340,7 +352,7 @@ def test_a_crashed_daemon_pod_is_replaced_before_the_next_share_attaches(tmp_pat
     uuid = h.gpus()[0].uuid
     plugin = enforcer(tools, api, tmp_path)
     plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())
-    api.crash(NS, f"sharegpu-mps-{short_id(NODE)}-{daemon_id('claim-a', uuid)}")
+    api.crash(NS, f"sharegpu-mps-{NODE}-{daemon_id('claim-a', uuid)}")
     tools.fake.clear()
     # A re-prepare of the claim (kubelet retries) replaces its crash-looping daemon.
     plugin.apply("claim-a", [share(30, 10 * GI, "s-1")], DriverConfigs())

@@ -377,7 +377,7 @@ def test_quota_verdicts_name_the_quota_and_what_is_left(
         [
             "explain",
             "-f",
-            str(examples / "claims.yaml"),
+            str(examples / "quota-claims.yaml"),
             "--quota",
             str(examples / "gpu-quota.yaml"),
             "--mock",
@@ -410,7 +410,7 @@ def test_a_quota_file_without_a_quota_is_one_clear_error(
     claim.write_text(yaml.safe_dump(default_device_class()))
     examples = EXAMPLES_DIR / "gpu-quota"
     code = main(
-        ["explain", "-f", str(examples / "claims.yaml"), "--quota", str(claim), "--mock", "1"]
+        ["explain", "-f", str(examples / "quota-claims.yaml"), "--quota", str(claim), "--mock", "1"]
     )
     err = capsys.readouterr().err
     assert code == 2

@@ -67,14 +67,43 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s/plugins_registry" (trimSuffix "/" .Values.kubeletPlugin.kubeletDir) }}
 {{- end }}
 
+{{/*
+The plugin's claim status writes (measured usage written into its claims' status.devices): "true"
+or "". One condition for the RBAC grant (rbac-kubeletplugin.yaml), the policy that narrows it to
+the plugin's node (claimstatus-policy.yaml) and the plugin's --usage-write-interval, so the grant
+never exists without its policy.
+*/}}
+{{- define "sharegpu.pluginWritesClaimStatus" -}}
+{{- $p := .Values.kubeletPlugin -}}
+{{- if and $p.enabled $p.usage.enabled $p.usage.writeInterval .Values.resourceSlicePolicy.enabled -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+The IPv4 address the plugin's /metrics and /healthz listen on; "" means the pod's IP. In the
+node's network namespace (hostNetwork) the pod's IP is the node's, outside every NetworkPolicy,
+so there an unset address is 127.0.0.1 (the schema refuses any other address there unless
+kubeletPlugin.metrics.exposeOnNodeNetwork).
+*/}}
+{{- define "sharegpu.pluginMetricsAddress" -}}
+{{- $p := .Values.kubeletPlugin -}}
+{{- if $p.metrics.address -}}
+{{- $p.metrics.address -}}
+{{- else if $p.hostNetwork -}}
+127.0.0.1
+{{- end -}}
+{{- end }}
+
 {{/* Common container flags: logging. */}}
 {{- define "sharegpu.loggingArgs" -}}
 - --log-format={{ .Values.logging.format }}
 - --log-level={{ .Values.logging.level }}
 {{- end }}
 
-{{/* Name of the MPS daemon pods (the plugin appends -<8 hex digits of the node>-<12 hex
-    digits of the claim and GPU>; a pod name here is at most 63 characters). */}}
+{{/* Name of the MPS daemon pods (the plugin appends -<node name>-<12 hex digits of the claim
+    and GPU>, the shape the -mps-pods policy requires; the plugin takes a template name of at
+    most 41 characters). */}}
 {{- define "sharegpu.mpsDaemonName" -}}
 {{- printf "%s-mps" (include "sharegpu.fullname" .) | trunc 41 | trimSuffix "-" }}
 {{- end }}
