@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit oracle e2e local-cluster gpu-test venv clean
+.PHONY: demo test lint typecheck unit oracle e2e local-cluster image gpu-test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,18 @@ local-cluster: $(STAMP)
 	bash tests/install-helm.sh
 	$(BIN)/python -m tests.e2e.binaries
 	$(BIN)/python -m tests.e2e.cluster
+
+## The driver's image without docker or a registry (deploy/image/build.py): a Debian bookworm root
+## filesystem from Debian packages (mmdebstrap, installed with apt where missing; the packages are
+## cached in ~/.cache/sharegpu-image), Debian's Python 3.11 and tini, and the project's wheels.
+## Writes dist/sharegpu-image.tar (IMAGE_ARCHIVE=file elsewhere; an OCI layout that is also a docker
+## archive) named sharegpu:<the chart's appVersion>;
+## `podman load -i`, `ctr -n k8s.io images import` or `docker load -i` load it.
+## IMAGE=registry.example.com/sharegpu:0.1.0 names it otherwise.
+IMAGE ?=
+IMAGE_ARCHIVE ?=
+image: $(STAMP)
+	$(BIN)/python deploy/image/build.py $(if $(IMAGE),--name $(IMAGE)) $(if $(IMAGE_ARCHIVE),--output $(IMAGE_ARCHIVE))
 
 ## Set up everything and run the whole test suite (linters, type checks, tests).
 test: lint typecheck unit
