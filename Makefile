@@ -68,11 +68,14 @@ local-cluster: $(STAMP)
 ## Writes dist/sharegpu-image.tar (IMAGE_ARCHIVE=file elsewhere; an OCI layout that is also a docker
 ## archive) named sharegpu:<the chart's appVersion>;
 ## `podman load -i`, `ctr -n k8s.io images import` or `docker load -i` load it.
-## IMAGE=registry.example.com/sharegpu:0.1.0 names it otherwise.
+## IMAGE=registry.example.com/sharegpu:0.1.0 names it otherwise; REFRESH=1 makes the cached Debian
+## base anew (Debian's updates since).
 IMAGE ?=
 IMAGE_ARCHIVE ?=
+REFRESH ?=
 image: $(STAMP)
-	$(BIN)/python deploy/image/build.py $(if $(IMAGE),--name $(IMAGE)) $(if $(IMAGE_ARCHIVE),--output $(IMAGE_ARCHIVE))
+	$(BIN)/python deploy/image/build.py $(if $(IMAGE),--name $(IMAGE)) \
+		$(if $(IMAGE_ARCHIVE),--output $(IMAGE_ARCHIVE)) $(if $(REFRESH),--refresh-base)
 
 ## Set up everything and run the whole test suite (linters, type checks, tests).
 test: lint typecheck unit

@@ -149,6 +149,8 @@ def base_recipe(mirror: str, security: str) -> dict[str, object]:
         "sources": [s.format(mirror=mirror, security=security) for s in SOURCES],
         "dpkg": list(DPKG_EXCLUDES),
         "user": [USER, USER_NAME],
+        # what _normalized keeps of mmdebstrap's tar
+        "layout": 2,
     }
 
 
@@ -166,13 +168,14 @@ def _normalized(source: Path, target: Path) -> None:
             dst.addfile(member, src.extractfile(member) if member.isreg() else None)
 
 
-def base_layer(cache: Path, mirror: str, security: str) -> Path:
-    """The cached base layer of the recipe, made with mmdebstrap when absent."""
+def base_layer(cache: Path, mirror: str, security: str, *, refresh: bool = False) -> Path:
+    """The cached base layer of the recipe, made with mmdebstrap when absent (or ``refresh``:
+    Debian's updates since the cached one was made)."""
     recipe = base_recipe(mirror, security)
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     layer = cache / f"base-{SUITE}-{key}.tar"
     with _locked(cache / "base.lock"):
-        if layer.exists():
+        if layer.exists() and not refresh:
             return layer
         _install_mmdebstrap()
         print(f"building the Debian {SUITE} base layer with mmdebstrap ...", flush=True)
@@ -299,11 +302,12 @@ def build(
     cache: Path | None = None,
     mirror: str = DEFAULT_MIRROR,
     security: str = DEFAULT_SECURITY,
+    refresh: bool = False,
 ) -> Path:
     """Write the image under ``names`` to ``output`` (an OCI layout that is also a docker
     archive); returns ``output``."""
     cache = cache or default_cache()
-    base = base_layer(cache, mirror, security)
+    base = base_layer(cache, mirror, security, refresh=refresh)
     python = image_python(base)
     here = f"python{sys.version_info.major}.{sys.version_info.minor}"
     if python != here:
@@ -352,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("DEBIAN_SECURITY_MIRROR", DEFAULT_SECURITY),
         help="Debian security mirror (default $DEBIAN_SECURITY_MIRROR or %(default)s)",
     )
+    parser.add_argument(
+        "--refresh-base",
+        action="store_true",
+        help="make the Debian base layer anew (Debian's updates since the cached one)",
+    )
     return parser
 
 
@@ -365,7 +374,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = args.output or REPO_ROOT / DEFAULT_OUTPUT
     names = [name, *(f"{repository}:{extra}" for extra in args.also_tag)]
     try:
-        build(output, names, cache=args.cache, mirror=args.mirror, security=args.security_mirror)
+        build(
+            output,
+            names,
+            cache=args.cache,
+            mirror=args.mirror,
+            security=args.security_mirror,
+            refresh=args.refresh_base,
+        )
     except (BuildError, subprocess.TimeoutExpired) as exc:
         print(f"make image: {exc}", file=sys.stderr)
         return 1

@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tarfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -141,7 +143,32 @@ def test_build_refuses_a_python_other_than_the_images(
 ) -> None:
     build = driverimage.builder()
     base = _tar(tmp_path / "base.tar", [_member("usr/bin/python3.99", size=1)])
-    monkeypatch.setattr(build, "base_layer", lambda *_args: base)
+    monkeypatch.setattr(build, "base_layer", lambda *_args, **_kwargs: base)
     with pytest.raises(build.BuildError, match=r"the image's Python is python3\.99"):
         build.build(tmp_path / "out.tar", ["sharegpu:1"], cache=tmp_path)
     assert not (tmp_path / "out.tar").exists()
+
+
+def test_dockerfile_follows_the_recipe_of_make_image() -> None:
+    """deploy/Dockerfile writes the same console scripts, installs the same Debian packages and
+    creates the same user as deploy/image/build.py."""
+    build = driverimage.builder()
+    dockerfile = (REPO_ROOT / "deploy" / "Dockerfile").read_text()
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    (entries,) = re.findall(r"for entry in ([^;]+);", dockerfile)
+    assert sorted(entries.replace("\\\n", " ").split()) == sorted(
+        f"{name}:{target.split(':', 1)[0]}" for name, target in scripts.items()
+    )
+    (final_install,) = re.findall(
+        r"apt-get install -y --no-install-recommends ([^\n]+tini[^\n]*)", dockerfile
+    )
+    assert sorted(final_install.replace("\\", " ").split()) == sorted(build.PACKAGES)
+    assert f"debian:{build.SUITE}-slim" in dockerfile
+    assert f"USER {build.USER}" in dockerfile
+    uid, gid = build.USER.split(":")
+    assert (
+        f"--uid {uid} --gid {gid}" in dockerfile and f"--gid {gid} {build.USER_NAME}" in dockerfile
+    )
+    ignored = (REPO_ROOT / "deploy" / "Dockerfile.dockerignore").read_text().split()
+    for package in build.PROJECT_PACKAGES:
+        assert f"!{package}/" in ignored, f"the build context leaves out {package}/"
