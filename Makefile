@@ -29,6 +29,7 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	bash tests/setup-system.sh
 	$(BIN)/python -m tests.e2e.binaries
+	-$(BIN)/python deploy/image/build.py
 	$(BIN)/python -m tests.oracle.upstream
 	$(BIN)/pytest -q -p no:cacheprovider
 
@@ -47,17 +48,20 @@ gpu-test: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/gpu --keep-gpu-settings --gpu-report=$(GPU_REPORT)
 
 ## Build the upstream Kubernetes binaries and containerd (cached outside the checkout), then, in a
-## sealed network namespace of the run's own, start etcd, the control plane and a real node
+## sealed network namespace of the run's own (after `make image`, whose cached layers the run's
+## image build reuses), start etcd, the control plane and a real node
 ## (containerd, kubelet, kube-proxy), install the chart with its defaults and run the examples'
 ## pods (tests/e2e/). K8S=1.36.3 runs the same against the second pinned release.
 K8S ?=
 e2e: $(STAMP)
 	bash tests/install-helm.sh
+	-$(BIN)/python deploy/image/build.py
 	SHAREGPU_E2E_K8S=$(K8S) $(BIN)/python -m tests.e2e.binaries
 	SHAREGPU_E2E_K8S=$(K8S) $(BIN)/pytest -q -p no:cacheprovider tests/e2e
 
-## The same control plane with the CRDs, the controller and its webhook, kept running for kubectl.
-local-cluster: $(STAMP)
+## The same control plane with the CRDs, the controller and its webhook, kept running for kubectl;
+## `make image` first, so that the cluster's image build finds its layers cached.
+local-cluster: image
 	bash tests/install-helm.sh
 	$(BIN)/python -m tests.e2e.binaries
 	$(BIN)/python -m tests.e2e.cluster
@@ -69,7 +73,7 @@ local-cluster: $(STAMP)
 ## archive) named sharegpu:<the chart's appVersion>;
 ## `podman load -i`, `ctr -n k8s.io images import` or `docker load -i` load it.
 ## IMAGE=registry.example.com/sharegpu:0.1.0 names it otherwise; REFRESH=1 makes the cached Debian
-## base anew (Debian's updates since).
+## layer anew and asks PyPI again (the updates since).
 IMAGE ?=
 IMAGE_ARCHIVE ?=
 REFRESH ?=

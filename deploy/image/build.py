@@ -6,10 +6,13 @@ The recipe of ``deploy/Dockerfile``, from Debian packages and Python wheels only
    :data:`SUITE` with Debian's ``python3`` and ``tini`` (:data:`PACKAGES`), without
    documentation, and the unprivileged user ``sharegpu`` (:data:`USER`); cached under
    ``~/.cache/sharegpu-image`` by its recipe, so only the first build downloads packages;
-2. the project layer: the wheels of the project and its dependencies (``pip wheel`` from PyPI
-   and the checkout) unpacked into ``/usr/local/lib/python3.X/dist-packages``, Debian's place for
-   locally installed packages, compiled to bytecode, with the console scripts of
-   ``pyproject.toml`` in ``/usr/local/bin`` and the examples in ``/usr/share/sharegpu/examples``.
+2. the dependencies' layer: the wheels of the project's runtime dependencies (``pip wheel``
+   from PyPI, kept in the cache; with all of them there, no index is asked) unpacked into
+   ``/usr/local/lib/python3.X/dist-packages``, Debian's place for locally installed packages,
+   and compiled to bytecode; cached by the wheels' names;
+3. the project's layer: its wheel (built from a copy of the checkout's sources) unpacked the
+   same way, the console scripts of ``pyproject.toml`` in ``/usr/local/bin`` and the examples in
+   ``/usr/share/sharegpu/examples``.
 
 The output is one tar that is both an OCI image layout (``podman load``, ``ctr images import``,
 ``skopeo copy oci-archive:...``) and a docker archive (``docker load``), named as the chart
@@ -211,35 +214,54 @@ def image_python(layer: Path) -> str:
     raise BuildError(f"{layer}: no usr/bin/python3.X")
 
 
-def build_wheels(directory: Path) -> list[Path]:
-    """The wheels of the project and of its runtime dependencies. The project is built from a
-    copy of its sources (as ``deploy/Dockerfile`` copies them): setuptools' ``build/`` in the
-    checkout could hold modules deleted since."""
+def _project_source(directory: Path) -> Path:
+    """A copy of the project's sources (as ``deploy/Dockerfile`` copies them): setuptools'
+    ``build/`` in the checkout could hold modules deleted since."""
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO_ROOT / name, directory / name)
+    for package in PROJECT_PACKAGES:
+        shutil.copytree(
+            REPO_ROOT / package,
+            directory / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+    return directory
+
+
+def build_wheels(directory: Path, wheel_cache: Path, *, refresh: bool = False) -> list[Path]:
+    """The wheels of the project and of its runtime dependencies in ``directory``. The
+    dependencies come from ``wheel_cache`` alone where it holds them all (no index asked),
+    else from PyPI (unless ``refresh``, the cache first); the dependencies' wheels are kept
+    there."""
+    wheel_cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sharegpu-src-") as tmp:
-        source = Path(tmp)
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy2(REPO_ROOT / name, source / name)
-        for package in PROJECT_PACKAGES:
-            shutil.copytree(
-                REPO_ROOT / package,
-                source / package,
-                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-            )
-        _run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-             "--wheel-dir", str(directory), str(source)],
-            "pip wheel",
-            timeout=1800,
-        )  # fmt: skip
-    return sorted(directory.glob("*.whl"))
+        source = _project_source(Path(tmp))
+        argv = [
+            *(sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check"),
+            *("--wheel-dir", str(directory), "--find-links", str(wheel_cache), str(source)),
+        ]
+        offline = subprocess.run(
+            [*argv, "--no-index"], capture_output=True, text=True, check=False, timeout=1800
+        )
+        if refresh or offline.returncode != 0:
+            _run(argv, "pip wheel", timeout=1800)
+    wheels = sorted(directory.glob("*.whl"))
+    for wheel in wheels:
+        if not _is_project(wheel):
+            shutil.copy2(wheel, wheel_cache / wheel.name)
+    return wheels
+
+
+def _is_project(wheel: Path) -> bool:
+    return wheel.name.startswith("sharegpu-")
 
 
 def _script(module: str) -> str:
     return f"#!/usr/bin/python3\nimport sys\nfrom {module} import main\nsys.exit(main())\n"
 
 
-def _stage_project(stage: Path, wheels: Sequence[Path], python: str) -> None:
-    """Install ``wheels`` under ``stage`` as they lie in the image (see the module's 2.)."""
+def _install(stage: Path, wheels: Sequence[Path], python: str) -> None:
+    """Unpack ``wheels`` under ``stage`` where they lie in the image, compiled to bytecode."""
     site = stage / "usr" / "local" / "lib" / python / "dist-packages"
     _run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
@@ -254,14 +276,6 @@ def _stage_project(stage: Path, wheels: Sequence[Path], python: str) -> None:
         "compileall",
         timeout=1800,
     )  # fmt: skip
-    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    bin_dir = stage / "usr" / "local" / "bin"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    for name, entry in scripts.items():
-        script = bin_dir / name
-        script.write_text(_script(entry.split(":", 1)[0]))
-        script.chmod(0o755)
-    shutil.copytree(REPO_ROOT / "examples", stage / "usr" / "share" / "sharegpu" / "examples")
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -273,16 +287,43 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def project_layer(work: Path, python: str) -> Path:
-    """The project layer as a tar under ``work``."""
-    wheels = build_wheels(work / "wheels")
-    stage = work / "stage"
-    _stage_project(stage, wheels, python)
-    layer = work / "project.tar"
+def _layer_of(stage: Path, layer: Path) -> Path:
+    """``stage``'s tree as a layer tar at ``layer``, every entry owned by root."""
     with tarfile.open(layer, "w", format=tarfile.PAX_FORMAT) as tar:
         for top in sorted(stage.iterdir()):
             tar.add(str(top), arcname=top.name, filter=_root_owned)
     return layer
+
+
+def dependencies_layer(cache: Path, wheels: Sequence[Path], python: str) -> Path:
+    """The cached layer of the dependencies' ``wheels`` (named by their file names and
+    ``python``), made when absent."""
+    names = sorted(w.name for w in wheels)
+    key = hashlib.sha256(json.dumps([python, names]).encode()).hexdigest()[:16]
+    layer = cache / f"dependencies-{key}.tar"
+    with _locked(cache / "dependencies.lock"):
+        if layer.exists():
+            return layer
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            stage = Path(tmp) / "stage"
+            _install(stage, wheels, python)
+            _layer_of(stage, Path(tmp) / "layer.tar").rename(layer)
+    return layer
+
+
+def project_layer(work: Path, wheel: Path, python: str) -> Path:
+    """The project's layer under ``work``: its packages, console scripts and examples."""
+    stage = work / "stage"
+    _install(stage, [wheel], python)
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    bin_dir = stage / "usr" / "local" / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, entry in scripts.items():
+        script = bin_dir / name
+        script.write_text(_script(entry.split(":", 1)[0]))
+        script.chmod(0o755)
+    shutil.copytree(REPO_ROOT / "examples", stage / "usr" / "share" / "sharegpu" / "examples")
+    return _layer_of(stage, work / "project.tar")
 
 
 def _architecture() -> str:
@@ -317,11 +358,14 @@ def build(
         )
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sharegpu-image-") as tmp:
-        layer = project_layer(Path(tmp), python)
+        wheels = build_wheels(Path(tmp) / "wheels", cache / "wheels", refresh=refresh)
+        (project,) = [w for w in wheels if _is_project(w)]
+        dependencies = dependencies_layer(cache, [w for w in wheels if w != project], python)
+        layer = project_layer(Path(tmp), project, python)
         write_oci_archive(
             output,
             names,
-            [base, layer],
+            [base, dependencies, layer],
             cmd=("sharegpu", "--help"),
             env=ENV,
             user=USER,
