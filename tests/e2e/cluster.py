@@ -4,9 +4,10 @@
 It starts what ``make e2e`` tests, in a sealed network namespace of its own: etcd, the control
 plane, a real node (containerd, the kubelet, kube-proxy) from the cached upstream binaries, the
 CRDs, and the chart installed with ``helm install`` and its defaults (the controller Deployment
-and its webhook, the kubelet-plugin DaemonSet on 8 mock GPUs, the driver's image built here).
-It writes ``kubectl`` and ``helm`` wrappers that run inside the namespace with the admin
-kubeconfig, prints the ``PATH`` to use and runs until Ctrl-C or SIGTERM; then it uninstalls the
+and its webhook, the kubelet-plugin DaemonSet on 8 mock GPUs, the driver's image of
+``make image`` imported into the node's containerd). It writes ``kubectl`` and ``helm`` wrappers
+that run inside the namespace with the admin kubeconfig and a ``ctr`` wrapper for the node's
+containerd, prints the ``PATH`` to use and runs until Ctrl-C or SIGTERM; then it uninstalls the
 release and stops every process it started by its PID, and removes the namespace.
 """
 
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{work / 'logs'}); in another shell, as root, from the checkout:\n"
             f"  export PATH={wrappers}:$PATH\n"
             "  kubectl get gpus; kubectl get pods -n sharegpu-system\n"
+            "  ctr -n k8s.io images import dist/sharegpu-image.tar   # after `make image`\n"
             "Ctrl-C stops it and removes the namespace.",
             flush=True,
         )
