@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit oracle e2e local-cluster gpu-test venv clean release-check
+.PHONY: demo test lint typecheck unit oracle e2e local-cluster image gpu-test venv clean release-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,7 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	bash tests/setup-system.sh
 	$(BIN)/python -m tests.e2e.binaries
+	-$(BIN)/python deploy/image/build.py
 	$(BIN)/python -m tests.oracle.upstream
 	$(BIN)/pytest -q -p no:cacheprovider
 
@@ -47,17 +48,20 @@ gpu-test: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/gpu --keep-gpu-settings --gpu-report=$(GPU_REPORT)
 
 ## Build the upstream Kubernetes binaries and containerd (cached outside the checkout), then, in a
-## sealed network namespace of the run's own, start etcd, the control plane and a real node
+## sealed network namespace of the run's own (after `make image`, whose cached layers the run's
+## image build reuses), start etcd, the control plane and a real node
 ## (containerd, kubelet, kube-proxy), install the chart with its defaults and run the examples'
 ## pods (tests/e2e/). K8S=1.36.3 runs the same against the second pinned release.
 K8S ?=
 e2e: $(STAMP)
 	bash tests/install-helm.sh
+	-$(BIN)/python deploy/image/build.py
 	SHAREGPU_E2E_K8S=$(K8S) $(BIN)/python -m tests.e2e.binaries
 	SHAREGPU_E2E_K8S=$(K8S) $(BIN)/pytest -q -p no:cacheprovider tests/e2e
 
-## The same control plane with the CRDs, the controller and its webhook, kept running for kubectl.
-local-cluster: $(STAMP)
+## The same control plane with the CRDs, the controller and its webhook, kept running for kubectl;
+## `make image` first, so that the cluster's image build finds its layers cached.
+local-cluster: image
 	bash tests/install-helm.sh
 	$(BIN)/python -m tests.e2e.binaries
 	$(BIN)/python -m tests.e2e.cluster
@@ -68,6 +72,21 @@ local-cluster: $(STAMP)
 release-check: $(STAMP)
 	bash tests/install-helm.sh
 	$(BIN)/python deploy/release_check.py $(BIN)/helm
+
+## The driver's image without docker or a registry (deploy/image/build.py): a Debian bookworm root
+## filesystem from Debian packages (mmdebstrap, installed with apt where missing; the packages are
+## cached in ~/.cache/sharegpu-image), Debian's Python 3.11 and tini, and the project's wheels.
+## Writes dist/sharegpu-image.tar (IMAGE_ARCHIVE=file elsewhere; an OCI layout that is also a docker
+## archive) named sharegpu:<the chart's appVersion>;
+## `podman load -i`, `ctr -n k8s.io images import` or `docker load -i` load it.
+## IMAGE=registry.example.com/sharegpu:0.2.0 names it otherwise; REFRESH=1 makes the cached Debian
+## layer anew and asks PyPI again (the updates since).
+IMAGE ?=
+IMAGE_ARCHIVE ?=
+REFRESH ?=
+image: $(STAMP)
+	$(BIN)/python deploy/image/build.py $(if $(IMAGE),--name $(IMAGE)) \
+		$(if $(IMAGE_ARCHIVE),--output $(IMAGE_ARCHIVE)) $(if $(REFRESH),--refresh-base)
 
 ## Set up everything and run the whole test suite (linters, type checks, tests).
 test: lint typecheck unit

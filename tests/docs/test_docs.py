@@ -141,7 +141,7 @@ OTHER_TOOLS_FLAGS = {
     # helm package / helm upgrade (docs/install.md)
     "--destination",
     "--reuse-values",
-    # helm install without the CRDs (docs/quota.md), kubectl apply without OpenAPI
+    # helm install's flag the changelog's past entries name, kubectl apply without OpenAPI
     # (docs/development.md)
     "--skip-crds",
     "--validate",

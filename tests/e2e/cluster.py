@@ -4,9 +4,10 @@
 It starts what ``make e2e`` tests, in a sealed network namespace of its own: etcd, the control
 plane, a real node (containerd, the kubelet, kube-proxy) from the cached upstream binaries, the
 CRDs, and the chart installed with ``helm install`` and its defaults (the controller Deployment
-and its webhook, the kubelet-plugin DaemonSet on 8 mock GPUs, the driver's image built here).
-It writes ``kubectl`` and ``helm`` wrappers that run inside the namespace with the admin
-kubeconfig, prints the ``PATH`` to use and runs until Ctrl-C or SIGTERM; then it uninstalls the
+and its webhook, the kubelet-plugin DaemonSet on 8 mock GPUs, the driver's image of
+``make image`` imported into the node's containerd). It writes ``kubectl`` and ``helm`` wrappers
+that run inside the namespace with the admin kubeconfig and a ``ctr`` wrapper for the node's
+containerd, prints the ``PATH`` to use and runs until Ctrl-C or SIGTERM; then it uninstalls the
 release and stops every process it started by its PID, and removes the namespace.
 """
 
@@ -36,8 +37,9 @@ from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode, missing_node_prerequisite
 from tests.e2e.netns import missing_network_prerequisites
 from tests.e2e.processes import StepFailed
 
-#: What the wrappers run inside the cluster's network namespace.
-WRAPPED: Final = ("kubectl", "helm")
+#: What the wrappers run: kubectl and helm inside the cluster's network namespace, ctr against
+#: the node's containerd.
+WRAPPED: Final = ("kubectl", "helm", "ctr")
 
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:
@@ -55,20 +57,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def write_wrappers(plane: ControlPlane, helm: str, directory: Path) -> Path:
+def _wrapper(name: str, argv: list[str], exports: str) -> str:
+    return (
+        "#!/bin/sh\n"
+        f"# {name} of the sharegpu local cluster.\n"
+        f"{exports}"
+        f'exec {shlex.join(argv)} "$@"\n'
+    )
+
+
+def write_wrappers(plane: ControlPlane, helm: str, node: RealNode, directory: Path) -> Path:
     """``kubectl`` and ``helm`` scripts in ``directory`` that run the run's binaries inside the
-    cluster's network namespace with the admin kubeconfig; returns ``directory``."""
+    cluster's network namespace with the admin kubeconfig, and ``ctr`` against the node's
+    containerd (``ctr -n k8s.io images import`` as on any containerd node); returns
+    ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    binaries = {"kubectl": str(plane.bin / "kubectl"), "helm": helm}
+    kubeconfig = f"export KUBECONFIG={shlex.quote(str(plane.admin_kubeconfig))}\n"
+    scripts = {
+        "kubectl": _wrapper(
+            "kubectl", plane.network.argv([str(plane.bin / "kubectl")]), kubeconfig
+        ),
+        "helm": _wrapper("helm", plane.network.argv([helm]), kubeconfig),
+        "ctr": _wrapper("ctr", [str(plane.bin / "ctr"), f"--address={node.socket}"], ""),
+    }
     for name in WRAPPED:
-        argv = plane.network.argv([binaries[name]])
         script = directory / name
-        script.write_text(
-            "#!/bin/sh\n"
-            f"# {name} inside the sharegpu local cluster's network namespace.\n"
-            f"export KUBECONFIG={shlex.quote(str(plane.admin_kubeconfig))}\n"
-            f'exec {shlex.join(argv)} "$@"\n'
-        )
+        script.write_text(scripts[name])
         script.chmod(0o755)
     return directory
 
@@ -109,12 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
         daemon = plugindaemon.install(helm, plane, node, chart)
         driver.controller_deployment(plane, plugindaemon.release_manifest(daemon))
-        wrappers = write_wrappers(plane, helm, work / "bin")
+        wrappers = write_wrappers(plane, helm, node, work / "bin")
         print(
             f"local cluster running in the network namespace {plane.network.name} (logs in "
             f"{work / 'logs'}); in another shell, as root, from the checkout:\n"
             f"  export PATH={wrappers}:$PATH\n"
             "  kubectl get gpus; kubectl get pods -n sharegpu-system\n"
+            "  ctr -n k8s.io images import dist/sharegpu-image.tar   # after `make image`\n"
             "Ctrl-C stops it and removes the namespace.",
             flush=True,
         )

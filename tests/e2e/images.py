@@ -16,7 +16,7 @@ import json
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -89,10 +89,17 @@ def write_oci_archive(
     entrypoint: Sequence[str] = (),
     cmd: Sequence[str] = (),
     env: Sequence[str] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",),
+    user: str = "",
+    labels: Mapping[str, str] | None = None,
+    docker_archive: bool = False,
+    architecture: str = "amd64",
 ) -> Path:
-    """An OCI image layout tar at ``path`` with one linux/amd64 image (``layers``, uncompressed
+    """An OCI image layout tar at ``path`` with one linux image for ``architecture`` (OCI's names:
+    amd64, arm64) (``layers``, uncompressed
     tars given as bytes or files) listed once under each of ``names`` (qualified by
-    :func:`qualified`)."""
+    :func:`qualified`), running as ``user`` (empty: the image's root). With ``docker_archive``
+    the tar is also a docker archive (``docker load``): a ``manifest.json`` naming the same
+    config and layer blobs, as ``docker save`` writes beside the OCI layout."""
     blobs: dict[str, bytes | Path] = {}
 
     def blob(data: bytes | Path, media_type: str) -> dict[str, Any]:
@@ -105,17 +112,24 @@ def write_oci_archive(
 
     layer_descriptors = [blob(layer, "application/vnd.oci.image.layer.v1.tar") for layer in layers]
     config = {
-        "architecture": "amd64",
+        "architecture": architecture,
         "os": "linux",
-        "config": {"Entrypoint": list(entrypoint) or None, "Cmd": list(cmd) or None, "Env": env},
+        "config": {
+            "Entrypoint": list(entrypoint) or None,
+            "Cmd": list(cmd) or None,
+            "Env": list(env),
+            **({"User": user} if user else {}),
+            **({"Labels": dict(labels)} if labels else {}),
+        },
         "rootfs": {"type": "layers", "diff_ids": [d["digest"] for d in layer_descriptors]},
     }
+    config_descriptor = blob(
+        json.dumps(config, sort_keys=True).encode(), "application/vnd.oci.image.config.v1+json"
+    )
     manifest = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": blob(
-            json.dumps(config, sort_keys=True).encode(), "application/vnd.oci.image.config.v1+json"
-        ),
+        "config": config_descriptor,
         "layers": layer_descriptors,
     }
     manifest_descriptor = blob(
@@ -127,7 +141,7 @@ def write_oci_archive(
         "manifests": [
             {
                 **manifest_descriptor,
-                "platform": {"architecture": "amd64", "os": "linux"},
+                "platform": {"architecture": architecture, "os": "linux"},
                 "annotations": {
                     "io.containerd.image.name": qualified(name),
                     "org.opencontainers.image.ref.name": qualified(name).rsplit(":", 1)[1],
@@ -141,6 +155,17 @@ def write_oci_archive(
             "oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
             "index.json": json.dumps(index, sort_keys=True).encode(),
         }
+        if docker_archive:
+            docker_manifest = [
+                {
+                    "Config": f"blobs/sha256/{config_descriptor['digest'].split(':', 1)[1]}",
+                    "RepoTags": [qualified(name) for name in names],
+                    "Layers": [
+                        f"blobs/sha256/{d['digest'].split(':', 1)[1]}" for d in layer_descriptors
+                    ],
+                }
+            ]
+            entries["manifest.json"] = json.dumps(docker_manifest).encode()
         for directory in ("blobs", "blobs/sha256"):
             info = tarfile.TarInfo(directory)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
@@ -165,8 +190,11 @@ def busybox_image(path: Path, names: Sequence[str], cmd: Sequence[str] = ("sh",)
 
 
 def missing_tools() -> list[str]:
-    """What :func:`busybox_image` needs and this machine lacks."""
+    """What :func:`busybox_image` and the driver's image (``make image``) need and this machine
+    lacks."""
     missing = []
     if not BUSYBOX.exists() or shutil.which("busybox") is None:
         missing.append(f"no static busybox at {BUSYBOX} (apt-get install busybox-static)")
+    if shutil.which("mmdebstrap") is None:
+        missing.append("no mmdebstrap to build the driver's image (apt-get install mmdebstrap)")
     return missing
