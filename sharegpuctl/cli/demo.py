@@ -40,6 +40,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -138,9 +139,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--keep-running",
         action="store_true",
-        help="after allocating and preparing, keep the API server, the plugin and the claims "
-        "running for kubectl (prints the kubeconfig) until Ctrl-C or SIGTERM, then clean up "
-        "and print the report",
+        help="after allocating and preparing, print the tables and keep a demo cluster running "
+        "for kubectl (HTTPS on loopback, token in the printed kubeconfig): pods from kubectl "
+        "apply get claims from their templates, are admitted, allocated, prepared and run; "
+        "until Ctrl-C or SIGTERM, then clean up and print the report",
     )
     add_output_flag(p)
     p.set_defaults(run=run)
@@ -644,16 +646,14 @@ def remove_template_claims(node: Node, data: Obj) -> list[str]:
     return kept
 
 
-#: What reacts while the demo cluster runs (the banner's lines).
+#: What reacts while the demo cluster runs (the banner says it).
 REACTS: Final = (
-    "What reacts to kubectl: claims are made from ResourceClaimTemplates, checked by the "
-    "webhook's rules and GpuQuotas,",
-    "allocated by the scheduler's allocator (Scheduled / FailedScheduling events), prepared by "
-    "the plugin; pods run (no process:",
-    "`kubectl logs POD` prints the devices and CDI environment); the controller keeps GPU "
-    "objects and GpuQuota status;",
-    "deleting a pod or claim unprepares and deallocates. Deployments, Jobs and Services are "
-    "refused: use `make local-cluster`.",
+    "What reacts to kubectl: claims are made from ResourceClaimTemplates and checked by the "
+    "webhook's rules and GpuQuotas; pods' claims are allocated by the scheduler's allocator "
+    "(Scheduled or FailedScheduling events) and prepared by the plugin; pods run (no process: "
+    "`kubectl logs POD` prints the devices and CDI environment they got); the controller keeps "
+    "GPU objects and GpuQuota status; deleting a pod or claim unprepares and deallocates. "
+    "Deployments, Jobs, Services and other workloads are refused: use `make local-cluster`."
 )
 
 
@@ -694,7 +694,7 @@ def hold_until_signalled(node: Node, data: Obj, fmt: str = "table") -> int:
             f"The demo cluster is running: API server {node.url} (loopback, token in the "
             f"kubeconfig), node {NODE_NAME}; of the claims above, {', '.join(kept) or 'none'} "
             "stay allocated and prepared (those of templates were removed: a pod gets its own).",
-            *REACTS,
+            REACTS,
             f"  export KUBECONFIG={node.kubeconfig}",
             "  kubectl apply -f examples/two-pods-fractional-share/",
             "  kubectl get pods,resourceclaims -o wide; kubectl logs small-share",
@@ -702,7 +702,14 @@ def hold_until_signalled(node: Node, data: Obj, fmt: str = "table") -> int:
             "Press Ctrl-C (or send SIGTERM) to stop: the claims are unprepared, everything is "
             "removed and the report is printed.",
         ]
-        print("\n".join(lines), file=sys.stderr, flush=True)
+        wrapped = [
+            w
+            for line in lines
+            for w in textwrap.wrap(
+                line, WIDTH, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+            )
+        ]
+        print("\n".join(wrapped), file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             pass
     finally:

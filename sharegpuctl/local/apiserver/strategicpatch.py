@@ -47,7 +47,9 @@ def _without_directives(value: Any) -> Any:
 
 def strategic_merge(target: Obj, patch: Obj, schema: Obj) -> Obj:
     """``target`` with ``patch`` applied as a strategic merge patch of ``schema`` (a published
-    definition); ``target`` is left unchanged."""
+    definition). ``target`` is left unchanged; the result shares the parts the patch does not
+    touch with it (copy it before changing it in place). The work is linear in the sizes of
+    both: a merge list's elements are found by their merge key in a hash index."""
     merged = _merge_map(target, patch, schema, "")
     return merged if merged is not None else {}
 
@@ -66,7 +68,7 @@ def _merge_map(original: Obj, patch: Obj, schema: Obj, path: str) -> Obj | None:
             f'{path or "<root>"}: Unsupported value: "{directive}": supported values: '
             '"delete", "merge", "replace"',
         )
-    result = copy.deepcopy(original)
+    result = dict(original)  # shallow: nothing below is changed in place, only replaced
     retain = patch.get(RETAIN_KEYS)
     if isinstance(retain, list):
         result = {k: v for k, v in result.items() if k in retain}
@@ -111,14 +113,14 @@ def _merge_list(original: list[Any], patch: list[Any], schema: Obj, path: str) -
         return replaced
     if not all(isinstance(e, dict) for e in patch):
         present = {_ident(v) for v in original}
-        return copy.deepcopy(original) + [v for v in patch if _ident(v) not in present]
+        return list(original) + [v for v in patch if _ident(v) not in present]
     key = schema.get("x-kubernetes-patch-merge-key")
     if not isinstance(key, str):
         replaced = _without_directives(patch)
         return replaced
     items = schema.get("items")
     item_schema = items if isinstance(items, dict) else EMPTY
-    slots: list[Any] = copy.deepcopy(original)
+    slots: list[Any] = list(original)
     # merge key value -> the positions of the elements holding it, first first: each patch
     # element finds its target in constant time, so a merge is linear in both lists' lengths
     where: dict[str, deque[int]] = {}
