@@ -657,18 +657,11 @@ REACTS: Final = (
 )
 
 
-def hold_until_signalled(node: Node, data: Obj, fmt: str = "table") -> int:
-    """Print the tables so far (text output only: ``-o json`` stays one document), start what
-    reacts to kubectl, print how to reach it (on standard error) and wait for SIGINT or
-    SIGTERM; then stop it and unprepare every claim. Returns how many were unprepared."""
-    stop = threading.Event()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    for sig in previous:
-        signal.signal(sig, handle)
+@contextmanager
+def live_cluster(node: Node, data: Obj) -> Iterator[DemoCluster]:
+    """The controller, the webhook as the API server's admission and the demo cluster's loop,
+    running on ``node`` until the block ends (the claims stay prepared: see
+    :meth:`DemoCluster.unprepare_all`)."""
     driver = data["plugin"]["driver"]
     controller, webhook = start_controller(node, driver)
     cluster = DemoCluster(
@@ -687,35 +680,58 @@ def hold_until_signalled(node: Node, data: Obj, fmt: str = "table") -> int:
         tracker = controller.tracker
         if tracker is not None:
             node.server.wait_for(tracker.synced, timeout_s=SLICE_WAIT_S)
-        if fmt in ("table", "text"):
-            emit(data, tables_of(data, running=True), fmt)
-        kept = remove_template_claims(node, data)
-        lines = [
-            f"The demo cluster is running: API server {node.url} (loopback, token in the "
-            f"kubeconfig), node {NODE_NAME}; of the claims above, {', '.join(kept) or 'none'} "
-            "stay allocated and prepared (those of templates were removed: a pod gets its own).",
-            REACTS,
-            f"  export KUBECONFIG={node.kubeconfig}",
-            "  kubectl apply -f examples/two-pods-fractional-share/",
-            "  kubectl get pods,resourceclaims -o wide; kubectl logs small-share",
-            "  kubectl get gpus; kubectl get events",
-            "Press Ctrl-C (or send SIGTERM) to stop: the claims are unprepared, everything is "
-            "removed and the report is printed.",
-        ]
-        wrapped = [
-            w
-            for line in lines
-            for w in textwrap.wrap(
-                line, WIDTH, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
-            )
-        ]
-        print("\n".join(wrapped), file=sys.stderr, flush=True)
-        while not stop.wait(0.5):
-            pass
+        yield cluster
     finally:
         node.server.admission = None
         cluster.stop()
         controller.stop()
+
+
+def banner(node: Node, kept: Sequence[str]) -> str:
+    """How to reach the running demo cluster and what reacts, within :data:`WIDTH` columns."""
+    lines = [
+        f"The demo cluster is running: API server {node.url} (loopback, token in the "
+        f"kubeconfig), node {NODE_NAME}; of the claims above, {', '.join(kept) or 'none'} "
+        "stay allocated and prepared (those of templates were removed: a pod gets its own).",
+        REACTS,
+        f"  export KUBECONFIG={node.kubeconfig}",
+        "  kubectl apply -f examples/two-pods-fractional-share/",
+        "  kubectl get pods,resourceclaims -o wide; kubectl logs small-share",
+        "  kubectl get gpus; kubectl get events",
+        "Press Ctrl-C (or send SIGTERM) to stop: the claims are unprepared, everything is "
+        "removed and the report is printed.",
+    ]
+    return "\n".join(
+        w
+        for line in lines
+        for w in textwrap.wrap(
+            line, WIDTH, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+        )
+    )
+
+
+def hold_until_signalled(node: Node, data: Obj, fmt: str = "table") -> int:
+    """Start what reacts to kubectl (:func:`live_cluster`), print the tables so far (text
+    output only: ``-o json`` stays one document) and how to reach it (on standard error), and
+    wait for SIGINT or SIGTERM; then stop it and unprepare every claim. Returns how many claims
+    were unprepared."""
+    stop = threading.Event()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in previous:
+        signal.signal(sig, handle)
+    try:
+        with live_cluster(node, data) as cluster:
+            if fmt in ("table", "text"):
+                emit(data, tables_of(data, running=True), fmt)
+            kept = remove_template_claims(node, data)
+            print(banner(node, kept), file=sys.stderr, flush=True)
+            while not stop.wait(0.5):
+                pass
+    finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     cluster.unprepare_all()

@@ -17,8 +17,8 @@ runs around the driver, each reduced to what the driver needs, in one level-trig
 
 Invariants: every write goes through the API server; events are written only when what they
 say changes (a pod that cannot be scheduled gets one event per distinct reason); the loop runs
-after any change of pods, claims, templates, slices or classes, and never raises (a failed
-step is logged and retried on the next change).
+after any change of pods, claims, templates, slices or classes, and never raises (a refused
+write or a failed gRPC call is logged in one line and the pass retried after :data:`RETRY_S`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+import grpc
 
 from api import names
 from api.jsontypes import Obj
@@ -52,6 +54,8 @@ POD_CLAIM_NAME: Final = "resource.kubernetes.io/pod-claim-name"
 MAX_GENERATE_BASE: Final = 57
 #: How often the loop looks for changes when nothing woke it.
 POLL_S: Final = 0.2
+#: How long the loop waits before it retries a pass that failed.
+RETRY_S: Final = 2.0
 #: The resources whose changes make the loop run.
 WATCHED: Final = (
     "pods",
@@ -204,9 +208,13 @@ class DemoCluster:
             if seen != self._seen:
                 try:
                     self.sync()
+                    self._seen = seen
+                except (KubeApiError, grpc.RpcError) as exc:  # e.g. a conflict: retried
+                    log.warning("demo cluster: a step failed, retrying: %s", exc)
+                    self._stop.wait(RETRY_S)
                 except Exception:  # a defect: logged, the next change retries
                     log.exception("demo cluster: a sync failed")
-                self._seen = seen
+                    self._seen = seen
             self._stop.wait(POLL_S)
 
     def pod_logs(self, namespace: str, name: str, container: str | None) -> str:

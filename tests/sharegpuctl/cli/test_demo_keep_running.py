@@ -220,7 +220,11 @@ def test_examples_run_as_pods_with_their_shares(kubectl: Kubectl) -> None:
     ]
     reasons = {e["reason"] for e in _events(kubectl, "whole-gpu")}
     assert {"Scheduled", "Started"} <= reasons
-    assert claim["metadata"]["name"] in _counted_claims(kubectl)
+    eventually(
+        lambda: claim["metadata"]["name"] in _counted_claims(kubectl),
+        "the GPU objects count the generated claim",
+        timeout_s=WAIT_S,
+    )
 
 
 def test_a_pod_that_cannot_fit_gets_failed_scheduling_with_the_reason(
@@ -281,7 +285,9 @@ def test_editing_a_gpu_to_a_bogus_sharing_mode_is_refused(kubectl: Kubectl, tmp_
 
 
 def test_deleting_a_claim_unprepares_it_and_stops_counting_it(kubectl: Kubectl) -> None:
-    assert "small-share" in _counted_claims(kubectl)
+    eventually(
+        lambda: "small-share" in _counted_claims(kubectl), "small-share counted", timeout_s=WAIT_S
+    )
     kubectl.ok("delete", "resourceclaim", "small-share")
     eventually(
         lambda: "small-share" not in _counted_claims(kubectl),
