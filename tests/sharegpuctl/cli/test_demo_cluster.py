@@ -17,6 +17,12 @@ from tests.helpers import eventually
 from tests.paths import EXAMPLES_DIR
 
 RESOURCE_API = f"/apis/{names.RESOURCE_GROUP_VERSION}"
+#: A GpuConfig the webhook's checks refuse (no such strategy).
+BAD_CONFIG = {
+    "apiVersion": names.GROUP_VERSION,
+    "kind": "GpuConfig",
+    "sharing": {"strategy": "Bogus"},
+}
 WAIT_S = 120.0
 
 
@@ -129,6 +135,17 @@ def seen() -> dict[str, Any]:
                 )
             except KubeApiError as exc:
                 found["deployment"] = exc
+            bad = _template("bad")
+            bad["kind"] = "ResourceClaim"
+            bad["spec"] = dict(bad["spec"]["spec"])
+            bad["spec"]["devices"]["config"] = [
+                {"opaque": {"driver": names.DEFAULT_DRIVER_NAME, "parameters": BAD_CONFIG}}
+            ]
+            try:
+                post(f"{RESOURCE_API}/namespaces/default/resourceclaims", bad)
+            except KubeApiError as exc:
+                found["denied"] = exc
+            found["bad stored"] = node.server.store.get("resourceclaims", "bad", "default")
             rest.request("DELETE", "/api/v1/namespaces/default/pods/runs")
             eventually(
                 lambda: generated not in _counted(node),
@@ -222,3 +239,11 @@ def test_generated_names_keep_both_parts_when_long() -> None:
     assert generate_name("web", "gpu") == "web-gpu-"
     long = generate_name("p" * 40, "c" * 40)
     assert long == "p" * 28 + "-" + "c" * 28 and len(long) <= MAX_GENERATE_BASE
+
+
+def test_the_webhooks_checks_judge_claims_at_admission(seen: dict[str, Any]) -> None:
+    exc = seen["denied"]
+    assert 400 <= exc.status < 500
+    assert 'admission webhook "resourceclaim.gpu.sharegpu.dev" denied the request' in str(exc)
+    assert "Bogus" in str(exc)
+    assert seen["bad stored"] is None
