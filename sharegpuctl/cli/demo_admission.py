@@ -27,9 +27,10 @@ REVIEWED: Final = frozenset({"ResourceClaim", "ResourceClaimTemplate", "DeviceCl
 def webhook_admission(handler: AdmissionHandler, driver: str) -> Admission:
     """The API server's admission hook calling ``handler`` (see the module docstring)."""
 
+    def reviews(rt: ResourceType) -> bool:
+        return rt.group == names.RESOURCE_GROUP and rt.kind in REVIEWED
+
     def admit(operation: str, rt: ResourceType, obj: dict[str, Any], dry_run: bool) -> list[str]:
-        if rt.group != names.RESOURCE_GROUP or rt.kind not in REVIEWED:
-            return []
         md = obj.get("metadata") or {}
         review = {
             "apiVersion": "admission.k8s.io/v1",
@@ -57,4 +58,4 @@ def webhook_admission(handler: AdmissionHandler, driver: str) -> Admission:
             )
         return [str(w) for w in response.get("warnings") or []]
 
-    return admit
+    return Admission(reviews, admit)

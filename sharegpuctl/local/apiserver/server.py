@@ -32,6 +32,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -407,10 +408,10 @@ class _Handler(BaseHTTPRequestHandler):
         that very object (its generated name and uid kept) is stored, unless it changed since
         (409 Conflict)."""
         admission = self.server.api.admission
-        if admission is None:
+        if admission is None or not admission.reviews(route.rt):
             return write(dry_run)
         candidate = write(True)
-        warnings.extend(admission(operation, route.rt, candidate, dry_run))
+        warnings.extend(admission.admit(operation, route.rt, candidate, dry_run))
         if dry_run:
             return candidate
         store = self.server.api.store
@@ -728,10 +729,18 @@ def _warning_headers(warnings: list[str]) -> dict[str, str]:
     return {"Warning": ", ".join(quoted)}
 
 
-#: ``admission(operation, type, object, dry_run)``: the warnings for a write it allows; it
-#: raises :class:`~.errors.ApiError` to refuse it. ``object`` is the defaulted, validated object
-#: about to be stored; with ``dry_run`` nothing may be charged.
-Admission = Callable[[str, ResourceType, dict[str, Any], bool], list[str]]
+@dataclass(frozen=True)
+class Admission:
+    """A validating admission hook: ``reviews(type)`` says which resources it judges (the
+    others are written as without it); ``admit(operation, type, object, dry_run)`` returns the
+    warnings for a write it allows and raises :class:`~.errors.ApiError` to refuse it.
+    ``object`` is the defaulted, validated object about to be stored; with ``dry_run`` nothing
+    may be charged."""
+
+    reviews: Callable[[ResourceType], bool]
+    admit: Callable[[str, ResourceType, dict[str, Any], bool], list[str]]
+
+
 #: ``pod_logs(namespace, name, container)``: the text ``kubectl logs`` prints.
 PodLogs = Callable[[str, str, str | None], str]
 
