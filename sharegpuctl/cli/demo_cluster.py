@@ -314,6 +314,9 @@ class DemoCluster:
         """Drop reservations of pods that are gone; deallocate and unprepare claims no pod
         holds any more; unprepare claims that were deleted."""
         live = {p["metadata"]["uid"] for p in pods}
+        named = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
+        self.logs = {k: v for k, v in self.logs.items() if k in named}
+        self._said = {k: v for k, v in self._said.items() if k[0] in live}
         present = {c["metadata"]["uid"] for c in claims}
         for uid in [u for u in self.prepared if u not in present]:
             ref = self.prepared[uid].ref
