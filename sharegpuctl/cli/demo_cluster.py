@@ -138,10 +138,31 @@ class PreparedClaim:
     )
 
 
-def _failed_reason(outcome: Any, slices: Sequence[Obj]) -> str:
-    """Why an allocation failed, with the first per-GPU reason as explain words it."""
+def _failed_reason(claim: Obj, outcome: Any, slices: Sequence[Obj]) -> str:
+    """Why an allocation failed: the allocator's error (which names the claim), or the claim,
+    its requests' summaries and the first per-GPU reason as explain words it."""
+    if outcome.error:
+        return str(outcome.error)
     reasons = [describe(r, slices) for rep in outcome.reports for r in rep.rejections]
-    return str(outcome.error or "; ".join([rep.summary for rep in outcome.reports] + reasons[:1]))
+    who = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
+    return f"claim {who}: " + "; ".join([rep.summary for rep in outcome.reports] + reasons[:1])
+
+
+#: Container resources every node has; any other (``nvidia.com/gpu``) is an extended resource.
+NODE_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
+
+
+def extended_resources(pod: Mapping[str, Any]) -> list[str]:
+    """The extended resources (``nvidia.com/gpu``) the pod's containers ask for, sorted."""
+    found: set[str] = set()
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = container.get("resources") or {}
+        for part in ("limits", "requests"):
+            for name in resources.get(part) or {}:
+                if name not in NODE_RESOURCES and not str(name).startswith("hugepages-"):
+                    found.add(str(name))
+    return sorted(found)
 
 
 class DemoCluster:
@@ -398,6 +419,17 @@ class DemoCluster:
         return found, None
 
     def _schedule(self, pod: Obj, claims: Sequence[Obj]) -> None:
+        extended = extended_resources(pod)
+        if extended:
+            self._event(
+                pod,
+                "Warning",
+                "FailedScheduling",
+                f"0/1 nodes are available: 1 Insufficient {', '.join(extended)}. The demo's node "
+                "has no extended resources (a cluster serves them with the chart's "
+                "extended-resource DeviceClass: `make local-cluster`).",
+            )
+            return
         mine, problem = self._pod_claims(pod, claims)
         if problem is not None:
             self._event(pod, "Warning", "FailedScheduling", f"0/1 nodes are available: {problem}.")
@@ -423,14 +455,13 @@ class DemoCluster:
             ]
             if failed:
                 claim, outcome = failed[0]
-                who = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
-                reason = _failed_reason(outcome, slices)
+                reason = _failed_reason(claim, outcome, slices)
                 self._event(
                     pod,
                     "Warning",
                     "FailedScheduling",
-                    f"0/1 nodes are available: 1 cannot allocate all claims (claim {who}: "
-                    f"{reason}). Run `sharegpu explain` for every GPU's reason.",
+                    f"0/1 nodes are available: 1 cannot allocate all claims ({reason}). Run "
+                    "`sharegpu explain` for every GPU's reason.",
                 )
                 return
             allocations = {

@@ -101,6 +101,10 @@ def seen() -> dict[str, Any]:
             post(
                 "/api/v1/namespaces/default/pods", _pod("orphan", resourceClaimTemplateName="none")
             )
+            plugin_style = _pod("plugin-style")
+            plugin_style["spec"].pop("resourceClaims")
+            plugin_style["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+            post("/api/v1/namespaces/default/pods", plugin_style)
             for pod in ("runs", "shares"):
                 eventually(
                     lambda pod=pod: _phase(node, pod) == "Running",
@@ -121,6 +125,11 @@ def seen() -> dict[str, Any]:
             found["failed"] = eventually(
                 lambda: _events(node, "too-big", "FailedScheduling"),
                 "FailedScheduling",
+                timeout_s=WAIT_S,
+            )
+            found["plugin-style"] = eventually(
+                lambda: _events(node, "plugin-style", "FailedScheduling"),
+                "FailedScheduling for nvidia.com/gpu",
                 timeout_s=WAIT_S,
             )
             found["orphan"] = eventually(
@@ -215,6 +224,7 @@ def test_a_pod_that_does_not_fit_gets_the_allocators_reason(seen: dict[str, Any]
     assert event["type"] == "Warning"
     assert event["message"].startswith("0/1 nodes are available: ")
     assert "needs 9 device(s)" in event["message"]
+    assert event["message"].count("claim default/too-big-gpu-") == 1
 
 
 def test_a_missing_template_is_an_event(seen: dict[str, Any]) -> None:
@@ -247,3 +257,9 @@ def test_the_webhooks_checks_judge_claims_at_admission(seen: dict[str, Any]) -> 
     assert 'admission webhook "resourceclaim.gpu.sharegpu.dev" denied the request' in str(exc)
     assert "Bogus" in str(exc)
     assert seen["bad stored"] is None
+
+
+def test_an_extended_resource_is_insufficient_on_the_demo_node(seen: dict[str, Any]) -> None:
+    (event,) = seen["plugin-style"]
+    assert "Insufficient nvidia.com/gpu" in event["message"]
+    assert "make local-cluster" in event["message"]
