@@ -43,7 +43,6 @@ import yaml
 
 from sharegpu.kube import jsonbody
 from sharegpuctl.local.apiserver import selectors
-from sharegpuctl.local.apiserver import tls as tls_certs
 from sharegpuctl.local.apiserver.bounds import MAX_BODY_BYTES, body_too_large, load_yaml
 from sharegpuctl.local.apiserver.builtinschema import definition
 from sharegpuctl.local.apiserver.errors import ApiError, success_status
@@ -64,6 +63,8 @@ from sharegpuctl.local.apiserver.validation import SCHEMA_KUBERNETES_VERSION
 
 if TYPE_CHECKING:
     import kubernetes.client
+
+    from sharegpuctl.local.apiserver.tls import ServingCert
 from sharegpuctl.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
 from sharegpuctl.local.apiserver.reviews import REVIEW_PLURALS, Reviews
 from sharegpuctl.local.apiserver.store import CLOSED, Event, ObjectStore, Watcher
@@ -782,7 +783,12 @@ class KubeAPIServer:
         self.token = token
         #: The serving certificate (``tls``: HTTPS with a fresh self-signed certificate; kubectl
         #: sends a token only over TLS).
-        self.serving_cert = tls_certs.self_signed(host) if tls else None
+        self.serving_cert: ServingCert | None = None
+        if tls:
+            # imported only here: the other users of this server never load cryptography
+            from sharegpuctl.local.apiserver.tls import self_signed
+
+            self.serving_cert = self_signed(host)
         self._ca_dir: tempfile.TemporaryDirectory[str] | None = None
         #: Judges writes before they are stored (see :data:`Admission`).
         self.admission = admission
