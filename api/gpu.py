@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from api.names import GPU_KIND, GPU_NODE_LABEL, GROUP_VERSION
+from api.names import GPU_KIND, GPU_NODE_LABEL, GROUP_VERSION, SHARING_MODES
 
 HEALTHY: Literal["Healthy"] = "Healthy"
 UNHEALTHY: Literal["Unhealthy"] = "Unhealthy"
@@ -79,7 +79,8 @@ class GpuSpec(_Model):
     memory: str = Field(description="Usable memory (quantity).")
     cores: int = Field(ge=0, description="Compute capacity in percent of the GPU's SMs (100).")
     sharing_mode: str = Field(
-        description="How the node publishes the GPU: consumable, partitions or exclusive."
+        description="How the node publishes the GPU: consumable, partitions or exclusive.",
+        json_schema_extra={"enum": list(SHARING_MODES)},
     )
     pool: str = Field(description="ResourceSlice pool that publishes the GPU.")
     devices: list[str] = Field(

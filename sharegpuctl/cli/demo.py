@@ -17,8 +17,12 @@
    (:mod:`sharegpuctl.local.kubelet`, registration handshake first); the enforced limits are read
    back from the CDI spec the plugin wrote.
 6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`).
-7. With ``--keep-running``: the GPU objects written as the controller writes them, the kubeconfig
-   printed, and everything kept running for ``kubectl`` until SIGINT or SIGTERM.
+7. With ``--keep-running``: the tables printed, then the controller (GPU objects, GpuQuota
+   statuses), the webhook's checks and quota charging as the API server's admission
+   (:mod:`sharegpuctl.cli.demo_admission`) and the claim, scheduler and kubelet steps
+   (:mod:`sharegpuctl.cli.demo_cluster`) keep reacting to ``kubectl`` until SIGINT or SIGTERM.
+   The API server listens on loopback only and requires the bearer token of the kubeconfig it
+   writes (mode 0600); workload kinds it does not run are refused naming ``make local-cluster``.
 8. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
 9. What a claim's GpuConfig changed, the example directories not run and why, and the next
    steps (``sharegpu validate``, ``sharegpu explain``, installing the chart).
@@ -27,13 +31,16 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -46,7 +53,10 @@ from typing import Any, Final
 from api import names
 from api.jsontypes import Obj
 from api.quantity import format_bytes_human, format_quantity, quantity_int
+from controller.main import Controller, build_parser
+from controller.quotaadmit import QuotaAdmitter
 from controller.reconcile import reconcile
+from controller.webhook import AdmissionHandler
 from kubeletplugin.config import ConfigError, parse_config
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.kubelet.preparer import ClaimRef
@@ -64,6 +74,8 @@ from sharegpuctl.cli.common import (
     default_device_class,
     slice_summary,
 )
+from sharegpuctl.cli.demo_admission import webhook_admission
+from sharegpuctl.cli.demo_cluster import DemoCluster, PreparedClaim, cdi_env
 from sharegpuctl.cli.demo_inputs import (
     NAMESPACE,
     NEXT_STEPS,
@@ -75,8 +87,9 @@ from sharegpuctl.cli.demo_inputs import (
     user_claims,
 )
 from sharegpuctl.cli.explain import allocation_rows, consumed_text, describe, pod_groups
-from sharegpuctl.cli.output import Table, emit, resolve_format
+from sharegpuctl.cli.output import Table, emit, fit_width, resolve_format
 from sharegpuctl.local.apiserver import KubeAPIServer
+from sharegpuctl.local.apiserver.resources import default_resources, refused_kinds
 from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin
 
 HELP = "run the whole driver locally: mock GPUs, the real plugin, allocation, prepare"
@@ -126,9 +139,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--keep-running",
         action="store_true",
-        help="after allocating and preparing, keep the API server, the plugin and the claims "
-        "running for kubectl (prints the kubeconfig) until Ctrl-C or SIGTERM, then clean up "
-        "and print the report",
+        help="after allocating and preparing, print the tables and keep a demo cluster running "
+        "for kubectl (HTTPS on loopback, token in the printed kubeconfig): pods from kubectl "
+        "apply get claims from their templates, are admitted, allocated, prepared and run; "
+        "until Ctrl-C or SIGTERM, then clean up and print the report",
     )
     add_output_flag(p)
     p.set_defaults(run=run)
@@ -160,6 +174,7 @@ class Node:
     root: Path
     kubeconfig: Path
     url: str
+    server: KubeAPIServer
     rest: KubeRest
     plugin: Plugin
     cdi_dir: Path
@@ -171,7 +186,13 @@ def running_node(root: Path) -> Iterator[Node]:
     """API server, Node, plugin and registered kubelet client, all stopped on exit."""
     registry, data, cdi = root / "registry", root / "plugin", root / "cdi"
     with ExitStack() as stack:
-        server = stack.enter_context(KubeAPIServer())
+        server = stack.enter_context(
+            KubeAPIServer(
+                token=secrets.token_urlsafe(32),
+                tls=True,
+                resources=[*default_resources(), *refused_kinds(not_run_here)],
+            )
+        )
         kubeconfig = server.write_kubeconfig(root / "kubeconfig")
         server.store.create(
             "nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME}}
@@ -199,7 +220,17 @@ def running_node(root: Path) -> Iterator[Node]:
         kubelet = kubelet_sim.register(config.driver_name)
         api = server.client()
         stack.callback(api.close)
-        yield Node(root, Path(kubeconfig), server.url, KubeRest(api), plugin, cdi, kubelet)
+        yield Node(root, Path(kubeconfig), server.url, server, KubeRest(api), plugin, cdi, kubelet)
+
+
+def not_run_here(kind: str) -> str:
+    """Why the demo cluster refuses a workload ``kind``."""
+    return (
+        f"the sharegpu demo cluster does not run {kind}s, so nothing of this {kind} was "
+        "stored: it runs Pods, ResourceClaims, ResourceClaimTemplates, DeviceClasses and "
+        f"GpuQuotas. For {kind}s, run `make local-cluster` (a real cluster with the driver "
+        "installed)"
+    )
 
 
 def wait_for_slices(rest: KubeRest, devices: int, timeout_s: float = SLICE_WAIT_S) -> list[Obj]:
@@ -249,6 +280,7 @@ def allocate_and_prepare(
             "source": item.source,
             "example": item.example,
             "usedBy": list(item.users),
+            "fromTemplate": item.from_template,
             "allocated": False,
         }
         for item in claims
@@ -351,23 +383,38 @@ def unprepare_all(node: Node, report: Sequence[Obj]) -> int:
 
 
 def limits_text(limits: Mapping[str, str]) -> str:
-    """The limits a reader compares with the request (:data:`SHOWN_LIMITS`), memory readable."""
+    """The limits a reader compares with the request (:data:`SHOWN_LIMITS`), memory readable,
+    the GPU UUID of a pinned memory limit left out (``-o json`` has it)."""
     shown = []
     for key in SHOWN_LIMITS:
         if key in limits:
             value = limits[key]
             if key == "SHAREGPU_MEMORY" and value.isdigit():
                 value = format_quantity(int(value))
+            if key == "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":
+                value = value.rpartition("=")[2]
             shown.append(f"{key}={value}")
     return " ".join(shown) or "-"
+
+
+#: Columns the human-readable report fits in.
+WIDTH: Final = 120
+#: Characters of a share ID the tables show (the JSON report has them whole).
+SHORT_ID: Final = 8
+
+
+def short_id(share_id: str | None) -> str:
+    """The first :data:`SHORT_ID` characters of a share ID, ``-`` for none."""
+    return share_id[:SHORT_ID] if share_id else "-"
 
 
 def _mem(value: str) -> str:
     return format_bytes_human(quantity_int(value))
 
 
-def tables_of(data: Mapping[str, Any]) -> list[Table]:
-    """Tables for humans: slices, allocations, CDI IDs and limits, usage, clean-up."""
+def tables_of(data: Mapping[str, Any], running: bool = False) -> list[Table]:
+    """Tables for humans: slices, allocations, CDI IDs and limits, usage, the pods' shares,
+    clean-up (``running``: only what is known while the demo cluster runs)."""
     s = data["slices"]
     slices = Table(
         ["SLICE", "DEVICES", "NAMES"],
@@ -381,7 +428,11 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
         ["CLAIM", "FROM", "REQUEST", "DEVICE", "CONSUMED", "SHARE ID"],
         title=f"Allocations ({data['input']})",
     )
-    limits = Table(["CLAIM", "CDI DEVICE ID", "ENFORCED LIMITS"], title="Prepared claims")
+    limits = Table(
+        ["CLAIM", "DEVICE", "SHARE", "ENFORCED LIMITS"],
+        title="Prepared claims (the limits the plugin wrote into each CDI device; -o json has "
+        "the CDI device IDs)",
+    )
     overrides = Table(
         ["CLAIM", "REQUEST", "WHAT THE GPUCONFIG CHANGED"],
         title="GpuConfig overrides (a DeviceClass's or the claim's config, not the share, sets "
@@ -394,15 +445,15 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
             continue
         for r in c["results"]:
             consumed = consumed_text(r["consumedCapacity"])
-            alloc.add(c["claim"], origin, r["request"], r["device"], consumed, r["shareID"] or "-")
+            alloc.add(
+                c["claim"], origin, r["request"], r["device"], consumed, short_id(r["shareID"])
+            )
         for o in c.get("overrides", []):
             overrides.add(c["claim"], o["request"], o["override"])
         if not c.get("prepared"):
-            limits.add(c["claim"], "-", f"prepare failed: {c.get('prepareError', '')}")
+            limits.add(c["claim"], "-", "-", f"prepare failed: {c.get('prepareError', '')}")
         for d in c.get("devices", []):
-            text = limits_text(d["limits"])
-            for i, cdi_id in enumerate(d["cdiDeviceIDs"]):
-                limits.add(c["claim"] if i == 0 else "", cdi_id, text if i == 0 else "")
+            limits.add(c["claim"], d["device"], short_id(d["shareID"]), limits_text(d["limits"]))
     usage = Table(
         ["GPU", "CORES USED", "CORES FREE", "MEMORY USED", "MEMORY FREE", "CLAIMS"],
         title="GPU usage (from the controller's reconcile)",
@@ -416,14 +467,24 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
             _mem(g["memory"]["free"]),
             ", ".join(g["claims"]) or "-",
         )
+    tables = [slices, alloc, limits]
+    if overrides.rows:
+        tables.append(overrides)
+    tables.append(usage)
+    if running:
+        return [fit_width(t, WIDTH) for t in tables]
+    if data.get("pods"):
+        pods = Table(
+            ["POD", "CLAIM", "DEVICE", "SHARE ID"], title="Pods that ran, and the share each got"
+        )
+        for p in data["pods"]:
+            pods.add(p["pod"], p["claim"], p["device"], short_id(p["shareID"]))
+        tables.append(pods)
     done = Table(["STEP", "RESULT"], title=f"Clean-up (whole demo: {data['elapsedSeconds']:.1f} s)")
     done.add("unprepared claims", data["cleanup"]["unprepared"])
     done.add("CDI specs left after unprepare", data["cleanup"]["cdiSpecsLeft"])
     done.add("temporary directory removed", data["cleanup"]["tempDirRemoved"])
-    tables = [slices, alloc, limits]
-    if overrides.rows:
-        tables.append(overrides)
-    tables += [usage, done]
+    tables.append(done)
     if data.get("skippedExamples"):
         skipped = Table(["EXAMPLE", "WHY THE DEMO DOES NOT RUN IT"], title="Examples not run")
         for e in data["skippedExamples"]:
@@ -433,26 +494,13 @@ def tables_of(data: Mapping[str, Any]) -> list[Table]:
     for step in data["nextSteps"]:
         steps.add(step["command"], step["what"])
     tables.append(steps)
-    return tables
-
-
-def publish_gpus(rest: KubeRest, slices: Sequence[Obj], driver: str) -> int:
-    """Write the GPU objects the controller would write (spec, then status); returns how many."""
-    claims = rest.request("GET", f"{RESOURCE_API}/resourceclaims").get("items") or []
-    path = f"/apis/{names.GROUP_VERSION}/{names.GPU_PLURAL}"
-    gpus = reconcile(slices, claims, [], driver)
-    for gpu in gpus.values():
-        manifest = gpu.manifest()
-        spec_only = {k: v for k, v in manifest.items() if k != "status"}
-        created = rest.request("POST", path, body=spec_only)
-        created["status"] = manifest["status"]
-        rest.request("PUT", f"{path}/{gpu.name}/status", body=created)
-    return len(gpus)
+    return [fit_width(t, WIDTH) for t in tables]
 
 
 #: What ``--keep-running`` does while the demo cluster runs: given the running node and the
-#: report so far, return when the cluster should stop.
-Hold = Callable[[Node, Obj], None]
+#: report so far, return when the cluster should stop, every claim unprepared; returns how many
+#: claims it unprepared.
+Hold = Callable[[Node, Obj], int]
 
 
 def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None) -> Obj:
@@ -493,9 +541,10 @@ def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None
             data["claims"] = report + inputs.unusable
             data["usage"] = usage_of(node.rest, slices, driver)
             if hold is not None:
-                publish_gpus(node.rest, slices, driver)
-                hold(node, data)
-            unprepared = unprepare_all(node, report)
+                unprepared = hold(node, data)
+                data["usage"] = usage_of(node.rest, slices, driver)
+            else:
+                unprepared = unprepare_all(node, report)
             left = sorted(p.name for p in node.cdi_dir.glob("*.json"))
             data["cleanup"] = {"unprepared": unprepared, "cdiSpecsLeft": len(left)}
     except KubeApiError as exc:
@@ -526,9 +575,146 @@ def create_classes(rest: KubeRest, classes: Sequence[Obj], driver: str) -> None:
         rest.request("POST", path, body=default)
 
 
-def hold_until_signalled(node: Node, data: Obj) -> None:
-    """Print how to reach the running demo cluster with kubectl (on standard error, so that
-    ``-o json`` stays one document) and wait for SIGINT or SIGTERM."""
+def start_controller(node: Node, driver: str) -> tuple[Controller, AdmissionHandler]:
+    """The controller's tracker and quota controller against the demo's API server, and its
+    webhook's checks with quota charging (served in-process: see :mod:`.demo_admission`)."""
+    args = build_parser().parse_args(
+        [
+            *("--kubeconfig", str(node.kubeconfig), "--driver-name", driver),
+            *("--metrics-address", "", "--api-address", "", "--disable-webhook"),
+        ]
+    )
+    controller = Controller(args)
+    try:
+        controller.start()
+    except (KubeConfigError, KubeApiError, OSError, ValueError) as exc:
+        controller.stop()
+        raise CliError(f"cannot start the controller: {exc}") from None
+    quotas = controller.quotas
+    admitter = (
+        QuotaAdmitter(
+            node.rest,
+            driver,
+            (),
+            controller.quota_basis,
+            has_quotas=quotas.namespace_has_quotas,
+            known_classes=quotas.driver_classes,
+        )
+        if quotas is not None
+        else None
+    )
+    return controller, AdmissionHandler(driver, None, (), admitter)
+
+
+def prepared_at_start(node: Node, data: Obj, driver: str) -> list[PreparedClaim]:
+    """The claims the startup step prepared, with their devices and CDI environment, as the
+    demo cluster tracks them."""
+    out = []
+    for c in data["claims"]:
+        if c.get("prepared"):
+            namespace, _, name = c["claim"].partition("/")
+            ref = ClaimRef(namespace=namespace, uid=c["uid"], name=name)
+            env = cdi_env(node.cdi_dir, driver, c["uid"])
+            devices = [
+                (
+                    tuple(d["requests"]),
+                    d["device"],
+                    d["shareID"],
+                    tuple(d["cdiDeviceIDs"]),
+                    [e for i in d["cdiDeviceIDs"] for e in env.get(i, [])],
+                )
+                for d in c.get("devices", [])
+            ]
+            out.append(PreparedClaim(ref, devices))
+    return out
+
+
+def remove_template_claims(node: Node, data: Obj) -> list[str]:
+    """Delete the claims the startup step made from templates (in a cluster, a template's
+    claim exists only for a pod: the demo cluster makes one per pod that names the template);
+    the demo cluster unprepares them. Returns the names of the prepared claims that stay."""
+    kept = []
+    for c in data["claims"]:
+        if not c.get("uid"):
+            continue
+        namespace, _, name = c["claim"].partition("/")
+        if c.get("fromTemplate"):
+            path = f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}"
+            node.rest.request("DELETE", path)
+        elif c.get("prepared"):
+            kept.append(name)
+    return kept
+
+
+#: What reacts while the demo cluster runs (the banner says it).
+REACTS: Final = (
+    "What reacts to kubectl: claims are made from ResourceClaimTemplates and checked by the "
+    "webhook's rules and GpuQuotas; pods' claims are allocated by the scheduler's allocator "
+    "(Scheduled or FailedScheduling events) and prepared by the plugin; pods run (no process: "
+    "`kubectl logs POD` prints the devices and CDI environment they got); the controller keeps "
+    "GPU objects and GpuQuota status; deleting a pod or claim unprepares and deallocates. "
+    "Deployments, Jobs, Services and other workloads are refused: use `make local-cluster`."
+)
+
+
+@contextmanager
+def live_cluster(node: Node, data: Obj) -> Iterator[DemoCluster]:
+    """The controller, the webhook as the API server's admission and the demo cluster's loop,
+    running on ``node`` until the block ends (the claims stay prepared: see
+    :meth:`DemoCluster.unprepare_all`)."""
+    driver = data["plugin"]["driver"]
+    controller, webhook = start_controller(node, driver)
+    cluster = DemoCluster(
+        node.server,
+        node.rest,
+        node.kubelet,
+        node.cdi_dir,
+        NODE_NAME,
+        driver,
+        seeded_share_ids(SHARE_ID_SEED + 1),
+        prepared_at_start(node, data, driver),
+    )
+    try:
+        node.server.admission = webhook_admission(webhook, driver)
+        cluster.start()
+        tracker = controller.tracker
+        if tracker is not None:
+            node.server.wait_for(tracker.synced, timeout_s=SLICE_WAIT_S)
+        yield cluster
+    finally:
+        node.server.admission = None
+        cluster.stop()
+        controller.stop()
+
+
+def banner(node: Node, kept: Sequence[str]) -> str:
+    """How to reach the running demo cluster and what reacts, within :data:`WIDTH` columns."""
+    lines = [
+        f"The demo cluster is running: API server {node.url} (loopback, token in the "
+        f"kubeconfig), node {NODE_NAME}; of the claims above, {', '.join(kept) or 'none'} "
+        "stay allocated and prepared (those of templates were removed: a pod gets its own).",
+        REACTS,
+        f"  export KUBECONFIG={node.kubeconfig}",
+        "  kubectl apply -f examples/two-pods-fractional-share/",
+        "  kubectl get pods,resourceclaims -o wide; kubectl logs small-share",
+        "  kubectl get gpus; kubectl get events",
+        "Press Ctrl-C (or send SIGTERM) to stop: the claims are unprepared, everything is "
+        "removed and the report is printed.",
+    ]
+    return "\n".join(
+        w
+        for line in lines
+        for w in textwrap.wrap(
+            line, WIDTH, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False
+        )
+    )
+
+
+def hold_until_signalled(node: Node, data: Obj, fmt: str = "table") -> int:
+    """Start what reacts to kubectl (:func:`live_cluster`), print the tables so far (text
+    output only: ``-o json`` stays one document) and how to reach it (on standard error), and
+    wait for SIGINT or SIGTERM; then stop it and unprepare every claim. Returns how many claims
+    were unprepared."""
     stop = threading.Event()
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -538,24 +724,19 @@ def hold_until_signalled(node: Node, data: Obj) -> None:
     for sig in previous:
         signal.signal(sig, handle)
     try:
-        prepared = sum(1 for c in data["claims"] if c.get("prepared"))
-        lines = [
-            f"The demo cluster is running: API server {node.url}, node {NODE_NAME}, "
-            f"{prepared} claim(s) allocated and prepared.",
-            f"  export KUBECONFIG={node.kubeconfig}",
-            "  kubectl get resourceslices -o wide",
-            f"  kubectl get resourceclaims -n {NAMESPACE}",
-            "  kubectl get gpus",
-            "  kubectl explain gpus.spec",
-            "Press Ctrl-C (or send SIGTERM) to stop: the claims are unprepared, everything is "
-            "removed and the report is printed.",
-        ]
-        print("\n".join(lines), file=sys.stderr, flush=True)
-        while not stop.wait(0.5):
-            pass
+        with live_cluster(node, data) as cluster:
+            if fmt in ("table", "text"):
+                emit(data, tables_of(data, running=True), fmt)
+            kept = remove_template_claims(node, data)
+            print(banner(node, kept), file=sys.stderr, flush=True)
+            while not stop.wait(0.5):
+                pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    cluster.unprepare_all()
+    data["pods"] = cluster.pod_shares()
+    return cluster.unprepared
 
 
 def run(args: argparse.Namespace) -> int:
@@ -565,9 +746,11 @@ def run(args: argparse.Namespace) -> int:
     previous_level = root_logger.level
     root_logger.setLevel(logging.WARNING)  # the plugin's info logs would drown the report
     try:
-        data = run_demo(examples, files, hold_until_signalled if args.keep_running else None)
+        fmt = resolve_format(args.output)
+        hold = functools.partial(hold_until_signalled, fmt=fmt) if args.keep_running else None
+        data = run_demo(examples, files, hold)
     finally:
         root_logger.setLevel(previous_level)
-    emit(data, tables_of(data), resolve_format(args.output))
+    emit(data, tables_of(data), fmt)
     ok = all(c["allocated"] and c.get("prepared") for c in data["claims"])
     return EXIT_OK if ok and data["cleanup"]["cdiSpecsLeft"] == 0 else EXIT_FINDINGS

@@ -48,11 +48,11 @@ SKIPPED_EXAMPLES: Final[Mapping[str, str]] = {
     "device-plugin-style": "has no claim: its pod asks for nvidia.com/gpu, which needs the "
     "chart's extended-resource DeviceClass and kube-scheduler (DRAExtendedResource)",
     "time-slicing": "its claim is one whole GPU like whole-gpu's; what it adds is three "
-    "replicas sharing that claim, and the demo runs no pods",
+    "replicas of a Deployment sharing that claim, and the demo runs no Deployments",
     "vllm-inference": "its template is the 50-core/20Gi share of two-pods-fractional-share; "
-    "what it adds is a Deployment and a Service, and the demo runs no pods",
+    "what it adds is a Deployment and a Service, which the demo does not run",
     "training-job": "its templates (a whole GPU; a 50-core/32Gi share) repeat whole-gpu and "
-    "two-pods-fractional-share; what it adds is Jobs, and the demo runs no pods",
+    "two-pods-fractional-share; what it adds is Jobs, which the demo does not run",
 }
 #: Why a directory of the examples that neither list names is not run.
 NOT_IN_DEMO: Final = "not in the demo's set of consumable-mode examples"
@@ -87,6 +87,8 @@ class ClaimInput:
     example: str | None = None
     #: ``KIND/NAME`` of the pods and workloads of the files that use the claim.
     users: list[str] = field(default_factory=list)
+    #: Whether the claim stands for a ResourceClaimTemplate (named like it).
+    from_template: bool = False
 
 
 @dataclass
@@ -123,7 +125,12 @@ def demo_claims(examples: Path) -> list[ClaimInput]:
         for m in manifests:
             claim = _as_claim(m)
             if claim is not None:
-                found[(m.kind, claim["metadata"]["name"])] = ClaimInput(m.file, claim, example=name)
+                found[(m.kind, claim["metadata"]["name"])] = ClaimInput(
+                    m.file,
+                    claim,
+                    example=name,
+                    from_template=m.kind == "ResourceClaimTemplate",
+                )
         for m in manifests:
             for ref in claim_refs(m.obj):
                 if ref in found:
@@ -178,7 +185,7 @@ def user_claims(paths: Sequence[str]) -> Inputs:
                 f"{m.file}: {m.label} appears twice (also in {claims[key].source}); names of "
                 "one kind must be unique"
             )
-        claims[key] = ClaimInput(m.file, claim)
+        claims[key] = ClaimInput(m.file, claim, from_template=m.kind == "ResourceClaimTemplate")
     if not claims:
         raise CliError(
             f"no ResourceClaim or ResourceClaimTemplate in {', '.join(paths)}: the demo "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -35,6 +36,25 @@ def resolve_format(requested: str | None, stream: TextIO | None = None) -> str:
         return requested
     stream = stream or sys.stdout
     return "table" if stream.isatty() else "text"
+
+
+def fit_width(table: Table, width: int) -> Table:
+    """``table`` re-flowed to print within ``width`` columns where it can: the title and the
+    last column wrapped at spaces (continuation rows leave the other cells empty). Columns
+    before the last are kept whole."""
+    if not table.rows:
+        return Table(table.headers, [], "\n".join(textwrap.wrap(table.title, width)))
+    widths = [len(h) for h in table.headers]
+    for row in table.rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    room = max(width - sum(w + 2 for w in widths[:-1]), 20)
+    rows: list[list[str]] = []
+    for row in table.rows:
+        pieces = textwrap.wrap(row[-1], room, break_on_hyphens=False) or [""]
+        rows.append([*row[:-1], pieces[0]])
+        rows.extend([*([""] * (len(row) - 1)), piece] for piece in pieces[1:])
+    return Table(table.headers, rows, "\n".join(textwrap.wrap(table.title, width)))
 
 
 def render_table(table: Table, fmt: str) -> str:

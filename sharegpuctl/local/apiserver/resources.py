@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from api import gates, names
 from sharegpuctl.local.apiserver.quantities import quantity_problem
@@ -43,6 +43,8 @@ class ResourceType:
     writes included). ``short_names``, ``categories`` and ``printer_columns``
     (``additionalPrinterColumns``) are what discovery and Table answers show. ``crd``: the
     CustomResourceDefinition a custom resource type was made from (:mod:`.crds`).
+    ``refused``: a type served only to say why it is not run here: every write is answered 405
+    with this message and nothing is stored (reads find nothing).
     """
 
     group: str
@@ -67,6 +69,7 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     printer_columns: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
     crd: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    refused: str = ""
 
     @property
     def api_version(self) -> str:
@@ -403,3 +406,27 @@ class ResourceRegistry:
     def all(self) -> list[ResourceType]:
         """Every registered type."""
         return list(self._by_plural.values())
+
+
+#: Workload kinds a cluster of only an API server, a scheduler step and one kubelet does not run:
+#: (group, version, plural, kind, short names).
+WORKLOAD_KINDS: Final = (
+    ("apps", "v1", "deployments", "Deployment", ("deploy",)),
+    ("apps", "v1", "replicasets", "ReplicaSet", ("rs",)),
+    ("apps", "v1", "statefulsets", "StatefulSet", ("sts",)),
+    ("apps", "v1", "daemonsets", "DaemonSet", ("ds",)),
+    ("batch", "v1", "jobs", "Job", ()),
+    ("batch", "v1", "cronjobs", "CronJob", ("cj",)),
+    ("", "v1", "services", "Service", ("svc",)),
+    ("", "v1", "replicationcontrollers", "ReplicationController", ("rc",)),
+)
+
+
+def refused_kinds(why: Callable[[str], str]) -> list[ResourceType]:
+    """The :data:`WORKLOAD_KINDS` as types that refuse every write with ``why(kind)``."""
+    return [
+        ResourceType(
+            group, version, plural, kind, namespaced=True, short_names=short, refused=why(kind)
+        )
+        for group, version, plural, kind, short in WORKLOAD_KINDS
+    ]

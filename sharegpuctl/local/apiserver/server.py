@@ -4,24 +4,37 @@
 deletecollection, status subresources, Status error bodies) for the resources in
 :mod:`sharegpuctl.local.apiserver.resources` from an
 :class:`~sharegpuctl.local.apiserver.store.ObjectStore`.
-It binds 127.0.0.1 (port 0 by default) and runs in background threads; ``stop()`` ends watch
-streams, closes every connection and joins all threads.
+It binds a loopback address only (127.0.0.1, port 0 by default) and runs in background threads;
+``stop()`` ends watch streams, closes every connection and joins all threads.
+
+Given a ``token``, every request must carry ``Authorization: Bearer <token>`` (401 otherwise);
+:meth:`KubeAPIServer.write_kubeconfig` writes it into a kubeconfig only its owner can read.
+Bodies are bounded (:mod:`.bounds`: size, YAML aliases, stored object size). ``admission``
+judges each write as a validating webhook would (after defaulting and validation, before it is
+stored); ``pod_logs`` answers ``pods/log``.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hmac
+import ipaddress
 import json
 import os
 import queue
 import select
 import socket
+import ssl
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs, urlsplit
@@ -30,6 +43,7 @@ import yaml
 
 from sharegpu.kube import jsonbody
 from sharegpuctl.local.apiserver import selectors
+from sharegpuctl.local.apiserver.bounds import MAX_BODY_BYTES, body_too_large, load_yaml
 from sharegpuctl.local.apiserver.builtinschema import definition
 from sharegpuctl.local.apiserver.errors import ApiError, success_status
 from sharegpuctl.local.apiserver.faults import (
@@ -49,6 +63,8 @@ from sharegpuctl.local.apiserver.validation import SCHEMA_KUBERNETES_VERSION
 
 if TYPE_CHECKING:
     import kubernetes.client
+
+    from sharegpuctl.local.apiserver.tls import ServingCert
 from sharegpuctl.local.apiserver.resources import ResourceRegistry, ResourceType, default_resources
 from sharegpuctl.local.apiserver.reviews import REVIEW_PLURALS, Reviews
 from sharegpuctl.local.apiserver.store import CLOSED, Event, ObjectStore, Watcher
@@ -75,6 +91,8 @@ def unsupported_body(media: str) -> str:
     return message
 
 
+#: How long a client has to complete the TLS handshake.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 #: Watch streams without ``timeoutSeconds`` end after this long (the real server: 30-60 min).
 DEFAULT_WATCH_TIMEOUT_S = 1800.0
 #: How often an idle watch checks whether its client went away.
@@ -149,11 +167,19 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, api: KubeAPIServer, address: tuple[str, int]) -> None:
+    def __init__(
+        self, api: KubeAPIServer, address: tuple[str, int], tls: ssl.SSLContext | None = None
+    ) -> None:
         self.api = api
         self._conn_lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         super().__init__(address, _Handler)
+        if tls is not None:
+            # the handshake runs in the connection's own thread (see _Handler.setup), so a
+            # client that never completes one holds no other connection up
+            self.socket = tls.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
 
     def track(self, conn: socket.socket, open_: bool) -> None:
         with self._conn_lock:
@@ -165,7 +191,7 @@ class _HTTPServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that go away mid-request are expected; anything else is reported."""
         exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)):
+        if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
             return
         super().handle_error(request, client_address)
 
@@ -182,6 +208,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
 
     def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
+            self.request.do_handshake()
+            self.request.settimeout(None)
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.track(self.connection, True)
@@ -218,7 +248,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(err.code, err.status(), headers)
 
     def _read_body(self, method: str) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self.close_connection = True
+            raise ApiError(400, "Content-Length must be a non-negative integer")
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True  # the body is left unread
+            raise body_too_large(length)
         raw = self.rfile.read(length) if length else b""
         if not raw:
             return None
@@ -228,11 +267,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise unsupported_patch_type(media, SUPPORTED_PATCH_TYPES)
         if method != "PATCH" and media and media not in BODY_MEDIA_TYPES:
             raise ApiError(415, unsupported_body(media))
+        if "yaml" in content_type:
+            try:
+                return load_yaml(raw)
+            except (ValueError, yaml.YAMLError) as exc:
+                raise ApiError(400, f"the request body is not valid YAML: {exc}") from None
         try:
-            if "yaml" in content_type:
-                return yaml.safe_load(raw)
             return jsonbody.decode(raw)
-        except (ValueError, yaml.YAMLError) as exc:
+        except ValueError as exc:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
 
     def do_GET(self) -> None:
@@ -257,6 +299,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
+            self._authenticate(api.token)
             body = self._read_body(method)
             if method == "GET" and self._serve_discovery(url.path):
                 return
@@ -281,14 +324,31 @@ class _Handler(BaseHTTPRequestHandler):
             if verb == "watch":
                 self._watch(route, query)
                 return
-            code, result = self._execute(verb, route, query, body)
-            self._send_json(code, result)
+            if route.rt.refused and verb not in ("get", "list"):
+                raise ApiError(405, route.rt.refused, reason="MethodNotAllowed")
+            if verb == "get" and route.subresource == "log" and route.rt.plural == "pods":
+                self._send_log(route, query)
+                return
+            warnings: list[str] = []
+            code, result = self._execute(verb, route, query, body, warnings)
+            self._send_json(code, result, _warning_headers(warnings))
         except ApiError as err:
             self._send_error(err)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # a bug in this server: answer 500 instead of hanging up
             self._send_error(ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
+
+    def _authenticate(self, token: str | None) -> None:
+        """401 unless the request carries the server's bearer token (when it has one)."""
+        if token is None:
+            return
+        given = self.headers.get("Authorization") or ""
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), token):
+            return
+        self.close_connection = True  # an unauthenticated body is never read
+        raise ApiError(401, "Unauthorized")
 
     @staticmethod
     def _verb(method: str, route: _Route, query: dict[str, str]) -> str:
@@ -317,8 +377,51 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return selectors.make_matcher(labels, fields)
 
+    def _send_log(self, route: _Route, query: dict[str, str]) -> None:
+        """``pods/log``: the text ``pod_logs`` gives (404 for a pod that does not exist)."""
+        api = self.server.api
+        assert route.name is not None
+        if api.store.get_ref("pods", route.name, route.namespace) is None:
+            raise ApiError(404, f'pods "{route.name}" not found', name=route.name, kind="pods")
+        if api.pod_logs is None:
+            raise ApiError(404, "this server keeps no container logs")
+        text = api.pod_logs(route.namespace or "", route.name, query.get("container"))
+        data = text.encode()
+        head = [
+            "HTTP/1.1 200 OK",
+            "Content-Type: text/plain",
+            f"Content-Length: {len(data)}",
+            "Cache-Control: no-cache, private",
+        ]
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
+        self.wfile.flush()
+
+    def _admitted(
+        self,
+        operation: str,
+        route: _Route,
+        dry_run: bool,
+        warnings: list[str],
+        write: Callable[[bool], Any],
+    ) -> Any:
+        """Run ``write`` (``write(dry_run)``); with the server's admission, as a validating
+        webhook judges a write: the defaulted, validated object of a dry run is judged, then
+        that very object (its generated name and uid kept) is stored, unless it changed since
+        (409 Conflict)."""
+        admission = self.server.api.admission
+        if admission is None or not admission.reviews(route.rt):
+            return write(dry_run)
+        candidate = write(True)
+        warnings.extend(admission.admit(operation, route.rt, candidate, dry_run))
+        if dry_run:
+            return candidate
+        store = self.server.api.store
+        if operation == "CREATE":
+            return store.create_ref(route.rt.plural, candidate, keep_uid=True)
+        return store.update_ref(route.rt.plural, candidate)
+
     def _execute(
-        self, verb: str, route: _Route, query: dict[str, str], body: Any
+        self, verb: str, route: _Route, query: dict[str, str], body: Any, warnings: list[str]
     ) -> tuple[int, Any]:
         store = self.server.api.store
         rt = route.rt
@@ -348,7 +451,14 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise ApiError(400, "the request body must be a JSON object")
             self._check_namespace(route, body)
-            return 201, store.create_ref(rt.plural, body, dry_run=dry_run, strict=strict)
+            created = body
+            return 201, self._admitted(
+                "CREATE",
+                route,
+                dry_run,
+                warnings,
+                lambda dry: store.create_ref(rt.plural, created, dry_run=dry, strict=strict),
+            )
         if route.name is None:
             raise ApiError(405, f"{verb} needs an object name")
         if verb == "get":
@@ -379,9 +489,16 @@ class _Handler(BaseHTTPRequestHandler):
                     f"the name of the object ({meta.get('name')}) does not match the name on "
                     f"the URL ({route.name})",
                 )
-            return 200, store.update_ref(
-                rt.plural, body, subresource=route.subresource, dry_run=dry_run, strict=strict
-            )
+            updated = body
+
+            def update(dry: bool) -> Any:
+                return store.update_ref(
+                    rt.plural, updated, subresource=route.subresource, dry_run=dry, strict=strict
+                )
+
+            if route.subresource is not None:
+                return 200, update(dry_run)
+            return 200, self._admitted("UPDATE", route, dry_run, warnings, update)
         if verb == "patch":
             content_type = self.headers.get("Content-Type") or ""
             patch_body = body
@@ -391,15 +508,22 @@ class _Handler(BaseHTTPRequestHandler):
             def apply(old: dict[str, Any]) -> dict[str, Any]:
                 return apply_patch(content_type, old, patch_body, schema)
 
-            return 200, store.patch_ref(
-                rt.plural,
-                route.name,
-                route.namespace,
-                apply,
-                subresource=route.subresource,
-                dry_run=dry_run,
-                strict=strict,
-            )
+            name = route.name
+
+            def patch(dry: bool) -> Any:
+                return store.patch_ref(
+                    rt.plural,
+                    name,
+                    route.namespace,
+                    apply,
+                    subresource=route.subresource,
+                    dry_run=dry,
+                    strict=strict,
+                )
+
+            if route.subresource is not None:
+                return 200, patch(dry_run)
+            return 200, self._admitted("UPDATE", route, dry_run, warnings, patch)
         # delete
         options = body if isinstance(body, dict) else {}
         preconditions = options.get("preconditions") or {}
@@ -470,6 +594,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _client_gone(self) -> bool:
         try:
             readable, _, _ = select.select([self.connection], [], [], 0)
+            if readable and isinstance(self.connection, ssl.SSLSocket):
+                # TLS cannot peek: a watch's client sends nothing more, so what it sends now
+                # is read and dropped (the connection closes after the watch anyway)
+                self.connection.setblocking(False)
+                try:
+                    return self.connection.recv(1) == b""
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    return False
+                finally:
+                    self.connection.setblocking(True)
             if readable:
                 peek: bytes = self.connection.recv(1, socket.MSG_PEEK)
                 return peek == b""
@@ -586,6 +720,39 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
 
+def _warning_headers(warnings: list[str]) -> dict[str, str]:
+    """``Warning`` headers as the real server sends admission warnings (one header line each
+    is not possible through a dict, so they are joined as HTTP allows: comma-separated)."""
+    if not warnings:
+        return {}
+    texts = (" ".join(w.split()).encode("ascii", "replace").decode() for w in warnings)
+    quoted = ['299 - "' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in texts]
+    return {"Warning": ", ".join(quoted)}
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A validating admission hook: ``reviews(type)`` says which resources it judges (the
+    others are written as without it); ``admit(operation, type, object, dry_run)`` returns the
+    warnings for a write it allows and raises :class:`~.errors.ApiError` to refuse it.
+    ``object`` is the defaulted, validated object about to be stored; with ``dry_run`` nothing
+    may be charged."""
+
+    reviews: Callable[[ResourceType], bool]
+    admit: Callable[[str, ResourceType, dict[str, Any], bool], list[str]]
+
+
+#: ``pod_logs(namespace, name, container)``: the text ``kubectl logs`` prints.
+PodLogs = Callable[[str, str, str | None], str]
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 class KubeAPIServer:
     """The in-process API server. Use as a context manager or call :meth:`start`/:meth:`stop`.
 
@@ -603,7 +770,30 @@ class KubeAPIServer:
         resources: list[ResourceType] | None = None,
         history_size: int = 200_000,
         disabled_gates: Collection[str] = (),
+        token: str | None = None,
+        tls: bool = False,
+        admission: Admission | None = None,
+        pod_logs: PodLogs | None = None,
     ) -> None:
+        if not _is_loopback(host):
+            raise ValueError(f"host: {host!r} is not a loopback address; this server has no TLS")
+        if token is not None and not token.strip():
+            raise ValueError("token: must not be empty")
+        #: The bearer token every request must carry (None: no authentication).
+        self.token = token
+        #: The serving certificate (``tls``: HTTPS with a fresh self-signed certificate; kubectl
+        #: sends a token only over TLS).
+        self.serving_cert: ServingCert | None = None
+        if tls:
+            # imported only here: the other users of this server never load cryptography
+            from sharegpuctl.local.apiserver.tls import self_signed
+
+            self.serving_cert = self_signed(host)
+        self._ca_dir: tempfile.TemporaryDirectory[str] | None = None
+        #: Judges writes before they are stored (see :data:`Admission`).
+        self.admission = admission
+        #: Answers ``pods/log`` (see :data:`PodLogs`).
+        self.pod_logs = pod_logs
         if resources is None:
             resources = default_resources(disabled_gates)
         registry = ResourceRegistry(resources)
@@ -629,7 +819,8 @@ class KubeAPIServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        self._httpd = _HTTPServer(self, self._address)
+        context = self.serving_cert.server_context() if self.serving_cert else None
+        self._httpd = _HTTPServer(self, self._address, context)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.1},
@@ -654,6 +845,9 @@ class KubeAPIServer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._ca_dir is not None:
+            self._ca_dir.cleanup()
+            self._ca_dir = None
 
     def __enter__(self) -> KubeAPIServer:
         return self.start()
@@ -682,8 +876,9 @@ class KubeAPIServer:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://{self._address[0]}:{self.port}"
+        """``http(s)://127.0.0.1:<port>``."""
+        scheme = "https" if self.serving_cert is not None else "http"
+        return f"{scheme}://{self._address[0]}:{self.port}"
 
     def configuration(self) -> kubernetes.client.Configuration:
         """A client Configuration pointing at this server."""
@@ -691,7 +886,21 @@ class KubeAPIServer:
 
         config = kubernetes.client.Configuration()
         config.host = self.url
+        if self.serving_cert is not None:
+            config.ssl_ca_cert = self._ca_file()
+        if self.token is not None:
+            config.api_key = {"authorization": self.token}
+            config.api_key_prefix = {"authorization": "Bearer"}
         return config
+
+    def _ca_file(self) -> str:
+        """A file holding the serving certificate, for clients that read their CA from a file
+        (removed with the server)."""
+        assert self.serving_cert is not None
+        if self._ca_dir is None:
+            self._ca_dir = tempfile.TemporaryDirectory(prefix="sharegpu-apiserver-ca-")
+            (Path(self._ca_dir.name) / "ca.crt").write_bytes(self.serving_cert.cert_pem)
+        return str(Path(self._ca_dir.name) / "ca.crt")
 
     def client(self) -> kubernetes.client.ApiClient:
         """A fresh ApiClient for this server (close it when done)."""
@@ -700,18 +909,26 @@ class KubeAPIServer:
         return kubernetes.client.ApiClient(self.configuration())
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
-        """Write a kubeconfig for this server to ``path``; returns the path."""
+        """Write a kubeconfig for this server to ``path`` (mode 0600: it holds the token);
+        returns the path."""
+        token = self.token if self.token is not None else "sharegpu-test-token"
+        cluster: dict[str, str] = {"server": self.url}
+        if self.serving_cert is not None:
+            ca = base64.b64encode(self.serving_cert.cert_pem).decode()
+            cluster["certificate-authority-data"] = ca
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "sharegpu", "cluster": {"server": self.url}}],
-            "users": [{"name": "sharegpu", "user": {"token": "sharegpu-test-token"}}],
+            "clusters": [{"name": "sharegpu", "cluster": cluster}],
+            "users": [{"name": "sharegpu", "user": {"token": token}}],
             "contexts": [
                 {"name": "sharegpu", "context": {"cluster": "sharegpu", "user": "sharegpu"}}
             ],
             "current-context": "sharegpu",
         }
-        with open(path, "w", encoding="utf-8") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             yaml.safe_dump(config, f)
         return os.fspath(path)
 

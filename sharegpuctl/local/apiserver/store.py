@@ -26,6 +26,7 @@ from typing import Any
 from api.jsontypes import Obj
 from sharegpu.kube.slicerules import is_dns_label, is_dns_subdomain
 from sharegpuctl.local.apiserver import selectors
+from sharegpuctl.local.apiserver.bounds import MAX_OBJECT_BYTES, check_object_size
 from sharegpuctl.local.apiserver.builtinschema import definition
 from sharegpuctl.local.apiserver.crds import crd_problems, default_crd_status, resource_type
 from sharegpuctl.local.apiserver.errors import ApiError
@@ -138,9 +139,15 @@ class ObjectStore:
     """All objects of the fake cluster, by resource type; see the module docstring."""
 
     def __init__(
-        self, registry: ResourceRegistry | None = None, *, history_size: int = 200_000
+        self,
+        registry: ResourceRegistry | None = None,
+        *,
+        history_size: int = 200_000,
+        max_object_bytes: int = MAX_OBJECT_BYTES,
     ) -> None:
         self.registry = registry or ResourceRegistry(default_resources())
+        #: Largest object stored, JSON-encoded (413 above it).
+        self.max_object_bytes = max_object_bytes
         self._history_size = history_size
         self._lock = threading.RLock()
         self._rv = 0
@@ -277,12 +284,19 @@ class ObjectStore:
     # ----------------------------------------------------------------- API verbs
 
     def create_ref(
-        self, resource: str, obj: Obj, *, dry_run: bool = False, strict: bool = False
+        self,
+        resource: str,
+        obj: Obj,
+        *,
+        dry_run: bool = False,
+        strict: bool = False,
+        keep_uid: bool = False,
     ) -> Obj:
         """Create as the API server does: generateName, uid, resourceVersion, timestamps,
         generation 1, status dropped unless the type keeps it, undeclared fields pruned (refused
-        with ``strict``), validation (422), 409 if the name exists. Returns the stored object
-        itself (never mutate it; see :meth:`create`)."""
+        with ``strict``), validation (422), 409 if the name exists. ``keep_uid``: the object is
+        the one a dry run returned (and admission judged): its uid is kept. Returns the stored
+        object itself (never mutate it; see :meth:`create`)."""
         rt = self.registry.get(resource)
         new = deep_copy(obj)
         new.setdefault("apiVersion", rt.api_version)
@@ -296,6 +310,7 @@ class ObjectStore:
             meta["namespace"] = meta.get("namespace") or "default"
         elif "namespace" in meta:
             meta.pop("namespace")
+        given_uid = meta.get("uid") if keep_uid else None
         for f in ("uid", "resourceVersion", "deletionTimestamp", "selfLink"):
             meta.pop(f, None)
         meta["generation"] = 1
@@ -313,7 +328,7 @@ class ObjectStore:
                         rt, "", ["metadata.name: Required value: name or generateName is required"]
                     )
                 meta["name"] = self._generate_name(rt, prefix, meta.get("namespace", ""))
-            meta["uid"] = str(uuid.uuid4())
+            meta["uid"] = given_uid if isinstance(given_uid, str) else str(uuid.uuid4())
             self._validate_names(rt, meta)
             self._prune(rt, new, strict)
             if rt.apply_defaults is not None:
@@ -813,6 +828,10 @@ class ObjectStore:
         return self._commit(rt, new, old)
 
     def _validate(self, rt: ResourceType, obj: Obj) -> None:
+        """422 for what ``rt`` does not accept; 413 for an object too large to store (checked
+        on every write, so a patch cannot grow one past the limit either)."""
+        name = obj["metadata"].get("name", "")
+        check_object_size(obj, f'{rt.qualified} "{name}"', self.max_object_bytes)
         if rt.validate is None:
             return
         messages = rt.validate(obj)

@@ -181,7 +181,19 @@ def test_next_steps_name_real_commands_and_files(report: dict[str, Any]) -> None
         if command.startswith("sharegpu "):
             parser.parse_args(re.sub(r"<[^>]*>", "x.yaml", command).split()[1:])
     text = "\n\n".join(render_table(t, "text") for t in tables_of(report))
-    assert text.rstrip().splitlines()[-1].startswith("helm install sharegpu")
+    last_row = [line for line in text.splitlines() if not line.startswith(" ")][-1]
+    assert last_row.startswith("helm install sharegpu")
+
+
+def test_the_report_fits_120_columns(report: dict[str, Any]) -> None:
+    for fmt in ("text", "table"):
+        text = "\n\n".join(render_table(t, fmt) for t in tables_of(report))
+        widest = max(text.splitlines(), key=len)
+        assert len(widest) <= 120, widest
+    # nothing is lost by the wrapping: every claim's share appears (shortened) in its row
+    for claim in report["claims"]:
+        for device in claim.get("devices", []):
+            assert f"{device['device']}   {device['shareID'][:8]}" in text
     assert "Next steps" in text
 
 
