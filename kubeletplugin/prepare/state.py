@@ -292,18 +292,20 @@ class DeviceState:
     def _check_against_allocations(
         self, claims: dict[str, ClaimRecord], rollback: set[str]
     ) -> None:
-        """Hold each restored claim to what its allocation grants, where the API server answers:
-        a recorded share larger or smaller than the allocation's is set to the allocation's
-        (an enforcement limit above it lowered to it), with an error logged; a recorded device
-        the allocation does not have rolls the claim back. A claim the API server no longer has
-        (or that was replaced, or lost its allocation) is left as recorded: kubelet unprepares
-        it. After the first answer that is not about the claim itself (the API server is down)
-        the remaining records are kept as recorded, with one warning, so a start never waits on
-        one timeout per claim."""
+        """Hold each restored claim with shares to what its allocation grants, where the API
+        server answers: a recorded share larger or smaller than the allocation's is set to the
+        allocation's (an enforcement limit above it lowered to it), with an error logged; a
+        recorded device the allocation does not have rolls the claim back. A claim the API
+        server no longer has (or that was replaced, or lost its allocation) is left as recorded:
+        kubelet unprepares it. After the first answer that is not about the claim itself (the
+        API server is down) the remaining records are kept as recorded, with one warning, so a
+        start never waits on one timeout per claim."""
         for uid in sorted(claims):
             rec = claims[uid]
             if uid in rollback or rec.state != STATE_COMPLETED:
                 continue
+            if not any(d.is_share for d in rec.devices):
+                continue  # a whole GPU or MIG device: the device table already bounds it
             ref = ClaimRef(namespace=rec.namespace, uid=uid, name=rec.name)
             fetched = self._fetch(ref)
             if isinstance(fetched, ClaimError):
@@ -736,6 +738,30 @@ class DeviceState:
                         f"ResourceClaim {other.namespace}/{other.name} (UID {uid}); "
                         "refusing to hand it out twice"
                     )
+        return self._over_share_limit(new)
+
+    def _over_share_limit(self, new: ClaimRecord) -> str | None:
+        """Caller holds ``_mu``. Why ``new``'s shares would put a GPU above its share limit
+        (the published slices already keep the scheduler within it: this holds for
+        allocations made against older slices), or None."""
+        for uuid in sorted({d.gpu_uuid for d in new.devices if d.is_share}):
+            node_gpu = next((g for g in self._devices.gpus if g.uuid == uuid), None)
+            if node_gpu is None:
+                continue
+            held = sum(
+                1
+                for uid, other in self._by_gpu.get(uuid, {}).items()
+                if uid != new.uid
+                for d in other.devices
+                if d.is_share and d.gpu_uuid == uuid
+            )
+            adding = sum(1 for d in new.devices if d.is_share and d.gpu_uuid == uuid)
+            limit = self._devices.share_limit(node_gpu)
+            if held + adding > limit:
+                return (
+                    f"GPU {uuid} already holds {held} shares and its limit is {limit} (MPS's "
+                    "clients per GPU, or --max-shares-per-gpu); refusing another"
+                )
         return None
 
     def _undo(self, uid: str) -> None:
