@@ -90,6 +90,9 @@ class GpuHardware:
     #: Taints on the GPU's devices (see :data:`GpuTaintEntry`), sorted by device, the slice's
     #: before the rules' (:func:`with_rule_taints`).
     taints: tuple[GpuTaintEntry, ...] = ()
+    #: The smallest cores a share of it is charged (its shared device's cores policy minimum,
+    #: which bounds its shares; 1 without one).
+    min_share_cores: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +207,7 @@ def pool_hardware(
                 for _, d in sorted(members, key=lambda m: m[1].name)
                 for t in d.taints
             ),
+            min_share_cores=max((d.cores_min or 1 for _, d in members if d.shared), default=1),
         )
         for _, d in members:
             devices[d.name] = DeviceInfo(gpu_name=name, record=d)
