@@ -5,7 +5,8 @@ the admission checks and the GpuQuota charge derive what a request reserves from
 the allocator's ``consumed_amount``, kube-scheduler's rule); the node
 plugin, the tracker and the GpuQuota charge read what an allocated share reserves with
 :func:`share_reservation` (an amount its ``consumedCapacity`` lacks is the whole). Invariants:
-cores are whole percents 1..100 with the node's default for a request that names none; memory
+cores are whole percents from the node's smallest share (1 unless it bounds the shares of a
+GPU) to 100, with the node's default for a request that names none; memory
 is granted in :data:`~api.names.MEMORY_STEP_BYTES` steps from one step up to the largest step
 multiple not above the usable memory, and a request without memory takes that largest amount.
 Pure: no I/O.
@@ -89,10 +90,16 @@ def share_reservation(
 
 
 def consumable_capacity(
-    memory_usable: int, default_cores: int = names.CORES_PER_GPU
+    memory_usable: int, default_cores: int = names.CORES_PER_GPU, min_cores: int = 1
 ) -> dict[str, Any]:
     """The ``capacity`` of a shareable GPU with ``memory_usable`` bytes: ``cores`` and
-    ``memory`` with their request policies (``default_cores`` for a request naming no cores)."""
+    ``memory`` with their request policies (``default_cores`` for a request naming no cores,
+    ``min_cores`` the smallest cores a request is charged: it bounds the shares of the GPU)."""
+    if not 1 <= min_cores <= default_cores <= names.CORES_PER_GPU:
+        raise ValueError(
+            f"cores policy needs 1 <= min ({min_cores}) <= default ({default_cores}) <= "
+            f"{names.CORES_PER_GPU}"
+        )
     memory_max = memory_policy_max(memory_usable)
     step = format_quantity(names.MEMORY_STEP_BYTES)
     cores = format_quantity(names.CORES_PER_GPU)
@@ -101,7 +108,7 @@ def consumable_capacity(
             "value": cores,
             "requestPolicy": {
                 "default": format_quantity(default_cores),
-                "validRange": {"min": "1", "max": cores, "step": "1"},
+                "validRange": {"min": format_quantity(min_cores), "max": cores, "step": "1"},
             },
         },
         names.CAP_MEMORY: {

@@ -264,7 +264,7 @@ class Controller:
             self.metrics.set_gpu_source(self.tracker.gauges)
             tracker_now = self.tracker
             self.quota_basis = lambda: basis_of(
-                (g.node, g.memory_capacity) for g in tracker_now.gauges()
+                (g.node, g.memory_capacity, g.min_share_cores) for g in tracker_now.gauges()
             )
             self.quotas = QuotaController(
                 kube,

@@ -56,6 +56,8 @@ class GpuGauge:
     memory_allocated: int
     claims: int
     healthy: bool
+    #: The smallest cores a share of the GPU is charged (what the GpuQuota charge needs).
+    min_share_cores: int = 1
 
 
 def gpu_gauge(g: GpuObject) -> GpuGauge:

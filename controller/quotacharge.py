@@ -104,13 +104,20 @@ class ChargeBasis:
     largest_memory: int = 0
     #: The most GPUs one node publishes (at least 1).
     largest_node_gpus: int = 1
+    #: The largest smallest-share a GPU publishes (1 to 100): a share asking fewer cores is
+    #: charged this many, the most it can consume on any GPU.
+    min_share_cores: int = 1
 
     def capacity(self) -> dict[str, Any]:
         """The capacities and request policies of a consumable device of the largest GPU, as
-        the plugin publishes them (``kubeletplugin/devices/slices.py``)."""
+        the plugin publishes them (``kubeletplugin/devices/slices.py``), with the largest
+        smallest-share any GPU publishes."""
+        low = min(max(self.min_share_cores, 1), names.CORES_PER_GPU)
         if memory_policy_max(self.largest_memory) > 0:
-            return consumable_capacity(self.largest_memory)
-        return capacity_of_unknown_gpu()
+            return consumable_capacity(self.largest_memory, names.CORES_PER_GPU, low)
+        capacity = capacity_of_unknown_gpu()
+        capacity[names.CAP_CORES]["requestPolicy"]["validRange"]["min"] = format_quantity(low)
+        return capacity
 
     def whole_gpu(self) -> Amounts:
         """The charge of one whole GPU (one device, nothing asked)."""
@@ -139,14 +146,17 @@ class ChargeBasis:
         return Amounts(out[names.CAP_CORES], out[names.CAP_MEMORY], 1)
 
 
-def basis_of(gpus: Iterable[tuple[str, int]]) -> ChargeBasis:
-    """The basis from ``(node, usable memory)`` of every published GPU."""
+def basis_of(gpus: Iterable[tuple[str, int, int]]) -> ChargeBasis:
+    """The basis from ``(node, usable memory, smallest share's cores)`` of every published
+    GPU."""
     per_node: dict[str, int] = {}
     largest = 0
-    for node, memory in gpus:
+    low = 1
+    for node, memory, min_cores in gpus:
         per_node[node] = per_node.get(node, 0) + 1
         largest = max(largest, memory)
-    return ChargeBasis(largest, max(per_node.values(), default=1))
+        low = max(low, min_cores)
+    return ChargeBasis(largest, max(per_node.values(), default=1), low)
 
 
 # --- claims -----------------------------------------------------------------------------------

@@ -90,6 +90,9 @@ class GpuHardware:
     #: Taints on the GPU's devices (see :data:`GpuTaintEntry`), sorted by device, the slice's
     #: before the rules' (:func:`with_rule_taints`).
     taints: tuple[GpuTaintEntry, ...] = ()
+    #: The smallest cores a share of it is charged (its shared device's cores policy minimum,
+    #: which bounds its shares; 1 without one).
+    min_share_cores: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +207,7 @@ def pool_hardware(
                 for _, d in sorted(members, key=lambda m: m[1].name)
                 for t in d.taints
             ),
+            min_share_cores=max((d.cores_min or 1 for _, d in members if d.shared), default=1),
         )
         for _, d in members:
             devices[d.name] = DeviceInfo(gpu_name=name, record=d)
@@ -387,8 +391,10 @@ def overcommitted_condition(allocations: Iterable[Alloc]) -> Obj | None:
 
 def mps_escaped_condition(allocations: Iterable[Alloc]) -> Obj | None:
     """The ``MPSEscaped`` condition of a GPU's (sorted) allocations: True when a measured MPS
-    share reports compute processes outside MPS on the GPU (naming the claims whose own pods run
-    them), False when every judged MPS share reports none, None when none was judged."""
+    share reports its own compute processes outside MPS (the sum over the shares, naming the
+    claims whose pods run them), False when every judged MPS share reports none, None when none
+    was judged. A process of no share of the GPU is in no share's usage: the node's metric
+    and log report it."""
     judged = False
     outside = 0
     claims: dict[str, int] = {}
@@ -396,7 +402,7 @@ def mps_escaped_condition(allocations: Iterable[Alloc]) -> Obj | None:
         if a.usage is None or a.usage.outside_mps is None:
             continue
         judged = True
-        outside = max(outside, a.usage.outside_mps)
+        outside += a.usage.outside_mps
         if a.usage.escaped_pods:
             label = f"{a.claim_namespace}/{a.claim_name}"
             claims[label] = claims.get(label, 0) + len(a.usage.escaped_pods)

@@ -30,6 +30,7 @@ from api.names import (
     ATTR_UUID,
     CAP_CORES,
     CAP_MEMORY,
+    CORES_PER_GPU,
     OVERCOMMIT_RESOURCES,
     SHARE_USAGE_KIND,
     base_request_name,
@@ -84,6 +85,16 @@ def _capacity(device: Obj, driver: str, name: str) -> int | None:
     return qty(cap.get("value")) if isinstance(cap, Mapping) else None
 
 
+def _cores_min(device: Obj, driver: str) -> int | None:
+    """The smallest cores request the device's policy allows (its share limit, see
+    ``kubeletplugin/devices/sharelimit.py``), None without a policy or outside 1..100."""
+    cap = driver_value(device.get("capacity") or {}, driver, CAP_CORES)
+    policy = cap.get("requestPolicy") if isinstance(cap, Mapping) else None
+    bounds = policy.get("validRange") if isinstance(policy, Mapping) else None
+    low = qty(bounds.get("min")) if isinstance(bounds, Mapping) else None
+    return low if low is not None and 1 <= low <= CORES_PER_GPU else None
+
+
 def _consumed_counters(device: Obj, name: str) -> int | None:
     total: int | None = None
     for consumption in device.get("consumesCounters") or []:
@@ -131,6 +142,8 @@ class DeviceRecord:
     unhealthy_reason: str | None
     #: The device's own taints (``(key, value, effect)``, in slice order, at most 16).
     taints: tuple[TaintRecord, ...] = ()
+    #: A shared device's smallest cores request (its cores policy's minimum), None without one.
+    cores_min: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +219,7 @@ def _device_record(d: Obj, driver: str, taint_key: str) -> DeviceRecord:
         shared=bool(d.get("allowMultipleAllocations")),
         unhealthy_reason=reason,
         taints=taints,
+        cores_min=_cores_min(d, driver),
     )
 
 

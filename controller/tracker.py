@@ -257,6 +257,7 @@ class Tracker:
                     memory_allocated=memory,
                     claims=claims,
                     healthy=hw.unhealthy_reason is None,
+                    min_share_cores=hw.min_share_cores,
                 )
             )
         return out

@@ -16,6 +16,11 @@ from typing import Final
 from api import names
 from api.quantity import quantity_int
 from api.version import VERSION
+from kubeletplugin.devices.sharelimit import (
+    MAX_SHARES_PER_GPU,
+    MPS_CLIENTS_PRE_VOLTA,
+    MPS_CLIENTS_VOLTA,
+)
 from kubeletplugin.health.flags import (
     DEFAULT_HEALTH_OPTIONS,
     HealthFlagError,
@@ -90,6 +95,8 @@ class PluginConfig:
     nvidia_cdi_dirs: tuple[Path, ...] = DEFAULT_NVIDIA_CDI_DIRS
     #: Consumable mode: cores charged to a request that names none (``--default-share-cores``).
     default_share_cores: int = names.CORES_PER_GPU
+    #: The most shares one GPU holds (``--max-shares-per-gpu``; 0: what MPS serves alone).
+    max_shares_per_gpu: int = 0
     #: Host directory of the per-daemon MPS directories (``--mps-root``); None: ``<data dir>/mps``.
     mps_root: Path | None = None
     #: Bytes of each MPS daemon's shm tmpfs (``--mps-shm-size``).
@@ -177,6 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
         "request that names no cores, e.g. one asking only for memory; published as the cores "
         f"request policy's default (default {names.CORES_PER_GPU}: such a request takes every "
         "core of its GPU)",
+    )
+    p.add_argument(
+        "--max-shares-per-gpu",
+        type=int,
+        default=0,
+        help="the most shares (claims) one GPU holds at once, each with its own MPS daemon; "
+        "published as the smallest cores request (ceil(100/N)) and by leaving out partitions "
+        f"of more parts. Never above what MPS serves on the GPU ({MPS_CLIENTS_PRE_VOLTA} before "
+        f"Volta, {MPS_CLIENTS_VOLTA} on Volta and later, {MAX_SHARES_PER_GPU} from CUDA 13.1), "
+        f"which 0 (the default) means; 1 to {MAX_SHARES_PER_GPU}",
     )
     p.add_argument("--metrics-address", help="serve /metrics on HOST:PORT (default: off)")
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
@@ -301,6 +318,11 @@ def config_from_args(
         raise ConfigError(
             f"--default-share-cores {args.default_share_cores}: must be 1 to {names.CORES_PER_GPU}"
         )
+    if not 0 <= args.max_shares_per_gpu <= MAX_SHARES_PER_GPU:
+        raise ConfigError(
+            f"--max-shares-per-gpu {args.max_shares_per_gpu}: must be 0 (what MPS serves) to "
+            f"{MAX_SHARES_PER_GPU}"
+        )
     if (
         args.mig_strategy == names.MIG_STRATEGY_DYNAMIC
         and args.sharing_mode != names.SHARING_MODE_PARTITIONS
@@ -336,6 +358,7 @@ def config_from_args(
         nvidia_cdi_kind=args.nvidia_cdi_kind,
         nvidia_cdi_dirs=nvidia_cdi_dirs,
         default_share_cores=args.default_share_cores,
+        max_shares_per_gpu=args.max_shares_per_gpu,
         mps_root=args.mps_root,
         mps_shm_bytes=mps_shm_bytes,
         mps_daemon_pod_template=args.mps_daemon_pod_template,

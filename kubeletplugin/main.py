@@ -220,6 +220,7 @@ def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
         config.mig_strategy,
         config.driver_name,
         config.node_name,
+        config.max_shares_per_gpu,
     )
     return yaml.safe_dump_all(objects, sort_keys=False)
 
@@ -292,7 +293,11 @@ class Plugin:
         self.telemetry = telemetry
         #: The node's device table, computed once: the publisher, prepare and health share it.
         self.devices = node_devices(
-            gpus, config.sharing_mode, config.default_share_cores, config.mig_strategy
+            gpus,
+            config.sharing_mode,
+            config.default_share_cores,
+            config.mig_strategy,
+            config.max_shares_per_gpu,
         )
         self.publisher = SlicePublisher(
             KubeRest(api_client), config.driver_name, config.node_name, self.devices

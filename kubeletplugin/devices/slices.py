@@ -9,7 +9,9 @@ pool, a GPU's devices in one slice, every ``consumesCounters`` naming a set of t
 is the usable memory in bytes; a MIG device is exclusive in every mode (capacity ``memory``
 only); a dynamic MIG GPU's counter set (:func:`mig_counter_set`) admits exactly the placement
 sets :func:`kubeletplugin.devices.migtables.placement_problem` accepts; a ``hidden`` device is in
-no slice. Which Kubernetes versions and gates each mode needs: docs/compatibility.md."""
+no slice; no GPU holds more shares than its ``NodeDevices.share_limit`` (through the cores
+policy's minimum and the partition profiles published). Which Kubernetes versions and gates
+each mode needs: docs/compatibility.md."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from api import names
 from api.jsontypes import Obj
 from api.quantity import format_quantity
 from api.sharepolicy import consumable_capacity
-from kubeletplugin.devices import migtables
+from kubeletplugin.devices import migtables, sharelimit
 from kubeletplugin.devices.table import NodeDevice, NodeDevices, node_devices
 from kubeletplugin.devices.versions import VersionError, to_semver
 from kubeletplugin.model import GpuInfo, MigProfile
@@ -86,14 +88,21 @@ def _capacity(cores: int, memory: int) -> Obj:
     }
 
 
-def consumable_device(gpu: GpuInfo, default_cores: int = names.CORES_PER_GPU) -> Obj:
+def consumable_device(
+    gpu: GpuInfo, default_cores: int = names.CORES_PER_GPU, share_limit: int | None = None
+) -> Obj:
     """The whole GPU as a device that several claims can share (KEP-5075 consumable capacity).
 
     A request without capacity asks gets the defaults: ``default_cores`` cores (100 unless the
     node says otherwise, ``--default-share-cores``) and all the memory; so a request for memory
-    alone is charged ``default_cores`` cores.
+    alone is charged ``default_cores`` cores. No request is charged fewer cores than
+    :func:`~kubeletplugin.devices.sharelimit.min_share_cores` of the GPU's share limit (None:
+    :func:`~kubeletplugin.devices.sharelimit.mps_client_limit`), so kube-scheduler never places
+    more shares on it; a default below that is raised to it.
     """
-    capacity = consumable_capacity(gpu.memory_usable, default_cores)
+    limit = sharelimit.mps_client_limit(gpu) if share_limit is None else share_limit
+    min_cores = sharelimit.min_share_cores(limit)
+    capacity = consumable_capacity(gpu.memory_usable, max(default_cores, min_cores), min_cores)
     return {
         "name": names.device_name(gpu.index),
         "attributes": gpu_attributes(gpu),
@@ -268,17 +277,20 @@ def partition_devices(gpu: GpuInfo) -> list[Obj]:
 
 
 def device_object(
-    device: NodeDevice, sharing_mode: str, default_cores: int = names.CORES_PER_GPU
+    device: NodeDevice,
+    sharing_mode: str,
+    default_cores: int = names.CORES_PER_GPU,
+    share_limit: int | None = None,
 ) -> Obj:
-    """The slice entry of one device of the table in ``sharing_mode`` (``default_cores``: see
-    :func:`consumable_device`); a MIG device is :func:`mig_device` in every mode, a dynamic MIG
-    placement :func:`mig_placement_device`."""
+    """The slice entry of one device of the table in ``sharing_mode`` (``default_cores`` and
+    ``share_limit``: see :func:`consumable_device`); a MIG device is :func:`mig_device` in every
+    mode, a dynamic MIG placement :func:`mig_placement_device`."""
     if device.mig is not None:
         return mig_device(device)
     if device.dynamic_mig:
         return mig_placement_device(device)
     if sharing_mode == names.SHARING_MODE_CONSUMABLE:
-        return consumable_device(device.gpu, default_cores)
+        return consumable_device(device.gpu, default_cores, share_limit)
     if sharing_mode == names.SHARING_MODE_EXCLUSIVE:
         return exclusive_device(device.gpu)
     if sharing_mode == names.SHARING_MODE_PARTITIONS:
@@ -348,8 +360,9 @@ def desired_slices(
         own = devices.of_gpu(gpu)
         if any(d.dynamic_mig for d in own):
             dynamic.add(gpu.uuid)
+        limit = devices.share_limit(gpu)
         group = [
-            device_object(d, devices.sharing_mode, devices.default_share_cores)
+            device_object(d, devices.sharing_mode, devices.default_share_cores, limit)
             for d in own
             if d.name not in hidden
         ]
@@ -445,10 +458,11 @@ def preview_slices(
     mig_strategy: str,
     driver_name: str,
     node_name: str,
+    max_shares: int = 0,
 ) -> list[Obj]:
     """The ResourceSlices a plugin with these settings publishes for ``gpus``, before any API
     server is asked (generation 1, no owner): what ``--print-slices`` prints and what
     ``sharegpu devices`` and ``sharegpu explain`` work on. Raises ValueError as
     :func:`~kubeletplugin.devices.table.node_devices` does."""
-    table = node_devices(gpus, sharing_mode, default_share_cores, mig_strategy)
+    table = node_devices(gpus, sharing_mode, default_share_cores, mig_strategy, max_shares)
     return resource_slice_objects(desired_slices(table), driver_name, node_name, None, 1)

@@ -8,7 +8,8 @@ A GPU in MIG mode is never published whole or shared: each existing MIG device i
 device, or with ``--mig dynamic`` each placement of each profile is one
 (:func:`api.names.mig_placement_device_name`, the instance created at prepare); a GPU whose MIG
 mode change is pending is no device (one warning). The table never changes while the daemon
-runs: placements someone else's instances block are hidden from the slices, not the table."""
+runs: placements someone else's instances block are hidden from the slices, not the table. No
+GPU holds more shares than its :meth:`NodeDevices.share_limit` (:mod:`.sharelimit`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api import names
+from kubeletplugin.devices import sharelimit
 from kubeletplugin.devices.mig import MIG_ENABLED, mig_device_name
 from kubeletplugin.model import GpuInfo, MigInfo, MigPlacement, MigProfile
 
@@ -78,6 +80,14 @@ class NodeDevices:
     #: Consumable mode: the cores (percent of a GPU) a request that names none is charged, e.g.
     #: one asking only for memory (the cores request policy's default; 1 to 100).
     default_share_cores: int = names.CORES_PER_GPU
+    #: The node's bound on the shares of one GPU (``--max-shares-per-gpu``; 0: MPS's bound
+    #: alone); :meth:`share_limit` gives a GPU's.
+    max_shares: int = 0
+
+    def share_limit(self, gpu: GpuInfo) -> int:
+        """The most shares ``gpu`` holds at once (:func:`~kubeletplugin.devices.sharelimit.
+        share_limit`)."""
+        return sharelimit.share_limit(gpu, self.max_shares)
 
     def __iter__(self) -> Iterator[NodeDevice]:
         return iter(self.devices.values())
@@ -114,12 +124,15 @@ def node_devices(
     sharing_mode: str,
     default_share_cores: int = names.CORES_PER_GPU,
     mig_strategy: str = names.MIG_STRATEGY_STATIC,
+    max_shares: int = 0,
 ) -> NodeDevices:
     """The table of the devices published for ``gpus`` in ``sharing_mode``.
 
     Raises ValueError for an unknown sharing mode or MIG strategy (the message lists the allowed
     ones), dynamic MIG outside ``partitions`` mode, a ``default_share_cores`` outside 1 to 100,
-    or a GPU whose MIG devices are not its own or repeat a (GPU instance, compute instance) pair.
+    or a GPU whose MIG devices are not its own or repeat a (GPU instance, compute instance) pair,
+    or a ``max_shares`` outside 0 to :data:`~kubeletplugin.devices.sharelimit.MAX_SHARES_PER_GPU`.
+    A partition profile of more parts than the GPU's share limit is left out.
     """
     if mig_strategy not in names.MIG_STRATEGIES:
         raise ValueError(
@@ -137,6 +150,10 @@ def node_devices(
     if not 1 <= default_share_cores <= names.CORES_PER_GPU:
         raise ValueError(
             f"default share cores must be 1 to {names.CORES_PER_GPU}, got {default_share_cores}"
+        )
+    if not 0 <= max_shares <= sharelimit.MAX_SHARES_PER_GPU:
+        raise ValueError(
+            f"max shares per GPU must be 0 to {sharelimit.MAX_SHARES_PER_GPU}, got {max_shares}"
         )
     ordered = tuple(sorted(gpus, key=lambda g: g.index))
     table: dict[str, NodeDevice] = {}
@@ -176,7 +193,10 @@ def node_devices(
             whole = names.device_name(gpu.index)
             table[whole] = NodeDevice(whole, gpu)
             continue
+        limit = sharelimit.share_limit(gpu, max_shares)
         for profile, parts in names.PARTITION_PROFILES.items():
+            if parts > limit:
+                continue
             for j in range(parts):
                 name = (
                     names.device_name(gpu.index)
@@ -184,7 +204,7 @@ def node_devices(
                     else names.partition_device_name(gpu.index, profile, j)
                 )
                 table[name] = NodeDevice(name, gpu, profile)
-    return NodeDevices(sharing_mode, ordered, table, default_share_cores)
+    return NodeDevices(sharing_mode, ordered, table, default_share_cores, max_shares)
 
 
 def _mig_devices(gpu: GpuInfo) -> list[NodeDevice]:

@@ -55,6 +55,7 @@ from kubeletplugin.prepare.claims import (
     REASON_INTERNAL,
     REASON_IO,
     REASON_MIG,
+    REASON_NOT_FOUND,
     AllocationResult,
     ClaimAllocation,
     ClaimError,
@@ -110,6 +111,18 @@ def _decided(rec: ClaimRecord, decisions: Decisions) -> ClaimRecord:
             replace(d, enforcement=e) for d, e in zip(rec.devices, decisions, strict=True)
         ),
     )
+
+
+def _within(d: DeviceRecord, cores: int, memory: int) -> DeviceRecord:
+    """``d`` entitled to ``cores`` and ``memory``, its enforcement limits at most those."""
+    enforced = d.enforcement
+    if enforced is not None:
+        enforced = replace(
+            enforced,
+            limit_cores=min(enforced.limit_cores, cores),
+            limit_memory=min(enforced.limit_memory, memory),
+        )
+    return replace(d, cores=cores, memory=memory, enforcement=enforced)
 
 
 def _conflict(
@@ -237,6 +250,7 @@ class DeviceState:
                     uid,
                 )
                 rollback.add(uid)
+        self._check_against_allocations(claims, rollback)
         pending = self._instances.recover(claims, rollback)
         # Only the claims that stay prepared: resuming enforcement for a claim about to be
         # rolled back would start daemons just to stop them. Whatever a rolled-back claim left
@@ -274,6 +288,71 @@ class DeviceState:
         log.info(
             "device state ready: %d prepared claims (checkpoint %s)", len(claims), loaded.status
         )
+
+    def _check_against_allocations(
+        self, claims: dict[str, ClaimRecord], rollback: set[str]
+    ) -> None:
+        """Hold each restored claim with shares to what its allocation grants, where the API
+        server answers: a recorded share larger or smaller than the allocation's is set to the
+        allocation's (an enforcement limit above it lowered to it), with an error logged; a
+        recorded device the allocation does not have rolls the claim back. A claim the API
+        server no longer has (or that was replaced, or lost its allocation) is left as recorded:
+        kubelet unprepares it. After the first answer that is not about the claim itself (the
+        API server is down) the remaining records are kept as recorded, with one warning, so a
+        start never waits on one timeout per claim."""
+        for uid in sorted(claims):
+            rec = claims[uid]
+            if uid in rollback or rec.state != STATE_COMPLETED:
+                continue
+            if not any(d.is_share for d in rec.devices):
+                continue  # a whole GPU or MIG device: the device table already bounds it
+            ref = ClaimRef(namespace=rec.namespace, uid=uid, name=rec.name)
+            fetched = self._fetch(ref)
+            if isinstance(fetched, ClaimError):
+                if fetched.reason == REASON_NOT_FOUND:
+                    continue
+                log.warning(
+                    "cannot check the restored shares against their allocations (%s); the "
+                    "remaining claims keep their recorded shares",
+                    fetched,
+                )
+                return
+            try:
+                allocation = extract_allocation(
+                    fetched, ref, self.driver_name, self.node_name, self._devices
+                )
+            except ClaimError:
+                continue
+            granted = {(d.device, d.share_id): d for d in self._device_records(allocation)}
+            label = _claim_label(rec.namespace, rec.name, uid)
+            devices = []
+            for d in rec.devices:
+                want = granted.get((d.device, d.share_id))
+                if want is None:
+                    log.error(
+                        "checkpoint of %s records device %s (share %s), which its allocation "
+                        "does not have; rolling the claim back",
+                        label,
+                        d.device,
+                        d.share_id,
+                    )
+                    rollback.add(uid)
+                    break
+                if (d.cores, d.memory) != (want.cores, want.memory):
+                    log.error(
+                        "checkpoint of %s records %d cores and %d bytes for device %s, its "
+                        "allocation grants %d cores and %d bytes; restoring the allocation's",
+                        label,
+                        d.cores,
+                        d.memory,
+                        d.device,
+                        want.cores,
+                        want.memory,
+                    )
+                    d = _within(d, want.cores, want.memory)
+                devices.append(d)
+            else:
+                claims[uid] = replace(rec, devices=tuple(devices))
 
     def hidden_devices(self) -> frozenset[str]:
         """Dynamic MIG devices not to publish: the hardware rule refuses their placement next to
@@ -659,6 +738,30 @@ class DeviceState:
                         f"ResourceClaim {other.namespace}/{other.name} (UID {uid}); "
                         "refusing to hand it out twice"
                     )
+        return self._over_share_limit(new)
+
+    def _over_share_limit(self, new: ClaimRecord) -> str | None:
+        """Caller holds ``_mu``. Why ``new``'s shares would put a GPU above its share limit
+        (the published slices already keep the scheduler within it: this holds for
+        allocations made against older slices), or None."""
+        for uuid in sorted({d.gpu_uuid for d in new.devices if d.is_share}):
+            node_gpu = next((g for g in self._devices.gpus if g.uuid == uuid), None)
+            if node_gpu is None:
+                continue
+            held = sum(
+                1
+                for uid, other in self._by_gpu.get(uuid, {}).items()
+                if uid != new.uid
+                for d in other.devices
+                if d.is_share and d.gpu_uuid == uuid
+            )
+            adding = sum(1 for d in new.devices if d.is_share and d.gpu_uuid == uuid)
+            limit = self._devices.share_limit(node_gpu)
+            if held + adding > limit:
+                return (
+                    f"GPU {uuid} already holds {held} shares and its limit is {limit} (MPS's "
+                    "clients per GPU, or --max-shares-per-gpu); refusing another"
+                )
         return None
 
     def _undo(self, uid: str) -> None:

@@ -5,8 +5,10 @@ mock source), else of the claims reserved for its pod (pod from its cgroup,
 :mod:`kubeletplugin.usage.procfs`); none, several or no pod is :class:`Unattributed` with why.
 With the MPS daemon pods known, a non-client process of a daemon pod is an MPS server (neither),
 and on a GPU with MPS shares every other non-client process is an :class:`Escape` (still counted
-in its share). Every prepared share on a sampled GPU gets a :class:`ShareUsage`, also without
-processes; an MPS share has no SM utilisation (NVML reports it per server). Overcommit, the one
+in its share). A share's ``outside_mps`` counts its own escapes only: another tenant's process,
+or one of no share, never shows in it (the node reports those: log, metric, optional taint).
+Every prepared share on a sampled GPU gets a :class:`ShareUsage`, also without processes; an
+MPS share has no SM utilisation (NVML reports it per server). Overcommit, the one
 rule: used memory above the reserved bytes, or SM utilisation above the reserved cores plus
 ``compute_margin`` points; adminAccess shares reserve nothing and are never overcommitted."""
 
@@ -145,8 +147,9 @@ def attribute(
             outside: int | None = None
             escaped: tuple[str, ...] = ()
             if share.mps and judged:
-                outside = len(gpu_escapes)
-                escaped = _escaped_pods(gpu_escapes, share)
+                own = [e for e in gpu_escapes if e.share is not None and e.share.key == share.key]
+                outside = len(own)
+                escaped = _escaped_pods(own, share)
             usage[share.key] = ShareUsage(
                 share=share,
                 used_memory=memory,

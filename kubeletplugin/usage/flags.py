@@ -13,6 +13,7 @@ from typing import Final
 
 from api.quantity import QuantityError, quantity_int
 from kubeletplugin.usage.claims import DEFAULT_MEMORY_THRESHOLD
+from kubeletplugin.usage.procfs import cgroup_root_elements
 
 DEFAULT_INTERVAL_S: Final = 10.0
 DEFAULT_WRITE_INTERVAL_S: Final = 30.0
@@ -37,6 +38,9 @@ class UsageOptions:
     taint: bool = False
     escape_taint: bool = False
     proc_root: Path = DEFAULT_PROC_ROOT
+    #: The kubelet's ``--cgroup-root`` elements (``--usage-kubelet-cgroup-root``): only a
+    #: ``kubepods`` right under it holds pods.
+    kubelet_cgroup_root: tuple[str, ...] = ()
 
 
 DEFAULT_USAGE_OPTIONS: Final = UsageOptions()
@@ -99,6 +103,16 @@ def add_usage_flags(parser: argparse.ArgumentParser) -> None:
         "chart runs the plugin in the host PID namespace, where NVML lists every process)",
     )
 
+    g.add_argument(
+        "--usage-kubelet-cgroup-root",
+        default="/",
+        metavar="PATH",
+        help="the kubelet's --cgroup-root (cgroupRoot), as the node's init sees cgroups: a "
+        "process names a pod only when its cgroup is under <root>/kubepods, so a process "
+        "outside every pod that names a subtree of its own kubepods is charged to no pod "
+        "(default /; kind nodes: /kubelet)",
+    )
+
 
 def usage_options(args: argparse.Namespace) -> UsageOptions:
     """Check the usage flags; raise :class:`UsageFlagError` naming the bad one."""
@@ -121,6 +135,10 @@ def usage_options(args: argparse.Namespace) -> UsageOptions:
         )
     if not args.usage_proc_root.is_absolute():
         raise UsageFlagError(f"--usage-proc-root {str(args.usage_proc_root)!r}: must be absolute")
+    try:
+        cgroup_root = cgroup_root_elements(args.usage_kubelet_cgroup_root)
+    except ValueError as exc:
+        raise UsageFlagError(f"--usage-kubelet-cgroup-root {exc}") from None
     return UsageOptions(
         enabled=not args.disable_usage,
         interval_s=args.usage_interval,
@@ -130,4 +148,5 @@ def usage_options(args: argparse.Namespace) -> UsageOptions:
         taint=args.usage_taint,
         escape_taint=args.usage_escape_taint,
         proc_root=args.usage_proc_root,
+        kubelet_cgroup_root=cgroup_root,
     )

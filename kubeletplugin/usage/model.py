@@ -84,9 +84,9 @@ class ShareUsage:
     """What one share's processes used at one sample, and what of its reservation they exceed
     (``overcommitted``: names of :data:`api.names.OVERCOMMIT_RESOURCES`, in that order).
 
-    MPS shares only (else ``None`` and ``()``): ``outside_mps`` counts the compute processes on
-    the share's GPU that run outside MPS, whoever runs them (None: not judged this sample);
-    ``escaped_pods`` are the UIDs (sorted) of the share's own pods among them.
+    MPS shares only (else ``None`` and ``()``): ``outside_mps`` counts the share's own compute
+    processes on its GPU that run outside MPS, never another tenant's (None: not judged this
+    sample); ``escaped_pods`` are the UIDs (sorted) of the share's pods that run them.
     """
 
     share: PreparedShare
@@ -100,7 +100,7 @@ class ShareUsage:
     @property
     def alerts(self) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
         """What is written at once when it changes: the overcommit verdict, the escaped pods and
-        whether any process runs outside MPS on the GPU."""
+        whether any of the share's processes runs outside MPS."""
         return (self.overcommitted, self.escaped_pods, bool(self.outside_mps))
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import errno
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -71,56 +72,179 @@ def is_pod_uid(text: str) -> bool:
     return _POD_UID_TEXT.fullmatch(text) is not None
 
 
-def _under_kubepods(elements: list[str], k: int) -> bool:
-    """Whether cgroupfs element ``k`` sits directly under the kubepods hierarchy: its parent is
-    ``kubepods``, or a QoS class whose parent is; an ancestor the reader cannot see (``..``)
-    stands for either."""
-    parent = elements[k - 1] if k > 0 else ""
-    if parent in ("kubepods", _HIDDEN):
-        return True
-    grandparent = elements[k - 2] if k > 1 else ""
-    return parent in _QOS_CLASSES and grandparent in ("kubepods", _HIDDEN)
+#: Stand-ins for the elements of the reader's own ancestry that a ``..`` path hides.
+_ANY_KUBEPODS: Final = "\0kubepods"
+_ANY_QOS: Final = "\0qos"
+_OWN: Final = "\0own"
+#: Where systemd puts itself (PID 1's cgroup); its parent is the kubelet's view of the root.
+_INIT_SCOPE: Final = "init.scope"
 
 
-def pod_uid_of_path(path: str) -> str | None:
+@dataclass(frozen=True, slots=True)
+class CgroupLayout:
+    """Where the kubelet's pods live, as this reader sees ``/proc/<pid>/cgroup``.
+
+    ``root``: the kubelet's ``--cgroup-root`` (``cgroupRoot``) elements, cgroupfs notation
+    (``()`` for ``/``). ``bases``: per hierarchy id, PID 1's cgroup directory as read (its
+    leading ``..`` count, then its elements; systemd's ``init.scope`` dropped), the top the
+    kubelet's root is relative to; a hierarchy without one is read as ``(0, ())``. Invariant: a
+    path names a pod only when its pod element sits directly under ``<base>/<root>/kubepods``
+    (or a QoS class of it), so a process outside every pod that owns a delegated subtree
+    elsewhere cannot name one.
+    """
+
+    root: tuple[str, ...] = ()
+    bases: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+
+    def base(self, hierarchy: str) -> tuple[int, tuple[str, ...]]:
+        return self.bases.get(hierarchy, (0, ()))
+
+
+#: The layout of a reader in the host's cgroup namespace, kubelet's default cgroup root.
+DEFAULT_LAYOUT: Final = CgroupLayout()
+
+
+def cgroup_root_elements(text: str) -> tuple[str, ...]:
+    """The elements of a kubelet ``--cgroup-root`` (``/``, ``/kubelet``); ValueError naming the
+    problem for a relative path or one with ``.`` or ``..`` elements."""
+    if not text.startswith("/"):
+        raise ValueError(f"{text!r} must be an absolute cgroup path such as / or /kubelet")
+    elements = tuple(e for e in text.split("/") if e)
+    if any(e in (".", "..") for e in elements):
+        raise ValueError(f"{text!r} must not have . or .. elements")
+    return elements
+
+
+def _split(path: str) -> tuple[int, list[str]]:
+    """(leading ``..`` count, the remaining elements) of a cgroup path as read."""
+    elements = [e for e in path.split("/") if e]
+    ups = 0
+    while ups < len(elements) and elements[ups] == _HIDDEN:
+        ups += 1
+    return ups, elements[ups:]
+
+
+def _driver_names(root: tuple[str, ...], systemd: bool) -> tuple[list[str], str]:
+    """(the root's elements, the kubepods element) under one cgroup driver: systemd names a
+    slice after its ancestors (``/a/b`` is ``a.slice/a-b.slice``, kubepods ``a-b-kubepods``)."""
+    if not systemd:
+        return list(root), "kubepods"
+    slices = ["-".join(root[: i + 1]) + ".slice" for i in range(len(root))]
+    return slices, "-".join((*root, "kubepods")) + ".slice"
+
+
+def _layout_pod(full: Sequence[str], root_names: list[str], kubepods: str) -> str | None:
+    """The pod UID of ``full`` (elements from the kubelet's base) when its first element
+    below ``<root>/kubepods[/<qos>]`` is a pod element of that driver's layout, else None."""
+    r = len(root_names)
+    if (
+        len(full) <= r + 1
+        or list(full[:r]) != root_names
+        or full[r] not in (kubepods, _ANY_KUBEPODS)
+    ):
+        return None
+    rest = list(full[r + 1 :])
+    systemd = kubepods.endswith(".slice")
+    stem = kubepods.removesuffix(".slice")
+    qos_names = {f"{stem}-{q}.slice" if systemd else q: q for q in _QOS_CLASSES}
+    parents = {stem}
+    if rest[0] == _ANY_QOS:
+        parents = {f"{stem}-{q}" for q in _QOS_CLASSES}
+        rest = rest[1:]
+    elif rest[0] in qos_names:
+        parents = {f"{stem}-{qos_names[rest[0]]}"}
+        rest = rest[1:]
+    if not rest:
+        return None
+    if not systemd:
+        m = _CGROUPFS_POD.fullmatch(rest[0])
+        return m.group("uid") if m is not None else None
+    m = _SYSTEMD_POD.fullmatch(rest[0])
+    if m is None or m.group("parent") not in parents:
+        return None
+    return m.group("uid").replace("_", "-")
+
+
+def pod_uid_of_path(
+    path: str, layout: CgroupLayout = DEFAULT_LAYOUT, hierarchy: str = "0"
+) -> str | None:
     """The pod UID of one cgroup path laid out as kubelet makes it, else None.
 
-    The kubelet's layout is ``kubepods[/<qos>]/pod<uid>/<container>`` (cgroupfs driver) or
-    ``kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid>.slice/<container>.scope``
-    (systemd driver; with ``--cgroup-root`` its name as the prefix), under whatever holds the
-    node. The FIRST element that looks like a pod is the pod's own: everything below it is the
-    container's, which may create children named as it likes (another pod's name included). So
-    that element must sit directly under the kubepods hierarchy, or the path names no pod.
+    The kubelet's layout is ``<root>/kubepods[/<qos>]/pod<uid>/<container>`` (cgroupfs driver)
+    or ``<root slices>/kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid>.slice/
+    <container>.scope`` (systemd driver; with a cgroup root its name as the prefix), below the
+    base of ``layout`` (:class:`CgroupLayout`). The pod element must sit exactly there: a
+    ``kubepods`` anywhere else is a subtree someone else made (a process outside every pod that
+    owns a delegated subtree), and everything below the pod element is the container's own,
+    which may create children named as it likes (another pod's name included). A path read
+    through the reader's cgroup namespace starts with ``..`` elements: it is resolved against
+    the base when it climbs as far, else against the reader's own ancestry, which is itself a
+    container of the kubelet's (``<root>/kubepods[/<qos>]/pod<uid>/<container>``).
     """
-    elements = [e for e in path.split("/") if e]
-    for k, element in enumerate(elements):
-        if _POD_LIKE.search(element) is None:
+    ups, elements = _split(path)
+    base_ups, base_elements = layout.base(hierarchy)
+    for systemd in (False, True):
+        root_names, kubepods = _driver_names(layout.root, systemd)
+        if base_ups == 0:
+            if ups:
+                continue
+            if elements[: len(base_elements)] != list(base_elements):
+                continue
+            full = elements[len(base_elements) :]
+        elif base_elements:
+            continue  # PID 1 is not above the reader: its base cannot be resolved
+        elif ups == base_ups:
+            full = elements
+        elif ups < base_ups:
+            # The reader's container: <root>/kubepods[/<qos>]/pod<own>/<container>.
+            qos = base_ups - len(root_names) - 3
+            if qos not in (0, 1):
+                continue
+            own = [*root_names, _ANY_KUBEPODS, *[_ANY_QOS] * qos, _OWN, _OWN]
+            full = own[: base_ups - ups] + elements
+        else:
             continue
-        if (m := _CGROUPFS_POD.fullmatch(element)) is not None:
-            return m.group("uid") if _under_kubepods(elements, k) else None
-        if (m := _SYSTEMD_POD.fullmatch(element)) is not None:
-            parent = elements[k - 1] if k > 0 else ""
-            if parent in (f"{m.group('parent')}.slice", _HIDDEN):
-                return m.group("uid").replace("_", "-")
-            return None
-        return None  # a pod-like element out of the layout: not attributable
+        uid = _layout_pod(full, root_names, kubepods)
+        if uid is not None:
+            return uid
     return None
 
 
-def pod_uid_of_cgroup(text: str) -> str | None:
+def pod_uid_of_cgroup(text: str, layout: CgroupLayout = DEFAULT_LAYOUT) -> str | None:
     """The pod UID in the contents of a cgroup file (``<id>:<controllers>:<path>`` per line;
     cgroup v2 has one line, v1 one per hierarchy), None when no line names a pod or two lines
     name different pods (:func:`pod_uid_of_path` per line)."""
     found: set[str] = set()
     for line in text.splitlines():
         parts = line.split(":", 2)
-        if len(parts) == 3 and (uid := pod_uid_of_path(parts[2])) is not None:
+        if len(parts) == 3 and (uid := pod_uid_of_path(parts[2], layout, parts[0])) is not None:
             found.add(uid)
     return found.pop() if len(found) == 1 else None
 
 
-def pod_of_process(proc_root: Path, pid: int) -> PodLookup:
-    """The pod of host process ``pid`` under ``proc_root`` (the host's ``/proc``)."""
+def kubelet_layout(proc_root: Path, cgroup_root: tuple[str, ...]) -> CgroupLayout:
+    """The :class:`CgroupLayout` of a reader of ``proc_root`` (the host's ``/proc``, where PID 1
+    is the node's init) and the kubelet's ``cgroup_root`` elements. An unreadable PID 1 gives no
+    bases: paths are then read as the host's cgroup namespace shows them."""
+    try:
+        raw = read_bounded(proc_root / "1" / "cgroup", MAX_CGROUP_BYTES)
+    except OSError:
+        return CgroupLayout(cgroup_root)
+    bases: dict[str, tuple[int, tuple[str, ...]]] = {}
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        ups, elements = _split(parts[2])
+        if elements and elements[-1] == _INIT_SCOPE:
+            elements = elements[:-1]
+        bases[parts[0]] = (ups, tuple(elements))
+    return CgroupLayout(cgroup_root, bases)
+
+
+def pod_of_process(proc_root: Path, pid: int, layout: CgroupLayout = DEFAULT_LAYOUT) -> PodLookup:
+    """The pod of host process ``pid`` under ``proc_root`` (the host's ``/proc``), its cgroup
+    read by ``layout`` (:func:`kubelet_layout`)."""
     if pid <= 0:
         return PodLookup(None, f"invalid pid {pid}")
     try:
@@ -131,7 +255,7 @@ def pod_of_process(proc_root: Path, pid: int) -> PodLookup:
         if exc.errno == errno.ESRCH:
             return PodLookup(None, REASON_GONE)
         return PodLookup(None, f"{REASON_UNREADABLE}: {exc.strerror or type(exc).__name__}")
-    uid = pod_uid_of_cgroup(raw.decode("utf-8", errors="replace"))
+    uid = pod_uid_of_cgroup(raw.decode("utf-8", errors="replace"), layout)
     return PodLookup(uid) if uid is not None else PodLookup(None, REASON_NOT_A_POD)
 
 

@@ -31,7 +31,7 @@ from kubeletplugin.usage.flags import UsageOptions
 from kubeletplugin.usage.metrics import UsageMetrics, UsageSnapshot
 from kubeletplugin.usage.model import GpuSample, PreparedShare
 from kubeletplugin.usage.mpsdaemons import DaemonPods
-from kubeletplugin.usage.procfs import PodLookup, pod_of_process
+from kubeletplugin.usage.procfs import CgroupLayout, PodLookup, kubelet_layout, pod_of_process
 from kubeletplugin.usage.source import UsageSource, UsageSourceError
 from kubeletplugin.usage.taints import EscapeTaints, OvercommitTaints, rfc3339
 from sharegpu.kube.telemetry import Telemetry
@@ -69,6 +69,9 @@ class UsageSampler:
             else None
         )
         self._daemon_pods = daemon_pods
+        #: Where the kubelet's pods are, as this process reads cgroups (PID 1's cgroup: read
+        #: once, on the first sample).
+        self._layout: CgroupLayout | None = None
         self._taints = OvercommitTaints(driver_name, gpus) if options.taint else None
         self._escape_taints = EscapeTaints(driver_name, gpus) if options.escape_taint else None
         self._taint_sink = taints if options.taint or options.escape_taint else None
@@ -105,8 +108,12 @@ class UsageSampler:
         self._pods.update(shares)
         daemons = self._daemon_pods.uids() if mps_gpus and self._daemon_pods else None
 
+        if self._layout is None:
+            self._layout = kubelet_layout(self.options.proc_root, self.options.kubelet_cgroup_root)
+        layout = self._layout
+
         def pod_of(pid: int) -> PodLookup:
-            return pod_of_process(self.options.proc_root, pid)
+            return pod_of_process(self.options.proc_root, pid, layout)
 
         def run() -> Attribution:
             return attribute(

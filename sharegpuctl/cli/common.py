@@ -214,6 +214,14 @@ def add_node_flags(
         help="consumable mode: the cores (percent, 1-100) a request naming none is charged, as "
         f"the plugin's flag of that name publishes it (default {names.CORES_PER_GPU})",
     )
+    target.add_argument(
+        "--max-shares-per-gpu",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the most shares one GPU holds, as the plugin's flag of that name publishes it "
+        "(0: what MPS serves on the GPU, the plugin's default; the chart passes 20)",
+    )
     target.add_argument("--node-name", help="node name (default $NODE_NAME, else the host name)")
     target.add_argument(
         "--driver-name",
@@ -272,6 +280,7 @@ def local_node(args: argparse.Namespace) -> LocalNode:
     """
     from kubeletplugin.devices.backend import DiscoveryError
     from kubeletplugin.devices.nvml import NvmlBackend
+    from kubeletplugin.devices.sharelimit import MAX_SHARES_PER_GPU
     from kubeletplugin.devices.slices import preview_slices
     from sharegpu.kube import slicerules
 
@@ -291,13 +300,20 @@ def local_node(args: argparse.Namespace) -> LocalNode:
         raise CliError(
             f"--default-share-cores {cores}: must be 1 to {names.CORES_PER_GPU}", EXIT_USAGE
         )
+    max_shares = getattr(args, "max_shares_per_gpu", 0)
+    if not 0 <= max_shares <= MAX_SHARES_PER_GPU:
+        raise CliError(
+            f"--max-shares-per-gpu {max_shares}: must be 0 to {MAX_SHARES_PER_GPU}", EXIT_USAGE
+        )
     backend = make_backend(args, node, mig_enabled=dynamic)
     try:
         gpus = backend.discover()
     except DiscoveryError as exc:
         hint = NO_GPU_HINT if isinstance(backend, NvmlBackend) else ""
         raise CliError(f"{exc}{hint}") from None
-    objects = preview_slices(gpus, args.sharing_mode, cores, mig, args.driver_name, node)
+    objects = preview_slices(
+        gpus, args.sharing_mode, cores, mig, args.driver_name, node, max_shares
+    )
     for obj in objects:
         obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"
     return LocalNode(

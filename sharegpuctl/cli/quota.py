@@ -16,6 +16,7 @@ from api.gpuquota import GpuQuota, GpuQuotaError, parse_gpu_quota
 from api.names import GPU_QUOTA_KIND
 from controller.quotacharge import Amounts, ChargeBasis, basis_of, demand, denial
 from kubeletplugin.devices.mock import default_gpu
+from kubeletplugin.devices.sharelimit import min_share_cores, mps_client_limit
 from sharegpu.admission import checks
 from sharegpuctl.cli.common import EXIT_USAGE, CliError
 from sharegpuctl.cli.loading import FileProblem, Manifest, load_manifests
@@ -28,9 +29,8 @@ DEFAULT_NAMESPACE = "default"
 
 def mock_basis() -> ChargeBasis:
     """The charge basis of the offline mock node."""
-    return basis_of(
-        ("node-a", default_gpu("node-a", i, MOCK_GPUS).memory_usable) for i in range(MOCK_GPUS)
-    )
+    gpus = [default_gpu("node-a", i, MOCK_GPUS) for i in range(MOCK_GPUS)]
+    return basis_of(("node-a", g.memory_usable, min_share_cores(mps_client_limit(g))) for g in gpus)
 
 
 def load_quota(path: str) -> GpuQuota:

@@ -120,3 +120,33 @@ def test_memory_only_requests_are_charged_the_nodes_default_share_cores(
 def test_default_share_cores_outside_1_to_100_is_refused(bad: int) -> None:
     with pytest.raises(ValueError, match="default share cores must be 1 to 100"):
         node_devices(MockBackend("n1", 1).discover(), names.SHARING_MODE_CONSUMABLE, bad)
+
+
+def _bounded(mode: str, max_shares: int, gpus: int = 1) -> list[dict[str, Any]]:
+    discovered = MockBackend("n1", gpus).discover()
+    table = node_devices(discovered, mode, max_shares=max_shares)
+    objects = resource_slice_objects(desired_slices(table), DRIVER, "n1", None, 1)
+    for i, obj in enumerate(objects):
+        obj["metadata"]["name"] = obj["metadata"]["generateName"] + f"{i:05d}"
+    return objects
+
+
+@pytest.mark.parametrize(("max_shares", "fits"), [(0, 33), (10, 10), (7, 6), (48, 33)])
+def test_consumable_gpu_never_holds_more_shares_than_its_limit(max_shares: int, fits: int) -> None:
+    """Tiny shares (1 core, 256Mi) are charged the smallest share the node publishes, so the
+    scheduler stops at the GPU's share limit: 0 is MPS's 48 clients of an H100 (CUDA before
+    13.1), bounded to ceil(100/48) = 3 cores a share, 33 shares; 7 gives 15 cores, 6 shares."""
+    slices = _bounded(names.SHARING_MODE_CONSUMABLE, max_shares)
+    claims = [share(f"s{i}", cores="1", memory="256Mi") for i in range(70)]
+    outs = allocate_many(claims, slices, CLASSES, node="n1", share_ids=seeded_share_ids(3))
+    assert sum(o.ok for o in outs) == fits
+
+
+def test_partitions_mode_leaves_out_profiles_above_the_share_limit() -> None:
+    slices = _bounded(names.SHARING_MODE_PARTITIONS, 4)
+    eighth = [f"device.attributes['{DRIVER}'].partition == 'eighth'"]
+    quarter = [f"device.attributes['{DRIVER}'].partition == 'quarter'"]
+    claims = [claim(f"e{i}", [exactly(selectors=eighth)]) for i in range(2)]
+    claims += [claim(f"q{i}", [exactly(selectors=quarter)]) for i in range(5)]
+    outs = allocate_many(claims, slices, CLASSES, node="n1")
+    assert [o.ok for o in outs] == [False, False, True, True, True, True, False]

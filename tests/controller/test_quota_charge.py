@@ -95,9 +95,34 @@ def test_allocated_claims_are_charged_what_they_consume() -> None:
 
 
 def test_basis_from_published_gpus() -> None:
-    gpus = [("a", 80 * GI), ("a", 80 * GI), ("b", 141 * GI)]
-    assert basis_of(gpus) == ChargeBasis(141 * GI, 2)
-    assert basis_of([]) == ChargeBasis(0, 1)
+    gpus = [("a", 80 * GI, 5), ("a", 80 * GI, 3), ("b", 141 * GI, 1)]
+    assert basis_of(gpus) == ChargeBasis(141 * GI, 2, 5)
+    assert basis_of([]) == ChargeBasis(0, 1, 1)
+
+
+@pytest.mark.parametrize("largest_memory", [80 * GI, 0])
+def test_a_tiny_share_is_charged_the_largest_smallest_share(largest_memory: int) -> None:
+    """A GPU that holds at most 20 shares charges a 1-core share 5 cores: admission charges
+    that much before allocation, so the namespace's cores cannot be passed by tiny shares."""
+    basis = ChargeBasis(largest_memory, 1, 5)
+    claim = {
+        "metadata": {"namespace": "ns", "name": "tiny"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "r",
+                        "exactly": {
+                            "deviceClassName": DRIVER,
+                            "capacity": {"requests": {"cores": "1", "memory": "1Gi"}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    charged, allocated = claim_charge(claim, DRIVER, (), basis)
+    assert not allocated and charged.cores == 5
 
 
 def test_a_missing_consumed_amount_is_charged_whole_as_the_node_grants_it() -> None:

@@ -14,7 +14,7 @@ from api.sharepolicy import (
     reserved_amounts,
     share_reservation,
 )
-from controller.quotacharge import ChargeBasis, claim_charge
+from controller.quotacharge import ChargeBasis, basis_of, claim_charge
 from controller.reconcile import claim_allocations, newest_generation, pool_hardware
 from controller.records import claim_record, slice_record
 from kubeletplugin.devices.mock import default_gpu
@@ -122,30 +122,35 @@ def test_a_fractional_consumed_amount_is_refused_by_the_node_and_counted_whole()
 
 
 @pytest.mark.parametrize(
-    ("asked", "cores", "memory"),
+    ("asked", "whole", "cores", "memory"),
     [
-        ({"cores": "150m", "memory": "1000Mi"}, 1, GI),
-        ({"cores": "12.5", "memory": "1073741824.5"}, 13, GI + 256 * 1024**2),
-        ({"cores": "99001m", "memory": "256Mi"}, 100, 256 * 1024**2),
+        ({"cores": "150m", "memory": "1000Mi"}, 1, 3, GI),
+        ({"cores": "2", "memory": "1Gi"}, 2, 3, GI),
+        ({"cores": "12.5", "memory": "1073741824.5"}, 13, 13, GI + 256 * 1024**2),
+        ({"cores": "99001m", "memory": "256Mi"}, 100, 100, 256 * 1024**2),
     ],
-    ids=["below-min", "fractions", "milli"],
+    ids=["below-min", "below-smallest-share", "fractions", "milli"],
 )
 def test_fractional_requests_reserve_the_same_everywhere(
-    asked: dict[str, str], cores: int, memory: int
+    asked: dict[str, str], whole: int, cores: int, memory: int
 ) -> None:
-    """A fractional request is rounded up by the policy, exactly and once: the admission checks
-    (:mod:`api.sharepolicy`), the GpuQuota charge before allocation, the allocation's
-    ``consumedCapacity``, the node's grant and the tracker's count agree."""
+    """A fractional request is rounded up by the policy, exactly and once: the GpuQuota charge
+    before allocation (from the published GPUs), the allocation's ``consumedCapacity``, the
+    node's grant and the tracker's count agree. The admission checks round to whole percent
+    (``whole``); the GPU's smallest share (3 cores on an H100 of 48 MPS clients) then applies."""
     gpus = [default_gpu(NODE, 0, 1)]
     devices = node_devices(gpus, names.SHARING_MODE_CONSUMABLE)
     [obj] = resource_slice_objects(desired_slices(devices, None), h.DRIVER, NODE, None, 1)
     obj["metadata"]["name"] = "slice-0"
     claim = h.claim("a")
     claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": asked}
-    assert reserved_cores(parse_quantity(asked["cores"])) == cores
+    assert reserved_cores(parse_quantity(asked["cores"])) == whole
     assert reserved_memory(parse_quantity(asked["memory"])) == memory
 
-    basis = ChargeBasis(largest_memory=gpus[0].memory_usable)
+    [(pool, pool_slices)] = newest_generation([slice_record(obj, h.DRIVER)]).items()
+    [hw] = pool_hardware(pool, pool_slices)[0].values()
+    assert hw.min_share_cores == 3
+    basis = basis_of([(hw.node, hw.memory, hw.min_share_cores)])
     charged, allocated = claim_charge(claim, h.DRIVER, ("gpu",), basis)
     assert not allocated and (charged.cores, charged.memory) == (cores, memory)
 

@@ -107,17 +107,18 @@ def conditions(obj: GpuObject) -> dict[str, Any]:
 
 
 def test_mps_escaped_condition_names_the_claims_whose_pods_escaped() -> None:
-    obj = gpu([claim("a", "s-a", mps_usage(2, ["pod-1"])), claim("b", "s-b", mps_usage(2))])
+    # Each share reports its own escapes: the GPU's count is their sum.
+    obj = gpu([claim("a", "s-a", mps_usage(2, ["pod-1"])), claim("b", "s-b", mps_usage(1, ["p"]))])
     cond = conditions(obj)[names.CONDITION_MPS_ESCAPED]
     assert (cond.status, cond.reason) == ("True", "ProcessOutsideMPS")
-    assert cond.message.startswith("2 compute processes outside MPS get the whole GPU")
-    assert cond.message.endswith("pods of claims: ml/a (1 pod)")
+    assert cond.message.startswith("3 compute processes outside MPS get the whole GPU")
+    assert cond.message.endswith("pods of claims: ml/a (1 pod), ml/b (1 pod)")
     allocs = {a.claim_name: a for a in obj.status.allocations}
     a_usage = allocs["a"].usage
     assert a_usage is not None
     assert (a_usage.processes_outside_mps, a_usage.escaped_pods) == (2, ["pod-1"])
     assert obj.manifest()["status"]["allocations"][0]["usage"]["processesOutsideMPS"] == 2
-    # Another tenant's process (no share's pod): still True, no claim named.
+    # A share's process of no known pod: still True, no claim named.
     (other,) = [
         c
         for c in (gpu([claim("a", "s-a", mps_usage(1))]).status.conditions or [])

@@ -186,6 +186,11 @@ def _host_path(pod: dict[str, Any], path: str) -> None:
         ),
         (lambda p: p["spec"].update(automountServiceAccountToken=True), "default ServiceAccount"),
         (lambda p: p["spec"].update(hostPID=True), "host network, PID or IPC"),
+        (
+            lambda p: p["spec"].update(priorityClassName="system-node-critical"),
+            "runs at the priority class",
+        ),
+        (lambda p: p["spec"].pop("priorityClassName"), "runs at the priority class"),
         (lambda p: p["spec"].update(hostNetwork=True), "host network, PID or IPC"),
         (lambda p: _host_path(p, "/"), "may only mount"),
         (lambda p: _host_path(p, "/etc/kubernetes"), "may only mount"),

@@ -94,7 +94,7 @@ def test_the_daemon_pod_template_runs_the_daemon_under_tini_like_the_plugin(
     assert daemon["command"] == ["tini", "--", "nvidia-cuda-mps-control", "-f"]
     assert daemon["image"] == plugin["containers"][0]["image"]
     assert spec["restartPolicy"] == "Always"
-    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["priorityClassName"] == f"{RELEASE}-mps-daemon"
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["automountServiceAccountToken"] is False
     # The same driver files as the plugin, from the same host directory.
@@ -225,3 +225,30 @@ def test_a_driver_container_root_is_copied_from_once_nvml_is_there(
     assert result.returncode == 0, result.stderr
     assert (dest / "usr" / "bin" / "nvidia-cuda-mps-control").read_text() == "mps"
     assert (dest / "usr" / "lib64" / "libnvidia-ml.so.1").read_text() == "nvml"
+
+
+def test_daemon_pods_get_a_priority_class_that_never_preempts(
+    default: list[dict[str, Any]], helm: str
+) -> None:
+    """A daemon pod never preempts a tenant: the chart's own class has preemptionPolicy Never;
+    naming another class uses it and creates none."""
+    [pc] = find(default, "PriorityClass")
+    assert pc["metadata"]["name"] == template_of(default)["spec"]["priorityClassName"]
+    assert pc["preemptionPolicy"] == "Never"
+    assert pc["value"] == 1000000 and pc["globalDefault"] is False
+    other = render(helm, "kubeletPlugin.mps.priorityClassName=tenant-low")
+    assert find(other, "PriorityClass") == []
+    assert template_of(other)["spec"]["priorityClassName"] == "tenant-low"
+
+
+def test_the_plugin_gets_the_share_bound(helm: str, default: list[dict[str, Any]]) -> None:
+    args = plugin_pod(default)["containers"][0]["args"]
+    assert "--max-shares-per-gpu=20" in args
+    assert (
+        parse_config(
+            [a for a in args if a.startswith("--max-")] + ["--node-name", "n"]
+        ).max_shares_per_gpu
+        == 20
+    )
+    other = plugin_pod(render(helm, "kubeletPlugin.maxSharesPerGpu=0"))["containers"][0]["args"]
+    assert "--max-shares-per-gpu=0" in other

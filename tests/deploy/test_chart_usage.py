@@ -233,3 +233,9 @@ def test_the_plugin_objects_validate_strictly(helm: str, version: str, enabled: 
     plugin_docs = [d for d in docs if d["kind"] in ("DaemonSet", "ClusterRole")]
     assert len(plugin_docs) >= 2
     assert [e for d in plugin_docs for e in validation_errors(d, version)] == []
+
+
+def test_the_kubelets_cgroup_root_reaches_the_plugin(helm: str) -> None:
+    docs = render(helm, {"kubeletCgroupRoot": "/kubelet"})
+    assert "--usage-kubelet-cgroup-root=/kubelet" in usage_args(docs)
+    assert plugin_config(docs).usage.kubelet_cgroup_root == ("kubelet",)

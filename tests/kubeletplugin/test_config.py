@@ -197,6 +197,15 @@ def test_default_share_cores_flag() -> None:
             parse_config([*base, "--default-share-cores", bad])
 
 
+def test_max_shares_per_gpu_flag() -> None:
+    base = ["--node-name", "node-a", "--device-backend", "mock"]
+    assert parse_config(base).max_shares_per_gpu == 0
+    assert parse_config([*base, "--max-shares-per-gpu", "20"]).max_shares_per_gpu == 20
+    for bad in ("-1", "61"):
+        with pytest.raises(ConfigError, match=f"--max-shares-per-gpu {bad}: must be 0"):
+            parse_config([*base, "--max-shares-per-gpu", bad])
+
+
 def test_the_gpu_node_check_reads_the_hosts_proc_root(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -36,6 +36,8 @@ CORES: Final = (
     ("1", {"default": "1", "validRange": {"min": "100m", "step": "100m"}}),
     ("2", {"default": "500m", "validRange": {"min": "250m", "max": "1", "step": "250m"}}),
     ("100", {"default": "100", "validRange": {"min": "1", "step": "1"}}),
+    # A GPU bounded to 20 shares: requests below 5 cores are charged 5.
+    ("100", {"default": "100", "validRange": {"min": "5", "max": "100", "step": "1"}}),
     ("1500m", {"default": "500m", "validRange": {"min": "500m", "step": "500m"}}),
     ("4", None),
 )

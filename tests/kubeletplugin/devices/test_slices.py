@@ -81,7 +81,7 @@ def test_consumable_device_is_exact() -> None:
                 "value": "100",
                 "requestPolicy": {
                     "default": "100",
-                    "validRange": {"min": "1", "max": "100", "step": "1"},
+                    "validRange": {"min": "3", "max": "100", "step": "1"},
                 },
             },
             "memory": {

@@ -312,3 +312,56 @@ def test_any_field_of_a_checkpoint_replaced_by_any_json_never_breaks_a_start(
             for d in rec.devices:
                 assert d.device in table and table[d.device].gpu.uuid == d.gpu_uuid
                 assert 0 <= d.cores <= 100 and 0 <= d.memory <= table[d.device].gpu.memory_total
+
+
+def test_a_recorded_share_larger_than_its_allocation_restarts_at_the_allocation(
+    node: h.Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record of 60 cores for a claim allocated 10: after the restart the daemon runs at the
+    allocation's 10 %, the record is corrected, and the mismatch is logged as an error."""
+    tools = Tools.new()
+    claims, objs = _prepare(node, 1, enforcer=tools.enforcer(node.data_dir), configs=[MPS])
+    uid = objs[0]["metadata"]["uid"]
+
+    def change(doc: dict[str, Any]) -> None:
+        device = doc["claims"][uid]["devices"][0]
+        device["cores"] = 60
+        device["memory"] = 4 * GI
+        device["enforcement"].update(limitCores=60, limitMemory=4 * GI)
+
+    _tamper(node, change)
+    tools.sim.kill_daemons()  # the node restarted: the daemon starts from the record
+    with caplog.at_level(logging.ERROR):
+        state = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert "records 60 cores" in caplog.text and "grants 10 cores" in caplog.text
+    (device,) = state.prepared_claims()[uid].devices
+    assert (device.cores, device.memory) == (10, GI)
+    assert device.enforcement is not None and device.enforcement.limit_cores == 10
+    (limits,) = tools.sim.default_limits.values()
+    assert limits["active_thread_percentage"] == "10"
+    assert node.checkpoint()["claims"][uid]["devices"][0]["cores"] == 10
+
+
+def test_a_recorded_device_the_allocation_lacks_rolls_the_claim_back(node: h.Node) -> None:
+    claims, objs = _prepare(node, 1)
+    uid = objs[0]["metadata"]["uid"]
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["claims"][uid]["devices"][0]["device"] = "gpu-3"
+        doc["claims"][uid]["devices"][0]["gpuUUID"] = h.gpus()[3].uuid
+
+    _tamper(node, change)
+    assert uid not in node.state(claims).prepared_claims()
+
+
+def test_without_an_answer_from_the_api_server_the_record_is_kept(node: h.Node) -> None:
+    claims, objs = _prepare(node, 2)
+    uid = objs[0]["metadata"]["uid"]
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["claims"][uid]["devices"][0]["cores"] = 60
+
+    _tamper(node, change)
+    claims.claims.clear()  # every claim gone: nothing to compare with
+    (device,) = node.state(claims).prepared_claims()[uid].devices
+    assert device.cores == 60

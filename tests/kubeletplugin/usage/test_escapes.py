@@ -96,9 +96,10 @@ def test_every_process_outside_mps_escapes_and_servers_are_nobodys(proc: Path) -
     a, b = result.usage[MPS_A.key], result.usage[MPS_B.key]
     # The client and the escaped process of pod A both count for share A.
     assert (a.processes, a.used_memory) == (2, 5 * GI)
-    # Every MPS share sees the GPU's escapes; only A's own pod is named in A's usage.
-    assert (a.outside_mps, a.escaped_pods) == (3, (POD_A,))
-    assert (b.outside_mps, b.escaped_pods) == (3, ())
+    # A share counts its own escapes only: B's tenant never sees A's process, nor the process
+    # of a pod without a share, nor the host's (those are the node's: log, metric, taint).
+    assert (a.outside_mps, a.escaped_pods) == (1, (POD_A,))
+    assert (b.outside_mps, b.escaped_pods) == (0, ())
     # NVML gives no SM time per MPS client: absent, never the server's or zero.
     assert a.sm_utilization is None and b.sm_utilization is None
     assert [(u.pid, u.reason) for u in result.unattributed] == [
@@ -153,9 +154,9 @@ def test_a_non_mps_share_on_an_mps_gpu_keeps_its_utilisation(proc: Path) -> None
     result = attribute([sample], shares, lookup(proc), pods, 10, frozenset({POD_DAEMON}))
     b = result.usage[SHARE_B.key]
     assert (b.sm_utilization, b.outside_mps, b.escaped_pods) == (5, None, ())
-    # Its plain process is outside MPS all the same: every MPS share of the GPU hears of it.
+    # Its plain process is outside MPS all the same, but it is not A's: A's status stays clean.
     assert [e.share for e in result.escapes] == [SHARE_B]
-    assert result.usage[MPS_A.key].outside_mps == 1
+    assert result.usage[MPS_A.key].outside_mps == 0
 
 
 # --- the mock source --------------------------------------------------------------------------
@@ -300,7 +301,8 @@ def test_an_escape_is_flagged_in_the_round_that_sees_it(
         1,
         [POD_A],
     )
-    assert data(claims, "b")["processesOutsideMPS"] == 1 and "escapedPods" not in data(claims, "b")
+    # Tenant B's claim does not hear of A's process; the GPU's metric and taint do.
+    assert data(claims, "b")["processesOutsideMPS"] == 0 and "escapedPods" not in data(claims, "b")
     [record] = [r for r in caplog.records if "outside MPS" in r.getMessage()]
     assert POD_A in record.getMessage() and "claim ml/a" in record.getMessage()
     [taint] = sink.taints["gpu-0"]

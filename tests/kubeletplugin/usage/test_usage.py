@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kubeletplugin.config import ConfigError, parse_config
 from kubeletplugin.health.taintmerge import TaintMerger
 from kubeletplugin.usage.attribution import REASON_AMBIGUOUS, REASON_NO_SHARE, attribute
 from kubeletplugin.usage.claims import UsageWriter
@@ -16,8 +17,12 @@ from kubeletplugin.usage.flags import UsageOptions
 from kubeletplugin.usage.mocksource import FileUsageSource
 from kubeletplugin.usage.model import GpuSample, ProcessSample
 from kubeletplugin.usage.procfs import (
+    DEFAULT_LAYOUT,
     MAX_CGROUP_BYTES,
     REASON_GONE,
+    CgroupLayout,
+    cgroup_root_elements,
+    kubelet_layout,
     pod_of_process,
     pod_uid_of_cgroup,
     pod_uid_of_path,
@@ -312,46 +317,123 @@ def _sd(uid: str) -> str:
     return uid.replace("-", "_")
 
 
+#: The kubelet's --cgroup-root /kubelet, read from the host's cgroup namespace.
+KUBELET_ROOT = CgroupLayout(("kubelet",))
+#: A kind node: the kubelet (cgroup root /kubelet) in a container's cgroup, its init in it.
+KIND = CgroupLayout(("kubelet",), {"0": (0, ("system.slice", "docker-1.scope"))})
+#: A reader in its own cgroup namespace, a container of a burstable pod: PID 1 is 4 levels up.
+IN_NAMESPACE = CgroupLayout((), {"0": (4, ())})
+
+
 @pytest.mark.parametrize(
-    ("path", "expected"),
+    ("path", "layout", "expected"),
     [
         # the layouts kubelet makes: cgroupfs and systemd, each QoS class, a --cgroup-root
-        (f"/kubepods/pod{POD_A}/c0ffee", POD_A),
-        (f"/kubepods/burstable/pod{POD_A}/c0ffee", POD_A),
-        (f"/kubelet/kubepods/besteffort/pod{POD_A}/c0ffee", POD_A),
-        (f"/kubepods.slice/kubepods-pod{_sd(POD_A)}.slice/cri-containerd-1.scope", POD_A),
+        (f"/kubepods/pod{POD_A}/c0ffee", DEFAULT_LAYOUT, POD_A),
+        (f"/kubepods/burstable/pod{POD_A}/c0ffee", DEFAULT_LAYOUT, POD_A),
+        (f"/kubelet/kubepods/besteffort/pod{POD_A}/c0ffee", KUBELET_ROOT, POD_A),
+        (
+            f"/kubepods.slice/kubepods-pod{_sd(POD_A)}.slice/cri-containerd-1.scope",
+            DEFAULT_LAYOUT,
+            POD_A,
+        ),
         (
             f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{_sd(POD_A)}.slice"
             "/cri-containerd-1.scope",
+            DEFAULT_LAYOUT,
             POD_A,
         ),
         (
             "/system.slice/docker-1.scope/kubelet.slice/kubelet-kubepods.slice/"
             f"kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{_sd(POD_A)}.slice"
             "/cri-containerd-1.scope",
+            KIND,
             POD_A,
         ),
         # read through another cgroup namespace: the hidden ancestors are ".."
-        (f"/../../../besteffort/pod{POD_A}/c0ffee", POD_A),
-        (f"/../../kubepods-burstable-pod{_sd(POD_A)}.slice/cri-containerd-1.scope", POD_A),
+        (f"/../../../besteffort/pod{POD_A}/c0ffee", IN_NAMESPACE, POD_A),
+        (f"/../../../pod{POD_A}/c0ffee", IN_NAMESPACE, POD_A),
+        (f"/../../pod{POD_A}/c0ffee", IN_NAMESPACE, POD_A),
+        (f"/../../../../kubepods/pod{POD_A}/c0ffee", IN_NAMESPACE, POD_A),
+        (
+            f"/../../kubepods-burstable-pod{_sd(POD_A)}.slice/cri-containerd-1.scope",
+            IN_NAMESPACE,
+            POD_A,
+        ),
         # a container names a child cgroup after another pod: still its own pod
-        (f"/kubepods/burstable/pod{POD_A}/c0ffee/pod{VICTIM}", POD_A),
-        (f"/kubepods/burstable/pod{POD_A}/c0ffee/kubepods/burstable/pod{VICTIM}/x", POD_A),
+        (f"/kubepods/burstable/pod{POD_A}/c0ffee/pod{VICTIM}", DEFAULT_LAYOUT, POD_A),
+        (
+            f"/kubepods/burstable/pod{POD_A}/c0ffee/kubepods/burstable/pod{VICTIM}/x",
+            DEFAULT_LAYOUT,
+            POD_A,
+        ),
         (
             f"/kubepods.slice/kubepods-pod{_sd(POD_A)}.slice/cri-containerd-1.scope/"
             f"kubepods.slice/kubepods-pod{_sd(VICTIM)}.slice",
+            DEFAULT_LAYOUT,
             POD_A,
         ),
         # a pod element out of the kubelet's layout names no pod, nor does anything below it
-        (f"/system.slice/pod{VICTIM}", None),
-        (f"/kubepods/burstable/x/pod{VICTIM}", None),
-        (f"/kubepods.slice/kubepods-burstable.slice/kubepods-pod{_sd(VICTIM)}.slice", None),
-        (f"/kubepods/weird-pod{POD_A}/kubepods/pod{VICTIM}", None),
-        ("/kubepods/burstable", None),
+        (f"/system.slice/pod{VICTIM}", DEFAULT_LAYOUT, None),
+        (f"/kubepods/burstable/x/pod{VICTIM}", DEFAULT_LAYOUT, None),
+        (
+            f"/kubepods.slice/kubepods-burstable.slice/kubepods-pod{_sd(VICTIM)}.slice",
+            DEFAULT_LAYOUT,
+            None,
+        ),
+        (f"/kubepods/weird-pod{POD_A}/kubepods/pod{VICTIM}", DEFAULT_LAYOUT, None),
+        ("/kubepods/burstable", DEFAULT_LAYOUT, None),
+        # beside the reader's own pod, or inside it: not the kubelet's layout
+        (f"/../pod{VICTIM}/x", IN_NAMESPACE, None),
+        (f"/../../../../../kubepods/pod{VICTIM}/x", IN_NAMESPACE, None),
     ],
 )
-def test_the_first_pod_element_under_kubepods_is_the_pod(path: str, expected: str | None) -> None:
-    assert pod_uid_of_path(path) == expected
+def test_the_first_pod_element_under_kubepods_is_the_pod(
+    path: str, layout: CgroupLayout, expected: str | None
+) -> None:
+    assert pod_uid_of_path(path, layout) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "layout"),
+    [
+        # a service outside every pod with a delegated subtree it names kubepods
+        (f"/system.slice/evil.service/kubepods/burstable/pod{VICTIM}/x", DEFAULT_LAYOUT),
+        (f"/system.slice/evil.service/kubepods/pod{VICTIM}/x", DEFAULT_LAYOUT),
+        (
+            f"/system.slice/evil.service/kubepods.slice/kubepods-pod{_sd(VICTIM)}.slice/x",
+            DEFAULT_LAYOUT,
+        ),
+        (f"/../../../../system.slice/evil.service/kubepods/pod{VICTIM}/x", IN_NAMESPACE),
+        (f"/../../../../user.slice/kubepods/burstable/pod{VICTIM}/x", IN_NAMESPACE),
+        # the kubelet's kubepods is under /kubelet: a top-level kubepods is someone else's
+        (f"/kubepods/pod{VICTIM}/x", KUBELET_ROOT),
+        (f"/system.slice/kubelet/kubepods/pod{VICTIM}/x", KUBELET_ROOT),
+        (f"/kubepods/pod{VICTIM}/x", KIND),
+    ],
+)
+def test_a_kubepods_outside_the_kubelets_cgroup_root_names_no_pod(
+    path: str, layout: CgroupLayout
+) -> None:
+    assert pod_uid_of_path(path, layout) is None
+
+
+def test_the_layout_is_read_from_pid_1(proc: Path) -> None:
+    write_proc(proc, 1, b"0::/../../../../init.scope\n")
+    layout = kubelet_layout(proc, cgroup_root_elements("/"))
+    assert layout == CgroupLayout((), {"0": (4, ())})
+    hostile = f"0::/../../../../system.slice/evil.service/kubepods/pod{VICTIM}/x\n"
+    write_proc(proc, 600, hostile.encode())
+    assert pod_of_process(proc, 600, layout).pod_uid is None
+    write_proc(proc, 601, f"0::/../../../besteffort/pod{POD_A}/c\n".encode())
+    assert pod_of_process(proc, 601, layout).pod_uid == POD_A
+    assert kubelet_layout(proc / "missing", ()) == CgroupLayout()
+
+
+@pytest.mark.parametrize("bad", ["kubelet", "/a/../b", "/./a"])
+def test_a_cgroup_root_must_be_an_absolute_clean_path(bad: str) -> None:
+    with pytest.raises(ValueError, match=repr(bad)):
+        cgroup_root_elements(bad)
 
 
 def test_v1_hierarchies_that_name_different_pods_name_none() -> None:
@@ -368,3 +450,12 @@ def test_a_forged_child_cgroup_does_not_charge_the_victim(proc: Path) -> None:
     )
     write_proc(proc, 500, forged.encode())
     assert pod_of_process(proc, 500).pod_uid == POD_A
+
+
+def test_the_kubelet_cgroup_root_flag() -> None:
+    base = ["--node-name", "n1", "--device-backend", "mock"]
+    assert parse_config(base).usage.kubelet_cgroup_root == ()
+    flag = "--usage-kubelet-cgroup-root"
+    assert parse_config([*base, flag, "/kubelet"]).usage.kubelet_cgroup_root == ("kubelet",)
+    with pytest.raises(ConfigError, match=f"{flag} 'kubelet' must be an absolute cgroup path"):
+        parse_config([*base, flag, "kubelet"])

@@ -110,6 +110,20 @@ def test_the_node_flags_default_share_cores_reaches_the_slices(
     assert "--default-share-cores 0: must be 1 to 100" in capsys.readouterr().err
 
 
+def test_the_node_flags_share_limit_reaches_the_slices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tiny shares are charged the GPU's smallest share: 4 shares at most with a limit of 4."""
+    shares = [claim(f"s{i}", request(capacity={"cores": "1", "memory": "1Gi"})) for i in range(5)]
+    f = write(tmp_path / "c.yaml", *shares)
+    argv = ("-f", f, "--node-name", NODE, "--mock", "1", "--max-shares-per-gpu", "4")
+    code, report = explain(capsys, *argv)
+    assert code == 1 and [c["allocated"] for c in report["claims"]] == [True] * 4 + [False]
+    assert report["claims"][0]["results"][0]["consumedCapacity"]["cores"] == "25"
+    assert main(["explain", *argv[:-1], "61"]) == 2
+    assert "--max-shares-per-gpu 61: must be 0 to 60" in capsys.readouterr().err
+
+
 def test_mistyped_attribute_is_invalid_and_not_allocated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -108,6 +108,12 @@ kubeletPlugin.metrics.exposeOnNodeNetwork).
 {{- printf "%s-mps" (include "sharegpu.fullname" .) | trunc 41 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The PriorityClass of the MPS daemon pods: kubeletPlugin.mps.priorityClassName, else the
+chart's own (templates/kubeletplugin-mps.yaml). */}}
+{{- define "sharegpu.mpsPriorityClassName" -}}
+{{- .Values.kubeletPlugin.mps.priorityClassName | default (printf "%s-daemon" (include "sharegpu.mpsDaemonName" .)) }}
+{{- end }}
+
 {{/* The host path of the driver files mounted into the driver-files init container (see
 sharegpu.driverFilesVolumes), and where it is mounted. */}}
 {{- define "sharegpu.driverHostPath" -}}
