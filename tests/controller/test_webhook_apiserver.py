@@ -23,13 +23,12 @@ import trustme
 
 from controller.webhook import (
     AdmissionHandler,
-    CertificateReloader,
     WebhookServer,
     requester_key,
 )
 from sharegpu.admission.checks import Finding
 from sharegpu.kube import httpserve
-from tests.controller.webhook_helpers import DRIVER, claim, exactly
+from tests.controller.webhook_helpers import DRIVER, claim, exactly, webhook_tls
 from tests.helpers import PATIENCE_S, eventually
 
 
@@ -100,17 +99,8 @@ class Hook:
 
 @pytest.fixture
 def hook(tmp_path: Path) -> Iterator[Hook]:
-    serving_ca, client_ca = trustme.CA(), trustme.CA()
-    leaf = serving_ca.issue_cert("localhost", "127.0.0.1")
-    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
-    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
-    client_ca.cert_pem.write_to_path(str(tmp_path / "client-ca.crt"))
-    certs = CertificateReloader(
-        str(tmp_path / "tls.crt"),
-        str(tmp_path / "tls.key"),
-        0.0,
-        client_ca_file=str(tmp_path / "client-ca.crt"),
-    )
+    tls = webhook_tls(tmp_path)
+    serving_ca, client_ca, certs = tls.serving_ca, tls.client_ca, tls.certs
     handler = Blocking()
     limits = httpserve.ServerLimits(
         request_timeout_s=PATIENCE_S, max_connections=4, max_connections_per_peer=2

@@ -25,6 +25,7 @@ from controller.webhook import AdmissionHandler, CertificateReloader, WebhookSer
 from sharegpu.kube.rest import KubeRest
 from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller.quota_helpers import DRIVER, claim, create_quota, quota, read_quota, review
+from tests.controller.webhook_helpers import webhook_tls
 
 BASIS = ChargeBasis(largest_memory=80 * 1024**3, largest_node_gpus=8)
 
@@ -59,17 +60,8 @@ class Webhook:
 
 
 def start(kube: KubeRest, tmp_path: Path, names: tuple[str, ...] = ()) -> Webhook:
-    serving_ca, client_ca = trustme.CA(), trustme.CA()
-    leaf = serving_ca.issue_cert("localhost", "127.0.0.1")
-    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
-    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
-    client_ca.cert_pem.write_to_path(str(tmp_path / "client-ca.crt"))
-    certs = CertificateReloader(
-        str(tmp_path / "tls.crt"),
-        str(tmp_path / "tls.key"),
-        0.0,
-        client_ca_file=str(tmp_path / "client-ca.crt"),
-    )
+    tls = webhook_tls(tmp_path)
+    serving_ca, client_ca, certs = tls.serving_ca, tls.client_ca, tls.certs
     admission = AdmissionHandler(DRIVER, quota=QuotaAdmitter(kube, DRIVER, basis=lambda: BASIS))
     server = WebhookServer("127.0.0.1:0", admission, certs, client_names=names).start()
     return Webhook(server, serving_ca, client_ca)

@@ -7,13 +7,14 @@ import json
 import ssl
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trustme
 
 from api.names import DEFAULT_DRIVER_NAME as DRIVER
-from controller.webhook import WebhookServer
+from controller.webhook import CertificateReloader, WebhookServer
 from sharegpu.kube.telemetry import Telemetry
 
 
@@ -145,3 +146,29 @@ def device_class(selectors: list[str], config: list[Any] | None = None) -> dict[
         "metadata": {"name": DRIVER},
         "spec": spec,
     }
+
+
+@dataclass(frozen=True)
+class WebhookTls:
+    """A webhook's serving certificate (of ``serving_ca``, for ``localhost`` and 127.0.0.1) and
+    the client CA it trusts as the API server's, as files under a directory, and their reloader."""
+
+    serving_ca: trustme.CA
+    client_ca: trustme.CA
+    certs: CertificateReloader
+
+
+def webhook_tls(directory: Path) -> WebhookTls:
+    """New serving and client CAs, the leaf and CA files written under ``directory``."""
+    serving_ca, client_ca = trustme.CA(), trustme.CA()
+    leaf = serving_ca.issue_cert("localhost", "127.0.0.1")
+    leaf.cert_chain_pems[0].write_to_path(str(directory / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(directory / "tls.key"))
+    client_ca.cert_pem.write_to_path(str(directory / "client-ca.crt"))
+    certs = CertificateReloader(
+        str(directory / "tls.crt"),
+        str(directory / "tls.key"),
+        0.0,
+        client_ca_file=str(directory / "client-ca.crt"),
+    )
+    return WebhookTls(serving_ca, client_ca, certs)

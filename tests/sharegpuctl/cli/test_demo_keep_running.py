@@ -28,12 +28,12 @@ import yaml
 
 from tests.helpers import PATIENCE_S, built_kubectl, eventually
 from tests.paths import REPO_ROOT
+from tests.sharegpuctl.kubectlrun import Kubectl
 
 #: How long the demo may take to allocate and prepare every example claim on a busy machine.
 START_TIMEOUT_S = 240.0
 #: How long the demo cluster may take to react to one change on a busy machine.
 WAIT_S = 120.0
-KUBECTL_TIMEOUT_S = 120
 #: A pod whose claim asks for more GPUs than the node has.
 TOO_BIG = """\
 apiVersion: resource.k8s.io/v1
@@ -113,41 +113,10 @@ def demo() -> Iterator[RunningDemo]:
             process.wait(timeout=PATIENCE_S * 4)
 
 
-class Kubectl:
-    """The real kubectl with the demo's kubeconfig."""
-
-    def __init__(self, kubeconfig: str, home: Path) -> None:
-        self.binary = built_kubectl()
-        self.env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(home),
-            "KUBECONFIG": kubeconfig,
-        }
-
-    def run(self, *args: str, editor: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**self.env, **({"KUBE_EDITOR": editor} if editor else {})}
-        return subprocess.run(
-            [self.binary, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=KUBECTL_TIMEOUT_S,
-            cwd=REPO_ROOT,
-            check=False,
-        )
-
-    def ok(self, *args: str) -> str:
-        out = self.run(*args)
-        assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-        return out.stdout
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.ok(*args, "-o", "json"))
-
-
 @pytest.fixture(scope="module")
 def kubectl(demo: RunningDemo, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
-    return Kubectl(demo.kubeconfig, tmp_path_factory.mktemp("kubectl-home"))
+    home = tmp_path_factory.mktemp("kubectl-home")
+    return Kubectl(built_kubectl(), demo.kubeconfig, home, cwd=REPO_ROOT)
 
 
 def _pod_phase(kubectl: Kubectl, name: str) -> str:
@@ -255,7 +224,7 @@ def test_workloads_are_refused_naming_make_local_cluster(kubectl: Kubectl) -> No
 
 def test_quota_admission_and_status(kubectl: Kubectl) -> None:
     kubectl.ok("apply", "-f", "examples/gpu-quota/gpu-quota.yaml")
-    out = kubectl.run("apply", "-f", "examples/gpu-quota/claims.yaml")
+    out = kubectl.run("apply", "-f", "examples/gpu-quota/quota-claims.yaml")
     assert out.returncode != 0 and "exceeded GpuQuota gpu-quota-demo/team-gpus" in out.stderr
 
     def used() -> Any:

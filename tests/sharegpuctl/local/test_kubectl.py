@@ -6,8 +6,6 @@ Skips, naming what is missing, where kubectl is not built (``make e2e`` builds i
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,38 +16,8 @@ from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.apiserver.validation import SCHEMA_KUBERNETES_VERSION
 from tests.helpers import built_kubectl
 from tests.paths import EXAMPLES_DIR
+from tests.sharegpuctl.kubectlrun import Kubectl
 from tests.sharegpuctl.local.objects import builtin_samples, gpu_spec, gpu_status
-
-#: kubectl talks to a local server; a generous bound keeps a hung call from hanging the run.
-KUBECTL_TIMEOUT_S = 120
-
-
-class Kubectl:
-    """Runs kubectl with a kubeconfig for one server."""
-
-    def __init__(self, binary: str, kubeconfig: str, home: Path) -> None:
-        self.binary = binary
-        self.env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),  # kubectl's discovery cache lives there
-            "KUBECONFIG": kubeconfig,
-        }
-
-    def run(self, *args: str, editor: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**self.env, **({"KUBE_EDITOR": editor} if editor else {})}
-        return subprocess.run(
-            [self.binary, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=KUBECTL_TIMEOUT_S,
-            check=False,
-        )
-
-    def ok(self, *args: str, editor: str | None = None) -> str:
-        out = self.run(*args, editor=editor)
-        assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-        return out.stdout
 
 
 @pytest.fixture
