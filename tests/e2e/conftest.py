@@ -148,7 +148,9 @@ def release(
 
 @pytest.fixture(scope="package")
 def node_plugin(release: plugindaemon.PluginDaemon) -> plugindaemon.PluginDaemon:
-    """The release's kubelet-plugin DaemonSet (:func:`release`)."""
+    """The release's kubelet-plugin DaemonSet (:func:`release`), with the release's plugin RBAC
+    and admission policies (the host-process plugin's steps apply the default render's)."""
+    plugindaemon.restore_plugin_objects(release)
     return release
 
 

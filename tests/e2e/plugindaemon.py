@@ -24,9 +24,9 @@ from typing import Any, Final
 from tests.deploy.helpers import load_documents
 from tests.e2e import driverimage
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.driver import CHART_DIR, NAMESPACE, RELEASE, component
+from tests.e2e.driver import CHART_DIR, NAMESPACE, RELEASE, apply, component
 from tests.e2e.kubelet import RealNode
-from tests.e2e.node import PLUGIN_COMPONENT, chart_flag
+from tests.e2e.node import PLUGIN_COMPONENT, chart_flag, plugin_objects
 from tests.e2e.processes import StepFailed, failure, forbidden_lines, wait_until
 
 #: The label the chart's plugin DaemonSet selects nodes by (values.yaml).
@@ -173,6 +173,18 @@ def helm_run(daemon: PluginDaemon, step_name: str, *args: str) -> str:
 def release_manifest(daemon: PluginDaemon) -> list[dict[str, Any]]:
     """The release's objects (``helm get manifest``)."""
     return load_documents(helm_run(daemon, "helm get manifest", "get", "manifest", RELEASE))
+
+
+def restore_plugin_objects(daemon: PluginDaemon) -> None:
+    """The release's plugin RBAC and admission policies applied again over what the
+    host-process plugin's steps applied (the default render's: an NVML node's host paths and
+    MPS root, which deny the release's daemon pods)."""
+    apply(
+        daemon.plane,
+        plugin_objects(release_manifest(daemon)),
+        "apply the release's plugin RBAC and policies again",
+        force=True,
+    )
 
 
 def plugin_daemonset_name(daemon: PluginDaemon) -> str:

@@ -15,8 +15,8 @@ import yaml
 
 from tests.controller.helpers import gpu_uuid, node_slice
 from tests.e2e.controlplane import ControlPlane, write_kubeconfig
-from tests.e2e.driver import NAMESPACE
-from tests.e2e.node import RunningPlugin, daemon_pod_of, plugin_account
+from tests.e2e.driver import NAMESPACE, apply
+from tests.e2e.node import RunningPlugin, daemon_pod_of, plugin_account, plugin_objects
 from tests.e2e.processes import step, wait_until
 
 OTHER_NODE = "e2e-other-node"
@@ -110,7 +110,10 @@ def daemon_pod(
     crds: ControlPlane, plugin: RunningPlugin, chart: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The MPS daemon pod the plugin would create for its node, once the API server admits it
-    (dry run; the policies and the namespace's default ServiceAccount in place)."""
+    (dry run; the policies and the namespace's default ServiceAccount in place). The default
+    render's policies (an NVML node's) are applied first: the release's steps put the release's
+    (mock backend) back."""
+    apply(crds, plugin_objects(chart), "apply the default render's plugin policies", force=True)
     pod = daemon_pod_of(chart, plugin.node, gpu_uuid(plugin.node, 0))
     answer: list[str] = []
 
