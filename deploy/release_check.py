@@ -9,8 +9,8 @@ Checked, each against :data:`api.version.VERSION`:
   writes none of its own;
 - the image every workload of the packaged chart runs with its defaults (``sharegpu:<version>``,
   the tag derived from ``appVersion``);
-- the image tag ``make image`` builds (``make --dry-run image``; skipped, and said so, while the
-  Makefile has no such target);
+- the image tag ``make image`` builds (a name ``make --dry-run image`` passes, else the builder's
+  default; skipped, and said so, while the Makefile has no such target);
 - a dated section ``## <version> - YYYY-MM-DD`` in ``CHANGELOG.md``.
 
 Prints one line per check and exits 1 when any disagrees.
@@ -18,6 +18,7 @@ Prints one line per check and exits 1 when any disagrees.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -104,15 +105,27 @@ def rendered_image_problems(docs: Sequence[Mapping[str, Any]], version: str) -> 
     ]
 
 
-def image_tag_problems(dry_run: str, version: str) -> list[str]:
-    """The ``sharegpu:<tag>`` names ``make --dry-run image`` prints must all be ``version``."""
-    tags = set(_IMAGE_TAG.findall(dry_run))
+def image_tag_problems(dry_run: str, default_image: str, version: str) -> list[str]:
+    """The ``sharegpu:<tag>`` names ``make --dry-run image`` prints, or where it names none the
+    builder's own default ``default_image``, must all be ``version``."""
+    tags = set(_IMAGE_TAG.findall(dry_run)) or set(_IMAGE_TAG.findall(default_image))
     if not tags:
         return [f"make image: names no {IMAGE_REPOSITORY}:<tag> image"]
     return [
         f"make image builds {IMAGE_REPOSITORY}:{t}, not :{version}"
         for t in sorted(tags - {version})
     ]
+
+
+def builder_image(root: Path) -> str:
+    """The name ``deploy/image/build.py`` gives the image without ``--name``."""
+    path = root / "deploy" / "image" / "build.py"
+    spec = importlib.util.spec_from_file_location("sharegpu_image_build", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.chart_image())
 
 
 def make_image_dry_run(root: Path) -> str | None:
@@ -197,7 +210,9 @@ def check(root: Path, helm: str, out_dir: Path, version: str = VERSION) -> Resul
         ("image the chart renders", rendered_image_problems(render(helm, packaged), version))
     )
     dry_run = make_image_dry_run(root)
-    tag_problems = None if dry_run is None else image_tag_problems(dry_run, version)
+    tag_problems = (
+        None if dry_run is None else image_tag_problems(dry_run, builder_image(root), version)
+    )
     results.append(("image tag of make image", tag_problems))
     return results
 

@@ -98,8 +98,19 @@ def test_the_changelog_needs_a_dated_section() -> None:
         ("build --tag sharegpu:1.2.0 .\n", []),
         ("podman load < x\npodman tag localhost/sharegpu:1.2.0 reg/sharegpu:1.2.0\n", []),
         ("build --tag sharegpu:1.1.0 .\n", ["make image builds sharegpu:1.1.0, not :1.2.0"]),
-        ("build --tag sharegpu-e2e/pause:1 .\n", ["make image: names no sharegpu:<tag> image"]),
+        # No name on the command line: the builder's default counts.
+        ("python deploy/image/build.py\n", []),
     ],
 )
 def test_the_tag_make_image_builds(dry_run: str, problems: list[str]) -> None:
-    assert RC.image_tag_problems(dry_run, "1.2.0") == problems
+    assert RC.image_tag_problems(dry_run, "sharegpu:1.2.0", "1.2.0") == problems
+    assert RC.image_tag_problems("build\n", "sharegpu:1.1.0", "1.2.0") == [
+        "make image builds sharegpu:1.1.0, not :1.2.0"
+    ]
+    assert RC.image_tag_problems("build\n", "other/x:1", "1.2.0") == [
+        "make image: names no sharegpu:<tag> image"
+    ]
+
+
+def test_the_builders_default_image_is_the_charts() -> None:
+    assert RC.builder_image(RC.ROOT) == f"sharegpu:{RC.VERSION}"
