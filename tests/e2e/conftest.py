@@ -146,10 +146,11 @@ def release(
             plugindaemon.uninstall(daemon)
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture
 def node_plugin(release: plugindaemon.PluginDaemon) -> plugindaemon.PluginDaemon:
     """The release's kubelet-plugin DaemonSet (:func:`release`), with the release's plugin RBAC
-    and admission policies (the host-process plugin's steps apply the default render's)."""
+    and admission policies again for each test (the host-process plugin's steps apply the
+    default render's)."""
     plugindaemon.restore_plugin_objects(release)
     return release
 
