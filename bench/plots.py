@@ -1,0 +1,126 @@
+"""The plots of docs/performance.md, drawn with matplotlib from the benches' JSON figures.
+
+- ``podstart-cdf.png``: the create->Running latency CDF of each shape (:mod:`bench.podstart`),
+  sequential and burst phases side by side, the Go test driver's shape drawn dashed;
+- ``sched-throughput.png``: bound pods/s per batch and node count (:mod:`bench.schedthroughput`),
+  with upstream's CI thresholds and the 40 pods/s target as horizontal lines.
+
+Run: ``python -m bench.plots [--results bench/results] [--out docs/img]`` (``make bench
+PART=plots``). A missing JSON file skips its plot, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+RESULTS = Path("bench/results")
+OUT = Path("docs/img")
+
+
+def podstart_cdf(figures: dict[str, Any], out: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, phase in zip(axes, ("sequential", "burst"), strict=True):
+        for key, shape in sorted(figures["shapes"].items()):
+            if "not_measured" in shape:
+                continue
+            values = sorted(shape[phase]["values"])
+            if not values:
+                continue
+            ys = [(i + 1) / len(values) for i in range(len(values))]
+            style = "--" if key == "e" else "-"
+            ax.step(
+                [v * 1000 for v in values],
+                ys,
+                style,
+                where="post",
+                label=f"({key}) {shape['title']}",
+            )
+        ax.set_title(
+            f"{phase}: "
+            + (
+                "one pod at a time"
+                if phase == "sequential"
+                else f"bursts of {figures['args']['burst']}"
+            )
+        )
+        ax.set_xlabel("pod create -> Running (ms)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("fraction of pods")
+    axes[1].legend(loc="lower right", fontsize=7)
+    fig.suptitle(
+        f"Pod start on a real kubelet, Kubernetes {figures['kubernetes']} "
+        f"({figures['machine']['cpus']} shared CPUs)"
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def sched_bars(figures: dict[str, Any], out: Path) -> None:
+    results = figures["results"]
+    batches = list(dict.fromkeys(r["batch"] for r in results))
+    nodes = sorted({r["nodes"] for r in results})
+    width = 0.8 / max(1, len(nodes))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for j, n in enumerate(nodes):
+        values = [
+            next((r["pods_per_s"] for r in results if r["nodes"] == n and r["batch"] == b), 0.0)
+            for b in batches
+        ]
+        xs = [i + (j - (len(nodes) - 1) / 2) * width for i in range(len(batches))]
+        bars = ax.bar(xs, values, width, label=f"{n} nodes")
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    for name, value in figures["upstream_thresholds"].items():
+        ax.axhline(value, linestyle=":", color="grey")
+        ax.text(
+            len(batches) - 0.5,
+            value,
+            f" upstream CI {name.split('/')[1]}: {value:.0f}",
+            fontsize=7,
+            va="bottom",
+            ha="right",
+        )
+    ax.axhline(40, linestyle="--", color="red")
+    ax.text(-0.5, 40, " target 40 pods/s at 500 nodes", fontsize=7, va="bottom", color="red")
+    ax.set_xticks(range(len(batches)), batches)
+    ax.set_ylabel("bound pods/s")
+    ax.set_title(
+        f"kube-scheduler {figures['kubernetes']}: throughput by claim shape "
+        f"({figures['machine']['cpus']} shared CPUs)"
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.plots", description=__doc__)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for source, draw, name in (
+        ("podstart.json", podstart_cdf, "podstart-cdf.png"),
+        ("schedthroughput.json", sched_bars, "sched-throughput.png"),
+    ):
+        path = args.results / source
+        if not path.exists():
+            print(f"{path} not found: {name} not drawn")
+            continue
+        draw(json.loads(path.read_text()), args.out / name)
+        print(f"drew {args.out / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
