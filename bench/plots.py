@@ -55,7 +55,7 @@ def podstart_cdf(figures: dict[str, Any], out: Path) -> None:
         ax.set_xlabel("pod create -> Running (ms)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("fraction of pods")
-    axes[1].legend(loc="lower right", fontsize=7)
+    axes[0].legend(loc="lower right", fontsize=7)
     fig.suptitle(
         f"Pod start on a real kubelet, Kubernetes {figures['kubernetes']} "
         f"({figures['machine']['cpus']} shared CPUs)"
