@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from math import nan
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +74,13 @@ def sched_bars(figures: dict[str, Any], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(10, 4.5))
     for j, n in enumerate(nodes):
         values = [
-            next((r["pods_per_s"] for r in results if r["nodes"] == n and r["batch"] == b), 0.0)
+            next((r["pods_per_s"] for r in results if r["nodes"] == n and r["batch"] == b), nan)
             for b in batches
         ]
         xs = [i + (j - (len(nodes) - 1) / 2) * width for i in range(len(batches))]
         bars = ax.bar(xs, values, width, label=f"{n} nodes")
-        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+        labels = [f"{v:.0f}" if v == v else "not measured" for v in values]
+        ax.bar_label(bars, labels=labels, fontsize=8)
     for name, value in figures["upstream_thresholds"].items():
         ax.axhline(value, linestyle=":", color="grey")
         ax.text(
@@ -109,17 +111,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    for source, draw, name in (
-        ("podstart.json", podstart_cdf, "podstart-cdf.png"),
-        ("schedthroughput.json", sched_bars, "sched-throughput.png"),
-    ):
-        path = args.results / source
-        if not path.exists():
-            print(f"{path} not found: {name} not drawn")
-            continue
-        draw(json.loads(path.read_text()), args.out / name)
-        print(f"drew {args.out / name}")
+    podstart = args.results / "podstart.json"
+    if podstart.exists():
+        podstart_cdf(json.loads(podstart.read_text()), args.out / "podstart-cdf.png")
+        print(f"drew {args.out / 'podstart-cdf.png'}")
+    else:
+        print(f"{podstart} not found: podstart-cdf.png not drawn")
+    sched = sched_figures(args.results)
+    if sched is not None:
+        sched_bars(sched, args.out / "sched-throughput.png")
+        print(f"drew {args.out / 'sched-throughput.png'}")
+    else:
+        print(f"no {args.results}/schedthroughput*.json: sched-throughput.png not drawn")
     return 0
+
+
+def sched_figures(results: Path) -> dict[str, Any] | None:
+    """The batches of every ``schedthroughput*.json`` (runs of some node counts or batches each),
+    a later file's batch replacing an earlier one of the same node count and shape."""
+    paths = sorted(results.glob("schedthroughput*.json"))
+    if not paths:
+        return None
+    merged: dict[tuple[int, str], dict[str, Any]] = {}
+    figures: dict[str, Any] = {}
+    for path in paths:
+        figures = json.loads(path.read_text())
+        for r in figures["results"]:
+            merged[(r["nodes"], r["batch"])] = r
+    return {**figures, "results": list(merged.values())}
 
 
 if __name__ == "__main__":
