@@ -437,6 +437,12 @@ def summary(results: dict[str, ShapeResult], skipped: dict[str, str]) -> dict[st
                 entry[phase]["added_p50"] = quantile(values, 0.5) - quantile(ref, 0.5)
                 entry[phase]["added_p99"] = quantile(values, 0.99) - quantile(ref, 0.99)
         entry["burst_walls"] = r.burst_walls
+        if key == "c":
+            entry["daemon_start"] = {
+                "n": len(r.daemon_starts),
+                "p50": quantile(r.daemon_starts, 0.5),
+                "p99": quantile(r.daemon_starts, 0.99),
+            }
         entry["prepare_exact"] = {
             "n": len(r.prepare_exact),
             "p50": quantile(r.prepare_exact, 0.5),
@@ -511,6 +517,12 @@ def report(figures: dict[str, Any]) -> None:
             f", {h.get('under_lowest_bucket', float('nan')):.0%} under "
             f"{h.get('lowest_bucket', float('nan')) * ms:.0f} ms"
         )
+    daemon = figures.get("c", {}).get("daemon_start")
+    if daemon is not None:
+        print(
+            f"\nMPS daemon pod start (created -> Running), shape c: p50 {daemon['p50'] * ms:.0f} "
+            f"ms, p99 {daemon['p99'] * ms:.0f} ms (n={daemon['n']})"
+        )
     for name, value in ratios(figures).items():
         print(f"added latency {name} over the Go test driver's: {value:.2f}x (target <= 1.2)")
 
@@ -539,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
         results = {s.key: ShapeResult() for s in shapes}
         watch = PodWatch(c.plane, NAMESPACE)
         watch.start()
+        # The MPS daemon pods the plugin starts for shape c: each one's start, created -> Running.
+        daemons = PodWatch(c.plane, driver.NAMESPACE, DAEMON_LABEL)
+        daemons.start()
         try:
             print(f"sequential: {args.sequential} rounds of {len(shapes)} shapes", flush=True)
             sequential(c, watch, shapes, args.sequential, results)
@@ -546,6 +561,11 @@ def main(argv: list[str] | None = None) -> int:
             bursts(c, watch, shapes, args.rounds, args.burst, results)
         finally:
             watch.stop()
+            daemons.stop()
+        if "c" in results:
+            results["c"].daemon_starts = [
+                daemons.running[n] - daemons.added[n] for n in daemons.running if n in daemons.added
+            ]
     raw = {k: dataclasses.asdict(r) for k, r in results.items()}
     (work / "podstart-raw.json").write_text(json.dumps(raw, default=str))
     figures = summary(results, skipped)

@@ -23,11 +23,13 @@ from tests.e2e.netns import _enter
 
 
 class PodWatch:
-    """Times of the pods of ``namespace`` (start with :meth:`start`, end with :meth:`stop`)."""
+    """Times of the pods of ``namespace`` (those matching ``label_selector`` where one is given;
+    start with :meth:`start`, end with :meth:`stop`)."""
 
-    def __init__(self, plane: ControlPlane, namespace: str) -> None:
+    def __init__(self, plane: ControlPlane, namespace: str, label_selector: str = "") -> None:
         self.plane = plane
         self.namespace = namespace
+        self.label_selector = label_selector
         self.added: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
@@ -88,12 +90,14 @@ class PodWatch:
             server.hostname or "", server.port, context=context, timeout=None
         )
         self._connection = connection
+        selector = {"labelSelector": self.label_selector} if self.label_selector else {}
         if not version:
-            connection.request("GET", f"/api/v1/namespaces/{self.namespace}/pods?limit=1")
+            listing = urllib.parse.urlencode({"limit": "1", **selector})
+            connection.request("GET", f"/api/v1/namespaces/{self.namespace}/pods?{listing}")
             answer = connection.getresponse()
             version = json.loads(answer.read())["metadata"]["resourceVersion"]
         query = urllib.parse.urlencode(
-            {"watch": "true", "resourceVersion": version, "allowWatchBookmarks": "true"}
+            {"watch": "true", "resourceVersion": version, "allowWatchBookmarks": "true", **selector}
         )
         connection.request("GET", f"/api/v1/namespaces/{self.namespace}/pods?{query}")
         answer = connection.getresponse()
