@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit oracle e2e local-cluster image gpu-test venv clean release-check
+.PHONY: demo test lint typecheck unit oracle e2e local-cluster image gpu-test bench venv clean release-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,17 @@ REFRESH ?=
 image: $(STAMP)
 	$(BIN)/python deploy/image/build.py $(if $(IMAGE),--name $(IMAGE)) \
 		$(if $(IMAGE_ARCHIVE),--output $(IMAGE_ARCHIVE)) $(if $(REFRESH),--refresh-base)
+
+## The benchmarks (bench/suite.py; as root): pod start on the real node against upstream's Go test
+## driver, kube-scheduler throughput with the plugin's slices, prepare against its floor (CDI
+## specs on tmpfs and on disk), then the plots of docs/performance.md. PART=podstart runs one part
+## (podstart, schedthroughput, prepare, prepare-disk, plots). Figures in bench/results/.
+PART ?=
+bench: $(STAMP)
+	bash tests/install-helm.sh
+	$(BIN)/python -m tests.e2e.binaries
+	bash tests/e2e/build-binaries.sh test-driver
+	$(BIN)/python -m bench.suite $(PART)
 
 ## Set up everything and run the whole test suite (linters, type checks, tests).
 test: lint typecheck unit

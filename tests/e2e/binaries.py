@@ -35,6 +35,9 @@ CONTROL_PLANE: Final = (
 )
 #: What the real node runs (a kubelet, kube-proxy, and containerd with its shim and ctr).
 NODE: Final = ("kubelet", "kube-proxy", "containerd")
+#: Upstream's DRA test driver (k8s.io/kubernetes/test/e2e/dra/test-driver), the benchmarks' Go
+#: peer, built alone into :func:`test_driver_dir`.
+TEST_DRIVER: Final = "test-driver"
 
 
 #: The environment variable that picks another pinned release (``make e2e K8S=1.36.3``).
@@ -80,6 +83,20 @@ def bin_dir() -> Path:
     """The cache directory the binaries of the current pins are built into."""
     out = subprocess.run(
         ["bash", str(BUILD_SCRIPT), "--print-dir"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@cache
+def test_driver_dir() -> Path:
+    """The cache directory of upstream's DRA test driver (``build-binaries.sh test-driver``): its
+    own, keyed by its pins under ``tests/e2e/upstream/test-driver/``."""
+    out = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--print-dir", TEST_DRIVER],
         capture_output=True,
         text=True,
         check=True,

@@ -7,10 +7,14 @@
 #
 # Usage: build-binaries.sh [--print-dir] [binary...]
 #   binary: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy
-#           containerd
+#           containerd test-driver
 #           (default: $SHAREGPU_E2E_BINARIES, else the control-plane set below; containerd
-#           builds containerd, containerd-shim-runc-v2 and ctr)
-#   --print-dir: print the bin directory and exit without building.
+#           builds containerd, containerd-shim-runc-v2 and ctr; test-driver builds upstream's DRA
+#           test driver, k8s.io/kubernetes/test/e2e/dra/test-driver, the Go peer of the
+#           benchmarks, alone: its pins are upstream/test-driver/ and its cache directory is
+#           <cache>/test-driver-<kubernetes version>-<hash of its pins>/bin, so that it never
+#           changes the cluster binaries' key)
+#   --print-dir: print the bin directory and exit without building (with test-driver: its own).
 # SHAREGPU_E2E_K8S=1.36.3 builds another pinned Kubernetes release (upstream/kubernetes-1.36/);
 # unset, or the version of upstream/kubernetes/, builds the default one.
 # The last line on stdout is the bin directory. Build times are appended to <dir>/build-times.log.
@@ -27,8 +31,8 @@ binaries=()
 for arg in "$@"; do
   case "$arg" in
     --print-dir) print_only=1 ;;
-    etcd|kube-apiserver|kubectl|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|containerd) binaries+=("$arg") ;;
-    *) die "unknown argument '$arg' (allowed: --print-dir, etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, containerd)" ;;
+    etcd|kube-apiserver|kubectl|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|containerd|test-driver) binaries+=("$arg") ;;
+    *) die "unknown argument '$arg' (allowed: --print-dir, etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, containerd, test-driver)" ;;
   esac
 done
 if [ "${#binaries[@]}" = 0 ]; then
@@ -52,6 +56,14 @@ k8s_version="$(pinned_version "$kpins")"
 pin_hash="$(cat "$kpins"/go.{mod,sum} "$pins"/{etcd,containerd}/go.{mod,sum} | sha256sum | cut -c1-12)"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/sharegpu-e2e"
 out="$cache_root/$k8s_version-$pin_hash"
+# The test driver is built alone, from its own pins, into its own cache directory.
+if [[ " ${binaries[*]} " == *" test-driver "* ]]; then
+  [ "${#binaries[@]}" = 1 ] || die "test-driver is built alone (its cache directory is its own)"
+  tpins="$pins/test-driver"
+  [ "$(pinned_version "$tpins")" = "$k8s_version" ] \
+    || die "the test driver is pinned at $(pinned_version "$tpins"), not $k8s_version"
+  out="$cache_root/test-driver-$k8s_version-$(cat "$tpins"/go.{mod,sum} | sha256sum | cut -c1-12)"
+fi
 bin="$out/bin"
 
 if [ "$print_only" = 1 ]; then
@@ -94,6 +106,8 @@ build_one() {
       # Static, without the snapshotters that need C libraries (btrfs, devmapper, zfs).
       dir="$pins/containerd"; tags="no_btrfs no_devmapper no_zfs urfave_cli_no_docs"
       pkgs=(github.com/containerd/containerd/v2/cmd/{containerd,containerd-shim-runc-v2,ctr}) ;;
+    test-driver)
+      dir="$tpins"; pkgs=(k8s.io/kubernetes/test/e2e/dra/test-driver); ldflags+="$version_ldflags" ;;
     *) dir="$kpins"; pkgs=("k8s.io/kubernetes/cmd/$name"); ldflags+="$version_ldflags" ;;
   esac
   local start=$SECONDS tmp="$out/build-$name"

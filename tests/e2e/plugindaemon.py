@@ -199,10 +199,15 @@ def plugin_daemonset_name(daemon: PluginDaemon) -> str:
 
 
 def install(
-    helm: str, plane: ControlPlane, node: RealNode, chart: list[dict[str, Any]]
+    helm: str,
+    plane: ControlPlane,
+    node: RealNode,
+    chart: list[dict[str, Any]],
+    extra: tuple[str, ...] = (),
 ) -> PluginDaemon:
     """Import the driver's image (also tagged :data:`UPGRADE_TAG`), ``helm install`` the chart
-    and wait until the plugin's pod runs and the node's ResourceSlice is published."""
+    (``extra``: more ``key=value`` settings, for a bench; the tests set none) and wait until the
+    plugin's pod runs and the node's ResourceSlice is published."""
     archive, name = driverimage.build(node.root, UPGRADE_TAG)
     node.import_image(archive, "import the driver's image")
     archive.unlink()
@@ -216,7 +221,7 @@ def install(
     data_dir = node.plugins_dir / chart_flag(chart, "--driver-name")
     daemon = PluginDaemon(plane, helm, "", node, data_dir, name)
     return _roll_out(
-        daemon, "install", ("--create-namespace", "--take-ownership", "--force-conflicts")
+        daemon, "install", ("--create-namespace", "--take-ownership", "--force-conflicts"), extra
     )
 
 
