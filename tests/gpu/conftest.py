@@ -1,5 +1,5 @@
 """Options of the real-GPU suite: ``--keep-gpu-settings`` (see :mod:`tests.gpu.settingsguard`)
-and ``--gpu-report PATH`` (a JSON report: each test's outcome and seconds, the node's GPUs, and
+and ``--gpu-report PATH`` (a JSON report: each test's outcome, seconds and recorded evidence, and
 the setting changes recorded instead of run)."""
 
 from __future__ import annotations
@@ -46,20 +46,31 @@ def settings_guard(request: pytest.FixtureRequest) -> Iterator[SettingsGuard | N
         HostRunner.run = original  # type: ignore[method-assign]
 
 
+def result_entry(report: pytest.TestReport) -> dict[str, Any]:
+    """One test's line of the report. An expected failure (``xfail``: an open finding that still
+    holds) is ``xfailed`` with its reason; a strict xfail that passed is ``failed`` with a detail
+    starting ``[XPASS(strict)]`` (the finding is fixed: the mark must go). ``properties`` holds
+    what the test recorded with ``record_property`` (its evidence), whatever the outcome."""
+    xfailed = report.skipped and hasattr(report, "wasxfail")
+    entry: dict[str, Any] = {
+        "test": report.nodeid,
+        "outcome": "xfailed" if xfailed else report.outcome,
+        "seconds": round(report.duration, 3),
+        "detail": str(report.longrepr)[-2000:] if report.outcome != "passed" else "",
+    }
+    if xfailed:
+        entry["reason"] = str(report.wasxfail)
+    if report.user_properties:
+        entry["properties"] = {str(k): v for k, v in report.user_properties}
+    return entry
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
     outcome: Any = yield
     report: pytest.TestReport = outcome.get_result()
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        results = item.config.stash.setdefault(_RESULTS_KEY, [])
-        results.append(
-            {
-                "test": item.nodeid,
-                "outcome": report.outcome,
-                "seconds": round(report.duration, 3),
-                "detail": str(report.longrepr)[-2000:] if report.outcome != "passed" else "",
-            }
-        )
+        item.config.stash.setdefault(_RESULTS_KEY, []).append(result_entry(report))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -1,12 +1,16 @@
 """The parts of the real-GPU test that need no GPU: CDI -> emulated container, entering it, the
 CUDA probe's arguments and PTX, the checks' pure parts (:mod:`tests.gpu.checks`), the host
-launcher's process scan, and the skip decision."""
+launcher's process scan, the skip decision, the pipe-directory probe (:mod:`tests.gpu.pipeprobe`)
+and the JSON report's lines."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,8 @@ from kubeletplugin.containeredits import ContainerEdits, DeviceNode
 from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.mps import container_pipe_dir, share_edits
 from kubeletplugin.sharing.mpspaths import MpsPaths
-from tests.gpu import checks, cudaprobe, enter
+from tests.gpu import checks, cudaprobe, enter, pipeprobe
+from tests.gpu.conftest import result_entry
 from tests.gpu.container import (
     BindMount,
     CdiError,
@@ -459,3 +464,105 @@ def test_skip_reasons() -> None:
     assert reason is not None and "needs root" in reason
     reason = skip_reason(root, lambda: nvml(), lambda c: None if c == "unshare" else which(c))
     assert reason == "commands missing: unshare"
+
+
+# --- the pipe-directory probe ----------------------------------------------------------------
+
+
+def run_pipeprobe(*args: str) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", pipeprobe.__file__, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    return done.returncode, json.loads(lines[-1]) if lines else {"stderr": done.stderr}
+
+
+def test_pipeprobe_reads_what_a_writer_puts_in_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "log"
+    os.mkfifo(fifo, 0o777)
+    line = b"[2026-01-01 00:00:00.000 Control 1] Starting new server for user 1000\n"
+
+    def write() -> None:
+        with open(fifo, "wb") as writer:  # blocks until the probe opens the read end
+            writer.write(line)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    status, report = run_pipeprobe("read", str(fifo), "30")
+    writer.join(timeout=30)
+    assert status == 0
+    assert report["exists"] and report["fifo"] and report["opened"], report
+    assert (report["bytes"], report["head"]) == (len(line), line.decode()), report
+
+
+def test_pipeprobe_reports_an_absent_entry_and_an_open_refused(tmp_path: Path) -> None:
+    status, report = run_pipeprobe("read", str(tmp_path / "log"), "0")
+    assert status == 0
+    assert (report["exists"], report["opened"], report["bytes"]) == (False, False, 0), report
+    (tmp_path / "target").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    status, report = run_pipeprobe("read", str(tmp_path / "link"), "0")
+    assert (report["exists"], report["fifo"], report["opened"]) == (True, False, False), report
+    assert report["error"], report
+
+
+def test_pipeprobe_plants_links_replacing_what_was_there(tmp_path: Path) -> None:
+    shm, outside = tmp_path / "shm", tmp_path / "outside"
+    shm.mkdir()
+    (shm / "cuda.shm.1").write_text("the server's")
+    status, report = run_pipeprobe("plant", str(shm), str(outside), "cuda.shm.1", "fresh")
+    assert status == 0
+    assert report == {"planted": ["cuda.shm.1", "fresh"], "errors": {}}
+    assert os.readlink(shm / "cuda.shm.1") == str(outside / "cuda.shm.1")
+    assert os.readlink(shm / "fresh") == str(outside / "fresh")
+
+
+@pytest.mark.parametrize("args", [[], ["read", "x"], ["read", "x", "soon"], ["plant", "d", "t"]])
+def test_pipeprobe_usage_errors(args: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", pipeprobe.__file__, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == pipeprobe.EXIT_USAGE and done.stdout == ""
+    assert "pipeprobe.py read PATH SECONDS" in done.stderr
+
+
+# --- the JSON report -------------------------------------------------------------------------
+
+
+def test_report_entry_of_an_open_finding_a_fixed_one_and_a_plain_pass() -> None:
+    def report(outcome: str, longrepr: str | None, **extra: Any) -> pytest.TestReport:
+        return pytest.TestReport(
+            "tests/gpu/test_real_gpu.py::t",
+            ("tests/gpu/test_real_gpu.py", 1, "t"),
+            {},
+            outcome,  # type: ignore[arg-type]
+            longrepr,
+            "call",
+            duration=1.23456,
+            user_properties=[("defaults", {"set": ["25.0"]})],
+            **extra,
+        )
+
+    holds = result_entry(report("skipped", "FindingStillHolds: changed", wasxfail="N5 open: x"))
+    assert holds == {
+        "test": "tests/gpu/test_real_gpu.py::t",
+        "outcome": "xfailed",
+        "seconds": 1.235,
+        "detail": "FindingStillHolds: changed",
+        "reason": "N5 open: x",
+        "properties": {"defaults": {"set": ["25.0"]}},
+    }
+    fixed = result_entry(report("failed", "[XPASS(strict)] N5 open: x"))
+    assert (fixed["outcome"], fixed["detail"]) == ("failed", "[XPASS(strict)] N5 open: x")
+    assert "reason" not in fixed
+    passed = result_entry(report("passed", None))
+    assert (passed["outcome"], passed["detail"]) == ("passed", "")
+    assert passed["properties"] == {"defaults": {"set": ["25.0"]}}

@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -65,6 +65,7 @@ from kubeletplugin.runner import HostRunner
 from kubeletplugin.sharing.computemode import DEFAULT_COMPUTE_MODE, query_compute_mode
 from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import build_enforcer
+from kubeletplugin.sharing.mps import control_env
 from kubeletplugin.sharing.mpspaths import MpsPaths
 from kubeletplugin.usage.attribution import attribute
 from kubeletplugin.usage.model import GpuSample, PreparedShare
@@ -72,7 +73,7 @@ from kubeletplugin.usage.procfs import PodLookup
 from kubeletplugin.usage.source import NvmlUsageSource
 from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin, SimClaimResult
-from tests.gpu import cudaprobe
+from tests.gpu import cudaprobe, pipeprobe
 from tests.gpu.checks import (
     CALIBRATION_ITERATIONS,
     RATIO_RANGE,
@@ -156,6 +157,12 @@ class GpuNode:
         self.mps_root = root / "mps"
         control = shutil.which("nvidia-cuda-mps-control") or "nvidia-cuda-mps-control"
         self.launcher = HostMpsLauncher(self.mps_root, control)
+        self.enforcer = build_enforcer(
+            nvidia_share_tools(Path("/"), self.launcher),
+            root / "data",
+            driver_name=DRIVER,
+            mps_root=self.mps_root,
+        )
         self.state = DeviceState(
             driver_name=DRIVER,
             node_name=NODE,
@@ -163,12 +170,7 @@ class GpuNode:
             claims=KubeClaimGetter(client),
             cdi=CdiSpecWriter(root / "cdi", DRIVER, dev_root=Path("/dev")),
             checkpoint=Checkpoint(root / "data"),
-            enforcer=build_enforcer(
-                nvidia_share_tools(Path("/"), self.launcher),
-                root / "data",
-                driver_name=DRIVER,
-                mps_root=self.mps_root,
-            ),
+            enforcer=self.enforcer,
         )
         self.state.start()
         self.registry = root / "reg"
@@ -250,10 +252,11 @@ def probe_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return report
 
 
-def install_probe(root: Path) -> Path:
-    """A copy of the probe under ``root`` that :data:`CLIENT_UID` can read."""
-    probe = root / "cudaprobe.py"
-    shutil.copyfile(cudaprobe.__file__, probe)
+def install_probe(root: Path, source: str = cudaprobe.__file__) -> Path:
+    """A copy of the probe ``source`` (the CUDA probe by default) under ``root`` that
+    :data:`CLIENT_UID` can read."""
+    probe = root / Path(source).name
+    shutil.copyfile(source, probe)
     probe.chmod(0o644)
     return probe
 
@@ -457,6 +460,15 @@ CLIENT_GIB: Final = "1"
 KILL_WAIT_S: Final = 10.0
 
 
+def kill_daemon(node: GpuNode, daemon: DaemonSpec) -> list[int]:
+    """SIGKILL the one control daemon of ``daemon`` and wait until it no longer runs; its pids."""
+    killed = node.launcher.pids(daemon)
+    assert len(killed) == 1, killed
+    os.kill(killed[0], signal.SIGKILL)
+    assert wait_until(lambda: node.launcher.phase(daemon) is not DaemonPhase.RUNNING, KILL_WAIT_S)
+    return killed
+
+
 def test_a_killed_daemon_does_not_stop_the_next_claim_getting_its_own(
     gpu_node: GpuNode, apiserver: KubeAPIServer
 ) -> None:
@@ -473,13 +485,7 @@ def test_a_killed_daemon_does_not_stop_the_next_claim_getting_its_own(
     with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
         try:
             prepare_ok(kplugin, first)
-            killed = gpu_node.launcher.pids(killed_daemon)
-            assert len(killed) == 1, killed
-            os.kill(killed[0], signal.SIGKILL)
-            assert wait_until(
-                lambda: gpu_node.launcher.phase(killed_daemon) is not DaemonPhase.RUNNING,
-                KILL_WAIT_S,
-            )
+            killed = kill_daemon(gpu_node, killed_daemon)
             (plan,) = plans(gpu_node, prepare_ok(kplugin, later), later)
             started = gpu_node.launcher.pids(later_daemon)
             phase = gpu_node.launcher.phase(later_daemon)
@@ -492,6 +498,281 @@ def test_a_killed_daemon_does_not_stop_the_next_claim_getting_its_own(
     assert errors == {r.uid: "" for r in first + later}
     assert query_compute_mode(HostRunner("/"), gpu.uuid) == mode_before
     assert gpu_node.launcher.phase(later_daemon) is DaemonPhase.ABSENT
+
+
+# --- what a tenant's client reaches of its daemon (open findings are strict xfails) ---------
+
+
+class FindingStillHolds(AssertionError):
+    """A secure property a test states does not hold on this GPU: an open finding reproduced.
+
+    The tests of open findings are ``xfail(raises=FindingStillHolds, strict=True)``: only this
+    exception counts as the expected failure (any other failure is a broken test, reported as
+    such), and a pass fails the run as XPASS(strict), so the mark goes once the finding is fixed.
+    """
+
+
+def secure(holds: bool, message: str) -> None:
+    """Raise :class:`FindingStillHolds` with ``message`` unless the secure property ``holds``."""
+    if not holds:
+        raise FindingStillHolds(message)
+
+
+#: Seconds a client-side reader waits for what its daemon writes.
+LOG_READ_S: Final = 10.0
+#: Thread percentage a tenant tries to make its daemon's default (above its share's 25).
+RAISED_THREADS: Final = 37
+
+
+def control_in(plan: ContainerPlan, command: str, uid: int = 0) -> subprocess.CompletedProcess[str]:
+    """``nvidia-cuda-mps-control`` with ``command`` as ``uid`` (root by default) in the emulated
+    client container: what a tenant can send through its pipe directory. Its exit status says
+    nothing (it exits 0 when the daemon refuses a command)."""
+    control = shutil.which("nvidia-cuda-mps-control") or "nvidia-cuda-mps-control"
+    with mount_targets(plan):
+        return subprocess.run(
+            enter_command(plan, [control], uid),
+            input=command + "\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+
+def host_control(paths: MpsPaths, command: str) -> str:
+    """``command`` to the daemon through its own pipe directory on the host (the plugin's way);
+    the last line of its answer."""
+    control = shutil.which("nvidia-cuda-mps-control") or "nvidia-cuda-mps-control"
+    done = subprocess.run(
+        [control],
+        input=command + "\n",
+        env={**os.environ, **control_env(paths)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
+def daemon_defaults(paths: MpsPaths, uuid: str) -> tuple[str, str]:
+    """The daemon's default (thread percentage, pinned memory limit of GPU ``uuid``), read back
+    through its own pipe directory."""
+    return (
+        host_control(paths, "get_default_active_thread_percentage"),
+        host_control(paths, f"get_default_device_pinned_mem_limit {uuid}"),
+    )
+
+
+def answers(paths: MpsPaths) -> bool:
+    """Whether the daemon answers ``get_default_active_thread_percentage`` with a number."""
+    try:
+        float(host_control(paths, "get_default_active_thread_percentage"))
+    except ValueError:
+        return False
+    return True
+
+
+def restart_through_the_plugin(node: GpuNode, daemon: DaemonSpec) -> None:
+    """Kill ``daemon`` and let the plugin's MPS manager start it again, as a prepare or a plugin
+    restart does for a dead daemon (its sockets unlinked and created anew)."""
+    owned = node.enforcer.mps.running()[daemon.id]
+    kill_daemon(node, daemon)
+    node.enforcer.mps.ensure_running(owned.claim_uid, owned.uuid, owned.limits)
+
+
+@pytest.mark.xfail(
+    raises=FindingStillHolds,
+    strict=True,
+    reason=(
+        "N5 open: a daemon restart unlinks and recreates control_privileged, which detaches the "
+        "/dev/null bind mount over it in running clients, so a root client reaches set_default_*"
+    ),
+)
+def test_a_root_client_cannot_change_its_daemon_defaults_after_a_restart(
+    gpu_node: GpuNode, apiserver: KubeAPIServer, record_property: Callable[[str, object], None]
+) -> None:
+    """A root client (emulated container of the claim's CDI spec, started before the restart)
+    sends ``set_default_active_thread_percentage 37`` and a pinned memory limit of the whole GPU
+    through its pipe directory, before and after the plugin restarts the claim's daemon. The
+    daemon's defaults, read back through its own pipe directory on the host (the command exits
+    0 even when refused), must stay those the plugin set. The same commands sent through the
+    host's pipe directory must change them: the commands work where they reach the daemon."""
+    gpu = shareable_gpu(gpu_node.gpus)
+    refs = store(apiserver, [mps_claim("restarted", gpu, *BEFORE_KILL)])
+    daemon = daemon_of(gpu_node, refs[0], gpu)
+    attempts = (
+        f"set_default_active_thread_percentage {RAISED_THREADS}",
+        f"set_default_device_pinned_mem_limit {gpu.uuid} {gpu.memory_total // MIB}M",
+    )
+    seen: dict[str, tuple[str, str]] = {}
+    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
+        try:
+            (plan,) = plans(gpu_node, prepare_ok(kplugin, refs), refs)
+            seen["set by the plugin"] = daemon_defaults(daemon.paths, gpu.uuid)
+            for command in attempts:
+                control_in(plan, command)
+            seen["client, before the restart"] = daemon_defaults(daemon.paths, gpu.uuid)
+            restart_through_the_plugin(gpu_node, daemon)
+            seen["set again at the restart"] = daemon_defaults(daemon.paths, gpu.uuid)
+            for command in attempts:
+                control_in(plan, command)
+            seen["client, after the restart"] = daemon_defaults(daemon.paths, gpu.uuid)
+            for command in attempts:
+                host_control(daemon.paths, command)
+            seen["host pipe directory"] = daemon_defaults(daemon.paths, gpu.uuid)
+        finally:
+            errors = kplugin.unprepare(refs)
+    record_property("defaults", {k: list(v) for k, v in seen.items()})
+    assert errors == {r.uid: "" for r in refs}
+    plugin_set = seen["set by the plugin"]
+    assert float(plugin_set[0]) == float(BEFORE_KILL[0]), seen
+    assert seen["client, before the restart"] == plugin_set, f"the mask did not hold: {seen}"
+    assert seen["set again at the restart"] == plugin_set, seen
+    reached = seen["host pipe directory"]
+    assert float(reached[0]) == float(RAISED_THREADS) and reached[1] != plugin_set[1], seen
+    secure(
+        seen["client, after the restart"] == plugin_set,
+        f"a root client changed its daemon's defaults after a restart: {seen}",
+    )
+
+
+@pytest.mark.xfail(
+    raises=FindingStillHolds,
+    strict=True,
+    reason=(
+        "N17 open: the pipe directory's log FIFO (mode 0777) is in the client's read-only view "
+        "and streams the control daemon's log to any client that opens it"
+    ),
+)
+def test_a_client_cannot_read_the_daemon_log_through_its_pipe_directory(
+    gpu_node: GpuNode, apiserver: KubeAPIServer, record_property: Callable[[str, object], None]
+) -> None:
+    """A non-root client (:data:`CLIENT_UID`) opens ``log`` in its pipe directory without
+    blocking and reads for :data:`LOG_READ_S` seconds while a CUDA client of the share starts
+    (the daemon starts a server and logs it). It must not be able to open it at all."""
+    gpu = shareable_gpu(gpu_node.gpus)
+    probe = install_probe(gpu_node.root)
+    reader_script = install_probe(gpu_node.root, pipeprobe.__file__)
+    refs = store(apiserver, [mps_claim("log", gpu, *BEFORE_KILL)])
+    daemon = daemon_of(gpu_node, refs[0], gpu)
+    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
+        try:
+            (plan,) = plans(gpu_node, prepare_ok(kplugin, refs), refs)
+            on_host = sorted(os.listdir(daemon.paths.pipe))
+            in_container = f"{plan.env['CUDA_MPS_PIPE_DIRECTORY']}/log"
+            argv = [os.path.realpath(sys.executable), "-I", "-S", str(reader_script)]
+            argv += ["read", in_container, str(LOG_READ_S)]
+            with mount_targets(plan):
+                reader = subprocess.Popen(
+                    enter_command(plan, argv, CLIENT_UID),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                try:
+                    status, client = run_client(plan, [CLIENT_GIB], probe)
+                    host_control(daemon.paths, "get_server_list")
+                    out, err = reader.communicate(timeout=LOG_READ_S + 60)
+                finally:
+                    if reader.poll() is None:
+                        reader.kill()
+                        reader.wait(timeout=30)
+        finally:
+            errors = kplugin.unprepare(refs)
+    lines = out.strip().splitlines()
+    report: dict[str, Any] = json.loads(lines[-1]) if lines else {"stderr": err.strip()}
+    record_property("pipe_directory_on_host", on_host)
+    record_property("log_reader", report)
+    assert errors == {r.uid: "" for r in refs}
+    assert status == cudaprobe.EXIT_OK, client
+    assert reader.returncode == 0 and "opened" in report, report
+    secure(
+        not report["opened"],
+        f"a client (uid {CLIENT_UID}) opened {in_container} and read {report['bytes']} bytes "
+        f"of the daemon's log: {report['head']!r}",
+    )
+
+
+def snapshot(directory: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Each file directly in ``directory``: (content, mode, modification time in ns)."""
+    out = {}
+    for entry in sorted(directory.iterdir()):
+        info = entry.lstat()
+        out[entry.name] = (entry.read_bytes(), info.st_mode, info.st_mtime_ns)
+    return out
+
+
+#: What each file outside the shm directory holds before the links to it are planted.
+OUTSIDE_CONTENT: Final = b"sharegpu: a file no MPS daemon or server may write\n"
+
+
+def test_the_daemon_and_server_do_not_follow_a_client_symlink_in_shm(
+    gpu_node: GpuNode, apiserver: KubeAPIServer, record_property: Callable[[str, object], None]
+) -> None:
+    """The names the daemon and its server create in the share's ``/dev/shm`` (learned while a
+    client runs) are replaced, by a root client, with symlinks to root-owned files outside it;
+    then the daemon starts again without the plugin clearing the directory (as a daemon pod's
+    container restart does) and a client starts a server. The files outside stay untouched.
+    ``fs.protected_symlinks`` is recorded: with 1, the kernel itself refuses to let root follow
+    another UID's link in a sticky world-writable directory, which is why root plants them."""
+    gpu = shareable_gpu(gpu_node.gpus)
+    probe = install_probe(gpu_node.root)
+    planter = install_probe(gpu_node.root, pipeprobe.__file__)
+    refs = store(apiserver, [mps_claim("shm-links", gpu, *BEFORE_KILL)])
+    daemon = daemon_of(gpu_node, refs[0], gpu)
+    outside = gpu_node.root / "outside"
+    outside.mkdir(mode=0o755)
+    planted: dict[str, Any] = {}
+    names: list[str] = []
+    with KubeletSim(gpu_node.registry) as sim, sim.register(DRIVER) as kplugin:
+        try:
+            (plan,) = plans(gpu_node, prepare_ok(kplugin, refs), refs)
+            with holding_client(plan, ["hold", CLIENT_GIB], probe):
+                names = sorted(os.listdir(daemon.paths.shm))
+            names = sorted({*names, *os.listdir(daemon.paths.shm)})
+            if names:
+                for name in names:
+                    (outside / name).write_bytes(OUTSIDE_CONTENT)
+                    (outside / name).chmod(0o644)
+                before = snapshot(outside)
+                spec = gpu_node.enforcer.mps.spec(
+                    refs[0].uid, gpu.uuid, gpu_node.enforcer.mps.running()[daemon.id].limits
+                )
+                kill_daemon(gpu_node, daemon)
+                argv = [os.path.realpath(sys.executable), "-I", "-S", str(planter)]
+                argv += ["plant", "/dev/shm", str(outside), *names]
+                with mount_targets(plan):
+                    done = subprocess.run(
+                        enter_command(plan, argv, 0),
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                        check=False,
+                    )
+                planted = probe_report(done)
+                gpu_node.launcher.launch(spec)
+                assert wait_until(lambda: answers(daemon.paths), KILL_WAIT_S)
+                status, client = run_client(plan, [CLIENT_GIB], probe)
+                after = snapshot(outside)
+                links_left = [n for n in names if (daemon.paths.shm / n).is_symlink()]
+        finally:
+            errors = kplugin.unprepare(refs)
+    assert errors == {r.uid: "" for r in refs}
+    if not names:
+        pytest.skip("the daemon and its server created nothing in /dev/shm: no name to plant")
+    protected = Path("/proc/sys/fs/protected_symlinks").read_text().strip()
+    record_property("shm_names", names)
+    record_property("protected_symlinks", protected)
+    record_property("links_left_after_the_client", links_left)
+    record_property("client_after_planting", {"status": status, "report": client})
+    assert planted.get("planted") == names, planted
+    assert after == before, (
+        f"a file outside /dev/shm changed through a planted link (fs.protected_symlinks="
+        f"{protected}): before {before}, after {after}"
+    )
 
 
 def plain_gpu(gpus: list[GpuInfo]) -> GpuInfo:
