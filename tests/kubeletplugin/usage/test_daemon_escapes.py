@@ -7,7 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kubeletplugin.config import parse_config
+from kubeletplugin.hosts.simulated import SimulatedHost, simulated_share_tools
 from kubeletplugin.main import build_plugin
 from kubeletplugin.usage.mpsdaemons import DAEMON_POD_SELECTOR
 from sharegpuctl.local.apiserver import KubeAPIServer
@@ -48,13 +51,21 @@ def wait_for(apiserver: KubeAPIServer, name: str, outside: int) -> dict[str, Any
 
 
 def _template(directory: Path) -> Path:
-    """A daemon pod template file (the simulated host never reads it)."""
+    """A daemon pod template file (it makes the host one whose daemons are pods)."""
     path = directory / "daemon-pod.yaml"
-    path.write_text("apiVersion: v1\nkind: Pod\n")
+    path.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: mps}\n"
+        "spec: {containers: [{name: mps-control-daemon, image: sharegpu}]}\n"
+    )
     return path
 
 
-def test_daemon_flags_a_plain_process_next_to_an_mps_share(apiserver: KubeAPIServer) -> None:
+def test_daemon_flags_a_plain_process_next_to_an_mps_share(
+    apiserver: KubeAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemons themselves are simulated in the process (no kubelet runs pods here); the
+    # daemon pods the sampler reads are the ones stored below.
+    monkeypatch.setattr(SimulatedHost, "share_tools", lambda _self, _rest: simulated_share_tools())
     create_node(apiserver, NODE)
     here = apiserver.store.put("pods", daemon_pod("mps-here", NODE))
     # A daemon pod of another node is no server of this one.
