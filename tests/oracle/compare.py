@@ -120,7 +120,7 @@ def cel_outcome(answer: Mapping[str, Any]) -> str:
 
 def allocation_outcome(answer: Mapping[str, Any]) -> str:
     """``allocated``, ``unsatisfiable`` or ``error:<class>``."""
-    if answer.get("results") is not None:
+    if answer.get("results") is not None or answer.get("allocated"):
         return "allocated"
     if answer.get("unsatisfiable"):
         return "unsatisfiable"
@@ -204,7 +204,8 @@ def compare(
         return []
     # aspect -> (upstream's, sharegpu's), each by claim index
     found: dict[str, tuple[dict[int, Any], dict[int, Any]]] = {}
-    for index, (u, m) in enumerate(zip(upstream["results"], ours["results"], strict=True)):
+    pairs = zip(upstream.get("results") or [], ours.get("results") or [], strict=True)
+    for index, (u, m) in enumerate(pairs):
         for aspect, (a, b) in _claim_aspects(u, m).items():
             theirs, mine = found.setdefault(aspect, ({}, {}))
             theirs[index], mine[index] = a, b

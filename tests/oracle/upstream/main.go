@@ -10,7 +10,8 @@
 //	 "allocatedClaims": [...], "claims": [...]}
 //
 // A CEL answer has "compileError", or "value" (a bool) or "evalError". An allocation answer
-// has "results" (one AllocationResult per claim), or "unsatisfiable": true, or "error" with
+// has "allocated": true with "results" (one AllocationResult per claim; absent for a case
+// without claims), or "unsatisfiable": true, or "error" with
 // "errorOnNode" telling whether it wraps ErrFailedAllocationOnNode. A case that does not
 // decode gets "inputError".
 package main
@@ -70,6 +71,7 @@ type answer struct {
 	EvalError    *string `json:"evalError,omitempty"`
 
 	Results       []resourceapi.AllocationResult `json:"results,omitempty"`
+	Allocated     bool                           `json:"allocated,omitempty"`
 	Unsatisfiable bool                           `json:"unsatisfiable,omitempty"`
 	Error         *string                        `json:"error,omitempty"`
 	ErrorOnNode   bool                           `json:"errorOnNode,omitempty"`
@@ -181,6 +183,7 @@ func answerAllocate(ctx context.Context, cache *cel.Cache, c *oracleCase) answer
 		return out
 	}
 	out.Results = results
+	out.Allocated = true
 	return out
 }
 
