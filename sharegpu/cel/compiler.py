@@ -77,6 +77,8 @@ DEVICE_FIELDS = {
 
 _ORDERED = frozenset({"int", "uint", "double", "string", "bytes", "bool"})
 _NUMERIC = frozenset({"int", "uint", "double"})
+#: Words cel-go's lexer reads as tokens of their own, never as a field name.
+_KEYWORDS = frozenset({"in", "null", "true", "false"})
 _MACROS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter"})
 #: Two-variable comprehensions (cel-go's ext.TwoVarComprehensions, Kubernetes 1.32+).
 _TWO_VAR = frozenset({"transformList", "transformMap", "transformMapEntry"})
@@ -742,18 +744,52 @@ class _Compiler:
         )
 
     def _unary(self, tree: lark.Tree[Any]) -> Node:
+        """A chain of one unary operator, as cel-go's grammar reads it (``(ops+='!')+ member``,
+        ``(ops+='-')+ member``): the operator applies once when it is written an odd number of
+        times and not at all (no type check either) when an even number, and the chain takes
+        the sign of a numeric literal after it as one more operator (``--9223372036854775808``
+        is an invalid literal, ``- -1`` is ``1``). A chain of both operators is applied one
+        operator at a time."""
+        if len(tree.children) == 1:
+            return self.node(tree.children[0])
+        ops: list[str] = []
+        inner = tree
+        while len(inner.children) == 2:
+            ops.append(cast(lark.Tree[Any], inner.children[0]).data)
+            inner = cast(lark.Tree[Any], inner.children[1])
+        if len(set(ops)) > 1:
+            return self._apply_unary(tree)
+        literal = _signed_literal(inner)
+        if ops[0] == "unary_neg" and literal is not None:
+            ops.append("unary_neg")
+            token = literal.update(value=literal.value[1:])
+            operand = self._literal(lark.Tree("literal", [token]))
+        else:
+            operand = self.node(inner)
+        if len(ops) % 2 == 0:
+            return operand
+        return self._unary_op(ops[0], tree, operand)
+
+    def _apply_unary(self, tree: lark.Tree[Any]) -> Node:
         if len(tree.children) == 1:
             return self.node(tree.children[0])
         op_tree, operand_tree = tree.children
-        operand = self.node(operand_tree)
+        operand = self._apply_unary(operand_tree)
+        return self._unary_op(op_tree.data, tree, operand)
+
+    def _unary_op(self, op: str, tree: lark.Tree[Any], operand: Node) -> Node:
         f = operand.fn
         cost = C.add(C.ONE, operand.cost)
-        if op_tree.data == "unary_not":
+        if op == "unary_not":
             _logical_type_check(self, "!_", tree, operand)
             return self.made(lambda env: cel_not(f(env)), "bool", cost=cost)
         if operand.const is not None and isinstance(operand.const, int | float):
-            value = cel_neg(operand.const)
-            return Node(lambda env: value, operand.type, const=value, cost=C.ZERO)
+            try:
+                value = cel_neg(operand.const)
+            except CelEvalError:
+                pass  # an overflow is the evaluation's error, as in cel-go (no folding)
+            else:
+                return Node(lambda env: value, operand.type, const=value, cost=C.ZERO)
         return self.made(
             lambda env: cel_neg(f(env)),
             operand.type,
@@ -775,9 +811,17 @@ class _Compiler:
     def _sub_path(self, member: Node, name: str) -> tuple[str, ...] | None:
         return None if member.path is None else (*member.path, name)
 
+    def field(self, token: lark.Token) -> str:
+        """The field name ``token`` selects. cel-go's lexer makes ``in``, ``null``, ``true``
+        and ``false`` tokens of their own, so unquoted they are no field name (a syntax error);
+        the other reserved words are names there."""
+        if token.type == "IDENT" and str(token) in _KEYWORDS:
+            self.fail(token, f"Syntax error: mismatched input '{token}' expecting IDENTIFIER")
+        return field_name(token)
+
     def _member_dot(self, tree: lark.Tree[Any]) -> Node:
         member_tree, field_token = tree.children
-        field = field_name(cast(lark.Token, field_token))
+        field = self.field(cast(lark.Token, field_token))
         type_value = self.type_identifier(tree)
         if type_value is not None:
             return self.type_node(type_value)
@@ -802,7 +846,7 @@ class _Compiler:
         own = C.ONE if _plain(member.type) == "map" else C.ZERO
         if member.type == "optional":
             return self.made(
-                lambda env: opt.select(f(env), field),
+                lambda env: opt.select(f(env), field, plain=True),
                 "optional",
                 cost=C.add(member.cost, own),
             )
@@ -817,8 +861,10 @@ class _Compiler:
 
     def _member_dot_opt(self, tree: lark.Tree[Any]) -> Node:
         member_tree, field_token = tree.children
-        field = field_name(cast(lark.Token, field_token))
+        field = self.field(cast(lark.Token, field_token))
         member = self.node(member_tree)
+        if member.type in ("null", "Quantity", "Semver"):
+            self.fail(field_token, f"type '{member.type}' does not support field selection")
         if member.type == DEVICE or member.type in _ORDERED or member.type == "list":
             self.fail(
                 field_token, f"type '{member.type}' does not support optional field selection"
@@ -1166,6 +1212,8 @@ class _Compiler:
                 self.fail(name_token, f"program instantiation failed: {exc.message}")
             return Node(lambda env: value, result_type, const=value, cost=cost, size=size)
         fns = [a.fn for a in args]
+        if name == "lists.range" and len(fns) == 1:
+            return self._allocating_range(impl, args[0], cost)
         if len(fns) == 1:
             af = fns[0]
             return self.made(
@@ -1174,6 +1222,31 @@ class _Compiler:
         return self.made(
             lambda env: _call(name, impl, *(g(env) for g in fns)), result_type, cost=cost, size=size
         )
+
+    def _allocating_range(self, impl: Callable[..., Any], arg: Node, cost: C.Est) -> Node:
+        """``lists.range(n)``: cel-go estimates and charges it as a list allocation, its
+        length plus a call and a list's creation (so ``lists.range(1000000)`` passes the
+        runtime limit)."""
+        af = arg.fn
+        base = 1 + C.LIST_CREATE
+        n = arg.const if isinstance(arg.const, int) and not isinstance(arg.const, bool) else None
+        if n is not None and n >= 0:
+            own: C.Est = (n + base, n + base)
+            size: C.Est | None = (n, n)
+        else:
+            own, size = (base, C.UNBOUNDED), None
+        total = C.total(own, cost)
+        if not self.features.budget:
+            return self.made(
+                lambda env: _call("lists.range", impl, af(env)), "list", cost=total, size=size
+            )
+
+        def charged(env: Env) -> Any:
+            result = _call("lists.range", impl, af(env))
+            env["@budget"].charge(len(result) + base)
+            return result
+
+        return self.made(charged, "list", cost=total, size=size)
 
     def _dot_ident(self, tree: lark.Tree[Any]) -> Node:
         return self._ident(tree)
@@ -1344,9 +1417,11 @@ class _Compiler:
             self.fail(tree, "invalid argument to has() macro")
             raise AssertionError
         member = self.node(target.children[0])
-        field = field_name(cast(lark.Token, target.children[1]))
+        field = self.field(cast(lark.Token, target.children[1]))
         if member.type == DEVICE and field not in DEVICE_FIELDS:
             self.fail(target.children[1], f"undefined field '{field}'")
+        if member.type in _ORDERED or member.type in ("list", "Quantity", "Semver", "null"):
+            self.fail(tree, f"type '{member.type}' does not support field selection")
         self.refer(member, field, True, target.children[1])
         f = member.fn
 
@@ -1358,7 +1433,9 @@ class _Compiler:
                 value = value.get()
             if isinstance(value, Mapping):
                 return finds(value, field)
-            raise CelEvalError(f"invalid type for has(): {type_name(value)}")
+            if isinstance(value, list | tuple):
+                raise CelEvalError("unsupported index type 'string' in list")
+            return False  # cel-go: no other value has fields
 
         return self.made(has, "bool", own=0, cost=member.cost)
 
@@ -1690,6 +1767,18 @@ class _Compiler:
         return self.made(transform_map, "map", own=0, cost=cost, size=count)
 
 
+def _signed_literal(unary: lark.Tree[Any]) -> lark.Token | None:
+    """The token of the numeric literal with a minus sign that ``unary`` is, if it is one."""
+    node: Any = unary
+    for data in ("unary", "member", "primary", "literal"):
+        if not isinstance(node, lark.Tree) or node.data != data or len(node.children) != 1:
+            return None
+        node = node.children[0]
+    if isinstance(node, lark.Token) and node.type in ("INT_LIT", "FLOAT_LIT"):
+        return node if node.value.startswith("-") else None
+    return None
+
+
 def _not_iterable(value: Any) -> CelEvalError:
     name = type_name(value)
     return CelEvalError(f"got '{_GO_TYPES.get(name, name)}', expected iterable type")
@@ -1697,7 +1786,7 @@ def _not_iterable(value: Any) -> CelEvalError:
 
 def _select(value: Any, field: str) -> Any:
     if isinstance(value, opt.OptionalValue):
-        return opt.select(value, field)
+        return opt.select(value, field, plain=True)
     return cel_select(value, field)
 
 
