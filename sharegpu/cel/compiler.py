@@ -1007,14 +1007,18 @@ class _Compiler:
             if message is not None:
                 self.fail(name_token, message)
         element = _known_element_type(receiver)
-        if element is not None and element not in _LIST_ELEMENTS.get(name, (element,)):
+        base = None if element is None else element.split("(")[0]
+        if base is not None and not _assignable(base, frozenset(_LIST_ELEMENTS.get(name, (base,)))):
             self.fail(
                 name_token,
                 f"found no matching overload for '{name}' applied to '{receiver.full}.()'",
             )
         allowed = _METHOD_RECEIVERS.get(name)
         rtype = _plain(receiver.type)
-        if allowed is not None and rtype != DYN and rtype not in allowed:
+        if allowed is not None and not _assignable(rtype, allowed):
+            self.fail(name_token, _no_overload(name, receiver, args))
+        accepted = _method_args(name, rtype, len(args))
+        if any(not _assignable(_checked(a.type), t) for a, t in zip(args, accepted, strict=False)):
             self.fail(name_token, _no_overload(name, receiver, args))
         impl, rf = function.impl, receiver.fn
         result_type = _METHOD_RESULT.get(name, DYN)
@@ -1180,7 +1184,7 @@ class _Compiler:
             self.fail(name_token, _no_overload(name, None, args))
         accepted = _GLOBAL_ARGS.get(name, ())
         for arg, types in zip(args, accepted, strict=False):
-            if _checked(arg.type) not in types and _checked(arg.type) != DYN:
+            if not _assignable(_checked(arg.type), types):
                 self.fail(name_token, _no_overload(name, None, args))
         self.check_constant_call(name_token, name, args)
         self.check_planned_regex(name_token, name, args)
@@ -1767,6 +1771,58 @@ class _Compiler:
         return self.made(transform_map, "map", own=0, cost=cost, size=count)
 
 
+_S, _I = frozenset({"string"}), frozenset({"int"})
+#: Argument types (receiver left out) of methods by receiver type and argument count, as
+#: their declared overloads take them; a known argument type outside is a compile error.
+_METHOD_ARGS: dict[tuple[str, str, int], tuple[frozenset[str], ...]] = {
+    **{(m, "string", 1): (_S,) for m in ("contains", "startsWith", "endsWith", "matches")},
+    **{(m, "string", 1): (_S,) for m in ("find", "findAll", "split", "indexOf", "lastIndexOf")},
+    **{(m, "string", 2): (_S, _I) for m in ("findAll", "split", "indexOf", "lastIndexOf")},
+    ("charAt", "string", 1): (_I,),
+    ("substring", "string", 1): (_I,),
+    ("substring", "string", 2): (_I, _I),
+    ("replace", "string", 2): (_S, _S),
+    ("replace", "string", 3): (_S, _S, _I),
+    ("format", "string", 1): (frozenset({"list"}),),
+    ("join", "list", 1): (_S,),
+    ("slice", "list", 2): (_I, _I),
+    **{(m, "Quantity", 1): (frozenset({"Quantity", "int"}),) for m in ("add", "sub")},
+    **{(m, DYN, 1): (frozenset({"Quantity", "int"}),) for m in ("add", "sub")},
+    **{
+        (m, r, 1): (frozenset({r}),)
+        for m in ("compareTo", "isGreaterThan", "isLessThan")
+        for r in ("Quantity", "Semver")
+    },
+    **{
+        (m, DYN, 1): (frozenset({"Quantity", "Semver"}),)
+        for m in ("compareTo", "isGreaterThan", "isLessThan")
+    },
+}
+
+
+def _method_args(name: str, receiver: str, count: int) -> tuple[frozenset[str], ...]:
+    """The accepted argument types of ``receiver.name(...)`` with ``count`` arguments (for a
+    ``dyn`` receiver, of the only receiver type the method has), or ``()`` when not known."""
+    found = _METHOD_ARGS.get((name, receiver, count))
+    if found is None and receiver == DYN:
+        receivers = _METHOD_RECEIVERS.get(name)
+        if receivers is not None and len(receivers) == 1:
+            found = _METHOD_ARGS.get((name, next(iter(receivers)), count))
+    return found or ()
+
+
+#: Types Kubernetes declares as object types, to which cel-go's checker lets ``null`` be
+#: assigned (``sign(null)`` compiles and fails at evaluation).
+_OBJECT_TYPES = frozenset({"Quantity", "Semver", URL, NET_IP, NET_CIDR, TIMESTAMP, DURATION})
+
+
+def _assignable(static: str, accepted: AbstractSet[str]) -> bool:
+    """Whether an operand of static type ``static`` may be passed where ``accepted`` are."""
+    if static == DYN or static in accepted:
+        return True
+    return static in ("null", "null_type") and not accepted.isdisjoint(_OBJECT_TYPES)
+
+
 def _signed_literal(unary: lark.Tree[Any]) -> lark.Token | None:
     """The token of the numeric literal with a minus sign that ``unary`` is, if it is one."""
     node: Any = unary
@@ -1943,6 +1999,9 @@ _LIST_ELEMENTS = {
     "min": _COMPARABLE,
     "max": _COMPARABLE,
     "isSorted": _COMPARABLE,
+    "sort": _COMPARABLE,
+    "join": ("string",),
+    "flatten": ("list",),
 }
 
 
