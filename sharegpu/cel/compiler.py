@@ -103,8 +103,14 @@ URL = "kubernetes.URL"
 _TIME_TYPES = frozenset({TIMESTAMP, DURATION})
 #: Kubernetes' bound on a named format's regex length (apiserver pkg/cel/limits.go).
 MAX_NAME_FORMAT_REGEX_SIZE = 128
-#: Static types no arithmetic operator accepts.
-_NO_ARITHMETIC = frozenset({"Quantity", "Semver", "bool", "map", "null", NET_IP, NET_CIDR, URL})
+#: The operand types of each arithmetic operator's overloads (times and durations apart).
+_ARITHMETIC = {
+    "_+_": frozenset({"int", "uint", "double", "string", "bytes", "list"}),
+    "_-_": frozenset({"int", "uint", "double"}),
+    "_*_": frozenset({"int", "uint", "double"}),
+    "_/_": frozenset({"int", "uint", "double"}),
+    "_%_": frozenset({"int", "uint"}),
+}
 
 _GLOBAL_RESULT = {
     "timestamp": TIMESTAMP,
@@ -621,7 +627,9 @@ class _Compiler:
         args = C.add(left.cost, right.cost)
         mismatch = f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'"
         if op in ("relation_eq", "relation_ne"):
-            if known and lt != rt and not ({lt, rt} <= _NUMERIC) and "null" not in (lt, rt):
+            # ``_==_`` is one overload (A, A): two known types must be one, numbers of
+            # different kinds included; null unifies only with object and optional types.
+            if known and lt != rt and not _null_unifies(lt, rt):
                 self.fail(tree, mismatch)
             fulls = (_known_full_type(left), _known_full_type(right))
             if all(f is not None and "(" in f and DYN not in f for f in fulls) and (
@@ -700,7 +708,8 @@ class _Compiler:
             result_type = time_result or DYN
         elif lt != DYN and rt != DYN and lt != rt:
             self.fail(tree, mismatch)
-        if lt in _NO_ARITHMETIC or rt in _NO_ARITHMETIC:
+        allowed = _ARITHMETIC[symbol]
+        if any(t != DYN and t not in allowed and t not in _TIME_TYPES for t in (lt, rt)):
             self.fail(tree, mismatch)
         lf, rf = left.fn, right.fn
         args = C.add(left.cost, right.cost)
@@ -977,7 +986,14 @@ class _Compiler:
             args = self.exprlist(args_tree)
         finally:
             self.in_format -= name == "format"
-        if name in opt.METHODS and receiver.type in ("optional", DYN):
+        if name in opt.METHODS and name not in METHODS:
+            # The optional library's methods take an optional receiver (null passes the
+            # checker and fails at evaluation); ``or`` takes an optional too.
+            if receiver.type not in ("optional", DYN, "null"):
+                self.fail(name_token, _no_overload(name, receiver, args))
+            if name == "or" and args and args[0].type not in ("optional", DYN, "null"):
+                self.fail(name_token, _no_overload(name, receiver, args))
+        if name in opt.METHODS and receiver.type in ("optional", DYN, "null"):
             impl_opt, arity = opt.METHODS[name]
             if len(args) != arity:
                 self.fail(name_token, _no_overload(name, receiver, args))
@@ -1102,7 +1118,9 @@ class _Compiler:
         if not args:
             return self.made(lambda env: impl(), "optional", cost=cost)
         af = args[0].fn
-        return self.made(lambda env: impl(af(env)), "optional", cost=cost)
+        inner = _known_full_type(args[0])
+        full = None if inner is None else f"optional_type({inner})"
+        return self.made(lambda env: impl(af(env)), "optional", cost=cost, full=full)
 
     def _optional_or(
         self,
@@ -1114,6 +1132,17 @@ class _Compiler:
         receiver = self.node(member_tree)
         args = self.exprlist(args_tree)
         if len(args) != 1:
+            self.fail(tree, _no_overload(name, receiver, args))
+        takes = ("optional", DYN, "null")
+        if receiver.type not in takes or (name == "or" and args[0].type not in takes):
+            self.fail(tree, _no_overload(name, receiver, args))
+        # optional(T).or(optional(T)), optional(T).orValue(T): known Ts must be one.
+        inner = _optional_inner(_known_full_type(receiver))
+        other = _known_full_type(args[0])
+        if name == "or":
+            other = _optional_inner(other)
+        known = inner is not None and other is not None and DYN not in f"{inner}{other}"
+        if known and inner != other:
             self.fail(tree, _no_overload(name, receiver, args))
         rf, af = receiver.fn, args[0].fn
         cost = C.total(C.ONE, receiver.cost, args[0].cost)
@@ -1488,6 +1517,16 @@ class _Compiler:
             size=body.size,
         )
 
+    def check_range(self, tree: lark.Tree[Any], target: Node) -> None:
+        """A comprehension's range must be a list, a map or dyn (cel-go's checker)."""
+        if _plain(target.type) not in ("list", "map", DYN):
+            shown = _known_full_type(target) or target.type
+            self.fail(
+                tree,
+                f"expression of type '{shown}' cannot be range of a comprehension "
+                "(must be list, map, or dynamic)",
+            )
+
     def _range_local(self, target: Node, second: bool) -> tuple[_Local, _Local | None]:
         """The loop variable(s) of a comprehension over ``target``: one variable (list
         elements or map keys) or two (index and element, key and value)."""
@@ -1529,6 +1568,7 @@ class _Compiler:
         target = self.node(member_tree)
         tf = target.fn
         var = _ident_name(args[0])
+        self.check_range(tree, target)
         local, _ = self._range_local(target, False)
         bodies = [self._bound(args[0], a, local) for a in args[1:]]
         assert var is not None
@@ -1652,6 +1692,7 @@ class _Compiler:
             raise AssertionError
         if first == second:
             self.fail(tree, "duplicate variable name")
+        self.check_range(tree, target)
         key_local, value_local = self._range_local(target, True)
         assert value_local is not None
         bound = [(args[0], key_local), (args[1], value_local)]
@@ -1823,6 +1864,22 @@ def _assignable(static: str, accepted: AbstractSet[str]) -> bool:
     return static in ("null", "null_type") and not accepted.isdisjoint(_OBJECT_TYPES)
 
 
+def _optional_inner(full: str | None) -> str | None:
+    """``T`` of the full type ``optional_type(T)``, else None."""
+    if full is not None and full.startswith("optional_type(") and full.endswith(")"):
+        return full[len("optional_type(") : -1]
+    return None
+
+
+def _null_unifies(left: str, right: str) -> bool:
+    """Whether ``null`` on one side unifies with the other side's type (an object type, an
+    optional or null)."""
+    if "null" not in (left, right):
+        return False
+    other = right if left == "null" else left
+    return other in _OBJECT_TYPES or other in ("null", "optional")
+
+
 def _signed_literal(unary: lark.Tree[Any]) -> lark.Token | None:
     """The token of the numeric literal with a minus sign that ``unary`` is, if it is one."""
     node: Any = unary
@@ -1830,7 +1887,7 @@ def _signed_literal(unary: lark.Tree[Any]) -> lark.Token | None:
         if not isinstance(node, lark.Tree) or node.data != data or len(node.children) != 1:
             return None
         node = node.children[0]
-    if isinstance(node, lark.Token) and node.type in ("INT_LIT", "FLOAT_LIT"):
+    if isinstance(node, lark.Token) and node.type in ("INT_LIT", "UINT_LIT", "FLOAT_LIT"):
         return node if node.value.startswith("-") else None
     return None
 
