@@ -523,6 +523,26 @@ class _Compiler:
             if type_ is not None and type_ != first:
                 self.fail(where, f"expected type '{first}' but found '{type_}'")
 
+    def check_homogeneous_types(self, typed: list[tuple[str | None, Any]]) -> None:
+        """:meth:`check_homogeneous` for elements whose full types (None: not known as
+        cel-go knows it) are already worked out."""
+        if self.in_format or not typed or typed[0][0] is None:
+            return
+        first = typed[0][0]
+        for type_, where in typed[1:]:
+            if type_ is not None and type_ != first:
+                self.fail(where, f"expected type '{first}' but found '{type_}'")
+
+    def optional_element(self, node: Node, where: Any) -> str | None:
+        """The element type ``?node`` contributes to a list literal: ``T`` of its
+        ``optional_type(T)``; a known type that is no optional is a compile error."""
+        if node.type not in ("optional", DYN, "null"):
+            shown = _known_full_type(node)
+            if shown is not None:
+                self.fail(where, f"expected type 'optional_type({shown})' but found '{shown}'")
+            return None
+        return _optional_inner(_known_full_type(node))
+
     def type_identifier(self, tree: lark.Tree[Any]) -> CelType | None:
         """The type value that ``tree`` names (``int``, ``google.protobuf.Timestamp``), or None:
         a (dotted) identifier whose first name is not a variable and names a type."""
@@ -881,7 +901,10 @@ class _Compiler:
         self.refer(member, field, True, field_token)
         f = member.fn
         return self.made(
-            lambda env: opt.select(f(env), field), "optional", cost=C.add(member.cost, C.ONE)
+            lambda env: opt.select(f(env), field),
+            "optional",
+            cost=C.add(member.cost, C.ONE),
+            full=_optional_of_element(member) if _plain(member.type) == "map" else None,
         )
 
     def check_qualifier(self, tree: lark.Tree[Any], index: Node) -> None:
@@ -946,10 +969,24 @@ class _Compiler:
         if isinstance(index.const, str):
             self.refer(member, index.const, True, tree.children[1])
         if member.type != "optional":
+            mtype = _checked(member.type)
+            if mtype not in ("list", "map", DYN):
+                # Optional indexing is declared on lists and maps only.
+                given = _known_full_type(index) or _checked(index.type)
+                self.fail(
+                    tree,
+                    f"found no matching overload for '_[?_]' applied to "
+                    f"'({_known_full_type(member) or mtype}, {given})'",
+                )
             self.check_index_type(tree, "_[?_]", member, index)
         mf, xf = member.fn, index.fn
         cost = C.total(C.ONE, member.cost, index.cost)
-        return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
+        return self.made(
+            lambda env: opt.index(mf(env), xf(env)),
+            "optional",
+            cost=cost,
+            full=_optional_of_element(member),
+        )
 
     def _member_object(self, tree: lark.Tree[Any]) -> Node:
         self.fail(tree, "message construction is not supported in DRA selectors")
@@ -1348,9 +1385,15 @@ class _Compiler:
             is_opt = inner.data == "opt_elem"
             items.append(self.node(inner.children[0] if is_opt else inner))
             optional.append(is_opt)
-        self.check_homogeneous(
-            [(i, c) for i, c, o in zip(items, tree.children, optional, strict=True) if not o]
-        )
+        if any(optional):
+            self.check_homogeneous_types(
+                [
+                    (self.optional_element(i, c) if o else _known_full_type(i), c)
+                    for i, c, o in zip(items, tree.children, optional, strict=True)
+                ]
+            )
+        else:
+            self.check_homogeneous(list(zip(items, tree.children, strict=True)))
         fns = [i.fn for i in items]
         cost = C.total((C.LIST_CREATE, C.LIST_CREATE), *(i.cost for i in items))
         element = (0, 0) if not items else (C.UNBOUNDED, 0)
@@ -1862,6 +1905,15 @@ def _assignable(static: str, accepted: AbstractSet[str]) -> bool:
     if static == DYN or static in accepted:
         return True
     return static in ("null", "null_type") and not accepted.isdisjoint(_OBJECT_TYPES)
+
+
+def _optional_of_element(container: Node) -> str | None:
+    """``optional_type(V)`` for an entry of ``container`` (a list or map whose full type is
+    known, its value type ``V``), else None."""
+    if container.type == "optional":
+        return None
+    value = _parts_of_full(_known_full_type(container))[1]
+    return None if value is None else f"optional_type({value})"
 
 
 def _optional_inner(full: str | None) -> str | None:

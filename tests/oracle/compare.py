@@ -110,7 +110,11 @@ def sharegpu_answer(case: Mapping[str, Any]) -> Answer:
 
 
 def cel_outcome(answer: Mapping[str, Any]) -> str:
-    """``compile-error``, ``eval-error``, ``true`` or ``false``."""
+    """``compile-error``, ``eval-error``, ``true``, ``false``, or ``upstream-panic`` (the Go
+    code panicked: no answer to agree with) or ``oracle-input-error``."""
+    if "inputError" in answer:
+        panicked = str(answer["inputError"]).startswith("upstream panicked")
+        return "upstream-panic" if panicked else "oracle-input-error"
     if "compileError" in answer:
         return "compile-error"
     if "evalError" in answer:
@@ -196,6 +200,8 @@ def compare(
     """Every aspect in which ``ours`` differs from ``upstream`` on one case."""
     if kind == "cel":
         up, me = cel_outcome(upstream), cel_outcome(ours)
+        if up == "upstream-panic":
+            return []  # cel-go crashed on the case: there is no answer to agree with
         return [] if up == me else [Disagreement(case_id, "outcome", up, me)]
     up, me = allocation_outcome(upstream), allocation_outcome(ours)
     if up != me:
