@@ -715,6 +715,24 @@ class Search:
                         },
                     )
                 pick.counters.setdefault(set_name, {})[counter] = need
+        # kube-scheduler then checks every counter of the pool, not only those the device
+        # consumes: one that allocated devices over-consumed (below zero) refuses the device.
+        for set_name, counters in left.items():
+            for counter, have in counters.items():
+                if have < Amount(0):
+                    return Rejection(
+                        "counter-short",
+                        cand.id,
+                        f"counter {set_name}/{counter} of the pool is over-consumed by "
+                        f"allocated devices ({format_amount(have)} left)",
+                        {
+                            "counterSet": set_name,
+                            "counter": counter,
+                            "needed": "0",
+                            "available": "0",
+                            "shortBy": format_amount(-have),
+                        },
+                    )
         return None
 
     @staticmethod

@@ -26,6 +26,7 @@ from hypothesis.internal.conjecture.providers import Constants, HypothesisProvid
 
 from . import upstream
 from .allocgen import allocation_cases
+from .allocwide import wide_allocation_cases
 from .celgen import cel_cases
 from .compare import Disagreement, compare, sharegpu_answer
 from .regressions import known_signatures, record, signature
@@ -40,6 +41,7 @@ STRATEGIES: Final[dict[str, Callable[[], st.SearchStrategy[dict[str, Any]]]]] = 
     "cel": cel_cases,
     "typed": typed_cel_cases,
     "allocate": allocation_cases,
+    "wide": wide_allocation_cases,
 }
 
 
@@ -123,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--count", type=int, help=f"cases of each kind (default: {DEFAULT_COUNTS})")
     parser.add_argument(
-        "--kinds", default="cel,typed,allocate", help="comma-separated: cel, typed, allocate"
+        "--kinds", default="cel,typed,allocate", help="comma-separated: cel, typed, allocate, wide"
     )
     parser.add_argument("--record", metavar="DIR", help="write disagreeing cases here")
     return parser
@@ -135,7 +137,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in STRATEGIES]
     if unknown or not kinds:
-        parser.error(f"--kinds: {','.join(unknown) or '(empty)'} not among cel, typed, allocate")
+        parser.error(
+            f"--kinds: {','.join(unknown) or '(empty)'} not among cel, typed, allocate, wide"
+        )
     if args.count is not None and not 1 <= args.count <= MAX_COUNT:
         parser.error(f"--count: must be from 1 to {MAX_COUNT}, got {args.count}")
     args.kinds = kinds

@@ -157,6 +157,17 @@ def _configs(allocation: Mapping[str, Any]) -> list[Any]:
     return list(((allocation.get("devices") or {}).get("config")) or [])
 
 
+def _flags(result: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A result's fields besides device, capacity and share: admin access, tolerations and
+    binding conditions."""
+    return (
+        bool(result.get("adminAccess")),
+        result.get("tolerations") or [],
+        result.get("bindingConditions") or [],
+        result.get("bindingFailureConditions") or [],
+    )
+
+
 def _claim_aspects(
     upstream: Mapping[str, Any], ours: Mapping[str, Any]
 ) -> dict[str, tuple[Any, Any]]:
@@ -183,8 +194,8 @@ def _claim_aspects(
     our_share = [r.get("shareID") is not None for r in our_results]
     if up_share != our_share:
         out["share"] = (up_share, our_share)
-    up_flags = [(bool(r.get("adminAccess")), r.get("tolerations") or []) for r in up_results]
-    our_flags = [(bool(r.get("adminAccess")), r.get("tolerations") or []) for r in our_results]
+    up_flags = [_flags(r) for r in up_results]
+    our_flags = [_flags(r) for r in our_results]
     if up_flags != our_flags:
         out["result-fields"] = (up_flags, our_flags)
     if (upstream.get("nodeSelector") or None) != (ours.get("nodeSelector") or None):
