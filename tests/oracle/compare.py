@@ -123,13 +123,16 @@ def cel_outcome(answer: Mapping[str, Any]) -> str:
 
 
 def allocation_outcome(answer: Mapping[str, Any]) -> str:
-    """``allocated``, ``unsatisfiable`` or ``error:<class>``."""
+    """``allocated``, ``unsatisfiable``, ``error:<class>``, ``upstream-timeout`` (upstream's
+    search ran past the oracle's bound) or ``oracle-input-error``."""
     if answer.get("results") is not None or answer.get("allocated"):
         return "allocated"
     if answer.get("unsatisfiable"):
         return "unsatisfiable"
     if answer.get("inputError"):
         return "oracle-input-error"
+    if answer.get("timedOut"):
+        return "upstream-timeout"
     return f"error:{error_class(str(answer.get('error', '')))}"
 
 
@@ -215,6 +218,8 @@ def compare(
             return []  # cel-go crashed on the case: there is no answer to agree with
         return [] if up == me else [Disagreement(case_id, "outcome", up, me)]
     up, me = allocation_outcome(upstream), allocation_outcome(ours)
+    if up == "upstream-timeout":
+        return []  # kube-scheduler gives up on the case too: there is no answer to agree with
     if up != me:
         return [Disagreement(case_id, "outcome", up, me)]
     if up != "allocated":

@@ -72,7 +72,7 @@ def test_recorded_answers_are_still_upstreams() -> None:
 
 
 def test_the_generators_are_reproducible() -> None:
-    for kind in ("cel", "typed", "allocate"):
+    for kind in ("cel", "typed", "allocate", "wide"):
         assert draw_cases(kind, 20, 7) == draw_cases(kind, 20, 7)
         assert draw_cases(kind, 20, 7) != draw_cases(kind, 20, 8)
 

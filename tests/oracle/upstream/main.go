@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -77,7 +78,12 @@ type answer struct {
 	ErrorOnNode   bool                           `json:"errorOnNode,omitempty"`
 
 	InputError *string `json:"inputError,omitempty"`
+	// TimedOut: the allocation ran past caseTimeout (kube-scheduler would give up too).
+	TimedOut bool `json:"timedOut,omitempty"`
 }
+
+// caseTimeout bounds one allocation, as kube-scheduler bounds its scheduling cycle.
+const caseTimeout = 10 * time.Second
 
 type classLister map[string]*resourceapi.DeviceClass
 
@@ -174,8 +180,13 @@ func answerAllocate(ctx context.Context, cache *cel.Cache, c *oracleCase) answer
 	if err != nil {
 		return fail(err)
 	}
-	results, err := allocator.Allocate(ctx, node, c.Claims)
+	bounded, cancel := context.WithTimeout(ctx, caseTimeout)
+	defer cancel()
+	results, err := allocator.Allocate(bounded, node, c.Claims)
 	if err != nil {
+		if bounded.Err() != nil {
+			return answer{ID: c.ID, TimedOut: true}
+		}
 		return fail(err)
 	}
 	if results == nil {
