@@ -159,6 +159,10 @@ _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
         (frozenset({"string"}),),
     ),
     "isQuantity": (frozenset({"string"}),),
+    "size": (frozenset({"string", "bytes", "list", "map"}),),
+    "lists.range": (frozenset({"int"}),),
+    "matches": (frozenset({"string"}), frozenset({"string"})),
+    **dict.fromkeys(_SET_FUNCTIONS, (frozenset({"list"}), frozenset({"list"}))),
     "sign": (frozenset({"Quantity"}),),
     "format.named": (frozenset({"string"}),),
     "strings.quote": (frozenset({"string"}),),
@@ -308,6 +312,7 @@ _METHOD_RECEIVERS: dict[str, AbstractSet[str]] = {
         frozenset({"list"}),
     ),
     "sort": {"list"},
+    "size": frozenset({"string", "bytes", "list", "map"}),
 }
 
 
@@ -812,6 +817,12 @@ class _Compiler:
         if op == "unary_not":
             _logical_type_check(self, "!_", tree, operand)
             return self.made(lambda env: cel_not(f(env)), "bool", cost=cost)
+        if _checked(operand.type) not in ("int", "double", DYN):
+            self.fail(
+                tree,
+                f"found no matching overload for '-_' applied to "
+                f"'({_known_full_type(operand) or _checked(operand.type)})'",
+            )
         if operand.const is not None and isinstance(operand.const, int | float):
             try:
                 value = cel_neg(operand.const)

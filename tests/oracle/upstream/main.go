@@ -83,7 +83,7 @@ type answer struct {
 }
 
 // caseTimeout bounds one allocation, as kube-scheduler bounds its scheduling cycle.
-const caseTimeout = 10 * time.Second
+const caseTimeout = 60 * time.Second
 
 type classLister map[string]*resourceapi.DeviceClass
 
