@@ -193,7 +193,8 @@ class Search:
         selectors match (``matching``) and how many of them no pick holds (``free``), for the
         look-ahead of :meth:`_later_requests_can_be_met`. Nothing is decided when a selector
         fails to evaluate on some device: the search must stop with that error where
-        kube-scheduler's would.
+        kube-scheduler's would, unless a request before it (claims and requests in search
+        order) already cannot be met, so that the search never reaches the failing selector.
         """
         if any(
             alt.all_mode and any(c.applies_to(alt) for c in plan.constraints)
@@ -216,8 +217,11 @@ class Search:
                             continue
                         rejection = self.selectors(alt, cand, plan.name)
                         if rejection is not None and rejection.kind == "selector-error":
+                            # A request before this one (in search order) cannot be met:
+                            # kube-scheduler's search never gets here, so it never meets
+                            # this error, and answers "unsatisfiable".
                             self.matching.clear()
-                            return False
+                            return hopeless
                         if rejection is None:
                             matching.add(cand.id)
                     if not alt.admin_access:

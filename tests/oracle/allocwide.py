@@ -6,8 +6,9 @@ one; one to three counter sets, each in a slice of its own, consumed by partitio
 node selector); node selectors with every operator (``In``, ``NotIn``, ``Exists``,
 ``DoesNotExist``, ``Gt``, ``Lt``) on labels and on ``metadata.name``; capacity request policies
 of every form (no default, only valid values, a range with or without maximum and step);
-binding conditions; and pods of up to 16 requests over their claims. The node and the held
-claims are drawn as in ``allocgen``. Cases are compared on every result field (see
+binding conditions; and pods of up to 16 requests over their claims, now and then allocated
+one claim after another (``sequence``: each sees the results of the ones before). The node and
+the held claims are drawn as in ``allocgen``. Cases are compared on every result field (see
 ``compare``).
 """
 
@@ -243,11 +244,14 @@ def wide_allocation_cases(draw: st.DrawFn) -> Obj:
         for k in LABEL_KEYS
         if draw(st.integers(0, 2)) > 0
     }
+    claims = draw(_claims())
     return {
         "kind": "allocate",
         "node": {"metadata": {"name": NODE, "labels": labels}},
         "slices": slices,
         "classes": draw(_classes()),
         "allocatedClaims": allocated,
-        "claims": draw(_claims()),
+        "claims": claims,
+        # now and then the claims one after another (each its own pod), not jointly
+        "sequence": len(claims) > 1 and draw(st.integers(0, 2)) == 0,
     }

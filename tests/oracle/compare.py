@@ -76,27 +76,34 @@ def sharegpu_cel(case: Mapping[str, Any]) -> Answer:
 
 
 def sharegpu_allocate(case: Mapping[str, Any]) -> Answer:
-    """sharegpu's answer to an ``allocate`` case (all claims of one pod, jointly)."""
+    """sharegpu's answer to an ``allocate`` case: all claims of one pod jointly, or with
+    ``sequence`` each claim on its own, seeing the results of the ones before."""
     node = case.get("node") or {}
     meta = node.get("metadata") or {}
-    try:
-        outcomes = allocate_pod(
-            case["claims"],
-            case.get("slices") or [],
-            case.get("classes") or [],
-            case.get("allocatedClaims") or [],
-            node=str(meta.get("name") or ""),
-            node_labels=meta.get("labels") or {},
-            share_ids=seeded_share_ids(0),
-        )
-    except AllocatorInputError as exc:
-        return {"error": f"invalid input: {exc}"}
-    if all(o.allocation is not None for o in outcomes):
-        return {"results": [o.allocation for o in outcomes]}
-    errors = [o.error for o in outcomes if o.error]
-    if errors:
-        return {"error": errors[0]}
-    return {"unsatisfiable": True}
+    claims = list(case["claims"])
+    groups = [[c] for c in claims] if case.get("sequence") else [claims]
+    held = list(case.get("allocatedClaims") or [])
+    results: list[Any] = []
+    for step, group in enumerate(groups):
+        try:
+            outcomes = allocate_pod(
+                group,
+                case.get("slices") or [],
+                case.get("classes") or [],
+                held,
+                node=str(meta.get("name") or ""),
+                node_labels=meta.get("labels") or {},
+                share_ids=seeded_share_ids(step),
+            )
+        except AllocatorInputError as exc:
+            return {"error": f"invalid input: {exc}"}
+        if not all(o.allocation is not None for o in outcomes):
+            errors = [o.error for o in outcomes if o.error]
+            return {"error": errors[0]} if errors else {"unsatisfiable": True}
+        for claim, outcome in zip(group, outcomes, strict=True):
+            results.append(outcome.allocation)
+            held.append({**claim, "status": {"allocation": outcome.allocation}})
+    return {"results": results}
 
 
 def sharegpu_answer(case: Mapping[str, Any]) -> Answer:
