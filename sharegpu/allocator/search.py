@@ -185,7 +185,7 @@ class Search:
 
     def _some_request_cannot_be_met(self) -> bool:
         """Whether some request has, in every alternative, fewer devices whose selectors
-        match than it needs, so no search can succeed.
+        match and whose capacity could hold it than it needs, so no search can succeed.
 
         Nothing is decided (and nothing recorded) when an ``All`` alternative is subject to a
         constraint: kube-scheduler's search stops with an error where such a device breaks it.
@@ -222,7 +222,7 @@ class Search:
                             # this error, and answers "unsatisfiable".
                             self.matching.clear()
                             return hopeless
-                        if rejection is None:
+                        if rejection is None and self._could_fit(alt, cand):
                             matching.add(cand.id)
                     if not alt.admin_access:
                         self.matching[id(alt)] = matching
@@ -618,6 +618,15 @@ class Search:
                     why += f" (shared with {', '.join(sorted(set(holders)))})"
                 return _short(cand, key, share, max(left, Amount(0)), why)
         return {key: share for key, (share, _) in static.items()} if cand.multi else None
+
+    def _could_fit(self, alt: Alternative, cand: Candidate) -> bool:
+        """Whether ``cand`` could ever hold one pick for ``alt`` (:meth:`_fits_empty`); a
+        request the range arithmetic cannot represent counts as fitting, so the search meets
+        that error where kube-scheduler's does."""
+        try:
+            return self._fits_empty(alt, cand)
+        except NotRepresentable:
+            return True
 
     def _fits_empty(self, alt: Alternative, cand: Candidate) -> bool:
         """Whether one pick of ``cand`` for ``alt`` fits the device's capacity with nothing
