@@ -733,6 +733,14 @@ class _Compiler:
             result_type = time_result or DYN
         elif lt != DYN and rt != DYN and lt != rt:
             self.fail(tree, mismatch)
+        if symbol == "_+_" and lt == rt == "list":
+            # list(E) + list(E): the element types unify (list(int) + list(double) does not).
+            fulls = (_known_full_type(left), _known_full_type(right))
+            if all(f is not None and DYN not in f for f in fulls) and fulls[0] != fulls[1]:
+                self.fail(
+                    tree,
+                    f"found no matching overload for '_+_' applied to '({fulls[0]}, {fulls[1]})'",
+                )
         allowed = _ARITHMETIC[symbol]
         if any(t != DYN and t not in allowed and t not in _TIME_TYPES for t in (lt, rt)):
             self.fail(tree, mismatch)
@@ -1081,6 +1089,13 @@ class _Compiler:
         rtype = _plain(receiver.type)
         if allowed is not None and not _assignable(rtype, allowed):
             self.fail(name_token, _no_overload(name, receiver, args))
+        if name in ("indexOf", "lastIndexOf") and rtype == "list":
+            # list(E).indexOf(E): one argument, of the element type when both are known.
+            element = _parts_of_full(_known_full_type(receiver))[1]
+            given = _known_full_type(args[0]) if args else None
+            known = element is not None and given is not None and DYN not in element + given
+            if len(args) != 1 or (known and element != given):
+                self.fail(name_token, _no_overload(name, receiver, args))
         accepted = _method_args(name, rtype, len(args))
         if any(not _assignable(_checked(a.type), t) for a, t in zip(args, accepted, strict=False)):
             self.fail(name_token, _no_overload(name, receiver, args))

@@ -25,7 +25,7 @@ AGREEING = {k: n for k, n in DEFAULT_COUNTS.items() if k != "typed"}
 TYPED_COVERAGE_FLOOR = 1568
 #: Typed cases of the fixed seed that still disagree with upstream, at most: lower it as
 #: causes are fixed, never raise it.
-TYPED_DISAGREEMENT_CEILING = 66
+TYPED_DISAGREEMENT_CEILING = 53
 #: A generous deadline for a test that may first build the oracle (minutes on a fresh machine)
 #: and then runs the batch on a busy two-core machine (one to two minutes when idle).
 BUILD_AND_RUN_S = 1200
