@@ -392,7 +392,7 @@ def cel_index(container: Any, key: Any) -> Any:
         except TypeError:
             raise no_overload("_[_]", container, key) from None
     if _is_list(container):
-        if isinstance(key, float) and key == int(key):
+        if isinstance(key, float) and key.is_integer():
             key = int(key)
         if isinstance(key, bool) or not isinstance(key, int):
             raise no_overload("_[_]", container, key)
