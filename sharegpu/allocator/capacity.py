@@ -14,7 +14,8 @@ policy.
 
 For every capacity of a device:
 
-- not requested: ``requestPolicy.default``, or the whole ``value`` without a policy;
+- not requested: ``requestPolicy.default``, else the whole ``value`` (checked against the
+  policy like any other amount);
 - requested without a policy: the requested amount;
 - ``validRange``: below ``min`` becomes ``min``; with ``step`` rounded up to ``min + n*step``;
 - ``validValues``: the smallest listed value not below the request, else the request itself.
@@ -220,6 +221,10 @@ def consumed_amount(
     if requested is None:
         if policy and policy.get("default") is not None:
             return amount(policy["default"], f"{path}.requestPolicy.default")
+        # Without a default the whole value is consumed, and kube-scheduler holds it to the
+        # policy too (a range whose max is below the value refuses the device).
+        if policy and _violates(value, policy, path):
+            return PolicyViolation(name, value, value, describe_policy(policy))
         return value
     requested = Decimal(requested)
     if not policy:

@@ -185,7 +185,7 @@ class Search:
 
     def _some_request_cannot_be_met(self) -> bool:
         """Whether some request has, in every alternative, fewer devices whose selectors
-        match than it needs, so no search can succeed.
+        match and whose capacity could hold it than it needs, so no search can succeed.
 
         Nothing is decided (and nothing recorded) when an ``All`` alternative is subject to a
         constraint: kube-scheduler's search stops with an error where such a device breaks it.
@@ -193,7 +193,8 @@ class Search:
         selectors match (``matching``) and how many of them no pick holds (``free``), for the
         look-ahead of :meth:`_later_requests_can_be_met`. Nothing is decided when a selector
         fails to evaluate on some device: the search must stop with that error where
-        kube-scheduler's would.
+        kube-scheduler's would, unless a request before it (claims and requests in search
+        order) already cannot be met, so that the search never reaches the failing selector.
         """
         if any(
             alt.all_mode and any(c.applies_to(alt) for c in plan.constraints)
@@ -216,9 +217,12 @@ class Search:
                             continue
                         rejection = self.selectors(alt, cand, plan.name)
                         if rejection is not None and rejection.kind == "selector-error":
+                            # A request before this one (in search order) cannot be met:
+                            # kube-scheduler's search never gets here, so it never meets
+                            # this error, and answers "unsatisfiable".
                             self.matching.clear()
-                            return False
-                        if rejection is None:
+                            return hopeless
+                        if rejection is None and self._could_fit(alt, cand):
                             matching.add(cand.id)
                     if not alt.admin_access:
                         self.matching[id(alt)] = matching
@@ -615,6 +619,15 @@ class Search:
                 return _short(cand, key, share, max(left, Amount(0)), why)
         return {key: share for key, (share, _) in static.items()} if cand.multi else None
 
+    def _could_fit(self, alt: Alternative, cand: Candidate) -> bool:
+        """Whether ``cand`` could ever hold one pick for ``alt`` (:meth:`_fits_empty`); a
+        request the range arithmetic cannot represent counts as fitting, so the search meets
+        that error where kube-scheduler's does."""
+        try:
+            return self._fits_empty(alt, cand)
+        except NotRepresentable:
+            return True
+
     def _fits_empty(self, alt: Alternative, cand: Candidate) -> bool:
         """Whether one pick of ``cand`` for ``alt`` fits the device's capacity with nothing
         else consumed (kube-scheduler's static capacity check of an ``All`` request)."""
@@ -715,6 +728,24 @@ class Search:
                         },
                     )
                 pick.counters.setdefault(set_name, {})[counter] = need
+        # kube-scheduler then checks every counter of the pool, not only those the device
+        # consumes: one that allocated devices over-consumed (below zero) refuses the device.
+        for set_name, counters in left.items():
+            for counter, have in counters.items():
+                if have < Amount(0):
+                    return Rejection(
+                        "counter-short",
+                        cand.id,
+                        f"counter {set_name}/{counter} of the pool is over-consumed by "
+                        f"allocated devices ({format_amount(have)} left)",
+                        {
+                            "counterSet": set_name,
+                            "counter": counter,
+                            "needed": "0",
+                            "available": "0",
+                            "shortBy": format_amount(-have),
+                        },
+                    )
         return None
 
     @staticmethod

@@ -77,6 +77,8 @@ DEVICE_FIELDS = {
 
 _ORDERED = frozenset({"int", "uint", "double", "string", "bytes", "bool"})
 _NUMERIC = frozenset({"int", "uint", "double"})
+#: Words cel-go's lexer reads as tokens of their own, never as a field name.
+_KEYWORDS = frozenset({"in", "null", "true", "false"})
 _MACROS = frozenset({"all", "exists", "exists_one", "existsOne", "map", "filter"})
 #: Two-variable comprehensions (cel-go's ext.TwoVarComprehensions, Kubernetes 1.32+).
 _TWO_VAR = frozenset({"transformList", "transformMap", "transformMapEntry"})
@@ -101,8 +103,14 @@ URL = "kubernetes.URL"
 _TIME_TYPES = frozenset({TIMESTAMP, DURATION})
 #: Kubernetes' bound on a named format's regex length (apiserver pkg/cel/limits.go).
 MAX_NAME_FORMAT_REGEX_SIZE = 128
-#: Static types no arithmetic operator accepts.
-_NO_ARITHMETIC = frozenset({"Quantity", "Semver", "bool", "map", "null", NET_IP, NET_CIDR, URL})
+#: The operand types of each arithmetic operator's overloads (times and durations apart).
+_ARITHMETIC = {
+    "_+_": frozenset({"int", "uint", "double", "string", "bytes", "list"}),
+    "_-_": frozenset({"int", "uint", "double"}),
+    "_*_": frozenset({"int", "uint", "double"}),
+    "_/_": frozenset({"int", "uint", "double"}),
+    "_%_": frozenset({"int", "uint"}),
+}
 
 _GLOBAL_RESULT = {
     "timestamp": TIMESTAMP,
@@ -151,6 +159,10 @@ _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
         (frozenset({"string"}),),
     ),
     "isQuantity": (frozenset({"string"}),),
+    "size": (frozenset({"string", "bytes", "list", "map"}),),
+    "lists.range": (frozenset({"int"}),),
+    "matches": (frozenset({"string"}), frozenset({"string"})),
+    **dict.fromkeys(_SET_FUNCTIONS, (frozenset({"list"}), frozenset({"list"}))),
     "sign": (frozenset({"Quantity"}),),
     "format.named": (frozenset({"string"}),),
     "strings.quote": (frozenset({"string"}),),
@@ -300,6 +312,7 @@ _METHOD_RECEIVERS: dict[str, AbstractSet[str]] = {
         frozenset({"list"}),
     ),
     "sort": {"list"},
+    "size": frozenset({"string", "bytes", "list", "map"}),
 }
 
 
@@ -515,6 +528,26 @@ class _Compiler:
             if type_ is not None and type_ != first:
                 self.fail(where, f"expected type '{first}' but found '{type_}'")
 
+    def check_homogeneous_types(self, typed: list[tuple[str | None, Any]]) -> None:
+        """:meth:`check_homogeneous` for elements whose full types (None: not known as
+        cel-go knows it) are already worked out."""
+        if self.in_format or not typed or typed[0][0] is None:
+            return
+        first = typed[0][0]
+        for type_, where in typed[1:]:
+            if type_ is not None and type_ != first:
+                self.fail(where, f"expected type '{first}' but found '{type_}'")
+
+    def optional_element(self, node: Node, where: Any) -> str | None:
+        """The element type ``?node`` contributes to a list literal: ``T`` of its
+        ``optional_type(T)``; a known type that is no optional is a compile error."""
+        if node.type not in ("optional", DYN, "null"):
+            shown = _known_full_type(node)
+            if shown is not None:
+                self.fail(where, f"expected type 'optional_type({shown})' but found '{shown}'")
+            return None
+        return _optional_inner(_known_full_type(node))
+
     def type_identifier(self, tree: lark.Tree[Any]) -> CelType | None:
         """The type value that ``tree`` names (``int``, ``google.protobuf.Timestamp``), or None:
         a (dotted) identifier whose first name is not a variable and names a type."""
@@ -619,7 +652,9 @@ class _Compiler:
         args = C.add(left.cost, right.cost)
         mismatch = f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'"
         if op in ("relation_eq", "relation_ne"):
-            if known and lt != rt and not ({lt, rt} <= _NUMERIC) and "null" not in (lt, rt):
+            # ``_==_`` is one overload (A, A): two known types must be one, numbers of
+            # different kinds included; null unifies only with object and optional types.
+            if known and lt != rt and not _null_unifies(lt, rt):
                 self.fail(tree, mismatch)
             fulls = (_known_full_type(left), _known_full_type(right))
             if all(f is not None and "(" in f and DYN not in f for f in fulls) and (
@@ -698,7 +733,16 @@ class _Compiler:
             result_type = time_result or DYN
         elif lt != DYN and rt != DYN and lt != rt:
             self.fail(tree, mismatch)
-        if lt in _NO_ARITHMETIC or rt in _NO_ARITHMETIC:
+        if symbol == "_+_" and lt == rt == "list":
+            # list(E) + list(E): the element types unify (list(int) + list(double) does not).
+            fulls = (_known_full_type(left), _known_full_type(right))
+            if all(f is not None and DYN not in f for f in fulls) and fulls[0] != fulls[1]:
+                self.fail(
+                    tree,
+                    f"found no matching overload for '_+_' applied to '({fulls[0]}, {fulls[1]})'",
+                )
+        allowed = _ARITHMETIC[symbol]
+        if any(t != DYN and t not in allowed and t not in _TIME_TYPES for t in (lt, rt)):
             self.fail(tree, mismatch)
         lf, rf = left.fn, right.fn
         args = C.add(left.cost, right.cost)
@@ -742,18 +786,58 @@ class _Compiler:
         )
 
     def _unary(self, tree: lark.Tree[Any]) -> Node:
+        """A chain of one unary operator, as cel-go's grammar reads it (``(ops+='!')+ member``,
+        ``(ops+='-')+ member``): the operator applies once when it is written an odd number of
+        times and not at all (no type check either) when an even number, and the chain takes
+        the sign of a numeric literal after it as one more operator (``--9223372036854775808``
+        is an invalid literal, ``- -1`` is ``1``). A chain of both operators is applied one
+        operator at a time."""
+        if len(tree.children) == 1:
+            return self.node(tree.children[0])
+        ops: list[str] = []
+        inner = tree
+        while len(inner.children) == 2:
+            ops.append(cast(lark.Tree[Any], inner.children[0]).data)
+            inner = cast(lark.Tree[Any], inner.children[1])
+        if len(set(ops)) > 1:
+            return self._apply_unary(tree)
+        literal = _signed_literal(inner)
+        if ops[0] == "unary_neg" and literal is not None:
+            ops.append("unary_neg")
+            token = literal.update(value=literal.value[1:])
+            operand = self._literal(lark.Tree("literal", [token]))
+        else:
+            operand = self.node(inner)
+        if len(ops) % 2 == 0:
+            return operand
+        return self._unary_op(ops[0], tree, operand)
+
+    def _apply_unary(self, tree: lark.Tree[Any]) -> Node:
         if len(tree.children) == 1:
             return self.node(tree.children[0])
         op_tree, operand_tree = tree.children
-        operand = self.node(operand_tree)
+        operand = self._apply_unary(operand_tree)
+        return self._unary_op(op_tree.data, tree, operand)
+
+    def _unary_op(self, op: str, tree: lark.Tree[Any], operand: Node) -> Node:
         f = operand.fn
         cost = C.add(C.ONE, operand.cost)
-        if op_tree.data == "unary_not":
+        if op == "unary_not":
             _logical_type_check(self, "!_", tree, operand)
             return self.made(lambda env: cel_not(f(env)), "bool", cost=cost)
+        if _checked(operand.type) not in ("int", "double", DYN):
+            self.fail(
+                tree,
+                f"found no matching overload for '-_' applied to "
+                f"'({_known_full_type(operand) or _checked(operand.type)})'",
+            )
         if operand.const is not None and isinstance(operand.const, int | float):
-            value = cel_neg(operand.const)
-            return Node(lambda env: value, operand.type, const=value, cost=C.ZERO)
+            try:
+                value = cel_neg(operand.const)
+            except CelEvalError:
+                pass  # an overflow is the evaluation's error, as in cel-go (no folding)
+            else:
+                return Node(lambda env: value, operand.type, const=value, cost=C.ZERO)
         return self.made(
             lambda env: cel_neg(f(env)),
             operand.type,
@@ -775,9 +859,17 @@ class _Compiler:
     def _sub_path(self, member: Node, name: str) -> tuple[str, ...] | None:
         return None if member.path is None else (*member.path, name)
 
+    def field(self, token: lark.Token) -> str:
+        """The field name ``token`` selects. cel-go's lexer makes ``in``, ``null``, ``true``
+        and ``false`` tokens of their own, so unquoted they are no field name (a syntax error);
+        the other reserved words are names there."""
+        if token.type == "IDENT" and str(token) in _KEYWORDS:
+            self.fail(token, f"Syntax error: mismatched input '{token}' expecting IDENTIFIER")
+        return field_name(token)
+
     def _member_dot(self, tree: lark.Tree[Any]) -> Node:
         member_tree, field_token = tree.children
-        field = field_name(cast(lark.Token, field_token))
+        field = self.field(cast(lark.Token, field_token))
         type_value = self.type_identifier(tree)
         if type_value is not None:
             return self.type_node(type_value)
@@ -802,7 +894,7 @@ class _Compiler:
         own = C.ONE if _plain(member.type) == "map" else C.ZERO
         if member.type == "optional":
             return self.made(
-                lambda env: opt.select(f(env), field),
+                lambda env: opt.select(f(env), field, plain=True),
                 "optional",
                 cost=C.add(member.cost, own),
             )
@@ -817,8 +909,10 @@ class _Compiler:
 
     def _member_dot_opt(self, tree: lark.Tree[Any]) -> Node:
         member_tree, field_token = tree.children
-        field = field_name(cast(lark.Token, field_token))
+        field = self.field(cast(lark.Token, field_token))
         member = self.node(member_tree)
+        if member.type in ("null", "Quantity", "Semver"):
+            self.fail(field_token, f"type '{member.type}' does not support field selection")
         if member.type == DEVICE or member.type in _ORDERED or member.type == "list":
             self.fail(
                 field_token, f"type '{member.type}' does not support optional field selection"
@@ -826,7 +920,10 @@ class _Compiler:
         self.refer(member, field, True, field_token)
         f = member.fn
         return self.made(
-            lambda env: opt.select(f(env), field), "optional", cost=C.add(member.cost, C.ONE)
+            lambda env: opt.select(f(env), field),
+            "optional",
+            cost=C.add(member.cost, C.ONE),
+            full=_optional_of_element(member) if _plain(member.type) == "map" else None,
         )
 
     def check_qualifier(self, tree: lark.Tree[Any], index: Node) -> None:
@@ -891,10 +988,24 @@ class _Compiler:
         if isinstance(index.const, str):
             self.refer(member, index.const, True, tree.children[1])
         if member.type != "optional":
+            mtype = _checked(member.type)
+            if mtype not in ("list", "map", DYN):
+                # Optional indexing is declared on lists and maps only.
+                given = _known_full_type(index) or _checked(index.type)
+                self.fail(
+                    tree,
+                    f"found no matching overload for '_[?_]' applied to "
+                    f"'({_known_full_type(member) or mtype}, {given})'",
+                )
             self.check_index_type(tree, "_[?_]", member, index)
         mf, xf = member.fn, index.fn
         cost = C.total(C.ONE, member.cost, index.cost)
-        return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
+        return self.made(
+            lambda env: opt.index(mf(env), xf(env)),
+            "optional",
+            cost=cost,
+            full=_optional_of_element(member),
+        )
 
     def _member_object(self, tree: lark.Tree[Any]) -> Node:
         self.fail(tree, "message construction is not supported in DRA selectors")
@@ -931,7 +1042,14 @@ class _Compiler:
             args = self.exprlist(args_tree)
         finally:
             self.in_format -= name == "format"
-        if name in opt.METHODS and receiver.type in ("optional", DYN):
+        if name in opt.METHODS and name not in METHODS:
+            # The optional library's methods take an optional receiver (null passes the
+            # checker and fails at evaluation); ``or`` takes an optional too.
+            if receiver.type not in ("optional", DYN, "null"):
+                self.fail(name_token, _no_overload(name, receiver, args))
+            if name == "or" and args and args[0].type not in ("optional", DYN, "null"):
+                self.fail(name_token, _no_overload(name, receiver, args))
+        if name in opt.METHODS and receiver.type in ("optional", DYN, "null"):
             impl_opt, arity = opt.METHODS[name]
             if len(args) != arity:
                 self.fail(name_token, _no_overload(name, receiver, args))
@@ -961,14 +1079,25 @@ class _Compiler:
             if message is not None:
                 self.fail(name_token, message)
         element = _known_element_type(receiver)
-        if element is not None and element not in _LIST_ELEMENTS.get(name, (element,)):
+        base = None if element is None else element.split("(")[0]
+        if base is not None and not _assignable(base, frozenset(_LIST_ELEMENTS.get(name, (base,)))):
             self.fail(
                 name_token,
                 f"found no matching overload for '{name}' applied to '{receiver.full}.()'",
             )
         allowed = _METHOD_RECEIVERS.get(name)
         rtype = _plain(receiver.type)
-        if allowed is not None and rtype != DYN and rtype not in allowed:
+        if allowed is not None and not _assignable(rtype, allowed):
+            self.fail(name_token, _no_overload(name, receiver, args))
+        if name in ("indexOf", "lastIndexOf") and rtype == "list":
+            # list(E).indexOf(E): one argument, of the element type when both are known.
+            element = _parts_of_full(_known_full_type(receiver))[1]
+            given = _known_full_type(args[0]) if args else None
+            known = element is not None and given is not None and DYN not in element + given
+            if len(args) != 1 or (known and element != given):
+                self.fail(name_token, _no_overload(name, receiver, args))
+        accepted = _method_args(name, rtype, len(args))
+        if any(not _assignable(_checked(a.type), t) for a, t in zip(args, accepted, strict=False)):
             self.fail(name_token, _no_overload(name, receiver, args))
         impl, rf = function.impl, receiver.fn
         result_type = _METHOD_RESULT.get(name, DYN)
@@ -1052,7 +1181,9 @@ class _Compiler:
         if not args:
             return self.made(lambda env: impl(), "optional", cost=cost)
         af = args[0].fn
-        return self.made(lambda env: impl(af(env)), "optional", cost=cost)
+        inner = _known_full_type(args[0])
+        full = None if inner is None else f"optional_type({inner})"
+        return self.made(lambda env: impl(af(env)), "optional", cost=cost, full=full)
 
     def _optional_or(
         self,
@@ -1064,6 +1195,17 @@ class _Compiler:
         receiver = self.node(member_tree)
         args = self.exprlist(args_tree)
         if len(args) != 1:
+            self.fail(tree, _no_overload(name, receiver, args))
+        takes = ("optional", DYN, "null")
+        if receiver.type not in takes or (name == "or" and args[0].type not in takes):
+            self.fail(tree, _no_overload(name, receiver, args))
+        # optional(T).or(optional(T)), optional(T).orValue(T): known Ts must be one.
+        inner = _optional_inner(_known_full_type(receiver))
+        other = _known_full_type(args[0])
+        if name == "or":
+            other = _optional_inner(other)
+        known = inner is not None and other is not None and DYN not in f"{inner}{other}"
+        if known and inner != other:
             self.fail(tree, _no_overload(name, receiver, args))
         rf, af = receiver.fn, args[0].fn
         cost = C.total(C.ONE, receiver.cost, args[0].cost)
@@ -1134,7 +1276,7 @@ class _Compiler:
             self.fail(name_token, _no_overload(name, None, args))
         accepted = _GLOBAL_ARGS.get(name, ())
         for arg, types in zip(args, accepted, strict=False):
-            if _checked(arg.type) not in types and _checked(arg.type) != DYN:
+            if not _assignable(_checked(arg.type), types):
                 self.fail(name_token, _no_overload(name, None, args))
         self.check_constant_call(name_token, name, args)
         self.check_planned_regex(name_token, name, args)
@@ -1166,6 +1308,8 @@ class _Compiler:
                 self.fail(name_token, f"program instantiation failed: {exc.message}")
             return Node(lambda env: value, result_type, const=value, cost=cost, size=size)
         fns = [a.fn for a in args]
+        if name == "lists.range" and len(fns) == 1:
+            return self._allocating_range(impl, args[0], cost)
         if len(fns) == 1:
             af = fns[0]
             return self.made(
@@ -1174,6 +1318,31 @@ class _Compiler:
         return self.made(
             lambda env: _call(name, impl, *(g(env) for g in fns)), result_type, cost=cost, size=size
         )
+
+    def _allocating_range(self, impl: Callable[..., Any], arg: Node, cost: C.Est) -> Node:
+        """``lists.range(n)``: cel-go estimates and charges it as a list allocation, its
+        length plus a call and a list's creation (so ``lists.range(1000000)`` passes the
+        runtime limit)."""
+        af = arg.fn
+        base = 1 + C.LIST_CREATE
+        n = arg.const if isinstance(arg.const, int) and not isinstance(arg.const, bool) else None
+        if n is not None and n >= 0:
+            own: C.Est = (n + base, n + base)
+            size: C.Est | None = (n, n)
+        else:
+            own, size = (base, C.UNBOUNDED), None
+        total = C.total(own, cost)
+        if not self.features.budget:
+            return self.made(
+                lambda env: _call("lists.range", impl, af(env)), "list", cost=total, size=size
+            )
+
+        def charged(env: Env) -> Any:
+            result = _call("lists.range", impl, af(env))
+            env["@budget"].charge(len(result) + base)
+            return result
+
+        return self.made(charged, "list", cost=total, size=size)
 
     def _dot_ident(self, tree: lark.Tree[Any]) -> Node:
         return self._ident(tree)
@@ -1242,9 +1411,15 @@ class _Compiler:
             is_opt = inner.data == "opt_elem"
             items.append(self.node(inner.children[0] if is_opt else inner))
             optional.append(is_opt)
-        self.check_homogeneous(
-            [(i, c) for i, c, o in zip(items, tree.children, optional, strict=True) if not o]
-        )
+        if any(optional):
+            self.check_homogeneous_types(
+                [
+                    (self.optional_element(i, c) if o else _known_full_type(i), c)
+                    for i, c, o in zip(items, tree.children, optional, strict=True)
+                ]
+            )
+        else:
+            self.check_homogeneous(list(zip(items, tree.children, strict=True)))
         fns = [i.fn for i in items]
         cost = C.total((C.LIST_CREATE, C.LIST_CREATE), *(i.cost for i in items))
         element = (0, 0) if not items else (C.UNBOUNDED, 0)
@@ -1344,9 +1519,11 @@ class _Compiler:
             self.fail(tree, "invalid argument to has() macro")
             raise AssertionError
         member = self.node(target.children[0])
-        field = field_name(cast(lark.Token, target.children[1]))
+        field = self.field(cast(lark.Token, target.children[1]))
         if member.type == DEVICE and field not in DEVICE_FIELDS:
             self.fail(target.children[1], f"undefined field '{field}'")
+        if member.type in _ORDERED or member.type in ("list", "Quantity", "Semver", "null"):
+            self.fail(tree, f"type '{member.type}' does not support field selection")
         self.refer(member, field, True, target.children[1])
         f = member.fn
 
@@ -1358,7 +1535,9 @@ class _Compiler:
                 value = value.get()
             if isinstance(value, Mapping):
                 return finds(value, field)
-            raise CelEvalError(f"invalid type for has(): {type_name(value)}")
+            if isinstance(value, list | tuple):
+                raise CelEvalError("unsupported index type 'string' in list")
+            return False  # cel-go: no other value has fields
 
         return self.made(has, "bool", own=0, cost=member.cost)
 
@@ -1407,6 +1586,16 @@ class _Compiler:
             size=body.size,
         )
 
+    def check_range(self, tree: lark.Tree[Any], target: Node) -> None:
+        """A comprehension's range must be a list, a map or dyn (cel-go's checker)."""
+        if _plain(target.type) not in ("list", "map", DYN):
+            shown = _known_full_type(target) or target.type
+            self.fail(
+                tree,
+                f"expression of type '{shown}' cannot be range of a comprehension "
+                "(must be list, map, or dynamic)",
+            )
+
     def _range_local(self, target: Node, second: bool) -> tuple[_Local, _Local | None]:
         """The loop variable(s) of a comprehension over ``target``: one variable (list
         elements or map keys) or two (index and element, key and value)."""
@@ -1448,6 +1637,7 @@ class _Compiler:
         target = self.node(member_tree)
         tf = target.fn
         var = _ident_name(args[0])
+        self.check_range(tree, target)
         local, _ = self._range_local(target, False)
         bodies = [self._bound(args[0], a, local) for a in args[1:]]
         assert var is not None
@@ -1571,6 +1761,7 @@ class _Compiler:
             raise AssertionError
         if first == second:
             self.fail(tree, "duplicate variable name")
+        self.check_range(tree, target)
         key_local, value_local = self._range_local(target, True)
         assert value_local is not None
         bound = [(args[0], key_local), (args[1], value_local)]
@@ -1690,6 +1881,95 @@ class _Compiler:
         return self.made(transform_map, "map", own=0, cost=cost, size=count)
 
 
+_S, _I = frozenset({"string"}), frozenset({"int"})
+#: Argument types (receiver left out) of methods by receiver type and argument count, as
+#: their declared overloads take them; a known argument type outside is a compile error.
+_METHOD_ARGS: dict[tuple[str, str, int], tuple[frozenset[str], ...]] = {
+    **{(m, "string", 1): (_S,) for m in ("contains", "startsWith", "endsWith", "matches")},
+    **{(m, "string", 1): (_S,) for m in ("find", "findAll", "split", "indexOf", "lastIndexOf")},
+    **{(m, "string", 2): (_S, _I) for m in ("findAll", "split", "indexOf", "lastIndexOf")},
+    ("charAt", "string", 1): (_I,),
+    ("substring", "string", 1): (_I,),
+    ("substring", "string", 2): (_I, _I),
+    ("replace", "string", 2): (_S, _S),
+    ("replace", "string", 3): (_S, _S, _I),
+    ("format", "string", 1): (frozenset({"list"}),),
+    ("join", "list", 1): (_S,),
+    ("slice", "list", 2): (_I, _I),
+    **{(m, "Quantity", 1): (frozenset({"Quantity", "int"}),) for m in ("add", "sub")},
+    **{(m, DYN, 1): (frozenset({"Quantity", "int"}),) for m in ("add", "sub")},
+    **{
+        (m, r, 1): (frozenset({r}),)
+        for m in ("compareTo", "isGreaterThan", "isLessThan")
+        for r in ("Quantity", "Semver")
+    },
+    **{
+        (m, DYN, 1): (frozenset({"Quantity", "Semver"}),)
+        for m in ("compareTo", "isGreaterThan", "isLessThan")
+    },
+}
+
+
+def _method_args(name: str, receiver: str, count: int) -> tuple[frozenset[str], ...]:
+    """The accepted argument types of ``receiver.name(...)`` with ``count`` arguments (for a
+    ``dyn`` receiver, of the only receiver type the method has), or ``()`` when not known."""
+    found = _METHOD_ARGS.get((name, receiver, count))
+    if found is None and receiver == DYN:
+        receivers = _METHOD_RECEIVERS.get(name)
+        if receivers is not None and len(receivers) == 1:
+            found = _METHOD_ARGS.get((name, next(iter(receivers)), count))
+    return found or ()
+
+
+#: Types Kubernetes declares as object types, to which cel-go's checker lets ``null`` be
+#: assigned (``sign(null)`` compiles and fails at evaluation).
+_OBJECT_TYPES = frozenset({"Quantity", "Semver", URL, NET_IP, NET_CIDR, TIMESTAMP, DURATION})
+
+
+def _assignable(static: str, accepted: AbstractSet[str]) -> bool:
+    """Whether an operand of static type ``static`` may be passed where ``accepted`` are."""
+    if static == DYN or static in accepted:
+        return True
+    return static in ("null", "null_type") and not accepted.isdisjoint(_OBJECT_TYPES)
+
+
+def _optional_of_element(container: Node) -> str | None:
+    """``optional_type(V)`` for an entry of ``container`` (a list or map whose full type is
+    known, its value type ``V``), else None."""
+    if container.type == "optional":
+        return None
+    value = _parts_of_full(_known_full_type(container))[1]
+    return None if value is None else f"optional_type({value})"
+
+
+def _optional_inner(full: str | None) -> str | None:
+    """``T`` of the full type ``optional_type(T)``, else None."""
+    if full is not None and full.startswith("optional_type(") and full.endswith(")"):
+        return full[len("optional_type(") : -1]
+    return None
+
+
+def _null_unifies(left: str, right: str) -> bool:
+    """Whether ``null`` on one side unifies with the other side's type (an object type, an
+    optional or null)."""
+    if "null" not in (left, right):
+        return False
+    other = right if left == "null" else left
+    return other in _OBJECT_TYPES or other in ("null", "optional")
+
+
+def _signed_literal(unary: lark.Tree[Any]) -> lark.Token | None:
+    """The token of the numeric literal with a minus sign that ``unary`` is, if it is one."""
+    node: Any = unary
+    for data in ("unary", "member", "primary", "literal"):
+        if not isinstance(node, lark.Tree) or node.data != data or len(node.children) != 1:
+            return None
+        node = node.children[0]
+    if isinstance(node, lark.Token) and node.type in ("INT_LIT", "UINT_LIT", "FLOAT_LIT"):
+        return node if node.value.startswith("-") else None
+    return None
+
+
 def _not_iterable(value: Any) -> CelEvalError:
     name = type_name(value)
     return CelEvalError(f"got '{_GO_TYPES.get(name, name)}', expected iterable type")
@@ -1697,7 +1977,7 @@ def _not_iterable(value: Any) -> CelEvalError:
 
 def _select(value: Any, field: str) -> Any:
     if isinstance(value, opt.OptionalValue):
-        return opt.select(value, field)
+        return opt.select(value, field, plain=True)
     return cel_select(value, field)
 
 
@@ -1854,6 +2134,9 @@ _LIST_ELEMENTS = {
     "min": _COMPARABLE,
     "max": _COMPARABLE,
     "isSorted": _COMPARABLE,
+    "sort": _COMPARABLE,
+    "join": ("string",),
+    "flatten": ("list",),
 }
 
 

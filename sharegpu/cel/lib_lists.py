@@ -50,11 +50,20 @@ def sets_intersects(a: Any, b: Any) -> bool:
     return any(cel_eq(x, y) for x in a for y in b)
 
 
+#: cel-go's bound on the length of the list ``lists.range`` makes (``defaultMaxRangeSize``).
+MAX_RANGE_SIZE = 1_000_000
+
+
 def lists_range(n: Any) -> list[int]:
-    """``lists.range(n)``: ``[0, 1, ..., n-1]``."""
+    """``lists.range(n)``: ``[0, 1, ..., n-1]``; an error for a negative ``n`` or one above
+    :data:`MAX_RANGE_SIZE`, as in cel-go."""
     if not _is_int(n):
         raise no_overload("lists.range", n)
-    return list(range(max(n, 0)))
+    if n < 0:
+        raise CelEvalError(f"lists.range: size must be non-negative, got {n}")
+    if n > MAX_RANGE_SIZE:
+        raise CelEvalError(f"lists.range: size {n} exceeds maximum allowed ({MAX_RANGE_SIZE})")
+    return list(range(n))
 
 
 def slice_(items: Any, start: Any, end: Any) -> list[Any]:

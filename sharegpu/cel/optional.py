@@ -75,15 +75,20 @@ def of_non_zero(value: Any) -> OptionalValue:
     return NONE if _is_zero(value) else OptionalValue(value)
 
 
-def select(value: Any, field: str) -> OptionalValue:
-    """``value.?field``."""
+def select(value: Any, field: str, plain: bool = False) -> OptionalValue:
+    """``value.?field`` (``plain``: ``value.field`` on an optional ``value``, where a held
+    value without fields is an error, not ``optional.none()``)."""
     if isinstance(value, OptionalValue):
         if not value.has_value:
             return NONE
         value = value.get()
     if isinstance(value, Mapping):
         return OptionalValue(value[field]) if finds(value, field) else NONE
-    raise CelEvalError(f"type '{type(value).__name__}' does not support field selection")
+    if isinstance(value, list | tuple):
+        raise CelEvalError("unsupported index type 'string' in list")
+    if plain:
+        raise CelEvalError(f"no such key: {field}")
+    return NONE  # cel-go: a value that is neither map nor list has no field to select
 
 
 def index(value: Any, key: Any) -> OptionalValue:
@@ -105,7 +110,7 @@ def index(value: Any, key: Any) -> OptionalValue:
         if isinstance(key, bool) or not isinstance(key, int):
             raise no_overload("_[?_]", value, key)
         return OptionalValue(value[key]) if 0 <= key < len(value) else NONE
-    raise no_overload("_[?_]", value, key)
+    return NONE  # cel-go: a value that is neither map nor list has no entry
 
 
 def expect(value: Any, op: str) -> OptionalValue:

@@ -370,12 +370,13 @@ def cel_not(a: Any) -> bool:
 
 def cel_in(a: Any, container: Any) -> bool:
     """``a in list`` (CEL equality) or ``a in map`` (key presence)."""
-    if isinstance(container, CelMap):
-        return a in container
     if isinstance(container, Mapping):
-        if _is_num(a):
-            return any(_is_num(k) and k == a for k in container) if a not in container else True
-        return a in container
+        try:
+            if _is_num(a) and not isinstance(container, CelMap):
+                return a in container or any(_is_num(k) and k == a for k in container)
+            return a in container
+        except TypeError:  # an unhashable key (a list or map) is no key of any map
+            return False
     if _is_list(container):
         return any(cel_eq(a, x) for x in container)
     raise no_overload("@in", a, container)
@@ -391,7 +392,7 @@ def cel_index(container: Any, key: Any) -> Any:
         except TypeError:
             raise no_overload("_[_]", container, key) from None
     if _is_list(container):
-        if isinstance(key, float) and key == int(key):
+        if isinstance(key, float) and key.is_integer():
             key = int(key)
         if isinstance(key, bool) or not isinstance(key, int):
             raise no_overload("_[_]", container, key)

@@ -98,7 +98,7 @@ def test_too_long_expression_is_rejected() -> None:
     "expression",
     [
         "(" * 3000 + "true" + ")" * 3000,
-        "!" * 5000 + "true",
+        "!(" * 2500 + "true" + ")" * 2500,
         "[" * 2000 + "]" * 2000 + " == []",
         "1" + " + 1" * 2000 + " > 0",
     ],
@@ -108,6 +108,41 @@ def test_deep_nesting_is_a_compile_error_not_a_crash(expression: str) -> None:
     """Under the 10 KiB limit, yet deeper than a recursive compiler can follow."""
     err = compile_error(expression)
     assert err is not None and err.message == "expression is nested too deeply"
+
+
+@pytest.mark.parametrize(
+    ("expression", "device_driver", "value"),
+    [
+        ("!" * 5000 + "true", "", True),
+        ("!!device.driver == 'a'", "a", True),
+        ("--'a' == 'a'", "", True),
+        ("- -1 == 1", "", True),
+        ("---1 == -1", "", True),
+        ("!!!true", "", False),
+    ],
+)
+def test_a_chain_of_one_unary_operator_applies_once_or_not_at_all(
+    expression: str, device_driver: str, value: bool
+) -> None:
+    """cel-go's grammar reads ``!!x`` and ``--x`` as ``x`` (no type check) and ``!!!x`` as
+    ``!x``, however long the chain."""
+    program = compile_selector(expression)
+    assert program.evaluate(device_activation(device_driver, {"name": "d"})) is value
+
+
+@pytest.mark.parametrize("expression", ["--9223372036854775808 == 1", "!!-(1) == 1"])
+def test_the_sign_of_a_literal_after_a_chain_of_minus_is_one_more_operator(
+    expression: str,
+) -> None:
+    """``--9223372036854775808`` is ``-(-(9223372036854775808))``: an invalid literal;
+    a chain of ``!`` before a ``-`` is a compile error too."""
+    assert compile_error(expression) is not None
+
+
+def test_a_constant_that_overflows_when_negated_is_an_evaluation_error() -> None:
+    program = compile_selector("-(-9223372036854775808) == 1")
+    with pytest.raises(CelEvalError, match="overflow"):
+        program.evaluate(device_activation("", {"name": "d"}))
 
 
 def test_compile_once_and_cache() -> None:

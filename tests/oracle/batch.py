@@ -1,8 +1,10 @@
 """Run a batch of random oracle cases: draw them, ask upstream, answer with sharegpu, compare.
 
-Usage: ``python -m tests.oracle.batch [--seed N] [--count N] [--kinds cel,allocate]
-[--record DIR]``. Prints one line per disagreement, marked ``known (<recorded case>)`` when a
-recorded case shows the same kind of disagreement and ``NEW`` otherwise, and a summary; exits 1
+Usage: ``python -m tests.oracle.batch [--seed N] [--count N] [--kinds cel,typed,allocate,wide]
+[--record DIR]``. Kinds: ``cel`` (selectors of ``celgen``), ``typed`` (type-directed selectors
+of ``typedgen``), ``allocate`` (``allocgen``), ``wide`` (``allocwide``). Prints one line per
+disagreement, marked ``known (<recorded case>)`` when a recorded case shows the same kind of
+disagreement and ``NEW`` otherwise, and a summary with the typed cases' coverage; exits 1
 when any case disagrees, 2 when the oracle cannot run here (naming what is missing).
 ``--record`` writes each disagreeing case, with upstream's answer, as a regression file into
 DIR.
@@ -26,18 +28,22 @@ from hypothesis.internal.conjecture.providers import Constants, HypothesisProvid
 
 from . import upstream
 from .allocgen import allocation_cases
+from .allocwide import wide_allocation_cases
 from .celgen import cel_cases
 from .compare import Disagreement, compare, sharegpu_answer
 from .regressions import known_signatures, record, signature
+from .typedgen import coverage, typed_cel_cases
 
 #: The fixed seed of the batch ``make test`` runs, and how many cases of each kind it draws.
 DEFAULT_SEED: Final = 20260137
-DEFAULT_COUNTS: Final = {"cel": 3000, "allocate": 2000}
+DEFAULT_COUNTS: Final = {"cel": 3000, "typed": 3000, "allocate": 2000, "wide": 300}
 #: The most cases of each kind one run draws (all of them are held in memory).
 MAX_COUNT: Final = 1_000_000
 STRATEGIES: Final[dict[str, Callable[[], st.SearchStrategy[dict[str, Any]]]]] = {
     "cel": cel_cases,
+    "typed": typed_cel_cases,
     "allocate": allocation_cases,
+    "wide": wide_allocation_cases,
 }
 
 
@@ -79,6 +85,11 @@ class BatchResult:
     cases: dict[str, dict[str, Any]] = field(default_factory=dict)
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
+    #: Operation by operand-tag combinations the typed cases reached, and the universe's size.
+    typed_coverage: tuple[int, int] = (0, 0)
+    #: Cases upstream gave no answer to: its search ran past the oracle's bound, or it
+    #: panicked (these are not compared).
+    unanswered: int = 0
 
     def summary(self) -> str:
         """One line: cases per kind, disagreements per aspect, time."""
@@ -86,7 +97,13 @@ class BatchResult:
         aspects = Counter(d.aspect for d in self.disagreements)
         found = ", ".join(f"{n} {a}" for a, n in sorted(aspects.items())) or "none"
         total = sum(self.counts.values())
-        return f"{total} cases ({kinds}); disagreements: {found}; {self.seconds:.1f}s"
+        line = f"{total} cases ({kinds}); disagreements: {found}; {self.seconds:.1f}s"
+        if self.unanswered:
+            line += f"; {self.unanswered} unanswered by upstream (timeout or panic)"
+        if self.counts["typed"]:
+            reached, whole = self.typed_coverage
+            line += f"; typed coverage {reached}/{whole} ({100 * reached / whole:.1f} %)"
+        return line
 
 
 def run_batch(seed: int, counts: dict[str, int]) -> BatchResult:
@@ -95,9 +112,13 @@ def run_batch(seed: int, counts: dict[str, int]) -> BatchResult:
     result = BatchResult()
     for kind, count in counts.items():
         cases = draw_cases(kind, count, seed)
+        if kind == "typed":
+            result.typed_coverage = coverage(cases)
         answers = upstream.ask(cases)
         for case, answer in zip(cases, answers, strict=True):
-            found = compare(case["id"], kind, answer, sharegpu_answer(case))
+            panicked = str(answer.get("inputError", "")).startswith("upstream panicked")
+            result.unanswered += bool(answer.get("timedOut")) or panicked
+            found = compare(case["id"], case["kind"], answer, sharegpu_answer(case))
             if found:
                 result.disagreements.extend(found)
                 result.cases[case["id"]] = case
@@ -112,7 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tests.oracle.batch", description=__doc__)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--count", type=int, help=f"cases of each kind (default: {DEFAULT_COUNTS})")
-    parser.add_argument("--kinds", default="cel,allocate", help="comma-separated: cel, allocate")
+    parser.add_argument(
+        "--kinds",
+        default="cel,typed,allocate,wide",
+        help="comma-separated: cel, typed, allocate, wide",
+    )
     parser.add_argument("--record", metavar="DIR", help="write disagreeing cases here")
     return parser
 
@@ -123,7 +148,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in STRATEGIES]
     if unknown or not kinds:
-        parser.error(f"--kinds: {','.join(unknown) or '(empty)'} not among cel, allocate")
+        parser.error(
+            f"--kinds: {','.join(unknown) or '(empty)'} not among cel, typed, allocate, wide"
+        )
     if args.count is not None and not 1 <= args.count <= MAX_COUNT:
         parser.error(f"--count: must be from 1 to {MAX_COUNT}, got {args.count}")
     args.kinds = kinds

@@ -76,27 +76,34 @@ def sharegpu_cel(case: Mapping[str, Any]) -> Answer:
 
 
 def sharegpu_allocate(case: Mapping[str, Any]) -> Answer:
-    """sharegpu's answer to an ``allocate`` case (all claims of one pod, jointly)."""
+    """sharegpu's answer to an ``allocate`` case: all claims of one pod jointly, or with
+    ``sequence`` each claim on its own, seeing the results of the ones before."""
     node = case.get("node") or {}
     meta = node.get("metadata") or {}
-    try:
-        outcomes = allocate_pod(
-            case["claims"],
-            case.get("slices") or [],
-            case.get("classes") or [],
-            case.get("allocatedClaims") or [],
-            node=str(meta.get("name") or ""),
-            node_labels=meta.get("labels") or {},
-            share_ids=seeded_share_ids(0),
-        )
-    except AllocatorInputError as exc:
-        return {"error": f"invalid input: {exc}"}
-    if all(o.allocation is not None for o in outcomes):
-        return {"results": [o.allocation for o in outcomes]}
-    errors = [o.error for o in outcomes if o.error]
-    if errors:
-        return {"error": errors[0]}
-    return {"unsatisfiable": True}
+    claims = list(case["claims"])
+    groups = [[c] for c in claims] if case.get("sequence") else [claims]
+    held = list(case.get("allocatedClaims") or [])
+    results: list[Any] = []
+    for step, group in enumerate(groups):
+        try:
+            outcomes = allocate_pod(
+                group,
+                case.get("slices") or [],
+                case.get("classes") or [],
+                held,
+                node=str(meta.get("name") or ""),
+                node_labels=meta.get("labels") or {},
+                share_ids=seeded_share_ids(step),
+            )
+        except AllocatorInputError as exc:
+            return {"error": f"invalid input: {exc}"}
+        if not all(o.allocation is not None for o in outcomes):
+            errors = [o.error for o in outcomes if o.error]
+            return {"error": errors[0]} if errors else {"unsatisfiable": True}
+        for claim, outcome in zip(group, outcomes, strict=True):
+            results.append(outcome.allocation)
+            held.append({**claim, "status": {"allocation": outcome.allocation}})
+    return {"results": results}
 
 
 def sharegpu_answer(case: Mapping[str, Any]) -> Answer:
@@ -110,7 +117,11 @@ def sharegpu_answer(case: Mapping[str, Any]) -> Answer:
 
 
 def cel_outcome(answer: Mapping[str, Any]) -> str:
-    """``compile-error``, ``eval-error``, ``true`` or ``false``."""
+    """``compile-error``, ``eval-error``, ``true``, ``false``, or ``upstream-panic`` (the Go
+    code panicked: no answer to agree with) or ``oracle-input-error``."""
+    if "inputError" in answer:
+        panicked = str(answer["inputError"]).startswith("upstream panicked")
+        return "upstream-panic" if panicked else "oracle-input-error"
     if "compileError" in answer:
         return "compile-error"
     if "evalError" in answer:
@@ -119,13 +130,16 @@ def cel_outcome(answer: Mapping[str, Any]) -> str:
 
 
 def allocation_outcome(answer: Mapping[str, Any]) -> str:
-    """``allocated``, ``unsatisfiable`` or ``error:<class>``."""
-    if answer.get("results") is not None:
+    """``allocated``, ``unsatisfiable``, ``error:<class>``, ``upstream-timeout`` (upstream's
+    search ran past the oracle's bound) or ``oracle-input-error``."""
+    if answer.get("results") is not None or answer.get("allocated"):
         return "allocated"
     if answer.get("unsatisfiable"):
         return "unsatisfiable"
     if answer.get("inputError"):
         return "oracle-input-error"
+    if answer.get("timedOut"):
+        return "upstream-timeout"
     return f"error:{error_class(str(answer.get('error', '')))}"
 
 
@@ -151,6 +165,17 @@ def _results(allocation: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _configs(allocation: Mapping[str, Any]) -> list[Any]:
     return list(((allocation.get("devices") or {}).get("config")) or [])
+
+
+def _flags(result: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A result's fields besides device, capacity and share: admin access, tolerations and
+    binding conditions."""
+    return (
+        bool(result.get("adminAccess")),
+        result.get("tolerations") or [],
+        result.get("bindingConditions") or [],
+        result.get("bindingFailureConditions") or [],
+    )
 
 
 def _claim_aspects(
@@ -179,8 +204,8 @@ def _claim_aspects(
     our_share = [r.get("shareID") is not None for r in our_results]
     if up_share != our_share:
         out["share"] = (up_share, our_share)
-    up_flags = [(bool(r.get("adminAccess")), r.get("tolerations") or []) for r in up_results]
-    our_flags = [(bool(r.get("adminAccess")), r.get("tolerations") or []) for r in our_results]
+    up_flags = [_flags(r) for r in up_results]
+    our_flags = [_flags(r) for r in our_results]
     if up_flags != our_flags:
         out["result-fields"] = (up_flags, our_flags)
     if (upstream.get("nodeSelector") or None) != (ours.get("nodeSelector") or None):
@@ -196,15 +221,20 @@ def compare(
     """Every aspect in which ``ours`` differs from ``upstream`` on one case."""
     if kind == "cel":
         up, me = cel_outcome(upstream), cel_outcome(ours)
+        if up == "upstream-panic":
+            return []  # cel-go crashed on the case: there is no answer to agree with
         return [] if up == me else [Disagreement(case_id, "outcome", up, me)]
     up, me = allocation_outcome(upstream), allocation_outcome(ours)
+    if up == "upstream-timeout":
+        return []  # kube-scheduler gives up on the case too: there is no answer to agree with
     if up != me:
         return [Disagreement(case_id, "outcome", up, me)]
     if up != "allocated":
         return []
     # aspect -> (upstream's, sharegpu's), each by claim index
     found: dict[str, tuple[dict[int, Any], dict[int, Any]]] = {}
-    for index, (u, m) in enumerate(zip(upstream["results"], ours["results"], strict=True)):
+    pairs = zip(upstream.get("results") or [], ours.get("results") or [], strict=True)
+    for index, (u, m) in enumerate(pairs):
         for aspect, (a, b) in _claim_aspects(u, m).items():
             theirs, mine = found.setdefault(aspect, ({}, {}))
             theirs[index], mine[index] = a, b

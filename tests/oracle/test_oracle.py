@@ -15,8 +15,17 @@ from tests.oracle import upstream
 from tests.oracle.batch import DEFAULT_COUNTS, DEFAULT_SEED, draw_cases, run_batch
 from tests.oracle.compare import allocation_outcome, cel_outcome
 from tests.oracle.regressions import Regression, known_signatures, load_all, record, signature
+from tests.oracle.typedgen import coverage
 
 REGRESSIONS = load_all()
+#: The kinds of the batch that must agree on every case (the typed cases still show causes
+#: not fixed yet, held by the ceiling below).
+AGREEING = {k: n for k, n in DEFAULT_COUNTS.items() if k != "typed"}
+#: Operation by operand-tag combinations the typed cases of the fixed seed reach, at least.
+TYPED_COVERAGE_FLOOR = 1568
+#: Typed cases of the fixed seed that still disagree with upstream, at most: lower it as
+#: causes are fixed, never raise it.
+TYPED_DISAGREEMENT_CEILING = 53
 #: A generous deadline for a test that may first build the oracle (minutes on a fresh machine)
 #: and then runs the batch on a busy two-core machine (one to two minutes when idle).
 BUILD_AND_RUN_S = 1200
@@ -63,7 +72,7 @@ def test_recorded_answers_are_still_upstreams() -> None:
 
 
 def test_the_generators_are_reproducible() -> None:
-    for kind in ("cel", "allocate"):
+    for kind in ("cel", "typed", "allocate", "wide"):
         assert draw_cases(kind, 20, 7) == draw_cases(kind, 20, 7)
         assert draw_cases(kind, 20, 7) != draw_cases(kind, 20, 8)
 
@@ -74,9 +83,9 @@ def test_fixed_seed_batch_agrees_with_upstream_on_every_case(tmp_path: Path) -> 
     is written (with upstream's answer) into ``tmp_path``, ready to become a regression case;
     the message says whether a recorded case already shows that kind."""
     _oracle()
-    assert sum(DEFAULT_COUNTS.values()) >= 5000
-    result = run_batch(DEFAULT_SEED, dict(DEFAULT_COUNTS))
-    assert sum(result.counts.values()) == sum(DEFAULT_COUNTS.values())
+    assert sum(AGREEING.values()) >= 5000
+    result = run_batch(DEFAULT_SEED, dict(AGREEING))
+    assert sum(result.counts.values()) == sum(AGREEING.values())
     known = known_signatures(REGRESSIONS)
     kinds = {case_id: case["kind"] for case_id, case in result.cases.items()}
     for case_id in sorted(result.cases):
@@ -88,3 +97,20 @@ def test_fixed_seed_batch_agrees_with_upstream_on_every_case(tmp_path: Path) -> 
     assert not result.disagreements, (
         f"seed {DEFAULT_SEED}: {result.summary()}; cases in {tmp_path}\n" + "\n".join(lines)
     )
+
+
+def test_typed_cases_cover_at_least_the_committed_floor() -> None:
+    """The type-directed generator's coverage (operation by operand tags) of the fixed seed's
+    batch does not drop below the committed floor."""
+    cases = draw_cases("typed", DEFAULT_COUNTS["typed"], DEFAULT_SEED)
+    reached, whole = coverage(cases)
+    assert whole > 5000
+    assert reached >= TYPED_COVERAGE_FLOOR, f"typed coverage {reached}/{whole}"
+
+
+@pytest.mark.timeout(BUILD_AND_RUN_S)
+def test_typed_disagreements_do_not_grow() -> None:
+    _oracle()
+    result = run_batch(DEFAULT_SEED, {"typed": DEFAULT_COUNTS["typed"]})
+    disagreeing = {d.case_id for d in result.disagreements}
+    assert len(disagreeing) <= TYPED_DISAGREEMENT_CEILING, result.summary()

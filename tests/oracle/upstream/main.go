@@ -7,10 +7,11 @@
 //
 //	{"id": "...", "kind": "cel", "expression": "...", "driver": "...", "device": {<Device>}}
 //	{"id": "...", "kind": "allocate", "node": {<Node>}, "slices": [...], "classes": [...],
-//	 "allocatedClaims": [...], "claims": [...]}
+//	 "allocatedClaims": [...], "claims": [...], "sequence": false}
 //
 // A CEL answer has "compileError", or "value" (a bool) or "evalError". An allocation answer
-// has "results" (one AllocationResult per claim), or "unsatisfiable": true, or "error" with
+// has "allocated": true with "results" (one AllocationResult per claim; absent for a case
+// without claims), or "unsatisfiable": true, or "error" with
 // "errorOnNode" telling whether it wraps ErrFailedAllocationOnNode. A case that does not
 // decode gets "inputError".
 package main
@@ -23,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -60,6 +62,8 @@ type oracleCase struct {
 	Classes         []*resourceapi.DeviceClass   `json:"classes"`
 	AllocatedClaims []*resourceapi.ResourceClaim `json:"allocatedClaims"`
 	Claims          []*resourceapi.ResourceClaim `json:"claims"`
+	// Sequence: allocate the claims one after another, each seeing the last ones' results.
+	Sequence bool `json:"sequence"`
 }
 
 type answer struct {
@@ -70,12 +74,18 @@ type answer struct {
 	EvalError    *string `json:"evalError,omitempty"`
 
 	Results       []resourceapi.AllocationResult `json:"results,omitempty"`
+	Allocated     bool                           `json:"allocated,omitempty"`
 	Unsatisfiable bool                           `json:"unsatisfiable,omitempty"`
 	Error         *string                        `json:"error,omitempty"`
 	ErrorOnNode   bool                           `json:"errorOnNode,omitempty"`
 
 	InputError *string `json:"inputError,omitempty"`
+	// TimedOut: the allocation ran past caseTimeout (kube-scheduler would give up too).
+	TimedOut bool `json:"timedOut,omitempty"`
 }
+
+// caseTimeout bounds one allocation, as kube-scheduler bounds its scheduling cycle.
+const caseTimeout = 60 * time.Second
 
 type classLister map[string]*resourceapi.DeviceClass
 
@@ -168,19 +178,43 @@ func answerAllocate(ctx context.Context, cache *cel.Cache, c *oracleCase) answer
 		out.ErrorOnNode = errors.Is(err, structured.ErrFailedAllocationOnNode)
 		return out
 	}
-	allocator, err := structured.NewAllocator(ctx, features, allocatedState(c.AllocatedClaims), classes, c.Slices, cache)
-	if err != nil {
-		return fail(err)
+	bounded, cancel := context.WithTimeout(ctx, caseTimeout)
+	defer cancel()
+	// One pod's claims jointly, or (sequence) each claim on its own, seeing the ones before.
+	groups := [][]*resourceapi.ResourceClaim{c.Claims}
+	if c.Sequence {
+		groups = groups[:0]
+		for _, claim := range c.Claims {
+			groups = append(groups, []*resourceapi.ResourceClaim{claim})
+		}
 	}
-	results, err := allocator.Allocate(ctx, node, c.Claims)
-	if err != nil {
-		return fail(err)
-	}
-	if results == nil {
-		out.Unsatisfiable = true
-		return out
+	held := append([]*resourceapi.ResourceClaim{}, c.AllocatedClaims...)
+	var results []resourceapi.AllocationResult
+	for _, group := range groups {
+		allocator, err := structured.NewAllocator(ctx, features, allocatedState(held), classes, c.Slices, cache)
+		if err != nil {
+			return fail(err)
+		}
+		got, err := allocator.Allocate(bounded, node, group)
+		if err != nil {
+			if bounded.Err() != nil {
+				return answer{ID: c.ID, TimedOut: true}
+			}
+			return fail(err)
+		}
+		if got == nil {
+			out.Unsatisfiable = true
+			return out
+		}
+		results = append(results, got...)
+		for i, claim := range group {
+			done := claim.DeepCopy()
+			done.Status.Allocation = &got[i]
+			held = append(held, done)
+		}
 	}
 	out.Results = results
+	out.Allocated = true
 	return out
 }
 
