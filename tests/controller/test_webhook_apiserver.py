@@ -8,7 +8,6 @@ certificate against its address."""
 from __future__ import annotations
 
 import http.client
-import json
 import ssl
 import threading
 import uuid
@@ -28,7 +27,13 @@ from controller.webhook import (
 )
 from sharegpu.admission.checks import Finding
 from sharegpu.kube import httpserve
-from tests.controller.webhook_helpers import DRIVER, claim, exactly, webhook_tls
+from tests.controller.webhook_helpers import (
+    DRIVER,
+    claim,
+    exactly,
+    post_claim_review,
+    webhook_tls,
+)
 from tests.helpers import PATIENCE_S, eventually
 
 
@@ -83,18 +88,7 @@ class Hook:
                 "object": obj,
             },
         }
-        conn = http.client.HTTPSConnection(
-            "localhost", self.server.port, context=context, timeout=PATIENCE_S
-        )
-        try:
-            conn.request("POST", "/validate/resourceclaims", body=json.dumps(body).encode())
-            resp = conn.getresponse()
-            answer = json.loads(resp.read())
-            assert resp.status == 200, answer
-            response: dict[str, Any] = answer["response"]
-            return response
-        finally:
-            conn.close()
+        return post_claim_review(self.server.port, context, body, PATIENCE_S)
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ judged without changing quota state."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
 import ssl
 from collections.abc import Iterator
@@ -25,7 +23,7 @@ from controller.webhook import AdmissionHandler, CertificateReloader, WebhookSer
 from sharegpu.kube.rest import KubeRest
 from sharegpuctl.local.apiserver import KubeAPIServer
 from tests.controller.quota_helpers import DRIVER, claim, create_quota, quota, read_quota, review
-from tests.controller.webhook_helpers import webhook_tls
+from tests.controller.webhook_helpers import post_claim_review, webhook_tls
 
 BASIS = ChargeBasis(largest_memory=80 * 1024**3, largest_node_gpus=8)
 
@@ -45,18 +43,7 @@ class Webhook:
         return context
 
     def post(self, body: Any, client: trustme.LeafCert | None = None) -> dict[str, Any]:
-        conn = http.client.HTTPSConnection(
-            "localhost", self.server.port, context=self.context(client), timeout=30
-        )
-        try:
-            conn.request("POST", "/validate/resourceclaims", body=json.dumps(body).encode())
-            resp = conn.getresponse()
-            answer = json.loads(resp.read())
-            assert resp.status == 200, answer
-            response: dict[str, Any] = answer["response"]
-            return response
-        finally:
-            conn.close()
+        return post_claim_review(self.server.port, self.context(client), body, 30)
 
 
 def start(kube: KubeRest, tmp_path: Path, names: tuple[str, ...] = ()) -> Webhook:

@@ -172,3 +172,20 @@ def webhook_tls(directory: Path) -> WebhookTls:
         client_ca_file=str(directory / "client-ca.crt"),
     )
     return WebhookTls(serving_ca, client_ca, certs)
+
+
+def post_claim_review(
+    port: int, context: ssl.SSLContext, body: Any, timeout: float
+) -> dict[str, Any]:
+    """POST the AdmissionReview ``body`` to the webhook on 127.0.0.1's ``port`` (as
+    ``localhost``) with ``context``; the review's ``response`` (the answer must be a 200)."""
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=timeout)
+    try:
+        conn.request("POST", "/validate/resourceclaims", body=json.dumps(body).encode())
+        resp = conn.getresponse()
+        answer = json.loads(resp.read())
+        assert resp.status == 200, answer
+        response: dict[str, Any] = answer["response"]
+        return response
+    finally:
+        conn.close()
