@@ -37,7 +37,6 @@ import argparse
 import dataclasses
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -55,7 +54,7 @@ from tests.e2e.binaries import bin_dir, kubernetes_version
 from tests.e2e.cluster import missing
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
-from tests.e2e.processes import StepFailed, wait_until
+from tests.e2e.processes import StepFailed, interrupt_on_signals, wait_until
 
 NAMESPACE: Final = "bench"
 #: Devices of each driver on the node: room for a burst of whole devices.
@@ -527,16 +526,11 @@ def report(figures: dict[str, Any]) -> None:
         print(f"added latency {name} over the Go test driver's: {value:.2f}x (target <= 1.2)")
 
 
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # SIGTERM (and SIGINT, ignored in a background job) ends the run like Ctrl-C: the cluster
-    # is stopped by PID and its namespace removed.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    # SIGTERM or SIGINT ends the run like Ctrl-C: the cluster is stopped by PID and its
+    # namespace removed.
+    interrupt_on_signals()
     work = args.work or Path(tempfile.mkdtemp(prefix="sharegpu-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()

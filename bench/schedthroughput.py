@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ from tests.deploy.helpers import helm_binary
 from tests.e2e import driver
 from tests.e2e.binaries import bin_dir, kubernetes_version, missing_binaries
 from tests.e2e.controlplane import FEATURE_GATES, ControlPlane, write_kubeconfig
-from tests.e2e.processes import Process, StepFailed, wait_until
+from tests.e2e.processes import Process, StepFailed, interrupt_on_signals, wait_until
 
 SHAREGPU: Final = names.DEFAULT_DRIVER_NAME
 GPUS_PER_NODE: Final = 8
@@ -356,16 +355,11 @@ def ratios(results: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # SIGTERM (and SIGINT, ignored in a background job) ends the run like Ctrl-C: the cluster
-    # is stopped by PID and its namespace removed.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    # SIGTERM or SIGINT ends the run like Ctrl-C: the cluster is stopped by PID and its
+    # namespace removed.
+    interrupt_on_signals()
     helm = helm_binary()
     if helm is None:
         raise SystemExit("schedthroughput bench cannot run: helm not found (tests/install-helm.sh)")

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Final
 
 from tests.deploy.helpers import helm_binary
@@ -35,19 +33,11 @@ from tests.e2e.binaries import (
 from tests.e2e.controlplane import ControlPlane
 from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode, missing_node_prerequisites
 from tests.e2e.netns import missing_network_prerequisites
-from tests.e2e.processes import StepFailed
+from tests.e2e.processes import StepFailed, interrupt_on_signals
 
 #: What the wrappers run: kubectl and helm inside the cluster's network namespace, ctr against
 #: the node's containerd.
 WRAPPED: Final = ("kubectl", "helm", "ctr")
-
-
-def _stop(_signum: int, _frame: FrameType | None) -> None:
-    """The first SIGINT or SIGTERM ends the wait; later ones are ignored, so that a second
-    signal cannot cut the cleanup short and leave processes and mounts behind."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     work = args.work or Path(tempfile.mkdtemp(prefix="sharegpu-cluster-"))
     work.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, _stop)
+    interrupt_on_signals()
     plane = ControlPlane(bin_dir(), work)
     node: RealNode | None = None
     daemon: plugindaemon.PluginDaemon | None = None

@@ -204,3 +204,17 @@ def assert_no_forbidden(process: Process, step_name: str) -> None:
                 process.log,
             )
         )
+
+
+def interrupt_on_signals() -> None:
+    """Make the first SIGINT or SIGTERM end the run like Ctrl-C (KeyboardInterrupt) and ignore
+    later ones, so that a second signal cannot cut the cleanup short and leave processes and
+    mounts behind (SIGINT is ignored in a background job, SIGTERM is what ``kill`` sends)."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,7 +29,14 @@ from tests.e2e.binaries import (
 from tests.e2e.controlplane import KUBECTL_TIMEOUT_MARGIN_S, KUBECTL_TIMEOUT_S, kubectl_timeout
 from tests.e2e.netns import SEAL_PROBES, SealBroken, SealedNetwork, missing_network_prerequisites
 from tests.e2e.plugindaemon import OVERRIDES, PluginDaemon, install_values, values
-from tests.e2e.processes import Processes, StepFailed, forbidden_lines, step, wait_until
+from tests.e2e.processes import (
+    Processes,
+    StepFailed,
+    forbidden_lines,
+    interrupt_on_signals,
+    step,
+    wait_until,
+)
 
 
 def _script(*args: str, cache: Path, version: str = "") -> subprocess.CompletedProcess[str]:
@@ -267,3 +276,18 @@ def test_kubectl_may_run_as_long_as_its_own_timeout() -> None:
     assert kubectl_timeout(["wait", "--timeout=240s"]) == 240 + KUBECTL_TIMEOUT_MARGIN_S
     assert kubectl_timeout(["wait", "--timeout=5m"]) == 300 + KUBECTL_TIMEOUT_MARGIN_S
     assert kubectl_timeout(["wait", "--timeout=30s"]) == KUBECTL_TIMEOUT_S
+
+
+def test_the_first_signal_interrupts_and_later_ones_wait_for_the_cleanup() -> None:
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        interrupt_on_signals()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+        os.kill(os.getpid(), signal.SIGINT)  # ignored during the cleanup
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
