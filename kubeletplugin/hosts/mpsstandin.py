@@ -35,6 +35,7 @@ from typing import Final
 from kubeletplugin.hosts.fakerunner import RecordedCall
 from kubeletplugin.hosts.simtools import PID_FILE, SimulatedNvidiaTools
 from kubeletplugin.runner import MPS_CONTROL, CommandResult
+from kubeletplugin.sharing.mps import DEFAULTS_ENV
 from kubeletplugin.sharing.mpspaths import PRIVILEGED_SOCKET
 
 #: The socket of read commands.
@@ -51,9 +52,6 @@ NO_DAEMON: Final = "Cannot find MPS control daemon process\n"
 TOOL: Final = "nvidia-cuda-mps-control"
 #: This module, as ``python -m`` runs it.
 MODULE: Final = "kubeletplugin.hosts.mpsstandin"
-#: The daemon pod's environment variable whose commands its start hook runs; the stand-in leaves
-#: them to the hook, as the real daemon does.
-_HOOK_ONLY_ENV: Final = "SHAREGPU_MPS_DEFAULTS"
 
 
 def socket_for(commands: str) -> str:
@@ -113,7 +111,9 @@ class StandinDaemon:
         self.uuid = uuid
         self.log_dir = log_dir
         self.tools = SimulatedNvidiaTools(daemon_pid=os.getpid())
-        self._env = {k: v for k, v in env.items() if k != _HOOK_ONLY_ENV}
+        # The daemon pod's start hook runs the commands of DEFAULTS_ENV; the stand-in leaves them
+        # to the hook, as the real daemon does.
+        self._env = {k: v for k, v in env.items() if k != DEFAULTS_ENV}
         self._listeners: dict[str, socket.socket] = {}
         self.running = False
 
