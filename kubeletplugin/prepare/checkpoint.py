@@ -26,14 +26,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, get_args
+from typing import Any, Final
 
-from api.gpuconfig import STRATEGY_TIME_SLICING, Strategy
 from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.fsutil import make_private_dirs, remove_durably, remove_stale_temp_files
 from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.prepare.slotfile import SlotFile, SlotFileError
-from kubeletplugin.sharing.timeslice import TIMESLICE_VALUES
+from kubeletplugin.sharing.strategies.base import SettingsError
+from kubeletplugin.sharing.strategies.registry import DEFAULT_REGISTRY, StrategyRegistry
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,6 @@ _DEVICE_KEYS = frozenset(
         "enforcement",
     }
 )
-#: The strategies an ``enforcement`` may name.
-STRATEGIES: Final[tuple[str, ...]] = get_args(Strategy)
 #: The largest GPU or compute instance id a record may hold (four digits: what the driver's
 #: ``mig-minors`` file names).
 MAX_MIG_INSTANCE_ID = 9999
@@ -110,9 +108,12 @@ def device_to_json(d: DeviceRecord) -> dict[str, Any]:
     }
 
 
-def device_from_json(raw: Any, where: str) -> DeviceRecord:
+def device_from_json(
+    raw: Any, where: str, strategies: StrategyRegistry = DEFAULT_REGISTRY
+) -> DeviceRecord:
     """One device entry, every field checked (CheckpointError names the first that does not
-    fit); no GPU attached."""
+    fit; an ``enforcement`` names a strategy of ``strategies``, which checks its setting); no
+    GPU attached."""
     if not isinstance(raw, dict):
         raise CheckpointError(f"{where} is not an object")
     try:
@@ -139,7 +140,7 @@ def device_from_json(raw: Any, where: str) -> DeviceRecord:
     return replace(
         record,
         enforcement=_enforcement_from_json(
-            enforcement, record, f"{where}.enforcement", _ENFORCEMENT_KEYS
+            enforcement, record, f"{where}.enforcement", _ENFORCEMENT_KEYS, strategies
         ),
     )
 
@@ -162,18 +163,22 @@ _GRANT_KEYS: Final = ("strategy", "limit_cores", "limit_memory", "interval")
 
 
 def _enforcement_from_json(
-    raw: Any, record: DeviceRecord, where: str, keys: tuple[str, str, str, str]
+    raw: Any,
+    record: DeviceRecord,
+    where: str,
+    keys: tuple[str, str, str, str],
+    strategies: StrategyRegistry,
 ) -> Enforcement:
     """An :class:`Enforcement` of ``record`` read from ``raw`` under the JSON names ``keys``
-    (strategy, limit cores, limit memory, interval), checked against the fixed vocabularies and
-    the record's share (see the module docstring)."""
+    (strategy, limit cores, limit memory, setting), checked against the registered strategies,
+    the record's share and the strategy's own setting check (see the module docstring)."""
     if not isinstance(raw, dict):
         raise CheckpointError(f"{where} is not an object")
     strategy_key, cores_key, memory_key, interval_key = keys
     strategy = raw.get(strategy_key)
-    if strategy not in STRATEGIES:
+    if not isinstance(strategy, str) or strategy not in strategies:
         raise CheckpointError(
-            f"{where}.{strategy_key} is {strategy!r}; known: {', '.join(STRATEGIES)}"
+            f"{where}.{strategy_key} is {strategy!r}; known: {strategies.known()}"
         )
     if record.admin_access:
         raise CheckpointError(f"{where}: an adminAccess device is never enforced")
@@ -188,21 +193,22 @@ def _enforcement_from_json(
             f"{where}.{memory_key} {limit_memory} is outside 0..{record.memory} "
             "(the share's memory)"
         )
-    interval = raw.get(interval_key)
-    if strategy == STRATEGY_TIME_SLICING:
-        if interval not in TIMESLICE_VALUES:
-            raise CheckpointError(
-                f"{where}.{interval_key} is {interval!r}; known: {', '.join(TIMESLICE_VALUES)}"
-            )
-    elif interval is not None:
-        raise CheckpointError(f"{where}.{interval_key} is set for strategy {strategy}")
+    try:
+        interval = strategies[strategy].setting_from_json(
+            raw.get(interval_key), f"{where}.{interval_key}"
+        )
+    except SettingsError as exc:
+        raise CheckpointError(str(exc)) from None
     return Enforcement(
         strategy=strategy, limit_cores=limit_cores, limit_memory=limit_memory, interval=interval
     )
 
 
 def _with_format1_grants(
-    devices: tuple[DeviceRecord, ...], sharing: Mapping[str, Any], where: str
+    devices: tuple[DeviceRecord, ...],
+    sharing: Mapping[str, Any],
+    where: str,
+    strategies: StrategyRegistry,
 ) -> tuple[DeviceRecord, ...]:
     """Format 1: a claim's enforcement was its ``sharing.grants``, one grant per device that is
     not adminAccess, in device order. Each grant becomes its device's ``enforcement`` when it
@@ -240,7 +246,9 @@ def _with_format1_grants(
             raise CheckpointError(
                 f"{at}[{n}].gpu_uuid {grant.get('gpu_uuid')!r} is not devices[{i}]'s GPU"
             )
-        out[i] = replace(d, enforcement=_enforcement_from_json(grant, d, f"{at}[{n}]", _GRANT_KEYS))
+        out[i] = replace(
+            d, enforcement=_enforcement_from_json(grant, d, f"{at}[{n}]", _GRANT_KEYS, strategies)
+        )
     return tuple(out)
 
 
@@ -327,7 +335,11 @@ class ClaimRecord:
         }
 
     @classmethod
-    def from_json(cls, uid: str, raw: Any) -> ClaimRecord:
+    def from_json(
+        cls, uid: str, raw: Any, strategies: StrategyRegistry = DEFAULT_REGISTRY
+    ) -> ClaimRecord:
+        """The record of claim ``uid`` read back from ``raw``; the devices' enforcements name
+        strategies of ``strategies``."""
         where = f"claims[{uid}]"
         if not is_claim_uid(uid):
             raise CheckpointError(f"claims[{uid!r}]: the key is not a claim UID")
@@ -339,12 +351,14 @@ class ClaimRecord:
         devices = raw.get("devices")
         if not isinstance(devices, list):
             raise CheckpointError(f"{where}.devices is not a list")
-        records = tuple(device_from_json(d, f"{where}.devices[{i}]") for i, d in enumerate(devices))
+        records = tuple(
+            device_from_json(d, f"{where}.devices[{i}]", strategies) for i, d in enumerate(devices)
+        )
         sharing = raw.get("sharing") or {}
         if not isinstance(sharing, dict):
             raise CheckpointError(f"{where}.sharing is not an object")
         if sharing and all(d.enforcement is None for d in records):
-            records = _with_format1_grants(records, sharing, where)
+            records = _with_format1_grants(records, sharing, where, strategies)
         return cls(
             uid=uid,
             namespace=_str(raw.get("namespace"), f"{where}.namespace"),
@@ -455,7 +469,15 @@ class Checkpoint:
     """Reads and writes ``<data_dir>/checkpoint.dat`` (and migrates ``checkpoint.json``); not
     thread-safe (callers serialize)."""
 
-    def __init__(self, data_dir: Path, boot_id_file: Path = DEFAULT_BOOT_ID_FILE) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        boot_id_file: Path = DEFAULT_BOOT_ID_FILE,
+        *,
+        strategies: StrategyRegistry = DEFAULT_REGISTRY,
+    ) -> None:
+        """``strategies``: the strategies a recorded enforcement may name (the enforcer's)."""
+        self.strategies = strategies
         self.path = data_dir / CHECKPOINT_FILE
         self.legacy_path = data_dir / LEGACY_CHECKPOINT_FILE
         self.boot_id = read_boot_id(boot_id_file)
@@ -555,7 +577,7 @@ class Checkpoint:
         loaded = Loaded(status=LOAD_OK, sharing=doc.get("sharing") or {})
         for uid, entry in claims_raw.items():
             try:
-                loaded.claims[uid] = ClaimRecord.from_json(uid, entry)
+                loaded.claims[uid] = ClaimRecord.from_json(uid, entry, self.strategies)
             except CheckpointError as exc:
                 loaded.bad_claims[uid] = str(exc)
         return loaded

@@ -67,6 +67,7 @@ from kubeletplugin.sharing.daemons import DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import build_enforcer
 from kubeletplugin.sharing.mps import control_env
 from kubeletplugin.sharing.mpspaths import MpsPaths
+from kubeletplugin.sharing.strategies.mps import MpsNode
 from kubeletplugin.usage.attribution import attribute
 from kubeletplugin.usage.model import GpuSample, PreparedShare
 from kubeletplugin.usage.procfs import PodLookup
@@ -578,9 +579,10 @@ def answers(paths: MpsPaths) -> bool:
 def restart_through_the_plugin(node: GpuNode, daemon: DaemonSpec) -> None:
     """Kill ``daemon`` and let the plugin's MPS manager start it again, as a prepare or a plugin
     restart does for a dead daemon (its sockets unlinked and created anew)."""
-    owned = node.enforcer.mps.running()[daemon.id]
+    mps = node.enforcer.node_of(MpsNode).manager
+    owned = mps.running()[daemon.id]
     kill_daemon(node, daemon)
-    node.enforcer.mps.ensure_running(owned.claim_uid, owned.uuid, owned.limits)
+    mps.ensure_running(owned.claim_uid, owned.uuid, owned.limits)
 
 
 @pytest.mark.xfail(
@@ -738,8 +740,10 @@ def test_the_daemon_and_server_do_not_follow_a_client_symlink_in_shm(
                     (outside / name).write_bytes(OUTSIDE_CONTENT)
                     (outside / name).chmod(0o644)
                 before = snapshot(outside)
-                spec = gpu_node.enforcer.mps.spec(
-                    refs[0].uid, gpu.uuid, gpu_node.enforcer.mps.running()[daemon.id].limits
+                spec = gpu_node.enforcer.node_of(MpsNode).manager.spec(
+                    refs[0].uid,
+                    gpu.uuid,
+                    gpu_node.enforcer.node_of(MpsNode).manager.running()[daemon.id].limits,
                 )
                 kill_daemon(gpu_node, daemon)
                 argv = [os.path.realpath(sys.executable), "-I", "-S", str(planter)]

@@ -10,16 +10,19 @@ from kubeletplugin.config import ConfigError, parse_config
 from kubeletplugin.hosts.fakerunner import FakeRunner
 from kubeletplugin.main import enforcer_for, make_host
 from kubeletplugin.runner import HostRunner
+from kubeletplugin.sharing.strategies.mps import MpsNode
 
 
 def test_defaults_run_driver_tools_from_the_host_root() -> None:
     config = parse_config(["--node-name", "n1"], environ={})
     assert (config.driver_root, config.limits_library) == (Path("/"), None)
     enforcer = enforcer_for(config, make_host(config))
-    assert isinstance(enforcer.runner, HostRunner)
-    assert enforcer.runner.driver_root == Path("/")
-    assert enforcer.limits_library is None
-    assert enforcer.mps.root == Path("/var/lib/kubelet/plugins/gpu.sharegpu.dev/mps")
+    assert isinstance(enforcer.setup.runner, HostRunner)
+    assert enforcer.setup.runner.driver_root == Path("/")
+    assert enforcer.setup.limits_library is None
+    assert enforcer.node_of(MpsNode).manager.root == Path(
+        "/var/lib/kubelet/plugins/gpu.sharegpu.dev/mps"
+    )
 
 
 def test_flags_reach_the_enforcer() -> None:
@@ -37,15 +40,15 @@ def test_flags_reach_the_enforcer() -> None:
         environ={},
     )
     enforcer = enforcer_for(config, make_host(config))
-    assert isinstance(enforcer.runner, HostRunner)
-    assert enforcer.runner.driver_root == Path("/run/nvidia/driver")
-    assert enforcer.limits_library == "/opt/hami/libvgpu.so"
-    assert enforcer.mps.root == Path("/data/mps")
+    assert isinstance(enforcer.setup.runner, HostRunner)
+    assert enforcer.setup.runner.driver_root == Path("/run/nvidia/driver")
+    assert enforcer.setup.limits_library == "/opt/hami/libvgpu.so"
+    assert enforcer.node_of(MpsNode).manager.root == Path("/data/mps")
 
 
 def test_mock_backend_uses_the_simulated_tools() -> None:
     config = parse_config(["--node-name", "n1", "--device-backend", "mock"], environ={})
-    assert isinstance(enforcer_for(config, make_host(config)).runner, FakeRunner)
+    assert isinstance(enforcer_for(config, make_host(config)).setup.runner, FakeRunner)
 
 
 @pytest.mark.parametrize("flag", ["--driver-root", "--limits-library"])
@@ -99,14 +102,15 @@ def test_without_a_launcher_real_gpus_refuse_mps_shares_with_a_clear_error(
     enforcer = build_enforcer(
         nvidia_share_tools(Path("/")), tmp_path, driver_name=h.DRIVER, mps_root=tmp_path / "m"
     )
-    enforcer.runner = enforcer.mps.runner = fake  # no NVIDIA tools here
-    assert isinstance(enforcer.mps.shm, TmpfsMounter)
-    enforcer.mps.shm = PlainDirectory()  # tests never mount
+    mps = enforcer.node_of(MpsNode).manager
+    mps.runner = fake  # no NVIDIA tools here
+    assert isinstance(mps.shm, TmpfsMounter)
+    mps.shm = PlainDirectory()  # tests never mount
     fake.on("nvidia-smi", "-i", stdout="Default\n")
     share = record(h.gpus()[0], "gpu-0", ("gpu",), 30, 2**30, share_id="s-1")
     with pytest.raises(ShareError, match="no MPS daemon pod template"):
         enforcer.apply("claim-a", [share], DriverConfigs())
-    assert enforcer.mps.root == tmp_path / "m"
+    assert mps.root == tmp_path / "m"
 
 
 def test_the_shm_bound_reaches_the_mps_manager(tmp_path: Path) -> None:
@@ -117,4 +121,4 @@ def test_the_shm_bound_reaches_the_mps_manager(tmp_path: Path) -> None:
     enforcer = build_enforcer(
         simulated_share_tools(), tmp_path, driver_name=h.DRIVER, mps_shm_bytes=64 * 1024**2
     )
-    assert enforcer.mps.shm_bytes == 64 * 1024**2
+    assert enforcer.node_of(MpsNode).manager.shm_bytes == 64 * 1024**2

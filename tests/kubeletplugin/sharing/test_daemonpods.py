@@ -30,6 +30,7 @@ from kubeletplugin.sharing.daemonpods import (
 from kubeletplugin.sharing.daemons import DaemonError, DaemonPhase, DaemonSpec
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import DAEMON_ID_LENGTH, MpsPaths, daemon_id, short_id
+from kubeletplugin.sharing.strategies.mps import MpsNode
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, FakePodApi, Tools, decided, record
 
@@ -323,7 +324,7 @@ def test_daemon_pods_survive_a_plugin_restart_and_are_adopted_not_restarted(
         node_gpus=[g.uuid for g in h.gpus()],
     )
     assert api.created == 1 and tools.sim.daemons_started == 1
-    assert second.mps.running()[daemon].adopted
+    assert second.node_of(MpsNode).manager.running()[daemon].adopted
     # The next claim gets a daemon of its own; releasing the first leaves it alone.
     second.apply("claim-b", [share(20, 5 * GI, "s-2")], DriverConfigs())
     assert api.created == 2

@@ -12,8 +12,9 @@ from api import names
 from api.gpuconfig import DriverConfigs, decode_driver_configs
 from kubeletplugin.devices.slices import partition_share
 from kubeletplugin.sharing.enforcement import ShareError
-from kubeletplugin.sharing.enforcer import LIMITS_LOCK_BYTES, SharingEnforcer
+from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import daemon_id
+from kubeletplugin.sharing.strategies.limits import LIMITS_LOCK_BYTES, LimitsNode
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import (
     GI,
@@ -628,7 +629,7 @@ def test_a_limits_lock_directory_is_a_bounded_tmpfs_until_unprepare(tmp_path: Pa
     configs = decode_driver_configs([gpu_config({"strategy": "Limits"})], h.DRIVER)
     device = record(h.gpus()[0], "gpu-0", ("gpu",), 30, GI, share_id="s-1")
     enforcer.apply("claim-a", [device], configs)
-    lock_dir = enforcer.lock_dir("claim-a")
+    lock_dir = enforcer.node_of(LimitsNode).lock_dir("claim-a")
     assert mounter.mounted == {lock_dir: LIMITS_LOCK_BYTES} and LIMITS_LOCK_BYTES <= 4 * 2**20
     enforcer.release("claim-a")
     assert mounter.mounted == {} and not lock_dir.exists()

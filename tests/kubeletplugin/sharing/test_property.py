@@ -19,6 +19,7 @@ from kubeletplugin.devices.mock import MockBackend
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.sharing.enforcement import ShareError
 from kubeletplugin.sharing.enforcer import takes_whole_gpu
+from kubeletplugin.sharing.strategies.mps import MpsNode
 from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools, decided, record
 
 GPUS: list[GpuInfo] = MockBackend("prop-node", 2).discover()
@@ -269,7 +270,7 @@ def test_a_release_never_stops_the_daemon_of_a_claim_whose_apply_is_in_flight() 
                 assert proceed.wait(timeout=30)
             launch(spec)
 
-        running = enforcer.mps.running
+        running = enforcer.node_of(MpsNode).manager.running
 
         def observed_running() -> Any:
             found = running()
@@ -278,7 +279,7 @@ def test_a_release_never_stops_the_daemon_of_a_claim_whose_apply_is_in_flight() 
             return found
 
         tools.pods.launch = slow_launch  # type: ignore[method-assign]
-        enforcer.mps.running = observed_running  # type: ignore[method-assign]
+        enforcer.node_of(MpsNode).manager.running = observed_running  # type: ignore[method-assign]
         b = [
             record(gpu0, "gpu-0", ("first",), 10, GI, share_id="b0"),
             record(gpu1, "gpu-1", ("second",), 10, GI, share_id="b1"),

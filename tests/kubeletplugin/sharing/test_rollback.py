@@ -17,6 +17,7 @@ from kubeletplugin.runner import CommandResult
 from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import daemon_id
+from kubeletplugin.sharing.strategies.timeslicing import TimeSlicingNode
 from kubeletplugin.sharing.timeslice import TimeSliceManager
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import (
@@ -232,4 +233,4 @@ def test_an_interval_whose_marker_cannot_be_written_is_not_set(tmp_path: Path) -
         enforcer.apply("claim-a", [share], config)
     # Only the read-only compute-mode query ran: no interval and no mode was set.
     assert tools.fake.argvs() == [query_compute_mode(gpu.uuid)]
-    assert enforcer.timeslice.gpus() == []
+    assert enforcer.node_of(TimeSlicingNode).manager.gpus() == []
