@@ -85,6 +85,23 @@ def test_the_node_plugin_contract_names_every_module_and_package() -> None:
     assert modules | _packages("kubeletplugin") == named
 
 
+def test_every_strategy_module_is_reached_only_through_the_registry() -> None:
+    """A new strategy module is one of the independent strategy layers, and the enforcer and
+    the checkpoint may not import it directly (docs/architecture.md, "Adding a strategy")."""
+    folder = REPO_ROOT / "kubeletplugin" / "sharing" / "strategies"
+    strategies = {p.stem for p in folder.glob("*.py")} - {"__init__", "base", "registry"}
+    layers = _contract("sharing-strategies")
+    assert layers["containers"] == ["kubeletplugin.sharing.strategies"]
+    assert layers["exhaustive"] is True
+    assert [_layer_names([layer]) for layer in layers["layers"]] == [
+        {"registry"},
+        strategies,
+        {"base"},
+    ]
+    forbidden = _contract("strategies-through-the-registry")["forbidden_modules"]
+    assert {f"kubeletplugin.sharing.strategies.{s}" for s in strategies} <= set(forbidden)
+
+
 #: Test folders that are not a package's: data, the chart, the docs, the end-to-end run, the
 #: examples, the real-GPU harness and the differential oracle.
 _NON_PACKAGE_TEST_FOLDERS = {"data", "deploy", "docs", "e2e", "examples", "gpu", "oracle"}
