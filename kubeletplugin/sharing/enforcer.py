@@ -80,10 +80,8 @@ class SharingEnforcer:
         shm_bytes: int = DEFAULT_SHM_BYTES,
         strategies: StrategyRegistry = DEFAULT_REGISTRY,
     ) -> None:
-        """The strategies get a :class:`StrategySetup` of the arguments: ``runner`` runs the
-        driver's tools, ``launcher`` the MPS daemons, whose host directories live under
-        ``mps_root`` (default ``<data_dir>/mps``; keep it short: socket paths hold at most 107
-        bytes), and ``shm`` mounts shared memory (each daemon's at most ``shm_bytes``)."""
+        """The registry's strategies each get a :class:`StrategySetup` of the arguments (the
+        node's tools and the plugin flags that tune a strategy) and make their node part."""
         self.driver_name = driver_name
         self.setup = StrategySetup(
             runner=runner,

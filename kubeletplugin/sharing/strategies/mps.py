@@ -93,6 +93,8 @@ class MpsStrategy:
         return None
 
     def on_node(self, setup: StrategySetup) -> MpsNode:
+        """The daemons' host directories live under ``setup.mps_root`` (default
+        ``<data_dir>/mps``; keep it short: socket paths hold at most 107 bytes)."""
         root = setup.data_dir / "mps" if setup.mps_root is None else setup.mps_root
         return MpsNode(
             MpsManager(setup.runner, root, setup.launcher, shm=setup.shm, shm_bytes=setup.shm_bytes)
