@@ -20,8 +20,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import sharegpu.kube.telemetry as telemetry_module
 from controller.main import Controller, build_parser
-from controller.reconcile import reconcile
-from controller.status import COLUMNS, gpu_rows
 from controller.tracker import Tracker
 from sharegpu.kube import httpserve
 from sharegpu.kube.leader import LeaderElector
@@ -244,27 +242,6 @@ def test_the_json_api_is_served_only_to_users_who_may_list_gpu_objects(
         assert _get(port, "/api/v1/gpus", "ops-token")[0] == 200
         assert _get(port, "/api/v1/gpus", "tenant-token")[0] == 403
     assert apiserver.request_count("create", "tokenreviews") == reviews
-
-
-def test_status_rows() -> None:
-    claims = [h.claim("a", [h.result("n1", "gpu-0", cores=30, memory="10Gi")], pods=[("p", "u")])]
-    objs = reconcile(
-        [h.node_slice("n1", 2)], claims, [h.pod("p", "a", {"c": None}, uid="u")], h.DRIVER
-    )
-    rows = gpu_rows([o.manifest() for o in objs.values()])
-    assert rows == gpu_rows(objs.values())
-    assert list(rows[0]) == list(COLUMNS)
-    assert rows[0] == {
-        "NODE": "n1",
-        "GPU": "0",
-        "MODEL": h.MODEL,
-        "HEALTH": "Healthy",
-        "CORES": "30/100",
-        "MEMORY": "10Gi/80Gi",
-        "CLAIMS": "default/a",
-        "PODS": "p(c)",
-    }
-    assert rows[1]["CLAIMS"] == "-" and rows[1]["CORES"] == "0/100"
 
 
 def _run(args: list[str], **kwargs: Any) -> subprocess.Popen[str]:
