@@ -58,11 +58,11 @@ from controller.quotaadmit import QuotaAdmitter
 from controller.reconcile import reconcile
 from controller.webhook import AdmissionHandler
 from kubeletplugin.config import ConfigError, parse_config
-from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.kubelet.registration import registration_socket_path
 from kubeletplugin.main import Plugin, build_plugin
 from kubeletplugin.prepare.cdi import spec_file_name
+from kubeletplugin.preview import DiscoveryError
 from sharegpu.allocator import Allocator, seeded_share_ids
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest
 from sharegpuctl.cli.common import (
