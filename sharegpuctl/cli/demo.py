@@ -53,7 +53,8 @@ from typing import Any, Final
 from api import names
 from api.jsontypes import Obj
 from api.quantity import format_bytes_human, format_quantity, quantity_int
-from controller.main import Controller, build_parser
+from controller.config import parse_config as parse_controller_config
+from controller.main import Controller
 from controller.quotaadmit import QuotaAdmitter
 from controller.reconcile import reconcile
 from controller.webhook import AdmissionHandler
@@ -578,13 +579,13 @@ def create_classes(rest: KubeRest, classes: Sequence[Obj], driver: str) -> None:
 def start_controller(node: Node, driver: str) -> tuple[Controller, AdmissionHandler]:
     """The controller's tracker and quota controller against the demo's API server, and its
     webhook's checks with quota charging (served in-process: see :mod:`.demo_admission`)."""
-    args = build_parser().parse_args(
+    config = parse_controller_config(
         [
             *("--kubeconfig", str(node.kubeconfig), "--driver-name", driver),
             *("--metrics-address", "", "--api-address", "", "--disable-webhook"),
         ]
     )
-    controller = Controller(args)
+    controller = Controller(config)
     try:
         controller.start()
     except (KubeConfigError, KubeApiError, OSError, ValueError) as exc:

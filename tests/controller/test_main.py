@@ -19,6 +19,7 @@ import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
 import sharegpu.kube.telemetry as telemetry_module
+from controller.config import config_from_args
 from controller.main import Controller, build_parser
 from controller.tracker import Tracker
 from sharegpu.kube import httpserve
@@ -82,7 +83,7 @@ def running(apiserver: KubeAPIServer, tmp_path: Path) -> Iterator[tuple[Controll
         cluster.add_slice(h.node_slice(node, 2))
     cluster.add_claim("a", [h.result("n1", "gpu-1", cores=30, memory="10Gi")])
     apiserver.inject_fault("create", "gpus", code=500, times=1)  # one failed write, retried
-    controller = Controller(args)
+    controller = Controller(config_from_args(args))
     controller.start()
     try:
         yield controller, cluster
@@ -148,7 +149,7 @@ def test_tracker_stops_before_the_lease_is_released(
             "--lease-namespace=sharegpu",
         ]
     )
-    controller = Controller(args)
+    controller = Controller(config_from_args(args))
     controller.start()
     try:
         assert controller.elector is not None
@@ -170,7 +171,7 @@ def test_stop_closes_the_api_client(apiserver: KubeAPIServer, tmp_path: Path) ->
             "--lease-namespace=sharegpu",
         ]
     )
-    controller = Controller(args)
+    controller = Controller(config_from_args(args))
     controller.start()
     try:
         assert controller.tracker is not None and controller.tracker.wait_synced(DEADLINE_S)
@@ -374,7 +375,7 @@ def test_every_server_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             "--api-address=127.0.0.1:0",
         ]
     )
-    controller = Controller(args)
+    controller = Controller(config_from_args(args))
     controller.start()
     stallers = []
     try:
