@@ -60,7 +60,6 @@ from controller.reconcile import reconcile
 from controller.webhook import AdmissionHandler
 from kubeletplugin.config import ConfigError, parse_config
 from kubeletplugin.kubelet.preparer import ClaimRef
-from kubeletplugin.kubelet.registration import registration_socket_path
 from kubeletplugin.main import Plugin, build_plugin
 from kubeletplugin.prepare.cdi import spec_file_name
 from kubeletplugin.preview import DiscoveryError
@@ -215,9 +214,9 @@ def running_node(root: Path) -> Iterator[Node]:
             raise CliError(f"cannot start the kubelet plugin: {exc}") from None
         stack.callback(plugin.stop)
         plugin.start()
-        if not registration_socket_path(registry, config.driver_name).exists():
-            raise CliError("the kubelet plugin started but serves no registration socket")
         kubelet_sim = stack.enter_context(KubeletSim(registry))
+        if not kubelet_sim.registration_socket(config.driver_name).exists():
+            raise CliError("the kubelet plugin started but serves no registration socket")
         kubelet = kubelet_sim.register(config.driver_name)
         api = server.client()
         stack.callback(api.close)

@@ -257,9 +257,13 @@ class KubeletSim:
             p for p in self.registry_dir.iterdir() if not p.name.startswith(".") and p.is_socket()
         )
 
+    def registration_socket(self, driver_name: str) -> Path:
+        """Where the plugin of ``driver_name`` serves its registration (``<driver>-reg.sock``)."""
+        return self.registry_dir / f"{driver_name}-reg.sock"
+
     def get_info(self, driver_name: str, timeout: float = 10.0) -> SimPluginInfo:
         """Only the GetInfo step."""
-        with _unix_channel(self.registry_dir / f"{driver_name}-reg.sock") as channel:
+        with _unix_channel(self.registration_socket(driver_name)) as channel:
             stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)
             info = stub.GetInfo(
                 pluginregistration_v1_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True
@@ -273,7 +277,7 @@ class KubeletSim:
 
     def notify(self, driver_name: str, registered: bool, error: str = "") -> None:
         """Only the NotifyRegistrationStatus step."""
-        with _unix_channel(self.registry_dir / f"{driver_name}-reg.sock") as channel:
+        with _unix_channel(self.registration_socket(driver_name)) as channel:
             stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)
             stub.NotifyRegistrationStatus(
                 pluginregistration_v1_pb2.RegistrationStatus(
