@@ -69,11 +69,13 @@ def add_host_flags(
         "--mock-gpus",
         type=int,
         default=DEFAULT_MOCK_GPUS,
+        metavar="N",
         help=f"number of mock GPUs (mock backend; default {DEFAULT_MOCK_GPUS})",
     )
     g.add_argument(
         "--mock-config",
         type=Path,
+        metavar="FILE",
         help="YAML list of mock GPUs with any discovery field (mock backend)",
     )
     g.add_argument(
