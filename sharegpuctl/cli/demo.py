@@ -59,7 +59,6 @@ from controller.quotaadmit import QuotaAdmitter
 from controller.reconcile import reconcile
 from controller.webhook import AdmissionHandler
 from kubeletplugin.config import ConfigError, parse_config
-from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.main import Plugin, build_plugin
 from kubeletplugin.prepare.cdi import spec_file_name
 from kubeletplugin.preview import DiscoveryError
@@ -90,7 +89,7 @@ from sharegpuctl.cli.explain import allocation_rows, consumed_text, describe, po
 from sharegpuctl.cli.output import Table, emit, fit_width, resolve_format
 from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.apiserver.resources import default_resources, refused_kinds
-from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin
+from sharegpuctl.local.kubelet import ClaimRef, KubeletSim, RegisteredPlugin
 
 HELP = "run the whole driver locally: mock GPUs, the real plugin, allocation, prepare"
 NODE_NAME: Final = "demo-node"
