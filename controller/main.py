@@ -12,16 +12,17 @@ end with a one-line error and exit code 1, never a traceback.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import ssl
 from collections.abc import Callable
-from typing import Final
 
-from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
-from api.version import VERSION
-from controller.apiauth import DEFAULT_AUDIENCE, KubeAuthorizer
+from controller.apiauth import KubeAuthorizer
+from controller.config import (
+    API_AUTH_KUBERNETES,
+    ControllerConfig,
+    build_parser,
+    config_from_args,
+)
 from controller.httpapi import serve_api, serve_probes
 from controller.metrics import ControllerMetrics
 from controller.quotaadmit import QuotaAdmitter
@@ -32,15 +33,11 @@ from controller.webhook import AdmissionHandler, CertificateReloader, WebhookSer
 from sharegpu.kube.httpserve import BoundedHTTPServer
 from sharegpu.kube.leader import LeaderElector
 from sharegpu.kube.lifecycle import Lifecycle
-from sharegpu.kube.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from sharegpu.kube.logs import configure_logging
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest, load_api_client
-from sharegpu.kube.telemetry import Telemetry, parse_address, serve_metrics
+from sharegpu.kube.telemetry import Telemetry, serve_metrics
 
 log = logging.getLogger("controller")
-
-API_AUTH_KUBERNETES: Final = "kubernetes"
-API_AUTH_NONE: Final = "none"
-API_AUTH_MODES: Final = (API_AUTH_KUBERNETES, API_AUTH_NONE)
 
 #: Seconds one API request of the tracker or the leader election may take (lists are paged).
 REQUEST_TIMEOUT_S = 30.0
@@ -49,149 +46,6 @@ REQUEST_TIMEOUT_S = 30.0
 def _unknown(_namespace: str) -> bool | None:
     """No quota cache: whether a namespace has GpuQuotas is unknown (ask the API server)."""
     return None
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false (got {text!r})")
-
-
-def _address(text: str) -> str:
-    if text:
-        try:
-            parse_address(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line flags of the controller."""
-    p = argparse.ArgumentParser(
-        prog="sharegpu-controller",
-        description="sharegpu controller: admission webhook, per-GPU allocation tracking "
-        "(GPU objects), JSON API and Prometheus metrics.",
-    )
-    p.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
-    env = os.environ.get
-    p.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig file (else $KUBECONFIG, else the in-cluster configuration)",
-    )
-    p.add_argument(
-        "--driver-name",
-        default=env("DRIVER_NAME", DEFAULT_DRIVER_NAME),
-        help="DRA driver name (env DRIVER_NAME; default %(default)s)",
-    )
-    p.add_argument(
-        "--webhook-address",
-        type=_address,
-        default="127.0.0.1:8443",
-        help="HTTPS address of the admission webhook; the API server must reach it, e.g. "
-        "$(POD_IP):8443 (default %(default)s)",
-    )
-    p.add_argument(
-        "--tls-cert-file",
-        default="",
-        help="webhook serving certificate (PEM); reloaded when it changes",
-    )
-    p.add_argument("--tls-key-file", default="", help="webhook private key (PEM)")
-    p.add_argument(
-        "--webhook-client-ca-file",
-        default="",
-        help="CA bundle (PEM) that signs the API server's webhook client certificate; reviews "
-        "whose client certificate it verifies may charge GpuQuotas, every other review is "
-        "judged without charging (empty: no review charges; see docs/security.md)",
-    )
-    p.add_argument(
-        "--webhook-client-name",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a name (subject CN or DNS SAN) the API server's client certificate must carry "
-        "(repeatable; none: any certificate the client CA signed)",
-    )
-    p.add_argument(
-        "--device-class",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="DeviceClass of this driver whose requests are checked (repeatable; "
-        "classes named like the driver always are)",
-    )
-    p.add_argument(
-        "--metrics-address",
-        type=_address,
-        default="127.0.0.1:9401",
-        help="address of /metrics (empty: off; default %(default)s)",
-    )
-    p.add_argument(
-        "--api-address",
-        type=_address,
-        default="127.0.0.1:8080",
-        help="address of the JSON API and /healthz, /readyz (empty: off; default %(default)s)",
-    )
-    p.add_argument(
-        "--api-auth",
-        choices=API_AUTH_MODES,
-        default=API_AUTH_KUBERNETES,
-        help="who may read the JSON API: kubernetes (a bearer token whose user may list GPU "
-        "objects, checked with TokenReview and SubjectAccessReview) or none (anyone who can "
-        "connect; for an API bound to 127.0.0.1); the probes never need credentials "
-        "(default %(default)s)",
-    )
-    p.add_argument(
-        "--api-token-audience",
-        default=DEFAULT_AUDIENCE,
-        help="the audience the JSON API's bearer tokens must be bound to (kubectl create token "
-        "SA --audience ...; default %(default)s)",
-    )
-    p.add_argument(
-        "--api-tls-cert-file",
-        default="",
-        help="serve the JSON API over HTTPS with this certificate (PEM; reloaded when it "
-        "changes); empty: plain HTTP, for an API bound to 127.0.0.1",
-    )
-    p.add_argument("--api-tls-key-file", default="", help="private key of --api-tls-cert-file")
-    p.add_argument(
-        "--probe-address",
-        type=_address,
-        default="",
-        help="address of a plain-HTTP port serving only /healthz and /readyz, off the JSON "
-        "API's authenticated path (empty: off; the probes are also on the API port)",
-    )
-    p.add_argument(
-        "--leader-elect",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=False,
-        help="elect one writing replica with a Lease (default %(default)s)",
-    )
-    p.add_argument(
-        "--lease-namespace",
-        default=env("POD_NAMESPACE", "default"),
-        help="namespace of the Lease (env POD_NAMESPACE; default %(default)s)",
-    )
-    p.add_argument(
-        "--lease-name",
-        default=CONTROLLER_LEASE_NAME,
-        help="name of the Lease (default %(default)s)",
-    )
-    p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
-    p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    p.add_argument("--disable-webhook", action="store_true", help="do not serve the webhook")
-    p.add_argument(
-        "--disable-tracker",
-        action="store_true",
-        help="do not track GPUs (no API access needed then)",
-    )
-    return p
 
 
 def _closer(server: BoundedHTTPServer) -> Callable[[], None]:
@@ -203,10 +57,15 @@ def _closer(server: BoundedHTTPServer) -> Callable[[], None]:
 
 
 class Controller:
-    """The running components; :meth:`stop` tears them down in reverse order."""
+    """The running components; :meth:`stop` tears them down in reverse order.
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
+    :meth:`start` runs its steps in this order: load the JSON API's certificate, connect to the
+    API server, build the tracking (leader election, tracker, GpuQuota statuses), serve
+    ``/metrics``, the webhook, the JSON API and the probes, then start the tracking components.
+    """
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
         self.telemetry = Telemetry("sharegpu-controller")
         self.metrics = ControllerMetrics(self.telemetry)
         #: Reverse stop order: the tracker (and its writes) stops before the lease is released,
@@ -227,130 +86,158 @@ class Controller:
     def start(self) -> None:
         """Start every enabled component.
 
-        Raises KubeConfigError, KubeApiError, OSError or ValueError.
+        Raises KubeConfigError, KubeApiError, OSError, ValueError or ssl.SSLError.
         """
-        a = self.args
-        if not a.disable_webhook and not (a.tls_cert_file and a.tls_key_file):
-            raise ValueError(
-                "the webhook needs --tls-cert-file and --tls-key-file (or --disable-webhook)"
-            )
-        if bool(a.api_tls_cert_file) != bool(a.api_tls_key_file):
-            raise ValueError("--api-tls-cert-file and --api-tls-key-file go together")
-        api_certs = (
-            CertificateReloader(a.api_tls_cert_file, a.api_tls_key_file)
-            if a.api_tls_cert_file
+        api_certs = self._api_certificates()
+        kube = self._connect() if self.config.tracker else None
+        if kube is not None:
+            self._build_tracking(kube)
+        self._serve_metrics()
+        if self.config.webhook:
+            self._serve_webhook(kube)
+        self._serve_api(kube, api_certs)
+        self._serve_probes()
+        self._start_tracking()
+
+    def _api_certificates(self) -> CertificateReloader | None:
+        """The JSON API's certificate (``--api-tls-cert-file``), loaded now; None: plain HTTP."""
+        c = self.config
+        return (
+            CertificateReloader(c.api_tls_cert_file, c.api_tls_key_file)
+            if c.api_tls_cert_file
             else None
         )
-        kube: KubeRest | None = None
-        if not a.disable_tracker:
-            api_client = load_api_client(a.kubeconfig)
-            # Closed last: the tracker and the lease still use it while they stop.
-            self.lifecycle.running("API client", api_client.close)
-            kube = KubeRest(
-                api_client, on_error=self.metrics.api_error, timeout_s=REQUEST_TIMEOUT_S
+
+    def _connect(self) -> KubeRest:
+        """The API client of the tracker, the quotas and the lease (closed last: they still use
+        it while they stop)."""
+        api_client = load_api_client(self.config.kubeconfig)
+        self.lifecycle.running("API client", api_client.close)
+        return KubeRest(api_client, on_error=self.metrics.api_error, timeout_s=REQUEST_TIMEOUT_S)
+
+    def _build_tracking(self, kube: KubeRest) -> None:
+        """The leader election (``--leader-elect``), the tracker of the GPU objects and the
+        GpuQuota statuses, with their metrics and the charge basis; started by
+        :meth:`_start_tracking`."""
+        c = self.config
+        is_leader: Callable[[], bool] = lambda: True  # noqa: E731
+        if c.leader_elect:
+            self.elector = LeaderElector(kube, c.lease_namespace, c.lease_name)
+            is_leader = lambda: self.elector is not None and self.elector.is_leader  # noqa: E731
+        tracker = self.tracker = Tracker(
+            kube,
+            c.driver_name,
+            metrics=self.metrics,
+            is_leader=is_leader,
+            tracer=self.telemetry.tracer,
+        )
+        self.metrics.set_gpu_source(tracker.gauges)
+        self.quota_basis = lambda: basis_of(
+            (g.node, g.memory_capacity, g.min_share_cores) for g in tracker.gauges()
+        )
+        self.quotas = QuotaController(
+            kube,
+            c.driver_name,
+            classes=c.device_classes,
+            basis=self.quota_basis,
+            is_leader=is_leader,
+        )
+        self.metrics.set_quota_source(self.quotas.gauges)
+
+    def _serve_metrics(self) -> None:
+        """``/metrics`` on ``--metrics-address`` (empty: off)."""
+        if not self.config.metrics_address:
+            return
+        server = self.metrics_server = serve_metrics(self.telemetry, self.config.metrics_address)
+        self.lifecycle.running("metrics server", _closer(server))
+        log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
+
+    def _quota_admitter(self, kube: KubeRest) -> QuotaAdmitter:
+        """What charges GpuQuotas at admission, with the quota controller's caches when it
+        runs."""
+        c, quotas = self.config, self.quotas
+        admitter = QuotaAdmitter(
+            kube,
+            c.driver_name,
+            c.device_classes,
+            self.quota_basis,
+            has_quotas=quotas.namespace_has_quotas if quotas is not None else _unknown,
+            known_classes=quotas.driver_classes if quotas is not None else frozenset,
+        )
+        self.metrics.set_quota_crd_source(admitter.crd_served)
+        if not c.webhook_client_ca_file:
+            log.warning(
+                "GpuQuotas are NOT enforced at admission: --webhook-client-ca-file is not "
+                "set, so the webhook cannot tell the API server's reviews from forged "
+                "ones and charges none; claims are judged against the quotas and charged "
+                "when they appear, so claims created at the same time can together exceed "
+                "a quota (metric sharegpu_quota_admission_enforced 0; see "
+                "docs/security.md, webhook client authentication)"
             )
-        if not a.disable_tracker and kube is not None:
-            is_leader: Callable[[], bool] = lambda: True  # noqa: E731
-            if a.leader_elect:
-                self.elector = LeaderElector(kube, a.lease_namespace, a.lease_name)
-                is_leader = lambda: self.elector is not None and self.elector.is_leader  # noqa: E731
-            self.tracker = Tracker(
-                kube,
-                a.driver_name,
-                metrics=self.metrics,
-                is_leader=is_leader,
-                tracer=self.telemetry.tracer,
+        return admitter
+
+    def _serve_webhook(self, kube: KubeRest | None) -> None:
+        """The admission webhook (HTTPS), charging GpuQuotas when the API server is reached."""
+        c = self.config
+        certs = CertificateReloader(
+            c.tls_cert_file, c.tls_key_file, client_ca_file=c.webhook_client_ca_file
+        )
+        admitter = self._quota_admitter(kube) if kube is not None else None
+        admission = AdmissionHandler(c.driver_name, self.metrics, c.device_classes, admitter)
+        if admitter is not None:
+            verifies = bool(c.webhook_client_ca_file)
+            self.metrics.set_quota_admission_source(
+                lambda: verifies and admission.charging is not False
             )
-            self.metrics.set_gpu_source(self.tracker.gauges)
-            tracker_now = self.tracker
-            self.quota_basis = lambda: basis_of(
-                (g.node, g.memory_capacity, g.min_share_cores) for g in tracker_now.gauges()
-            )
-            self.quotas = QuotaController(
-                kube,
-                a.driver_name,
-                classes=a.device_class,
-                basis=self.quota_basis,
-                is_leader=is_leader,
-            )
-            self.metrics.set_quota_source(self.quotas.gauges)
-        if a.metrics_address:
-            server = self.metrics_server = serve_metrics(self.telemetry, a.metrics_address)
-            self.lifecycle.running("metrics server", _closer(server))
-            log.info("metrics on http://%s:%d/metrics", *server.server_address[:2])
-        if not a.disable_webhook:
-            certs = CertificateReloader(
-                a.tls_cert_file, a.tls_key_file, client_ca_file=a.webhook_client_ca_file
-            )
-            quotas = self.quotas
-            admitter = (
-                QuotaAdmitter(
-                    kube,
-                    a.driver_name,
-                    a.device_class,
-                    self.quota_basis,
-                    has_quotas=quotas.namespace_has_quotas if quotas is not None else _unknown,
-                    known_classes=quotas.driver_classes if quotas is not None else frozenset,
-                )
-                if kube is not None
-                else None
-            )
-            if admitter is not None:
-                self.metrics.set_quota_crd_source(admitter.crd_served)
-                if not a.webhook_client_ca_file:
-                    log.warning(
-                        "GpuQuotas are NOT enforced at admission: --webhook-client-ca-file is not "
-                        "set, so the webhook cannot tell the API server's reviews from forged "
-                        "ones and charges none; claims are judged against the quotas and charged "
-                        "when they appear, so claims created at the same time can together exceed "
-                        "a quota (metric sharegpu_quota_admission_enforced 0; see "
-                        "docs/security.md, webhook client authentication)"
-                    )
-            admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class, admitter)
-            if admitter is not None:
-                verifies = bool(a.webhook_client_ca_file)
-                self.metrics.set_quota_admission_source(
-                    lambda: verifies and admission.charging is not False
-                )
-            self.webhook = WebhookServer(
-                a.webhook_address, admission, certs, client_names=a.webhook_client_name
-            ).start()
-            self.lifecycle.running("webhook", self.webhook.stop)
-            log.info("webhook on https://%s:%d", *self.webhook.server_address[:2])
+        self.webhook = WebhookServer(
+            c.webhook_address, admission, certs, client_names=c.webhook_client_names
+        ).start()
+        self.lifecycle.running("webhook", self.webhook.stop)
+        log.info("webhook on https://%s:%d", *self.webhook.server_address[:2])
+
+    def _ready(self) -> Callable[[], bool]:
+        """Readiness: the tracker has synced (always ready without one)."""
         tracker = self.tracker
-        if a.api_address:
-            ready = tracker.synced if tracker is not None else (lambda: True)
-            # Without the tracker the API serves no data (503), so it needs no authorizer.
-            authorizer = (
-                KubeAuthorizer(kube, audience=a.api_token_audience)
-                if kube is not None and a.api_auth == API_AUTH_KUBERNETES
-                else None
-            )
-            api = self.api_server = serve_api(
-                a.api_address,
-                tracker.manifests if tracker else None,
-                ready,
-                authorizer=authorizer,
-                tls_context=api_certs.context if api_certs is not None else None,
-            )
-            self.lifecycle.running("JSON API", _closer(api))
-            scheme = "https" if api_certs is not None else "http"
-            log.info("JSON API on %s://%s:%d/api/v1/gpus", scheme, *api.server_address[:2])
-        if a.probe_address:
-            probes = self.probe_server = serve_probes(
-                a.probe_address, tracker.synced if tracker is not None else (lambda: True)
-            )
-            self.lifecycle.running("probes", _closer(probes))
-            log.info("probes on http://%s:%d/healthz", *probes.server_address[:2])
-        if self.elector is not None:
-            self.lifecycle.add(self.elector)
-        if tracker is not None:
-            self.lifecycle.add(tracker)
-        if self.quotas is not None:
-            self.lifecycle.add(self.quotas)
+        return tracker.synced if tracker is not None else (lambda: True)
+
+    def _serve_api(self, kube: KubeRest | None, certs: CertificateReloader | None) -> None:
+        """The JSON API and the probes on ``--api-address`` (empty: off)."""
+        c, tracker = self.config, self.tracker
+        if not c.api_address:
+            return
+        # Without the tracker the API serves no data (503), so it needs no authorizer.
+        authorizer = (
+            KubeAuthorizer(kube, audience=c.api_token_audience)
+            if kube is not None and c.api_auth == API_AUTH_KUBERNETES
+            else None
+        )
+        api = self.api_server = serve_api(
+            c.api_address,
+            tracker.manifests if tracker else None,
+            self._ready(),
+            authorizer=authorizer,
+            tls_context=certs.context if certs is not None else None,
+        )
+        self.lifecycle.running("JSON API", _closer(api))
+        scheme = "https" if certs is not None else "http"
+        log.info("JSON API on %s://%s:%d/api/v1/gpus", scheme, *api.server_address[:2])
+
+    def _serve_probes(self) -> None:
+        """``/healthz`` and ``/readyz`` alone on ``--probe-address`` (empty: off)."""
+        if not self.config.probe_address:
+            return
+        probes = self.probe_server = serve_probes(self.config.probe_address, self._ready())
+        self.lifecycle.running("probes", _closer(probes))
+        log.info("probes on http://%s:%d/healthz", *probes.server_address[:2])
+
+    def _start_tracking(self) -> None:
+        """Start the leader election, the tracker and the quota controller, in this order."""
+        for component in (self.elector, self.tracker, self.quotas):
+            if component is not None:
+                self.lifecycle.add(component)
         self.lifecycle.start()
-        if tracker is not None:
-            log.info("tracking GPUs of driver %s", a.driver_name)
+        if self.tracker is not None:
+            log.info("tracking GPUs of driver %s", self.config.driver_name)
 
     def stop(self) -> None:
         """Stop in reverse start order (idempotent, never raises)."""
@@ -361,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the controller until SIGTERM/SIGINT; returns the process exit code."""
     args = build_parser().parse_args(argv)
     configure_logging(args.log_format, args.log_level)
-    controller = Controller(args)
     try:
+        controller = Controller(config_from_args(args))
         controller.lifecycle.run(start=controller.start)
     except (KubeConfigError, KubeApiError, OSError, ValueError, ssl.SSLError) as exc:
         log.error("cannot start: %s", exc)

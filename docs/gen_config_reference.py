@@ -4,7 +4,7 @@ Sources, so the reference cannot drift from what runs:
 
 - command-line flags: the ``argparse`` parsers of ``sharegpu-kubeletplugin``
   (``kubeletplugin.config.build_parser``), ``sharegpu-controller``
-  (``controller.main.build_parser``) and ``sharegpu`` (``sharegpuctl.cli.build_parser``, with its
+  (``controller.config.build_parser``) and ``sharegpu`` (``sharegpuctl.cli.build_parser``, with its
   subcommands);
 - ``GpuConfig``: the JSON Schema generated from the pydantic models (``api.schema``);
 - the ``GPU`` object: the pydantic models of ``api.gpu``;
@@ -118,7 +118,7 @@ def _kubeletplugin_parser() -> argparse.ArgumentParser:
 
 
 def _controller_parser() -> argparse.ArgumentParser:
-    from controller.main import build_parser
+    from controller.config import build_parser
 
     return build_parser()
 

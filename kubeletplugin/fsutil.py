@@ -14,6 +14,10 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
+
+#: The kernel's boot ID; a change means the node rebooted.
+DEFAULT_BOOT_ID_FILE: Final = Path("/proc/sys/kernel/random/boot_id")
 
 TEMP_SUFFIX = ".tmp"
 #: Mode of the directories the plugin creates for its sockets and state (kubelet and the plugin

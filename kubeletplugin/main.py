@@ -26,7 +26,6 @@ from kubeletplugin.claimservice import ClaimService, nvidia_cdi_detector
 from kubeletplugin.config import ConfigError, PluginConfig, build_parser, config_from_args
 from kubeletplugin.devices.backend import DeviceBackend, DiscoveryError
 from kubeletplugin.devices.migpartition import MigPartitioner
-from kubeletplugin.devices.slices import preview_slices
 from kubeletplugin.devices.table import NodeDevices, node_devices
 from kubeletplugin.health.flags import HealthOptions
 from kubeletplugin.health.monitor import HealthChecker, HealthMonitor
@@ -39,6 +38,7 @@ from kubeletplugin.kubelet.healthservice import HealthBroadcaster, HealthSource
 from kubeletplugin.kubelet.sockets import SocketPathError
 from kubeletplugin.model import GpuInfo, TaintSink
 from kubeletplugin.prepare.checkpoint import STATE_COMPLETED
+from kubeletplugin.preview import NodePreview, SliceSettings, node_preview
 from kubeletplugin.publish.publisher import SlicePublisher
 from kubeletplugin.sharing.daemonpods import TemplateError
 from kubeletplugin.sharing.enforcer import SharingEnforcer, build_enforcer
@@ -209,20 +209,23 @@ def describe_gpus(gpus: Sequence[GpuInfo]) -> None:
             log.warning("GPU %d: %s", gpu.index, note)
 
 
-def slices_yaml(config: PluginConfig, gpus: Sequence[GpuInfo]) -> str:
+def slice_settings(config: PluginConfig) -> SliceSettings:
+    """The settings of ``config`` that shape the published slices."""
+    return SliceSettings(
+        driver_name=config.driver_name,
+        node_name=config.node_name,
+        sharing_mode=config.sharing_mode,
+        default_share_cores=config.default_share_cores,
+        mig_strategy=config.mig_strategy,
+        max_shares_per_gpu=config.max_shares_per_gpu,
+    )
+
+
+def slices_yaml(preview: NodePreview) -> str:
     """The ResourceSlices that would be published, as a YAML stream (no owner: no Node known)."""
     import yaml  # only for --print-slices
 
-    objects = preview_slices(
-        gpus,
-        config.sharing_mode,
-        config.default_share_cores,
-        config.mig_strategy,
-        config.driver_name,
-        config.node_name,
-        config.max_shares_per_gpu,
-    )
-    return yaml.safe_dump_all(objects, sort_keys=False)
+    return yaml.safe_dump_all(list(preview.slices), sort_keys=False)
 
 
 class MetricsEndpoint:
@@ -432,7 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(config.log_format, config.log_level)
     try:
         if config.print_slices:
-            sys.stdout.write(slices_yaml(config, make_host(config).backend.discover()))
+            preview = node_preview(make_host(config), slice_settings(config))
+            sys.stdout.write(slices_yaml(preview))
             return 0
         plugin = build_plugin(config)
     except (DiscoveryError, KubeConfigError, SocketPathError, TemplateError) as exc:

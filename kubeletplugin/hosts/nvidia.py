@@ -12,11 +12,11 @@ from kubeletplugin.devices.nvml import NvmlBackend
 from kubeletplugin.devices.prerequisites import check_driver_libraries
 from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT, ProcDevices
 from kubeletplugin.devices.uvm import check_uvm
+from kubeletplugin.fsutil import DEFAULT_BOOT_ID_FILE
 from kubeletplugin.health.monitor import HealthChecker
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.prepare.cdi import NvidiaCdiDetector
-from kubeletplugin.prepare.checkpoint import DEFAULT_BOOT_ID_FILE
 from kubeletplugin.runner import HostRunner
 from kubeletplugin.sharing.daemonpods import pod_launcher_from_file
 from kubeletplugin.sharing.daemons import DaemonLauncher, NoLauncher

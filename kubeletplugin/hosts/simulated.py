@@ -18,7 +18,7 @@ from kubeletplugin.health.mockfile import MockHealthChecker
 from kubeletplugin.health.monitor import HealthChecker
 from kubeletplugin.hosts import mpsstandin
 from kubeletplugin.hosts.fakerunner import FakeRunner
-from kubeletplugin.hosts.options import SimulatedOptions
+from kubeletplugin.hosts.options import SimulatedOptions, simulated_backend
 from kubeletplugin.hosts.simtools import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.runner import MPS_CONTROL
@@ -93,12 +93,7 @@ class SimulatedHost:
         self.data_dir = data_dir
         self.mps_daemon_pod_template = mps_daemon_pod_template
         self.namespace = namespace
-        self._backend = MockBackend(
-            node_name,
-            count=options.gpus,
-            config_file=options.config_file,
-            mig_enabled=mig_enabled,
-        )
+        self._backend = simulated_backend(node_name, options, mig_enabled)
 
     @property
     def backend(self) -> MockBackend:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from kubeletplugin.devicerecord import DeviceRecord, Enforcement
+from kubeletplugin.fsutil import DEFAULT_BOOT_ID_FILE as DEFAULT_BOOT_ID_FILE
 from kubeletplugin.fsutil import make_private_dirs, remove_durably, remove_stale_temp_files
 from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.prepare.slotfile import SlotFile, SlotFileError
@@ -41,7 +42,6 @@ CHECKPOINT_VERSION = 2
 CHECKPOINT_FILE = "checkpoint.dat"
 #: The single-file format's name; read once, migrated and removed.
 LEGACY_CHECKPOINT_FILE = "checkpoint.json"
-DEFAULT_BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 STATE_STARTED = "PrepareStarted"
 STATE_COMPLETED = "PrepareCompleted"

@@ -7,25 +7,24 @@ Invariants:
   (1; 2 for usage errors). Nothing expected reaches the user as a traceback.
 - Manifests are plain dicts in their JSON shape, read by the one bounded loader,
   :mod:`sharegpuctl.cli.loading`.
-- Importing this module is cheap (``sharegpu --help`` imports it): the device backends and the
-  slice builders are imported by the functions that use them.
+- Importing this module is cheap (``sharegpu --help`` imports it): the node plugin's preview
+  (:mod:`kubeletplugin.preview`) is imported by the functions that use it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from api import names
 from api.jsontypes import Obj
 from sharegpuctl.cli.output import OUTPUT_FORMATS
 
 if TYPE_CHECKING:
-    from kubeletplugin.devices.backend import DeviceBackend
     from kubeletplugin.model import GpuInfo
 
 
@@ -33,11 +32,13 @@ EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1
 EXIT_USAGE: Final = 2
 
-DEFAULT_MOCK_GPUS: Final = 8
 #: Added to an NVML discovery failure: how to run the command on a machine without a GPU.
 NO_GPU_HINT: Final = (
-    "; without an NVIDIA GPU here, use --mock N for N mock H100-like GPUs (or --mock-config FILE)"
+    "; without an NVIDIA GPU here, use --device-backend mock --mock-gpus N for N mock H100-like "
+    "GPUs (or --device-backend mock --mock-config FILE)"
 )
+#: What the deprecated ``--mock N`` stands for.
+MOCK_FLAGS: Final = f"--device-backend {names.MOCK_BACKEND} --mock-gpus N"
 #: Node name used when neither ``--node-name`` nor ``$NODE_NAME`` nor a usable host name is set.
 FALLBACK_NODE_NAME: Final = "local-node"
 
@@ -169,28 +170,46 @@ def default_node_name() -> str:
 # --- the local node's GPUs and slices -------------------------------------------------------
 
 
+class DeprecatedMock(argparse.Action):
+    """``--mock N``, the former spelling of ``--device-backend mock --mock-gpus N``: still
+    works, with a warning on stderr."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        warn(parser.prog, f"--mock N is deprecated: use {MOCK_FLAGS}")
+        namespace.mock_gpus = values
+        namespace.deprecated_mock = True
+
+
+def warn(prog: str, message: str) -> None:
+    """One warning line on stderr (``sharegpu <command>: warning: ...``)."""
+    print(f"{prog}: warning: {message}", file=sys.stderr)
+
+
 def add_node_flags(
     parser: argparse.ArgumentParser,
     default_backend: str,
     group: argparse._ArgumentGroup | None = None,
 ) -> None:
     """Flags that describe this node's GPUs and how the plugin would publish them (added to
-    ``group`` when given)."""
+    ``group`` when given): the plugin's host flags (``--device-backend``, ``--mock-gpus``,
+    ``--mock-config``, ...; one definition, :func:`kubeletplugin.preview.add_host_flags`), the
+    deprecated ``--mock N``, and the plugin's publishing flags."""
+    from kubeletplugin.preview import add_host_flags
+
     target = group or parser
+    add_host_flags(parser, default_backend, group, discovery_only=True)
     target.add_argument(
         "--mock",
         type=int,
         metavar="N",
-        help=f"use N mock H100-like GPUs (implies --device-backend mock; default "
-        f"{DEFAULT_MOCK_GPUS} with the mock backend)",
-    )
-    target.add_argument(
-        "--mock-config", metavar="FILE", help="YAML list of mock GPUs (implies the mock backend)"
-    )
-    target.add_argument(
-        "--device-backend",
-        choices=names.DEVICE_BACKENDS,
-        help=f"where GPUs come from (default {default_backend})",
+        action=DeprecatedMock,
+        help=f"deprecated: use {MOCK_FLAGS}",
     )
     target.add_argument(
         "--sharing-mode",
@@ -228,7 +247,8 @@ def add_node_flags(
         default=names.DEFAULT_DRIVER_NAME,
         help=f"DRA driver name (default {names.DEFAULT_DRIVER_NAME})",
     )
-    parser.set_defaults(default_backend=default_backend)
+    # No --device-backend given: default_backend, unless a deprecated spelling implies mock.
+    parser.set_defaults(default_backend=default_backend, device_backend=None, deprecated_mock=False)
 
 
 @dataclass(frozen=True)
@@ -244,44 +264,43 @@ class LocalNode:
     mig_strategy: str = names.MIG_STRATEGY_STATIC
 
 
-def make_backend(
-    args: argparse.Namespace, node_name: str, mig_enabled: bool = False
-) -> DeviceBackend:
-    """The backend the node flags ask for; usage errors raise :class:`CliError` (code 2).
-    ``mig_enabled``: the default mock GPUs are in MIG mode (not those of ``--mock-config``)."""
-    from kubeletplugin.devices.mock import MAX_MOCK_GPUS, MockBackend
-    from kubeletplugin.devices.nvml import NvmlBackend
-
-    backend = args.device_backend
-    if backend is None:
-        mock_asked = args.mock is not None or args.mock_config is not None
-        backend = names.MOCK_BACKEND if mock_asked else args.default_backend
-    if backend == names.NVML_BACKEND:
-        if args.mock is not None or args.mock_config is not None:
-            raise CliError("--mock and --mock-config need --device-backend mock", EXIT_USAGE)
-        return NvmlBackend()
-    if args.mock is not None and not 1 <= args.mock <= MAX_MOCK_GPUS:
-        raise CliError(
-            f"--mock: must be between 1 and {MAX_MOCK_GPUS}, got {args.mock}", EXIT_USAGE
+def device_backend(args: argparse.Namespace) -> str:
+    """The backend the node flags ask for: ``--device-backend``, else the command's default,
+    which the deprecated ``--mock N`` and a ``--mock-config`` alone turn into ``mock`` (with a
+    warning). Usage errors raise :class:`CliError` (code 2)."""
+    prog = f"sharegpu {getattr(args, 'command', None) or ''}".rstrip()
+    if args.device_backend is not None:
+        if args.deprecated_mock and args.device_backend != names.MOCK_BACKEND:
+            raise CliError(f"--mock needs --device-backend {names.MOCK_BACKEND}", EXIT_USAGE)
+        return str(args.device_backend)
+    if args.default_backend == names.MOCK_BACKEND or args.deprecated_mock:
+        return names.MOCK_BACKEND
+    if args.mock_config is not None:
+        warn(
+            prog,
+            "--mock-config without --device-backend mock is deprecated: add --device-backend mock",
         )
-    config = Path(args.mock_config) if args.mock_config else None
-    if config is not None and not config.is_file():
-        raise CliError(f"--mock-config {args.mock_config}: no such file")
-    count = DEFAULT_MOCK_GPUS if args.mock is None else args.mock
-    return MockBackend(node_name, count, config, mig_enabled=mig_enabled)
+        return names.MOCK_BACKEND
+    return str(args.default_backend)
 
 
 def local_node(args: argparse.Namespace) -> LocalNode:
-    """Discover this node's GPUs and build the slices the plugin would publish.
+    """Discover this node's GPUs and build the slices the plugin would publish, through the
+    plugin's own preview (:func:`kubeletplugin.preview.node_preview`).
 
     Slices get names (``<generateName>local``) so that allocation order is defined. With
     ``--mig dynamic`` the default mock GPUs are in MIG mode (H100s with their reference MIG
     profiles); a ``--mock-config`` file says per GPU (``migMode``).
     """
-    from kubeletplugin.devices.backend import DiscoveryError
-    from kubeletplugin.devices.nvml import NvmlBackend
-    from kubeletplugin.devices.sharelimit import MAX_SHARES_PER_GPU
-    from kubeletplugin.devices.slices import preview_slices
+    from kubeletplugin.preview import (
+        MAX_SHARES_PER_GPU,
+        DiscoveryError,
+        HostFlagError,
+        SliceSettings,
+        node_preview,
+        preview_host,
+        simulated_options,
+    )
     from sharegpu.kube import slicerules
 
     node = args.node_name or default_node_name()
@@ -305,24 +324,30 @@ def local_node(args: argparse.Namespace) -> LocalNode:
         raise CliError(
             f"--max-shares-per-gpu {max_shares}: must be 0 to {MAX_SHARES_PER_GPU}", EXIT_USAGE
         )
-    backend = make_backend(args, node, mig_enabled=dynamic)
+    backend = device_backend(args)
     try:
-        gpus = backend.discover()
+        simulated = simulated_options(
+            argparse.Namespace(**{**vars(args), "device_backend": backend})
+        )
+    except HostFlagError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    settings = SliceSettings(args.driver_name, node, args.sharing_mode, cores, mig, max_shares)
+    try:
+        preview = node_preview(preview_host(settings, simulated), settings)
     except DiscoveryError as exc:
-        hint = NO_GPU_HINT if isinstance(backend, NvmlBackend) else ""
+        hint = NO_GPU_HINT if simulated is None else ""
         raise CliError(f"{exc}{hint}") from None
-    objects = preview_slices(
-        gpus, args.sharing_mode, cores, mig, args.driver_name, node, max_shares
+    slices = tuple(
+        {**obj, "metadata": {"name": obj["metadata"]["generateName"] + "local"}}
+        for obj in preview.slices
     )
-    for obj in objects:
-        obj["metadata"]["name"] = obj["metadata"].pop("generateName") + "local"
     return LocalNode(
         node_name=node,
         driver=args.driver_name,
-        backend=backend.name,
+        backend=backend,
         sharing_mode=args.sharing_mode,
-        gpus=tuple(gpus),
-        slices=tuple(objects),
+        gpus=preview.gpus,
+        slices=slices,
         mig_strategy=mig,
     )
 

@@ -26,9 +26,8 @@ from api.quantity import QuantityError, format_bytes_human, quantity_int
 from api.sharepolicy import memory_policy_max
 from controller.mpsclients import QUEUE_RULE
 from controller.records import run_as_users
-from kubeletplugin.devices.mock import default_gpu
-from kubeletplugin.devices.slices import consumable_device
 from kubeletplugin.model import GpuInfo
+from kubeletplugin.preview import consumable_memory, reference_gpus
 from sharegpu.admission import checks
 from sharegpu.allocator.capacity import PolicyViolation, consumed_amount
 from sharegpuctl.cli.common import chart_device_class_names
@@ -201,7 +200,7 @@ def capacity_requests(request: Request) -> Mapping[str, Any]:
 
 def known_gpus() -> tuple[GpuInfo, ...]:
     """The GPU models this project knows: the mock backend's default (an H100 80GB HBM3)."""
-    return (default_gpu("validate", 0, 1),)
+    return reference_gpus("validate", 1)
 
 
 @functools.cache
@@ -209,7 +208,7 @@ def _published_memory() -> tuple[tuple[GpuInfo, Mapping[str, Any]], ...]:
     """Per known GPU (smallest first), the ``memory`` capacity the kubelet plugin publishes for
     it in consumable mode (value and request policy)."""
     gpus = sorted(known_gpus(), key=lambda g: g.memory_usable)
-    return tuple((g, consumable_device(g)["capacity"][names.CAP_MEMORY]) for g in gpus)
+    return tuple((g, consumable_memory(g)) for g in gpus)
 
 
 def pod_spec(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:

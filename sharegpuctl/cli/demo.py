@@ -53,16 +53,15 @@ from typing import Any, Final
 from api import names
 from api.jsontypes import Obj
 from api.quantity import format_bytes_human, format_quantity, quantity_int
-from controller.main import Controller, build_parser
+from controller.config import parse_config as parse_controller_config
+from controller.main import Controller
 from controller.quotaadmit import QuotaAdmitter
 from controller.reconcile import reconcile
 from controller.webhook import AdmissionHandler
 from kubeletplugin.config import ConfigError, parse_config
-from kubeletplugin.devices.backend import DiscoveryError
-from kubeletplugin.kubelet.preparer import ClaimRef
-from kubeletplugin.kubelet.registration import registration_socket_path
 from kubeletplugin.main import Plugin, build_plugin
 from kubeletplugin.prepare.cdi import spec_file_name
+from kubeletplugin.preview import DiscoveryError
 from sharegpu.allocator import Allocator, seeded_share_ids
 from sharegpu.kube.rest import KubeApiError, KubeConfigError, KubeRest
 from sharegpuctl.cli.common import (
@@ -90,7 +89,7 @@ from sharegpuctl.cli.explain import allocation_rows, consumed_text, describe, po
 from sharegpuctl.cli.output import Table, emit, fit_width, resolve_format
 from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.apiserver.resources import default_resources, refused_kinds
-from sharegpuctl.local.kubelet import KubeletSim, RegisteredPlugin
+from sharegpuctl.local.kubelet import ClaimRef, KubeletSim, RegisteredPlugin
 
 HELP = "run the whole driver locally: mock GPUs, the real plugin, allocation, prepare"
 NODE_NAME: Final = "demo-node"
@@ -214,9 +213,9 @@ def running_node(root: Path) -> Iterator[Node]:
             raise CliError(f"cannot start the kubelet plugin: {exc}") from None
         stack.callback(plugin.stop)
         plugin.start()
-        if not registration_socket_path(registry, config.driver_name).exists():
-            raise CliError("the kubelet plugin started but serves no registration socket")
         kubelet_sim = stack.enter_context(KubeletSim(registry))
+        if not kubelet_sim.registration_socket(config.driver_name).exists():
+            raise CliError("the kubelet plugin started but serves no registration socket")
         kubelet = kubelet_sim.register(config.driver_name)
         api = server.client()
         stack.callback(api.close)
@@ -578,13 +577,13 @@ def create_classes(rest: KubeRest, classes: Sequence[Obj], driver: str) -> None:
 def start_controller(node: Node, driver: str) -> tuple[Controller, AdmissionHandler]:
     """The controller's tracker and quota controller against the demo's API server, and its
     webhook's checks with quota charging (served in-process: see :mod:`.demo_admission`)."""
-    args = build_parser().parse_args(
+    config = parse_controller_config(
         [
             *("--kubeconfig", str(node.kubeconfig), "--driver-name", driver),
             *("--metrics-address", "", "--api-address", "", "--disable-webhook"),
         ]
     )
-    controller = Controller(args)
+    controller = Controller(config)
     try:
         controller.start()
     except (KubeConfigError, KubeApiError, OSError, ValueError) as exc:

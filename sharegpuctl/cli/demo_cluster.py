@@ -36,14 +36,13 @@ import grpc
 
 from api import names
 from api.jsontypes import Obj
-from kubeletplugin.kubelet.preparer import ClaimRef
 from kubeletplugin.prepare.cdi import spec_file_name
 from sharegpu.allocator import Allocator, AllocatorInputError, ShareIdFactory
 from sharegpu.kube.rest import KubeApiError, KubeRest
 from sharegpuctl.cli.explain import describe
 from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.apiserver.store import now_rfc3339
-from sharegpuctl.local.kubelet import RegisteredPlugin
+from sharegpuctl.local.kubelet import ClaimRef, RegisteredPlugin
 
 log = logging.getLogger("sharegpu.demo")
 

@@ -15,8 +15,7 @@ from collections.abc import Iterable, Sequence
 from api.gpuquota import GpuQuota, GpuQuotaError, parse_gpu_quota
 from api.names import GPU_QUOTA_KIND
 from controller.quotacharge import Amounts, ChargeBasis, basis_of, demand, denial
-from kubeletplugin.devices.mock import default_gpu
-from kubeletplugin.devices.sharelimit import min_share_cores, mps_client_limit
+from kubeletplugin.preview import reference_gpus, share_floor_cores
 from sharegpu.admission import checks
 from sharegpuctl.cli.common import EXIT_USAGE, CliError
 from sharegpuctl.cli.loading import FileProblem, Manifest, load_manifests
@@ -29,8 +28,8 @@ DEFAULT_NAMESPACE = "default"
 
 def mock_basis() -> ChargeBasis:
     """The charge basis of the offline mock node."""
-    gpus = [default_gpu("node-a", i, MOCK_GPUS) for i in range(MOCK_GPUS)]
-    return basis_of(("node-a", g.memory_usable, min_share_cores(mps_client_limit(g))) for g in gpus)
+    gpus = reference_gpus("node-a", MOCK_GPUS)
+    return basis_of(("node-a", g.memory_usable, share_floor_cores(g)) for g in gpus)
 
 
 def load_quota(path: str) -> GpuQuota:

@@ -1,11 +1,11 @@
 """``sharegpu status``: per-GPU usage from the controller's ``GPU`` objects.
 
 Reads ``resource.sharegpu.dev/v1alpha1`` ``gpus`` (cluster-scoped) and prints two tables: the
-rows of :func:`controller.status.gpu_rows` (the columns ``kubectl get gpus`` shows, plus the pods)
-with each GPU's ``Overcommitted`` condition, and :func:`usage_rows`, one row per allocation the
-node plugin measured (``status.allocations[].usage``). Allocations without ``usage`` have no row;
-the objects are shown as the API serves them, so a field of the wrong type reads as ``?``, never
-as an error.
+rows of :func:`~sharegpuctl.cli.gpurows.gpu_rows` (the columns ``kubectl get gpus`` shows, plus the
+pods) with each GPU's ``Overcommitted`` condition, and :func:`usage_rows`, one row per allocation
+the node plugin measured (``status.allocations[].usage``). Allocations without ``usage`` have no
+row; the objects are shown as the API serves them, so a field of the wrong type reads as ``?``,
+never as an error.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any, Final
 from api import names
 from api.jsontypes import Obj
 from api.quantity import QuantityError, format_bytes_human, quantity_int
-from controller.status import COLUMNS, gpu_rows
 from sharegpuctl.cli.common import EXIT_OK, CliError, add_output_flag
+from sharegpuctl.cli.gpurows import COLUMNS, gpu_rows
 from sharegpuctl.cli.output import Table, emit, resolve_format
 
 HELP = "show every GPU's model, health, allocated cores and memory, claims and pods"
 GPUS_PATH: Final = f"/apis/{names.GROUP_VERSION}/{names.GPU_PLURAL}"
-#: Column of the GPU table added to :data:`controller.status.COLUMNS`: the status of the GPU's
-#: ``Overcommitted`` condition (``-`` when the GPU has none: nothing measured).
+#: Column of the GPU table added to :data:`~sharegpuctl.cli.gpurows.COLUMNS`: the status of the
+#: GPU's ``Overcommitted`` condition (``-`` when the GPU has none: nothing measured).
 OVERCOMMITTED: Final = "OVERCOMMITTED"
 #: Columns, in order, of :func:`usage_rows`. MEMORY is ``used/reserved``; SM is the SM
 #: utilisation against the reserved cores (both percent of the GPU; ``-`` where the GPU does not
@@ -82,7 +82,7 @@ def _list(value: Any) -> list[Any]:
 
 
 def _gpu_key(obj: Obj) -> tuple[str, str]:
-    """(node, index) of a GPU object, as :func:`controller.status.gpu_rows` shows them."""
+    """(node, index) of a GPU object, as :func:`sharegpuctl.cli.gpurows.gpu_rows` shows them."""
     spec = _mapping(obj.get("spec"))
     return str(spec.get("node", "")), str(spec.get("index", ""))
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -34,7 +34,6 @@ from kubeletplugin.kubelet.grpcapi.gen import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from kubeletplugin.kubelet.preparer import ClaimRef
 
 KUBELET_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 #: The Kubernetes version the simulated kubelet has unless told otherwise.
@@ -103,11 +102,34 @@ class SimPluginInfo:
     supported_versions: tuple[str, ...]
 
 
+class ClaimKey(Protocol):
+    """What kubelet sends about a claim: its namespace, UID and name (any object with them, such
+    as a :class:`ClaimRef`)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """A claim as kubelet names it in NodePrepareResources and NodeUnprepareResources."""
+
+    namespace: str
+    uid: str
+    name: str
+
+
 def _unix_channel(path: str | Path) -> grpc.Channel:
     return grpc.insecure_channel(f"unix:{path}")
 
 
-def _claim_messages(pb: Any, claims: Iterable[ClaimRef]) -> list[Any]:
+def _claim_messages(pb: Any, claims: Iterable[ClaimKey]) -> list[Any]:
     return [pb.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
 
@@ -174,7 +196,7 @@ class RegisteredPlugin:
         grpc.channel_ready_future(self._channel).result(timeout=timeout)
 
     def prepare(
-        self, claims: Sequence[ClaimRef], version: str | None = None
+        self, claims: Sequence[ClaimKey], version: str | None = None
     ) -> dict[str, SimClaimResult]:
         pb, pb_grpc = _DRA_APIS[version or self.version]
         stub = pb_grpc.DRAPluginStub(self._channel)
@@ -198,7 +220,7 @@ class RegisteredPlugin:
             for uid, entry in response.claims.items()
         }
 
-    def unprepare(self, claims: Sequence[ClaimRef], version: str | None = None) -> dict[str, str]:
+    def unprepare(self, claims: Sequence[ClaimKey], version: str | None = None) -> dict[str, str]:
         pb, pb_grpc = _DRA_APIS[version or self.version]
         stub = pb_grpc.DRAPluginStub(self._channel)
         request = pb.NodeUnprepareResourcesRequest(claims=_claim_messages(pb, claims))
@@ -257,9 +279,13 @@ class KubeletSim:
             p for p in self.registry_dir.iterdir() if not p.name.startswith(".") and p.is_socket()
         )
 
+    def registration_socket(self, driver_name: str) -> Path:
+        """Where the plugin of ``driver_name`` serves its registration (``<driver>-reg.sock``)."""
+        return self.registry_dir / f"{driver_name}-reg.sock"
+
     def get_info(self, driver_name: str, timeout: float = 10.0) -> SimPluginInfo:
         """Only the GetInfo step."""
-        with _unix_channel(self.registry_dir / f"{driver_name}-reg.sock") as channel:
+        with _unix_channel(self.registration_socket(driver_name)) as channel:
             stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)
             info = stub.GetInfo(
                 pluginregistration_v1_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True
@@ -273,7 +299,7 @@ class KubeletSim:
 
     def notify(self, driver_name: str, registered: bool, error: str = "") -> None:
         """Only the NotifyRegistrationStatus step."""
-        with _unix_channel(self.registry_dir / f"{driver_name}-reg.sock") as channel:
+        with _unix_channel(self.registration_socket(driver_name)) as channel:
             stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)
             stub.NotifyRegistrationStatus(
                 pluginregistration_v1_pb2.RegistrationStatus(

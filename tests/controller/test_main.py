@@ -19,9 +19,8 @@ import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
 import sharegpu.kube.telemetry as telemetry_module
+from controller.config import config_from_args
 from controller.main import Controller, build_parser
-from controller.reconcile import reconcile
-from controller.status import COLUMNS, gpu_rows
 from controller.tracker import Tracker
 from sharegpu.kube import httpserve
 from sharegpu.kube.leader import LeaderElector
@@ -84,7 +83,7 @@ def running(apiserver: KubeAPIServer, tmp_path: Path) -> Iterator[tuple[Controll
         cluster.add_slice(h.node_slice(node, 2))
     cluster.add_claim("a", [h.result("n1", "gpu-1", cores=30, memory="10Gi")])
     apiserver.inject_fault("create", "gpus", code=500, times=1)  # one failed write, retried
-    controller = Controller(args)
+    controller = Controller(config_from_args(args))
     controller.start()
     try:
         yield controller, cluster
@@ -150,7 +149,7 @@ def test_tracker_stops_before_the_lease_is_released(
             "--lease-namespace=sharegpu",
         ]
     )
-    controller = Controller(args)
+    controller = Controller(config_from_args(args))
     controller.start()
     try:
         assert controller.elector is not None
@@ -172,7 +171,7 @@ def test_stop_closes_the_api_client(apiserver: KubeAPIServer, tmp_path: Path) ->
             "--lease-namespace=sharegpu",
         ]
     )
-    controller = Controller(args)
+    controller = Controller(config_from_args(args))
     controller.start()
     try:
         assert controller.tracker is not None and controller.tracker.wait_synced(DEADLINE_S)
@@ -244,27 +243,6 @@ def test_the_json_api_is_served_only_to_users_who_may_list_gpu_objects(
         assert _get(port, "/api/v1/gpus", "ops-token")[0] == 200
         assert _get(port, "/api/v1/gpus", "tenant-token")[0] == 403
     assert apiserver.request_count("create", "tokenreviews") == reviews
-
-
-def test_status_rows() -> None:
-    claims = [h.claim("a", [h.result("n1", "gpu-0", cores=30, memory="10Gi")], pods=[("p", "u")])]
-    objs = reconcile(
-        [h.node_slice("n1", 2)], claims, [h.pod("p", "a", {"c": None}, uid="u")], h.DRIVER
-    )
-    rows = gpu_rows([o.manifest() for o in objs.values()])
-    assert rows == gpu_rows(objs.values())
-    assert list(rows[0]) == list(COLUMNS)
-    assert rows[0] == {
-        "NODE": "n1",
-        "GPU": "0",
-        "MODEL": h.MODEL,
-        "HEALTH": "Healthy",
-        "CORES": "30/100",
-        "MEMORY": "10Gi/80Gi",
-        "CLAIMS": "default/a",
-        "PODS": "p(c)",
-    }
-    assert rows[1]["CLAIMS"] == "-" and rows[1]["CORES"] == "0/100"
 
 
 def _run(args: list[str], **kwargs: Any) -> subprocess.Popen[str]:
@@ -397,7 +375,7 @@ def test_every_server_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             "--api-address=127.0.0.1:0",
         ]
     )
-    controller = Controller(args)
+    controller = Controller(config_from_args(args))
     controller.start()
     stallers = []
     try:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trustme
 
+from controller.config import config_from_args
 from controller.main import Controller, build_parser
 from controller.quotaadmit import QuotaAdmitter, not_enforced_warning
 from controller.quotacharge import ChargeBasis
@@ -187,7 +188,7 @@ def test_the_controller_says_at_start_and_in_a_metric_whether_quotas_are_enforce
     for extra, enforced in (([], 0.0), (with_ca, 1.0)):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="controller.main"):
-            controller = Controller(build_parser().parse_args(base + extra))
+            controller = Controller(config_from_args(build_parser().parse_args(base + extra)))
             controller.start()
         try:
             text = controller.telemetry.scrape().decode()

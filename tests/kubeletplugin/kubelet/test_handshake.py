@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import grpc
 import pytest
 
 from kubeletplugin.kubelet.healthservice import HealthBroadcaster
 from kubeletplugin.kubelet.preparer import ClaimRef
-from kubeletplugin.kubelet.registration import RegistrationStatus
+from kubeletplugin.kubelet.registration import RegistrationStatus, registration_socket_path
 from sharegpuctl.local.kubelet import KubeletSim, RegistrationRejected
 from tests.kubeletplugin.kubelet.helpers import (
     DRIVER,
@@ -121,3 +122,12 @@ def test_kubelet_restart_registers_again_on_the_same_sockets(dirs: Dirs) -> None
                 assert result["uid-1"].error == ""
         assert len(preparer.prepare_calls) == 3
         assert server.registration.status == RegistrationStatus(registered=True, error="")
+
+
+def test_the_local_kubelet_finds_the_registration_socket_where_the_plugin_serves_it(
+    tmp_path: Path,
+) -> None:
+    for driver in ("gpu.sharegpu.dev", "gpu.example.com"):
+        assert KubeletSim(tmp_path).registration_socket(driver) == registration_socket_path(
+            tmp_path, driver
+        )

@@ -69,9 +69,11 @@ def test_nvml_without_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "--device-backend", "nvml", "--mock-config", "gpus.yaml"]) == 2
+    assert "--mock-config needs --device-backend mock" in capsys.readouterr().err
     assert main(["devices", "--device-backend", "nvml", "--mock", "2"]) == 2
-    assert "--mock and --mock-config need --device-backend mock" in capsys.readouterr().err
-    assert main(["devices", "--mock", "2", "--node-name", "Not_A_Name"]) == 2
+    assert "--mock needs --device-backend mock" in capsys.readouterr().err
+    assert main(["devices", "--device-backend", "mock", "--node-name", "Not_A_Name"]) == 2
     capsys.readouterr()
 
 
@@ -79,10 +81,42 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
 def test_mock_count_out_of_range_is_a_usage_error(
     count: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["devices", "--mock", count, "--node-name", "n1"]) == 2
+    argv = ["devices", "--device-backend", "mock", "--mock-gpus", count, "--node-name", "n1"]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     first = err.splitlines()[0]
-    assert first == f"sharegpu devices: error: --mock: must be between 1 and 128, got {count}"
+    assert first == f"sharegpu devices: error: --mock-gpus must be between 1 and 128, got {count}"
+
+
+def test_the_plugins_host_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """The command takes the node plugin's flags: the same GPUs, no warning."""
+    report = devices(capsys, "--device-backend", "mock", "--mock-gpus", "3", "--node-name", "n1")
+    assert report["backend"] == "mock" and len(report["gpus"]) == 3  # type: ignore[arg-type]
+    assert capsys.readouterr().err == ""
+    assert main(["devices", "--device-backend", "mock", "--node-name", "n1", "-o", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["gpus"]) == 8
+
+
+def test_deprecated_spellings_still_work_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    new = devices(capsys, "--device-backend", "mock", "--mock-gpus", "2", "--node-name", "n1")
+    assert main(["devices", "--mock", "2", "--node-name", "n1", "-o", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == new
+    assert err == (
+        "sharegpu devices: warning: --mock N is deprecated: use --device-backend mock "
+        "--mock-gpus N\n"
+    )
+    config = tmp_path / "gpus.yaml"
+    config.write_text(yaml.safe_dump([{"productName": "NVIDIA A100-SXM4-40GB"}]))
+    assert main(["devices", "--mock-config", str(config), "--node-name", "n1", "-o", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["gpus"][0]["productName"] == "NVIDIA A100-SXM4-40GB"
+    assert err == (
+        "sharegpu devices: warning: --mock-config without --device-backend mock is deprecated: "
+        "add --device-backend mock\n"
+    )
 
 
 @pytest.mark.process
@@ -92,3 +126,33 @@ def test_console_script_help() -> None:
     )
     for command in ("devices", "validate", "explain", "status", "demo"):
         assert command in done.stdout
+
+
+@pytest.mark.parametrize(
+    "publishing",
+    [
+        [],
+        ["--default-share-cores", "40", "--max-shares-per-gpu", "4"],
+        ["--sharing-mode", "partitions", "--max-shares-per-gpu", "2"],
+        ["--sharing-mode", "partitions", "--mig", "dynamic"],
+    ],
+)
+def test_the_slices_of_the_plugins_print_slices(publishing: list[str]) -> None:
+    """``sharegpu devices`` and ``sharegpu-kubeletplugin --print-slices`` take the same flags and
+    show the same slices (the CLI names them, the plugin leaves the names to the API server)."""
+    from kubeletplugin.config import parse_config
+    from kubeletplugin.main import make_host, slice_settings, slices_yaml
+    from kubeletplugin.preview import node_preview
+    from sharegpuctl.cli import build_parser
+    from sharegpuctl.cli.common import local_node
+
+    argv = ["--device-backend", "mock", "--mock-gpus", "2", "--node-name", "n1", *publishing]
+    # What the plugin's main prints for --print-slices (without configuring its logging here).
+    config = parse_config(["--print-slices", *argv], environ={})
+    printed = list(
+        yaml.safe_load_all(slices_yaml(node_preview(make_host(config), slice_settings(config))))
+    )
+    node = local_node(build_parser().parse_args(["devices", *argv]))
+    for obj in printed:
+        obj["metadata"] = {"name": obj["metadata"].pop("generateName") + "local"}
+    assert printed == list(node.slices) and len(printed) >= 1

@@ -377,6 +377,6 @@ def test_no_nvml_suggests_mock(
     err = capsys.readouterr().err
     assert err.strip() == (
         "sharegpu devices: error: cannot initialise NVML: the NVML library (libnvidia-ml.so.1) "
-        "was not found; without an NVIDIA GPU here, use --mock N for N mock H100-like GPUs "
-        "(or --mock-config FILE)"
+        "was not found; without an NVIDIA GPU here, use --device-backend mock --mock-gpus N for N "
+        "mock H100-like GPUs (or --device-backend mock --mock-config FILE)"
     )

@@ -18,8 +18,10 @@ from kubeletplugin.devices.table import node_devices
 from sharegpu.allocator import allocate_many
 from sharegpuctl.cli import main
 from sharegpuctl.cli.common import default_device_class
+from sharegpuctl.cli.gpurows import COLUMNS, gpu_rows
 from sharegpuctl.cli.status import usage_rows
 from sharegpuctl.local.apiserver import KubeAPIServer, default_resources
+from tests.controller import helpers as h
 
 DRIVER = names.DEFAULT_DRIVER_NAME
 Obj = dict[str, Any]
@@ -302,3 +304,24 @@ def test_usage_rows_read_malformed_usage_as_unknown() -> None:
         "-/-",
         "?",
     )
+
+
+def test_gpu_rows_from_gpu_objects() -> None:
+    claims = [h.claim("a", [h.result("n1", "gpu-0", cores=30, memory="10Gi")], pods=[("p", "u")])]
+    objs = reconcile(
+        [h.node_slice("n1", 2)], claims, [h.pod("p", "a", {"c": None}, uid="u")], h.DRIVER
+    )
+    rows = gpu_rows([o.manifest() for o in objs.values()])
+    assert rows == gpu_rows(objs.values())
+    assert list(rows[0]) == list(COLUMNS)
+    assert rows[0] == {
+        "NODE": "n1",
+        "GPU": "0",
+        "MODEL": h.MODEL,
+        "HEALTH": "Healthy",
+        "CORES": "30/100",
+        "MEMORY": "10Gi/80Gi",
+        "CLAIMS": "default/a",
+        "PODS": "p(c)",
+    }
+    assert rows[1]["CLAIMS"] == "-" and rows[1]["CORES"] == "0/100"

@@ -1,4 +1,5 @@
-"""Rows of a per-GPU usage table (what ``sharegpu status`` prints) from GPU objects."""
+"""Rows of the per-GPU table ``sharegpu status`` prints, from GPU objects (the columns ``kubectl
+get gpus`` shows, plus the claims and pods)."""
 
 from __future__ import annotations
 
