@@ -148,7 +148,7 @@ class NicPreparer:
         if not mine or unknown:
             return PrepareOutcome(error=f"claim {ref.name}: no NIC of this node ({unknown})")
         nics = [self._nics[r["device"]] for r in mine]
-        device = f"{ref.uid}"
+        device = ref.uid
         spec = {
             "cdiVersion": "0.6.0",
             "kind": CDI_KIND,
