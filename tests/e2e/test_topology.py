@@ -185,6 +185,18 @@ def _delete_namespace(real_node: RealNode, namespace: str, uids: list[str]) -> N
     )
 
 
+def _default_gpus(plane: ControlPlane, node: str) -> bool:
+    """Whether the node publishes the chart's default mock GPUs: 8 shareable GPUs, 4 under
+    each of ``pci0000:00`` and ``pci0000:80``."""
+    gpus = [
+        d for (driver, _), d in _devices(plane, node).items() if driver == names.DEFAULT_DRIVER_NAME
+    ]
+    roots = sorted(_attribute(d, names.ATTR_PCIE_ROOT) for d in gpus)
+    return roots == ["pci0000:00"] * 4 + ["pci0000:80"] * 4 and all(
+        d.get("allowMultipleAllocations") for d in gpus
+    )
+
+
 def test_gpu_and_nic_of_two_drivers_share_a_pcie_root(
     real_node: RealNode, node_plugin: PluginDaemon, tmp_path: Path
 ) -> None:
@@ -192,6 +204,14 @@ def test_gpu_and_nic_of_two_drivers_share_a_pcie_root(
     under one PCIe root (``pci0000:80``), explain agrees offline; a second such pod stays pending
     (``nic-1``'s root has no GPU) and explain says so."""
     plane = real_node.plane
+    if not _default_gpus(plane, real_node.name):  # an earlier test left other values
+        plugindaemon.upgrade(node_plugin)
+        wait_until(
+            lambda: _default_gpus(plane, real_node.name),
+            "the plugin publishes the chart's default mock GPUs again",
+            "8 shareable GPUs, 4 under pci0000:00 and 4 under pci0000:80",
+            process=real_node.kubelet,
+        )
     plane.kubectl(
         "apply",
         "-f",
