@@ -32,6 +32,9 @@ ATTR_CUDA_COMPUTE_CAPABILITY: Final = "cudaComputeCapability"
 ATTR_DRIVER_VERSION: Final = "driverVersion"
 ATTR_CUDA_DRIVER_VERSION: Final = "cudaDriverVersion"
 ATTR_NUMA_NODE: Final = "numaNode"
+#: The GPU's NVLink domain: GPUs of one node with the same value reach each other over NVLink
+#: (:mod:`kubeletplugin.devices.nvlink`); absent on a GPU with no NVLink peer.
+ATTR_NVLINK_DOMAIN: Final = "nvlinkDomain"
 ATTR_PARTITION: Final = "partition"
 ATTR_PARENT_UUID: Final = "parentUUID"
 #: MIG devices: the profile (e.g. ``1g.10gb``), the parent GPU's NVML index, NVML's GPU and

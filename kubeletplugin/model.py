@@ -120,6 +120,9 @@ class GpuInfo:
     memory_usable: int
     pcie_root: str | None = None
     numa_node: int | None = None
+    #: The NVLink domain (:mod:`kubeletplugin.devices.nvlink`): GPUs of the node with the same
+    #: value reach each other over NVLink; None without an NVLink peer (and on a MIG device).
+    nvlink_domain: str | None = None
     #: "v2" when NVML memory info v2 gave the reserved memory; "v1" when it was unavailable.
     memory_info_version: str = "v2"
     #: MIG mode as reported ("Enabled"/"Disabled"), or None when the GPU does not support MIG.
@@ -145,7 +148,8 @@ class GpuInfo:
     ) -> GpuInfo:
         """This GPU's MIG device ``mig``: its UUID and memory; every other field (index,
         minor, PCI, NUMA, product, versions) this GPU's; no MIG mode, MIG devices, MIG profiles
-        or notes of its own (see the class docstring). The one builder of MIG device records."""
+        or notes of its own, and no NVLink domain (MIG devices have no NVLink peer-to-peer; see the
+        class docstring). The one builder of MIG device records."""
         return replace(
             self,
             uuid=uuid,
@@ -157,6 +161,7 @@ class GpuInfo:
             mig_devices=(),
             mig_profiles=(),
             mig=mig,
+            nvlink_domain=None,
             notes=(),
         )
 

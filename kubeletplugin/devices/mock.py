@@ -2,13 +2,17 @@
 
 By default it reports ``count`` GPUs that look like an NVIDIA H100 80GB HBM3 in a two-socket
 server: the first half of the GPUs on PCIe root ``pci0000:00`` / NUMA node 0, the second half on
-``pci0000:80`` / NUMA node 1. UUIDs are derived from the node name and index (uuid5), so they
-are stable across restarts of the plugin on the same node and differ between nodes.
+``pci0000:80`` / NUMA node 1, all on one NVSwitch board (NVLink domain
+:data:`~kubeletplugin.devices.nvlink.NVSWITCH_DOMAIN`, an HGX H100). UUIDs are derived from the
+node name and index (uuid5), so they are stable across restarts of the plugin on the same node
+and differ between nodes.
 
 ``config_file`` replaces the defaults with a YAML list of GPUs; each entry may set any
 :class:`~kubeletplugin.devices.backend.GpuInfo` field (snake_case or camelCase keys); fields it
 leaves out
-take the default H100 value for that index.
+take the default H100 value for that index. ``nvlinkDomain`` models the NVLink topology: GPUs
+with the same value are NVLink-connected, ``null`` means no NVLink (a PCIe board with NVLink
+bridges in pairs gives each pair a value of its own, docs/configuration.md).
 
 MIG: an entry may list ``migDevices`` (which puts the GPU in MIG mode), each a mapping with
 ``profile`` (``1g.10gb``) and ``gpuInstance`` (required), and ``computeInstance`` (default 0),
@@ -44,6 +48,7 @@ from kubeletplugin.devices.migtables import (
     REFERENCE_TABLES,
     reference_profiles,
 )
+from kubeletplugin.devices.nvlink import NVSWITCH_DOMAIN, domain_problem
 from kubeletplugin.model import GpuInfo, MigInfo, MigProfile
 
 MIB: Final = 1024 * 1024
@@ -64,7 +69,7 @@ _FIELDS: Final = {f.name: f for f in dataclasses.fields(GpuInfo)}
 _INT_FIELDS: Final = {"index", "minor"}
 _BYTES_FIELDS: Final = {"memory_total", "memory_reserved", "memory_usable"}
 _OPTIONAL_INT_FIELDS: Final = {"numa_node"}
-_OPTIONAL_STR_FIELDS: Final = {"pcie_root", "mig_mode"}
+_OPTIONAL_STR_FIELDS: Final = {"pcie_root", "mig_mode", "nvlink_domain"}
 _BOOL_FIELDS: Final = {"mig_pending"}
 #: Fields a config entry cannot set (derived: ``mig`` is set on MIG devices only;
 #: ``mig_profiles`` comes from the product's reference table).
@@ -117,6 +122,7 @@ def default_gpu(node_name: str, index: int, count: int, mig_enabled: bool = Fals
         memory_usable=H100_MEMORY_TOTAL - H100_MEMORY_RESERVED,
         pcie_root="pci0000:00" if socket == 0 else "pci0000:80",
         numa_node=socket,
+        nvlink_domain=NVSWITCH_DOMAIN,
         memory_info_version="v2",
         mig_mode=MIG_ENABLED if mig_enabled else "Disabled",
         mig_profiles=_H100_PROFILES if mig_enabled else (),
@@ -185,6 +191,10 @@ def _convert(where: str, name: str, value: Any) -> Any:
             f"{where}: field {name!r} must be a string (quote numbers such as versions in "
             f"YAML), got {value!r}"
         )
+    if name == "nvlink_domain":
+        problem = domain_problem(value)
+        if problem is not None:
+            raise DiscoveryError(f"{where}: field 'nvlinkDomain' {problem}")
     return value
 
 

@@ -28,6 +28,7 @@ from typing import Any, Final
 from api import names
 from kubeletplugin.devices.backend import DiscoveryError
 from kubeletplugin.devices.mig import MIG_DISABLED, MIG_ENABLED, instance_key, profile_name
+from kubeletplugin.devices.nvlink import NvLinkView, nvlink_domains
 from kubeletplugin.model import GpuInfo, MigInfo, MigPlacement, MigProfile
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,15 @@ MAX_MEMORY_SLICES: Final = 32
 
 #: The largest slice count of a GPU-instance profile (8ths of a GPU).
 MAX_PROFILE_SLICES: Final = 8
+
+#: The most NVLinks read per GPU (NVML_NVLINK_MAX_LINKS is 18 or 36, by pynvml version).
+MAX_NVLINKS: Final = 64
+#: ``nvmlNvLinkDeviceType_t`` values (nvml.h).
+NVLINK_DEVICE_TYPE_GPU: Final = 0x00
+NVLINK_DEVICE_TYPE_SWITCH: Final = 0x02
+NVLINK_DEVICE_TYPE_UNKNOWN: Final = 0xFF
+#: ``NVML_GPU_FABRIC_STATE_COMPLETED``: the GPU's fabric registration is done.
+NVML_GPU_FABRIC_STATE_COMPLETED: Final = 3
 
 # nvml.h values used when a pynvml module lacks the constant.
 NVML_ERROR_INVALID_ARGUMENT: Final = 2
@@ -335,7 +345,7 @@ class NvmlBackend:
                     f"NVML reports {count} GPU(s) but none could be read; first error: "
                     f"{failures[0]}"
                 )
-            return found
+            return self._with_nvlink_domains(found)
         finally:
             try:
                 self._module().nvmlShutdown()
@@ -433,6 +443,101 @@ class NvmlBackend:
             mig_devices=self._mig_devices(gpu, handle),
             mig_profiles=self._discover_mig_profiles(gpu, handle),
         )
+
+    # --- NVLink topology ------------------------------------------------------------------
+
+    def _with_nvlink_domains(self, gpus: list[GpuInfo]) -> list[GpuInfo]:
+        """``gpus`` with their NVLink domains (:mod:`kubeletplugin.devices.nvlink`); a GPU whose
+        links NVML cannot read gets none, with one warning line (it is still published)."""
+        views: list[NvLinkView] = []
+        for gpu in gpus:
+            try:
+                handle = self._call(f"GPU {gpu.index}", "nvmlDeviceGetHandleByIndex", gpu.index)
+                views.append(self._nvlink_view(gpu, handle))
+            except (DiscoveryError, ValueError) as exc:
+                log.warning(
+                    "GPU %d: NVLink topology not read (no nvlinkDomain): %s", gpu.index, exc
+                )
+        domains = nvlink_domains(views)
+        return [dataclasses.replace(g, nvlink_domain=domains.get(g.pci_bus_id)) for g in gpus]
+
+    def _nvlink_view(self, gpu: GpuInfo, handle: Any) -> NvLinkView:
+        """The fabric registration and the active NVLinks of ``gpu`` (at most
+        :data:`MAX_NVLINKS` links; the first link NVML refuses ends the list)."""
+        what = f"the NVLinks of GPU {gpu.index}"
+        limit = min(
+            bounded_count("NVLinks", getattr(self._module(), "NVML_NVLINK_MAX_LINKS", 18), 1024),
+            MAX_NVLINKS,
+        )
+        switch = False
+        peers: set[str] = set()
+        for link in range(limit):
+            try:
+                state = self._link_call(what, "nvmlDeviceGetNvLinkState", handle, link)
+            except _Missing:
+                break
+            if state is None:
+                break  # no such link (or no NVLink at all)
+            if int(state) != 1:
+                continue
+            try:
+                kind = self._link_call(what, "nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+            except _Missing:
+                kind = None
+            kind = NVLINK_DEVICE_TYPE_UNKNOWN if kind is None else int(kind)
+            if kind == NVLINK_DEVICE_TYPE_SWITCH:
+                switch = True
+            elif kind in (NVLINK_DEVICE_TYPE_GPU, NVLINK_DEVICE_TYPE_UNKNOWN):
+                try:
+                    pci = self._link_call(what, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+                except _Missing:
+                    pci = None
+                if pci is not None:
+                    peers.add(normalize_pci_bus_id(pci.busId))
+        return NvLinkView(gpu.pci_bus_id, self._fabric(gpu, handle), switch, frozenset(peers))
+
+    def _link_call(self, what: str, fn_name: str, handle: Any, link: int) -> Any:
+        """One per-link NVML call: its answer, None when NVML says the link does not exist
+        (invalid argument, not supported, not found), :class:`_Missing` without the function,
+        DiscoveryError for any other NVML error."""
+        fn: Callable[..., Any] | None = getattr(self._module(), fn_name, None)
+        if fn is None:
+            raise _Missing(fn_name)
+        try:
+            return fn(handle, link)
+        except self._nvml_error() as exc:
+            code = nvml_error_code(exc)
+            if code in (
+                NVML_ERROR_INVALID_ARGUMENT,
+                NVML_ERROR_NOT_SUPPORTED,
+                NVML_ERROR_NOT_FOUND,
+            ):
+                return None
+            if self._is_missing(exc):
+                raise _Missing(fn_name) from None
+            raise DiscoveryError(
+                f"NVML error while reading {what} ({fn_name}, link {link}): {exc}"
+            ) from None
+
+    def _fabric(self, gpu: GpuInfo, handle: Any) -> tuple[bytes, int] | None:
+        """(cluster UUID, clique id) of the GPU's completed NVSwitch fabric registration, or
+        None (no fabric, not registered yet, or a driver or pynvml that cannot say)."""
+        struct = getattr(self._module(), "c_nvmlGpuFabricInfo_t", None)
+        if struct is None:
+            return None
+        info = struct()
+        try:
+            self._optional(
+                f"the fabric of GPU {gpu.index}",
+                "nvmlDeviceGetGpuFabricInfo",
+                handle,
+                ctypes.byref(info),
+            )
+        except _Missing:
+            return None
+        if int(info.state) != NVML_GPU_FABRIC_STATE_COMPLETED or int(info.status) != 0:
+            return None
+        return bytes(info.clusterUuid), int(info.cliqueId)
 
     def _memory(self, what: str, handle: Any) -> tuple[int, int, str]:
         """(total, reserved, "v2"|"v1") of device ``what`` (``GPU 0``) from NVML memory info,

@@ -78,6 +78,8 @@ def gpu_attributes(gpu: GpuInfo) -> Obj:
     if gpu.numa_node is not None:
         attrs[names.ATTR_NUMA_NODE] = {"int": gpu.numa_node}
         attrs[names.ATTR_STANDARD_NUMA_NODE] = {"int": gpu.numa_node}
+    if gpu.nvlink_domain is not None:
+        attrs[names.ATTR_NVLINK_DOMAIN] = _string(gpu.nvlink_domain)
     return attrs
 
 
@@ -224,10 +226,10 @@ def mig_placement_device(device: NodeDevice) -> Obj:
     """One placement of one MIG profile of a dynamic-MIG GPU (KEP-4815), for one claim at a time.
 
     Attributes: the parent GPU's (:func:`gpu_attributes`) without ``uuid`` (the MIG device and
-    its UUID only exist once prepare created it), the parent's UUID and index, the profile name
-    and NVML id, the placement, and the profile's multiprocessors and engines; ``migDynamic``
-    true. Capacity ``memory``: the profile's memory. Consumes, from the GPU's
-    :func:`mig_counter_set`, 1 of each memory slice of its placement, its slice count of
+    its UUID only exist once prepare created it) and ``nvlinkDomain``, the parent's UUID and
+    index, the profile name and NVML id, the placement, and the profile's multiprocessors and
+    engines; ``migDynamic`` true. Capacity ``memory``: the profile's memory. Consumes, from the
+    GPU's :func:`mig_counter_set`, 1 of each memory slice of its placement, its slice count of
     ``compute-slices`` and 1 of its profile's instance counter when it has one.
     ValueError for a device that is not a placement device."""
     profile, placement = device.mig_profile, device.placement
@@ -236,6 +238,7 @@ def mig_placement_device(device: NodeDevice) -> Obj:
     gpu = device.gpu
     attrs = gpu_attributes(gpu)
     del attrs[names.ATTR_UUID]
+    attrs.pop(names.ATTR_NVLINK_DOMAIN, None)  # a MIG instance has no NVLink peer-to-peer
     attrs[names.ATTR_PARENT_UUID] = _string(gpu.uuid)
     attrs[names.ATTR_PARENT_INDEX] = {"int": gpu.index}
     attrs[names.ATTR_PROFILE] = _string(profile.name)

@@ -1,6 +1,8 @@
 """Why a claim cannot be allocated: per request, each candidate device's first failing check
 against the node's current allocations (constraints judged against the other requests'
-eligible devices), and a one-line summary."""
+eligible devices), and a one-line summary; the summary of a request for several devices that
+must share an attribute value (``matchAttribute``) says how many eligible devices share each
+value when too few do."""
 
 from __future__ import annotations
 
@@ -49,6 +51,11 @@ def explain(owner: Allocator, plan: ClaimPlan, pod_claims: int = 1) -> list[Requ
     reports = []
     for alt in alts:
         ok, bad = eligible[id(alt)], rejections[id(alt)]
+        notes = [
+            note
+            for constraint in plan.constraints
+            if (note := _group_note(constraint, alt, ok)) is not None
+        ]
         order = {c.id: c.position for c in owner.candidates}
         bad.sort(key=lambda r: order.get(r.device, 0))
         reports.append(
@@ -57,7 +64,7 @@ def explain(owner: Allocator, plan: ClaimPlan, pod_claims: int = 1) -> list[Requ
                 needed=None if alt.all_mode else alt.count,
                 eligible=[c.id for c in ok],
                 rejections=bad,
-                summary=_summary(owner.node, alt, ok, bad, pod_claims),
+                summary="; ".join([_summary(owner.node, alt, ok, bad, pod_claims), *notes]),
             )
         )
     return reports
@@ -97,6 +104,34 @@ def _constraint_reason(
         f"matchAttribute {constraint.attribute}: device has {show(value)}, but no eligible "
         f"device of request {', '.join(missing)} has that value",
         details,
+    )
+
+
+#: The most attribute values a group note lists.
+_GROUPS_SHOWN = 4
+
+
+def _group_note(constraint: Constraint, alt: Alternative, ok: list[Candidate]) -> str | None:
+    """For a ``matchAttribute`` over ``alt`` when it asks for several devices: how many
+    distinct eligible devices share each value, when no value has ``alt.count`` of them."""
+    if constraint.kind != "matchAttribute" or alt.all_mode or alt.count < 2:
+        return None
+    if not constraint.applies_to(alt):
+        return None
+    groups: dict[str, set[Any]] = defaultdict(set)
+    for cand in ok:
+        value = attribute(cand, constraint.attribute)
+        if value is not None:
+            groups[show(value)].add(cand.id)
+    sizes = sorted(((len(ids), value) for value, ids in groups.items()), key=lambda g: -g[0])
+    if sizes and sizes[0][0] >= alt.count:
+        return None
+    shown = ", ".join(f"{value}: {n}" for n, value in sizes[:_GROUPS_SHOWN])
+    more = f", {len(sizes) - _GROUPS_SHOWN} more" if len(sizes) > _GROUPS_SHOWN else ""
+    return (
+        f"matchAttribute {constraint.attribute}: {alt.count} devices must share one value, "
+        f"at most {sizes[0][0] if sizes else 0} eligible do"
+        + (f" ({shown}{more})" if shown else "")
     )
 
 

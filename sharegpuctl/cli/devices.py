@@ -47,6 +47,7 @@ def gpu_json(gpu: GpuInfo) -> Obj:
         "pciBusID": gpu.pci_bus_id,
         "pcieRoot": gpu.pcie_root,
         "numaNode": gpu.numa_node,
+        "nvlinkDomain": gpu.nvlink_domain,
         "memory": {
             "total": format_quantity(gpu.memory_total),
             "reserved": format_quantity(gpu.memory_reserved),
@@ -136,7 +137,17 @@ def report(node: LocalNode) -> tuple[Obj, list[Table]]:
         },
     }
     gpus = Table(
-        ["INDEX", "PRODUCT", "UUID", "MEMORY (USABLE/TOTAL)", "CC", "PCIE ROOT", "NUMA", "MIG"],
+        [
+            "INDEX",
+            "PRODUCT",
+            "UUID",
+            "MEMORY (USABLE/TOTAL)",
+            "CC",
+            "PCIE ROOT",
+            "NUMA",
+            "NVLINK",
+            "MIG",
+        ],
         title=f"GPUs on node {node.node_name} ({node.backend} backend)",
     )
     for g in node.gpus:
@@ -148,6 +159,7 @@ def report(node: LocalNode) -> tuple[Obj, list[Table]]:
             g.cuda_compute_capability,
             g.pcie_root or "-",
             "-" if g.numa_node is None else g.numa_node,
+            g.nvlink_domain or "-",
             g.mig_mode or "-",
         )
     tables = [gpus]

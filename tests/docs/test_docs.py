@@ -131,8 +131,9 @@ OTHER_TOOLS_FLAGS = {
     "--strict-markers",
     # nvidia-ctk cdi generate / runtime configure (docs/install.md, sharing.md)
     "--device-name-strategy",
-    # nvidia-smi compute-policy (docs/development.md)
+    # nvidia-smi compute-policy and nvidia-smi nvlink (docs/development.md)
     "--list",
+    "--status",
     # kubectl delete (examples)
     "--ignore-not-found",
     "--output",

@@ -1,6 +1,8 @@
 """The node plugin against a real NVIDIA GPU (root only; skipped elsewhere with the reason).
 
-- discovery through NVML equals what ``nvidia-smi --query-gpu`` prints;
+- discovery through NVML equals what ``nvidia-smi --query-gpu`` prints, and a GPU has an
+  NVLink domain exactly when ``nvidia-smi nvlink --status`` shows it an active link (a single
+  GPU: none), read without changing any setting;
 - two MPS shares (10Gi/25% and 20Gi/50%) of one GPU, prepared over the real DRA socket from
   claims in the embedded API server, each with its own MPS daemon run by
   :class:`~tests.gpu.hostlauncher.HostMpsLauncher`; CUDA clients run in containers emulated from
@@ -45,6 +47,7 @@ import pytest
 from api import names
 from kubeletplugin.devices.mig import MIG_DISABLED, MIG_ENABLED
 from kubeletplugin.devices.migtables import placement_problem
+from kubeletplugin.devices.nvlink import domain_problem
 from kubeletplugin.devices.nvml import NvmlBackend, normalize_pci_bus_id
 from kubeletplugin.devices.nvmlmig import NvmlMigPartitioner
 from kubeletplugin.devices.table import node_devices
@@ -146,6 +149,41 @@ def test_discovery_matches_nvidia_smi() -> None:
     ]
     assert got == expected
     assert all(g.memory_usable == g.memory_total - g.memory_reserved for g in gpus)
+
+
+def smi_active_nvlinks() -> dict[int, int]:
+    """GPU index -> its active NVLinks, as ``nvidia-smi nvlink --status`` prints them (a link
+    line with a speed in GB/s; inactive ones say ``<inactive>``)."""
+    out = subprocess.run(
+        ["nvidia-smi", "nvlink", "--status"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    ).stdout
+    active: dict[int, int] = {}
+    current: int | None = None
+    for line in out.splitlines():
+        header = re.match(r"^GPU (\d+):", line)
+        if header:
+            current = int(header.group(1))
+            active[current] = 0
+        elif current is not None and re.search(r"Link \d+: .*GB/s", line):
+            active[current] += 1
+    return active
+
+
+def test_nvlink_domains_follow_the_active_links() -> None:
+    gpus = NvmlBackend().discover()
+    links = smi_active_nvlinks()
+    for gpu in gpus:
+        if gpu.nvlink_domain is not None:
+            assert domain_problem(gpu.nvlink_domain) is None, gpu.nvlink_domain
+    got = {g.index: g.nvlink_domain is not None for g in gpus}
+    if len(gpus) == 1:
+        assert got == {gpus[0].index: False}  # one GPU has no NVLink peer on its node
+    else:
+        assert got == {g.index: links.get(g.index, 0) > 0 for g in gpus}
 
 
 class GpuNode:

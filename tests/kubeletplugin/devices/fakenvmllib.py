@@ -113,6 +113,12 @@ class FakeGpu:
     #: GPU instance profiles (MIG mode only); empty: NVML supports no profile
     mig_profiles: tuple[MigProfile, ...] = ()
     gpu_instances: list[FakeGpuInstance] = field(default_factory=list)
+    #: NVLinks, by link number: (active, remote device type, remote PCI bus ID in NVML's form);
+    #: None: the GPU has no NVLink (every link call answers NOT_SUPPORTED)
+    nvlinks: list[tuple[bool, int, str]] | None = None
+    #: NVSwitch fabric registration (cluster UUID, clique id, state, status); None: no fabric
+    #: (NOT_SUPPORTED)
+    fabric: tuple[bytes, int, int, int] | None = None
     struct: Any = field(default_factory=pynvml.struct_c_nvmlDevice_t, repr=False)
 
 
@@ -351,6 +357,53 @@ class FakeNvmlLib:
         if gpu.numa_node is None:
             return int(pynvml.NVML_ERROR_NOT_SUPPORTED)
         node.value = gpu.numa_node
+        return SUCCESS
+
+    # --- NVLink -----------------------------------------------------------------------
+
+    def _link(self, handle: Any, link: Any) -> tuple[bool, int, str] | int:
+        """The link's (active, remote type, remote bus ID), or the return code NVML gives:
+        NOT_SUPPORTED without NVLink, INVALID_ARGUMENT past the GPU's last link."""
+        gpu = self._gpu(handle)
+        number = _value(link, ctypes.c_uint)
+        if gpu.nvlinks is None:
+            return int(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= number < len(gpu.nvlinks):
+            return int(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return gpu.nvlinks[number]
+
+    def _c_nvmlDeviceGetNvLinkState(self, handle: Any, link: Any, ref: Any) -> int:
+        out = _out(ref, ctypes.c_uint)
+        found = self._link(handle, link)
+        if isinstance(found, int):
+            return found
+        out.value = int(found[0])
+        return self._gpu(handle).errors.get("nvmlDeviceGetNvLinkState", SUCCESS)
+
+    def _c_nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: Any, ref: Any) -> int:
+        out = _out(ref, ctypes.c_uint)
+        found = self._link(handle, link)
+        if isinstance(found, int):
+            return found
+        out.value = found[1]
+        return SUCCESS
+
+    def _c_nvmlDeviceGetNvLinkRemotePciInfo_v2(self, handle: Any, link: Any, ref: Any) -> int:
+        info = _out(ref, pynvml.nvmlPciInfo_t)
+        found = self._link(handle, link)
+        if isinstance(found, int):
+            return found
+        info.busId = found[2].encode()
+        return SUCCESS
+
+    def _c_nvmlDeviceGetGpuFabricInfo(self, handle: Any, ref: Any) -> int:
+        info = _out(ref, pynvml.c_nvmlGpuFabricInfo_t)
+        gpu = self._gpu(handle)
+        if gpu.fabric is None:
+            return int(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        cluster, clique, state, status = gpu.fabric
+        info.clusterUuid[:] = list(cluster)
+        info.cliqueId, info.state, info.status = clique, state, status
         return SUCCESS
 
     # --- MIG --------------------------------------------------------------------------

@@ -75,6 +75,7 @@ def test_consumable_device_is_exact() -> None:
             "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"},
             "numaNode": {"int": 0},
             "resource.kubernetes.io/numaNode": {"int": 0},
+            "nvlinkDomain": {"string": "nvswitch"},
         },
         "capacity": {
             "cores": {

@@ -27,6 +27,7 @@ def test_mock_gpus_and_consumable_slices(capsys: pytest.CaptureFixture[str]) -> 
     assert first["productName"] == "NVIDIA H100 80GB HBM3"
     assert first["memory"]["usable"] == "81032Mi" and first["memory"]["total"] == "81559Mi"
     assert first["cudaComputeCapability"] == "9.0" and first["pcieRoot"] == "pci0000:00"
+    assert {g["nvlinkDomain"] for g in gpus} == {"nvswitch"}
     slices = report["resourceSlices"]
     assert isinstance(slices, dict)
     assert (slices["count"], slices["devices"], slices["counterSets"]) == (1, 3, 0)
