@@ -31,6 +31,7 @@ from typing import Any
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from api.gpu import GpuObject
+from api.gpustatus import gpu_spec_json
 from api.jsontypes import Obj
 from api.names import (
     API_GROUP,
@@ -50,12 +51,11 @@ from controller.reconcile import (
     gpu_labels,
     gpu_manifest,
     gpu_object,
-    gpu_spec_json,
     gpu_status_json,
     usage,
 )
 from controller.records import (
-    ClaimRecord,
+    AllocatedClaim,
     PodInfo,
     SliceRecord,
     TaintRuleRecord,
@@ -184,7 +184,7 @@ class Tracker:
         """What the slice informer keeps of one ResourceSlice."""
         return _slice_record(obj, self.driver)
 
-    def claim_record(self, obj: Obj) -> ClaimRecord | None:
+    def claim_record(self, obj: Obj) -> AllocatedClaim | None:
         """What the claim informer keeps of one ResourceClaim (None: nothing of this driver)."""
         return claim_record(obj, self.driver)
 
@@ -287,7 +287,7 @@ class Tracker:
             self.freezer.note()
         self._wake.set()
 
-    def _on_claim(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
+    def _on_claim(self, key: str, old: AllocatedClaim | None, new: AllocatedClaim | None) -> None:
         with self._lock:
             self.index.set_claim(key, new)
             self.freezer.note()
