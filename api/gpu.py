@@ -167,6 +167,12 @@ class Allocation(_Model):
     usage: ShareUsage | None = Field(
         default=None, description="Measured on the node (absent when not measured)."
     )
+    idle: bool | None = Field(
+        default=None,
+        description="True when the measured usage stayed under the controller's idle threshold "
+        "of the reserved cores and memory for its idle period (condition SharesIdle); absent "
+        "otherwise. Nothing is evicted.",
+    )
 
 
 class GpuTaint(_Model):

@@ -91,8 +91,8 @@ def gpu_spec_json(gpu: GpuHardwareView) -> dict[str, Any]:
     }
 
 
-def allocation_json(a: AllocationView) -> dict[str, Any]:
-    """One entry of ``status.allocations``."""
+def allocation_json(a: AllocationView, idle: bool = False) -> dict[str, Any]:
+    """One entry of ``status.allocations``; ``idle`` is written only when True."""
     out: dict[str, Any] = {
         "claimNamespace": a.claim_namespace,
         "claimName": a.claim_name,
@@ -107,6 +107,8 @@ def allocation_json(a: AllocationView) -> dict[str, Any]:
         out["shareID"] = a.share_id
     if a.usage is not None:
         out["usage"] = usage_json(a.usage)
+    if idle:
+        out["idle"] = True
     return out
 
 

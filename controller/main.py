@@ -23,6 +23,14 @@ from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
 from api.version import VERSION
 from controller.apiauth import DEFAULT_AUDIENCE, KubeAuthorizer
 from controller.httpapi import serve_api, serve_probes
+from controller.idle import (
+    DEFAULT_PERIOD_S,
+    DEFAULT_THRESHOLD_PERCENT,
+    MAX_PERIOD_S,
+    MAX_THRESHOLD_PERCENT,
+    MIN_PERIOD_S,
+    IdlePolicy,
+)
 from controller.metrics import ControllerMetrics
 from controller.quotaadmit import QuotaAdmitter
 from controller.quotacharge import ChargeBasis, basis_of
@@ -67,6 +75,30 @@ def _address(text: str) -> str:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _bounded_int(flag: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``, else an error naming ``flag``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be an integer from {low} to {high}, not {text!r}"
+            ) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{flag} must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
+
+
+def idle_policy(args: argparse.Namespace) -> IdlePolicy | None:
+    """The idle policy the flags configure (None: idle reporting off)."""
+    if args.idle_threshold_percent == 0:
+        return None
+    return IdlePolicy(args.idle_threshold_percent, args.idle_period_seconds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,6 +217,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    p.add_argument(
+        "--idle-threshold-percent",
+        type=_bounded_int("--idle-threshold-percent", 0, MAX_THRESHOLD_PERCENT),
+        default=DEFAULT_THRESHOLD_PERCENT,
+        help="a share is idle when its measured SM utilisation and memory stay under this "
+        "percent of what it reserved for --idle-period-seconds (0: idle reporting off; "
+        "default %(default)s)",
+    )
+    p.add_argument(
+        "--idle-period-seconds",
+        type=_bounded_int("--idle-period-seconds", MIN_PERIOD_S, MAX_PERIOD_S),
+        default=DEFAULT_PERIOD_S,
+        help="how long a share must stay under --idle-threshold-percent to be reported idle "
+        "(default %(default)s)",
+    )
     p.add_argument("--disable-webhook", action="store_true", help="do not serve the webhook")
     p.add_argument(
         "--disable-tracker",
@@ -260,8 +307,10 @@ class Controller:
                 metrics=self.metrics,
                 is_leader=is_leader,
                 tracer=self.telemetry.tracer,
+                idle=idle_policy(a),
             )
             self.metrics.set_gpu_source(self.tracker.gauges)
+            self.metrics.set_idle_source(self.tracker.idle_gauges)
             tracker_now = self.tracker
             self.quota_basis = lambda: basis_of(
                 (g.node, g.memory_capacity, g.min_share_cores) for g in tracker_now.gauges()

@@ -45,6 +45,7 @@ from api.names import (
 )
 from api.sharepolicy import reserved_amounts
 from api.shareusage import MeasuredUsage
+from controller.idle import IdleVerdict, alloc_key, shares_idle_condition
 from controller.mpsclients import Client, client_users, mps_verdict
 from controller.records import (
     AllocatedClaim,
@@ -383,19 +384,28 @@ def usage(allocations: Iterable[Alloc]) -> tuple[int, int, int]:
     return cores, memory, len(claims)
 
 
-def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
+def gpu_status_json(
+    gpu: GpuHardware, allocations: Iterable[Alloc], idle: IdleVerdict | None = None
+) -> Obj:
     """``status`` of the GPU object for the allocations on it, laid out by
     :func:`api.gpustatus.gpu_status_json` (allocations sorted, sums and conditions decided
-    here)."""
+    here); ``idle``: the idle verdict of the allocations (None: idle reporting off)."""
     allocs = sorted(allocations, key=Alloc.sort_key)
     used_cores, used_memory, claim_count = usage(allocs)
     conditions = [
-        c for c in (overcommitted_condition(allocs), mps_escaped_condition(allocs)) if c is not None
+        c
+        for c in (
+            overcommitted_condition(allocs),
+            mps_escaped_condition(allocs),
+            shares_idle_condition(allocs, idle) if idle is not None else None,
+        )
+        if c is not None
     ]
+    idle_keys = idle.idle if idle is not None else {}
     return encode_gpu_status(
         capacity=(gpu.cores, gpu.memory),
         allocated=(used_cores, used_memory),
-        allocations=[allocation_json(a) for a in allocs],
+        allocations=[allocation_json(a, alloc_key(a) in idle_keys) for a in allocs],
         claim_count=claim_count,
         unhealthy_reason=gpu.unhealthy_reason,
         taints=gpu.taints,
@@ -403,7 +413,9 @@ def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
     )
 
 
-def gpu_manifest(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
+def gpu_manifest(
+    gpu: GpuHardware, allocations: Iterable[Alloc], idle: IdleVerdict | None = None
+) -> Obj:
     """The whole GPU object as the tracker writes it (what :meth:`api.gpu.GpuObject.manifest`
     gives for :func:`gpu_object`)."""
     metadata: Obj = {"name": gpu.name}
@@ -414,18 +426,20 @@ def gpu_manifest(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
         "kind": GPU_KIND,
         "metadata": metadata,
         "spec": gpu_spec_json(gpu),
-        "status": gpu_status_json(gpu, allocations),
+        "status": gpu_status_json(gpu, allocations, idle),
     }
 
 
-def gpu_object(gpu: GpuHardware, allocations: Iterable[Alloc]) -> GpuObject:
+def gpu_object(
+    gpu: GpuHardware, allocations: Iterable[Alloc], idle: IdleVerdict | None = None
+) -> GpuObject:
     """The desired GPU object as a validated :class:`api.gpu.GpuObject` (for readers at the
     edges: the JSON API, tests; the tracker itself works on :func:`gpu_manifest`)."""
     return GpuObject.model_validate(
         {
             "name": gpu.name,
             "spec": gpu_spec_json(gpu),
-            "status": gpu_status_json(gpu, allocations),
+            "status": gpu_status_json(gpu, allocations, idle),
         }
     )
 
