@@ -18,6 +18,7 @@ without a measurement at or above the threshold in between. Rules:
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -134,6 +135,12 @@ class IdleShares:
         self._below: dict[str, dict[AllocKey, float]] = {}
         #: GPU -> allocations its last verdict reported idle.
         self._reported: dict[str, frozenset[AllocKey]] = {}
+        #: ``(clock time a share of the GPU reaches the period, GPU)``: a min-heap, so
+        #: :meth:`due` looks only at GPUs whose time came (stale entries are re-checked there).
+        self._deadlines: list[tuple[float, str]] = []
+        #: GPU -> the deadline last queued for it (not queued twice: the heap stays one entry
+        #: per GPU and pending deadline however often a GPU is observed).
+        self._queued: dict[str, float] = {}
 
     def observe(self, gpu: str, allocations: Iterable[Alloc]) -> None:
         """Record the GPU's current allocations (none: the GPU is forgotten)."""
@@ -146,12 +153,26 @@ class IdleShares:
                 self._below[gpu] = new
             else:
                 self._below.pop(gpu, None)
+            self._push_next(gpu)
+
+    def _push_next(self, gpu: str) -> None:
+        """Queue when the GPU's next unreported share reaches the period (lock held)."""
+        reported = self._reported.get(gpu, frozenset())
+        pending = [s for k, s in self._below.get(gpu, {}).items() if k not in reported]
+        if pending:
+            self._queue(min(pending) + self.policy.period_s, gpu)
+
+    def _queue(self, deadline: float, gpu: str) -> None:
+        if self._queued.get(gpu) != deadline:
+            self._queued[gpu] = deadline
+            heapq.heappush(self._deadlines, (deadline, gpu))
 
     def forget(self, gpu: str) -> None:
         """Drop the GPU (it is gone)."""
         with self._lock:
             self._below.pop(gpu, None)
             self._reported.pop(gpu, None)
+            self._queued.pop(gpu, None)
 
     def verdict(self, gpu: str, allocations: Iterable[Alloc], record: bool = False) -> IdleVerdict:
         """The idle state of the GPU's allocations now; ``record``: this is what its object
@@ -171,6 +192,7 @@ class IdleShares:
                     idle[alloc_key(a)] = now - since
             if record:
                 self._reported[gpu] = frozenset(idle)
+                self._push_next(gpu)
         return IdleVerdict(judged, idle, self.policy.describe())
 
     def due(self) -> list[str]:
@@ -178,14 +200,23 @@ class IdleShares:
         now = self._clock.monotonic()
         period = self.policy.period_s
         with self._lock:
-            return sorted(
+            came: set[str] = set()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                deadline, gpu = heapq.heappop(self._deadlines)
+                if self._queued.get(gpu) == deadline:
+                    del self._queued[gpu]
+                came.add(gpu)
+            due = sorted(
                 gpu
-                for gpu, below in self._below.items()
+                for gpu in came
                 if any(
                     now - since >= period and k not in self._reported.get(gpu, frozenset())
-                    for k, since in below.items()
+                    for k, since in self._below.get(gpu, {}).items()
                 )
             )
+            for gpu in due:  # until its verdict is recorded, it stays due
+                self._queue(now, gpu)
+            return due
 
 
 def shares_idle_condition(allocations: Iterable[Alloc], verdict: IdleVerdict) -> Obj | None:

@@ -84,6 +84,26 @@ def test_idle_only_once_the_period_has_elapsed() -> None:
     assert shares.due() == []  # reported: not due again
 
 
+def test_a_second_share_reaching_the_period_makes_the_gpu_due_again() -> None:
+    clock = FakeClock()
+    shares = IdleShares(POLICY, clock)
+    first = _alloc(0, 0, claim="a")
+    _idle(shares, [first, _alloc(30, 0, claim="b")])
+    clock.advance(300)
+    both = [first, _alloc(0, 0, claim="b")]
+    _idle(shares, both)  # b is below from now on
+    clock.advance(300)
+    assert shares.due() == [GPU]
+    assert _idle(shares, both)["idle"] == ["uid-a"]
+    clock.advance(299)
+    assert shares.due() == []
+    clock.advance(1)
+    assert shares.due() == [GPU]
+    assert shares.due() == [GPU]  # due until its verdict is recorded
+    assert _idle(shares, both)["idle"] == ["uid-a", "uid-b"]
+    assert shares.due() == []
+
+
 def test_a_share_that_becomes_busy_again_clears_and_starts_over() -> None:
     clock = FakeClock()
     shares = IdleShares(POLICY, clock)
