@@ -101,7 +101,8 @@ class ShareUsage(_Model):
     The same shape is the ``data`` of the claim's ``status.devices[]`` entry the plugin writes
     (with ``apiVersion`` and ``kind`` :data:`SHARE_USAGE_KIND` added there) and the ``usage`` of
     the allocation in the GPU object. ``smUtilization`` is absent where the GPU does not report
-    per-process utilisation (never reported as zero).
+    per-process utilisation (never reported as zero). Both daemons build and read this shape
+    with the codec of :mod:`api.shareusage` (a test keeps the two in agreement).
     """
 
     used_memory: str = Field(description="GPU memory the share's processes use (quantity).")
