@@ -143,7 +143,9 @@ class IdleShares:
         self._queued: dict[str, float] = {}
 
     def observe(self, gpu: str, allocations: Iterable[Alloc]) -> None:
-        """Record the GPU's current allocations (none: the GPU is forgotten)."""
+        """Record the GPU's current allocations: a share below keeps the time it was first seen
+        below, any other allocation is dropped (its period starts over when it is below
+        again)."""
         now = self._clock.monotonic()
         with self._lock:
             old = self._below.get(gpu, {})
@@ -183,12 +185,12 @@ class IdleShares:
         with self._lock:
             below = self._below.get(gpu, {})
             for a in allocations:
-                verdict = self.policy.below(a)
-                if verdict is None:
+                below_now = self.policy.below(a)
+                if below_now is None:
                     continue
                 judged = True
                 since = below.get(alloc_key(a))
-                if verdict and since is not None and now - since >= self.policy.period_s:
+                if below_now and since is not None and now - since >= self.policy.period_s:
                     idle[alloc_key(a)] = now - since
             if record:
                 self._reported[gpu] = frozenset(idle)
