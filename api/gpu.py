@@ -101,7 +101,8 @@ class ShareUsage(_Model):
     The same shape is the ``data`` of the claim's ``status.devices[]`` entry the plugin writes
     (with ``apiVersion`` and ``kind`` :data:`SHARE_USAGE_KIND` added there) and the ``usage`` of
     the allocation in the GPU object. ``smUtilization`` is absent where the GPU does not report
-    per-process utilisation (never reported as zero).
+    per-process utilisation (never reported as zero). Both daemons build and read this shape
+    with the codec of :mod:`api.shareusage` (a test keeps the two in agreement).
     """
 
     used_memory: str = Field(description="GPU memory the share's processes use (quantity).")
@@ -166,6 +167,12 @@ class Allocation(_Model):
     pods: list[PodRef] = Field(default_factory=list)
     usage: ShareUsage | None = Field(
         default=None, description="Measured on the node (absent when not measured)."
+    )
+    idle: bool | None = Field(
+        default=None,
+        description="True when the measured usage stayed under the controller's idle threshold "
+        "of the reserved cores and memory for its idle period (condition SharesIdle); absent "
+        "otherwise. Nothing is evicted.",
     )
 
 

@@ -164,6 +164,9 @@ def overcommitted_taint_key(driver_name: str) -> str:
 #: The GPU object's condition type for compute processes that run outside MPS on a GPU with MPS
 #: shares (they get the whole GPU, beyond every share's limits).
 CONDITION_MPS_ESCAPED: Final = "MPSEscaped"
+#: The GPU object's condition type for shares whose measured usage stayed under the controller's
+#: idle threshold of what they reserved for its idle period (reported, never evicted).
+CONDITION_SHARES_IDLE: Final = "SharesIdle"
 #: Suffix of the optional device taint of a GPU where a process escaped MPS:
 #: ``<driver>/mps-escape``.
 TAINT_MPS_ESCAPE_SUFFIX: Final = "mps-escape"

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from api.names import CONTROLLER_LEASE_NAME, DEFAULT_DRIVER_NAME
 from api.version import VERSION
 from controller.apiauth import DEFAULT_AUDIENCE
+from controller.idle import (
+    DEFAULT_PERIOD_S,
+    DEFAULT_THRESHOLD_PERCENT,
+    MAX_PERIOD_S,
+    MAX_THRESHOLD_PERCENT,
+    MIN_PERIOD_S,
+    IdlePolicy,
+)
 from sharegpu.kube.logs import LOG_FORMATS, LOG_LEVELS
 from sharegpu.kube.telemetry import parse_address
 
@@ -57,6 +65,9 @@ class ControllerConfig:
     lease_name: str
     log_format: str
     log_level: str
+    #: Percent of a share's reservation under which it counts as idle (0: idle reporting off).
+    idle_threshold_percent: int
+    idle_period_seconds: int
     disable_webhook: bool
     disable_tracker: bool
 
@@ -69,6 +80,13 @@ class ControllerConfig:
     def tracker(self) -> bool:
         """Whether the GPUs are tracked (and the API server is reached)."""
         return not self.disable_tracker
+
+    @property
+    def idle_policy(self) -> IdlePolicy | None:
+        """The idle policy the flags configure (None: idle reporting off)."""
+        if self.idle_threshold_percent == 0:
+            return None
+        return IdlePolicy(self.idle_threshold_percent, self.idle_period_seconds)
 
 
 def _bool(text: str) -> bool:
@@ -87,6 +105,23 @@ def _address(text: str) -> str:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _bounded_int(flag: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``, else an error naming ``flag``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be an integer from {low} to {high}, not {text!r}"
+            ) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{flag} must be from {low} to {high}, not {value}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,6 +242,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    p.add_argument(
+        "--idle-threshold-percent",
+        type=_bounded_int("--idle-threshold-percent", 0, MAX_THRESHOLD_PERCENT),
+        default=DEFAULT_THRESHOLD_PERCENT,
+        help="a share is idle when its measured SM utilisation and memory stay under this "
+        "percent of what it reserved for --idle-period-seconds (0: idle reporting off; "
+        "default %(default)s)",
+    )
+    p.add_argument(
+        "--idle-period-seconds",
+        type=_bounded_int("--idle-period-seconds", MIN_PERIOD_S, MAX_PERIOD_S),
+        default=DEFAULT_PERIOD_S,
+        help="how long a share must stay under --idle-threshold-percent to be reported idle "
+        "(default %(default)s)",
+    )
     p.add_argument("--disable-webhook", action="store_true", help="do not serve the webhook")
     p.add_argument(
         "--disable-tracker",
@@ -246,6 +296,8 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         lease_name=args.lease_name,
         log_format=args.log_format,
         log_level=args.log_level,
+        idle_threshold_percent=args.idle_threshold_percent,
+        idle_period_seconds=args.idle_period_seconds,
         disable_webhook=args.disable_webhook,
         disable_tracker=args.disable_tracker,
     )

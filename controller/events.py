@@ -34,9 +34,9 @@ from typing import Any, Final
 
 from api.names import OVER_COMPUTE, OVER_MEMORY, RESOURCE_GROUP, RESOURCE_VERSION
 from api.quantity import format_bytes_human
+from api.shareusage import MeasuredUsage
 from controller.mpsclients import QUEUE_RULE, distinct_users
 from controller.reconcile import Alloc
-from controller.records import UsageRecord
 from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
@@ -187,7 +187,7 @@ def _share_key(a: Alloc, resource: str) -> ShareKey:
     return (claim, a.request, a.device, a.share_id or "", resource)
 
 
-def _amounts(a: Alloc, usage: UsageRecord, resource: str) -> tuple[str, str]:
+def _amounts(a: Alloc, usage: MeasuredUsage, resource: str) -> tuple[str, str]:
     """``(used, reserved)`` of ``a`` (measured as ``usage``) on ``resource``, as shown."""
     if resource == OVER_COMPUTE:
         sm = usage.sm_utilization

@@ -34,7 +34,7 @@ from controller.reconcile import (
     pool_hardware,
     with_rule_taints,
 )
-from controller.records import ClaimRecord, PodInfo, SliceRecord, TaintRuleRecord
+from controller.records import AllocatedClaim, PodInfo, SliceRecord, TaintRuleRecord
 
 
 class GpuIndex:
@@ -49,7 +49,7 @@ class GpuIndex:
         self._pool_gpus: dict[str, tuple[str, ...]] = {}
         self._devices: dict[tuple[str, str], DeviceInfo] = {}
         self._pool_devices: dict[str, tuple[str, ...]] = {}
-        self._claims: dict[str, ClaimRecord] = {}
+        self._claims: dict[str, AllocatedClaim] = {}
         self._allocs: dict[str, tuple[Alloc, ...]] = {}
         self._gpu_claims: dict[str, set[str]] = {}
         self._pool_claims: dict[str, set[str]] = {}
@@ -96,7 +96,7 @@ class GpuIndex:
                 self._hardware[name] = tainted
                 self.dirty.add(name)
 
-    def set_claim(self, key: str, new: ClaimRecord | None) -> None:
+    def set_claim(self, key: str, new: AllocatedClaim | None) -> None:
         """Claim ``key`` (``<namespace>/<name>``) is now ``new`` (None: gone or not ours)."""
         self._forget_claim(key)
         if new is None:

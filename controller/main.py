@@ -130,8 +130,10 @@ class Controller:
             metrics=self.metrics,
             is_leader=is_leader,
             tracer=self.telemetry.tracer,
+            idle=c.idle_policy,
         )
         self.metrics.set_gpu_source(tracker.gauges)
+        self.metrics.set_idle_source(tracker.idle_gauges)
         self.quota_basis = lambda: basis_of(
             (g.node, g.memory_capacity, g.min_share_cores) for g in tracker.gauges()
         )

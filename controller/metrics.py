@@ -27,6 +27,10 @@ GPU objects the tracker computes; nothing is stored twice. Prometheus names (aft
   a forged review): reviews are then judged against the quotas but never charged, so claims
   created at the same time can together exceed a quota (docs/security.md); no sample without
   the webhook or quota admission
+- ``sharegpu_share_idle_seconds{namespace, claim, pod, gpu}``: how long a share has used under
+  the idle threshold of what it reserved, for the shares idle for at least the idle period
+  (:mod:`controller.idle`), one sample per pod that reserves the claim (``pod`` "" for none);
+  no sample for a share that is busy, unmeasured or not yet idle long enough
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from api.gpu import HEALTHY, GpuObject
 from api.quantity import quantity_int
+from controller.idle import IdleShareGauge
 from sharegpu.kube.telemetry import SECONDS_BUCKETS, Telemetry
 
 
@@ -163,6 +168,14 @@ class ControllerMetrics:
             callbacks=[self._observe_quota_crd],
             description="1 if GpuQuotas are served (quotas enforced), 0 if their CRD is absent",
         )
+        self._idle: Callable[[], Iterable[IdleShareGauge]] = lambda: ()
+        meter.create_observable_gauge(
+            "sharegpu_share_idle_seconds",
+            callbacks=[self._observe_idle],
+            description="Seconds a share has used under the idle threshold of its reserved "
+            "cores and memory (shares idle for at least the idle period only)",
+            unit="s",
+        )
         self._quota_enforced: Callable[[], bool | None] = lambda: None
         meter.create_observable_gauge(
             "sharegpu_quota_admission_enforced",
@@ -170,6 +183,15 @@ class ControllerMetrics:
             description="1 if admission charges GpuQuotas (the API server's client certificate "
             "is verified), 0 if it only judges claims against them",
         )
+
+    def set_idle_source(self, shares: Callable[[], Iterable[IdleShareGauge]]) -> None:
+        """Read the idle shares from ``shares`` from now on."""
+        self._idle = shares
+
+    def _observe_idle(self, _: CallbackOptions) -> Iterator[Observation]:
+        for s in self._idle():
+            labels = {"namespace": s.namespace, "claim": s.claim, "pod": s.pod, "gpu": s.gpu}
+            yield Observation(s.seconds, labels)
 
     def set_gpu_source(self, gpus: GpuSource) -> None:
         """Read per-GPU gauges from ``gpus`` from now on."""

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from api.sharepolicy import configured_as_share
-from controller.records import ClaimRecord, DeviceRecord, PodInfo, ResultRecord
+from controller.records import AllocatedClaim, PodInfo, PublishedDevice, ResultRecord
 
 #: What happens to clients of several UIDs, and the fix (the Events and ``sharegpu validate``
 #: say it).
@@ -40,7 +40,9 @@ QUEUE_RULE: Final = (
 Client = tuple[str, str, str, int | None]
 
 
-def mps_verdict(result: ResultRecord, device: DeviceRecord, cores: int, memory: int) -> bool | None:
+def mps_verdict(
+    result: ResultRecord, device: PublishedDevice, cores: int, memory: int
+) -> bool | None:
     """Whether ``result`` (on ``device``, holding ``cores`` and ``memory``) is served by an MPS
     daemon on its node: True or False when sure, None when unknown (module text)."""
     if result.admin_access or result.mps is None:
@@ -67,7 +69,7 @@ def mps_verdict(result: ResultRecord, device: DeviceRecord, cores: int, memory: 
 
 
 def client_users(
-    claim: ClaimRecord, request: str, pods: Mapping[str, PodInfo]
+    claim: AllocatedClaim, request: str, pods: Mapping[str, PodInfo]
 ) -> tuple[Client, ...]:
     """The containers of the claim's reserving pods that use ``request``, with their effective
     UIDs, in ``reservedFor`` order (containers by name within a pod). A pod the informer has not

@@ -2,8 +2,9 @@
 
 Deterministic and side-effect free: the same inputs in any order give equal objects. The tracker
 calls the pieces incrementally over :mod:`controller.records`; :func:`reconcile` composes them over
-whole JSON inputs (what tests compare against). The JSON is built directly, in the shape
-:class:`api.gpu.GpuObject` validates (:func:`gpu_object`). Rules, stated once:
+whole JSON inputs (what tests compare against). The JSON is built by the one encoder of the
+GPU object (:mod:`api.gpustatus`), in the shape :class:`api.gpu.GpuObject` validates. Rules,
+stated once:
 
 - a GPU is its UUID within a pool (``parentUUID`` else ``uuid``), in the pool's newest complete
   generation only (:func:`newest_generation`);
@@ -23,7 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from api.gpu import HEALTHY, UNHEALTHY, GpuObject, node_label_value
+from api.gpu import GpuObject, node_label_value
+from api.gpustatus import GpuTaintEntry, allocation_json, gpu_spec_json
+from api.gpustatus import gpu_status_json as encode_gpu_status
 from api.jsontypes import Obj
 from api.names import (
     CAP_CORES,
@@ -40,16 +43,16 @@ from api.names import (
     counter_set_name,
     gpu_object_name,
 )
-from api.quantity import format_bytes_human, format_quantity
 from api.sharepolicy import reserved_amounts
+from api.shareusage import MeasuredUsage
+from controller.idle import IdleVerdict, alloc_key, shares_idle_condition
 from controller.mpsclients import Client, client_users, mps_verdict
 from controller.records import (
-    ClaimRecord,
-    DeviceRecord,
+    AllocatedClaim,
     PodInfo,
+    PublishedDevice,
     SliceRecord,
     TaintRuleRecord,
-    UsageRecord,
     claim_record,
     pod_info,
     slice_record,
@@ -64,12 +67,7 @@ class DeviceInfo:
     """A published device of the current generation and the GPU object it belongs to."""
 
     gpu_name: str
-    record: DeviceRecord
-
-
-#: One taint on a device of a GPU: ``(device, key, value, effect, rule)``, ``rule`` the name of
-#: the DeviceTaintRule it comes from, None for a taint in the slice.
-GpuTaintEntry = tuple[str, str, str, str, str | None]
+    record: PublishedDevice
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +111,7 @@ class Alloc:
     memory: int
     pods: tuple[tuple[str, str, tuple[str, ...]], ...]
     #: The node plugin's measurement of this allocation, None when there is none.
-    usage: UsageRecord | None = None
+    usage: MeasuredUsage | None = None
     #: MPS shares only (:func:`controller.mpsclients.mps_verdict` True): the client
     #: containers of the reserving pods with their effective UIDs, in ``reservedFor`` order.
     mps_clients: tuple[Client, ...] = ()
@@ -159,7 +157,7 @@ def pool_hardware(
     ``slices`` are the pool's slices of one generation (see :func:`newest_generation`).
     """
     counters: dict[str, dict[str, int]] = {}
-    by_uuid: dict[str, list[tuple[str, DeviceRecord]]] = defaultdict(list)
+    by_uuid: dict[str, list[tuple[str, PublishedDevice]]] = defaultdict(list)
     for s in slices:
         node = s.node or pool
         for set_name, values in s.counters:
@@ -215,7 +213,7 @@ def pool_hardware(
 
 
 def _consumption(
-    consumed: tuple[int | None, int | None] | None, device: DeviceRecord, gpu: GpuHardware
+    consumed: tuple[int | None, int | None] | None, device: PublishedDevice, gpu: GpuHardware
 ) -> tuple[int, int]:
     """What a result holds: each amount its ``consumedCapacity`` recorded, else the device's
     own (a share device's is its whole GPU's, which is what the node plugin grants)."""
@@ -226,7 +224,7 @@ def _consumption(
 
 
 def claim_allocations(
-    claim: ClaimRecord,
+    claim: AllocatedClaim,
     devices: Mapping[tuple[str, str], DeviceInfo],
     gpus: Mapping[str, GpuHardware],
     pods: Mapping[str, PodInfo],
@@ -294,67 +292,10 @@ def with_rule_taints(
     return gpu if taints == gpu.taints else replace(gpu, taints=taints)
 
 
-def _taint_json(t: GpuTaintEntry) -> Obj:
-    device, key, value, effect, rule = t
-    out: Obj = {"device": device, "key": key, "value": value, "effect": effect}
-    if rule is not None:
-        out["deviceTaintRule"] = rule
-    return out
-
-
 def gpu_labels(gpu: GpuHardware) -> dict[str, str]:
     """The object's own labels (see :attr:`api.gpu.GpuObject.labels`)."""
     value = node_label_value(gpu.node)
     return {} if value is None else {GPU_NODE_LABEL: value}
-
-
-def gpu_spec_json(gpu: GpuHardware) -> Obj:
-    """``spec`` of the GPU object, in the JSON shape of :class:`api.gpu.GpuSpec`."""
-    return {
-        "node": gpu.node,
-        "index": gpu.index,
-        "uuid": gpu.uuid,
-        "model": gpu.model,
-        "memory": format_quantity(gpu.memory),
-        "cores": gpu.cores,
-        "sharingMode": gpu.sharing_mode,
-        "pool": gpu.pool,
-        "devices": list(gpu.devices),
-    }
-
-
-def _alloc_json(a: Alloc) -> Obj:
-    out: Obj = {
-        "claimNamespace": a.claim_namespace,
-        "claimName": a.claim_name,
-        "claimUid": a.claim_uid,
-        "request": a.request,
-        "device": a.device,
-        "cores": a.cores,
-        "memory": format_quantity(a.memory),
-        "pods": [{"name": n, "uid": u, "containers": list(c)} for n, u, c in a.pods],
-    }
-    if a.share_id is not None:
-        out["shareID"] = a.share_id
-    if a.usage is not None:
-        out["usage"] = usage_json(a.usage)
-    return out
-
-
-def usage_json(u: UsageRecord) -> Obj:
-    """``usage`` of an allocation, in the JSON shape of :class:`api.gpu.ShareUsage`."""
-    out: Obj = {"usedMemory": format_quantity(u.used_memory), "processes": u.processes}
-    if u.sm_utilization is not None:
-        out["smUtilization"] = u.sm_utilization
-    if u.sampled_at is not None:
-        out["sampledAt"] = u.sampled_at
-    if u.overcommitted:
-        out["overcommitted"] = list(u.overcommitted)
-    if u.outside_mps is not None:
-        out["processesOutsideMPS"] = u.outside_mps
-    if u.escaped_pods:
-        out["escapedPods"] = list(u.escaped_pods)
-    return out
 
 
 def overcommitted_condition(allocations: Iterable[Alloc]) -> Obj | None:
@@ -443,36 +384,38 @@ def usage(allocations: Iterable[Alloc]) -> tuple[int, int, int]:
     return cores, memory, len(claims)
 
 
-def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
-    """``status`` of the GPU object for the allocations on it, in the JSON shape of
-    :class:`api.gpu.GpuStatus` (allocations sorted, sums and summaries derived)."""
+def gpu_status_json(
+    gpu: GpuHardware, allocations: Iterable[Alloc], idle: IdleVerdict | None = None
+) -> Obj:
+    """``status`` of the GPU object for the allocations on it, laid out by
+    :func:`api.gpustatus.gpu_status_json` (allocations sorted, sums and conditions decided
+    here); ``idle``: the idle verdict of the allocations (None: idle reporting off)."""
     allocs = sorted(allocations, key=Alloc.sort_key)
     used_cores, used_memory, claim_count = usage(allocs)
-    status: Obj = {"health": UNHEALTHY if gpu.unhealthy_reason else HEALTHY}
-    if gpu.unhealthy_reason:
-        status["healthReason"] = gpu.unhealthy_reason
-    status.update(
-        capacity={"cores": gpu.cores, "memory": format_quantity(gpu.memory)},
-        allocated={"cores": used_cores, "memory": format_quantity(used_memory)},
-        allocatable={
-            "cores": max(gpu.cores - used_cores, 0),
-            "memory": format_quantity(max(gpu.memory - used_memory, 0)),
-        },
-        allocations=[_alloc_json(a) for a in allocs],
-        claimCount=claim_count,
-        **({"taints": [_taint_json(t) for t in gpu.taints]} if gpu.taints else {}),
-        coresSummary=f"{used_cores}/{gpu.cores}",
-        memorySummary=f"{format_bytes_human(used_memory)}/{format_bytes_human(gpu.memory)}",
-    )
     conditions = [
-        c for c in (overcommitted_condition(allocs), mps_escaped_condition(allocs)) if c is not None
+        c
+        for c in (
+            overcommitted_condition(allocs),
+            mps_escaped_condition(allocs),
+            shares_idle_condition(allocs, idle) if idle is not None else None,
+        )
+        if c is not None
     ]
-    if conditions:
-        status["conditions"] = conditions
-    return status
+    idle_keys = idle.idle if idle is not None else {}
+    return encode_gpu_status(
+        capacity=(gpu.cores, gpu.memory),
+        allocated=(used_cores, used_memory),
+        allocations=[allocation_json(a, alloc_key(a) in idle_keys) for a in allocs],
+        claim_count=claim_count,
+        unhealthy_reason=gpu.unhealthy_reason,
+        taints=gpu.taints,
+        conditions=conditions,
+    )
 
 
-def gpu_manifest(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
+def gpu_manifest(
+    gpu: GpuHardware, allocations: Iterable[Alloc], idle: IdleVerdict | None = None
+) -> Obj:
     """The whole GPU object as the tracker writes it (what :meth:`api.gpu.GpuObject.manifest`
     gives for :func:`gpu_object`)."""
     metadata: Obj = {"name": gpu.name}
@@ -483,18 +426,20 @@ def gpu_manifest(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
         "kind": GPU_KIND,
         "metadata": metadata,
         "spec": gpu_spec_json(gpu),
-        "status": gpu_status_json(gpu, allocations),
+        "status": gpu_status_json(gpu, allocations, idle),
     }
 
 
-def gpu_object(gpu: GpuHardware, allocations: Iterable[Alloc]) -> GpuObject:
+def gpu_object(
+    gpu: GpuHardware, allocations: Iterable[Alloc], idle: IdleVerdict | None = None
+) -> GpuObject:
     """The desired GPU object as a validated :class:`api.gpu.GpuObject` (for readers at the
     edges: the JSON API, tests; the tracker itself works on :func:`gpu_manifest`)."""
     return GpuObject.model_validate(
         {
             "name": gpu.name,
             "spec": gpu_spec_json(gpu),
-            "status": gpu_status_json(gpu, allocations),
+            "status": gpu_status_json(gpu, allocations, idle),
         }
     )
 

@@ -31,14 +31,13 @@ from api.names import (
     CAP_CORES,
     CAP_MEMORY,
     CORES_PER_GPU,
-    OVERCOMMIT_RESOURCES,
-    SHARE_USAGE_KIND,
     base_request_name,
     driver_value,
     unhealthy_taint_key,
 )
 from api.quantity import QuantityError, quantity_int
 from api.sharepolicy import recorded_amounts
+from api.shareusage import MeasuredUsage, read_usage_data
 from sharegpu.kube.devicetaints import (
     SELECTOR_FIELDS,
     rule_name,
@@ -120,7 +119,7 @@ def _taint_record(taint: Any) -> TaintRecord | None:
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceRecord:
+class PublishedDevice:
     """One published device, reduced to what accounting reads.
 
     ``gpu_uuid`` is the physical GPU: the ``parentUUID`` attribute when there is one
@@ -157,7 +156,7 @@ class SliceRecord:
     generation: int
     #: ``spec.pool.resourceSliceCount`` (at least 1).
     count: int
-    devices: tuple[DeviceRecord, ...]
+    devices: tuple[PublishedDevice, ...]
     #: shared counter set name -> ((counter name, value), ...)
     counters: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
 
@@ -188,7 +187,7 @@ def node_pool(s: Obj, driver: str) -> str | None:
     return name
 
 
-def _device_record(d: Obj, driver: str, taint_key: str) -> DeviceRecord:
+def _device_record(d: Obj, driver: str, taint_key: str) -> PublishedDevice:
     parent = _attr(d, driver, ATTR_PARENT_UUID)
     gpu_uuid = parent or _attr(d, driver, ATTR_UUID)
     index = _attr(d, driver, ATTR_INDEX)
@@ -205,7 +204,7 @@ def _device_record(d: Obj, driver: str, taint_key: str) -> DeviceRecord:
             value = taint.get("value")
             reason = str(value) if value else f"device {name} has taint {taint_key}"
             break
-    return DeviceRecord(
+    return PublishedDevice(
         name=name,
         gpu_uuid=gpu_uuid if isinstance(gpu_uuid, str) else "",
         has_parent=parent is not None,
@@ -293,81 +292,14 @@ def taint_rule_record(obj: Obj) -> TaintRuleRecord | None:
 # --- ResourceClaims ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    """What the node plugin measured for one allocated device (share), read from the claim's
-    ``status.devices[].data`` (an :class:`api.gpu.ShareUsage` with ``kind`` ShareUsage).
-
-    ``sm_utilization`` is None where the GPU does not report it; ``overcommitted`` holds only
-    the known resource names (:data:`api.names.OVERCOMMIT_RESOURCES`), in that order.
-    """
-
-    used_memory: int
-    sm_utilization: int | None
-    processes: int
-    sampled_at: str | None
-    overcommitted: tuple[str, ...]
-    #: MPS shares: processes outside MPS on the GPU (None: not judged), and the share's own
-    #: pods among them (UIDs, sorted).
-    outside_mps: int | None = None
-    escaped_pods: tuple[str, ...] = ()
-
-
-#: Longest ``sampledAt`` kept (an RFC 3339 time is 20 to 35 characters).
-_MAX_SAMPLED_AT = 64
-#: Most escaped pods read from one entry (a claim reserves at most 256 pods), and the longest
-#: UID kept.
-_MAX_ESCAPED_PODS = 256
-_MAX_UID = 64
-
-
-def _escaped_pods(value: Any) -> tuple[str, ...]:
-    """The ``escapedPods`` of an entry, bounded; malformed items dropped."""
-    if not isinstance(value, list):
-        return ()
-    uids = {v for v in value[:_MAX_ESCAPED_PODS] if isinstance(v, str) and 0 < len(v) <= _MAX_UID}
-    return tuple(sorted(uids))
-
-
-def _plain_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def usage_record(data: Any) -> UsageRecord | None:
-    """The usage in one ``status.devices[].data``, or None when it holds none (another kind,
-    or a field of the wrong type: an entry is taken whole or not at all)."""
-    if not isinstance(data, Mapping) or data.get("kind") != SHARE_USAGE_KIND:
-        return None
-    used = qty(data.get("usedMemory"))
-    processes = _plain_int(data.get("processes"))
-    if used is None or used < 0 or processes is None or processes < 0:
-        return None
-    sm = _plain_int(data.get("smUtilization"))
-    sampled = data.get("sampledAt")
-    if not isinstance(sampled, str) or len(sampled) > _MAX_SAMPLED_AT:
-        sampled = None
-    over = data.get("overcommitted")
-    over_set = set(over) if isinstance(over, list) and all(isinstance(o, str) for o in over) else ()
-    outside = _plain_int(data.get("processesOutsideMPS"))
-    return UsageRecord(
-        used_memory=used,
-        sm_utilization=sm if sm is not None and 0 <= sm <= 100 else None,
-        processes=processes,
-        sampled_at=sampled,
-        overcommitted=tuple(r for r in OVERCOMMIT_RESOURCES if r in over_set),
-        outside_mps=outside if outside is not None and outside >= 0 else None,
-        escaped_pods=_escaped_pods(data.get("escapedPods")),
-    )
-
-
-def device_usage(claim: Obj, driver: str) -> dict[tuple[str, str, str | None], UsageRecord]:
+def device_usage(claim: Obj, driver: str) -> dict[tuple[str, str, str | None], MeasuredUsage]:
     """Usage by ``(pool, device, shareID)`` from the claim's ``status.devices`` entries of
     ``driver`` (the list-map key of ``status.devices``, driver left out)."""
-    out: dict[tuple[str, str, str | None], UsageRecord] = {}
+    out: dict[tuple[str, str, str | None], MeasuredUsage] = {}
     for entry in (claim.get("status") or {}).get("devices") or []:
         if not isinstance(entry, Mapping) or entry.get("driver") != driver:
             continue
-        record = usage_record(entry.get("data"))
+        record = read_usage_data(entry.get("data"))
         if record is not None:
             share = entry.get("shareID")
             key = (str(entry.get("pool")), str(entry.get("device")), str(share) if share else None)
@@ -391,7 +323,7 @@ class ResultRecord:
     share_id: str | None
     admin_access: bool
     consumed: tuple[int | None, int | None] | None
-    usage: UsageRecord | None = None
+    usage: MeasuredUsage | None = None
     #: Whether the claim's configuration makes the result's device an MPS share, as
     #: ``(configured as a share, configured as a whole GPU)`` (which of the two applies is
     #: :func:`api.sharepolicy.configured_as_share`); None when this driver's config entries are
@@ -400,7 +332,7 @@ class ResultRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimRecord:
+class AllocatedClaim:
     """An allocated ResourceClaim, reduced to the driver's results and its reserving pods."""
 
     namespace: str
@@ -472,7 +404,7 @@ def mps_by_configuration(configs: DriverConfigs | None, request: str) -> tuple[b
 def _result_record(
     r: Obj,
     driver: str,
-    usage: Mapping[tuple[str, str, str | None], UsageRecord],
+    usage: Mapping[tuple[str, str, str | None], MeasuredUsage],
     configs: DriverConfigs | None = None,
 ) -> ResultRecord:
     consumed = r.get("consumedCapacity")
@@ -494,7 +426,7 @@ def _result_record(
     )
 
 
-def claim_record(claim: Obj, driver: str) -> ClaimRecord | None:
+def claim_record(claim: Obj, driver: str) -> AllocatedClaim | None:
     """The parts of a claim accounting needs, or None when none of its results is ``driver``'s."""
     status = claim.get("status") or {}
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
@@ -508,7 +440,7 @@ def claim_record(claim: Obj, driver: str) -> ClaimRecord | None:
     if not mine:
         return None
     meta = claim.get("metadata") or {}
-    return ClaimRecord(
+    return AllocatedClaim(
         namespace=_s(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),

@@ -31,6 +31,7 @@ from typing import Any
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from api.gpu import GpuObject
+from api.gpustatus import gpu_spec_json
 from api.jsontypes import Obj
 from api.names import (
     API_GROUP,
@@ -43,6 +44,7 @@ from api.names import (
 from controller.events import MpsQueued, OvercommitEvents, ShareEvent, ShareKey, transitions
 from controller.gcfreeze import Freezer
 from controller.gpuindex import GpuIndex
+from controller.idle import IdlePolicy, IdleShareGauge, IdleShares, IdleVerdict, idle_gauges
 from controller.metrics import ControllerMetrics, GpuGauge
 from controller.reconcile import (
     Alloc,
@@ -50,12 +52,11 @@ from controller.reconcile import (
     gpu_labels,
     gpu_manifest,
     gpu_object,
-    gpu_spec_json,
     gpu_status_json,
     usage,
 )
 from controller.records import (
-    ClaimRecord,
+    AllocatedClaim,
     PodInfo,
     SliceRecord,
     TaintRuleRecord,
@@ -97,6 +98,7 @@ class Tracker:
         write_workers: int = 4,
         clock: Clock = SYSTEM_CLOCK,
         freeze_gc: bool = True,
+        idle: IdlePolicy | None = None,
     ) -> None:
         self.kube = kube
         self.tracer: Tracer = tracer or NoOpTracer()
@@ -128,6 +130,10 @@ class Tracker:
         #: Transitions found by :meth:`refresh`, taken by the next :meth:`flush`.
         self._overcommits: list[ShareEvent] = []
         self.events = OvercommitEvents(kube, clock=clock)
+        #: Idle shares (None: idle reporting off), and the verdict each GPU's desired object
+        #: was computed with.
+        self.idle_shares = IdleShares(idle, clock) if idle is not None else None
+        self._idle_verdicts: dict[str, IdleVerdict] = {}
 
         label = f"{GPU_DRIVER_LABEL}={driver}"
         common: dict[str, Any] = {
@@ -184,7 +190,7 @@ class Tracker:
         """What the slice informer keeps of one ResourceSlice."""
         return _slice_record(obj, self.driver)
 
-    def claim_record(self, obj: Obj) -> ClaimRecord | None:
+    def claim_record(self, obj: Obj) -> AllocatedClaim | None:
         """What the claim informer keeps of one ResourceClaim (None: nothing of this driver)."""
         return claim_record(obj, self.driver)
 
@@ -234,11 +240,20 @@ class Tracker:
         """The current GPU objects, validated, sorted by node and index (of one node when
         ``node`` is given). Builds a model per GPU: for the JSON API and tests; metrics read
         :meth:`gauges`."""
-        return [gpu_object(hw, allocs) for hw, allocs in self._snapshot(node)]
+        return [
+            gpu_object(hw, allocs, self._verdict(hw, allocs)) for hw, allocs in self._snapshot(node)
+        ]
 
     def manifests(self, node: str | None = None) -> list[Obj]:
         """The current GPU objects as JSON (what :meth:`gpus` gives, without the models)."""
-        return [gpu_manifest(hw, allocs) for hw, allocs in self._snapshot(node)]
+        return [
+            gpu_manifest(hw, allocs, self._verdict(hw, allocs))
+            for hw, allocs in self._snapshot(node)
+        ]
+
+    def _verdict(self, hw: GpuHardware, allocs: list[Alloc]) -> IdleVerdict | None:
+        """The idle verdict of a GPU now (for readers; None when idle reporting is off)."""
+        return None if self.idle_shares is None else self.idle_shares.verdict(hw.name, allocs)
 
     def gauges(self) -> list[GpuGauge]:
         """What the per-GPU metrics report, for every GPU, sorted by node and index."""
@@ -287,7 +302,7 @@ class Tracker:
             self.freezer.note()
         self._wake.set()
 
-    def _on_claim(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
+    def _on_claim(self, key: str, old: AllocatedClaim | None, new: AllocatedClaim | None) -> None:
         with self._lock:
             self.index.set_claim(key, new)
             self.freezer.note()
@@ -324,15 +339,18 @@ class Tracker:
                 # The baseline: no Events, but for clients queued behind another UID (they
                 # hang without an error, so a restarted controller says it once more).
                 self._overcommits = [o for o in self._overcommits if isinstance(o, MpsQueued)]
+            if self.idle_shares is not None:
+                self.index.dirty.update(self.idle_shares.due())
             dirty = self.index.take_dirty()
             for name in dirty:
                 hw = self.index.hardware(name)
                 allocs = [] if hw is None else self.index.allocations(name)
                 self._note_overcommits(name, allocs)
+                verdict = self._judge_idle(name, allocs, gone=hw is None)
                 if hw is None:
                     self._desired.pop(name, None)
                 else:
-                    status = gpu_status_json(hw, allocs)
+                    status = gpu_status_json(hw, allocs, verdict)
                     self._desired[name] = (
                         json_digest(gpu_spec_json(hw)),
                         json_digest(status),
@@ -341,6 +359,29 @@ class Tracker:
                 self._unverified.add(name)
                 self.freezer.note()
             return len(dirty)
+
+    def _judge_idle(self, name: str, allocs: list[Alloc], gone: bool) -> IdleVerdict | None:
+        """Follow the idle shares of GPU ``name`` (caller holds the lock); the verdict its
+        desired object says, None when idle reporting is off or the GPU is gone."""
+        if self.idle_shares is None:
+            return None
+        if gone:
+            self.idle_shares.forget(name)
+            self._idle_verdicts.pop(name, None)
+            return None
+        self.idle_shares.observe(name, allocs)
+        verdict = self.idle_shares.verdict(name, allocs, record=True)
+        self._idle_verdicts[name] = verdict
+        return verdict
+
+    def idle_gauges(self) -> list[IdleShareGauge]:
+        """The ``sharegpu_share_idle_seconds`` samples: every idle share, per reserving pod."""
+        if self.idle_shares is None:
+            return []
+        out: list[IdleShareGauge] = []
+        for hw, allocs in self._snapshot(None):
+            out.extend(idle_gauges(hw.name, allocs, self.idle_shares.verdict(hw.name, allocs)))
+        return out
 
     def _note_overcommits(self, name: str, allocs: list[Alloc]) -> None:
         """Follow the overcommitted shares and escaped pods of GPU ``name``; queue those that
@@ -426,7 +467,11 @@ class Tracker:
             return 0
         with self._lock:  # the current content: built here, one GPU at a time
             hw = self.index.hardware(name)
-            desired = None if hw is None else gpu_manifest(hw, self.index.allocations(name))
+            desired = (
+                None
+                if hw is None
+                else gpu_manifest(hw, self.index.allocations(name), self._idle_verdicts.get(name))
+            )
             stored = self._stored.get(name)
         return self._write(name, desired, stored)
 

@@ -7,7 +7,7 @@ With the MPS daemon pods known, a non-client process of a daemon pod is an MPS s
 and on a GPU with MPS shares every other non-client process is an :class:`Escape` (still counted
 in its share). A share's ``outside_mps`` counts its own escapes only: another tenant's process,
 or one of no share, never shows in it (the node reports those: log, metric, optional taint).
-Every prepared share on a sampled GPU gets a :class:`ShareUsage`, also without processes; an
+Every prepared share on a sampled GPU gets a :class:`ShareMeasurement`, also without processes; an
 MPS share has no SM utilisation (NVML reports it per server). Overcommit, the one
 rule: used memory above the reserved bytes, or SM utilisation above the reserved cores plus
 ``compute_margin`` points; adminAccess shares reserve nothing and are never overcommitted."""
@@ -24,7 +24,7 @@ from kubeletplugin.usage.model import (
     GpuSample,
     PreparedShare,
     ProcessSample,
-    ShareUsage,
+    ShareMeasurement,
     Unattributed,
 )
 from kubeletplugin.usage.procfs import PodLookup
@@ -39,7 +39,7 @@ class Attribution:
     """One sample's outcome: usage by share key, the processes left over, and the escapes from
     MPS found on the GPUs where they were judged (``judged``: their UUIDs)."""
 
-    usage: dict[tuple[str, str, str, str | None], ShareUsage]
+    usage: dict[tuple[str, str, str, str | None], ShareMeasurement]
     unattributed: tuple[Unattributed, ...]
     escapes: tuple[Escape, ...] = ()
     judged: tuple[str, ...] = ()
@@ -105,7 +105,7 @@ def attribute(
     by_gpu: dict[str, list[PreparedShare]] = defaultdict(list)
     for share in shares:
         by_gpu[share.gpu_uuid].append(share)
-    usage: dict[tuple[str, str, str, str | None], ShareUsage] = {}
+    usage: dict[tuple[str, str, str, str | None], ShareMeasurement] = {}
     left: list[Unattributed] = []
     escapes: list[Escape] = []
     judged_gpus: list[str] = []
@@ -150,7 +150,7 @@ def attribute(
                 own = [e for e in gpu_escapes if e.share is not None and e.share.key == share.key]
                 outside = len(own)
                 escaped = _escaped_pods(own, share)
-            usage[share.key] = ShareUsage(
+            usage[share.key] = ShareMeasurement(
                 share=share,
                 used_memory=memory,
                 sm_utilization=sm,

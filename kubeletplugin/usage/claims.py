@@ -8,7 +8,7 @@ claim gained a pod). Writes: :class:`UsageWriter` puts the usage of a claim's sh
 entries, and the ``conditions`` and ``networkData`` of ours, are kept), with an update of the
 ``status`` subresource guarded by the claim's ``resourceVersion``. A claim is written at most
 once per ``interval_s``, and only when its usage changed beyond the thresholds of
-:func:`changed`; a change of its :attr:`~kubeletplugin.usage.model.ShareUsage.alerts` (what it
+:func:`changed`; a change of its :attr:`~kubeletplugin.usage.model.ShareMeasurement.alerts` (what it
 exceeds, an escape from MPS starting or ending) is written at once.
 """
 
@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from api.names import GROUP_VERSION, RESOURCE_GROUP, RESOURCE_VERSION, SHARE_USAGE_KIND
-from api.quantity import format_quantity
-from kubeletplugin.usage.model import PreparedShare, ShareUsage
+from api.names import RESOURCE_GROUP, RESOURCE_VERSION
+from api.shareusage import usage_data as encode_usage_data
+from kubeletplugin.usage.model import PreparedShare, ShareMeasurement
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
@@ -117,29 +117,14 @@ class ClaimPods:
         return fetched
 
 
-def usage_data(usage: ShareUsage, sampled_at: str) -> dict[str, Any]:
-    """The ``data`` of the share's ``status.devices`` entry (:class:`api.gpu.ShareUsage`)."""
-    data: dict[str, Any] = {
-        "apiVersion": GROUP_VERSION,
-        "kind": SHARE_USAGE_KIND,
-        "usedMemory": format_quantity(usage.used_memory),
-        "processes": usage.processes,
-        "sampledAt": sampled_at,
-    }
-    if usage.sm_utilization is not None:
-        data["smUtilization"] = usage.sm_utilization
-    if usage.overcommitted:
-        data["overcommitted"] = list(usage.overcommitted)
-    if usage.outside_mps is not None:
-        data["processesOutsideMPS"] = usage.outside_mps
-    if usage.escaped_pods:
-        data["escapedPods"] = list(usage.escaped_pods)
-    return data
+def usage_data(usage: ShareMeasurement, sampled_at: str) -> dict[str, Any]:
+    """The ``data`` of the share's ``status.devices`` entry (:func:`api.shareusage.usage_data`)."""
+    return encode_usage_data(usage.reported(sampled_at))
 
 
-def changed(old: ShareUsage | None, new: ShareUsage, memory_threshold: int) -> bool:
+def changed(old: ShareMeasurement | None, new: ShareMeasurement, memory_threshold: int) -> bool:
     """Whether ``new`` differs from what was written (``old``) enough to write again: another
-    process count, count of processes outside MPS, or :attr:`ShareUsage.alerts`, utilisation
+    process count, count of processes outside MPS, or :attr:`ShareMeasurement.alerts`, utilisation
     appearing, vanishing or moving by :data:`SM_THRESHOLD` points, or memory moving by the
     larger of ``memory_threshold`` and :data:`MEMORY_CHANGE_FRACTION` of the share's
     reservation."""
@@ -162,7 +147,7 @@ def changed(old: ShareUsage | None, new: ShareUsage, memory_threshold: int) -> b
 @dataclass
 class _Written:
     at: float
-    usage: dict[ShareKey, ShareUsage]
+    usage: dict[ShareKey, ShareMeasurement]
 
 
 class UsageWriter:
@@ -185,9 +170,9 @@ class UsageWriter:
         #: ``(ok, failed)`` writes so far (for the metrics).
         self.writes = [0, 0]
 
-    def publish(self, usage: Mapping[ShareKey, ShareUsage], sampled_at: str) -> None:
+    def publish(self, usage: Mapping[ShareKey, ShareMeasurement], sampled_at: str) -> None:
         """Write each claim whose usage is due (see :func:`changed`)."""
-        by_claim: dict[str, dict[ShareKey, ShareUsage]] = {}
+        by_claim: dict[str, dict[ShareKey, ShareMeasurement]] = {}
         for key, u in usage.items():
             by_claim.setdefault(key[0], {})[key] = u
         for uid in [u for u in self._written if u not in by_claim]:
@@ -197,7 +182,7 @@ class UsageWriter:
             if self._due(uid, shares, now):
                 self._write(uid, shares, sampled_at, now)
 
-    def _due(self, uid: str, shares: Mapping[ShareKey, ShareUsage], now: float) -> bool:
+    def _due(self, uid: str, shares: Mapping[ShareKey, ShareMeasurement], now: float) -> bool:
         last = self._written.get(uid)
         if last is None:
             return True
@@ -210,7 +195,7 @@ class UsageWriter:
         return any(changed(last.usage.get(k), u, self._memory_threshold) for k, u in shares.items())
 
     def _write(
-        self, uid: str, shares: Mapping[ShareKey, ShareUsage], sampled_at: str, now: float
+        self, uid: str, shares: Mapping[ShareKey, ShareMeasurement], sampled_at: str, now: float
     ) -> None:
         share = next(iter(shares.values())).share
         try:
@@ -231,7 +216,7 @@ class UsageWriter:
         self._written[uid] = _Written(now, dict(shares))
 
     def _merged(
-        self, entries: Any, shares: Mapping[ShareKey, ShareUsage], sampled_at: str
+        self, entries: Any, shares: Mapping[ShareKey, ShareMeasurement], sampled_at: str
     ) -> list[dict[str, Any]]:
         mine = {(k[1], k[2], k[3]): u for k, u in shares.items()}
         out: list[dict[str, Any]] = []

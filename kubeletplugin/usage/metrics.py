@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from api.names import OVERCOMMIT_RESOURCES
-from kubeletplugin.usage.model import Escape, ShareUsage, Unattributed
+from kubeletplugin.usage.model import Escape, ShareMeasurement, Unattributed
 from sharegpu.kube.telemetry import Telemetry
 
 
@@ -36,7 +36,7 @@ from sharegpu.kube.telemetry import Telemetry
 class UsageSnapshot:
     """The sampler's last result as the metrics read it."""
 
-    usage: tuple[ShareUsage, ...] = ()
+    usage: tuple[ShareMeasurement, ...] = ()
     unattributed: tuple[Unattributed, ...] = ()
     escapes: tuple[Escape, ...] = ()
     #: The GPUs where escapes from MPS were judged.
@@ -46,7 +46,7 @@ class UsageSnapshot:
     errors: dict[str, int] = field(default_factory=dict)
 
 
-def _labels(u: ShareUsage) -> dict[str, str]:
+def _labels(u: ShareMeasurement) -> dict[str, str]:
     s = u.share
     return {
         "claim_namespace": s.namespace,

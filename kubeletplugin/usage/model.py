@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from api.shareusage import MeasuredUsage
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessSample:
@@ -80,9 +82,10 @@ class PreparedShare:
 
 
 @dataclass(frozen=True, slots=True)
-class ShareUsage:
-    """What one share's processes used at one sample, and what of its reservation they exceed
-    (``overcommitted``: names of :data:`api.names.OVERCOMMIT_RESOURCES`, in that order).
+class ShareMeasurement:
+    """A prepared share, what its processes used at one sample, and what of its reservation
+    they exceed (``overcommitted``: names of :data:`api.names.OVERCOMMIT_RESOURCES`, in that
+    order).
 
     MPS shares only (else ``None`` and ``()``): ``outside_mps`` counts the share's own compute
     processes on its GPU that run outside MPS, never another tenant's (None: not judged this
@@ -96,6 +99,19 @@ class ShareUsage:
     overcommitted: tuple[str, ...]
     outside_mps: int | None = None
     escaped_pods: tuple[str, ...] = ()
+
+    def reported(self, sampled_at: str) -> MeasuredUsage:
+        """The measurement as the wire value the claim's ``status.devices[].data`` carries
+        (:mod:`api.shareusage`)."""
+        return MeasuredUsage(
+            used_memory=self.used_memory,
+            sm_utilization=self.sm_utilization,
+            processes=self.processes,
+            sampled_at=sampled_at,
+            overcommitted=self.overcommitted,
+            outside_mps=self.outside_mps,
+            escaped_pods=self.escaped_pods,
+        )
 
     @property
     def alerts(self) -> tuple[tuple[str, ...], tuple[str, ...], bool]:

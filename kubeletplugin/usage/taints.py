@@ -20,7 +20,7 @@ from typing import Any
 
 from api import names
 from kubeletplugin.model import GpuInfo
-from kubeletplugin.usage.model import Escape, ShareUsage
+from kubeletplugin.usage.model import Escape, ShareMeasurement
 
 
 def rfc3339(timestamp: float) -> str:
@@ -57,7 +57,9 @@ class OvercommitTaints:
     def __init__(self, driver_name: str, gpus: Sequence[GpuInfo]) -> None:
         self._taint = _GpuTaint(names.overcommitted_taint_key(driver_name), gpus)
 
-    def taints(self, usage: Iterable[ShareUsage], now: float) -> dict[str, list[dict[str, Any]]]:
+    def taints(
+        self, usage: Iterable[ShareMeasurement], now: float
+    ) -> dict[str, list[dict[str, Any]]]:
         """Device name -> taints for the GPUs with an overcommitted share now."""
         over: dict[str, set[str]] = {}
         for u in usage:

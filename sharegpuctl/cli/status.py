@@ -3,8 +3,9 @@
 Reads ``resource.sharegpu.dev/v1alpha1`` ``gpus`` (cluster-scoped) and prints two tables: the
 rows of :func:`~sharegpuctl.cli.gpurows.gpu_rows` (the columns ``kubectl get gpus`` shows, plus the
 pods) with each GPU's ``Overcommitted`` condition, and :func:`usage_rows`, one row per allocation
-the node plugin measured (``status.allocations[].usage``). Allocations without ``usage`` have no
-row; the objects are shown as the API serves them, so a field of the wrong type reads as ``?``,
+the node plugin measured (``status.allocations[].usage``). With ``--idle``, only
+:func:`idle_rows`: the allocations the controller marked idle. Allocations without ``usage`` have
+no row; the objects are shown as the API serves them, so a field of the wrong type reads as ``?``,
 never as an error.
 """
 
@@ -40,6 +41,10 @@ USAGE_COLUMNS: Final = (
 )
 
 
+#: Columns, in order, of :func:`idle_rows` (``sharegpu status --idle``).
+IDLE_COLUMNS: Final = ("NODE", "GPU", "CLAIM", "SHARE", "PODS", "MEMORY", "SM")
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("status", help=HELP, description=HELP + " (from the GPU objects).")
     p.add_argument(
@@ -47,6 +52,12 @@ def add_parser(sub: Any) -> None:
         help="kubeconfig file (else $KUBECONFIG, else ~/.kube/config, else in-cluster)",
     )
     p.add_argument("--node", help="only the GPUs of this node")
+    p.add_argument(
+        "--idle",
+        action="store_true",
+        help="only the shares the controller reports idle (measured usage under its idle "
+        "threshold of what they reserved for its idle period; nothing is evicted)",
+    )
     add_output_flag(p)
     p.set_defaults(run=run)
 
@@ -145,10 +156,56 @@ def usage_rows(gpu_objects: list[Obj]) -> list[dict[str, Any]]:
     return [row for _, row in sorted(keyed, key=lambda k: k[0])]
 
 
+def idle_rows(gpu_objects: list[Obj]) -> list[dict[str, Any]]:
+    """One row per allocation the controller marked idle (``status.allocations[].idle``; keys:
+    :data:`IDLE_COLUMNS`), sorted by node, GPU index, claim and share, plus ``message``: the
+    GPU's ``SharesIdle`` condition message (the rule it applied)."""
+    keyed: list[tuple[tuple[str, int, str, str], dict[str, Any]]] = []
+    for obj in gpu_objects:
+        node, index = _gpu_key(obj)
+        status = _mapping(obj.get("status"))
+        condition = next(
+            (
+                c
+                for c in _list(status.get("conditions"))
+                if isinstance(c, dict) and c.get("type") == names.CONDITION_SHARES_IDLE
+            ),
+            {},
+        )
+        for a in _list(status.get("allocations")):
+            a = _mapping(a)
+            if a.get("idle") is not True:
+                continue
+            usage = _mapping(a.get("usage"))
+            claim = f"{a.get('claimNamespace', '?')}/{a.get('claimName', '?')}"
+            share = str(a.get("shareID") or a.get("device") or "-")
+            pods = [str(_mapping(p).get("name", "?")) for p in _list(a.get("pods"))]
+            row = {
+                "NODE": node,
+                "GPU": index,
+                "CLAIM": claim,
+                "SHARE": share,
+                "PODS": ",".join(pods) or "-",
+                "MEMORY": f"{_memory(usage.get('usedMemory'))}/{_memory(a.get('memory'))}",
+                "SM": f"{_percent(usage.get('smUtilization'))}/{_percent(a.get('cores'))}",
+                "message": str(condition.get("message", "")),
+            }
+            order = int(index) if index.isdigit() else -1
+            keyed.append(((node, order, claim, share), row))
+    return [row for _, row in sorted(keyed, key=lambda k: k[0])]
+
+
 def run(args: argparse.Namespace) -> int:
     objects = list_gpu_objects(args.kubeconfig)
     if args.node:
         objects = [o for o in objects if (o.get("spec") or {}).get("node") == args.node]
+    if args.idle:
+        idle = idle_rows(objects)
+        table = Table(list(IDLE_COLUMNS), title=f"{len(idle)} idle share(s)")
+        for row in idle:
+            table.add(*(row[c] for c in IDLE_COLUMNS))
+        emit({"idle": idle}, [table], resolve_format(args.output))
+        return EXIT_OK
     conditions = {_gpu_key(o): overcommitted_condition(o) for o in objects}
     rows: list[dict[str, Any]] = []
     for row in gpu_rows(objects):

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from api.names import OVER_COMPUTE, OVER_MEMORY
+from api.shareusage import MeasuredUsage
 from controller.events import (
     COMPONENT,
     ESCAPE_REASON,
@@ -21,7 +22,6 @@ from controller.events import (
     transitions,
 )
 from controller.reconcile import Alloc
-from controller.records import UsageRecord
 from controller.tracker import Tracker
 from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest, resource_path
@@ -48,7 +48,7 @@ def _alloc(
     usage = (
         None
         if over is None
-        else UsageRecord(
+        else MeasuredUsage(
             used_memory=used, sm_utilization=sm, processes=1, sampled_at=None, overcommitted=over
         )
     )
@@ -110,7 +110,7 @@ def test_shares_are_told_apart_and_gone_shares_leave_the_state() -> None:
 def _escaped(uids: tuple[str, ...], over: tuple[str, ...] = ()) -> Alloc:
     a = _alloc(over, pods=(("p", "uid-p", ("main",)), ("q", "uid-q", ("main",))))
     assert a.usage is not None
-    usage = UsageRecord(
+    usage = MeasuredUsage(
         a.usage.used_memory, None, 1, None, over, outside_mps=len(uids), escaped_pods=uids
     )
     return replace(a, usage=usage)

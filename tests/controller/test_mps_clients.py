@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from api.names import GROUP_VERSION
+from api.shareusage import MeasuredUsage
 from controller.events import QUEUE_REASON, queue_transitions, transitions
 from controller.mpsclients import Client, client_users, distinct_users, mps_verdict
 from controller.reconcile import Alloc
 from controller.records import (
-    ClaimRecord,
-    DeviceRecord,
+    AllocatedClaim,
+    PublishedDevice,
     ResultRecord,
-    UsageRecord,
     claim_record,
     driver_configs,
     pod_info,
@@ -62,7 +62,7 @@ def test_a_run_as_user_the_api_server_would_refuse_reads_as_unknown(bad: Any) ->
 
 
 def _device(*, memory: int | None = 80 * GI, partition: bool = False, parent: bool = False) -> Any:
-    return DeviceRecord(
+    return PublishedDevice(
         name="gpu-0",
         gpu_uuid="GPU-0",
         has_parent=parent,
@@ -78,7 +78,7 @@ def _device(*, memory: int | None = 80 * GI, partition: bool = False, parent: bo
     )
 
 
-def _claim(config: dict[str, Any] | None, share_id: str | None = "s-1") -> ClaimRecord:
+def _claim(config: dict[str, Any] | None, share_id: str | None = "s-1") -> AllocatedClaim:
     r = h.result("node-a", "gpu-0", cores=30, memory="10Gi", share_id=share_id)
     if share_id is None:
         del r["shareID"]
@@ -132,7 +132,7 @@ def test_invalid_configs_mig_devices_and_admin_access_are_never_mps() -> None:
 def test_unknown_usable_memory_is_unknown_unless_the_node_judged_it_an_mps_share() -> None:
     result = _result()
     assert mps_verdict(result, _device(memory=None), 100, 80 * GI) is None
-    judged = UsageRecord(
+    judged = MeasuredUsage(
         used_memory=0, sm_utilization=None, processes=0, sampled_at=None, overcommitted=(),
         outside_mps=0,
     )  # fmt: skip

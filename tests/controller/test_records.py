@@ -6,9 +6,9 @@ import pytest
 
 from api.names import CAP_CORES, CAP_MEMORY
 from controller.records import (
-    ClaimRecord,
-    DeviceRecord,
+    AllocatedClaim,
     PodInfo,
+    PublishedDevice,
     ResultRecord,
     SliceRecord,
     claim_record,
@@ -20,7 +20,9 @@ from tests.controller import helpers as h
 GI = 1024**3
 
 
-@pytest.mark.parametrize("record", [ClaimRecord, ResultRecord, SliceRecord, DeviceRecord, PodInfo])
+@pytest.mark.parametrize(
+    "record", [AllocatedClaim, ResultRecord, SliceRecord, PublishedDevice, PodInfo]
+)
 def test_records_are_slotted_and_immutable(record: type) -> None:
     """No per-instance __dict__ (memory), no mutation (shared by informer store and index)."""
     assert "__slots__" in vars(record) and "__dict__" not in vars(record)
@@ -42,7 +44,7 @@ def test_claim_keeps_the_drivers_results_and_reserving_pods_only() -> None:
     c["status"]["reservedFor"].append({"resource": "things", "apiGroup": "x.io", "name": "no"})
     c["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": "x"}}]
     rec = claim_record(c, h.DRIVER)
-    assert rec == ClaimRecord(
+    assert rec == AllocatedClaim(
         namespace="team",
         name="a",
         uid="uid-a",

@@ -241,7 +241,7 @@ def test_informers_keep_compact_records_not_the_json(
     apiserver: KubeAPIServer, kube: KubeRest, cluster: h.Cluster
 ) -> None:
     """What the tracker holds per object is a record of the fields it reads (memory at scale)."""
-    from controller.records import ClaimRecord, PodInfo, SliceRecord
+    from controller.records import AllocatedClaim, PodInfo, SliceRecord
     from controller.stored import StoredGpu
 
     cluster.add_claim("a", [h.result("node-a", "gpu-1", cores=10, memory="1Gi")])
@@ -253,7 +253,7 @@ def test_informers_keep_compact_records_not_the_json(
         assert kinds == {
             "resourceslices": {SliceRecord},
             "pods": {PodInfo},
-            "resourceclaims": {ClaimRecord},
+            "resourceclaims": {AllocatedClaim},
             "gpus": {StoredGpu},
         }
     finally:

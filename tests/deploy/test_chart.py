@@ -45,6 +45,7 @@ from tests.deploy.helpers import (
     api_group,
     by_kind,
     load_documents,
+    render_chart,
     run_helm,
     validation_errors,
 )
@@ -304,6 +305,25 @@ def test_controller_runs_unprivileged_with_probes(
     assert budget["spec"]["maxUnavailable"] == 1
     assert budget["spec"]["selector"] == deployment["spec"]["selector"]
     assert f"--lease-namespace={NAMESPACE}" in container["args"]
+
+
+def test_idle_share_values_become_the_controller_flags(helm: str) -> None:
+    from controller.config import parse_config
+    from controller.idle import IdlePolicy
+
+    default = one(render_chart(helm), "Deployment")
+    (container,) = default["spec"]["template"]["spec"]["containers"]
+    assert parse_config(container["args"]).idle_policy == IdlePolicy(5, 3600)
+    docs = render_chart(
+        helm,
+        "--set",
+        "controller.idleShares.thresholdPercent=0",
+        "--set",
+        "controller.idleShares.periodSeconds=600",
+    )
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--idle-period-seconds=600" in container["args"]
+    assert parse_config(container["args"]).idle_policy is None
 
 
 @pytest.mark.parametrize("variant", ["default", "no-webhook", "mock-backend"])
@@ -572,6 +592,9 @@ def test_chart_crd_copy_matches_the_generated_crd() -> None:
         ("kubeletPlugin.updateStrategy.rollingUpdate.maxSurge=1", "maxSurge"),
         ("controller.webhook.failurePolicy=Retry", "/controller/webhook/failurePolicy"),
         ("controller.leaderElection.enabled=false", "/controller/leaderElection/enabled"),
+        ("controller.idleShares.thresholdPercent=101", "/controller/idleShares/thresholdPercent"),
+        ("controller.idleShares.periodSeconds=0", "/controller/idleShares/periodSeconds"),
+        ("controller.idleShares.periodSeconds=1h", "/controller/idleShares/periodSeconds"),
         ("kubeletPlugin.unknownKey=1", "unknownKey"),
         ("kubeletPlugin.mig=auto", "/kubeletPlugin/mig"),
         ("kubeletPlugin.nvidiaCdiKind=gpu", "/kubeletPlugin/nvidiaCdiKind"),

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from controller.idle import IdleShareGauge
 from controller.metrics import ControllerMetrics
 from controller.reconcile import reconcile
 from kubeletplugin.kubelet.preparer import ClaimRef
@@ -57,6 +58,7 @@ def exported() -> Iterator[tuple[dict[str, set[str]], dict[str, set[str]]]]:
     metrics.review("ResourceClaim", "allowed")
     metrics.api_error("get", "resourceclaims", 500)
     metrics.reconcile_duration.record(0.01)
+    metrics.set_idle_source(lambda: [IdleShareGauge("ml", "c1", "p1", "n1-gpu-0", 3600.0)])
     plugin_telemetry = Telemetry("sharegpu-kubeletplugin", env={})
     state = StateMetrics(plugin_telemetry, lambda: 1)
     ref = ClaimRef(namespace="default", uid="u1", name="c1")
@@ -141,6 +143,18 @@ def test_node_filtered_series_use_the_node_variable(
         if name in with_node and NODE_FILTER not in matchers
     ]
     assert problems == []
+
+
+def test_the_idle_share_panel_keeps_the_metric_labels(
+    exported: tuple[dict[str, set[str]], dict[str, set[str]]],
+) -> None:
+    """The idle shares are shown by namespace, claim and pod: labels the metric carries."""
+    (panel,) = [p for p in panels() if "sharegpu_share_idle_seconds" in p["targets"][0]["expr"]]
+    (target,) = panel["targets"]
+    grouped = re.search(r"by \(([^)]*)\)", target["expr"])
+    assert grouped is not None
+    labels = {label.strip() for label in grouped.group(1).split(",")}
+    assert {"namespace", "claim", "pod"} <= labels <= exported[0]["sharegpu_share_idle_seconds"]
 
 
 def test_dashboard_has_grafana_shape() -> None:

@@ -325,3 +325,48 @@ def test_gpu_rows_from_gpu_objects() -> None:
         "PODS": "p(c)",
     }
     assert rows[1]["CLAIMS"] == "-" and rows[1]["CORES"] == "0/100"
+
+
+def test_status_idle_lists_only_the_shares_the_controller_marked_idle(
+    apiserver: KubeAPIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slices = node_slices("node-a", 1)
+    quiet, busy = allocated_claims(
+        slices, share_claim("quiet", "30", "10Gi"), share_claim("busy", "30", "10Gi")
+    )
+    measured(quiet, usedMemory="100Mi", smUtilization=0, processes=1)
+    measured(busy, usedMemory="8Gi", smUtilization=25, processes=1)
+    (obj,) = [g.manifest() for g in reconcile(slices, [quiet, busy], [], DRIVER).values()]
+    # What the controller writes once "quiet" stayed under its idle threshold for the period.
+    for a in obj["status"]["allocations"]:
+        if a["claimName"] == "quiet":
+            a["idle"] = True
+            a["pods"] = [{"name": "trainer-0", "uid": "u0", "containers": ["main"]}]
+    rule = "under 5% of their reserved cores and memory for 1h"
+    obj["status"]["conditions"].append(
+        {
+            "type": names.CONDITION_SHARES_IDLE,
+            "status": "True",
+            "reason": "UsageBelowThreshold",
+            "message": f"shares {rule}: ml/quiet (s)",
+        }
+    )
+    status = obj.pop("status")
+    created = apiserver.store.create(names.GPU_PLURAL, obj)
+    apiserver.store.update_status(names.GPU_PLURAL, {**created, "status": status})
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+    assert main(["status", "--kubeconfig", kubeconfig, "--idle", "-o", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["idle"]
+    assert {k: row[k] for k in ("NODE", "GPU", "CLAIM", "PODS", "MEMORY", "SM")} == {
+        "NODE": "node-a",
+        "GPU": "0",
+        "CLAIM": "ml/quiet",
+        "PODS": "trainer-0",
+        "MEMORY": "100Mi/10Gi",
+        "SM": "0%/30%",
+    }
+    assert rule in row["message"]
+    assert main(["status", "--kubeconfig", kubeconfig, "--idle"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1 idle share(s)" and "ml/busy" not in "\n".join(lines)
