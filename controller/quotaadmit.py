@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from api.gpuquota import GpuQuota, GpuQuotaError, parse_gpu_quota
@@ -47,6 +45,7 @@ from controller.quotacharge import (
     status_json,
     used_of,
 )
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock, rfc3339
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
@@ -82,11 +81,6 @@ def not_enforced_warning(namespace: str) -> str:
         "claim was judged against them but not charged, and claims created at the same time "
         "can together exceed a quota (see the webhook client authentication in docs/security.md)"
     )
-
-
-def now_text() -> str:
-    """The current time in RFC 3339 (UTC, seconds)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def quota_path(namespace: str, name: str | None = None) -> str:
@@ -126,10 +120,9 @@ class QuotaAdmitter:
         driver: str,
         classes: Iterable[str] = (),
         basis: Callable[[], ChargeBasis] = ChargeBasis,
-        clock: Callable[[], str] = now_text,
+        clock: Clock = SYSTEM_CLOCK,
         has_quotas: Callable[[str], bool | None] = lambda _namespace: None,
         known_classes: Callable[[], Iterable[str]] = lambda: (),
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -142,10 +135,9 @@ class QuotaAdmitter:
         #: Whether a namespace has GpuQuotas, from a watch cache (None: unknown). The cache may
         #: lag a quota created moments ago, so its "none" is checked with a live list, as
         #: kube-apiserver's quota admission does; a list that found none answers for
-        #: :data:`EMPTY_LIST_TTL_S` (``monotonic``), and while the cache says none a list that
-        #: fails admits (a namespace without quotas never depends on the API server).
+        #: :data:`EMPTY_LIST_TTL_S` (of ``clock.monotonic``), and while the cache says none a
+        #: list that fails admits (a namespace without quotas never depends on the API server).
         self.has_quotas = has_quotas
-        self.monotonic = monotonic
         self._empty_lock = threading.Lock()
         self._empty_at: OrderedDict[str, float] = OrderedDict()
         #: Conflicts met (a measure of contention, for tests and benchmarks).
@@ -195,13 +187,13 @@ class QuotaAdmitter:
         """Whether a live list of ``namespace`` found no GpuQuota within the TTL."""
         with self._empty_lock:
             at = self._empty_at.get(namespace)
-            return at is not None and self.monotonic() - at < EMPTY_LIST_TTL_S
+            return at is not None and self.clock.monotonic() - at < EMPTY_LIST_TTL_S
 
     def _note_listed(self, namespace: str, *, empty: bool) -> None:
         with self._empty_lock:
             self._empty_at.pop(namespace, None)
             if empty:
-                self._empty_at[namespace] = self.monotonic()
+                self._empty_at[namespace] = self.clock.monotonic()
                 while len(self._empty_at) > MAX_EMPTY_NAMESPACES:
                     self._empty_at.popitem(last=False)
 
@@ -260,7 +252,11 @@ class QuotaAdmitter:
                 return refused
             claims = dict(quota.status.claims)
             claims[key] = charge_entry(
-                asked, uid=uid, is_allocated=False, admitted_at=self.clock(), name=name
+                asked,
+                uid=uid,
+                is_allocated=False,
+                admitted_at=rfc3339(self.clock.time()),
+                name=name,
             )
             try:
                 if self._write(quota, claims):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,6 +48,7 @@ from controller.quotacharge import (
     status_json,
 )
 from sharegpu.admission.checks import class_selects_driver
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 from sharegpu.kube.informer import Informer
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
@@ -149,7 +149,7 @@ class QuotaController:
         grace_s: float = 60.0,
         tick_s: float = 0.1,
         watch_timeout_s: int = 300,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.kube = kube
         self.driver = driver
@@ -159,7 +159,8 @@ class QuotaController:
         self.resync_s = resync_s
         self.grace_s = grace_s
         self.tick_s = tick_s
-        self.wall_clock = wall_clock
+        #: Ages charges (wall time, against their stored timestamps) and times the resync.
+        self.clock = clock
         self._lock = threading.Lock()
         self._dirty: set[str] = set()
         self._wake = threading.Event()
@@ -252,12 +253,12 @@ class QuotaController:
         self._wake.set()
 
     def _run(self) -> None:
-        last_resync = time.monotonic()
+        last_resync = self.clock.monotonic()
         while not self._stop.is_set():
             self._wake.wait(self.tick_s)
             self._wake.clear()
-            if time.monotonic() - last_resync >= self.resync_s:
-                last_resync = time.monotonic()
+            if self.clock.monotonic() - last_resync >= self.resync_s:
+                last_resync = self.clock.monotonic()
                 with self._lock:
                     self._dirty |= self._quota_namespaces()
             try:
@@ -297,7 +298,7 @@ class QuotaController:
         claims = [c for k, c in list(self.claims.store.items()) if k.startswith(prefix)]
         classes = self.driver_classes()
         basis = self.basis()
-        now = self.wall_clock()
+        now = self.clock.time()
         done, writes = True, 0
         for quota in quotas:
             if isinstance(quota, str):

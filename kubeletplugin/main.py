@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Callable, Sequence
 
 from api import names
@@ -46,6 +45,7 @@ from kubeletplugin.usage.claims import KubeClaimApi
 from kubeletplugin.usage.model import PreparedShare
 from kubeletplugin.usage.mpsdaemons import DaemonPods, KubePodLister
 from kubeletplugin.usage.sampler import UsageSampler
+from sharegpu.kube.clock import SYSTEM_CLOCK
 from sharegpu.kube.connection import KubeClient
 from sharegpu.kube.httpserve import BoundedHTTPServer
 from sharegpu.kube.lifecycle import Component, Lifecycle
@@ -175,7 +175,7 @@ def build_usage(
             KubePodLister(rest),
             config.namespace,
             config.node_name,
-            time.time,
+            SYSTEM_CLOCK,
             refresh_s=max(interval * 6, 60.0),
             min_interval_s=interval,
         )
@@ -390,7 +390,7 @@ def build_plugin(config: PluginConfig) -> Plugin:
         )
         plugin.health.restore(
             published_unhealthy(
-                KubeRest(api_client), config.driver_name, config.node_name, time.time()
+                KubeRest(api_client), config.driver_name, config.node_name, SYSTEM_CLOCK.time()
             )
         )
         plugin.add_component(plugin.health)

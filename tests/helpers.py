@@ -13,6 +13,10 @@ T = TypeVar("T")
 
 #: The default wait for something that normally happens within a second or two.
 PATIENCE_S = 30.0
+#: The per-test timeout of a test whose work must be bounded (``pytest.mark.timeout``): a safety
+#: net that ends a hang, never a check of speed (the work takes milliseconds; the defects such
+#: tests guard against took minutes).
+HANG_GUARD_S = 60.0
 
 
 def eventually(

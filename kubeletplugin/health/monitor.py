@@ -38,6 +38,7 @@ from kubeletplugin.health.state import (
 from kubeletplugin.health.taints import unhealthy_taint
 from kubeletplugin.kubelet.healthservice import DeviceHealthStatus, Health
 from kubeletplugin.model import GpuInfo, TaintSink
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class HealthMonitor:
         settings: HealthSettings | None = None,
         taints: TaintSink | None = None,
         stream: HealthListSink | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         instance_resolver: InstanceResolver | None = None,
     ) -> None:
         self.settings = settings or HealthSettings()
@@ -98,6 +99,8 @@ class HealthMonitor:
         self.sharing_mode = devices.sharing_mode
         self._taint_sink = taints
         self._stream = stream
+        #: Wall time of the health timestamps (``lastUpdated``, ``timeAdded``) and of the
+        #: stream's refresh; the probe loop paces itself on the process's monotonic time.
         self._clock = clock
         self._lock = threading.RLock()
         self._state = HealthStateMachine(
@@ -205,7 +208,7 @@ class HealthMonitor:
         if reason is None:
             log.info("GPU %s: ignoring XID %s (in the ignore list)", event.uuid or "?", event.xid)
             return
-        now = self._clock()
+        now = self._clock.time()
         if event.uuid is not None and event.gpu_instance is not None:
             # Resolved outside the lock: the resolver takes prepare's lock.
             with self._lock:
@@ -251,7 +254,7 @@ class HealthMonitor:
         with self._lock:
             gpus = self._gpus
         results = [(gpu, self._probe(gpu)) for gpu in gpus]
-        now = self._clock()
+        now = self._clock.time()
         with self._lock:
             changed = [g.uuid for g, error in results if self._state.probe(g.uuid, error, now)]
             changed_devices = [
@@ -297,7 +300,7 @@ class HealthMonitor:
         #: GPU UUID -> names of its published devices (the health stream lists every one).
         self._devices = devices.names_by_gpu()
         self._instances = InstanceDevices(devices)
-        now = self._clock()
+        now = self._clock.time()
         self._state.set_gpus([g.uuid for g in self._gpus], now)
         self._instance_state.set_gpus(self._instances.names(), now)
 
@@ -311,7 +314,7 @@ class HealthMonitor:
     def refresh_stream(self) -> None:
         """Republish the health list when ``stream_refresh`` passed since the last one."""
         with self._lock:
-            if self._clock() - self._last_stream >= self.settings.stream_refresh:
+            if self._clock.time() - self._last_stream >= self.settings.stream_refresh:
                 self._emit_locked(force_stream=True)
 
     def _probe_loop(self) -> None:
@@ -358,7 +361,7 @@ class HealthMonitor:
     def _device_health_locked(self) -> list[DeviceHealthStatus]:
         # The event watch runs continuously, so the plugin vouches for every device's health
         # at the time the list is sent.
-        sent = int(self._clock())
+        sent = int(self._clock.time())
         result: list[DeviceHealthStatus] = []
         instances = self._instance_state.snapshot()
         for gpu in self._gpus:
@@ -384,7 +387,7 @@ class HealthMonitor:
         self._last_taints = taints
         if force_stream and self._stream is not None:
             self._stream.publish(self._device_health_locked())
-            self._last_stream = self._clock()
+            self._last_stream = self._clock.time()
 
 
 def _log_change(what: str, state: GpuHealth) -> None:

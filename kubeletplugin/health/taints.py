@@ -9,11 +9,11 @@ unhealthy, so the taint stays byte-identical while the fault lasts (no needless 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from api import names
 from sharegpu.kube import slicerules
+from sharegpu.kube.clock import rfc3339
 
 TAINT_EFFECTS: Final = ("NoSchedule", "NoExecute")
 DEFAULT_TAINT_EFFECT: Final = "NoSchedule"
@@ -30,11 +30,6 @@ def taint_value(reason: str) -> str:
     value = _INVALID_RUN.sub("-", reason)
     value = _EDGE.sub("", value)[: slicerules.MAX_LABEL_VALUE_LENGTH]
     return _EDGE.sub("", value)
-
-
-def rfc3339(timestamp: float) -> str:
-    """Unix seconds as RFC 3339 in UTC with second precision (how the API server stores it)."""
-    return datetime.fromtimestamp(int(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def unhealthy_taint(driver_name: str, reason: str, since: float, effect: str) -> dict[str, Any]:

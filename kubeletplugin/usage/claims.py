@@ -15,13 +15,14 @@ exceeds, an escape from MPS starting or ending) is written at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from api.names import RESOURCE_GROUP, RESOURCE_VERSION
 from api.shareusage import usage_data as encode_usage_data
 from kubeletplugin.usage.model import PreparedShare, ShareMeasurement
+from sharegpu.kube.clock import Clock
 from sharegpu.kube.rest import KubeApiError, KubeRest, resource_path
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def _uid_of(claim: Mapping[str, Any]) -> str:
 class ClaimPods:
     """Claim UID -> UIDs of the pods reserving it, fetched lazily (see the module docstring)."""
 
-    def __init__(self, api: ClaimApi, clock: Callable[[], float], refresh_s: float) -> None:
+    def __init__(self, api: ClaimApi, clock: Clock, refresh_s: float) -> None:
         self._api = api
         self._clock = clock
         self._refresh_s = refresh_s
@@ -99,7 +100,7 @@ class ClaimPods:
         for uid in list(self._pods):
             if uid not in claims:
                 del self._pods[uid]
-        now = self._clock()
+        now = self._clock.time()
         stale_set = set(stale)
         fetched = False
         for uid, share in claims.items():
@@ -157,7 +158,7 @@ class UsageWriter:
         self,
         api: ClaimApi,
         driver_name: str,
-        clock: Callable[[], float],
+        clock: Clock,
         interval_s: float,
         memory_threshold: int = DEFAULT_MEMORY_THRESHOLD,
     ) -> None:
@@ -177,7 +178,7 @@ class UsageWriter:
             by_claim.setdefault(key[0], {})[key] = u
         for uid in [u for u in self._written if u not in by_claim]:
             del self._written[uid]
-        now = self._clock()
+        now = self._clock.time()
         for uid, shares in by_claim.items():
             if self._due(uid, shares, now):
                 self._write(uid, shares, sampled_at, now)

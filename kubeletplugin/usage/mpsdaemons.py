@@ -17,9 +17,9 @@ unknown (None) and no process is judged to have escaped MPS.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any, Final, Protocol
 
+from sharegpu.kube.clock import Clock
 from sharegpu.kube.rest import KubeApiError, KubeRest
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class DaemonPods:
         lister: PodLister,
         namespace: str,
         node_name: str,
-        clock: Callable[[], float],
+        clock: Clock,
         refresh_s: float,
         min_interval_s: float,
     ) -> None:
@@ -81,7 +81,7 @@ class DaemonPods:
     def uids(self, fresh: bool = False) -> frozenset[str] | None:
         """The daemon pods' UIDs (None: never listed); re-listed when due or, with ``fresh``,
         when the last try is at least ``min_interval_s`` old."""
-        now = self._clock()
+        now = self._clock.time()
         due = self._listed_at is None or now - self._listed_at >= self._refresh_s
         if fresh and (self._tried_at is None or now - self._tried_at >= self._min_interval_s):
             due = True

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,7 +32,8 @@ from kubeletplugin.usage.model import GpuSample, PreparedShare
 from kubeletplugin.usage.mpsdaemons import DaemonPods
 from kubeletplugin.usage.procfs import CgroupLayout, PodLookup, kubelet_layout, pod_of_process
 from kubeletplugin.usage.source import UsageSource, UsageSourceError
-from kubeletplugin.usage.taints import EscapeTaints, OvercommitTaints, rfc3339
+from kubeletplugin.usage.taints import EscapeTaints, OvercommitTaints
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock, rfc3339
 from sharegpu.kube.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class UsageSampler:
         telemetry: Telemetry | None = None,
         taints: TaintSink | None = None,
         daemon_pods: DaemonPods | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.options = options
         self._source = source
@@ -137,7 +137,7 @@ class UsageSampler:
             daemons = fresh
         if refetched:
             result = run()
-        now = self._clock()
+        now = self._clock.time()
         usage = tuple(result.usage.values())
         self._log_escapes(result)
         if self._writer is not None:

@@ -15,17 +15,12 @@ every device of the GPU.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from api import names
 from kubeletplugin.model import GpuInfo
 from kubeletplugin.usage.model import Escape, ShareMeasurement
-
-
-def rfc3339(timestamp: float) -> str:
-    """Unix seconds as RFC 3339 in UTC with second precision."""
-    return datetime.fromtimestamp(int(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+from sharegpu.kube.clock import rfc3339
 
 
 class _GpuTaint:

@@ -1,22 +1,37 @@
-"""The time source of code that waits: the system's monotonic clock, or a fake one in tests.
+"""The one time source of the daemons: the system's clocks, or a fake one in tests.
 
-A component that takes a :class:`Clock` reads the time with :meth:`Clock.monotonic` and sleeps
-with :meth:`Clock.wait` (an ``Event.wait`` on that clock), so a test can drive it through
-minutes of its time in milliseconds, step by step, instead of sleeping and hoping a busy machine
-kept up.
+A component that takes a :class:`Clock` reads wall time with :meth:`Clock.time` (timestamps others
+read: ``timeAdded``, ``lastUpdated``, ages compared with stored timestamps), measures intervals
+with :meth:`Clock.monotonic`, and sleeps with :meth:`Clock.wait` (an ``Event.wait`` on that
+clock), so a test can drive it through minutes of its time in milliseconds, step by step,
+instead of sleeping and hoping a busy machine kept up. :func:`rfc3339` is the one way a wall
+time becomes the API's seconds-precision timestamp.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Final, Protocol
 
 
-class Clock(Protocol):
-    """Monotonic time in seconds, and waiting on it."""
+def rfc3339(seconds: float) -> str:
+    """Wall time ``seconds`` (since the epoch) as RFC 3339 in UTC, whole seconds (truncated),
+    the form of Kubernetes' ``metav1.Time``: ``2026-01-02T03:04:05Z``."""
+    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def monotonic(self) -> float: ...
+
+class Clock(Protocol):
+    """Wall time and monotonic time in seconds, and waiting on the monotonic one."""
+
+    def time(self) -> float:
+        """Seconds since the epoch (may jump when the system's time is set)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary start; never goes back."""
+        ...
 
     def wait(self, event: threading.Event, timeout: float) -> bool:
         """Like ``event.wait(timeout)`` with ``timeout`` on this clock: True once ``event`` is
@@ -31,7 +46,10 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The process's monotonic clock."""
+    """The process's clocks: ``time.time`` and ``time.monotonic``."""
+
+    def time(self) -> float:
+        return time.time()
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -49,20 +67,31 @@ SYSTEM_CLOCK: Final = SystemClock()
 _POLL_S: Final = 0.005
 
 
+#: The wall time a :class:`FakeClock` starts at by default (2027-01-15T08:00:00Z).
+FAKE_WALL_START: Final = 1_800_000_000.0
+
+
 class FakeClock:
     """A clock that moves only when :meth:`advance` is called (tests).
 
+    Its wall time and its monotonic time move together: :meth:`time` is always
+    ``wall - start`` ahead of :meth:`monotonic`.
     :meth:`wait` returns when its event is set or when the clock was advanced past its deadline.
     :meth:`advance` returns once every waiter it woke has left :meth:`wait`, and
     :meth:`wait_for_waiters` once the driven threads wait again, so a test steps the clock one
     observed step at a time. Both bound their real waiting by ``timeout``.
     """
 
-    def __init__(self, start: float = 1000.0) -> None:
+    def __init__(self, start: float = 1000.0, wall: float = FAKE_WALL_START) -> None:
         self._now = start
+        self._wall_offset = wall - start
         self._cond = threading.Condition()
         #: Deadlines of the threads now inside :meth:`wait` (one entry per thread).
         self._deadlines: list[float] = []
+
+    def time(self) -> float:
+        with self._cond:
+            return self._now + self._wall_offset
 
     def monotonic(self) -> float:
         with self._cond:

@@ -26,13 +26,14 @@ Invariants:
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 from urllib.parse import quote, urlencode
 
 import urllib3
+
+from sharegpu.kube.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from sharegpu.kube.connection import KubeClient
@@ -74,7 +75,7 @@ class Transport:
         api_client: KubeClient,
         *,
         refresh_interval_s: float = REFRESH_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.api_client = api_client
         self._pool: urllib3.PoolManager = api_client.rest_client.pool_manager
@@ -96,7 +97,7 @@ class Transport:
         auth = configuration.auth_settings().get("BearerToken")
         if auth and auth.get("value") and auth.get("in") == "header":
             headers[str(auth["key"])] = str(auth["value"])
-        return _Settings(str(configuration.host), headers, self._clock())
+        return _Settings(str(configuration.host), headers, self._clock.monotonic())
 
     def settings(self, force: bool = False) -> _Settings:
         """The current settings, taken again when due (or when ``force``)."""
@@ -104,7 +105,7 @@ class Transport:
         if (
             not force
             and current is not None
-            and self._clock() - current.taken < self._refresh_interval_s
+            and self._clock.monotonic() - current.taken < self._refresh_interval_s
         ):
             return current
         with self._lock:
@@ -112,7 +113,7 @@ class Transport:
             if (
                 force
                 or current is None
-                or self._clock() - current.taken >= self._refresh_interval_s
+                or self._clock.monotonic() - current.taken >= self._refresh_interval_s
             ):
                 current = self._settings = self._take_settings()
             return current

@@ -5,7 +5,6 @@ exception; and the work spent on one object is bounded whatever it holds."""
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from api.names import DEFAULT_DRIVER_NAME as DRIVER
 from sharegpu.admission import checks, shape
 from sharegpu.admission.checks import ERROR, WARNING, Finding, check_object
 from sharegpu.cel import cache_info, clear_cache
+from tests.helpers import HANG_GUARD_S
 from tests.jsondata import json_paths
 
 D = f"device.attributes['{DRIVER}']"
@@ -437,11 +437,11 @@ def spread(exprs: list[str]) -> list[dict[str, Any]]:
     ],
     ids=["bytes", "count", "250 of 10 KiB"],
 )
+@pytest.mark.timeout(HANG_GUARD_S)
 def test_too_much_selector_text_is_refused_without_compiling_it(
     exprs: list[str], what: str
 ) -> None:
     clear_cache()
-    started = time.monotonic()
     for obj in (
         claim(spread(exprs)),
         with_value(template(), ("spec", "spec"), claim(spread(exprs))["spec"]),
@@ -454,8 +454,7 @@ def test_too_much_selector_text_is_refused_without_compiling_it(
         assert "compiles at most 64 selectors and 16384 bytes of them per object" in (
             found[0].message
         )
-    assert cache_info().misses == 0
-    assert time.monotonic() - started < 5  # a hang guard only: the answer takes milliseconds
+    assert cache_info().misses == 0  # bounded work: not one selector was compiled
 
 
 def test_the_class_selector_budget() -> None:

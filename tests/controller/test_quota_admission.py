@@ -16,6 +16,7 @@ from controller.quotaadmit import CRD_ABSENT_WARNING, EMPTY_LIST_TTL_S, QuotaAdm
 from controller.quotacharge import ChargeBasis
 from controller.quotacontroller import QuotaController
 from controller.webhook import AdmissionHandler
+from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeApiError, KubeRest
 from sharegpu.kube.telemetry import Telemetry
 from sharegpuctl.local.apiserver import KubeAPIServer
@@ -189,16 +190,16 @@ def test_a_quota_the_watch_cache_has_not_seen_yet_still_denies(kube: KubeRest) -
 def test_an_empty_live_list_answers_for_its_namespace_until_the_ttl(kube: KubeRest) -> None:
     """A live list that found no quota stands in for the cache's "none" for
     EMPTY_LIST_TTL_S; after that the namespace is listed again and a new quota counts."""
-    now = [100.0]
+    clock = FakeClock()
     admitter = QuotaAdmitter(
-        kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: False, monotonic=lambda: now[0]
+        kube, DRIVER, basis=lambda: BASIS, has_quotas=lambda ns: False, clock=clock
     )
     handler = AdmissionHandler(DRIVER, quota=admitter)
     assert answer(handler, claim("a", 60, "10Gi"))["allowed"]
     create_quota(kube, quota("q", {"cores": 10}))
-    now[0] += EMPTY_LIST_TTL_S / 2
+    clock.advance(EMPTY_LIST_TTL_S / 2)
     assert answer(handler, claim("b", 60, "10Gi"))["allowed"]  # remembered: not listed
-    now[0] += EMPTY_LIST_TTL_S
+    clock.advance(EMPTY_LIST_TTL_S)
     assert not answer(handler, claim("c", 60, "10Gi"))["allowed"]
 
 

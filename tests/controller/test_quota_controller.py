@@ -14,6 +14,7 @@ from controller.quotaadmit import QuotaAdmitter
 from controller.quotacharge import ChargeBasis
 from controller.quotacontroller import QuotaController
 from controller.webhook import AdmissionHandler
+from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeRest, resource_path
 from tests.controller.quota_helpers import (
     DRIVER,
@@ -94,13 +95,13 @@ def test_a_charge_whose_claim_never_appears_is_released_after_the_grace(
         "allowed"
     ]  # never stored
     assert used(kube)["cores"] == 70
-    clock = [time.time()]
-    controller_factory(wall_clock=lambda: clock[0], grace_s=60.0)
+    clock = FakeClock(wall=time.time())
+    controller_factory(clock=clock, grace_s=60.0)
     # A claim that appears makes the controller recompute the namespace within the grace
     # period: the ghost's charge is kept next to the new one.
     kube.request("POST", claims_path(), body=claim("real", 10, "1Gi"))
     eventually(lambda: used(kube).get("cores") == 80, "the new claim charged, the ghost kept")
-    clock[0] += 120.0
+    clock.advance(120.0)
     eventually(lambda: used(kube).get("cores") == 10, "release after the grace period")
 
 

@@ -31,6 +31,7 @@ from controller.checkgate import CompileGate
 from controller.metrics import ControllerMetrics
 from controller.webhook import AdmissionHandler, CertificateReloader, WebhookServer
 from sharegpu.admission.checks import uncompiled_selector_bytes
+from sharegpu.cel import cache_info, clear_cache
 from sharegpu.kube import httpserve
 from sharegpu.kube.telemetry import Telemetry
 from tests.controller.webhook_helpers import (
@@ -42,6 +43,7 @@ from tests.controller.webhook_helpers import (
     issue_certificate,
     template,
 )
+from tests.helpers import HANG_GUARD_S
 from tests.jsondata import json_paths
 
 D = f"device.attributes['{DRIVER}']"
@@ -298,6 +300,7 @@ def distinct_selectors(count: int, size: int) -> list[str]:
     return out
 
 
+@pytest.mark.timeout(HANG_GUARD_S)
 def test_250_distinct_10k_selectors_are_refused_at_once_naming_the_limit(
     endpoint: Endpoint,
 ) -> None:
@@ -310,9 +313,9 @@ def test_250_distinct_10k_selectors_are_refused_at_once_naming_the_limit(
     ]
     body = review(claim(*requests))
     assert len(json.dumps(body)) > 2_500_000
-    started = time.monotonic()
+    clear_cache()
     status, answer = endpoint.call("POST", "/validate/resourceclaims", body)
-    assert time.monotonic() - started < 5  # a hang guard only
+    assert cache_info().misses == 0  # bounded work: not one selector was compiled
     assert status == 200
     response = answer["response"]
     assert response["allowed"] is True
@@ -502,12 +505,11 @@ def test_an_answer_is_sent_for_a_connection_reused_after_a_malformed_review(
         conn.close()
 
 
+@pytest.mark.timeout(HANG_GUARD_S)
 def test_a_capacity_of_1e1000000_is_denied_at_once(endpoint: Endpoint) -> None:
     """Such a quantity kept the webhook busy for minutes (past its 5 s timeout, so the claim was
     admitted unchecked); it is refused from its exponent."""
-    started = time.monotonic()
     response = endpoint.review(claim(exactly({"memory": "1e1000000", "cores": "10"})))
-    assert time.monotonic() - started < 5  # a hang guard: it takes milliseconds
     assert response["allowed"] is False
     assert "out of range, sharegpu accepts quantities up to" in response["status"]["message"]
 

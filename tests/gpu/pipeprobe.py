@@ -3,8 +3,9 @@
 Usage (standalone, like :mod:`tests.gpu.cudaprobe`: it imports no project module and runs with
 a bare environment as the container's UID):
 
-- ``pipeprobe.py read PATH SECONDS``: open ``PATH`` for reading without blocking (a FIFO opens
-  even with no writer) and read what arrives within ``SECONDS`` (at most :data:`MAX_BYTES`);
+- ``pipeprobe.py read PATH SECONDS [BYTES]``: open ``PATH`` for reading without blocking (a FIFO
+  opens even with no writer) and read what arrives within ``SECONDS``, stopping early once
+  ``BYTES`` (at most and by default :data:`MAX_BYTES`) arrived;
 - ``pipeprobe.py plant DIR TARGET_DIR NAME...``: for each ``NAME``, replace ``DIR/NAME`` by a
   symlink to ``TARGET_DIR/NAME``.
 
@@ -32,8 +33,9 @@ POLL_S: Final = 0.1
 EXIT_USAGE: Final = 64
 
 
-def read(path: str, seconds: float) -> dict[str, Any]:
-    """What a reader of ``path`` gets within ``seconds`` (see the module docstring)."""
+def read(path: str, seconds: float, limit: int = MAX_BYTES) -> dict[str, Any]:
+    """What a reader of ``path`` gets within ``seconds``, up to ``limit`` bytes (see the module
+    docstring)."""
     report: dict[str, Any] = {"path": path, "opened": False, "bytes": 0, "head": ""}
     try:
         mode = os.lstat(path).st_mode
@@ -47,7 +49,7 @@ def read(path: str, seconds: float) -> dict[str, Any]:
     data = b""
     try:
         deadline = time.monotonic() + seconds
-        while len(data) < MAX_BYTES:
+        while len(data) < limit:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -55,7 +57,7 @@ def read(path: str, seconds: float) -> dict[str, Any]:
             if not ready:
                 break
             try:
-                chunk = os.read(fd, MAX_BYTES - len(data))
+                chunk = os.read(fd, limit - len(data))
             except BlockingIOError:
                 continue
             if not chunk:  # no writer has it open now: look again later
@@ -92,10 +94,15 @@ def _seconds(text: str) -> float | None:
     return value if 0 <= value <= 3600 else None
 
 
+def _limit(text: str) -> int | None:
+    return int(text) if text.isdigit() and 0 < int(text) <= MAX_BYTES else None
+
+
 def main(argv: list[str]) -> int:
-    seconds = _seconds(argv[3]) if len(argv) == 4 and argv[1] == "read" else None
-    if seconds is not None:
-        report = read(argv[2], seconds)
+    seconds = _seconds(argv[3]) if len(argv) in (4, 5) and argv[1] == "read" else None
+    limit = _limit(argv[4]) if len(argv) == 5 else MAX_BYTES
+    if seconds is not None and limit is not None:
+        report = read(argv[2], seconds, limit)
     elif len(argv) >= 5 and argv[1] == "plant":
         report = plant(argv[2], argv[3], argv[4:])
     else:

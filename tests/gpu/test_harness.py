@@ -492,11 +492,22 @@ def test_pipeprobe_reads_what_a_writer_puts_in_a_fifo(tmp_path: Path) -> None:
 
     writer = threading.Thread(target=write)
     writer.start()
-    status, report = run_pipeprobe("read", str(fifo), "30")
+    # 30 s is only the safety net: the probe stops once the line's bytes arrived.
+    status, report = run_pipeprobe("read", str(fifo), "30", str(len(line)))
     writer.join(timeout=30)
     assert status == 0
     assert report["exists"] and report["fifo"] and report["opened"], report
     assert (report["bytes"], report["head"]) == (len(line), line.decode()), report
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "x", str(pipeprobe.MAX_BYTES + 1)])
+def test_pipeprobe_refuses_a_byte_limit_out_of_range(
+    limit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert pipeprobe.main(["pipeprobe.py", "read", "/nonexistent", "1", limit]) == (
+        pipeprobe.EXIT_USAGE
+    )
+    assert "pipeprobe.py read PATH SECONDS [BYTES]" in capsys.readouterr().err
 
 
 def test_pipeprobe_reports_an_absent_entry_and_an_open_refused(tmp_path: Path) -> None:

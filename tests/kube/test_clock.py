@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 
-from sharegpu.kube.clock import SYSTEM_CLOCK, FakeClock
+from sharegpu.kube.clock import FAKE_WALL_START, SYSTEM_CLOCK, FakeClock, rfc3339
 
 
 def test_a_waiter_wakes_only_when_the_clock_passes_its_deadline() -> None:
@@ -67,3 +68,22 @@ def test_a_condition_wait_ends_when_notified_or_when_the_clock_passes_its_deadli
     assert clock.advance(2.0)
     second.join(10)
     assert results == [True, False]
+
+
+def test_the_fake_wall_time_moves_with_its_monotonic_time() -> None:
+    clock = FakeClock(start=10.0, wall=1_700_000_000.0)
+    assert (clock.monotonic(), clock.time()) == (10.0, 1_700_000_000.0)
+    assert clock.advance(2.5)
+    assert (clock.monotonic(), clock.time()) == (12.5, 1_700_000_002.5)
+    assert FakeClock().time() == FAKE_WALL_START
+
+
+def test_the_system_wall_time_is_the_epochs() -> None:
+    before = time.time()
+    assert before <= SYSTEM_CLOCK.time() <= time.time()
+
+
+def test_rfc3339_is_utc_and_truncated_to_whole_seconds() -> None:
+    assert rfc3339(FAKE_WALL_START) == "2027-01-15T08:00:00Z"
+    assert rfc3339(FAKE_WALL_START + 59.999) == "2027-01-15T08:00:59Z"
+    assert rfc3339(0) == "1970-01-01T00:00:00Z"

@@ -1,8 +1,10 @@
 """The bounded HTTP server: connection cap, request deadline, idle and write timeouts, sizes.
 
 Clients are plain sockets driven from the test thread, so the only threads that come and go are
-the server's. Timing is asserted only as generous upper bounds, polled: the deadlines here are
-one or two seconds and each bound leaves several seconds more.
+the server's. No test asserts how fast an answer came: a client answered while the stallers it
+competes with are still connected (their deadline not reached) was answered because the server
+made room for it, and a server that does not ends the client's wait at the client's own generous
+timeout (``PATIENCE_S``), shorter than those stallers' deadline.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from tests.kube.helpers import (
 )
 
 STALLERS = 300
+#: The deadline of stallers that must not be waited for: longer than a client's patience, so a
+#: client answered at all was answered while they still held their slots.
+HELD_S = 2 * PATIENCE_S
 
 
 class _Hello(BoundedRequestHandler):
@@ -87,7 +92,7 @@ def _close_all(socks: list[socket.socket]) -> None:
 def test_stallers_above_the_cap_get_no_thread_and_are_all_cut(serve: Serve) -> None:
     """300 connections that send one header byte and stall, against a cap of 16 and a 1 s
     deadline: the server never runs more than 16 connection threads (plus evicted ones
-    ending), a well-behaved client is answered within 5 s, and every staller is cut."""
+    ending), a well-behaved client is answered, and every staller is cut."""
     cap = 16
     baseline = threading.active_count()
     server = serve(short_limits(max_connections=cap))
@@ -97,9 +102,7 @@ def test_stallers_above_the_cap_get_no_thread_and_are_all_cut(serve: Serve) -> N
         for _ in range(STALLERS):
             stallers.append(stall(server.port))
             peak = max(peak, threading.active_count())
-        started = time.monotonic()
         assert get_with_retries(server.port) == 200
-        answered_after = time.monotonic() - started
         peak = max(peak, threading.active_count())
         all_closed(stallers)
         peak = max(peak, threading.active_count())
@@ -107,7 +110,6 @@ def test_stallers_above_the_cap_get_no_thread_and_are_all_cut(serve: Serve) -> N
         _close_all(stallers)
     # The serving thread plus at most `cap` connection threads and the evicted ones ending.
     assert peak <= baseline + 1 + cap + EVICTING_MAX, (peak, baseline)
-    assert answered_after < 5.0
     assert server.rejected + server.evicted > 0  # the cap was reached
     eventually(lambda: server.active_connections == 0)
     eventually(lambda: threading.active_count() <= baseline + 1)
@@ -119,14 +121,14 @@ def test_a_client_is_answered_while_stallers_hold_every_slot(serve: Serve) -> No
     cap = 16
     # One peer may take every slot here (the per-peer cap has its own tests).
     server = serve(
-        short_limits(request_timeout_s=60.0, max_connections=cap, max_connections_per_peer=cap)
+        short_limits(request_timeout_s=HELD_S, max_connections=cap, max_connections_per_peer=cap)
     )
     stallers = [stall(server.port) for _ in range(STALLERS)]
     try:
         eventually(lambda: server.active_connections == cap)
-        started = time.monotonic()
         assert get_with_retries(server.port) == 200
-        assert time.monotonic() - started < 5.0
+        # Answered while (nearly) every staller still holds its slot: by eviction, not by
+        # waiting for their deadline (the client gives up after PATIENCE_S).
         still_open = [s for s in stallers if not is_closed(s)]
         assert len(still_open) >= cap - EVICTING_MAX - 1
         assert server.evicted >= 1
@@ -136,12 +138,13 @@ def test_a_client_is_answered_while_stallers_hold_every_slot(serve: Serve) -> No
 
 def test_clients_are_answered_while_stallers_keep_reconnecting(serve: Serve) -> None:
     """A slowloris that keeps opening connections as fast as it can (one byte each, never
-    closed) does not starve clients that send their request at once: each is answered within
-    5 s, and the server's threads stay within the cap."""
+    closed) does not starve clients that send their request at once: each is answered (long
+    before the stallers' deadline frees a slot), and the server's threads stay within the
+    cap."""
     cap = 16
     baseline = threading.active_count()
     server = serve(
-        short_limits(request_timeout_s=60.0, max_connections=cap, max_connections_per_peer=cap)
+        short_limits(request_timeout_s=HELD_S, max_connections=cap, max_connections_per_peer=cap)
     )
     stop = threading.Event()
     held: list[socket.socket] = []
@@ -153,13 +156,10 @@ def test_clients_are_answered_while_stallers_keep_reconnecting(serve: Serve) -> 
     attacker = threading.Thread(target=attack, name="slowloris", daemon=True)
     attacker.start()
     peak = 0
-    latencies = []
     try:
         eventually(lambda: server.active_connections >= cap)
         for _ in range(10):
-            started = time.monotonic()
             assert get_with_retries(server.port) == 200
-            latencies.append(time.monotonic() - started)
             peak = max(peak, threading.active_count())
     finally:
         stop.set()
@@ -167,7 +167,6 @@ def test_clients_are_answered_while_stallers_keep_reconnecting(serve: Serve) -> 
         _close_all(held)
     # The attacker's thread, the serving thread, the cap and the evicted ones ending.
     assert peak <= baseline + 2 + cap + EVICTING_MAX, (peak, baseline)
-    assert max(latencies) < 5.0, latencies
     assert len(held) > cap  # the attack was on while the clients were answered
 
 
@@ -176,7 +175,7 @@ def test_tricklers_are_cut_at_the_deadline_while_others_are_answered(
 ) -> None:
     """300 connections that each send one header byte every 0.5 s (each read would finish well
     within any per-read timeout) are all cut at the 5 s request deadline; meanwhile, with all
-    of them connected, a well-behaved client is answered within 5 s."""
+    of them connected, a well-behaved client is answered (while they are still connected)."""
     server = serve(
         short_limits(
             request_timeout_s=5.0,
@@ -189,9 +188,7 @@ def test_tricklers_are_cut_at_the_deadline_while_others_are_answered(
     tricklers = [stall(server.port, request[:1]) for _ in range(STALLERS)]
     try:
         eventually(lambda: server.active_connections == STALLERS)
-        started = time.monotonic()
         assert get(server.port) == (200, b"ok\n")
-        assert time.monotonic() - started < 5.0
         assert not any(is_closed(s) for s in tricklers[:10])  # still connected meanwhile
         still_open = trickle(tricklers, request)
         assert not still_open, f"{len(still_open)} tricklers still connected"

@@ -13,6 +13,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
+from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeApiError, KubeRest
 from sharegpu.kube.transport import REFRESH_INTERVAL_S, Transport, encode_query
 
@@ -112,25 +113,17 @@ def get(transport: Transport) -> int:
     return response.status
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_token_is_refreshed_when_due_not_per_request(recorder: Recorder) -> None:
-    tokens, clock = Tokens(), Clock()
+    tokens, clock = Tokens(), FakeClock()
     with client_for(recorder.url, tokens) as api:
         transport = Transport(api, clock=clock)
         for _ in range(5):
             get(transport)
         assert tokens.calls == 1
-        clock.now += REFRESH_INTERVAL_S - 0.1
+        clock.advance(REFRESH_INTERVAL_S - 0.1)
         get(transport)
         assert tokens.calls == 1
-        clock.now += 0.1
+        clock.advance(0.1)
         get(transport)
         assert tokens.calls == 2
     assert [s.authorization for s in recorder.seen] == ["Bearer t1"] * 6 + ["Bearer t2"]
@@ -149,7 +142,7 @@ def test_kube_rest_does_not_run_the_refresh_hook_on_every_request(recorder: Reco
 
 
 def test_a_401_is_sent_once_more_with_fresh_headers(recorder: Recorder) -> None:
-    tokens, clock = Tokens(), Clock()
+    tokens, clock = Tokens(), FakeClock()
     recorder.status_for = lambda seen: 401 if seen.authorization == "Bearer t1" else 200
     with client_for(recorder.url, tokens) as api:
         response = Transport(api, clock=clock).request(

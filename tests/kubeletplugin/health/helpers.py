@@ -210,14 +210,3 @@ class ManualChecker:
     def emit(self, event: HealthEvent) -> None:
         assert self.report is not None, "checker not started"
         self.report(event)
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds

@@ -26,11 +26,11 @@ from kubeletplugin.health.nvmlcheck import NO_INSTANCE, NvmlHealthChecker
 from kubeletplugin.health.restore import PublishedFault, unhealthy_from_slices
 from kubeletplugin.health.settings import HealthSettings
 from kubeletplugin.kubelet.healthservice import Health
+from sharegpu.kube.clock import FakeClock
 from tests.helpers import eventually
 from tests.kubeletplugin.health.helpers import (
     NODE,
     XID,
-    FakeClock,
     FakeEventNvml,
     ManualChecker,
     RecordingStream,
@@ -374,9 +374,9 @@ def test_a_dynamic_device_keeps_its_fault_after_its_instance_is_gone(
 def restarted(h: Harness, booted_at: float) -> Harness:
     """A new monitor on the same table that restores the taints ``h`` published."""
     slices = [{"spec": {"driver": DRIVER, **c}} for c in desired_slices(h.table, h.latest_taints())]
-    published = unhealthy_from_slices(slices, DRIVER, h.clock())
+    published = unhealthy_from_slices(slices, DRIVER, h.clock.time())
     again = harness(h.table, start=False)
-    again.clock.now = h.clock.now
+    again.clock.advance(h.clock.time() - again.clock.time())
     again.monitor.restore(published, booted_at=booted_at)
     return again
 
@@ -387,7 +387,7 @@ def test_a_restored_instance_taint_comes_back_on_its_device_only(
     h = running(harness(static_table(tmp_path)))
     h.emit(RESET_XID, 9, 0)
     before = h.latest_taints()
-    again = restarted(h, booted_at=h.clock() - 3600)
+    again = restarted(h, booted_at=h.clock.time() - 3600)
     assert again.monitor.taints() == before
     assert all(g.healthy for g in again.monitor.gpu_health().values())
     assert again.monitor.instance_health()["gpu-0-mig-9-0"].needs_reset
@@ -402,7 +402,7 @@ def test_a_restored_gpu_instance_taint_stays_on_its_compute_instances(
     h = running(harness(static_table(tmp_path)))
     h.emit(ORDINARY_XID, 2, None)
     before = h.latest_taints()
-    again = restarted(h, booted_at=h.clock() - 3600)
+    again = restarted(h, booted_at=h.clock.time() - 3600)
     assert again.monitor.taints() == before
     assert set(before) == {"gpu-0-mig-2-0", "gpu-0-mig-2-1"}
 
@@ -412,7 +412,7 @@ def test_a_restored_gpu_taint_stays_gpu_wide(
 ) -> None:
     h = running(harness(static_table(tmp_path)))
     h.emit(RESET_XID)
-    again = restarted(h, booted_at=h.clock() - 3600)
+    again = restarted(h, booted_at=h.clock.time() - 3600)
     assert again.monitor.taints() == h.latest_taints()
     assert not again.monitor.gpu_health()[h.table.gpus[0].uuid].healthy
     assert all(s.healthy for s in again.monitor.instance_health().values())
@@ -424,7 +424,7 @@ def test_a_restored_dynamic_instance_taint_comes_back_on_its_device(
     table = dynamic_table()
     h = running(harness(table, resolver_of(table)))
     h.emit(RESET_XID, PLACED_GI, 0)
-    again = restarted(h, booted_at=h.clock() - 3600)
+    again = restarted(h, booted_at=h.clock.time() - 3600)
     assert again.monitor.taints() == h.latest_taints() and list(h.latest_taints()) == [PLACED]
     again.probes(10)
     assert list(again.monitor.taints()) == [PLACED], "still waiting for a reset"
@@ -435,7 +435,7 @@ def test_a_restored_reset_instance_taint_recovers_after_a_reboot(
 ) -> None:
     h = running(harness(static_table(tmp_path)))
     h.emit(RESET_XID, 9, 0)
-    again = restarted(h, booted_at=h.clock() + 1)
+    again = restarted(h, booted_at=h.clock.time() + 1)
     assert list(again.monitor.taints()) == ["gpu-0-mig-9-0"]
     again.probes(2)
     assert again.monitor.taints() == {}

@@ -25,10 +25,10 @@ from kubeletplugin.health.state import HealthStateMachine
 from kubeletplugin.health.taints import taint_value, unhealthy_taint
 from kubeletplugin.kubelet.healthservice import Health
 from sharegpu.kube import slicerules
+from sharegpu.kube.clock import FakeClock
 from tests.helpers import eventually
 from tests.kubeletplugin.health.helpers import (
     NODE,
-    FakeClock,
     ManualChecker,
     RecordingStream,
     RecordingTaints,
@@ -258,7 +258,7 @@ def test_xid_taints_the_gpu_and_marks_all_its_partitions_on_the_stream() -> None
                 unhealthy_taint(
                     DRIVER,
                     "reset required: XID 79: GPU has fallen off the bus",
-                    clock.now,
+                    clock.time(),
                     "NoSchedule",
                 )
             ]
@@ -352,7 +352,7 @@ def test_stream_is_refreshed_with_fresh_times_without_changes() -> None:
     clock.advance(20)
     m.probe_all()
     assert len(stream.lists) == count + 1
-    assert {d.last_updated for d in stream.lists[-1]} == {int(clock.now)}
+    assert {d.last_updated for d in stream.lists[-1]} == {int(clock.time())}
 
 
 def test_a_crashing_probe_is_an_unhealthy_gpu() -> None:

@@ -1,5 +1,7 @@
-"""Crash safety of the real plugin process: kill -9 at random points of a long prepare/unprepare
-loop, restart, retry like kubelet, and check the node after every step.
+"""Crash safety of the real plugin process: kill -9 at every step of every kind of call (and
+before calls) in a long prepare/unprepare loop, restart, retry like kubelet, and check the node
+after every call. Kill points are events (the process kills itself at a numbered step), chosen
+from a seed: a failure names the seed that replays it exactly.
 
 The "scheduler" here deliberately hands some whole GPUs to two claims (a stale decision), so
 "no GPU handed out twice" is checked against claims that really conflict.
@@ -31,16 +33,23 @@ from tests.kubeletplugin.prepare.helpers import (
     result,
 )
 from tests.kubeletplugin.prepare.process_helpers import (
+    BEFORE_CALL,
     GPUS,
     CrashingKubelet,
+    KillPlanner,
     PluginProcess,
     check_node,
+    crash_seed,
+    replay_hint,
 )
 
 pytestmark = pytest.mark.process
 
 SEED = 20261122
 OPERATIONS = 100
+#: The share of calls killed before they are sent (the others are killed at a step of the call
+#: while some step of their kind was never killed at).
+KILLED_BEFORE_CALL = 0.05
 
 
 @pytest.fixture
@@ -54,7 +63,7 @@ def env() -> Iterator[tuple[KubeAPIServer, PluginProcess]]:
         try:
             yield apiserver, plugin
         finally:
-            plugin.stop()
+            plugin.close()
             shutil.rmtree(root, ignore_errors=True)
 
 
@@ -71,55 +80,70 @@ def _claims(rng: random.Random) -> list[dict[str, Any]]:
     return objs
 
 
-def test_kill_9_at_random_points(env: tuple[KubeAPIServer, PluginProcess]) -> None:
+def test_kill_9_at_every_step(env: tuple[KubeAPIServer, PluginProcess]) -> None:
     apiserver, plugin = env
-    rng = random.Random(SEED)
+    seed = crash_seed(SEED)
+    rng = random.Random(seed)
     objs = _claims(rng)
     for obj in objs:
         apiserver.store.put("resourceclaims", obj)
     refs = {o["metadata"]["uid"]: ref(o) for o in objs}
+    # Chosen by name: the UIDs are random, their order is not the seed's.
+    name_of = {uid: r.name for uid, r in refs.items()}
+    kinds = {o["metadata"]["uid"]: o["metadata"]["name"].split("-")[0] for o in objs}
     prepared: set[str] = set()
-    killed_before = 0
     refusals: list[str] = []
     plugin.start()
     sim = KubeletSim(plugin.registry)
     kubelet = CrashingKubelet(plugin, sim, plugin.register(sim))
+    planner = KillPlanner(kubelet, rng, before_call=KILLED_BEFORE_CALL)
+    where = "the start"
 
     try:
-        for step in range(OPERATIONS):
-            candidates = [u for u in refs if u not in prepared]
-            if prepared and (not candidates or rng.random() < 0.45):
-                op, uid = "unprepare", rng.choice(sorted(prepared))
-            else:
-                op, uid = "prepare", rng.choice(sorted(candidates))
-            # A kill in one call of eight: a third before the call, the rest while it may run.
-            kill_after = None
-            if rng.random() < 0.125:
-                kill_after = -1.0 if rng.random() < 0.34 else rng.uniform(0.0, 0.02)
-                killed_before += kill_after < 0
-            value = kubelet.answered(op, refs[uid], kill_after)
-            if op == "prepare":
-                if value == "":
-                    prepared.add(uid)
+        with replay_hint(seed, lambda: where):
+            for step in range(OPERATIONS):
+                candidates = [u for u in refs if u not in prepared]
+                if prepared and (not candidates or rng.random() < 0.45):
+                    op, uid = "unprepare", rng.choice(sorted(prepared, key=name_of.get))
                 else:
-                    refusals.append(value)
-                    assert "refusing to hand it out twice" in value or "exceed" in value, value
-            else:
-                assert value == "", value
-                prepared.discard(uid)
+                    op, uid = "prepare", rng.choice(sorted(candidates, key=name_of.get))
+                kind = kinds[uid]
+                kill_at = planner.choose(f"{op} {kind}")
+                where = f"operation {step}: {op} of {refs[uid].name}, kill at {kill_at}"
+                value = kubelet.answered(op, refs[uid], kill_at, kind)
+                if op == "prepare":
+                    if value == "":
+                        prepared.add(uid)
+                    else:
+                        refusals.append(value)
+                        assert "refusing to hand it out twice" in value or "exceed" in value, value
+                else:
+                    assert value == "", value
+                    prepared.discard(uid)
+                check_node(plugin, prepared)
+            where = "the final unprepare"
+            # Kubelet unprepares everything at the end.
+            errors = kubelet.kplugin.unprepare([refs[u] for u in sorted(prepared)])
+            assert set(errors.values()) <= {""}
+            prepared.clear()
             check_node(plugin, prepared)
-            assert step < OPERATIONS
-        # Kubelet unprepares everything at the end.
-        errors = kubelet.kplugin.unprepare([refs[u] for u in sorted(prepared)])
-        assert set(errors.values()) <= {""}
-        prepared.clear()
-        check_node(plugin, prepared)
-        assert list(plugin.cdi_dir.glob("*.json")) == []
-        kills = kubelet.kills
-        assert kills >= 5, f"only {kills} kills happened; the seed no longer exercises crashes"
-        assert killed_before >= 2, "the seed no longer kills the plugin before a call"
-        assert kubelet.lost_calls >= killed_before
-        assert any("refusing to hand it out twice" in r for r in refusals)
+            assert list(plugin.cdi_dir.glob("*.json")) == []
+            where = "the coverage check"
+            # Every kind of call ran, wrote the checkpoint and was killed at each of its steps.
+            assert set(kubelet.offers) == {
+                "prepare whole",
+                "prepare share",
+                "unprepare whole",
+                "unprepare share",
+            }
+            for label, steps in kubelet.offers.items():
+                assert ("pwrite:data/checkpoint.dat", 1) in steps, (label, steps)
+            uncovered = sorted(map(str, kubelet.uncovered()))
+            assert not uncovered, f"kill points never killed at: {uncovered}"
+            assert sum(p.target == BEFORE_CALL for p in kubelet.killed_at) >= 2
+            assert kubelet.kills == len(kubelet.killed_at)
+            assert kubelet.lost_calls == len(kubelet.killed_at)  # every kill lost its call
+            assert any("refusing to hand it out twice" in r for r in refusals)
     finally:
         kubelet.kplugin.close()
         sim.close()

@@ -1,7 +1,8 @@
 """Dynamic MIG end to end through the real plugin process, the embedded API server and the kubelet
-simulator: kill -9 at random points of a long prepare/unprepare loop (so also between creating a
-GPU instance and its compute instance, and between destroying them), restart, retry like
-kubelet, and check the node's MIG instances after every step.
+simulator: kill -9 at every step of a prepare and of an unprepare (so also between creating a
+GPU instance and its compute instance, and between destroying them) and before calls, in a long
+prepare/unprepare loop; restart, retry like kubelet, and check the node's MIG instances after
+every call. Kill points are events, chosen from a seed: a failure names the seed that replays it.
 
 The mock backend's MIG instances live in ``<data dir>/mock-mig.json``, which outlives the process
 like a real GPU's instances. An instance "created by someone else" exists before the plugin
@@ -30,16 +31,25 @@ from sharegpuctl.local.apiserver import KubeAPIServer
 from sharegpuctl.local.kubelet import KubeletSim
 from tests.helpers import eventually
 from tests.kubeletplugin.prepare.helpers import DRIVER, NODE, assert_valid_cdi, claim, ref, result
-from tests.kubeletplugin.prepare.process_helpers import CrashingKubelet, PluginProcess, check_node
+from tests.kubeletplugin.prepare.process_helpers import (
+    BEFORE_CALL,
+    CrashingKubelet,
+    KillPlanner,
+    PluginProcess,
+    check_node,
+    crash_seed,
+    replay_hint,
+)
 
 pytestmark = pytest.mark.process
 
 SEED = 20261125
 OPERATIONS = 80
 MIG_GPUS = 2
-#: Creating or destroying an instance waits 50 ms between its two steps (as NVML takes time),
-#: so that kills land between them.
-MIG_ARGS = ("--sharing-mode=partitions", "--mig=dynamic", "--mock-mig-step-seconds=0.05")
+MIG_ARGS = ("--sharing-mode=partitions", "--mig=dynamic")
+#: The share of calls killed before they are sent (the others are killed at a step of the call
+#: while some step of their kind was never killed at).
+KILLED_BEFORE_CALL = 0.05
 #: The instance someone else created before the plugin started: GPU 1, 1g.10gb at slice 6.
 FOREIGN = (1, "1g.10gb", 6)
 
@@ -80,7 +90,7 @@ def env() -> Iterator[tuple[KubeAPIServer, PluginProcess]]:
         try:
             yield apiserver, plugin
         finally:
-            plugin.stop()
+            plugin.close()
             shutil.rmtree(root, ignore_errors=True)
 
 
@@ -138,7 +148,8 @@ def _published_devices(apiserver: KubeAPIServer) -> set[str]:
 
 def test_kill_9_during_mig_create_and_destroy(env: tuple[KubeAPIServer, PluginProcess]) -> None:
     apiserver, plugin = env
-    rng = random.Random(SEED)
+    seed = crash_seed(SEED)
+    rng = random.Random(seed)
     gpu1 = _gpus()[FOREIGN[0]]
     plugin.data_dir.mkdir(parents=True)
     foreign = MockMigPartitioner(plugin.data_dir / "mock-mig.json", NODE).create(
@@ -149,6 +160,8 @@ def test_kill_9_during_mig_create_and_destroy(env: tuple[KubeAPIServer, PluginPr
     for obj in objs:
         apiserver.store.put("resourceclaims", obj)
     refs = {o["metadata"]["uid"]: ref(o) for o in objs}
+    # Chosen by name: the UIDs are random, their order is not the seed's.
+    name_of = {uid: r.name for uid, r in refs.items()}
     device_of = {
         o["metadata"]["uid"]: o["status"]["allocation"]["devices"]["results"][0]["device"]
         for o in objs
@@ -158,50 +171,62 @@ def test_kill_9_during_mig_create_and_destroy(env: tuple[KubeAPIServer, PluginPr
     plugin.start()
     sim = KubeletSim(plugin.registry)
     kubelet = CrashingKubelet(plugin, sim, plugin.register(sim))
+    planner = KillPlanner(kubelet, rng, before_call=KILLED_BEFORE_CALL)
+    where = "the start"
 
     def placements_published() -> set[str] | None:
         found = _published_devices(apiserver)
         return found if "gpu-0-mig-1g-10gb-0" in found else None
 
     try:
-        published = eventually(
-            placements_published,
-            lambda: f"placements published: {plugin.logs[-1].read_text()[-3000:]}",
-            timeout_s=60,
-        )
-        # The placements the foreign instance blocks are not published; the others are.
-        assert "gpu-1-mig-1g-10gb-6" not in published
-        assert "gpu-1-mig-7g-80gb-0" not in published
-        assert "gpu-1-mig-1g-10gb-5" in published
-        for step in range(OPERATIONS):
-            candidates = [u for u in refs if u not in prepared]
-            if prepared and (not candidates or rng.random() < 0.45):
-                op, uid = "unprepare", rng.choice(sorted(prepared))
-            else:
-                op, uid = "prepare", rng.choice(sorted(candidates))
-            kill_after = rng.uniform(0.0, 0.12) if rng.random() < 0.25 else None
-            value = kubelet.answered(op, refs[uid], kill_after)
-            if op == "prepare":
-                if value == "":
-                    prepared[uid] = device_of[uid]
+        with replay_hint(seed, lambda: where):
+            published = eventually(
+                placements_published,
+                lambda: f"placements published: {plugin.logs[-1].read_text()[-3000:]}",
+                timeout_s=60,
+            )
+            # The placements the foreign instance blocks are not published; the others are.
+            assert "gpu-1-mig-1g-10gb-6" not in published
+            assert "gpu-1-mig-7g-80gb-0" not in published
+            assert "gpu-1-mig-1g-10gb-5" in published
+            for step in range(OPERATIONS):
+                candidates = [u for u in refs if u not in prepared]
+                if prepared and (not candidates or rng.random() < 0.45):
+                    op, uid = "unprepare", rng.choice(sorted(prepared, key=name_of.get))
                 else:
-                    refusals.append(value)
-                    assert "overlap" in value or "cannot create" in value, value
-            else:
-                assert value == "", value
-                prepared.pop(uid, None)
+                    op, uid = "prepare", rng.choice(sorted(candidates, key=name_of.get))
+                kill_at = planner.choose(f"{op} mig")
+                where = f"operation {step}: {op} of {refs[uid].name}, kill at {kill_at}"
+                value = kubelet.answered(op, refs[uid], kill_at, "mig")
+                if op == "prepare":
+                    if value == "":
+                        prepared[uid] = device_of[uid]
+                    else:
+                        refusals.append(value)
+                        assert "overlap" in value or "cannot create" in value, value
+                else:
+                    assert value == "", value
+                    prepared.pop(uid, None)
+                _check_mig(plugin, prepared, foreign)
+            where = "the final unprepare"
+            errors = kubelet.kplugin.unprepare([refs[u] for u in sorted(prepared)])
+            assert set(errors.values()) <= {""}
+            prepared.clear()
             _check_mig(plugin, prepared, foreign)
-            assert step < OPERATIONS
-        errors = kubelet.kplugin.unprepare([refs[u] for u in sorted(prepared)])
-        assert set(errors.values()) <= {""}
-        prepared.clear()
-        _check_mig(plugin, prepared, foreign)
-        kills = kubelet.kills
-        assert kills >= 5, f"only {kills} kills happened; the seed no longer exercises crashes"
-        logs = "".join(log.read_text() for log in plugin.logs)
-        # Some kills landed while an instance was being created: the restart destroyed it.
-        assert "of rolled-back claim" in logs, "no kill landed during a MIG create"
-        assert any("overlap" in r for r in refusals)
+            where = "the coverage check"
+            # Both kinds of call ran, changed the MIG state and were killed at each step.
+            assert set(kubelet.offers) == {"prepare mig", "unprepare mig"}
+            for label, steps in kubelet.offers.items():
+                assert ("replace:data/mock-mig.json", 1) in steps, (label, steps)
+                assert ("replace:data/mock-mig.json", 2) in steps, (label, steps)
+            uncovered = sorted(map(str, kubelet.uncovered()))
+            assert not uncovered, f"kill points never killed at: {uncovered}"
+            assert any(p.target == BEFORE_CALL for p in kubelet.killed_at)
+            assert kubelet.kills == kubelet.lost_calls == len(kubelet.killed_at)
+            logs = "".join(log.read_text() for log in plugin.logs)
+            # Some kills landed while an instance was being created: the restart destroyed it.
+            assert "of rolled-back claim" in logs, "no kill landed during a MIG create"
+            assert any("overlap" in r for r in refusals)
     finally:
         kubelet.kplugin.close()
         sim.close()

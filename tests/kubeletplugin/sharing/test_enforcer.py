@@ -15,6 +15,7 @@ from kubeletplugin.sharing.enforcement import ShareError
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import daemon_id
 from kubeletplugin.sharing.strategies.limits import LIMITS_LOCK_BYTES, LimitsNode
+from tests.helpers import HANG_GUARD_S
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import (
     GI,
@@ -571,14 +572,13 @@ def test_a_restart_removes_lock_directories_of_claims_no_longer_prepared(tmp_pat
         (None, "1e1500000", "consumedCapacity.memory"),
     ],
 )
+@pytest.mark.timeout(HANG_GUARD_S)
 def test_an_absurd_quantity_fails_only_its_claim_and_at_once(
     tmp_path: Path, config: Any, memory: str, message: str
 ) -> None:
     """A quantity like 1e1500000 (in a GpuConfig or a consumed capacity) froze the plugin for
     minutes; it is refused from its exponent, as an error of its claim, and the other claim of
     the same call is prepared."""
-    import time
-
     _, claims, _, state = setup(tmp_path)
     hostile = h.claim(
         "hostile",
@@ -589,9 +589,7 @@ def test_an_absurd_quantity_fails_only_its_claim_and_at_once(
     result["consumedCapacity"]["memory"] = memory
     honest = h.claim("honest", [h.result("gpu", "gpu-1", share={"cores": 30, "memory": GI})])
     claims.add(hostile, honest)
-    started = time.process_time()
     outcomes = state.prepare([h.ref(hostile), h.ref(honest)])
-    assert time.process_time() - started < 5  # a hang guard: it takes milliseconds
     assert outcomes[honest["metadata"]["uid"]].error == ""
     error = outcomes[hostile["metadata"]["uid"]].error
     assert "ResourceClaim default/hostile" in error and message in error, error

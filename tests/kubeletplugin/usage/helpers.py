@@ -1,5 +1,5 @@
 """Builders of the usage-stage tests: GPUs, pods, claims and shares, a /proc tree, a fake claim
-API, a settable clock and a taint sink."""
+API and a taint sink."""
 
 from __future__ import annotations
 
@@ -58,14 +58,6 @@ class FakeClaims:
         self.puts.append(claim)
         self.claims[name] = claim
         return dict(claim)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Sink:

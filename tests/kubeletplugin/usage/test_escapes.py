@@ -26,6 +26,7 @@ from kubeletplugin.usage.procfs import (
 from kubeletplugin.usage.sampler import UsageSampler
 from kubeletplugin.usage.source import UsageSourceError
 from kubeletplugin.usage.taints import EscapeTaints
+from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.rest import KubeApiError
 from sharegpu.kube.telemetry import Telemetry
 from tests.kubeletplugin.usage.helpers import (
@@ -39,7 +40,6 @@ from tests.kubeletplugin.usage.helpers import (
     POD_B,
     SHARE_A,
     SHARE_B,
-    Clock,
     FakeClaims,
     Sink,
     write_proc,
@@ -214,19 +214,19 @@ class FakePods:
 
 
 def test_daemon_pods_are_listed_by_label_and_node_and_refreshed_sparingly() -> None:
-    pods, clock = FakePods(POD_DAEMON), Clock()
+    pods, clock = FakePods(POD_DAEMON), FakeClock()
     daemons = DaemonPods(pods, "gpu-operators", "node-a", clock, refresh_s=60, min_interval_s=10)
     assert daemons.uids() == frozenset({POD_DAEMON})
     assert pods.calls == [("gpu-operators", DAEMON_POD_SELECTOR, "spec.nodeName=node-a")]
     pods.uids.append(POD_OTHER)
-    clock.now += 5
+    clock.advance(5)
     assert daemons.uids(fresh=True) == frozenset({POD_DAEMON})  # within min_interval_s
-    clock.now += 5
+    clock.advance(5)
     assert daemons.uids() == frozenset({POD_DAEMON})  # not stale yet
     assert daemons.uids(fresh=True) == frozenset({POD_DAEMON, POD_OTHER})
     # A failed list keeps what was known; the first failure leaves it unknown.
     pods.fail = True
-    clock.now += 60
+    clock.advance(60)
     assert daemons.uids() == frozenset({POD_DAEMON, POD_OTHER})
     never = DaemonPods(pods, "ns", "node-a", clock, refresh_s=60, min_interval_s=10)
     assert never.uids() is None
@@ -240,7 +240,7 @@ def test_daemon_pods_are_listed_by_label_and_node_and_refreshed_sparingly() -> N
 
 
 def mps_sampler(
-    tmp_path: Path, claims: FakeClaims, pods: FakePods, clock: Clock, sink: Sink, **opts: Any
+    tmp_path: Path, claims: FakeClaims, pods: FakePods, clock: FakeClock, sink: Sink, **opts: Any
 ) -> tuple[UsageSampler, Path, Telemetry]:
     usage_file = tmp_path / "usage.yaml"
     telemetry = Telemetry("test-escapes", env={})
@@ -279,7 +279,7 @@ def data(claims: FakeClaims, name: str) -> dict[str, Any]:
 def test_an_escape_is_flagged_in_the_round_that_sees_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    claims, pods, clock, sink = FakeClaims(), FakePods(POD_DAEMON), Clock(), Sink()
+    claims, pods, clock, sink = FakeClaims(), FakePods(POD_DAEMON), FakeClock(), Sink()
     claims.add("a", CLAIM_A, [POD_A])
     claims.add("b", CLAIM_B, [POD_B])
     sampler, usage_file, telemetry = mps_sampler(
@@ -293,7 +293,7 @@ def test_an_escape_is_flagged_in_the_round_that_sees_it(
     assert 'sharegpu_mps_escaped_processes{gpu="' + GPU0 + '"} 0' in telemetry.scrape().decode()
     # Pod A starts a plain CUDA process, within the write interval: written at once.
     usage_file.write_text(usage_file_text(f"- {{pod: {POD_A}, claim: ml/a, memory: 2Gi, sm: 90}}"))
-    clock.now += 1
+    clock.advance(1)
     with caplog.at_level(logging.WARNING, logger="kubeletplugin.usage.sampler"):
         sampler.sample_once()
         sampler.sample_once()  # the same escape is logged once
@@ -311,7 +311,7 @@ def test_an_escape_is_flagged_in_the_round_that_sees_it(
     assert 'sharegpu_mps_escaped_processes{gpu="' + GPU0 + '"} 1' in text
     # It exits: written at once again, the taint goes.
     usage_file.write_text(usage_file_text())
-    clock.now += 1
+    clock.advance(1)
     sampler.sample_once()
     assert data(claims, "a")["processesOutsideMPS"] == 0 and "escapedPods" not in data(claims, "a")
     assert sink.taints == {}
@@ -320,7 +320,7 @@ def test_an_escape_is_flagged_in_the_round_that_sees_it(
 
 def test_a_daemon_started_since_the_last_list_is_no_escape(tmp_path: Path) -> None:
     new_daemon = "0f0f0f0f-0000-4000-8000-00000000000f"
-    claims, pods, clock, sink = FakeClaims(), FakePods(POD_DAEMON), Clock(), Sink()
+    claims, pods, clock, sink = FakeClaims(), FakePods(POD_DAEMON), FakeClock(), Sink()
     claims.add("a", CLAIM_A, [POD_A])
     claims.add("b", CLAIM_B, [POD_B])
     sampler, usage_file, telemetry = mps_sampler(tmp_path, claims, pods, clock, sink)
@@ -329,14 +329,14 @@ def test_a_daemon_started_since_the_last_list_is_no_escape(tmp_path: Path) -> No
     # A second daemon pod (another claim's) starts its server: its pod is listed afresh.
     pods.uids.append(new_daemon)
     usage_file.write_text(usage_file_text(f"- {{pod: {new_daemon}, memory: 64Mi}}"))
-    clock.now += 5
+    clock.advance(5)
     result = sampler.sample_once()
     assert result.escapes == ()
     assert data(claims, "a")["processesOutsideMPS"] == 0
     assert len(pods.calls) == 2
     # Escape taint off by default.
     usage_file.write_text(usage_file_text(f"- {{pod: {POD_OTHER}, memory: 1Gi}}"))
-    clock.now += 5
+    clock.advance(5)
     assert len(sampler.sample_once().escapes) == 1
     assert sink.taints is None
     telemetry.shutdown()

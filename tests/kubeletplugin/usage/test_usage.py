@@ -29,6 +29,7 @@ from kubeletplugin.usage.procfs import (
 )
 from kubeletplugin.usage.sampler import UsageSampler
 from kubeletplugin.usage.source import NvmlUsageSource, UsageSourceError
+from sharegpu.kube.clock import FakeClock
 from sharegpu.kube.telemetry import Telemetry
 from tests.kubeletplugin.devices.helpers import NVMLError as NvmlError
 from tests.kubeletplugin.devices.helpers import NVMLError_NotFound as NotFound
@@ -43,7 +44,6 @@ from tests.kubeletplugin.usage.helpers import (
     POD_B,
     SHARE_A,
     SHARE_B,
-    Clock,
     FakeClaims,
     Sink,
     share,
@@ -202,7 +202,7 @@ def test_nvml_source_utilisation_and_last_seen() -> None:
 
 
 def sampler_for(
-    tmp_path: Path, claims: FakeClaims, clock: Clock, sink: Sink, **opts: Any
+    tmp_path: Path, claims: FakeClaims, clock: FakeClock, sink: Sink, **opts: Any
 ) -> tuple[UsageSampler, Path, Telemetry]:
     usage_file = tmp_path / "usage.yaml"
     telemetry = Telemetry("test-usage", env={})
@@ -225,7 +225,7 @@ def sampler_for(
 
 
 def test_sampler_writes_claims_metrics_and_taint(tmp_path: Path) -> None:
-    claims, clock, sink = FakeClaims(), Clock(), Sink()
+    claims, clock, sink = FakeClaims(), FakeClock(), Sink()
     claims.add("a", CLAIM_A, [POD_A])
     claims.add("b", CLAIM_B, [POD_B])
     sampler, usage_file, telemetry = sampler_for(tmp_path, claims, clock, sink, taint=True)
@@ -253,12 +253,12 @@ def test_sampler_writes_claims_metrics_and_taint(tmp_path: Path) -> None:
     usage_file.write_text(
         "0:\n- {claim: ml/a, memory: 12.01Gi, sm: 22}\n- {claim: ml/b, memory: 1Gi}\n"
     )
-    clock.now += 60
+    clock.advance(60)
     sampler.sample_once()
     assert len(claims.puts) == 2
     # Back within its reservation: written at once, taint gone.
     usage_file.write_text("0:\n- {claim: ml/a, memory: 1Gi, sm: 20}\n")
-    clock.now += 1
+    clock.advance(1)
     sampler.sample_once()
     assert claims.claims["a"]["status"]["devices"][1]["data"].get("overcommitted") is None
     assert "gpu-0" not in sink.taints
@@ -266,7 +266,7 @@ def test_sampler_writes_claims_metrics_and_taint(tmp_path: Path) -> None:
 
 
 def test_sampler_survives_bad_file_and_conflicts(tmp_path: Path) -> None:
-    claims, clock, sink = FakeClaims(), Clock(), Sink()
+    claims, clock, sink = FakeClaims(), FakeClock(), Sink()
     claims.add("a", CLAIM_A, [POD_A])
     sampler, usage_file, telemetry = sampler_for(tmp_path, claims, clock, sink)
     usage_file.write_text("0: [{claim: ml/a, memory: lots}]\n")
@@ -281,7 +281,7 @@ def test_sampler_survives_bad_file_and_conflicts(tmp_path: Path) -> None:
 
 
 def test_writer_never_writes_when_disabled(tmp_path: Path) -> None:
-    claims, clock, sink = FakeClaims(), Clock(), Sink()
+    claims, clock, sink = FakeClaims(), FakeClock(), Sink()
     claims.add("a", CLAIM_A, [POD_A])
     sampler, usage_file, telemetry = sampler_for(
         tmp_path, claims, clock, sink, write_interval_s=0.0
@@ -294,7 +294,7 @@ def test_writer_never_writes_when_disabled(tmp_path: Path) -> None:
 
 
 def test_unknown_pod_refreshes_shared_claim(proc: Path, tmp_path: Path) -> None:
-    claims, clock, sink = FakeClaims(), Clock(), Sink()
+    claims, clock, sink = FakeClaims(), FakeClock(), Sink()
     claims.add("a", CLAIM_A, [])
     claims.add("b", CLAIM_B, [POD_B])
     sampler, usage_file, telemetry = sampler_for(tmp_path, claims, clock, sink)
@@ -302,7 +302,7 @@ def test_unknown_pod_refreshes_shared_claim(proc: Path, tmp_path: Path) -> None:
     first = sampler.sample_once()
     assert [u.reason for u in first.unattributed] == [REASON_NO_SHARE]
     claims.add("a", CLAIM_A, [POD_A])  # the shared claim gained the pod
-    clock.now += 3600
+    clock.advance(3600)
     second = sampler.sample_once()
     assert second.unattributed == () and second.usage[SHARE_A.key].used_memory == 2 * GI
     telemetry.shutdown()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import yaml
 
 from sharegpuctl.cli import main
 from sharegpuctl.cli.loading import MANIFEST_LIMITS, MAX_INT_CHARS
+from tests.helpers import HANG_GUARD_S
 
 LIMITS = MANIFEST_LIMITS
 CLAIM = {
@@ -204,7 +204,7 @@ def test_long_integer_literal(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     )
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(HANG_GUARD_S)
 def test_huge_quantity_is_an_error_answered_quickly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -216,15 +216,12 @@ def test_huge_quantity_is_an_error_answered_quickly(
         capacity={"requests": {"cores": "30", "memory": "1e1000000"}},
     )
     f.write_text(yaml.safe_dump(claim))
-    started = time.monotonic()
     code = main(["validate", "-f", str(f), "-o", "json"])
-    elapsed = time.monotonic() - started
     report = json.loads(capsys.readouterr().out)
     assert code == 1
     [error] = [x for x in report["findings"] if x["severity"] == "error"]
     assert error["path"] == "spec.devices.requests[0].exactly.capacity.requests[memory]"
     assert error["message"].startswith("invalid quantity '1e1000000': out of range")
-    assert elapsed < 30, f"validate took {elapsed:.1f}s"
 
 
 def test_long_schema_messages_are_shortened(
