@@ -27,7 +27,13 @@ from tests.e2e.binaries import (
     pinned_version,
 )
 from tests.e2e.controlplane import KUBECTL_TIMEOUT_MARGIN_S, KUBECTL_TIMEOUT_S, kubectl_timeout
-from tests.e2e.netns import SEAL_PROBES, SealBroken, SealedNetwork, missing_network_prerequisites
+from tests.e2e.netns import (
+    SEAL_PROBES,
+    SealBroken,
+    SealedNetwork,
+    enter,
+    missing_network_prerequisites,
+)
 from tests.e2e.plugindaemon import OVERRIDES, PluginDaemon, install_values, values
 from tests.e2e.processes import (
     Processes,
@@ -196,6 +202,41 @@ def test_a_new_namespace_is_sealed_and_removed_without_a_trace() -> None:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert network.name not in listed and not network.path.exists()
     network.remove()  # idempotent
+
+
+@needs_netns
+def test_enter_moves_the_calling_thread_and_the_threads_it_starts() -> None:
+    """A thread of a bench's own (a watch) joins the namespace with :func:`enter`; the threads it
+    starts afterwards are in it too, the calling process is not."""
+    network = SealedNetwork()
+    network.create()
+    seen: dict[str, bool] = {}
+
+    def child() -> None:
+        seen["child"] = network.holds(threading.get_native_id())
+
+    def joined() -> None:
+        enter(network.path)
+        seen["thread"] = network.holds(threading.get_native_id())
+        started = threading.Thread(target=child)
+        started.start()
+        started.join()
+
+    try:
+        thread = threading.Thread(target=joined)
+        thread.start()
+        thread.join(30)
+        assert seen == {"thread": True, "child": True}
+        assert not network.holds(threading.get_native_id())
+    finally:
+        network.remove()
+
+
+def test_enter_names_the_namespace_it_cannot_enter(tmp_path: Path) -> None:
+    not_a_namespace = tmp_path / "not-a-namespace"
+    not_a_namespace.write_text("")
+    with pytest.raises(OSError, match=r"setns.*not-a-namespace"):
+        enter(not_a_namespace)
 
 
 @needs_netns
