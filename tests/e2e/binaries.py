@@ -48,9 +48,9 @@ VERSION_ENV: Final = "SHAREGPU_E2E_K8S"
 
 def pinned_version(pins: Path) -> str:
     """The ``k8s.io/kubernetes`` version ``pins`` (a go.mod) requires, e.g. ``v1.37.2``."""
-    match = re.search(r"^require k8s\.io/kubernetes (v\S+)", pins.read_text(), re.M)
+    match = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)", pins.read_text(), re.M)
     if match is None:
-        raise ValueError(f"{pins}: no 'require k8s.io/kubernetes vX.Y.Z' line")
+        raise ValueError(f"{pins}: no requirement on k8s.io/kubernetes")
     return match.group(1)
 
 
