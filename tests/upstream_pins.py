@@ -90,6 +90,21 @@ def staging_modules(directory: Path, cache: Path, release: str) -> list[str]:
     return sorted(staged & set(re.findall(r"^\s+(k8s\.io/[\w.-]+) v0\.0\.0\s*$", text, re.M)))
 
 
+def layout(gomod: str, release: str) -> str:
+    """The committed layout of a Kubernetes go.mod: the release on a require line of its own
+    before the other requirements, and the single-line replaces ``go mod edit`` writes gathered
+    into one ``replace ( ... )`` block."""
+    line = f"\t{KUBERNETES} v{release} // indirect\n"
+    if line in gomod:
+        own = f"require {KUBERNETES} v{release} // indirect\n\nrequire ("
+        gomod = gomod.replace(line, "", 1).replace("require (", own, 1)
+    single = re.findall(r"^replace (\S+ => \S+ \S+)\n\n?", gomod, re.M)
+    if single:
+        gomod = re.sub(r"^replace \S+ => \S+ \S+\n\n?", "", gomod, flags=re.M).rstrip("\n")
+        gomod += "\n\nreplace (\n" + "".join(f"\t{r}\n" for r in single) + ")\n"
+    return gomod
+
+
 def drop_indirect(directory: Path, cache: Path) -> None:
     """Drop every ``// indirect`` requirement of ``directory``'s go.mod, so that the next
     ``go mod tidy`` chooses each anew from what the pinned modules require (a version left over
@@ -115,12 +130,8 @@ def pin_kubernetes(directory: Path, cache: Path, release: str, built: tuple[str,
     go(directory, cache, "mod", "tidy")
     if built:
         go(directory, cache, "list", "-deps", *built)
-    # The release on a require line of its own, first, as the build script and readers find it.
     path = directory / "go.mod"
-    line = f"\t{KUBERNETES} v{release} // indirect\n"
-    if line in path.read_text():
-        own = f"require {KUBERNETES} v{release} // indirect\n\nrequire ("
-        path.write_text(path.read_text().replace(line, "", 1).replace("require (", own, 1))
+    path.write_text(layout(path.read_text(), release))
 
 
 def write(root: Path, pins: Upstream) -> list[str]:
