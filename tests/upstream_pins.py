@@ -92,8 +92,8 @@ def staging_modules(directory: Path, cache: Path, release: str) -> list[str]:
 
 def layout(gomod: str, release: str) -> str:
     """The committed layout of a Kubernetes go.mod: the release on a require line of its own
-    before the other requirements, and the single-line replaces ``go mod edit`` writes gathered
-    into one ``replace ( ... )`` block."""
+    before the other requirements, the single-line replaces ``go mod edit`` writes gathered
+    into one ``replace ( ... )`` block, and the tools last."""
     line = f"\t{KUBERNETES} v{release} // indirect\n"
     if line in gomod:
         own = f"require {KUBERNETES} v{release} // indirect\n\nrequire ("
@@ -102,6 +102,10 @@ def layout(gomod: str, release: str) -> str:
     if single:
         gomod = re.sub(r"^replace \S+ => \S+ \S+\n\n?", "", gomod, flags=re.M).rstrip("\n")
         gomod += "\n\nreplace (\n" + "".join(f"\t{r}\n" for r in single) + ")\n"
+    tools = re.search(r"^tool (?:\(\n(?:\t\S+\n)*\)|\S+)\n\n?", gomod, re.M)
+    if tools:
+        stanza = tools.group(0).rstrip("\n")
+        gomod = (gomod[: tools.start()] + gomod[tools.end() :]).rstrip("\n") + f"\n\n{stanza}\n"
     return gomod
 
 
