@@ -188,10 +188,15 @@ def write(root: Path, pins: Upstream) -> list[str]:
     return done
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of ``python -m tests.upstream_pins``."""
     parser = argparse.ArgumentParser(prog="python -m tests.upstream_pins", description=__doc__)
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the checkout to rewrite")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     pin_file = args.root / "api" / "upstream.toml"
     try:
         pins = parse(pin_file.read_text(), str(pin_file))

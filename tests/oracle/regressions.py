@@ -9,6 +9,7 @@ under ``tests/data/dra-oracle/`` with upstream's recorded answer, so it is repla
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,10 +126,8 @@ def rerecord(regressions: list[Regression] | None = None) -> list[str]:
     return changed
 
 
-def main() -> int:
-    """``python -m tests.oracle.regressions --rerecord``: see :func:`rerecord`."""
-    import argparse
-
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of ``python -m tests.oracle.regressions``."""
     parser = argparse.ArgumentParser(prog="python -m tests.oracle.regressions")
     parser.add_argument(
         "--rerecord",
@@ -136,7 +135,12 @@ def main() -> int:
         required=True,
         help="ask the pinned oracle every recorded case again and rewrite the files",
     )
-    parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.oracle.regressions --rerecord``: see :func:`rerecord`."""
+    build_parser().parse_args(argv)
     try:
         changed = rerecord()
     except upstream.OracleUnavailable as exc:
