@@ -18,8 +18,7 @@ of its own inside the namespace, each review's latency counted in the phase it w
    alone, as in the controller's pod), with the admin kubeconfig; it reports the time until its
    informers have listed everything, the time until every GPU object is created and its status
    written, the CPU time its process used (from its start, imports included), and its resident
-   memory (now and peak,
-   ``VmRSS``/``VmHWM``).
+   memory (now and peak, ``VmRSS``/``VmHWM``).
 
 The API server's and etcd's resident memory are read from /proc at the end.
 
