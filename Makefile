@@ -91,9 +91,10 @@ image: $(STAMP)
 		$(if $(IMAGE_ARCHIVE),--output $(IMAGE_ARCHIVE)) $(if $(REFRESH),--refresh-base)
 
 ## The benchmarks (bench/suite.py; as root): pod start on the real node against upstream's Go test
-## driver, kube-scheduler throughput with the plugin's slices, prepare against its floor (CDI
-## specs on tmpfs and on disk), then the plots of docs/performance.md. PART=podstart runs one part
-## (podstart, schedthroughput, prepare, prepare-disk, plots). Figures in bench/results/.
+## driver, kube-scheduler throughput with the plugin's slices, the controller's tracker and webhook
+## against the real API server, prepare against its floor (CDI specs on tmpfs and on disk), then
+## the plots of docs/performance.md. PART=podstart runs one part (podstart, schedthroughput,
+## controllerscale, prepare, prepare-disk, plots). Figures in bench/results/.
 PART ?=
 bench: $(STAMP)
 	bash tests/install-helm.sh

@@ -19,10 +19,13 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from api.upstream import UPSTREAM
+
 Version = tuple[int, int]
 
-#: The newest Kubernetes release this project targets (the default of ``sharegpu validate``).
-LATEST_KUBERNETES: Final[Version] = (1, 37)
+#: The newest Kubernetes release this project targets (the default of ``sharegpu validate``):
+#: the minor of ``api/upstream.toml``'s ``kubernetes``.
+LATEST_KUBERNETES: Final[Version] = UPSTREAM.minor
 
 
 @dataclass(frozen=True)

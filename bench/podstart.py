@@ -49,11 +49,11 @@ from bench import testdriver
 from bench.podwatch import PodWatch
 from bench.promhist import Histogram, histograms
 from tests.deploy.helpers import helm_binary
-from tests.e2e import driver, plugindaemon
-from tests.e2e.binaries import bin_dir, kubernetes_version
-from tests.e2e.cluster import missing
+from tests.e2e import driver
+from tests.e2e.binaries import kubernetes_version
+from tests.e2e.cluster import Cluster, missing, running_cluster
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kubelet import BUSYBOX_IMAGE, RealNode
+from tests.e2e.kubelet import BUSYBOX_IMAGE
 from tests.e2e.processes import StepFailed, interrupt_on_signals, wait_until
 
 NAMESPACE: Final = "bench"
@@ -148,13 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
 # --- the cluster -----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Cluster:
-    plane: ControlPlane
-    node: RealNode
-    daemon: plugindaemon.PluginDaemon
-
-
 @contextmanager
 def cluster(work: Path) -> Iterator[Cluster]:
     """The e2e cluster with the chart on :data:`MOCK_GPUS` mock GPUs and the test driver; all of
@@ -166,33 +159,15 @@ def cluster(work: Path) -> Iterator[Cluster]:
         problems.append("the test driver is not built (tests/e2e/build-binaries.sh test-driver)")
     if problems or helm is None or executable is None:
         raise SystemExit("podstart bench cannot run: " + "; ".join(problems))
-    plane = ControlPlane(bin_dir(), work)
-    node: RealNode | None = None
-    daemon: plugindaemon.PluginDaemon | None = None
-    try:
-        print("starting the control plane, a node, the chart and the test driver ...", flush=True)
-        plane.start()
-        driver.apply_crds(plane)
-        chart = driver.render_chart(helm)
-        node = RealNode(plane)
-        node.start()
-        node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
-        daemon = plugindaemon.install(
-            helm, plane, node, chart, (f"kubeletPlugin.mock.gpus={MOCK_GPUS}",)
-        )
-        driver.controller_deployment(plane, plugindaemon.release_manifest(daemon))
-        driver.apply(plane, [testdriver.device_class()], "the test driver's DeviceClass")
-        testdriver.start(plane, node, MOCK_GPUS, executable)
-        plane.create_namespace(NAMESPACE)
-        yield Cluster(plane, node, daemon)
-    finally:
-        if node is not None:
-            plane.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s", check=False)
-        if daemon is not None:
-            plugindaemon.uninstall(daemon)
-        if node is not None:
-            node.stop()
-        plane.stop()
+    print("starting the control plane, a node, the chart and the test driver ...", flush=True)
+    with running_cluster(work, helm, (f"kubeletPlugin.mock.gpus={MOCK_GPUS}",)) as c:
+        try:
+            driver.apply(c.plane, [testdriver.device_class()], "the test driver's DeviceClass")
+            testdriver.start(c.plane, c.node, MOCK_GPUS, executable)
+            c.plane.create_namespace(NAMESPACE)
+            yield c
+        finally:
+            c.plane.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s", check=False)
 
 
 # --- pods ------------------------------------------------------------------------------------

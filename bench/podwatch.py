@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Iterable
 
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.netns import _enter
+from tests.e2e.netns import enter
 
 
 class PodWatch:
@@ -71,7 +71,7 @@ class PodWatch:
 
     def _run(self) -> None:
         try:
-            _enter(self.plane.network.path)
+            enter(self.plane.network.path)
             version = ""
             while not self._stopping.is_set():
                 version = self._stream(version)

@@ -2,8 +2,9 @@
 
 Each part is one command; its output is printed and kept in ``bench/results/<part>.txt``, and
 the parts that write figures write ``bench/results/<part>.json``, from which ``plots`` draws
-docs/img/*.png. The real-cluster parts (``podstart``, ``schedthroughput``) need root and the
-binaries ``make bench`` builds first (tests/e2e/build-binaries.sh, the test driver included).
+docs/img/*.png. The real-cluster parts (``podstart``, ``schedthroughput``, ``controllerscale``)
+need root and the binaries ``make bench`` builds first (tests/e2e/build-binaries.sh, the test
+driver included).
 
 Run: ``python -m bench.suite [part ...]`` (no part: all of :data:`PARTS`, in order).
 """
@@ -27,6 +28,13 @@ PARTS: Final = {
         "bench.schedthroughput",
         "--json",
         str(RESULTS / "schedthroughput.json"),
+    ],
+    "controllerscale": [
+        PYTHON,
+        "-m",
+        "bench.controllerscale",
+        "--json",
+        str(RESULTS / "controllerscale.json"),
     ],
     "prepare": [PYTHON, "bench/prepare.py"],
     "prepare-disk": [PYTHON, "bench/prepare.py", "--cdi-parent", "/var/tmp"],

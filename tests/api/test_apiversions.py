@@ -13,6 +13,7 @@ import pytest
 
 from api.apiversions import RESOURCE_API_VERSIONS, served_versions, unserved_problem
 from api.gates import LATEST_KUBERNETES
+from api.upstream import UPSTREAM
 
 
 def kubernetes_sources() -> list[Path]:
@@ -65,7 +66,7 @@ def test_the_table_is_what_kube_apiserver_enables(module: Path) -> None:
 def test_the_sources_are_cached_or_the_check_says_so() -> None:
     if not kubernetes_sources():
         pytest.skip("no kube-apiserver source cached: run `python -m tests.e2e.binaries` first")
-    assert {p.name for p in kubernetes_sources()} >= {"kubernetes@v1.37.2"}
+    assert {p.name for p in kubernetes_sources()} >= {f"kubernetes@v{UPSTREAM.kubernetes}"}
 
 
 def test_served_versions_follow_runtime_config() -> None:

@@ -184,6 +184,8 @@ def test_documented_daemon_flags_exist() -> None:
     from kubeletplugin.config import build_parser as plugin_parser
     from tests.e2e.cluster import build_parser as cluster_parser
     from tests.oracle.batch import build_parser as oracle_parser
+    from tests.oracle.regressions import build_parser as rerecord_parser
+    from tests.upstream_pins import build_parser as pins_parser
 
     known = set(OTHER_TOOLS_FLAGS)
     for parser in [
@@ -191,6 +193,8 @@ def test_documented_daemon_flags_exist() -> None:
         controller_parser(),
         cluster_parser(),
         oracle_parser(),
+        rerecord_parser(),
+        pins_parser(),
         *subcommand_parsers().values(),
     ]:
         known |= {o for a in parser._actions for o in a.option_strings}

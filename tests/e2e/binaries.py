@@ -1,7 +1,8 @@
 """The upstream binaries of the end-to-end run: where they are, whether they can be built here.
 
 ``tests/e2e/build-binaries.sh`` builds them from the Go modules pinned under
-``tests/e2e/upstream/`` into the user's cache directory. ``python -m tests.e2e.binaries`` (run by
+``tests/e2e/upstream/`` (at the releases ``api/upstream.toml`` names) into the user's cache
+directory. ``python -m tests.e2e.binaries`` (run by
 ``make e2e``) builds them where the prerequisites hold and otherwise says which one is missing
 and exits 0, so the tests then skip with the same reason.
 """
@@ -18,6 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
+from api.upstream import UPSTREAM
 from tests.paths import REPO_ROOT
 
 E2E_DIR: Final = REPO_ROOT / "tests" / "e2e"
@@ -46,17 +48,17 @@ VERSION_ENV: Final = "SHAREGPU_E2E_K8S"
 
 def pinned_version(pins: Path) -> str:
     """The ``k8s.io/kubernetes`` version ``pins`` (a go.mod) requires, e.g. ``v1.37.2``."""
-    match = re.search(r"^require k8s\.io/kubernetes (v\S+)", pins.read_text(), re.M)
+    match = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)", pins.read_text(), re.M)
     if match is None:
-        raise ValueError(f"{pins}: no 'require k8s.io/kubernetes vX.Y.Z' line")
+        raise ValueError(f"{pins}: no requirement on k8s.io/kubernetes")
     return match.group(1)
 
 
 def kubernetes_version() -> str:
     """The version of the run: :data:`VERSION_ENV` where it names a pinned release (the build
-    script refuses any other), else the default pin's (``v1.37.2``)."""
+    script refuses any other), else ``api/upstream.toml``'s ``kubernetes`` (``v1.37.2``)."""
     wanted = os.environ.get(VERSION_ENV, "").strip()
-    return f"v{wanted.removeprefix('v')}" if wanted else pinned_version(KUBERNETES_PINS)
+    return f"v{(wanted or UPSTREAM.kubernetes).removeprefix('v')}"
 
 
 def kubernetes_minor() -> int:

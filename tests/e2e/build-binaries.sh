@@ -15,8 +15,10 @@
 #           <cache>/test-driver-<kubernetes version>-<hash of its pins>/bin, so that it never
 #           changes the cluster binaries' key)
 #   --print-dir: print the bin directory and exit without building (with test-driver: its own).
-# SHAREGPU_E2E_K8S=1.36.3 builds another pinned Kubernetes release (upstream/kubernetes-1.36/);
-# unset, or the version of upstream/kubernetes/, builds the default one.
+# The releases are named in api/upstream.toml (kubernetes, kubernetes-previous, etcd, containerd);
+# the script refuses to run when a go.mod under upstream/ requires another one.
+# SHAREGPU_E2E_K8S=<kubernetes-previous> builds the second pinned Kubernetes release
+# (upstream/kubernetes-<its minor>/); unset, or the kubernetes version, builds the default one.
 # The last line on stdout is the bin directory. Build times are appended to <dir>/build-times.log.
 set -euo pipefail
 
@@ -40,19 +42,36 @@ if [ "${#binaries[@]}" = 0 ]; then
 fi
 
 pinned_version() { awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3; exit}' "$1/go.mod"; }
+# The version of `key = "X.Y.Z"` in api/upstream.toml, with a v.
+pin_file="$here/../../api/upstream.toml"
+pin() {
+  local value
+  value="$(awk -F'"' -v key="$1" '$1 ~ "^" key " *= *$" {print $2; exit}' "$pin_file")"
+  [ -n "$value" ] || die "$pin_file: no $1 = \"X.Y.Z\" line"
+  echo "v$value"
+}
+# Dies unless the go.mod of directory $1 requires module $2 at version $3.
+require_pin() {
+  awk -v m="$2" -v v="$3" '($1 == m && $2 == v) || ($1 == "require" && $2 == m && $3 == v) {found=1} END {exit !found}' "$1/go.mod" \
+    || die "${1#"$here"/}/go.mod does not require $2 $3, the release api/upstream.toml names (see docs/development.md, \"Moving to a new Kubernetes release\")"
+}
 
-# SHAREGPU_E2E_K8S (make e2e K8S=1.36.3) picks another pinned release: upstream/kubernetes-<minor>/.
+release="$(pin kubernetes)"
+previous="$(pin kubernetes-previous)"
+require_pin "$pins/kubernetes" k8s.io/kubernetes "$release"
+require_pin "$pins/kubernetes-$(echo "${previous#v}" | cut -d. -f1,2)" k8s.io/kubernetes "$previous"
+require_pin "$pins/test-driver" k8s.io/kubernetes "$release"
+require_pin "$pins/etcd" go.etcd.io/etcd/server/v3 "$(pin etcd)"
+require_pin "$pins/containerd" github.com/containerd/containerd/v2 "$(pin containerd)"
+
+# SHAREGPU_E2E_K8S (make e2e K8S=<kubernetes-previous>) picks the second pinned release.
 kpins="$pins/kubernetes"
-if [ -n "${SHAREGPU_E2E_K8S:-}" ] && [ "v${SHAREGPU_E2E_K8S#v}" != "$(pinned_version "$kpins")" ]; then
-  wanted="v${SHAREGPU_E2E_K8S#v}"
-  minor_dir="$pins/kubernetes-$(echo "${wanted#v}" | cut -d. -f1,2)"
-  available="$(for d in "$pins"/kubernetes*; do pinned_version "$d"; done | tr '\n' ' ')"
-  [ -f "$minor_dir/go.mod" ] && [ "$(pinned_version "$minor_dir")" = "$wanted" ] \
-    || die "Kubernetes $wanted is not pinned (pinned: ${available% })"
-  kpins="$minor_dir"
+if [ -n "${SHAREGPU_E2E_K8S:-}" ] && [ "v${SHAREGPU_E2E_K8S#v}" != "$release" ]; then
+  [ "v${SHAREGPU_E2E_K8S#v}" = "$previous" ] \
+    || die "Kubernetes v${SHAREGPU_E2E_K8S#v} is not pinned (pinned: $release $previous)"
+  kpins="$pins/kubernetes-$(echo "${previous#v}" | cut -d. -f1,2)"
 fi
 k8s_version="$(pinned_version "$kpins")"
-[ -n "$k8s_version" ] || die "cannot read the k8s.io/kubernetes version from $kpins/go.mod"
 pin_hash="$(cat "$kpins"/go.{mod,sum} "$pins"/{etcd,containerd}/go.{mod,sum} | sha256sum | cut -c1-12)"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/sharegpu-e2e"
 out="$cache_root/$k8s_version-$pin_hash"

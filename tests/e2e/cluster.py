@@ -14,10 +14,13 @@ release and stops every process it started by its PID, and removes the namespace
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -89,6 +92,42 @@ def missing() -> list[str]:
     return problems
 
 
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """A running local cluster: the control plane, the node and the chart's release."""
+
+    plane: ControlPlane
+    node: RealNode
+    daemon: plugindaemon.PluginDaemon
+
+
+@contextmanager
+def running_cluster(work: Path, helm: str, values: Sequence[str] = ()) -> Iterator[Cluster]:
+    """The control plane, a real node with the busybox image, the CRDs and the chart installed
+    with ``values`` (``--set`` overrides) and its controller Deployment up. On exit, or when a
+    step fails, the release is uninstalled and every process stopped by its PID, the namespace
+    removed, whatever of it had started."""
+    plane = ControlPlane(bin_dir(), work)
+    node: RealNode | None = None
+    daemon: plugindaemon.PluginDaemon | None = None
+    try:
+        plane.start()
+        driver.apply_crds(plane)
+        chart = driver.render_chart(helm)
+        node = RealNode(plane)
+        node.start()
+        node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
+        daemon = plugindaemon.install(helm, plane, node, chart, tuple(values))
+        driver.controller_deployment(plane, plugindaemon.release_manifest(daemon))
+        yield Cluster(plane, node, daemon)
+    finally:
+        if daemon is not None:
+            plugindaemon.uninstall(daemon)
+        if node is not None:
+            node.stop()
+        plane.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the local cluster until interrupted; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -100,43 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="sharegpu-cluster-"))
     work.mkdir(parents=True, exist_ok=True)
     interrupt_on_signals()
-    plane = ControlPlane(bin_dir(), work)
-    node: RealNode | None = None
-    daemon: plugindaemon.PluginDaemon | None = None
+    print("starting the control plane, a node and the chart (a few minutes) ...", flush=True)
     try:
-        print("starting the control plane, a node and the chart (a few minutes) ...", flush=True)
-        plane.start()
-        driver.apply_crds(plane)
-        chart = driver.render_chart(helm)
-        node = RealNode(plane)
-        node.start()
-        node.import_busybox([BUSYBOX_IMAGE], "import the busybox image")
-        daemon = plugindaemon.install(helm, plane, node, chart)
-        driver.controller_deployment(plane, plugindaemon.release_manifest(daemon))
-        wrappers = write_wrappers(plane, helm, node, work / "bin")
-        print(
-            f"local cluster running in the network namespace {plane.network.name} (logs in "
-            f"{work / 'logs'}); in another shell, as root, from the checkout:\n"
-            f"  export PATH={wrappers}:$PATH\n"
-            "  kubectl get gpus; kubectl get pods -n sharegpu-system\n"
-            "  ctr -n k8s.io images import dist/sharegpu-image.tar   # after `make image`\n"
-            "Ctrl-C stops it and removes the namespace.",
-            flush=True,
-        )
-        while True:
-            plane.check_running("local cluster")
-            time.sleep(2)
+        with running_cluster(work, helm) as cluster:
+            wrappers = write_wrappers(cluster.plane, helm, cluster.node, work / "bin")
+            print(
+                f"local cluster running in the network namespace {cluster.plane.network.name} "
+                f"(logs in {work / 'logs'}); in another shell, as root, from the checkout:\n"
+                f"  export PATH={wrappers}:$PATH\n"
+                "  kubectl get gpus; kubectl get pods -n sharegpu-system\n"
+                "  ctr -n k8s.io images import dist/sharegpu-image.tar   # after `make image`\n"
+                "Ctrl-C stops it and removes the namespace.",
+                flush=True,
+            )
+            while True:
+                cluster.plane.check_running("local cluster")
+                time.sleep(2)
     except KeyboardInterrupt:
         return 0
     except StepFailed as exc:
         print(exc, file=sys.stderr)
         return 1
-    finally:
-        if daemon is not None:
-            plugindaemon.uninstall(daemon)
-        if node is not None:
-            node.stop()
-        plane.stop()
 
 
 if __name__ == "__main__":

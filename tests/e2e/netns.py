@@ -12,8 +12,9 @@ machine's own network namespace.
 
 Children enter the cluster namespace with ``nsenter --net`` only (:meth:`SealedNetwork.argv`), so
 they share the machine's mounts as the kubelet and containerd must. The test process itself
-reaches the cluster from threads that joined the namespace (:meth:`SealedNetwork.call`): a socket
-belongs to the namespace of the thread that made it.
+reaches the cluster from threads that joined the namespace (:meth:`SealedNetwork.call`, or
+:func:`enter` on a thread of its own): a socket belongs to the namespace of the thread that made
+it.
 """
 
 from __future__ import annotations
@@ -84,8 +85,10 @@ def _ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
 
 
-def _enter(path: Path) -> None:
-    """Move the calling thread into the network namespace at ``path``."""
+def enter(path: Path) -> None:
+    """Move the calling thread into the network namespace at ``path``: every socket it opens
+    afterwards, and every thread it starts, is that namespace's. An ``OSError`` naming the path
+    when ``setns`` fails."""
     libc = ctypes.CDLL(None, use_errno=True)
     with path.open("rb") as ns:
         if libc.setns(ns.fileno(), _CLONE_NEWNET) != 0:
@@ -170,7 +173,7 @@ class SealedNetwork:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=4,
                 thread_name_prefix=f"netns-{self.name}",
-                initializer=_enter,
+                initializer=enter,
                 initargs=(self.path,),
             )
         return self._executor.submit(fn, *args).result()

@@ -19,15 +19,23 @@ from typing import Any, cast
 
 import pytest
 
+from api.upstream import UPSTREAM
 from tests.e2e.binaries import (
     BUILD_SCRIPT,
+    E2E_DIR,
     KUBERNETES_PINS,
     VERSION_ENV,
     missing_prerequisites,
     pinned_version,
 )
 from tests.e2e.controlplane import KUBECTL_TIMEOUT_MARGIN_S, KUBECTL_TIMEOUT_S, kubectl_timeout
-from tests.e2e.netns import SEAL_PROBES, SealBroken, SealedNetwork, missing_network_prerequisites
+from tests.e2e.netns import (
+    SEAL_PROBES,
+    SealBroken,
+    SealedNetwork,
+    enter,
+    missing_network_prerequisites,
+)
 from tests.e2e.plugindaemon import OVERRIDES, PluginDaemon, install_values, values
 from tests.e2e.processes import (
     Processes,
@@ -37,6 +45,7 @@ from tests.e2e.processes import (
     step,
     wait_until,
 )
+from tests.paths import REPO_ROOT
 
 
 def _script(*args: str, cache: Path, version: str = "") -> subprocess.CompletedProcess[str]:
@@ -52,22 +61,77 @@ def test_bin_dir_is_keyed_by_version_and_pins(tmp_path: Path) -> None:
     path = Path(out.stdout.strip())
     assert path.parent.parent == tmp_path / "sharegpu-e2e"
     version, _, digest = path.parent.name.partition("-")
-    assert version == pinned_version(KUBERNETES_PINS) == "v1.37.2"
+    assert version == pinned_version(KUBERNETES_PINS) == f"v{UPSTREAM.kubernetes}"
     assert len(digest) == 12 and int(digest, 16) >= 0
     assert path.name == "bin" and not path.exists()  # --print-dir builds nothing
 
 
 def test_a_second_pinned_release_is_picked_by_its_version(tmp_path: Path) -> None:
-    """``make e2e K8S=1.36.3`` builds from upstream/kubernetes-1.36/ into a directory of its own;
-    a release that is not pinned is refused naming the pinned ones."""
+    """``make e2e K8S=<kubernetes-previous>`` builds from upstream/kubernetes-<minor>/ into a
+    directory of its own; a release that is not pinned is refused naming the pinned ones."""
+    release, previous = UPSTREAM.kubernetes_releases()
     default = Path(_script("--print-dir", cache=tmp_path).stdout.strip())
-    second = Path(_script("--print-dir", cache=tmp_path, version="1.36.3").stdout.strip())
-    assert second.parent.name.startswith("v1.36.3-") and second != default
-    same = Path(_script("--print-dir", cache=tmp_path, version="v1.37.2").stdout.strip())
+    second = Path(_script("--print-dir", cache=tmp_path, version=previous).stdout.strip())
+    assert second.parent.name.startswith(f"v{previous}-") and second != default
+    same = Path(_script("--print-dir", cache=tmp_path, version=f"v{release}").stdout.strip())
     assert same == default
     out = _script("--print-dir", cache=tmp_path, version="1.35.0")
     assert out.returncode == 1
-    assert "Kubernetes v1.35.0 is not pinned (pinned: v1.37.2 v1.36.3)" in out.stderr
+    assert f"Kubernetes v1.35.0 is not pinned (pinned: v{release} v{previous})" in out.stderr
+
+
+def _scratch_pins(tmp_path: Path, change: tuple[str, str, str]) -> Path:
+    """A copy of the build script, its go.mod files and the pin file, with ``(file, old,
+    new)`` replaced; returns the copied script."""
+    e2e = tmp_path / "tree" / "tests" / "e2e"
+    for gomod in (E2E_DIR / "upstream").glob("*/go.mod"):
+        target = e2e / gomod.relative_to(E2E_DIR)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(gomod.read_text())
+        (target.parent / "go.sum").write_text("")
+    shutil.copy(BUILD_SCRIPT, e2e / BUILD_SCRIPT.name)
+    (tmp_path / "tree" / "api").mkdir()
+    (tmp_path / "tree" / "api" / "upstream.toml").write_text(
+        (REPO_ROOT / "api" / "upstream.toml").read_text()
+    )
+    name, old, new = change
+    path = tmp_path / "tree" / name
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    return e2e / BUILD_SCRIPT.name
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("api/upstream.toml", f'kubernetes = "{UPSTREAM.kubernetes}"', 'kubernetes = "1.99.0"'),
+            "upstream/kubernetes/go.mod does not require k8s.io/kubernetes v1.99.0",
+        ),
+        (
+            ("api/upstream.toml", f'etcd = "{UPSTREAM.etcd}"', 'etcd = "3.9.9"'),
+            "upstream/etcd/go.mod does not require go.etcd.io/etcd/server/v3 v3.9.9",
+        ),
+        (
+            (
+                "tests/e2e/upstream/containerd/go.mod",
+                f"containerd/v2 v{UPSTREAM.containerd}",
+                "containerd/v2 v2.0.0",
+            ),
+            f"does not require github.com/containerd/containerd/v2 v{UPSTREAM.containerd}",
+        ),
+    ],
+)
+def test_the_build_refuses_pins_that_disagree_with_the_pin_file(
+    tmp_path: Path, change: tuple[str, str, str], message: str
+) -> None:
+    script = _scratch_pins(tmp_path, change)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), VERSION_ENV: ""}
+    out = subprocess.run(
+        ["bash", str(script), "--print-dir"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+    assert not (tmp_path / "cache").exists()
 
 
 def test_unknown_binary_is_refused_naming_the_allowed_ones(tmp_path: Path) -> None:
@@ -196,6 +260,41 @@ def test_a_new_namespace_is_sealed_and_removed_without_a_trace() -> None:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert network.name not in listed and not network.path.exists()
     network.remove()  # idempotent
+
+
+@needs_netns
+def test_enter_moves_the_calling_thread_and_the_threads_it_starts() -> None:
+    """A thread of a bench's own (a watch) joins the namespace with :func:`enter`; the threads it
+    starts afterwards are in it too, the calling process is not."""
+    network = SealedNetwork()
+    network.create()
+    seen: dict[str, bool] = {}
+
+    def child() -> None:
+        seen["child"] = network.holds(threading.get_native_id())
+
+    def joined() -> None:
+        enter(network.path)
+        seen["thread"] = network.holds(threading.get_native_id())
+        started = threading.Thread(target=child)
+        started.start()
+        started.join()
+
+    try:
+        thread = threading.Thread(target=joined)
+        thread.start()
+        thread.join(30)
+        assert seen == {"thread": True, "child": True}
+        assert not network.holds(threading.get_native_id())
+    finally:
+        network.remove()
+
+
+def test_enter_names_the_namespace_it_cannot_enter(tmp_path: Path) -> None:
+    not_a_namespace = tmp_path / "not-a-namespace"
+    not_a_namespace.write_text("")
+    with pytest.raises(OSError, match=r"setns.*not-a-namespace"):
+        enter(not_a_namespace)
 
 
 @needs_netns

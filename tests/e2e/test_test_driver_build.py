@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from api.upstream import UPSTREAM, staging
 from tests.e2e.binaries import BUILD_SCRIPT, E2E_DIR, KUBERNETES_PINS, VERSION_ENV, pinned_version
 
 TEST_DRIVER_PINS = E2E_DIR / "upstream" / "test-driver" / "go.mod"
@@ -43,15 +44,15 @@ def test_the_test_driver_pins_the_cluster_release() -> None:
         }
 
     assert replaces(TEST_DRIVER_PINS) <= replaces(KUBERNETES_PINS)
-    assert "k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.37.2" in (
-        replaces(TEST_DRIVER_PINS)
-    )
+    drivers = "k8s.io/dynamic-resource-allocation"
+    assert f"{drivers} => {drivers} {staging(UPSTREAM.kubernetes)}" in replaces(TEST_DRIVER_PINS)
 
 
 def test_the_test_driver_is_built_alone_and_only_for_its_release(tmp_path: Path) -> None:
     out = _script("kube-scheduler", "test-driver", cache=tmp_path)
     assert out.returncode == 1
     assert "test-driver is built alone" in out.stderr
-    out = _script("--print-dir", "test-driver", cache=tmp_path, version="1.36.3")
+    release, previous = UPSTREAM.kubernetes_releases()
+    out = _script("--print-dir", "test-driver", cache=tmp_path, version=previous)
     assert out.returncode == 1
-    assert "the test driver is pinned at v1.37.2, not v1.36.3" in out.stderr
+    assert f"the test driver is pinned at v{release}, not v{previous}" in out.stderr

@@ -9,6 +9,7 @@ under ``tests/data/dra-oracle/`` with upstream's recorded answer, so it is repla
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,13 @@ from typing import Any, Final
 from tests.paths import DATA_DIR
 
 from . import upstream
-from .compare import Disagreement, compare, sharegpu_answer
+from .compare import (
+    Disagreement,
+    allocation_outcome,
+    cel_outcome,
+    compare,
+    sharegpu_answer,
+)
 
 REGRESSION_DIR: Final = DATA_DIR / "dra-oracle"
 
@@ -85,8 +92,63 @@ def record(directory: str | Path, case: dict[str, Any], answer: dict[str, Any]) 
     doc = {
         "case": case,
         "upstream": {k: v for k, v in answer.items() if k != "id"},
-        "answeredBy": f"{upstream.ALLOCATOR_MODULE} {upstream.pinned_version()}",
+        "answeredBy": answered_by(),
         "finding": "",
     }
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return out
+
+
+def answered_by() -> str:
+    """What a file recorded now names in ``answeredBy``: the pinned allocator module."""
+    return f"{upstream.ALLOCATOR_MODULE} {upstream.pinned_version()}"
+
+
+def rerecord(regressions: list[Regression] | None = None) -> list[str]:
+    """Ask the pinned oracle (built first) every recorded case again and rewrite each file's
+    ``answeredBy``, and its ``upstream`` answer where the outcome changed (an answer with the
+    same outcome is kept as recorded: share IDs are random and fields the oracle added since
+    carry nothing); ``finding`` and ``xfail`` are kept. Returns the names of the cases whose
+    outcome changed, for a reviewer to read (then the replay of ``tests/oracle/test_oracle.py``
+    says which of sharegpu's answers now differ)."""
+    cases = load_all() if regressions is None else regressions
+    answers = upstream.ask([r.case for r in cases])
+    changed = []
+    for regression, answer in zip(cases, answers, strict=True):
+        doc = json.loads(regression.path.read_text())
+        new = {k: v for k, v in answer.items() if k != "id"}
+        outcome = cel_outcome if regression.case["kind"] == "cel" else allocation_outcome
+        if outcome(new) != outcome(doc["upstream"]):
+            changed.append(regression.name)
+            doc["upstream"] = new
+        doc["answeredBy"] = answered_by()
+        regression.path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return changed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of ``python -m tests.oracle.regressions``."""
+    parser = argparse.ArgumentParser(prog="python -m tests.oracle.regressions")
+    parser.add_argument(
+        "--rerecord",
+        action="store_true",
+        required=True,
+        help="ask the pinned oracle every recorded case again and rewrite the files",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.oracle.regressions --rerecord``: see :func:`rerecord`."""
+    build_parser().parse_args(argv)
+    try:
+        changed = rerecord()
+    except upstream.OracleUnavailable as exc:
+        print(f"the oracle cannot run here: {exc}")
+        return 1
+    print(f"{len(load_all())} files re-recorded with {answered_by()}; outcome changed: {changed}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
+from api.upstream import UPSTREAM, staging
 from tests.paths import REPO_ROOT
 
 SOURCE_DIR: Final = REPO_ROOT / "tests" / "oracle" / "upstream"
@@ -33,13 +34,30 @@ class OracleUnavailable(Exception):
     """The oracle cannot be built or run here; the message names what is missing."""
 
 
-def pinned_version() -> str:
-    """The pinned version of :data:`ALLOCATOR_MODULE`, e.g. ``v0.37.2``."""
-    for line in (SOURCE_DIR / "go.mod").read_text().splitlines():
+def required(module: str, gomod: Path = SOURCE_DIR / "go.mod") -> str | None:
+    """The version ``gomod`` requires of ``module`` (direct or indirect); None when it does
+    not."""
+    for line in gomod.read_text().splitlines():
         parts = line.split()
-        if parts[:1] == [ALLOCATOR_MODULE] and len(parts) >= 2:
+        if parts[:1] == ["require"]:
+            parts = parts[1:]
+        if parts[:1] == [module] and len(parts) >= 2:
             return parts[1]
-    raise ValueError(f"{SOURCE_DIR / 'go.mod'}: no requirement on {ALLOCATOR_MODULE}")
+    return None
+
+
+def pinned_version() -> str:
+    """The version of :data:`ALLOCATOR_MODULE` of ``api/upstream.toml``'s Kubernetes release,
+    e.g. ``v0.37.2``; :class:`ValueError` when go.mod requires another (or none), so that the
+    oracle never answers for a release other than the one the project names."""
+    wanted = staging(UPSTREAM.kubernetes)
+    found = required(ALLOCATOR_MODULE)
+    if found != wanted:
+        raise ValueError(
+            f"{SOURCE_DIR / 'go.mod'}: requires {ALLOCATOR_MODULE} {found}, not {wanted} "
+            f"(api/upstream.toml: kubernetes = {UPSTREAM.kubernetes})"
+        )
+    return wanted
 
 
 def cache_root() -> Path:

@@ -21,11 +21,13 @@ import jsonschema
 import referencing
 import referencing.jsonschema
 
+from api.upstream import UPSTREAM
 from sharegpu.kube.devicetaints import validate_device_taint_rule
 from sharegpu.kube.slicerules import validate_resource_slice
 
-#: Kubernetes version whose schemas are used.
-SCHEMA_KUBERNETES_VERSION = "1.37.0"
+#: Kubernetes version whose schemas are used: the ``.0`` of the targeted minor release
+#: (``api/upstream.toml``), as ``kubernetes-validate`` names its schema sets.
+SCHEMA_KUBERNETES_VERSION = "{}.{}.0".format(*UPSTREAM.minor)
 _SCHEMA_DIR = f"kubernetes-json-schema/v{SCHEMA_KUBERNETES_VERSION}-local"
 
 Validator = Callable[[dict[str, Any]], list[str]]
