@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from api import sharepolicy
+from api import burst, sharepolicy
 from api.gpuconfig import (
     STRATEGY_EXCLUSIVE,
     STRATEGY_LIMITS,
@@ -305,7 +305,11 @@ class SharingEnforcer:
                 f"strategy {STRATEGY_EXCLUSIVE}, not {strategy}: a MIG device is already an "
                 "isolated slice of its GPU"
             )
-        limit_cores, limit_memory = _limits(config, share, label)
+        try:
+            policy = burst.allocation_policy(configs, share.requests[0])
+        except GpuConfigError as exc:
+            raise ShareError(f"{label}: invalid GpuConfig: {exc}") from None
+        limit_cores, limit_memory = _limits(config, share, label, policy)
         if strategy == STRATEGY_LIMITS and not self.limits_library:
             raise ShareError(
                 f"{label}: strategy Limits needs an interception library, and this node's "
@@ -543,10 +547,24 @@ def _daemon_limits(held: Sequence[DeviceRecord]) -> dict[str, MpsLimits]:
     return daemons
 
 
-def _limits(config: GpuConfig, share: DeviceRecord, label: str) -> tuple[int, int]:
-    """(cores, memory bytes) the container is limited to: the share, or an override at most
-    the share."""
+def _limits(
+    config: GpuConfig, share: DeviceRecord, label: str, policy: burst.ClassPolicy
+) -> tuple[int, int]:
+    """(cores, memory bytes) the container is limited to: the share's caps
+    (:func:`api.burst.share_caps`: its request, or its ``burstLimit`` as ``policy``, the
+    DeviceClass's, allows), or an override at most those caps."""
     sharing = config.sharing
+    problems = burst.limit_problems(
+        sharing,
+        policy,
+        cores=share.cores,
+        memory=share.memory,
+        gpu_memory=share.gpu.memory_usable,
+    )
+    if problems:
+        raise ShareError(f"{label}: " + "; ".join(problems))
+    cap_cores, cap_memory = burst.share_caps(sharing, share.cores, share.memory)
+    whose = "the share's burstLimit" if sharing and sharing.burst_limit else "the share's"
     cores_override: int | None = None
     memory_override: int | None = None
     cores_field = memory_field = ""
@@ -558,19 +576,18 @@ def _limits(config: GpuConfig, share: DeviceRecord, label: str) -> tuple[int, in
         cores_override = sharing.limits.sm_limit
         memory_override = sharing.limits.device_memory_limit_bytes()
         cores_field, memory_field = "limits.smLimit", "limits.deviceMemoryLimit"
-    if cores_override is not None and cores_override > share.cores:
+    if cores_override is not None and cores_override > cap_cores:
         raise ShareError(
-            f"{label}: sharing.{cores_field} {cores_override} is above the share's "
-            f"{share.cores} cores"
+            f"{label}: sharing.{cores_field} {cores_override} is above {whose} {cap_cores} cores"
         )
-    if memory_override is not None and memory_override > share.memory:
+    if memory_override is not None and memory_override > cap_memory:
         raise ShareError(
             f"{label}: sharing.{memory_field} {format_bytes_human(memory_override)} is above "
-            f"the share's memory {format_bytes_human(share.memory)}"
+            f"{whose} memory {format_bytes_human(cap_memory)}"
         )
     return (
-        share.cores if cores_override is None else cores_override,
-        share.memory if memory_override is None else memory_override,
+        cap_cores if cores_override is None else cores_override,
+        cap_memory if memory_override is None else memory_override,
     )
 
 
