@@ -306,7 +306,13 @@ class Controller:
                         "a quota (metric sharegpu_quota_admission_enforced 0; see "
                         "docs/security.md, webhook client authentication)"
                     )
-            admission = AdmissionHandler(a.driver_name, self.metrics, a.device_class, admitter)
+            admission = AdmissionHandler(
+                a.driver_name,
+                self.metrics,
+                a.device_class,
+                admitter,
+                class_configs=quotas.class_configs if quotas is not None else None,
+            )
             if admitter is not None:
                 verifies = bool(a.webhook_client_ca_file)
                 self.metrics.set_quota_admission_source(
