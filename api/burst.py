@@ -169,14 +169,39 @@ def share_caps(sharing: Sharing | None, cores: int, memory: int) -> tuple[int, i
     limit = sharing.burst_limit if sharing is not None else None
     if limit is None:
         return cores, memory
-    memory_limit = limit.memory_bytes()
+    return limit_caps((limit.cores, limit.memory_bytes()), cores, memory)
+
+
+#: ``(cores, memory bytes)`` of a ``burstLimit``, None for an amount it leaves out.
+LimitAmounts = tuple[int | None, int | None]
+
+
+def configured_limit(configs: DriverConfigs | None, request: str) -> LimitAmounts | None:
+    """The ``burstLimit`` of the config that applies to a share of ``request`` (the node's
+    resolution, :meth:`~api.gpuconfig.DriverConfigs.resolve`); None without one, or when the
+    entries are invalid (the node refuses the claim)."""
+    if configs is None or configs.problems:
+        return None
+    sharing = configs.resolve(request, shared=True).sharing
+    limit = sharing.burst_limit if sharing is not None else None
+    if limit is None:
+        return None
+    return limit.cores, limit.memory_bytes()
+
+
+def limit_caps(limit: LimitAmounts, cores: int, memory: int) -> tuple[int, int]:
+    """:func:`share_caps` from a :func:`configured_limit`: each amount at least the request,
+    cores at most the GPU's."""
+    limit_cores, limit_memory = limit
     return (
-        min(CORES_PER_GPU, cores if limit.cores is None else max(cores, limit.cores)),
-        memory if memory_limit is None else max(memory, memory_limit),
+        min(CORES_PER_GPU, cores if limit_cores is None else max(cores, limit_cores)),
+        memory if limit_memory is None else max(memory, limit_memory),
     )
 
 
-def overcommit_ratio(limits: int, capacity: int) -> float:
-    """How far the limits of a GPU's shares exceed its capacity (``limits / capacity``; 0 for
-    a capacity of 0): above 1 the GPU is overcommitted."""
-    return 0.0 if capacity <= 0 else limits / capacity
+def overcommit_ratio(limits: tuple[int, int], capacity: tuple[int, int]) -> str:
+    """How far the limits of a GPU's shares exceed its capacity: the larger of the cores and
+    memory ratios, with two decimals (``"1.25"``; above 1 the GPU is overcommitted; a capacity
+    of 0 counts as ratio 0)."""
+    ratios = [0.0 if c <= 0 else v / c for v, c in zip(limits, capacity, strict=True)]
+    return f"{max(ratios):.2f}"

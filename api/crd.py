@@ -191,6 +191,8 @@ def crd_manifest() -> dict[str, Any]:
             _column("Cores", "string", ".status.coresSummary"),
             _column("Memory", "string", ".status.memorySummary"),
             _column("Claims", "integer", ".status.claimCount"),
+            _column("Limits", "string", ".status.limitsSummary"),
+            _column("Overcommit", "string", ".status.overcommit"),
         ],
         description="One physical GPU: its hardware and current usage.",
         spec=GpuSpec,

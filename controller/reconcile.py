@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from api.burst import limit_caps, overcommit_ratio
 from api.gpu import HEALTHY, UNHEALTHY, GpuObject, node_label_value
 from api.jsontypes import Obj
 from api.names import (
@@ -119,6 +120,9 @@ class Alloc:
     mps_clients: tuple[Client, ...] = ()
     #: Whether this is an MPS share (None: unknown; see :mod:`controller.mpsclients`).
     mps: bool | None = False
+    #: ``(cores, memory bytes)`` the share may use when its config sets a ``burstLimit``
+    #: (:func:`api.burst.limit_caps`), None when its caps are its request.
+    limit: tuple[int, int] | None = None
 
     def sort_key(self) -> tuple[str, str, str, str, str]:
         """The order of ``status.allocations`` (see :mod:`api.gpu`)."""
@@ -271,6 +275,7 @@ def claim_allocations(
                 usage=result.usage,
                 mps_clients=client_users(claim, result.request, pods) if mps else (),
                 mps=mps,
+                limit=None if result.limit is None else limit_caps(result.limit, cores, memory),
             )
         )
     return tuple(out)
@@ -338,7 +343,26 @@ def _alloc_json(a: Alloc) -> Obj:
         out["shareID"] = a.share_id
     if a.usage is not None:
         out["usage"] = usage_json(a.usage)
+    if a.limit is not None:
+        out["limit"] = {"cores": a.limit[0], "memory": format_quantity(a.limit[1])}
     return out
+
+
+def limits_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
+    """The burstable fields of a GPU's status, only when one of its ``allocations`` has a
+    ``burstLimit``: ``limits`` (each allocation's limit, or its request, summed),
+    ``limitsSummary`` and ``overcommit`` (:func:`api.burst.overcommit_ratio`), for kubectl."""
+    allocs = list(allocations)
+    if all(a.limit is None for a in allocs):
+        return {}
+    cores = sum(a.cores if a.limit is None else a.limit[0] for a in allocs)
+    memory = sum(a.memory if a.limit is None else a.limit[1] for a in allocs)
+    return {
+        "limits": {"cores": cores, "memory": format_quantity(memory)},
+        "limitsSummary": f"{cores}/{gpu.cores} cores, "
+        f"{format_bytes_human(memory)}/{format_bytes_human(gpu.memory)}",
+        "overcommit": overcommit_ratio((cores, memory), (gpu.cores, gpu.memory)),
+    }
 
 
 def usage_json(u: UsageRecord) -> Obj:
@@ -464,6 +488,7 @@ def gpu_status_json(gpu: GpuHardware, allocations: Iterable[Alloc]) -> Obj:
         coresSummary=f"{used_cores}/{gpu.cores}",
         memorySummary=f"{format_bytes_human(used_memory)}/{format_bytes_human(gpu.memory)}",
     )
+    status.update(limits_json(gpu, allocs))
     conditions = [
         c for c in (overcommitted_condition(allocs), mps_escaped_condition(allocs)) if c is not None
     ]
