@@ -214,6 +214,7 @@ def quota_crd_manifest() -> dict[str, Any]:
             _column("Cores", "string", ".status.coresSummary"),
             _column("Memory", "string", ".status.memorySummary"),
             _column("Devices", "string", ".status.devicesSummary"),
+            _column("Limits", "string", ".status.limitsSummary"),
         ],
         description="Limits on the GPU cores, memory and devices that the ResourceClaims of "
         "one namespace may use (used/hard).",
