@@ -428,9 +428,13 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return changed
 
 
-#: The consumable-mode examples (those ``sharegpu demo`` runs, and time-slicing's Deployment),
-#: besides two-pods-fractional-share.
-OTHER_EXAMPLES = (*(e for e in DEMO_EXAMPLES if e != EXAMPLE.parent.name), "time-slicing")
+#: The consumable-mode examples (those ``sharegpu demo`` runs, time-slicing's Deployment and
+#: the burstable share with its own DeviceClass), besides two-pods-fractional-share.
+OTHER_EXAMPLES = (
+    *(e for e in DEMO_EXAMPLES if e != EXAMPLE.parent.name),
+    "time-slicing",
+    "burstable-shares",
+)
 
 
 def _spec_env(cdi_dir: Path, uid: str) -> dict[str, str]:

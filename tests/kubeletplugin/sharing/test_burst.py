@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from kubeletplugin.main import prepared_shares
 from kubeletplugin.prepare.checkpoint import device_from_json
+from kubeletplugin.usage.attribution import overcommitted
 from tests.kubeletplugin.prepare import helpers as h
 from tests.kubeletplugin.sharing.helpers import GI, LIBRARY, Tools, claim_env, gpu_config
 from tests.kubeletplugin.sharing.previous import checkpoint as previous_checkpoint
@@ -208,3 +211,16 @@ def test_the_previous_release_still_reads_a_share_without_burst(tmp_path: Path) 
     [raw] = node.checkpoint()["claims"][c["metadata"]["uid"]]["devices"]
     assert previous_checkpoint.device_from_json(raw, "d") == device_from_json(raw, "d")
     previous_gpuconfig.parse_gpu_config(gpu_config({"strategy": "MPS"})["opaque"]["parameters"])
+
+
+def test_usage_above_the_request_of_a_burstable_share_is_overcommitted(tmp_path: Path) -> None:
+    """The usage stage measures a share against its request, not its limit: a burstable share
+    using spare memory is reported (the controller's ShareOvercommitted Event and metric)."""
+    _, claims, _, state = setup(tmp_path)
+    c = share_claim("c", [MEMORY_ALLOWED, burst("MPS", {"memory": "20Gi"})])
+    claims.add(c)
+    assert prepare(state, c) == ""
+    [share] = prepared_shares(SimpleNamespace(state=state))()  # type: ignore[arg-type]
+    assert (share.cores, share.memory, share.mps) == (30, 10 * GI, True)
+    assert overcommitted(share, 12 * GI, None, compute_margin=5) == ("memory",)
+    assert overcommitted(share, 10 * GI, None, compute_margin=5) == ()
