@@ -2,7 +2,8 @@
 strategies turned into node state and per-device container edits.
 
 Invariants, per claim: each device's GpuConfig is resolved by
-:meth:`api.gpuconfig.DriverConfigs.resolve`, its overrides never exceed the share, and
+:meth:`api.gpuconfig.DriverConfigs.resolve`, its caps are the share's request or the
+``burstLimit`` its DeviceClass allows (:mod:`api.burst`), its overrides never exceed them, and
 ``Limits`` needs an interception library; under the locks of its GPUs the claim's strategies
 must coexist with the other claims' (MPS only with MPS, TimeSlicing with Limits, Exclusive
 alone) and granted cores and memory never exceed the GPU's; adminAccess allocations are neither
