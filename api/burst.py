@@ -124,11 +124,13 @@ def limit_problems(
     cores: int | None,
     memory: int | None,
     gpu_memory: int | None = None,
+    gpu: str = "the GPU's",
     class_name: str | None = None,
 ) -> list[str]:
     """Why ``sharing.burstLimit`` is refused for a share that requests ``cores`` and ``memory``
     bytes (None: not known, e.g. at admission before the scheduler applied the policy's
-    default) on a GPU with ``gpu_memory`` usable bytes (None: not known). Empty: accepted.
+    default) on a GPU with ``gpu_memory`` usable bytes (None: not known; ``gpu`` names it in
+    the message, e.g. "the largest GPU's" at admission). Empty: accepted.
     A limit that may raise an amount the class does not let burst is refused; with the request
     unknown, any limit on that amount counts as raising it."""
     limit = sharing.burst_limit if sharing is not None else None
@@ -154,7 +156,7 @@ def limit_problems(
             )
         elif gpu_memory is not None and memory_limit > gpu_memory:
             problems.append(
-                f"{where}: {format_quantity(memory_limit)} is above the GPU's "
+                f"{where}: {format_quantity(memory_limit)} is above {gpu} "
                 f"{format_quantity(gpu_memory)} of usable memory (a limit is at most the GPU)"
             )
         elif (memory is None or memory_limit > memory) and not policy.memory:

@@ -312,6 +312,7 @@ class Controller:
                 a.device_class,
                 admitter,
                 class_configs=quotas.class_configs if quotas is not None else None,
+                largest_gpu_memory=lambda: self.quota_basis().largest_memory or None,
             )
             if admitter is not None:
                 verifies = bool(a.webhook_client_ca_file)

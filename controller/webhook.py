@@ -285,8 +285,12 @@ class AdmissionHandler:
         quota: QuotaAdmitter | None = None,
         gate: CompileGate | None = None,
         class_configs: ClassConfigs | None = None,
+        largest_gpu_memory: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.driver = driver
+        #: The largest usable memory of the cluster's GPUs (None: none known); a burstLimit
+        #: above it is refused.
+        self.largest_gpu_memory = largest_gpu_memory
         #: The watched DeviceClasses' config entries (a claim's burstLimit is judged against
         #: its class's burstPolicy; None: classes are not watched, the node judges it).
         self.class_configs = class_configs
@@ -337,10 +341,20 @@ class AdmissionHandler:
     def findings(self, kind: str, obj: dict[str, Any]) -> list[Finding]:
         """The checks of one object of ``kind``."""
         if kind == "ResourceClaim":
-            return check_resource_claim(obj, self.driver, self.device_classes, self.class_configs)
+            return check_resource_claim(
+                obj,
+                self.driver,
+                self.device_classes,
+                self.class_configs,
+                self.largest_gpu_memory,
+            )
         if kind == "ResourceClaimTemplate":
             return check_resource_claim_template(
-                obj, self.driver, self.device_classes, self.class_configs
+                obj,
+                self.driver,
+                self.device_classes,
+                self.class_configs,
+                self.largest_gpu_memory,
             )
         if kind == "DeviceClass":
             return check_device_class(obj, self.driver)

@@ -52,6 +52,9 @@ WARNING: Final = "warning"
 #: DeviceClass name -> its decoded config entries for this driver, None for a class not known
 #: to the caller (then what it allows is judged when the claim is prepared).
 ClassConfigs = Callable[[str], DriverConfigs | None]
+#: The largest usable memory of the cluster's GPUs, None where none is known; asked only for a
+#: claim with a ``burstLimit``.
+LargestGpuMemory = Callable[[], int | None]
 
 #: Attribute names this driver publishes (unqualified, under the driver's domain).
 KNOWN_ATTRIBUTES: Final = frozenset(
@@ -577,9 +580,11 @@ def check_burst_limit(
     driver: str,
     decoded: DriverConfigs,
     class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
 ) -> list[Finding]:
     """The ``burstLimit`` of the claim's config entry for ``request`` (``req``: its exact
-    request or subrequest) against what the request reserves and what its DeviceClass allows
+    request or subrequest) against what the request reserves, the largest GPU's usable memory
+    (where ``largest_gpu_memory`` knows it) and what its DeviceClass allows
     (:func:`api.burst.limit_problems`). A class ``class_configs`` does not know gets a warning:
     the node judges its ``burstPolicy`` at prepare."""
     applicable = _applicable_entry(decoded, request)
@@ -595,9 +600,15 @@ def check_burst_limit(
     class_name = name if isinstance(name, str) and name else None
     known = class_configs(class_name) if class_configs is not None and class_name else None
     where = f"{path}[{position}].opaque.parameters"
+    largest = largest_gpu_memory() if largest_gpu_memory is not None else None
     if known is None:
         problems = burst.limit_problems(
-            sharing, burst.ClassPolicy(compute=True, memory=True), cores=cores, memory=memory
+            sharing,
+            burst.ClassPolicy(compute=True, memory=True),
+            cores=cores,
+            memory=memory,
+            gpu_memory=largest,
+            gpu="the largest GPU's",
         )
         findings = [Finding(ERROR, where, p) for p in problems]
         if not findings:
@@ -613,7 +624,13 @@ def check_burst_limit(
         return findings
     policy = burst.class_policy(known.entries, request)
     problems = burst.limit_problems(
-        sharing, policy, cores=cores, memory=memory, class_name=class_name
+        sharing,
+        policy,
+        cores=cores,
+        memory=memory,
+        gpu_memory=largest,
+        gpu="the largest GPU's",
+        class_name=class_name,
     )
     return [Finding(ERROR, where, p) for p in problems]
 
@@ -869,6 +886,7 @@ def _claim_spec_rules(
     driver: str,
     classes: Iterable[str],
     class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
 ) -> list[Finding]:
     """The rules of a claim spec whose shape is right."""
     budget = selector_budget_findings(_claim_spec_selectors(spec, path), path, driver)
@@ -887,7 +905,13 @@ def _claim_spec_rules(
             )
             if decoded is not None:
                 findings += check_burst_limit(
-                    request_name, sub_req, config_path, driver, decoded, class_configs
+                    request_name,
+                    sub_req,
+                    config_path,
+                    driver,
+                    decoded,
+                    class_configs,
+                    largest_gpu_memory,
                 )
     findings += check_config_entries(entries, config_path, driver, decoded)
     if decoded is not None:
@@ -911,14 +935,16 @@ def check_resource_claim(
     driver: str,
     classes: Iterable[str] = (),
     class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
 ) -> list[Finding]:
-    """A ResourceClaim (``class_configs``: the DeviceClasses the caller knows)."""
+    """A ResourceClaim (``class_configs``: the DeviceClasses the caller knows;
+    ``largest_gpu_memory``: the largest usable memory of the cluster's GPUs)."""
 
     def rules(claim: Mapping[str, Any]) -> list[Finding]:
         spec = claim.get("spec")
         if not isinstance(spec, Mapping):
             return []
-        return _claim_spec_rules(spec, "spec", driver, classes, class_configs)
+        return _claim_spec_rules(spec, "spec", driver, classes, class_configs, largest_gpu_memory)
 
     return _checked(obj, shape.RESOURCE_CLAIM, rules)
 
@@ -928,6 +954,7 @@ def check_resource_claim_template(
     driver: str,
     classes: Iterable[str] = (),
     class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
 ) -> list[Finding]:
     """A ResourceClaimTemplate (its ``spec.spec`` is a ResourceClaimSpec)."""
 
@@ -936,7 +963,9 @@ def check_resource_claim_template(
         inner = spec.get("spec") if isinstance(spec, Mapping) else None
         if not isinstance(inner, Mapping):
             return []
-        return _claim_spec_rules(inner, "spec.spec", driver, classes, class_configs)
+        return _claim_spec_rules(
+            inner, "spec.spec", driver, classes, class_configs, largest_gpu_memory
+        )
 
     return _checked(obj, shape.RESOURCE_CLAIM_TEMPLATE, rules)
 
@@ -971,13 +1000,16 @@ def check_object(
     driver: str,
     classes: Iterable[str] = (),
     class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
 ) -> list[Finding]:
     """Dispatch on ``kind``; other kinds have nothing to check here."""
     kind = obj.get("kind") if isinstance(obj, Mapping) else None
     if kind == "ResourceClaim":
-        return check_resource_claim(obj, driver, classes, class_configs)
+        return check_resource_claim(obj, driver, classes, class_configs, largest_gpu_memory)
     if kind == "ResourceClaimTemplate":
-        return check_resource_claim_template(obj, driver, classes, class_configs)
+        return check_resource_claim_template(
+            obj, driver, classes, class_configs, largest_gpu_memory
+        )
     if kind == "DeviceClass":
         return check_device_class(obj, driver)
     return []

@@ -171,3 +171,27 @@ def test_a_device_class_whose_limit_its_policy_denies_is_refused() -> None:
         {"strategy": "MPS", "burstLimit": {"memory": "20Gi"}, "burstPolicy": {"memory": "Allowed"}},
     )
     assert checks.check_object(allowed, DRIVER) == []
+
+
+def test_a_memory_limit_above_the_largest_gpu_is_refused_where_it_is_known() -> None:
+    asked: list[str] = []
+
+    def largest() -> int:
+        asked.append("largest")
+        return 80 * 1024**3
+
+    obj = claim({"memory": "100Gi"})
+    assert [str(f) for f in checks.check_object(obj, DRIVER, list(KNOWN), KNOWN.get, largest)] == [
+        f"{WHERE}: sharing.burstLimit.memory: 100Gi is above the largest GPU's 80Gi of usable "
+        "memory (a limit is at most the GPU)"
+    ]
+    assert (
+        checks.check_object(claim({"memory": "64Gi"}), DRIVER, list(KNOWN), KNOWN.get, largest)
+        == []
+    )
+    # Asked only for a claim with a burstLimit.
+    asked.clear()
+    plain = claim({"cores": 30})
+    del plain["spec"]["devices"]["config"]
+    assert checks.check_object(plain, DRIVER, list(KNOWN), KNOWN.get, largest) == []
+    assert asked == []
