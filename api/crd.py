@@ -191,6 +191,8 @@ def crd_manifest() -> dict[str, Any]:
             _column("Cores", "string", ".status.coresSummary"),
             _column("Memory", "string", ".status.memorySummary"),
             _column("Claims", "integer", ".status.claimCount"),
+            _column("Limits", "string", ".status.limitsSummary"),
+            _column("Overcommit", "string", ".status.overcommit"),
         ],
         description="One physical GPU: its hardware and current usage.",
         spec=GpuSpec,
@@ -212,6 +214,7 @@ def quota_crd_manifest() -> dict[str, Any]:
             _column("Cores", "string", ".status.coresSummary"),
             _column("Memory", "string", ".status.memorySummary"),
             _column("Devices", "string", ".status.devicesSummary"),
+            _column("Limits", "string", ".status.limitsSummary"),
         ],
         description="Limits on the GPU cores, memory and devices that the ResourceClaims of "
         "one namespace may use (used/hard).",

@@ -168,6 +168,11 @@ class Allocation(_Model):
     usage: ShareUsage | None = Field(
         default=None, description="Measured on the node (absent when not measured)."
     )
+    limit: Resources | None = Field(
+        default=None,
+        description="What a burstable share may use (its GpuConfig's burstLimit, at least "
+        "cores and memory); absent: its caps are what it consumes.",
+    )
     idle: bool | None = Field(
         default=None,
         description="True when the measured usage stayed under the controller's idle threshold "
@@ -215,6 +220,21 @@ class GpuStatus(_Model):
         "when some allocation carries measured usage). MPSEscaped: whether a compute process "
         "runs outside MPS on this GPU next to MPS shares (present only when some MPS share's "
         "usage judged it).",
+    )
+
+    # Burstable shares: present only when an allocation has a limit above what it consumes.
+    limits: Resources | None = Field(
+        default=None,
+        description="Sum of the allocations' limits (an allocation without one counts what it "
+        "consumes); absent when no allocation is burstable.",
+    )
+    limits_summary: str | None = Field(
+        default=None, description="'<limits>/<capacity>' cores and memory, for kubectl."
+    )
+    overcommit: str | None = Field(
+        default=None,
+        description="Limits over capacity, the larger of the cores and memory ratios "
+        "(e.g. 1.25; above 1 the shares may together ask for more than the GPU has).",
     )
 
 

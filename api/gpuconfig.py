@@ -16,7 +16,9 @@ entry for this driver. This module is the single place that
   a partition device) is ``MPS``.
 
 Sections (``timeSlicing``, ``mps``, ``limits``) are only accepted next to the strategy they tune,
-so a config never carries settings that silently do nothing.
+and ``burstLimit`` only with ``MPS`` or ``Limits`` (the strategies that cap a share), so a config
+never carries settings that silently do nothing. ``burstPolicy`` is the DeviceClass's word on
+bursting; what it allows and what a limit may be are ruled by :mod:`api.burst`.
 """
 
 from __future__ import annotations
@@ -126,6 +128,12 @@ Quantity = Annotated[
 ]
 Percentage = Annotated[int, Field(ge=1, le=100)]
 
+#: The strategies a ``burstLimit`` is allowed with: those that cap a share's cores and memory.
+BURST_STRATEGIES: Final = (STRATEGY_MPS, STRATEGY_LIMITS)
+BURST_ALLOWED: Final = "Allowed"
+BURST_DENIED: Final = "Denied"
+BurstPermission = Literal["Allowed", "Denied"]
+
 
 class _Strict(BaseModel):
     """Base: camelCase JSON names only, strict types, unknown fields rejected, immutable."""
@@ -184,8 +192,54 @@ class LimitsSettings(_Strict):
         return _bytes(self.device_memory_limit)
 
 
+class BurstLimit(_Strict):
+    """What a share may use above its request (its ``consumedCapacity``), up to the whole GPU.
+
+    The request stays what the scheduler reserves and GpuQuota counts; the limit is what the
+    strategy enforces (MPS: active-thread percentage and pinned device memory limit; Limits:
+    ``CUDA_DEVICE_SM_LIMIT`` and ``CUDA_DEVICE_MEMORY_LIMIT``). An amount left out is the
+    request's. :mod:`api.burst` holds the rules (at least the request, at most the GPU, allowed
+    by the DeviceClass)."""
+
+    cores: Percentage | None = Field(
+        default=None,
+        description="Percent of the GPU's compute the share may use, at least its cores request.",
+    )
+    memory: Quantity | None = Field(
+        default=None,
+        description="GPU memory the share may use, at least its memory request; memory burst "
+        "needs the DeviceClass's burstPolicy.memory: Allowed.",
+    )
+
+    def memory_bytes(self) -> int | None:
+        """The memory limit in bytes, or None when not set."""
+        return _bytes(self.memory)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> BurstLimit:
+        if self.cores is None and self.memory is None:
+            raise PydanticCustomError(
+                "burst_limit_empty", "set cores, memory or both (an empty limit changes nothing)"
+            )
+        return self
+
+
+class BurstPolicy(_Strict):
+    """A DeviceClass's word on burstable shares of its requests (only a DeviceClass config may
+    carry it). Compute burst is allowed unless denied; memory burst lets one tenant's
+    allocation fail because another took the spare memory, so it is denied unless allowed."""
+
+    compute: BurstPermission = Field(
+        default="Allowed", description="Allowed | Denied: may a burstLimit raise cores."
+    )
+    memory: BurstPermission = Field(
+        default="Denied", description="Allowed | Denied: may a burstLimit raise memory."
+    )
+
+
 class Sharing(_Strict):
-    """How the device is shared. Each section is only allowed with its own strategy."""
+    """How the device is shared. Each section is only allowed with its own strategy;
+    ``burstLimit`` with MPS or Limits."""
 
     strategy: Strategy | None = Field(
         default=None,
@@ -195,6 +249,8 @@ class Sharing(_Strict):
     time_slicing: TimeSlicingSettings | None = None
     mps: MpsSettings | None = None
     limits: LimitsSettings | None = None
+    burst_limit: BurstLimit | None = None
+    burst_policy: BurstPolicy | None = None
 
     @model_validator(mode="after")
     def _sections_match_strategy(self) -> Sharing:
@@ -212,6 +268,17 @@ class Sharing(_Strict):
                     "only allowed with strategy {wanted} (strategy is {actual})",
                     {"wanted": wanted, "actual": actual, "subfield": section},
                 )
+        if self.burst_limit is not None and self.strategy not in BURST_STRATEGIES:
+            actual = "not set" if self.strategy is None else self.strategy
+            raise PydanticCustomError(
+                "section_strategy",
+                "only allowed with strategy {wanted} (strategy is {actual})",
+                {
+                    "wanted": " or ".join(BURST_STRATEGIES),
+                    "actual": actual,
+                    "subfield": "burstLimit",
+                },
+            )
         return self
 
 

@@ -194,6 +194,16 @@ class QuotaLimits(_Model):
     devices: Devices | None = Field(
         default=None, description="Devices allocated: whole GPUs, partitions or shares."
     )
+    limits_cores: Cores | None = Field(
+        default=None,
+        description="Sum of the claims' cores limits (a burstable share's burstLimit, else its "
+        "request), as ResourceQuota's limits.*.",
+    )
+    limits_memory: Memory | None = Field(
+        default=None,
+        description="Sum of the claims' memory limits (a burstable share's burstLimit, else "
+        "its request), as ResourceQuota's limits.*.",
+    )
 
 
 class GpuQuotaSpec(_Model):
@@ -208,11 +218,18 @@ class GpuQuotaSpec(_Model):
 
 
 class Usage(_Model):
-    """An amount charged: cores, memory and devices."""
+    """An amount charged: cores, memory and devices, and the limits where they differ from
+    cores and memory (a burstable share; absent: equal to them)."""
 
     cores: Cores = 0
     memory: Memory = "0"
     devices: Devices = 0
+    limits_cores: Cores | None = Field(
+        default=None, description="Cores limits charged (absent: equal to cores)."
+    )
+    limits_memory: Memory | None = Field(
+        default=None, description="Memory limits charged (absent: equal to memory)."
+    )
 
 
 class ClaimCharge(Usage):
@@ -238,6 +255,10 @@ class GpuQuotaStatus(_Model):
     cores_summary: str | None = Field(default=None, description="'<used>/<hard>' cores.")
     memory_summary: str | None = Field(default=None, description="'<used>/<hard>' memory.")
     devices_summary: str | None = Field(default=None, description="'<used>/<hard>' devices.")
+    limits_summary: str | None = Field(
+        default=None,
+        description="'<used>/<hard>' cores and memory limits (only when the quota sets one).",
+    )
 
 
 class GpuQuota(_Model):

@@ -8,8 +8,8 @@ live in :mod:`controller.reconcile`; this module only lays them out:
 
 - amounts are bytes in, canonical quantities out (:func:`api.quantity.format_quantity`);
 - ``allocations`` are written in the order given (the caller sorts them);
-- optional fields without a value (``shareID``, ``usage``, ``healthReason``, ``taints``,
-  ``conditions``) are left out, never written as null or empty.
+- optional fields without a value (``shareID``, ``usage``, ``limit``, ``healthReason``,
+  ``taints``, ``conditions``, the burst ``limits``) are left out, never written as null or empty.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from api.burst import overcommit_ratio
 from api.gpu import HEALTHY, UNHEALTHY
 from api.quantity import format_bytes_human, format_quantity
 from api.shareusage import MeasuredUsage, usage_json
@@ -74,6 +75,8 @@ class AllocationView(Protocol):
     def pods(self) -> Sequence[PodEntry]: ...
     @property
     def usage(self) -> MeasuredUsage | None: ...
+    @property
+    def limit(self) -> tuple[int, int] | None: ...
 
 
 def gpu_spec_json(gpu: GpuHardwareView) -> dict[str, Any]:
@@ -107,6 +110,8 @@ def allocation_json(a: AllocationView, idle: bool = False) -> dict[str, Any]:
         out["shareID"] = a.share_id
     if a.usage is not None:
         out["usage"] = usage_json(a.usage)
+    if a.limit is not None:
+        out["limit"] = {"cores": a.limit[0], "memory": format_quantity(a.limit[1])}
     if idle:
         out["idle"] = True
     return out
@@ -130,10 +135,13 @@ def gpu_status_json(
     unhealthy_reason: str | None = None,
     taints: Sequence[GpuTaintEntry] = (),
     conditions: Sequence[Mapping[str, Any]] = (),
+    limits: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """``status`` of a GPU: ``capacity`` and ``allocated`` are ``(cores, memory bytes)``,
-    ``allocations`` entries of :func:`allocation_json`; ``allocatable`` and the summaries are
-    derived (never below zero)."""
+    """``status`` of a GPU: ``capacity``, ``allocated`` and ``limits`` are ``(cores, memory
+    bytes)``, ``allocations`` entries of :func:`allocation_json`; ``allocatable`` and the
+    summaries are derived (never below zero). ``limits`` (the allocations' burst limits, or their
+    requests, summed) is given only when an allocation has a burst limit; it adds ``limits``,
+    ``limitsSummary`` and ``overcommit`` (:func:`api.burst.overcommit_ratio`)."""
     cores, memory = capacity
     used_cores, used_memory = allocated
     status: dict[str, Any] = {"health": UNHEALTHY if unhealthy_reason else HEALTHY}
@@ -155,6 +163,14 @@ def gpu_status_json(
         coresSummary=f"{used_cores}/{cores}",
         memorySummary=f"{format_bytes_human(used_memory)}/{format_bytes_human(memory)}",
     )
+    if limits is not None:
+        limit_cores, limit_memory = limits
+        status.update(
+            limits={"cores": limit_cores, "memory": format_quantity(limit_memory)},
+            limitsSummary=f"{limit_cores}/{cores} cores, "
+            f"{format_bytes_human(limit_memory)}/{format_bytes_human(memory)}",
+            overcommit=overcommit_ratio((limit_cores, limit_memory), (cores, memory)),
+        )
     if conditions:
         status["conditions"] = [dict(c) for c in conditions]
     return status

@@ -185,7 +185,15 @@ class Controller:
             c.tls_cert_file, c.tls_key_file, client_ca_file=c.webhook_client_ca_file
         )
         admitter = self._quota_admitter(kube) if kube is not None else None
-        admission = AdmissionHandler(c.driver_name, self.metrics, c.device_classes, admitter)
+        quotas = self.quotas
+        admission = AdmissionHandler(
+            c.driver_name,
+            self.metrics,
+            c.device_classes,
+            admitter,
+            class_configs=quotas.class_configs if quotas is not None else None,
+            largest_gpu_memory=lambda: self.quota_basis().largest_memory or None,
+        )
         if admitter is not None:
             verifies = bool(c.webhook_client_ca_file)
             self.metrics.set_quota_admission_source(

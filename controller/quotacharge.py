@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from api import names
+from api.burst import LimitAmounts, configured_limit, limit_caps
+from api.gpuconfig import DriverConfigs, decode_driver_configs
 from api.gpuquota import (
     ClaimCharge,
     GpuQuota,
@@ -41,31 +43,80 @@ from sharegpu.allocator.model import AllocatorInputError
 
 #: The resources of a quota, in the order they are reported.
 RESOURCES: Final = ("cores", "memory", "devices")
+#: The sums of limits a quota may also bound (ResourceQuota's ``limits.*``), by JSON name.
+LIMIT_RESOURCES: Final = ("limitsCores", "limitsMemory")
+_ATTRIBUTES: Final = {"limitsCores": "limits_cores", "limitsMemory": "limits_memory"}
 
 
 @dataclass(frozen=True, slots=True)
 class Amounts:
-    """Cores (percent), memory (bytes) and devices; all non-negative."""
+    """Cores (percent), memory (bytes) and devices, and the limits of cores and memory
+    (:attr:`limits_cores`, :attr:`limits_memory`: a burstable share's ``burstLimit``, else its
+    request, never below it); all non-negative. ``burst_cores``/``burst_memory`` hold a limit
+    only where it differs from the request (None: equal), so a charge without burst equals
+    ``Amounts(cores, memory, devices)``."""
 
     cores: int = 0
     memory: int = 0
     devices: int = 0
+    burst_cores: int | None = None
+    burst_memory: int | None = None
+
+    @staticmethod
+    def of(
+        cores: int,
+        memory: int,
+        devices: int,
+        limits: tuple[int, int] | None = None,
+    ) -> Amounts:
+        """A charge whose limits are ``limits`` (None: its cores and memory)."""
+        if limits is None:
+            return Amounts(cores, memory, devices)
+        return Amounts(
+            cores,
+            memory,
+            devices,
+            None if limits[0] == cores else limits[0],
+            None if limits[1] == memory else limits[1],
+        )
+
+    @property
+    def limits_cores(self) -> int:
+        """The cores limits: :attr:`burst_cores`, else :attr:`cores`."""
+        return self.cores if self.burst_cores is None else self.burst_cores
+
+    @property
+    def limits_memory(self) -> int:
+        """The memory limits: :attr:`burst_memory`, else :attr:`memory`."""
+        return self.memory if self.burst_memory is None else self.burst_memory
 
     def __add__(self, other: Amounts) -> Amounts:
-        return Amounts(
-            self.cores + other.cores, self.memory + other.memory, self.devices + other.devices
+        return Amounts.of(
+            self.cores + other.cores,
+            self.memory + other.memory,
+            self.devices + other.devices,
+            (self.limits_cores + other.limits_cores, self.limits_memory + other.limits_memory),
         )
 
     def times(self, n: int) -> Amounts:
         """``n`` devices of this charge each."""
-        return Amounts(self.cores * n, self.memory * n, self.devices * n)
+        return Amounts.of(
+            self.cores * n,
+            self.memory * n,
+            self.devices * n,
+            (self.limits_cores * n, self.limits_memory * n),
+        )
 
     def most(self, other: Amounts) -> Amounts:
         """Each amount's maximum (the most either of two alternatives may consume)."""
-        return Amounts(
+        return Amounts.of(
             max(self.cores, other.cores),
             max(self.memory, other.memory),
             max(self.devices, other.devices),
+            (
+                max(self.limits_cores, other.limits_cores),
+                max(self.limits_memory, other.limits_memory),
+            ),
         )
 
     @property
@@ -73,15 +124,29 @@ class Amounts:
         """Whether nothing is charged."""
         return not (self.cores or self.memory or self.devices)
 
+    @property
+    def bursts(self) -> bool:
+        """Whether a limit is above cores or memory."""
+        return self.burst_cores is not None or self.burst_memory is not None
+
     def get(self, resource: str) -> int:
-        """The amount of ``resource`` (one of :data:`RESOURCES`)."""
-        value: int = getattr(self, resource)
+        """The amount of ``resource`` (one of :data:`RESOURCES` or :data:`LIMIT_RESOURCES`)."""
+        value: int = getattr(self, _ATTRIBUTES.get(resource, resource))
         return value
 
 
 def amounts_of(usage: Usage) -> Amounts:
-    """The amounts of a stored charge."""
-    return Amounts(usage.cores, quantity_bytes(usage.memory), usage.devices)
+    """The amounts of a stored charge (limits it leaves out are its cores and memory)."""
+    memory = quantity_bytes(usage.memory)
+    return Amounts.of(
+        usage.cores,
+        memory,
+        usage.devices,
+        (
+            usage.cores if usage.limits_cores is None else usage.limits_cores,
+            memory if usage.limits_memory is None else quantity_bytes(usage.limits_memory),
+        ),
+    )
 
 
 def hard_amounts(hard: QuotaLimits) -> dict[str, int]:
@@ -93,6 +158,10 @@ def hard_amounts(hard: QuotaLimits) -> dict[str, int]:
         out["memory"] = quantity_bytes(hard.memory)
     if hard.devices is not None:
         out["devices"] = hard.devices
+    if hard.limits_cores is not None:
+        out["limitsCores"] = hard.limits_cores
+    if hard.limits_memory is not None:
+        out["limitsMemory"] = quantity_bytes(hard.limits_memory)
     return out
 
 
@@ -143,7 +212,7 @@ class ChargeBasis:
             if isinstance(got, PolicyViolation):
                 got = got.rounded if got.rounded is not None else got.requested
             out[name] = max(0, math.ceil(got))
-        return Amounts(out[names.CAP_CORES], out[names.CAP_MEMORY], 1)
+        return Amounts.of(out[names.CAP_CORES], out[names.CAP_MEMORY], 1)
 
 
 def basis_of(gpus: Iterable[tuple[str, int, int]]) -> ChargeBasis:
@@ -170,7 +239,13 @@ def _in_scope(
     return scope is None or class_name in scope
 
 
-def _request_charge(req: Mapping[str, Any], driver: str, basis: ChargeBasis, path: str) -> Amounts:
+def _request_charge(
+    req: Mapping[str, Any],
+    driver: str,
+    basis: ChargeBasis,
+    path: str,
+    limit: LimitAmounts | None = None,
+) -> Amounts:
     mode = req.get("allocationMode") or "ExactCount"
     if mode == "All":
         n = basis.largest_node_gpus
@@ -183,7 +258,18 @@ def _request_charge(req: Mapping[str, Any], driver: str, basis: ChargeBasis, pat
     asked = (capacity or {}).get("requests") if isinstance(capacity, Mapping) else None
     if asked is not None and not isinstance(asked, Mapping):
         raise ValueError(f"{path}.capacity.requests: must be an object")
-    return basis.device_charge(asked or {}, driver).times(n)
+    one = basis.device_charge(asked or {}, driver)
+    if limit is not None:
+        one = Amounts.of(one.cores, one.memory, 1, limit_caps(limit, one.cores, one.memory))
+    return one.times(n)
+
+
+def _spec_configs(spec: Mapping[str, Any], driver: str) -> DriverConfigs | None:
+    """The claim's own config entries of ``driver`` (what sets a ``burstLimit`` before
+    allocation; a DeviceClass's entries are not known here)."""
+    devices = spec.get("devices")
+    entries = devices.get("config") if isinstance(devices, Mapping) else None
+    return decode_driver_configs(entries, driver) if isinstance(entries, list) else None
 
 
 def _requests(spec: Mapping[str, Any]) -> list[Any]:
@@ -204,22 +290,26 @@ def demand(
     field for a request whose amounts cannot be read."""
     known = frozenset(classes)
     only = frozenset(scope) if scope is not None else None
+    configs = _spec_configs(spec, driver)
     total = Amounts()
     for i, req in enumerate(_requests(spec)):
         if not isinstance(req, Mapping):
             continue
         path = f"spec.devices.requests[{i}]"
+        name = str(req.get("name"))
         exactly = req.get("exactly")
         if isinstance(exactly, Mapping):
             if _in_scope(exactly.get("deviceClassName"), driver, known, only):
-                total += _request_charge(exactly, driver, basis, f"{path}.exactly")
+                limit = configured_limit(configs, name)
+                total += _request_charge(exactly, driver, basis, f"{path}.exactly", limit)
             continue
         largest: Amounts | None = None
         for j, sub in enumerate(req.get("firstAvailable") or []):
             if isinstance(sub, Mapping) and _in_scope(
                 sub.get("deviceClassName"), driver, known, only
             ):
-                charge = _request_charge(sub, driver, basis, f"{path}.firstAvailable[{j}]")
+                limit = configured_limit(configs, f"{name}/{sub.get('name')}")
+                charge = _request_charge(sub, driver, basis, f"{path}.firstAvailable[{j}]", limit)
                 largest = charge if largest is None else largest.most(charge)
         if largest is not None:
             total += largest
@@ -270,6 +360,8 @@ def allocated(
     by_request = _request_classes(spec if isinstance(spec, Mapping) else {})
     known = frozenset(classes)
     only = frozenset(scope) if scope is not None else None
+    entries = devices.get("config") if isinstance(devices, Mapping) else None
+    configs = decode_driver_configs(entries, driver) if isinstance(entries, list) else None
     total = Amounts()
     for r in results if isinstance(results, list) else []:
         if not isinstance(r, Mapping) or r.get("driver") != driver:
@@ -284,7 +376,9 @@ def allocated(
             (whole.cores, whole.memory),
             _qty_int,
         )
-        total += Amounts(cores, memory, 1)
+        limit = None if r.get("adminAccess") else configured_limit(configs, str(r.get("request")))
+        caps = None if limit is None else limit_caps(limit, cores, memory)
+        total += Amounts.of(cores, memory, 1, caps)
     return total
 
 
@@ -317,7 +411,7 @@ class Excess:
 
     def text(self) -> str:
         """``cores: used 80, asked 40, hard 100, 20 left``."""
-        show = format_quantity if self.resource == "memory" else str
+        show = format_quantity if self.resource in ("memory", "limitsMemory") else str
         left = max(0, self.hard - self.used)
         return (
             f"{self.resource}: used {show(self.used)}, asked {show(self.asked)}, "
@@ -365,6 +459,8 @@ def charge_entry(
         cores=amounts.cores,
         memory=format_quantity(amounts.memory),
         devices=amounts.devices,
+        limits_cores=amounts.limits_cores if amounts.bursts else None,
+        limits_memory=format_quantity(amounts.limits_memory) if amounts.bursts else None,
         uid=uid or None,
         name=name or None,
         allocated=is_allocated,
@@ -379,17 +475,29 @@ def status_json(quota: GpuQuota, claims: Mapping[str, ClaimCharge]) -> dict[str,
     for entry in claims.values():
         total += amounts_of(entry)
     hard = quota.spec.hard
-    return {
-        "used": {
-            "cores": total.cores,
-            "memory": format_quantity(total.memory),
-            "devices": total.devices,
-        },
+    used: dict[str, Any] = {
+        "cores": total.cores,
+        "memory": format_quantity(total.memory),
+        "devices": total.devices,
+    }
+    limited = hard.limits_cores is not None or hard.limits_memory is not None
+    if limited or total.bursts:
+        used.update(
+            limitsCores=total.limits_cores, limitsMemory=format_quantity(total.limits_memory)
+        )
+    out: dict[str, Any] = {
+        "used": used,
         "claims": {name: claims[name].to_json_dict() for name in sorted(claims)},
         "coresSummary": summary(total.cores, hard.cores),
         "memorySummary": memory_summary(total.memory, hard.memory),
         "devicesSummary": summary(total.devices, hard.devices),
     }
+    if limited:
+        out["limitsSummary"] = (
+            f"{summary(total.limits_cores, hard.limits_cores)} cores, "
+            f"{memory_summary(total.limits_memory, hard.limits_memory)}"
+        )
+    return out
 
 
 def used_of(claims: Mapping[str, ClaimCharge], leave_out: str | None = None) -> Amounts:

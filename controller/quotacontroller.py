@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from api.gpuconfig import DriverConfigs, decode_driver_configs
 from api.gpuquota import ClaimCharge, GpuQuota, GpuQuotaError, parse_gpu_quota
 from api.jsontypes import Obj
 from api.names import API_GROUP, API_VERSION, GPU_QUOTA_PLURAL, RESOURCE_GROUP, RESOURCE_VERSION
@@ -134,6 +135,24 @@ def desired_claims(
     return out
 
 
+@dataclass(frozen=True)
+class WatchedClass:
+    """What the controller keeps of a watched DeviceClass: whether its selectors name the
+    driver, and the driver's entries of its ``spec.config`` (decoded once, at the watch)."""
+
+    selects_driver: bool
+    configs: DriverConfigs
+
+    @staticmethod
+    def of(obj: Any, driver: str) -> WatchedClass:
+        spec = obj.get("spec") if isinstance(obj, Mapping) else None
+        config = spec.get("config") if isinstance(spec, Mapping) else None
+        return WatchedClass(
+            selects_driver=class_selects_driver(obj, driver),
+            configs=decode_driver_configs(config if isinstance(config, list) else [], driver),
+        )
+
+
 class QuotaController:
     """Recomputes GpuQuota statuses (module text). Start with :meth:`start`."""
 
@@ -183,13 +202,13 @@ class QuotaController:
             transform=claim_input,
             watch_timeout_s=watch_timeout_s,
         )
-        #: DeviceClass name -> whether its selectors name the driver.
+        #: DeviceClass name -> whether its selectors name the driver, and its config entries.
         self.device_classes = Informer(
             kube,
             resource_path(RESOURCE_GROUP, RESOURCE_VERSION, "deviceclasses"),
             self._on_class_event,
             name="quota-deviceclasses",
-            transform=lambda obj: class_selects_driver(obj, driver),
+            transform=lambda obj: WatchedClass.of(obj, driver),
             watch_timeout_s=watch_timeout_s,
         )
 
@@ -226,9 +245,18 @@ class QuotaController:
         whose selectors name the driver (classes named like the driver always are, see
         :func:`sharegpu.admission.checks.is_driver_class`)."""
         selected = {
-            str(k).rsplit("/", 1)[-1] for k, v in list(self.device_classes.store.items()) if v
+            str(k).rsplit("/", 1)[-1]
+            for k, v in list(self.device_classes.store.items())
+            if isinstance(v, WatchedClass) and v.selects_driver
         }
         return self.classes | selected
+
+    def class_configs(self, name: str) -> DriverConfigs | None:
+        """The driver's config entries of the watched DeviceClass ``name`` (None: not known,
+        or the class informer has not listed yet); admission judges a claim's ``burstLimit``
+        against them (:data:`sharegpu.admission.checks.ClassConfigs`)."""
+        watched = self.device_classes.store.get(f"/{name}")
+        return watched.configs if isinstance(watched, WatchedClass) else None
 
     def namespace_has_quotas(self, namespace: str) -> bool | None:
         """Whether the watched GpuQuotas include one in ``namespace``; None before the quota

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from api.burst import limit_caps
 from api.gpu import GpuObject, node_label_value
 from api.gpustatus import GpuTaintEntry, allocation_json, gpu_spec_json
 from api.gpustatus import gpu_status_json as encode_gpu_status
@@ -117,6 +118,9 @@ class Alloc:
     mps_clients: tuple[Client, ...] = ()
     #: Whether this is an MPS share (None: unknown; see :mod:`controller.mpsclients`).
     mps: bool | None = False
+    #: ``(cores, memory bytes)`` the share may use when its config sets a ``burstLimit``
+    #: (:func:`api.burst.limit_caps`), None when its caps are its request.
+    limit: tuple[int, int] | None = None
 
     def sort_key(self) -> tuple[str, str, str, str, str]:
         """The order of ``status.allocations`` (see :mod:`api.gpu`)."""
@@ -269,6 +273,7 @@ def claim_allocations(
                 usage=result.usage,
                 mps_clients=client_users(claim, result.request, pods) if mps else (),
                 mps=mps,
+                limit=None if result.limit is None else limit_caps(result.limit, cores, memory),
             )
         )
     return tuple(out)
@@ -296,6 +301,17 @@ def gpu_labels(gpu: GpuHardware) -> dict[str, str]:
     """The object's own labels (see :attr:`api.gpu.GpuObject.labels`)."""
     value = node_label_value(gpu.node)
     return {} if value is None else {GPU_NODE_LABEL: value}
+
+
+def limit_sums(allocations: Iterable[Alloc]) -> tuple[int, int] | None:
+    """The allocations' burst limits (or, for one without, its request) summed as ``(cores,
+    memory bytes)``; None when no allocation has a burst limit (the status then shows none)."""
+    allocs = list(allocations)
+    if all(a.limit is None for a in allocs):
+        return None
+    cores = sum(a.cores if a.limit is None else a.limit[0] for a in allocs)
+    memory = sum(a.memory if a.limit is None else a.limit[1] for a in allocs)
+    return cores, memory
 
 
 def overcommitted_condition(allocations: Iterable[Alloc]) -> Obj | None:
@@ -410,6 +426,7 @@ def gpu_status_json(
         unhealthy_reason=gpu.unhealthy_reason,
         taints=gpu.taints,
         conditions=conditions,
+        limits=limit_sums(allocs),
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from api.burst import LimitAmounts, configured_limit
 from api.gpuconfig import STRATEGY_MPS, DriverConfigs, decode_driver_configs
 from api.jsontypes import ObjView as Obj
 from api.names import (
@@ -329,6 +330,9 @@ class ResultRecord:
     #: :func:`api.sharepolicy.configured_as_share`); None when this driver's config entries are
     #: invalid (the node plugin refuses the claim). The default: no config entry applies.
     mps: tuple[bool, bool] | None = (True, False)
+    #: The share's ``burstLimit`` as ``(cores, memory bytes)``, an amount it leaves out None
+    #: (:func:`api.burst.configured_limit`); None without one.
+    limit: LimitAmounts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +427,7 @@ def _result_record(
         consumed=amounts,
         usage=usage.get((pool, device, share_id)) if usage else None,
         mps=mps_by_configuration(configs, request),
+        limit=None if r.get("adminAccess") else configured_limit(configs, request),
     )
 
 

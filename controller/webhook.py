@@ -30,6 +30,7 @@ from controller.quotaadmit import QuotaAdmitter, not_enforced_warning
 from sharegpu.admission.checks import (
     ERROR,
     WARNING,
+    ClassConfigs,
     Finding,
     check_device_class,
     check_resource_claim,
@@ -283,8 +284,16 @@ class AdmissionHandler:
         device_classes: Iterable[str] = (),
         quota: QuotaAdmitter | None = None,
         gate: CompileGate | None = None,
+        class_configs: ClassConfigs | None = None,
+        largest_gpu_memory: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.driver = driver
+        #: The largest usable memory of the cluster's GPUs (None: none known); a burstLimit
+        #: above it is refused.
+        self.largest_gpu_memory = largest_gpu_memory
+        #: The watched DeviceClasses' config entries (a claim's burstLimit is judged against
+        #: its class's burstPolicy; None: classes are not watched, the node judges it).
+        self.class_configs = class_configs
         #: Bounds the checks that compile new selectors (:mod:`controller.checkgate`).
         self.gate = gate or CompileGate()
         self.metrics = metrics
@@ -332,9 +341,21 @@ class AdmissionHandler:
     def findings(self, kind: str, obj: dict[str, Any]) -> list[Finding]:
         """The checks of one object of ``kind``."""
         if kind == "ResourceClaim":
-            return check_resource_claim(obj, self.driver, self.device_classes)
+            return check_resource_claim(
+                obj,
+                self.driver,
+                self.device_classes,
+                self.class_configs,
+                self.largest_gpu_memory,
+            )
         if kind == "ResourceClaimTemplate":
-            return check_resource_claim_template(obj, self.driver, self.device_classes)
+            return check_resource_claim_template(
+                obj,
+                self.driver,
+                self.device_classes,
+                self.class_configs,
+                self.largest_gpu_memory,
+            )
         if kind == "DeviceClass":
             return check_device_class(obj, self.driver)
         return []

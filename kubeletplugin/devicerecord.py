@@ -19,9 +19,10 @@ from kubeletplugin.model import GpuInfo, base_request_names
 class Enforcement:
     """What the share enforcer decided for one device.
 
-    Invariants: ``strategy`` is a GpuConfig strategy; ``0 <= limit_cores <= cores`` and
-    ``0 <= limit_memory <= memory`` of its record (what the container is limited to: the share,
-    or an override below it); ``interval`` (a time-slice interval name) is set exactly for
+    Invariants: ``strategy`` is a GpuConfig strategy; ``0 <= limit_cores <= 100`` and
+    ``0 <= limit_memory <=`` the GPU's memory (what the container is limited to: the share's
+    request, or its ``burstLimit`` above it (:func:`api.burst.share_caps`), or an override
+    below those); ``interval`` (a time-slice interval name) is set exactly for
     ``TimeSlicing``.
     """
 

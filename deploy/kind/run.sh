@@ -113,6 +113,7 @@ run_example() {  # $1: example directory name
 install_chart consumable
 kubectl create namespace "$examples_ns" --dry-run=client -o yaml | kubectl apply -f -
 for example in whole-gpu select-by-model-and-memory two-pods-fractional-share mps-with-overrides \
+  burstable-shares \
   time-slicing multi-gpu-same-pcie-root first-available device-plugin-style vllm-inference \
   training-job multi-gpu-nvlink; do
   run_example "$example"

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from api.names import CORES_PER_GPU
+from api.quantity import MAX_QUANTITY
 from kubeletplugin.devicerecord import DeviceRecord, Enforcement
 from kubeletplugin.fsutil import DEFAULT_BOOT_ID_FILE as DEFAULT_BOOT_ID_FILE
 from kubeletplugin.fsutil import make_private_dirs, remove_durably, remove_stale_temp_files
@@ -183,15 +185,15 @@ def _enforcement_from_json(
     if record.admin_access:
         raise CheckpointError(f"{where}: an adminAccess device is never enforced")
     limit_cores = _int(raw.get(cores_key), f"{where}.{cores_key}")
-    if not 0 <= limit_cores <= record.cores:
+    if not 0 <= limit_cores <= CORES_PER_GPU:
         raise CheckpointError(
-            f"{where}.{cores_key} {limit_cores} is outside 0..{record.cores} (the share's cores)"
+            f"{where}.{cores_key} {limit_cores} is outside 0..{CORES_PER_GPU} (the GPU's cores)"
         )
     limit_memory = _int(raw.get(memory_key), f"{where}.{memory_key}")
-    if not 0 <= limit_memory <= record.memory:
+    if not 0 <= limit_memory <= MAX_QUANTITY:
         raise CheckpointError(
-            f"{where}.{memory_key} {limit_memory} is outside 0..{record.memory} "
-            "(the share's memory)"
+            f"{where}.{memory_key} {limit_memory} is outside 0..{MAX_QUANTITY} (a quantity's "
+            "range; the state check bounds it by the GPU's memory)"
         )
     try:
         interval = strategies[strategy].setting_from_json(

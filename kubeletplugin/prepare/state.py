@@ -411,6 +411,11 @@ class DeviceState:
                 raise CheckpointError(f"{at}.cores {d.cores} is outside 0..{CORES_PER_GPU}")
             if not 0 <= d.memory <= gpu.memory_total:
                 raise CheckpointError(f"{at}.memory {d.memory} is outside 0..{gpu.memory_total}")
+            if d.enforcement and d.enforcement.limit_memory > gpu.memory_total:
+                raise CheckpointError(
+                    f"{at}.enforcement.limitMemory {d.enforcement.limit_memory} is above the "
+                    f"GPU's {gpu.memory_total} bytes"
+                )
             mig = node_device.dynamic_mig or gpu.mig is not None
             if mig and d.enforcement and d.enforcement.strategy != STRATEGY_EXCLUSIVE:
                 raise CheckpointError(

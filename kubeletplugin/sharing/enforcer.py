@@ -3,9 +3,11 @@ strategies turned into node state and per-device container edits, each strategy 
 entry in a :class:`~kubeletplugin.sharing.strategies.registry.StrategyRegistry`.
 
 Invariants, per claim: each device's GpuConfig is resolved by
-:meth:`api.gpuconfig.DriverConfigs.resolve` and planned by its strategy (which checks its
-overrides); under the locks of its GPUs the claim's strategies must coexist with each other and
-with the other claims' (:attr:`SharingStrategy.shares_gpu_with`,
+:meth:`api.gpuconfig.DriverConfigs.resolve`, its ``burstLimit`` is judged against the
+DeviceClass's ``burstPolicy`` (:mod:`api.burst`) and it is planned by its strategy (whose
+overrides never exceed the share's caps: its request, or the burst limit); under the locks of
+its GPUs the claim's strategies must coexist with each other and with the other claims'
+(:attr:`SharingStrategy.shares_gpu_with`,
 :attr:`~SharingStrategy.mixes_in_claim`, :meth:`~SharingStrategy.conflict`) and granted cores
 and memory never exceed the GPU's; adminAccess allocations are neither counted nor enforced.
 Every GPU fact comes from the record's attached GPU (:attr:`DeviceRecord.gpu`). Strategies act
@@ -24,8 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from api import sharepolicy
-from api.gpuconfig import DriverConfigs, GpuConfigError, default_strategy
+from api import burst, sharepolicy
+from api.gpuconfig import DriverConfigs, GpuConfig, GpuConfigError, default_strategy
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
 from kubeletplugin.containeredits import ContainerEdits, visible_gpus
@@ -230,6 +232,7 @@ class SharingEnforcer:
                 f"strategy {allowed}, not {name}: a MIG device is already an "
                 "isolated slice of its GPU"
             )
+        _check_burst_limit(config, configs, share, label)
         return strategy.plan(share, config, self.setup, label)
 
     def _check_against_others(self, claim_uid: str, held: Sequence[DeviceRecord]) -> None:
@@ -360,6 +363,27 @@ def _default_enforcement(d: DeviceRecord) -> Enforcement:
         limit_cores=d.cores,
         limit_memory=d.memory,
     )
+
+
+def _check_burst_limit(
+    config: GpuConfig, configs: DriverConfigs, share: DeviceRecord, label: str
+) -> None:
+    """ShareError when the share's ``burstLimit`` is one :func:`api.burst.limit_problems`
+    refuses under its DeviceClass's policy (a claim's own ``burstPolicy`` included), so that the
+    node refuses what admission refuses."""
+    try:
+        policy = burst.allocation_policy(configs, share.requests[0])
+    except GpuConfigError as exc:
+        raise ShareError(f"{label}: invalid GpuConfig: {exc}") from None
+    problems = burst.limit_problems(
+        config.sharing,
+        policy,
+        cores=share.cores,
+        memory=share.memory,
+        gpu_memory=share.gpu.memory_usable,
+    )
+    if problems:
+        raise ShareError(f"{label}: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)

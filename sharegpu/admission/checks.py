@@ -15,7 +15,10 @@ keys are the driver's; everything else is left to its own driver. Invariants:
   Kubernetes 1.37 cannot allocate it); a share naming only one of ``cores``/``memory`` is
   warned that the scheduler reserves the policy's default of the other (the whole GPU's memory;
   the node's ``--default-share-cores``); an MPS or Limits override above what the request
-  reserves is an error (the plugin would refuse to prepare it);
+  reserves (or its ``burstLimit``) is an error (the plugin would refuse to prepare it); a
+  ``burstLimit`` is judged by :func:`api.burst.limit_problems` against the request and the
+  DeviceClass's ``burstPolicy`` where the caller knows the class (:data:`ClassConfigs`), and a
+  claim's own ``burstPolicy`` is an error;
 - the object's shape is checked first (:mod:`sharegpu.admission.shape`): wrong JSON types and
   lists, selectors or parameters past Kubernetes' limits are errors marked ``malformed`` and
   the rules are not run, so a check accepts any decoded JSON value and raises only on a defect;
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final, Literal
 
-from api import names
+from api import burst, names
 from api.gpuconfig import DriverConfigs, GpuConfig, decode_driver_configs
 from api.quantity import QuantityError, format_quantity, parse_quantity, quantity_hint
 from api.sharepolicy import capacity_of_unknown_gpu
@@ -45,6 +48,13 @@ from sharegpu.cel.environment import NESTED_TOO_DEEPLY
 Severity = Literal["error", "warning"]
 ERROR: Final = "error"
 WARNING: Final = "warning"
+
+#: DeviceClass name -> its decoded config entries for this driver, None for a class not known
+#: to the caller (then what it allows is judged when the claim is prepared).
+ClassConfigs = Callable[[str], DriverConfigs | None]
+#: The largest usable memory of the cluster's GPUs, None where none is known; asked only for a
+#: claim with a ``burstLimit``.
+LargestGpuMemory = Callable[[], int | None]
 
 #: Attribute names this driver publishes (unqualified, under the driver's domain).
 KNOWN_ATTRIBUTES: Final = frozenset(
@@ -508,6 +518,12 @@ def check_overrides_fit_share(
     sharing = config.sharing
     assert sharing is not None
     where = f"{path}[{position}].opaque.parameters"
+    limit = sharing.burst_limit
+    limited = " (its burstLimit)" if limit is not None else ""
+    if limit is not None and cores is not None:
+        cores = burst.share_caps(sharing, cores, 0)[0]
+    if limit is not None and memory is not None:
+        memory = burst.share_caps(sharing, names.CORES_PER_GPU, memory)[1]
     checks: list[tuple[str, int | None, int | None, str]] = []
     if sharing.mps is not None:
         checks += [
@@ -548,9 +564,100 @@ def check_overrides_fit_share(
                 ERROR,
                 where,
                 f"{field} {shown[0]} is above the {shown[1]} {what} request {request!r} "
-                "reserves; the kubelet plugin would refuse to prepare the claim",
+                f"reserves{limited}; the kubelet plugin would refuse to prepare the claim",
             )
         )
+    return findings
+
+
+# --- burstable shares -----------------------------------------------------------------------
+
+
+def check_burst_limit(
+    request: str,
+    req: Mapping[str, Any],
+    path: str,
+    driver: str,
+    decoded: DriverConfigs,
+    class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
+) -> list[Finding]:
+    """The ``burstLimit`` of the claim's config entry for ``request`` (``req``: its exact
+    request or subrequest) against what the request reserves, the largest GPU's usable memory
+    (where ``largest_gpu_memory`` knows it) and what its DeviceClass allows
+    (:func:`api.burst.limit_problems`). A class ``class_configs`` does not know gets a warning:
+    the node judges its ``burstPolicy`` at prepare."""
+    applicable = _applicable_entry(decoded, request)
+    if applicable is None or applicable[1].sharing is None:
+        return []
+    position, config = applicable
+    sharing = config.sharing
+    if sharing is None or sharing.burst_limit is None:
+        return []
+    capacity = _capacity_requests(req)
+    cores, memory = _reserved_share(capacity if isinstance(capacity, Mapping) else {}, driver)
+    name = req.get("deviceClassName")
+    class_name = name if isinstance(name, str) and name else None
+    known = class_configs(class_name) if class_configs is not None and class_name else None
+    where = f"{path}[{position}].opaque.parameters"
+    largest = largest_gpu_memory() if largest_gpu_memory is not None else None
+    if known is None:
+        problems = burst.limit_problems(
+            sharing,
+            burst.ClassPolicy(compute=True, memory=True),
+            cores=cores,
+            memory=memory,
+            gpu_memory=largest,
+            gpu="the largest GPU's",
+        )
+        findings = [Finding(ERROR, where, p) for p in problems]
+        if not findings:
+            shown = f"DeviceClass {class_name!r}" if class_name else "the request's DeviceClass"
+            findings.append(
+                Finding(
+                    WARNING,
+                    where,
+                    f"{burst.FIELD_LIMIT}: {shown} is not known here, so whether it allows "
+                    f"the burst of request {request!r} is checked when the claim is prepared",
+                )
+            )
+        return findings
+    policy = burst.class_policy(known.entries, request)
+    problems = burst.limit_problems(
+        sharing,
+        policy,
+        cores=cores,
+        memory=memory,
+        gpu_memory=largest,
+        gpu="the largest GPU's",
+        class_name=class_name,
+    )
+    return [Finding(ERROR, where, p) for p in problems]
+
+
+def check_claim_burst_policy(decoded: DriverConfigs, path: str) -> list[Finding]:
+    """Errors for a claim's own config entries that set ``burstPolicy``."""
+    return [
+        Finding(ERROR, f"{path}[{position}].opaque.parameters", message)
+        for position, message in burst.claim_policy_problems(decoded.entries)
+    ]
+
+
+def check_class_burst(
+    entries: Any, path: str, driver: str, class_name: str | None
+) -> list[Finding]:
+    """A DeviceClass whose config sets a ``burstLimit`` its own ``burstPolicy`` does not
+    allow (every request of the class would be refused at prepare)."""
+    if not isinstance(entries, list):
+        return []
+    decoded = decode_driver_configs(entries, driver)
+    findings: list[Finding] = []
+    policy = burst.class_policy(decoded.entries, "")
+    for entry in decoded.entries:
+        for problem in burst.limit_problems(
+            entry.config.sharing, policy, cores=None, memory=None, class_name=class_name
+        ):
+            findings.append(Finding(ERROR, f"{path}[{entry.position}].opaque.parameters", problem))
     return findings
 
 
@@ -774,7 +881,12 @@ def _malformed(node: shape.Node, value: Any, path: str) -> list[Finding]:
 
 
 def _claim_spec_rules(
-    spec: Mapping[str, Any], path: str, driver: str, classes: Iterable[str]
+    spec: Mapping[str, Any],
+    path: str,
+    driver: str,
+    classes: Iterable[str],
+    class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
 ) -> list[Finding]:
     """The rules of a claim spec whose shape is right."""
     budget = selector_budget_findings(_claim_spec_selectors(spec, path), path, driver)
@@ -791,7 +903,19 @@ def _claim_spec_rules(
             findings += check_overrides_fit_share(
                 request_name, _capacity_requests(sub_req), entries, config_path, driver, decoded
             )
+            if decoded is not None:
+                findings += check_burst_limit(
+                    request_name,
+                    sub_req,
+                    config_path,
+                    driver,
+                    decoded,
+                    class_configs,
+                    largest_gpu_memory,
+                )
     findings += check_config_entries(entries, config_path, driver, decoded)
+    if decoded is not None:
+        findings += check_claim_burst_policy(decoded, config_path)
     return findings
 
 
@@ -807,19 +931,30 @@ def _checked(
 
 
 def check_resource_claim(
-    obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()
+    obj: Mapping[str, Any],
+    driver: str,
+    classes: Iterable[str] = (),
+    class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
 ) -> list[Finding]:
-    """A ResourceClaim."""
+    """A ResourceClaim (``class_configs``: the DeviceClasses the caller knows;
+    ``largest_gpu_memory``: the largest usable memory of the cluster's GPUs)."""
 
     def rules(claim: Mapping[str, Any]) -> list[Finding]:
         spec = claim.get("spec")
-        return _claim_spec_rules(spec, "spec", driver, classes) if isinstance(spec, Mapping) else []
+        if not isinstance(spec, Mapping):
+            return []
+        return _claim_spec_rules(spec, "spec", driver, classes, class_configs, largest_gpu_memory)
 
     return _checked(obj, shape.RESOURCE_CLAIM, rules)
 
 
 def check_resource_claim_template(
-    obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()
+    obj: Mapping[str, Any],
+    driver: str,
+    classes: Iterable[str] = (),
+    class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
 ) -> list[Finding]:
     """A ResourceClaimTemplate (its ``spec.spec`` is a ResourceClaimSpec)."""
 
@@ -828,7 +963,9 @@ def check_resource_claim_template(
         inner = spec.get("spec") if isinstance(spec, Mapping) else None
         if not isinstance(inner, Mapping):
             return []
-        return _claim_spec_rules(inner, "spec.spec", driver, classes)
+        return _claim_spec_rules(
+            inner, "spec.spec", driver, classes, class_configs, largest_gpu_memory
+        )
 
     return _checked(obj, shape.RESOURCE_CLAIM_TEMPLATE, rules)
 
@@ -845,20 +982,34 @@ def check_device_class(obj: Mapping[str, Any], driver: str) -> list[Finding]:
         budget = selector_budget_findings(located, "spec.selectors", driver)
         if budget:
             return budget
-        return check_selectors(selectors, "spec.selectors", driver) + check_config_entries(
-            spec.get("config"), "spec.config", driver
+        metadata = device_class.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        return (
+            check_selectors(selectors, "spec.selectors", driver)
+            + check_config_entries(spec.get("config"), "spec.config", driver)
+            + check_class_burst(
+                spec.get("config"), "spec.config", driver, name if isinstance(name, str) else None
+            )
         )
 
     return _checked(obj, shape.DEVICE_CLASS, rules)
 
 
-def check_object(obj: Mapping[str, Any], driver: str, classes: Iterable[str] = ()) -> list[Finding]:
+def check_object(
+    obj: Mapping[str, Any],
+    driver: str,
+    classes: Iterable[str] = (),
+    class_configs: ClassConfigs | None = None,
+    largest_gpu_memory: LargestGpuMemory | None = None,
+) -> list[Finding]:
     """Dispatch on ``kind``; other kinds have nothing to check here."""
     kind = obj.get("kind") if isinstance(obj, Mapping) else None
     if kind == "ResourceClaim":
-        return check_resource_claim(obj, driver, classes)
+        return check_resource_claim(obj, driver, classes, class_configs, largest_gpu_memory)
     if kind == "ResourceClaimTemplate":
-        return check_resource_claim_template(obj, driver, classes)
+        return check_resource_claim_template(
+            obj, driver, classes, class_configs, largest_gpu_memory
+        )
     if kind == "DeviceClass":
         return check_device_class(obj, driver)
     return []

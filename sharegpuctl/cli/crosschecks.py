@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from api import gates, names
-from api.gpuconfig import STRATEGY_MPS, config_applies, decode_driver_configs
+from api.gpuconfig import STRATEGY_MPS, DriverConfigs, config_applies, decode_driver_configs
 from api.quantity import QuantityError, format_bytes_human, quantity_int
 from api.sharepolicy import memory_policy_max
 from controller.mpsclients import QUEUE_RULE
@@ -249,6 +249,9 @@ class Context:
     hints: dict[tuple[str, str], str | None] = field(default_factory=dict)
     #: ``group/version`` strings the cluster enables beyond its defaults (``--runtime-config``).
     enabled_api_versions: frozenset[str] = frozenset()
+    #: The driver's config entries of each DeviceClass of the files, by name (what a claim's
+    #: ``burstLimit`` is judged against).
+    class_configs: Mapping[str, DriverConfigs] = field(default_factory=dict)
 
     def near_miss(self, what: str, name: str, known: frozenset[str]) -> str | None:
         """:func:`near_miss` of a ``what`` (``DeviceClass``, ...) name, memoized."""
@@ -280,6 +283,13 @@ class Context:
             claim_names=defined("ResourceClaim"),
             claim_users=claim_users([m.obj for m in manifests], driver),
             enabled_api_versions=frozenset(enabled_api_versions),
+            class_configs={
+                m.name: decode_driver_configs(
+                    _list(_map(_map(m.obj).get("spec")).get("config")), driver
+                )
+                for m in manifests
+                if m.kind == "DeviceClass"
+            },
         )
 
 

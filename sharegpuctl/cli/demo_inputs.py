@@ -51,6 +51,9 @@ SKIPPED_EXAMPLES: Final[Mapping[str, str]] = {
     "replicas of a Deployment sharing that claim, and the demo runs no Deployments",
     "vllm-inference": "its template is the 50-core/20Gi share of two-pods-fractional-share; "
     "what it adds is a Deployment and a Service, which the demo does not run",
+    "burstable-shares": "its claim needs the example's own DeviceClass, which allows memory "
+    "burst; the demo runs the chart's classes (run it with `sharegpu demo -f "
+    "examples/burstable-shares/`)",
     "training-job": "its templates (a whole GPU; a 50-core/32Gi share) repeat whole-gpu and "
     "two-pods-fractional-share; what it adds is Jobs, which the demo does not run",
 }
@@ -240,6 +243,14 @@ def _override_text(sharing: Sharing, cores: Any, memory: Any) -> str:
         parts.append(_compare("CUDA_DEVICE_SM_LIMIT", limits.sm_limit, cores, "cores"))
     if limits is not None and limits.device_memory_limit is not None:
         parts.append(_compare("CUDA_DEVICE_MEMORY_LIMIT", limits.device_memory_limit, memory, ""))
+    limit = sharing.burst_limit
+    if limit is not None:
+        amounts = [f"{limit.cores} cores"] if limit.cores is not None else []
+        amounts += [limit.memory] if limit.memory is not None else []
+        reserved = [f"{cores} cores"] if cores is not None else []
+        reserved += [str(memory)] if memory is not None else []
+        text = f"burstable to {' and '.join(amounts)}"
+        parts.append(f"{text} (reserves {' and '.join(reserved)})" if reserved else text)
     slicing = sharing.time_slicing
     if slicing is not None and "interval" in slicing.model_fields_set:
         parts.append(f"time slice {slicing.interval}")

@@ -19,9 +19,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from api import names
+from api import burst, names
+from api.gpuconfig import DriverConfigs, GpuConfigError, decode_driver_configs
 from api.jsontypes import Obj
-from api.quantity import QuantityError, format_bytes_human, parse_quantity, quantity_int
+from api.quantity import (
+    QuantityError,
+    format_bytes_human,
+    format_quantity,
+    parse_quantity,
+    quantity_int,
+)
 from sharegpu.admission.checks import ERROR
 from sharegpu.allocator import (
     AllocationOutcome,
@@ -691,20 +698,81 @@ def placements_json(
 
 
 def allocation_rows(allocation: Mapping[str, Any]) -> list[Obj]:
-    """Per result: request, device (driver/pool/device), shareID, consumed capacity."""
+    """Per result: request, device (driver/pool/device), shareID, consumed capacity, and for
+    a burstable share its ``burst`` (:func:`burst_of`)."""
     rows = []
-    for r in (allocation.get("devices") or {}).get("results") or []:
-        rows.append(
-            {
-                "request": r.get("request"),
-                "driver": r.get("driver"),
-                "pool": r.get("pool"),
-                "device": r.get("device"),
-                "shareID": r.get("shareID"),
-                "consumedCapacity": dict(r.get("consumedCapacity") or {}),
-            }
-        )
+    devices = allocation.get("devices") or {}
+    config = devices.get("config")
+    decoded: dict[str, DriverConfigs] = {}
+    for r in devices.get("results") or []:
+        row: Obj = {
+            "request": r.get("request"),
+            "driver": r.get("driver"),
+            "pool": r.get("pool"),
+            "device": r.get("device"),
+            "shareID": r.get("shareID"),
+            "consumedCapacity": dict(r.get("consumedCapacity") or {}),
+        }
+        driver = r.get("driver")
+        if isinstance(driver, str) and isinstance(config, list):
+            if driver not in decoded:
+                decoded[driver] = decode_driver_configs(config, driver)
+            found = burst_of(decoded[driver], row)
+            if found is not None:
+                row["burst"] = found
+        rows.append(row)
     return rows
+
+
+def burst_of(configs: DriverConfigs, row: Mapping[str, Any]) -> Obj | None:
+    """A share's ``burstLimit`` as the node would enforce it: ``{"limit": {cores, memory},
+    "problems": [...]}`` (problems: why the node would refuse it, :func:`api.burst.limit_problems`
+    with the allocation's DeviceClass policy); None for a result without one."""
+    request = str(row["request"])
+    try:
+        config = configs.resolve(request, shared=True)
+    except GpuConfigError:
+        return None
+    sharing = config.sharing
+    if sharing is None or sharing.burst_limit is None:
+        return None
+    consumed = row["consumedCapacity"]
+    try:
+        cores = quantity_int(consumed.get(names.CAP_CORES, names.CORES_PER_GPU))
+        memory = quantity_int(consumed.get(names.CAP_MEMORY, 0))
+    except QuantityError:
+        return None
+    try:
+        policy = burst.allocation_policy(configs, request)
+        problems = burst.limit_problems(sharing, policy, cores=cores, memory=memory or None)
+    except GpuConfigError as exc:
+        problems = list(exc.messages)
+    caps = burst.share_caps(sharing, cores, memory)
+    return {
+        "limit": {names.CAP_CORES: caps[0], names.CAP_MEMORY: format_quantity(caps[1])},
+        "problems": problems,
+    }
+
+
+def burst_tables(entry: Mapping[str, Any]) -> list[Table]:
+    """For an allocated claim with burstable shares: what each reserves and may use."""
+    bursting = [r for r in entry["results"] if r.get("burst")]
+    if not bursting:
+        return []
+    t = Table(
+        ["REQUEST", "RESERVED", "LIMIT", "PROBLEMS"],
+        title=f"{entry['claim']}: burstable shares (the limit is enforced, the reservation "
+        "is counted)",
+    )
+    for r in bursting:
+        limit = r["burst"]["limit"]
+        t.add(
+            r["request"],
+            consumed_text(r["consumedCapacity"]),
+            consumed_text(limit),
+            "; ".join(r["burst"]["problems"]) or "-",
+        )
+    return [t]
 
 
 def consumed_text(consumed: Mapping[str, Any]) -> str:
@@ -817,6 +885,7 @@ def tables_of(report: Sequence[Obj]) -> list[Table]:
                     consumed_text(r["consumedCapacity"]),
                 )
             tables.append(t)
+            tables += burst_tables(entry)
             tables += placement_tables(entry)
             continue
         hint = f"\n  hint: {entry['hint']}" if entry.get("hint") else ""

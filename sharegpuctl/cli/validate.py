@@ -350,7 +350,7 @@ def validate_manifest(manifest: Manifest, ctx: crosschecks.Context) -> list[chec
     findings = served_version_findings(obj, ctx.version, ctx.enabled_api_versions)
     if not findings:
         findings = schema_findings(obj, ctx.version)
-    findings += checks.check_object(obj, ctx.driver, ctx.classes)
+    findings += checks.check_object(obj, ctx.driver, ctx.classes, ctx.class_configs.get)
     findings += foreign_selector_findings(obj, ctx.driver)
     if obj.get("kind") == "GpuConfig":
         findings += gpu_config_findings(obj)

@@ -91,7 +91,7 @@ def test_gpuconfig_quantity_field_gets_the_hint() -> None:
 def test_gpuconfig_unknown_field_gets_a_did_you_mean() -> None:
     assert gpu_config_messages(kind="GpuConfig", sharing={"stratgy": "MPS"}) == [
         "sharing.stratgy: unknown field; did you mean strategy? "
-        "(fields here: strategy, timeSlicing, mps, limits)"
+        "(fields here: strategy, timeSlicing, mps, limits, burstLimit, burstPolicy)"
     ]
 
 

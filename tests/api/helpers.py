@@ -14,7 +14,7 @@ from api.gpuconfig import (
 )
 
 BASE = {"apiVersion": "resource.sharegpu.dev/v1alpha1", "kind": "GpuConfig"}
-SHARING_FIELDS = "(fields here: strategy, timeSlicing, mps, limits)"
+SHARING_FIELDS = "(fields here: strategy, timeSlicing, mps, limits, burstLimit, burstPolicy)"
 MPS_FIELDS = "(fields here: activeThreadPercentage, pinnedMemoryLimit)"
 
 

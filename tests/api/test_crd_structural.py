@@ -35,4 +35,5 @@ def test_int_or_string_fields_use_the_one_structural_form(crd_path: Any) -> None
             {"type": "string"},
         ], path
     if crd_path == QUOTA_CRD_PATH:
-        assert len(nodes) == 3  # hard.memory, used.memory, claims.*.memory
+        # memory and limitsMemory of hard, used and claims.*
+        assert len(nodes) == 6

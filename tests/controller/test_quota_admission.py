@@ -290,3 +290,43 @@ def test_the_undo_of_a_denied_duplicate_keeps_the_live_claims_charge(kube: KubeR
         charges = read_quota(kube, name)["status"]["claims"]
         assert list(charges) == ["uid-a"], name
         assert charges["uid-a"]["devices"] == 1
+
+
+def test_a_quota_on_limits_bounds_the_sum_of_burst_limits(kube: KubeRest) -> None:
+    """``limitsCores`` bounds what the namespace's shares may burst to, as ResourceQuota's
+    ``limits.*``: two 30-core shares fit in 100 cores, but not with 80-core limits in 150."""
+    create_quota(kube, quota("q", {"cores": 100, "limitsCores": 150}))
+    h = handler(kube)
+
+    def bursting(name: str) -> dict[str, Any]:
+        obj = claim(name, 30, "10Gi")
+        obj["spec"]["devices"]["config"] = [
+            {
+                "opaque": {
+                    "driver": DRIVER,
+                    "parameters": {
+                        "apiVersion": "resource.sharegpu.dev/v1alpha1",
+                        "kind": "GpuConfig",
+                        "sharing": {"strategy": "MPS", "burstLimit": {"cores": 80}},
+                    },
+                }
+            }
+        ]
+        return obj
+
+    assert answer(h, bursting("a"))["allowed"]
+    denied = answer(h, bursting("b"))
+    assert not denied["allowed"]
+    assert "limitsCores: used 80, asked 80, hard 150, 70 left" in denied["status"]["message"]
+    assert answer(h, claim("c", 30, "10Gi"))["allowed"]  # its limit is its request
+    status = read_quota(kube, "q")["status"]
+    assert status["used"] == {
+        "cores": 60,
+        "memory": "20Gi",
+        "devices": 2,
+        "limitsCores": 110,
+        "limitsMemory": "20Gi",
+    }
+    assert status["claims"]["a"]["limitsCores"] == 80
+    assert "limitsCores" not in status["claims"]["c"]
+    assert status["limitsSummary"] == "110/150 cores, 20Gi/-"

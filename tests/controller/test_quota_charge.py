@@ -147,3 +147,60 @@ def test_a_missing_consumed_amount_is_charged_whole_as_the_node_grants_it() -> N
         Amounts(whole.cores + 30, 10 * GI + whole.memory, 2),
         True,
     )
+
+
+# --- limits of burstable shares -------------------------------------------------------------
+
+
+def burst_config(limit: dict[str, Any], requests: list[str] | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": "resource.sharegpu.dev/v1alpha1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "burstLimit": limit},
+            },
+        }
+    }
+    if requests is not None:
+        entry["requests"] = requests
+    return entry
+
+
+def test_a_burstable_request_is_charged_its_request_and_its_limit() -> None:
+    s = spec(exactly(**asks("30", "10Gi"), count=2), exactly("plain", **asks("20", "4Gi")))
+    s["devices"]["config"] = [burst_config({"cores": 80, "memory": "16Gi"}, ["r"])]
+    got = demand(s, DRIVER, (), BASIS)
+    assert (got.cores, got.memory, got.devices) == (80, 24 * GI, 3)
+    # Limits: the burstable request's limit per device, the other request's request.
+    assert (got.limits_cores, got.limits_memory) == (180, 36 * GI)
+    # A limit below the request (refused at admission) is never charged less than the request.
+    s["devices"]["config"] = [burst_config({"cores": 10}, ["r"])]
+    assert not demand(s, DRIVER, (), BASIS).bursts
+
+
+def test_an_allocated_burstable_share_is_charged_the_allocation_s_limit() -> None:
+    claim = {
+        "spec": spec(exactly(**asks("30", "10Gi"))),
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "r",
+                            "driver": DRIVER,
+                            "pool": "n1",
+                            "device": "gpu-0",
+                            "shareID": "s-1",
+                            "consumedCapacity": {"cores": "30", "memory": "10Gi"},
+                        }
+                    ],
+                    "config": [{**burst_config({"cores": 100}), "source": "FromClaim"}],
+                }
+            }
+        },
+    }
+    charge, is_allocated = claim_charge(claim, DRIVER, (), BASIS)
+    assert is_allocated
+    assert charge == Amounts.of(30, 10 * GI, 1, (100, 10 * GI))

@@ -193,3 +193,57 @@ def test_a_quota_scoped_to_a_class_of_the_driver_with_any_name_charges_its_claim
     assert not second["response"]["allowed"]
     assert "GpuQuota team-a/q" in second["response"]["status"]["message"]
     assert list(read_quota(kube, "q")["status"]["claims"]) == [stored["metadata"]["uid"]]
+
+
+def test_the_webhook_judges_a_burst_limit_against_the_watched_class(
+    kube: KubeRest, controller_factory: Callable[..., QuotaController]
+) -> None:
+    """The controller's DeviceClass watch keeps each class's config, so the webhook refuses a
+    memory burst its class does not allow, naming the field and the class."""
+
+    def device_class(name: str, memory: str) -> dict[str, Any]:
+        parameters = {
+            "apiVersion": "resource.sharegpu.dev/v1alpha1",
+            "kind": "GpuConfig",
+            "sharing": {"burstPolicy": {"memory": memory}},
+        }
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {
+                "selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}],
+                "config": [{"opaque": {"driver": DRIVER, "parameters": parameters}}],
+            },
+        }
+
+    for name, memory in ((f"{DRIVER}-burst", "Allowed"), (f"{DRIVER}-strict", "Denied")):
+        kube.request(
+            "POST",
+            resource_path("resource.k8s.io", "v1", "deviceclasses"),
+            body=device_class(name, memory),
+        )
+    controller = controller_factory()
+    eventually(lambda: controller.class_configs(f"{DRIVER}-strict") is not None, "watched")
+    h = AdmissionHandler(DRIVER, class_configs=controller.class_configs)
+
+    def bursting(device_class: str) -> dict[str, Any]:
+        obj = claim("b", 30, "10Gi", device_class=device_class)
+        parameters = {
+            "apiVersion": "resource.sharegpu.dev/v1alpha1",
+            "kind": "GpuConfig",
+            "sharing": {"strategy": "MPS", "burstLimit": {"memory": "20Gi"}},
+        }
+        obj["spec"]["devices"]["config"] = [
+            {"opaque": {"driver": DRIVER, "parameters": parameters}}
+        ]
+        return obj
+
+    assert h.review(review(bursting(f"{DRIVER}-burst")))["response"]["allowed"]
+    refused = h.review(review(bursting(f"{DRIVER}-strict")))["response"]
+    assert not refused["allowed"]
+    assert (
+        "spec.devices.config[0].opaque.parameters: sharing.burstLimit.memory: memory burst is "
+        f'not allowed by DeviceClass "{DRIVER}-strict" (its config[0] sets '
+        "sharing.burstPolicy.memory: Denied)"
+    ) in refused["status"]["message"]

@@ -298,3 +298,36 @@ def test_a_missing_consumed_amount_counts_the_device_whole_as_the_node_grants_it
     gpus, devs = pool_hardware(pool, pool_slices)
     [alloc] = claim_allocations(rec, {(pool, n): d for n, d in devs.items()}, gpus, {})
     assert (alloc.cores, alloc.memory) == (100, 10 * 1024**3)
+
+
+def test_burstable_shares_show_their_limits_and_the_overcommit_ratio() -> None:
+    """Requests sum as before (what the scheduler reserves); limits sum beside them, an
+    allocation without a burstLimit counting its request, and the ratio is the larger one."""
+    burstable = h.claim("a", [h.result("n1", "gpu-0", cores=30, memory="10Gi")])
+    burstable["status"]["allocation"]["devices"]["config"] = [
+        {
+            "source": "FromClaim",
+            "requests": ["gpu"],
+            "opaque": {
+                "driver": h.DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.sharegpu.dev/v1alpha1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "MPS", "burstLimit": {"cores": 100, "memory": "40Gi"}},
+                },
+            },
+        }
+    ]
+    plain = h.claim("b", [h.result("n1", "gpu-0", cores=50, memory="20Gi")])
+    g = _one(reconcile([h.node_slice("n1", 1)], [burstable, plain], [], h.DRIVER), "n1", 0)
+    assert g.status.cores_summary == "80/100" and g.status.memory_summary == "30Gi/80Gi"
+    a, b = g.status.allocations
+    assert a.limit is not None and (a.limit.cores, a.limit.memory) == (100, "40Gi")
+    assert b.limit is None
+    assert g.status.limits is not None
+    assert (g.status.limits.cores, g.status.limits.memory) == (150, "60Gi")
+    assert g.status.limits_summary == "150/100 cores, 60Gi/80Gi"
+    assert g.status.overcommit == "1.50"
+    # Without a burstable share the fields are left out.
+    g = _one(reconcile([h.node_slice("n1", 1)], [plain], [], h.DRIVER), "n1", 0)
+    assert g.status.limits is None and g.status.overcommit is None

@@ -428,9 +428,13 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return changed
 
 
-#: The consumable-mode examples (those ``sharegpu demo`` runs, and time-slicing's Deployment),
-#: besides two-pods-fractional-share.
-OTHER_EXAMPLES = (*(e for e in DEMO_EXAMPLES if e != EXAMPLE.parent.name), "time-slicing")
+#: The consumable-mode examples (those ``sharegpu demo`` runs, time-slicing's Deployment and
+#: the burstable share with its own DeviceClass), besides two-pods-fractional-share.
+OTHER_EXAMPLES = (
+    *(e for e in DEMO_EXAMPLES if e != EXAMPLE.parent.name),
+    "time-slicing",
+    "burstable-shares",
+)
 
 
 def _spec_env(cdi_dir: Path, uid: str) -> dict[str, str]:
@@ -445,11 +449,27 @@ def _spec_env(cdi_dir: Path, uid: str) -> dict[str, str]:
     return env
 
 
+#: Variables some examples' pods must see, by example and pod: what the example's README says
+#: the driver gives them (the burstable share: its limit enforced, its request reported).
+EXPECTED_ENV: dict[str, dict[str, dict[str, str]]] = {
+    "burstable-shares": {
+        "burstable-share": {
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100",
+            "SHAREGPU_CORES": "25",
+            "SHAREGPU_MEMORY": str(8 * 1024**3),
+        }
+    },
+}
+
+
 @pytest.mark.parametrize("example", OTHER_EXAMPLES)
 def test_example_runs_on_the_real_node(
     real_node: RealNode, node_plugin: PluginDaemon, example: str
 ) -> None:
-    _run_example(real_node, example)
+    envs = _run_example(real_node, example)
+    for pod, expected in EXPECTED_ENV.get(example, {}).items():
+        with step(f"{example}: {pod} sees what its README says", "kubectl exec"):
+            assert {k: envs[pod].get(k) for k in expected} == expected, envs[pod]
 
 
 #: The partitions-mode examples, run after the plugin's DaemonSet is switched to that mode.
@@ -507,9 +527,10 @@ def test_dynamic_mig_example_after_switching_the_plugin(
     _run_example(real_node, "mig-dynamic")
 
 
-def _run_example(real_node: RealNode, example: str) -> None:
+def _run_example(real_node: RealNode, example: str) -> dict[str, dict[str, str]]:
     """Each pod of the example runs; inside each container the environment holds every variable
-    the CDI specs of its pod's claims set; deleting the namespace unprepares every claim."""
+    the CDI specs of its pod's claims set; deleting the namespace unprepares every claim. Returns
+    each pod's environment, by pod name."""
     plane = real_node.plane
     namespace = f"e2e-{example}"
     plane.create_namespace(namespace)
@@ -551,6 +572,7 @@ def _run_example(real_node: RealNode, example: str) -> None:
         plane.kubectl("get", "resourceclaims", "-n", namespace, "-o", "json").stdout
     )["items"]
     uid_of = {c["metadata"]["name"]: c["metadata"]["uid"] for c in claims}
+    envs: dict[str, dict[str, str]] = {}
     for pod in pods:
         name = pod["metadata"]["name"]
         promised: dict[str, str] = {}
@@ -563,6 +585,7 @@ def _run_example(real_node: RealNode, example: str) -> None:
                 )
         out = plane.kubectl("exec", name, "-n", namespace, "--", "env", step_name="kubectl exec")
         env = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+        envs[name] = env
         with step(f"{example}: the environment of {name} is its claims' CDI edits", "kubectl exec"):
             assert promised, f"no CDI spec for the claims of {name}"
             assert {k: env.get(k) for k in promised} == promised, env
@@ -580,6 +603,7 @@ def _run_example(real_node: RealNode, example: str) -> None:
         "no CDI spec of the example's claims",
         process=real_node.kubelet,
     )
+    return envs
 
 
 #: Mock GPUs for examples/mig-static: GPU 0 in MIG mode split into two 1g.10gb and one 3g.40gb

@@ -12,7 +12,7 @@ Invariants the enforcer relies on:
 - planning is pure: :meth:`SharingStrategy.plan`, :meth:`~SharingStrategy.check_claim` and
   :meth:`~SharingStrategy.conflict` read their arguments only;
 - the caps a device is enforced at come from :func:`enforced_caps` (one home for the rule
-  "requested cores and memory, or an override at most the request");
+  "requested cores and memory, or the burst limit, or an override at most those");
 - a node's methods for one GPU are called under that GPU's lock (the enforcer holds it);
 - :meth:`StrategyNode.acquire` either succeeds or undoes its own part and raises
   :class:`~kubeletplugin.sharing.enforcement.ShareError`; :meth:`StrategyNode.undo` undoes a
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from api import burst
 from api.gpuconfig import GpuConfig
 from api.names import CORES_PER_GPU
 from api.quantity import format_bytes_human
@@ -182,27 +183,32 @@ def enforced_caps(
     share: DeviceRecord,
     label: str,
     *,
+    config: GpuConfig | None = None,
     cores: tuple[str, int | None] = ("", None),
     memory: tuple[str, int | None] = ("", None),
 ) -> tuple[int, int]:
-    """(cores, memory bytes) a device's container is limited to: the share's requested cores and
-    memory, or a GpuConfig override (``(field, value)``, e.g. ``("mps.activeThreadPercentage",
-    40)``) that is at most the request; ShareError naming the field when it is above."""
+    """(cores, memory bytes) a device's container is limited to: the share's caps (its requested
+    cores and memory, or the ``burstLimit`` of ``config`` where set, :func:`api.burst.share_caps`;
+    the enforcer has judged that limit against the DeviceClass's policy), or a GpuConfig override
+    (``(field, value)``, e.g. ``("mps.activeThreadPercentage", 40)``) that is at most the caps;
+    ShareError naming the field when it is above."""
+    sharing = config.sharing if config is not None else None
+    cap_cores, cap_memory = burst.share_caps(sharing, share.cores, share.memory)
+    whose = "the share's burstLimit" if sharing and sharing.burst_limit else "the share's"
     cores_field, cores_override = cores
     memory_field, memory_override = memory
-    if cores_override is not None and cores_override > share.cores:
+    if cores_override is not None and cores_override > cap_cores:
         raise ShareError(
-            f"{label}: sharing.{cores_field} {cores_override} is above the share's "
-            f"{share.cores} cores"
+            f"{label}: sharing.{cores_field} {cores_override} is above {whose} {cap_cores} cores"
         )
-    if memory_override is not None and memory_override > share.memory:
+    if memory_override is not None and memory_override > cap_memory:
         raise ShareError(
             f"{label}: sharing.{memory_field} {format_bytes_human(memory_override)} is above "
-            f"the share's memory {format_bytes_human(share.memory)}"
+            f"{whose} memory {format_bytes_human(cap_memory)}"
         )
     return (
-        share.cores if cores_override is None else cores_override,
-        share.memory if memory_override is None else memory_override,
+        cap_cores if cores_override is None else cores_override,
+        cap_memory if memory_override is None else memory_override,
     )
 
 

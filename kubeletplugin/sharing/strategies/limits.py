@@ -46,10 +46,11 @@ def limits_caps(share: DeviceRecord, config: GpuConfig, label: str) -> tuple[int
     ``sharing.limits`` overrides (see the module docstring)."""
     settings = config.sharing.limits if config.sharing else None
     if settings is None:
-        return enforced_caps(share, label)
+        return enforced_caps(share, label, config=config)
     return enforced_caps(
         share,
         label,
+        config=config,
         cores=("limits.smLimit", settings.sm_limit),
         memory=("limits.deviceMemoryLimit", settings.device_memory_limit_bytes()),
     )

@@ -41,10 +41,11 @@ def mps_caps(share: DeviceRecord, config: GpuConfig, label: str) -> tuple[int, i
     ``sharing.mps`` overrides (see the module docstring)."""
     settings = config.sharing.mps if config.sharing else None
     if settings is None:
-        return enforced_caps(share, label)
+        return enforced_caps(share, label, config=config)
     return enforced_caps(
         share,
         label,
+        config=config,
         cores=("mps.activeThreadPercentage", settings.active_thread_percentage),
         memory=("mps.pinnedMemoryLimit", settings.pinned_memory_limit_bytes()),
     )

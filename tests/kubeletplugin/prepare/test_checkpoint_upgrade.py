@@ -237,7 +237,7 @@ def test_a_device_record_round_trips_through_the_checkpoint(
     [
         ("MPS", {}, "d.enforcement is not an object"),
         ({"strategy": "mps"}, {}, "d.enforcement.strategy is 'mps'; known: Exclusive, "),
-        ({"strategy": "MPS", "limitCores": 31, "limitMemory": 0}, {}, "limitCores 31 is outside"),
+        ({"strategy": "MPS", "limitCores": 101, "limitMemory": 0}, {}, "limitCores 101 is outside"),
         ({"strategy": "MPS", "limitCores": 1, "limitMemory": 1.5}, {}, "must be an integer"),
         ({"strategy": "MPS", "limitCores": True, "limitMemory": 0}, {}, "must be an integer"),
         (
@@ -310,7 +310,7 @@ def test_format1_grants_pair_with_the_devices_without_admin_access() -> None:
         ([_grant(requests=["other"])], r"grants\[0\]\.requests is \['other'\], not devices\[0\]"),
         ([_grant(cores=31)], r"grants\[0\]\.cores is 31"),
         ([_grant(gpu_uuid="GPU-x")], r"grants\[0\]\.gpu_uuid 'GPU-x' is not devices\[0\]'s GPU"),
-        ([_grant(limit_memory=11 * GI)], r"grants\[0\]\.limit_memory \d+ is outside"),
+        ([_grant(limit_memory=2**63)], r"grants\[0\]\.limit_memory \d+ is outside"),
         ([_grant(strategy="Root")], r"grants\[0\]\.strategy is 'Root'"),
     ],
 )

@@ -450,3 +450,21 @@ def test_demo_allocates_the_claims_of_one_pod_together(
     devices = {name: [r["device"] for r in c["results"]] for name, c in claims.items()}
     assert devices == {"default/any-gpu": ["gpu-1"], "default/gpu-zero": ["gpu-0"]}
     assert all(c["prepared"] for c in claims.values())
+
+
+def test_demo_of_the_burstable_example_shows_the_share_and_its_enforced_limit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The embedded plugin enforces the burst limit (the request stays the reservation), and
+    the demo says what the GpuConfig changed."""
+    code, out, _ = run_cli(
+        ["demo", "-f", str(EXAMPLES_DIR / "burstable-shares"), "-o", "json"], capsys
+    )
+    assert code == 0
+    (device,) = by_claim(json.loads(out))["default/burstable-share"]["devices"]
+    assert device["limits"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+    assert device["limits"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].endswith("=32768M")
+    (note,) = by_claim(json.loads(out))["default/burstable-share"]["overrides"]
+    assert note["override"] == (
+        "strategy MPS; burstable to 100 cores and 32Gi (reserves 25 cores and 8Gi)"
+    )

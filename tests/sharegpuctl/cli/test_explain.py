@@ -514,3 +514,40 @@ def test_live_cluster_device_taint_rules(
     [req] = only_failure(report)["requests"]
     assert req["reasons"][0]["kind"] == "tainted"
     assert "(from DeviceTaintRule drain)" in req["reasons"][0]["reason"]
+
+
+def test_explain_shows_a_burstable_share_and_why_the_plugin_would_refuse_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The example's share reserves 25 cores and 8Gi and may use 100 and 32Gi; the same limit
+    through the default class (no burstPolicy) is a memory burst the plugin would refuse."""
+    code = main(
+        ["explain", "-f", str(EXAMPLES_DIR / "burstable-shares"), "--node-name", NODE, "-o", "json"]
+    )
+    [entry] = json.loads(capsys.readouterr().out)["claims"]
+    assert code == 0
+    [result] = entry["results"]
+    assert result["consumedCapacity"] == {"cores": "25", "memory": "8Gi"}
+    assert result["burst"] == {"limit": {"cores": 100, "memory": "32Gi"}, "problems": []}
+
+    bursting = claim("b", request(capacity={"cores": "25", "memory": "8Gi"}))
+    bursting["spec"]["devices"]["config"] = [
+        {
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.sharegpu.dev/v1alpha1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "MPS", "burstLimit": {"memory": "32Gi"}},
+                },
+            }
+        }
+    ]
+    path = write(tmp_path / "b.yaml", bursting)
+    main(["explain", "-f", path, "--node-name", NODE, "-o", "json"])
+    [entry] = json.loads(capsys.readouterr().out)["claims"]
+    assert entry["results"][0]["burst"]["problems"] == [
+        "sharing.burstLimit.memory: memory burst is not allowed by the request's DeviceClass (it "
+        "sets no sharing.burstPolicy.memory, which defaults to Denied; an admin allows it with "
+        "sharing.burstPolicy.memory: Allowed in the class's config)"
+    ]

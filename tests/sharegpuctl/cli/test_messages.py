@@ -176,7 +176,7 @@ def test_gpuconfig_field_and_kind_get_a_did_you_mean(
     assert [m for _, _, m in messages(found)] == [
         'kind: must be GpuConfig (got "GPUConfig") (names are case-sensitive)',
         "sharing.stratgy: unknown field; did you mean strategy? "
-        "(fields here: strategy, timeSlicing, mps, limits)",
+        "(fields here: strategy, timeSlicing, mps, limits, burstLimit, burstPolicy)",
     ]
 
 

@@ -336,3 +336,40 @@ def test_device_taint_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     )
     assert code == 1
     assert "has no schema for resource.k8s.io/v1 DeviceTaintRule" in findings(report)[0][3]
+
+
+def test_a_burst_limit_is_judged_against_the_device_class_in_the_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The DeviceClasses among the files decide what may burst; a class not among them (here
+    the chart's) is left to the plugin, with a warning."""
+    strict = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "strict.gpu.sharegpu.dev"},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+    }
+    limit = gpu_config({"strategy": "MPS", "burstLimit": {"memory": "20Gi"}})
+    asks = {"capacity": {"requests": {"cores": "30", "memory": "10Gi"}}}
+    refused = claim("refused", {**asks, "deviceClassName": "strict.gpu.sharegpu.dev"}, limit)
+    unknown = claim("unknown", asks, limit)
+    code, report = run_validate(capsys, write(tmp_path / "c.yaml", strict, refused, unknown))
+    assert code == 1
+    assert findings(report) == [
+        (
+            "refused",
+            "error",
+            "spec.devices.config[0].opaque.parameters",
+            "sharing.burstLimit.memory: memory burst is not allowed by DeviceClass "
+            '"strict.gpu.sharegpu.dev" (it sets no sharing.burstPolicy.memory, which defaults '
+            "to Denied; an admin allows it with sharing.burstPolicy.memory: Allowed in the "
+            "class's config)",
+        ),
+        (
+            "unknown",
+            "warning",
+            "spec.devices.config[0].opaque.parameters",
+            f"sharing.burstLimit: DeviceClass '{DRIVER}' is not known here, so whether it "
+            "allows the burst of request 'gpu' is checked when the claim is prepared",
+        ),
+    ]

@@ -66,11 +66,15 @@ def test_get_gpus_as_table_has_the_printer_columns(apiserver: KubeAPIServer) -> 
         "Cores",
         "Memory",
         "Claims",
+        "Limits",
+        "Overcommit",
         "Age",
     ]
     (row,) = listed["rows"]
     assert row["cells"][:7] == ["g0", "node-1", "NVIDIA A100", "Healthy", "0/100", "0/40Gi", 3]
-    assert row["cells"][7].endswith("s")  # an age, e.g. "0s"
+    # No burstable share: no limits, no ratio.
+    assert row["cells"][7:9] == [None, None]
+    assert row["cells"][9].endswith("s")  # an age, e.g. "0s"
     assert row["object"]["kind"] == "PartialObjectMetadata"
     assert row["object"]["metadata"]["name"] == "g0"
     code, one = get(apiserver, f"/apis/{names.GROUP_VERSION}/gpus/g0?includeObject=None", TABLE)

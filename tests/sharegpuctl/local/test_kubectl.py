@@ -84,7 +84,18 @@ def test_get_shows_printer_columns_short_names_and_categories(
     gpu = apiserver.store.create(names.GPU_PLURAL, {"metadata": {"name": "g0"}, "spec": gpu_spec()})
     apiserver.store.update_status(names.GPU_PLURAL, {**gpu, "status": gpu_status(claims=2)})
     header, row = kubectl.ok("get", "sgpu").splitlines()
-    assert header.split() == ["NAME", "NODE", "MODEL", "HEALTH", "CORES", "MEMORY", "CLAIMS", "AGE"]
+    assert header.split() == [
+        "NAME",
+        "NODE",
+        "MODEL",
+        "HEALTH",
+        "CORES",
+        "MEMORY",
+        "CLAIMS",
+        "LIMITS",
+        "OVERCOMMIT",
+        "AGE",
+    ]
     assert row.split()[:3] == ["g0", "node-1", "NVIDIA"]
     assert "gpu.resource.sharegpu.dev/g0" in kubectl.ok("get", "sharegpu")
     assert "default" in kubectl.ok("get", "ns")
