@@ -33,17 +33,27 @@ from kubeletplugin.devices.slices import (
     resource_slice_objects,
 )
 from kubeletplugin.devices.table import node_devices
-from sharegpu.allocator import AllocationOutcome, allocate_many
+from sharegpu.allocator import allocate_many
 from sharegpu.cel import CelCompileError, CelEvalError, compile_selector, device_activation
 from tests.deploy.helpers import (
     EXAMPLES_DIR,
     KUBERNETES_VERSIONS,
-    load_documents,
     validation_errors,
+)
+from tests.examples.helpers import (
+    EXAMPLE_FILES,
+    GPU_CLASS,
+    NODE,
+    all_documents,
+    claim_specs,
+    documents,
+    example_claims,
+    example_classes,
+    node_slices,
+    results,
 )
 
 EXAMPLE_DIRS = sorted(p for p in EXAMPLES_DIR.iterdir() if p.is_dir())
-EXAMPLE_FILES = sorted(EXAMPLES_DIR.glob("*/*.yaml"))
 
 #: The cases the examples must cover (one directory each).
 REQUIRED_EXAMPLES = {
@@ -65,25 +75,6 @@ REQUIRED_EXAMPLES = {
     "mig-static",
     "gpu-quota",
 }
-
-
-def documents(path: Path) -> list[dict[str, Any]]:
-    return load_documents(path.read_text())
-
-
-def all_documents() -> Iterator[tuple[Path, dict[str, Any]]]:
-    for path in EXAMPLE_FILES:
-        for doc in documents(path):
-            yield path, doc
-
-
-def claim_specs(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ResourceClaimSpecs in a manifest (claims and claim templates)."""
-    if doc["kind"] == "ResourceClaim":
-        return [doc["spec"]]
-    if doc["kind"] == "ResourceClaimTemplate":
-        return [doc["spec"]["spec"]]
-    return []
 
 
 def selector_expressions(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -244,49 +235,6 @@ def test_sharegpu_validate_accepts_every_example_without_warnings(version: str) 
 
 
 # --- allocation on the slices the plugin publishes (kube-scheduler semantics) ---
-
-NODE = "node-a"
-GPU_CLASS = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "DeviceClass",
-    "metadata": {"name": DEFAULT_DRIVER_NAME},
-    "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DEFAULT_DRIVER_NAME}"'}}]},
-}
-
-
-def node_slices(sharing_mode: str, gpus: int = 8) -> list[dict[str, Any]]:
-    """The ResourceSlices the plugin publishes for ``gpus`` default mock GPUs on one node."""
-    infos = [default_gpu(NODE, i, gpus) for i in range(gpus)]
-    contents = desired_slices(node_devices(infos, sharing_mode))
-    objects = resource_slice_objects(contents, DEFAULT_DRIVER_NAME, NODE, None, 1)
-    for obj in objects:  # the API server completes generateName
-        obj["metadata"]["name"] = obj["metadata"]["generateName"] + "x"
-    return objects
-
-
-def example_claims(example: str) -> list[dict[str, Any]]:
-    """The example's claims, templates instantiated as kube-scheduler sees them."""
-    claims = []
-    for path in sorted((EXAMPLES_DIR / example).glob("*.yaml")):
-        for doc in documents(path):
-            for spec in claim_specs(doc):
-                name = doc["metadata"]["name"]
-                claims.append({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
-    return claims
-
-
-def example_classes(example: str) -> list[dict[str, Any]]:
-    """The DeviceClasses an example defines, next to the chart's class."""
-    found = [GPU_CLASS]
-    for path in sorted((EXAMPLES_DIR / example).glob("*.yaml")):
-        found += [doc for doc in documents(path) if doc["kind"] == "DeviceClass"]
-    return found
-
-
-def results(outcome: AllocationOutcome) -> list[dict[str, Any]]:
-    assert outcome.allocation is not None, f"not allocatable: {outcome.error} {outcome.reports}"
-    found: list[dict[str, Any]] = outcome.allocation["devices"]["results"]
-    return found
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from api import names
 from sharegpu.allocator import allocate_many
 from sharegpuctl.cli import main
 from tests.e2e import nicdriver
-from tests.examples.test_examples import GPU_CLASS, NODE, example_claims, node_slices, results
+from tests.examples.helpers import GPU_CLASS, NODE, example_claims, node_slices, results
 from tests.paths import EXAMPLES_DIR
 
 EXAMPLE = EXAMPLES_DIR / "gpu-and-nic-same-pcie-root"

@@ -24,7 +24,7 @@ from kubeletplugin.devices.nvlink import (
 from kubeletplugin.devices.slices import desired_slices, gpu_attributes
 from kubeletplugin.devices.table import node_devices
 from tests.kubeletplugin.devices.fakenvmllib import FakeGpu, FakeNvmlLib
-from tests.kubeletplugin.devices.test_real_pynvml import discover, h100
+from tests.kubeletplugin.devices.realpynvml import discover, h100
 
 GPU, SWITCH, NPU = 0x00, 0x02, 0x01
 CLUSTER = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")

@@ -9,9 +9,6 @@ the wrong ctypes type (see :mod:`tests.kubeletplugin.devices.fakenvmllib`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pynvml
 import pytest
@@ -23,7 +20,7 @@ from kubeletplugin.devices.nvml import MEMORY_V1_NOTE, NvmlBackend
 from kubeletplugin.devices.nvmlmig import NvmlMigPartitioner
 from kubeletplugin.health.events import EventKind, HealthEvent
 from kubeletplugin.health.nvmlcheck import NvmlHealthChecker
-from kubeletplugin.model import GpuInfo, MigPlacement
+from kubeletplugin.model import MigPlacement
 from kubeletplugin.usage.model import ProcessSample
 from kubeletplugin.usage.source import NvmlUsageSource, UsageSourceError
 from tests.kubeletplugin.devices.fakenvmllib import (
@@ -31,29 +28,13 @@ from tests.kubeletplugin.devices.fakenvmllib import (
     FakeGpu,
     FakeMig,
     FakeNvmlLib,
-    StrictModule,
     installed,
 )
+from tests.kubeletplugin.devices.realpynvml import NO_SYSFS, discover, h100, real_pynvml
 
-NO_SYSFS = Path("/nonexistent")
 GIB = 1024**3
 #: Long enough for the event thread to pick an event up on a loaded machine; never asserted.
 EVENT_WAIT_S = 30.0
-
-
-def h100(index: int = 0) -> FakeGpu:
-    return FakeGpu(
-        uuid=f"GPU-{index:08x}-1111-2222-3333-444444444444",
-        name="NVIDIA H100 80GB HBM3",
-        bus_id=f"00000000:{0x18 + index:02X}:00.0",
-        minor=index,
-        brand=14,
-        architecture=9,
-        compute_capability=(9, 0),
-        memory_total=85520809984,
-        memory_reserved=552337408,
-        numa_node=1,
-    )
 
 
 def a100_mig(index: int = 1) -> FakeGpu:
@@ -77,23 +58,6 @@ def a100_mig(index: int = 1) -> FakeGpu:
         ],
         utilization=None,
     )
-
-
-@contextmanager
-def real_pynvml(lib: FakeNvmlLib) -> Iterator[StrictModule]:
-    """pynvml over ``lib``; afterwards, no unknown name, no bad argument, no open session."""
-    module = StrictModule(pynvml)
-    with installed(lib):
-        yield module
-    assert module.missing == [], f"names pynvml lacks: {module.missing}"
-    assert lib.missing == [], f"C functions the fake lacks: {lib.missing}"
-    assert lib.violations == [], f"calls not matching nvml.h: {lib.violations}"
-    assert lib.initialised == 0, "an NVML session was left open"
-
-
-def discover(lib: FakeNvmlLib) -> list[GpuInfo]:
-    with real_pynvml(lib) as nvml:
-        return NvmlBackend(nvml=nvml, sysfs_root=NO_SYSFS).discover()
 
 
 # --- discovery ------------------------------------------------------------------------------
