@@ -86,6 +86,8 @@ def test_gpus_show_the_printer_columns(published: ControlPlane) -> None:
             "CORES",
             "MEMORY",
             "CLAIMS",
+            "LIMITS",
+            "OVERCOMMIT",
             "AGE",
         ]
         rows = [row for row in table.splitlines()[1:] if NODE in row]
