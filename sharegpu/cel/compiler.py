@@ -43,6 +43,7 @@ from .values import (
     cel_compare,
     cel_div,
     cel_eq,
+    cel_eq_op,
     cel_in,
     cel_index,
     cel_mod,
@@ -668,7 +669,7 @@ class _Compiler:
                 )
             cost = C.add(_compare_cost(left, right), args)
             if op == "relation_eq":
-                return self.made(lambda env: cel_eq(lf(env), rf(env)), "bool", cost=cost)
+                return self.made(lambda env: cel_eq_op(lf(env), rf(env)), "bool", cost=cost)
             return self.made(lambda env: not cel_eq(lf(env), rf(env)), "bool", cost=cost)
         if op == "relation_in":
             if rt not in (DYN, "list", "map"):
@@ -1573,7 +1574,8 @@ class _Compiler:
         if len(args) != 3:
             self.fail(tree, "cel.bind() takes 3 arguments: variable, value, expression")
         init = self.node(args[1])
-        body = self._bound(args[0], args[2], _Local(init.type, init.path, init.size))
+        local = _Local(init.type, init.path, init.size, _known_full_type(init))
+        body = self._bound(args[0], args[2], local)
         name = _ident_name(args[0])
         assert name is not None
         initf, bodyf = init.fn, body.fn
@@ -1584,6 +1586,8 @@ class _Compiler:
             own=C.LIST_CREATE,
             cost=cost,
             size=body.size,
+            elements=body.elements,
+            full=body.full,
         )
 
     def check_range(self, tree: lark.Tree[Any], target: Node) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from .celtypes import CelType
 from .device import finds
 from .errors import CelEvalError
-from .values import cel_eq, no_overload
+from .values import equal, no_overload
 
 _ABSENT = object()
 
@@ -42,9 +42,16 @@ class OptionalValue:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, OptionalValue):
             return NotImplemented
+        return self.cel_equal(other) is True
+
+    def cel_equal(self, other: object) -> bool | None:
+        """cel-go's ``Optional.Equal``: false beside anything but an optional, else by
+        presence, then the values' equality (None: its error)."""
+        if not isinstance(other, OptionalValue):
+            return False
         if not self.has_value or not other.has_value:
             return self.has_value == other.has_value
-        return cel_eq(self._value, other._value)
+        return equal(self._value, other._value)
 
     def __hash__(self) -> int:
         return 0

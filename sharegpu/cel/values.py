@@ -16,11 +16,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import CelEvalError
+from .netaddr import CIDR, IP
 from .quantity import Quantity
 from .semver import Semver
 from .timevalues import Duration, Timestamp
 from .timevalues import add as _time_add
 from .timevalues import subtract as _time_subtract
+from .urls import URL
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -210,30 +212,58 @@ def _numeric_order(a: Any, b: Any) -> int:
 
 
 def cel_eq(a: Any, b: Any) -> bool:
-    """CEL equality: numbers compare across int/uint/double (as :func:`_numeric_order`;
-    NaN equals nothing), other types must match."""
+    """Whether CEL's equality of ``a`` and ``b`` is true (an error is not): what ``!=``,
+    ``in`` and the list and set functions test. The ``==`` operator is :func:`cel_eq_op`."""
+    return equal(a, b) is True
+
+
+def cel_eq_op(a: Any, b: Any) -> bool:
+    """The ``==`` operator: :func:`equal`, whose error is the answer."""
+    result = equal(a, b)
+    if result is None:
+        raise CelEvalError("no such overload")
+    return result
+
+
+#: Kubernetes' own value types, whose ``Equal`` accepts only a value of exactly its own Go
+#: type: anything else (another type, or a quantity made by ``add``/``sub``, a ``*Quantity``)
+#: is "no such overload".
+_STRICT_EQUALITY: tuple[type, ...] = (Quantity, Semver, IP, CIDR, URL)
+
+
+def equal(a: Any, b: Any) -> bool | None:
+    """cel-go's ``types.Equal``: True, False, or None for its error value. Numbers compare
+    across int/uint/double (as :func:`_numeric_order`; NaN equals nothing); other types must
+    match. Kubernetes' types err on another operand (:data:`_STRICT_EQUALITY`). A list or map
+    is unequal only when an element or value is: an element whose equality errs is passed
+    over (``[dyn(quantity('1'))] == [dyn(1)]`` is true, as in cel-go)."""
+    if a is None or b is None:
+        return a is b
     if _is_num(a) and _is_num(b):
         if isinstance(a, float) is isinstance(b, float):
             return bool(a == b)
         return a == a and b == b and _numeric_order(a, b) == 0
-    ta, tb = type(a), type(b)
-    if ta is tb or (isinstance(a, str) and isinstance(b, str)):
-        if _is_list(a):
-            return len(a) == len(b) and all(cel_eq(x, y) for x, y in zip(a, b, strict=True))
-        if isinstance(a, Mapping):
-            return _map_eq(a, b)
+    if isinstance(a, _STRICT_EQUALITY):
+        if type(a) is not type(b) or getattr(b, "arithmetic", False):
+            return None
         return bool(a == b)
+    own = getattr(type(a), "cel_equal", None)
+    if own is not None:
+        return own(a, b)  # type: ignore[no-any-return]
     if _is_list(a) and _is_list(b):
-        return len(a) == len(b) and all(cel_eq(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(equal(x, y) is not False for x, y in zip(a, b, strict=True))
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return _map_eq(a, b)
+    ta, tb = type(a), type(b)
+    if ta is tb or (isinstance(a, str) and isinstance(b, str)):
+        return bool(a == b)
     return False
 
 
 def _map_eq(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
     if len(a) != len(b):
         return False
-    return all(k in b and cel_eq(v, b[k]) for k, v in a.items())
+    return all(k in b and equal(v, b[k]) is not False for k, v in a.items())
 
 
 def cel_compare(op: str, a: Any, b: Any) -> int:
