@@ -40,7 +40,6 @@ from .values import (
     CelMap,
     UInt,
     cel_add,
-    cel_compare,
     cel_div,
     cel_eq,
     cel_eq_op,
@@ -50,6 +49,7 @@ from .values import (
     cel_mul,
     cel_neg,
     cel_not,
+    cel_order,
     cel_select,
     cel_sub,
     key_identity,
@@ -714,7 +714,7 @@ class _Compiler:
             "relation_ge": lambda c: c >= 0,
         }[op]
         return self.made(
-            lambda env: test(cel_compare(symbol, lf(env), rf(env))), "bool", cost=C.add(own, args)
+            lambda env: test(cel_order(symbol, lf(env), rf(env))), "bool", cost=C.add(own, args)
         )
 
     def _arith(

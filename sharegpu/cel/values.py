@@ -266,6 +266,30 @@ def _map_eq(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
     return all(k in b and equal(v, b[k]) is not False for k, v in a.items())
 
 
+def cel_order(op: str, a: Any, b: Any) -> int:
+    """The ordering operators' comparison: :func:`cel_compare`, except that a NaN operand is
+    an error, as cel-go's ``Compare`` of a double makes it."""
+    nan = (isinstance(a, float) and a != a) or (isinstance(b, float) and b != b)
+    if nan and _is_num(a) and _is_num(b):
+        raise CelEvalError("NaN values cannot be ordered")
+    return cel_compare(op, a, b)
+
+
+def comparable(value: Any) -> bool:
+    """Whether ``value`` is of a type cel-go can order (its ``traits.Comparer``): a number,
+    bool, string, bytes, timestamp or duration (no null, list, map or Kubernetes type)."""
+    return isinstance(value, int | float | str | bytes | Timestamp | Duration)
+
+
+def compare_result(a: Any, b: Any) -> int | None:
+    """cel-go's ``a.Compare(b)`` for a comparable ``a``: -1, 0 or 1, or None for its error
+    value (``b`` of another type, or a NaN), which the list functions pass over."""
+    try:
+        return cel_order("compare", a, b)
+    except CelEvalError:
+        return None
+
+
 def cel_compare(op: str, a: Any, b: Any) -> int:
     """-1/0/1 for the ordering operators; error for types without an ordering."""
     if _is_num(a) and _is_num(b):
