@@ -895,7 +895,7 @@ class _Compiler:
         own = C.ONE if _plain(member.type) == "map" else C.ZERO
         if member.type == "optional":
             return self.made(
-                lambda env: opt.select(f(env), field, plain=True),
+                lambda env: opt.select(f(env), field),
                 "optional",
                 cost=C.add(member.cost, own),
             )
@@ -1981,7 +1981,7 @@ def _not_iterable(value: Any) -> CelEvalError:
 
 def _select(value: Any, field: str) -> Any:
     if isinstance(value, opt.OptionalValue):
-        return opt.select(value, field, plain=True)
+        return opt.select(value, field)
     return cel_select(value, field)
 
 

@@ -436,8 +436,23 @@ def cel_in(a: Any, container: Any) -> bool:
     raise no_overload("@in", a, container)
 
 
+#: The Go type names cel-go prints for a value that cannot qualify.
+_GO_TYPE_NAMES = {"null_type": "types.Null", "bytes": "types.Bytes", "list": "*types.baseList"}
+
+
+def check_qualifier(key: Any) -> None:
+    """An index computed at evaluation qualifies only as a string, int, uint, double or bool
+    (cel-go's ``newQualifier``); another value (null, bytes, a list, a quantity, a duration,
+    ...) is the error "invalid qualifier type", whatever is indexed."""
+    if not isinstance(key, str | int | float):
+        name = type_name(key)
+        raise CelEvalError(f"invalid qualifier type: {_GO_TYPE_NAMES.get(name, name)}")
+
+
 def cel_index(container: Any, key: Any) -> Any:
-    """``container[key]``: list by int index, map by key; a missing key is an error."""
+    """``container[key]``: list by int index, map by key; a missing key is an error, and so
+    is a key that cannot qualify (:func:`check_qualifier`)."""
+    check_qualifier(key)
     if isinstance(container, Mapping):
         try:
             return container[key]
