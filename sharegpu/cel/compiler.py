@@ -1055,10 +1055,14 @@ class _Compiler:
             if len(args) != arity:
                 self.fail(name_token, _no_overload(name, receiver, args))
             rfn = receiver.fn
+            type_, full = "bool", None
+            if name != "hasValue":
+                type_, full = _value_of_full(_optional_inner(_known_full_type(receiver)))
             return self.made(
                 lambda env: impl_opt(rfn(env)),
-                "bool" if name == "hasValue" else DYN,
+                type_,
                 cost=C.add(C.ONE, receiver.cost),
+                full=full,
             )
         if name == "includes" and self.features.includes:
             return self._includes(receiver, args, name_token)
@@ -1222,7 +1226,12 @@ class _Compiler:
             first = opt.expect(rf(env), "orValue")
             return first.get() if first.has_value else af(env)
 
-        return self.made(or_value, DYN, cost=cost)
+        # The result is V of ``orValue(optional(V), V)``: known where the known sides agree
+        # and have no ``dyn`` in them (which cel-go may resolve either way).
+        sides = {t for t in (inner, other) if t is not None}
+        only = sides.pop() if len(sides) == 1 else None
+        type_, full = _value_of_full(None if only is None or DYN in only else only)
+        return self.made(or_value, type_, cost=cost, full=full)
 
     def _optional_map(
         self,
@@ -1944,6 +1953,20 @@ def _optional_of_element(container: Node) -> str | None:
         return None
     value = _parts_of_full(_known_full_type(container))[1]
     return None if value is None else f"optional_type({value})"
+
+
+def _value_of_full(full: str | None) -> tuple[str, str | None]:
+    """(static type, full type) of a value whose full CEL type is ``full`` when known
+    (:func:`_static_of_full`, and Kubernetes' quantity and semver, an optional); ``(dyn,
+    None)`` (unknown) otherwise."""
+    if full is None:
+        return DYN, None
+    named = {"kubernetes.Quantity": "Quantity", "kubernetes.Semver": "Semver"}.get(full)
+    if named is not None:
+        return named, None
+    if full.startswith("optional_type("):
+        return "optional", full
+    return _static_of_full(full)
 
 
 def _optional_inner(full: str | None) -> str | None:
