@@ -894,6 +894,7 @@ class _Compiler:
         self.refer(member, field, False, field_token)
         own = C.ONE if _plain(member.type) == "map" else C.ZERO
         if member.type == "optional":
+            self.check_optional_field(field_token, member)
             return self.made(
                 lambda env: opt.select(f(env), field),
                 "optional",
@@ -907,6 +908,16 @@ class _Compiler:
             path=path,
             full=_exact_dyn(member),
         )
+
+    def check_optional_field(self, where: lark.Token, member: Node) -> None:
+        """cel-go selects a field of an optional's value type: one without fields (a scalar,
+        null, a list, a duration) or an opaque Kubernetes type is a compile error."""
+        inner = _optional_inner(_known_full_type(member))
+        if inner is None or inner == DYN or inner.startswith("map("):
+            return
+        if inner in ("kubernetes.Quantity", "kubernetes.Semver"):
+            self.fail(where, f"unexpected failed resolution of '{inner}'")
+        self.fail(where, f"type '{inner}' does not support field selection")
 
     def _member_dot_opt(self, tree: lark.Tree[Any]) -> Node:
         member_tree, field_token = tree.children
@@ -957,6 +968,14 @@ class _Compiler:
         cost = C.total(C.ONE, member.cost, index.cost)
         if member.type == "optional":
             return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
+        if _checked(member.type) not in ("list", "map", DYN, "null"):
+            # Indexing is declared on lists and maps only (null passes the checker).
+            given = _known_full_type(index) or _checked(index.type)
+            self.fail(
+                tree,
+                f"found no matching overload for '_[_]' applied to "
+                f"'({_known_full_type(member) or _cel_name(member.type)}, {given})'",
+            )
         self.check_index_type(tree, "_[_]", member, index)
         path = self._sub_path(member, "@items" if member.type == "list" else "@values")
         type_, full = _element_type(member.type), _exact_dyn(member)
