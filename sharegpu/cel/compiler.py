@@ -894,7 +894,7 @@ class _Compiler:
         self.refer(member, field, False, field_token)
         own = C.ONE if _plain(member.type) == "map" else C.ZERO
         if member.type == "optional":
-            self.check_optional_field(field_token, member)
+            self.check_optional_field(cast(lark.Token, field_token), member)
             return self.made(
                 lambda env: opt.select(f(env), field),
                 "optional",
