@@ -658,8 +658,11 @@ class _Compiler:
             if known and lt != rt and not _null_unifies(lt, rt):
                 self.fail(tree, mismatch)
             fulls = (_known_full_type(left), _known_full_type(right))
-            if all(f is not None and "(" in f and DYN not in f for f in fulls) and (
-                fulls[0] != fulls[1]
+            if (
+                fulls[0] is not None
+                and fulls[1] is not None
+                and "(" in fulls[0] + fulls[1]
+                and not _unifiable(fulls[0], fulls[1])
             ):
                 # Lists and maps unify by their type parameters: list(int) is no list(double).
                 self.fail(
@@ -1228,8 +1231,7 @@ class _Compiler:
         other = _known_full_type(args[0])
         if name == "or":
             other = _optional_inner(other)
-        known = inner is not None and other is not None and DYN not in f"{inner}{other}"
-        if known and inner != other:
+        if inner is not None and other is not None and not _unifiable(inner, other):
             self.fail(tree, _no_overload(name, receiver, args))
         rf, af = receiver.fn, args[0].fn
         cost = C.total(C.ONE, receiver.cost, args[0].cost)
@@ -1986,6 +1988,25 @@ def _value_of_full(full: str | None) -> tuple[str, str | None]:
     if full.startswith("optional_type("):
         return "optional", full
     return _static_of_full(full)
+
+
+def _unifiable(a: str, b: str) -> bool:
+    """Whether full CEL types ``a`` and ``b`` can be one type for cel-go's checker: ``dyn``
+    stands for any type, also inside a type's parameters (``list(dyn)`` and ``list(int)``);
+    otherwise the kinds and their parameters must match (``map(string, dyn)`` is no ``int``,
+    ``optional_type(kubernetes.Quantity)`` no ``optional_type(map(string, dyn))``). A type
+    with ``null`` in it is taken as unifiable (null unifies with several kinds)."""
+    if a == b or DYN in (a, b) or "null" in a or "null" in b:
+        return True
+    head_a, _, rest_a = a.partition("(")
+    head_b, _, rest_b = b.partition("(")
+    if head_a != head_b or not rest_a or not rest_b:
+        return False
+    params_a = _split_type_arguments(rest_a[:-1])
+    params_b = _split_type_arguments(rest_b[:-1])
+    return len(params_a) == len(params_b) and all(
+        _unifiable(x, y) for x, y in zip(params_a, params_b, strict=True)
+    )
 
 
 def _optional_inner(full: str | None) -> str | None:
