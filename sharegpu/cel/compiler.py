@@ -2000,8 +2000,10 @@ def _unifiable(a: str, b: str) -> bool:
         return True
     head_a, _, rest_a = a.partition("(")
     head_b, _, rest_b = b.partition("(")
-    if head_a != head_b or not rest_a or not rest_b:
+    if head_a != head_b:
         return False
+    if not rest_a or not rest_b:
+        return True  # parameters not known on one side (``optional.none()``, ``[]``)
     params_a = _split_type_arguments(rest_a[:-1])
     params_b = _split_type_arguments(rest_b[:-1])
     return len(params_a) == len(params_b) and all(
