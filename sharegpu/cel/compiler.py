@@ -596,7 +596,7 @@ class _Compiler:
         elif fulls[0] is not None and fulls[1] is not None:
             if fulls[0] == fulls[1]:
                 full = fulls[0]
-            elif DYN not in fulls[0] and DYN not in fulls[1]:
+            elif not _unifiable(fulls[0], fulls[1]):
                 self.fail(
                     tree,
                     "found no matching overload for '_?_:_' applied to "
@@ -1432,7 +1432,10 @@ class _Compiler:
                 value, type_ = None, "null"
         except ValueError as exc:
             self.fail(token, f"Syntax error: invalid literal {token.value!r}: {exc}")
-        return Node(lambda env: value, type_, const=value, cost=C.ZERO, size=size)
+        node = Node(lambda env: value, type_, const=value, cost=C.ZERO, size=size)
+        if value is None:
+            node.planned = (None,)  # a null literal: a constant to the planner
+        return node
 
     def _list_lit(self, tree: lark.Tree[Any]) -> Node:
         items: list[Node] = []
@@ -1994,10 +1997,13 @@ def _unifiable(a: str, b: str) -> bool:
     """Whether full CEL types ``a`` and ``b`` can be one type for cel-go's checker: ``dyn``
     stands for any type, also inside a type's parameters (``list(dyn)`` and ``list(int)``);
     otherwise the kinds and their parameters must match (``map(string, dyn)`` is no ``int``,
-    ``optional_type(kubernetes.Quantity)`` no ``optional_type(map(string, dyn))``). A type
-    with ``null`` in it is taken as unifiable (null unifies with several kinds)."""
-    if a == b or DYN in (a, b) or "null" in a or "null" in b:
+    ``optional_type(kubernetes.Quantity)`` no ``optional_type(map(string, dyn))``); ``null``
+    unifies with object types and optionals (:func:`_null_unifies`)."""
+    if a == b or DYN in (a, b):
         return True
+    if "null_type" in (a, b):
+        other = b if a == "null_type" else a
+        return other.startswith("optional_type") or other in {_cel_name(t) for t in _OBJECT_TYPES}
     head_a, _, rest_a = a.partition("(")
     head_b, _, rest_b = b.partition("(")
     if head_a != head_b:
@@ -2235,7 +2241,7 @@ def _planned(node: Node) -> tuple[Any] | None:
     """The value of ``node`` as a 1-tuple when cel-go's planner knows it as a constant (a
     literal, ``null``, a folded conversion, ``dyn`` of one of these, a list or map literal of
     these), else None."""
-    if node.const is not None or node.type == "null":
+    if node.const is not None:
         return (node.const,)
     return node.planned
 
