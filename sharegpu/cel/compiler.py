@@ -173,12 +173,14 @@ _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
     "duration": (frozenset({"string", DURATION}),),
     # The type conversions' overloads (cel-go's standard library; ``string`` also takes
     # Kubernetes' IP and CIDR): ``int([])`` or ``string(quantity('1'))`` is a compile error.
-    # ``null`` passes the checker and fails the planner's fold of the constant.
+    # ``null`` passes the checker only where an object type is declared (``int`` and
+    # ``string`` take a timestamp, a duration, ...), and then fails at evaluation, or at the
+    # planner's fold of a null literal; ``uint``, ``double``, ``bool`` and ``bytes`` refuse it.
     "int": (frozenset({"int", "uint", "double", "string", "null", TIMESTAMP, DURATION}),),
-    "uint": (frozenset({"int", "uint", "double", "string", "null"}),),
-    "double": (frozenset({"int", "uint", "double", "string", "null"}),),
-    "bool": (frozenset({"bool", "string", "null"}),),
-    "bytes": (frozenset({"bytes", "string", "null"}),),
+    "uint": (frozenset({"int", "uint", "double", "string"}),),
+    "double": (frozenset({"int", "uint", "double", "string"}),),
+    "bool": (frozenset({"bool", "string"}),),
+    "bytes": (frozenset({"bytes", "string"}),),
     "string": (
         frozenset(
             {"string", "bool", "bytes", "int", "uint", "double", "null"}
