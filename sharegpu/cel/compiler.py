@@ -544,7 +544,9 @@ class _Compiler:
     def optional_element(self, node: Node, where: Any) -> str | None:
         """The element type ``?node`` contributes to a list literal: ``T`` of its
         ``optional_type(T)``; a known type that is no optional is a compile error."""
-        if node.type not in ("optional", DYN, "null"):
+        if node.type == "null":
+            self.fail(where, "expected type 'optional_type(null)' but found 'null'")
+        if node.type not in ("optional", DYN):
             shown = _known_full_type(node)
             if shown is not None:
                 self.fail(where, f"expected type 'optional_type({shown})' but found '{shown}'")
@@ -1122,8 +1124,8 @@ class _Compiler:
             # list(E).indexOf(E): one argument, of the element type when both are known.
             element = _parts_of_full(_known_full_type(receiver))[1]
             given = _known_full_type(args[0]) if args else None
-            known = element is not None and given is not None and DYN not in element + given
-            if len(args) != 1 or (known and element != given):
+            known = element is not None and given is not None
+            if len(args) != 1 or (known and not _unifiable(element, given)):
                 self.fail(name_token, _no_overload(name, receiver, args))
         accepted = _method_args(name, rtype, len(args))
         if any(not _assignable(_checked(a.type), t) for a, t in zip(args, accepted, strict=False)):
