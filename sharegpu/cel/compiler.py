@@ -1124,8 +1124,8 @@ class _Compiler:
             # list(E).indexOf(E): one argument, of the element type when both are known.
             element = _parts_of_full(_known_full_type(receiver))[1]
             given = _known_full_type(args[0]) if args else None
-            known = element is not None and given is not None
-            if len(args) != 1 or (known and not _unifiable(element, given)):
+            clash = element is not None and given is not None and not _unifiable(element, given)
+            if len(args) != 1 or clash:
                 self.fail(name_token, _no_overload(name, receiver, args))
         accepted = _method_args(name, rtype, len(args))
         if any(not _assignable(_checked(a.type), t) for a, t in zip(args, accepted, strict=False)):
