@@ -1137,6 +1137,8 @@ class _Compiler:
             result_type = NET_IP
         if name in ("split", "findAll"):
             full = "list(string)"
+        if name in ("reverse", "distinct", "sort", "slice") and rtype == "list":
+            full = receiver.full  # a list of the receiver's element type
         if name in ("sum", "min", "max"):
             # The element type of the receiver, as cel-go infers it (``dyn`` included).
             result_type, full = _element_of_full(receiver.full)
@@ -1753,7 +1755,12 @@ class _Compiler:
                         out.append(item)
                 return out
 
-            return self.made(filter_, "list", own=0, cost=cost, size=count)
+            # The elements (a list's) or keys (a map's) it keeps, of their type.
+            kept = local.full if local.full is not None and DYN not in local.full else None
+            full = None if kept is None else f"list({kept})"
+            return self.made(filter_, "list", own=0, cost=cost, size=count, full=full)
+        mapped = _known_full_type(bodies[-1])
+        full = None if mapped is None else f"list({mapped})"
         if len(bodies) == 1:
             mf = bodies[0].fn
             cost = loop(C.add(bodies[0].cost, (12, 12)), init=list_init)
@@ -1763,6 +1770,7 @@ class _Compiler:
                 own=0,
                 cost=cost,
                 size=count,
+                full=full,
             )
         pf, mf = bodies[0].fn, bodies[1].fn
         step = C.add(bodies[0].cost, C.union(C.ONE, C.add(bodies[1].cost, (12, 12))))
@@ -1779,7 +1787,7 @@ class _Compiler:
                     out.append(mf(scoped))
             return out
 
-        return self.made(map_filter, "list", own=0, cost=cost, size=count)
+        return self.made(map_filter, "list", own=0, cost=cost, size=count, full=full)
 
     def _two_var(
         self,
