@@ -1137,8 +1137,10 @@ class _Compiler:
             result_type = NET_IP
         if name in ("split", "findAll"):
             full = "list(string)"
-        if name in ("reverse", "distinct", "sort", "slice") and rtype == "list":
+        if name in ("reverse", "distinct", "slice") and rtype == "list":
             full = receiver.full  # a list of the receiver's element type
+        if name == "sort" and _known_element_type(receiver) in _SCALARS:
+            full = receiver.full  # sort's overloads are per orderable type (null resolves apart)
         if name in ("sum", "min", "max"):
             # The element type of the receiver, as cel-go infers it (``dyn`` included).
             result_type, full = _element_of_full(receiver.full)
