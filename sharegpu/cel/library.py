@@ -425,8 +425,12 @@ def _parsed_semver(text: str, normalize: bool) -> Semver:
 
 
 def _quantity(s: Any) -> Quantity:
+    """A new quantity per call, as Kubernetes makes one (a map keyed by quantities finds a key
+    only by the same object: ``{dyn(quantity('1')): 1} == {dyn(quantity('1')): 1}`` is
+    false); the parse itself is cached."""
     _expect("quantity", isinstance(s, str), s)
-    return _parsed_quantity(s)
+    parsed = _parsed_quantity(s)
+    return Quantity(parsed.value, parsed.text, parsed.int64)
 
 
 def _is_quantity(s: Any) -> bool:
