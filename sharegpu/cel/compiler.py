@@ -523,13 +523,7 @@ class _Compiler:
         (never a false error)."""
         if self.in_format or not typed:
             return
-        first = _known_full_type(typed[0][0])
-        if first is None:
-            return
-        for node, where in typed[1:]:
-            type_ = _known_full_type(node)
-            if type_ is not None and type_ != first:
-                self.fail(where, f"expected type '{first}' but found '{type_}'")
+        self.check_homogeneous_types([(_known_full_type(n), where) for n, where in typed])
 
     def check_homogeneous_types(self, typed: list[tuple[str | None, Any]]) -> None:
         """:meth:`check_homogeneous` for elements whose full types (None: not known as
@@ -538,7 +532,11 @@ class _Compiler:
             return
         first = typed[0][0]
         for type_, where in typed[1:]:
-            if type_ is not None and type_ != first:
+            if type_ is None:
+                continue
+            if _free_parameters(first) and type_.startswith(first + "("):
+                first = type_  # ``optional.none()`` then ``optional.of(1)``: optional_type(int)
+            elif type_ != first and not (_free_parameters(type_) and first.startswith(type_)):
                 self.fail(where, f"expected type '{first}' but found '{type_}'")
 
     def optional_element(self, node: Node, where: Any) -> str | None:
@@ -743,11 +741,10 @@ class _Compiler:
             self.fail(tree, mismatch)
         if symbol == "_+_" and lt == rt == "list":
             # list(E) + list(E): the element types unify (list(int) + list(double) does not).
-            fulls = (_known_full_type(left), _known_full_type(right))
-            if all(f is not None and DYN not in f for f in fulls) and fulls[0] != fulls[1]:
+            lfull, rfull = _known_full_type(left), _known_full_type(right)
+            if lfull is not None and rfull is not None and not _unifiable(lfull, rfull):
                 self.fail(
-                    tree,
-                    f"found no matching overload for '_+_' applied to '({fulls[0]}, {fulls[1]})'",
+                    tree, f"found no matching overload for '_+_' applied to '({lfull}, {rfull})'"
                 )
         allowed = _ARITHMETIC[symbol]
         if any(t != DYN and t not in allowed and t not in _TIME_TYPES for t in (lt, rt)):
@@ -1321,12 +1318,11 @@ class _Compiler:
         self.check_planned_regex(name_token, name, args)
         if name in _SET_FUNCTIONS and len(args) == 2:
             # (list(T), list(T)): two lists of known, different element types do not unify.
-            fulls = [_known_full_type(a) for a in args]
-            if all(f is not None and DYN not in f for f in fulls) and fulls[0] != fulls[1]:
+            first, second = (_known_full_type(a) for a in args)
+            if first is not None and second is not None and not _unifiable(first, second):
                 self.fail(
                     name_token,
-                    f"found no matching overload for '{name}' applied to "
-                    f"'({fulls[0]}, {fulls[1]})'",
+                    f"found no matching overload for '{name}' applied to '({first}, {second})'",
                 )
         impl = function.impl
         result_type = DYN if name == "dyn" else _GLOBAL_RESULT.get(name, DYN)
@@ -2005,6 +2001,12 @@ def _value_of_full(full: str | None) -> tuple[str, str | None]:
     if full.startswith("optional_type("):
         return "optional", full
     return _static_of_full(full)
+
+
+def _free_parameters(full: str) -> bool:
+    """Whether ``full`` is a parameterised kind whose parameters are not known
+    (``optional_type`` of ``optional.none()``): it unifies with any type of that kind."""
+    return full == "optional_type"
 
 
 def _unifiable(a: str, b: str) -> bool:
