@@ -236,6 +236,7 @@ _METHOD_RESULT = {
     "substring": "string",
     "trim": "string",
     "join": "string",
+    "format": "string",
     "find": "string",
     "findAll": "list",
     "isSorted": "bool",
@@ -686,7 +687,11 @@ class _Compiler:
                 own = C.union(C.ONE, own)
             left_full = _known_full_type(left)
             right_key = _known_key_type(right)
-            if left_full not in (None, DYN) and right_key is not None and left_full != right_key:
+            if (
+                left_full not in (None, DYN)
+                and right_key is not None
+                and not _unifiable(left_full, right_key)
+            ):
                 self.fail(tree, mismatch)
             if right.elements == ():
                 # cel-go's planner (Kubernetes evaluates with OptOptimize) replaces membership
@@ -732,7 +737,14 @@ class _Compiler:
         lt, rt = _checked(left.type), _checked(right.type)
         mismatch = f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'"
         result_type = lt if lt != DYN else rt
-        if {lt, rt} & _TIME_TYPES:
+        if "null" in (lt, rt) and symbol in ("_+_", "_-_"):
+            # null passes as a timestamp or duration (beside one, dyn or null); fails at
+            # evaluation.
+            other = rt if lt == "null" else lt
+            if other not in (DYN, "null") and other not in _TIME_TYPES:
+                self.fail(tree, mismatch)
+            result_type = DYN
+        elif {lt, rt} & _TIME_TYPES:
             time_result = _time_arithmetic(symbol, lt, rt)
             if time_result is None:
                 self.fail(tree, mismatch)
@@ -747,7 +759,12 @@ class _Compiler:
                     tree, f"found no matching overload for '_+_' applied to '({lfull}, {rfull})'"
                 )
         allowed = _ARITHMETIC[symbol]
-        if any(t != DYN and t not in allowed and t not in _TIME_TYPES for t in (lt, rt)):
+        # null passes where a timestamp or duration is declared (``_+_``, ``_-_``).
+        null_ok = symbol in ("_+_", "_-_")
+        if any(
+            t != DYN and t not in allowed and t not in _TIME_TYPES and not (null_ok and t == "null")
+            for t in (lt, rt)
+        ):
             self.fail(tree, mismatch)
         lf, rf = left.fn, right.fn
         args = C.add(left.cost, right.cost)
@@ -1013,7 +1030,7 @@ class _Compiler:
             self.refer(member, index.const, True, tree.children[1])
         if member.type != "optional":
             mtype = _checked(member.type)
-            if mtype not in ("list", "map", DYN):
+            if mtype not in ("list", "map", DYN, "null"):
                 # Optional indexing is declared on lists and maps only.
                 given = _known_full_type(index) or _checked(index.type)
                 self.fail(
@@ -1101,7 +1118,9 @@ class _Compiler:
             self.fail(name_token, _no_overload(name, receiver, args))
         self.check_constant_call(name_token, name, [receiver, *args])
         self.check_planned_regex(name_token, name, [receiver, *args])
-        if name == "format" and isinstance(receiver.const, str) and args[0].elements is not None:
+        # cel-go's format validator checks a string literal receiver with a list literal.
+        literal = _unwrap(member_tree).data == "literal" and isinstance(receiver.const, str)
+        if name == "format" and literal and args[0].elements is not None:
             bases = [t.split("(")[0] for t in args[0].elements]
             message = check_format(receiver.const, bases)
             if message is not None:
@@ -1136,8 +1155,13 @@ class _Compiler:
             full = "list(string)"
         if name in ("reverse", "distinct", "slice") and rtype == "list":
             full = receiver.full  # a list of the receiver's element type
-        if name == "sort" and _known_element_type(receiver) in _SCALARS:
-            full = receiver.full  # sort's overloads are per orderable type (null resolves apart)
+        if name == "sort":
+            # sort's overloads are per orderable type: a list of one is that list; any other
+            # (dyn, null, unknown elements) may resolve to another, so its type is not known.
+            if _known_element_type(receiver) in _SCALARS:
+                full = receiver.full
+            else:
+                result_type = DYN
         if name in ("sum", "min", "max"):
             # The element type of the receiver, as cel-go infers it (``dyn`` included).
             result_type, full = _element_of_full(receiver.full)
@@ -1623,7 +1647,6 @@ class _Compiler:
             own=C.LIST_CREATE,
             cost=cost,
             size=body.size,
-            elements=body.elements,
             full=body.full,
         )
 
