@@ -17,6 +17,7 @@ macros absorb them where the CEL specification says so (``true || error`` is ``t
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -1538,7 +1539,14 @@ class _Compiler:
                 if not o
             ]
         )
-        pairs = [(k.fn, v.fn, o) for k, v, o in entries]
+        # A list or map key is a reference in cel-go, held by identity: one an index or call
+        # makes is new at each evaluation (``{m[k]: 1} == {m[k]: 1}`` is false), one a variable
+        # holds is the same object. Such keys, unless read from a variable, are copied here.
+        fresh = [
+            _ident_name(_unwrap(e.children[0].children[0] if o else e.children[0])) is None
+            for (_, _, o), e in zip(entries, tree.children, strict=True)
+        ]
+        pairs = [(k.fn, v.fn, o, f) for (k, v, o), f in zip(entries, fresh, strict=True)]
         cost = C.total(
             (C.MAP_CREATE, C.MAP_CREATE),
             *(k.cost for k, _, _ in entries),
@@ -1550,8 +1558,10 @@ class _Compiler:
             # a repeated key replaces the earlier entry, and an absent optional entry
             # removes it.
             result = CelMap()
-            for kf, vf, is_opt in pairs:
+            for kf, vf, is_opt, new in pairs:
                 key = kf(env)
+                if new and isinstance(key, Mapping | list | tuple):
+                    key = copy.copy(key) if isinstance(key, Mapping) else list(key)
                 value = vf(env)
                 if is_opt:
                     value = opt.expect(value, "{?_:_}")

@@ -126,6 +126,12 @@ class Quantity:
     def sub(self, other: Quantity | int) -> Quantity:
         """Difference with a quantity or an int."""
         value, form = _operand(other)
+        if form is not None and form[0] == _INT64_MIN:
+            # Go's negation of the smallest int64 is itself: apimachinery's int64 Sub then
+            # adds it (1Gi.sub(-2^63) is 1Gi - 2^63), unless that overflows too.
+            wrapped = _add_int64(self.int64, form)
+            if wrapped is not None:
+                return Quantity(self.value + value, int64=wrapped, arithmetic=True)
         negated = None if form is None else (-form[0], form[1])
         int64 = _add_int64(self.int64, negated)
         return Quantity(self.value - value, int64=int64, arithmetic=True)
