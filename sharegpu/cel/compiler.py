@@ -1543,7 +1543,7 @@ class _Compiler:
         # makes is new at each evaluation (``{m[k]: 1} == {m[k]: 1}`` is false), one a variable
         # holds is the same object. Such keys, unless read from a variable, are copied here.
         fresh = [
-            _ident_name(_unwrap(e.children[0].children[0] if o else e.children[0])) is None
+            not _shared_reference(e.children[0].children[0] if o else e.children[0])
             for (_, _, o), e in zip(entries, tree.children, strict=True)
         ]
         pairs = [(k.fn, v.fn, o, f) for (k, v, o), f in zip(entries, fresh, strict=True)]
@@ -2034,6 +2034,21 @@ def _value_of_full(full: str | None) -> tuple[str, str | None]:
     if full.startswith("optional_type("):
         return "optional", full
     return _static_of_full(full)
+
+
+def _shared_reference(tree: lark.Tree[Any]) -> bool:
+    """Whether the expression ``tree`` (inside any ``dyn(...)``) gives the same reference at
+    every evaluation in cel-go: a variable, or a field of the ``device`` variable."""
+    tree = _unwrap(tree)
+    while tree.data == "ident_arg" and str(tree.children[0]) == "dyn":
+        args = tree.children[-1]
+        if not isinstance(args, lark.Tree) or len(args.children) != 1:
+            return False
+        tree = _unwrap(args.children[0])
+    if _ident_name(tree) is not None:
+        return True
+    dotted = _dotted_name(tree)
+    return dotted is not None and dotted.split(".")[0] == "device"
 
 
 def _free_parameters(full: str) -> bool:

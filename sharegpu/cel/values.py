@@ -12,6 +12,7 @@ Every operator raises :class:`CelEvalError` where CEL produces an error value.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -383,8 +384,10 @@ def cel_div(a: Any, b: Any) -> Any:
     """``a / b``: integer division truncates toward zero; division by zero is an error."""
     kind = _same_numeric("_/_", a, b)
     if kind == "double":
-        if b == 0:
-            return float("nan") if a == 0 else float("inf") * (1 if a > 0 else -1)
+        if b == 0:  # IEEE 754: NaN for 0/0 and NaN/0, else an infinity of the signs
+            if a == 0 or a != a:
+                return float("nan")
+            return math.copysign(float("inf"), a) * math.copysign(1.0, b)
         return a / b
     if b == 0:
         raise CelEvalError("division by zero")
