@@ -35,13 +35,14 @@ unit: $(STAMP)
 
 ## Random cases answered by Kubernetes' own allocator and CEL (tests/oracle/), any seed and count:
 ## make oracle SEED=7 COUNT=20000 (COUNT cases of each kind; KINDS=cel,typed,allocate,wide picks
-## the kinds; RECORD=dir keeps each disagreement). Prints the typed cases' coverage.
+## the kinds; RECORD=dir keeps each disagreement; PROGRESS=1 prints the running summary after
+## each round of chunks). Prints the typed cases' coverage.
 SEED ?= 20260137
 COUNT ?=
 KINDS ?=
 RECORD ?=
 oracle: $(STAMP)
-	$(BIN)/python -m tests.oracle.batch --seed $(SEED) $(if $(COUNT),--count $(COUNT)) $(if $(KINDS),--kinds $(KINDS)) $(if $(RECORD),--record $(RECORD))
+	$(BIN)/python -m tests.oracle.batch --seed $(SEED) $(if $(COUNT),--count $(COUNT)) $(if $(KINDS),--kinds $(KINDS)) $(if $(RECORD),--record $(RECORD)) $(if $(PROGRESS),--progress)
 
 ## The real-GPU suite (root, NVIDIA GPU) in the mode that never changes the GPU's settings,
 ## with a JSON report; elsewhere every test skips with the reason.

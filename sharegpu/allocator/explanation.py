@@ -30,6 +30,8 @@ def explain(owner: Allocator, plan: ClaimPlan, pod_claims: int = 1) -> list[Requ
     for alt in alts:
         ok, bad = [], []
         for cand in owner.candidates:
+            if not cand.on_node:
+                continue
             outcome = fresh.check(0, alt, cand, constraints=False)
             if isinstance(outcome, Rejection):
                 bad.append(outcome)

@@ -18,6 +18,7 @@ RejectionKind = Literal[
     "pool-invalid",
     "already-allocated",
     "constraint",
+    "other-node",
 ]
 REJECTION_KINDS: tuple[str, ...] = (
     "selector-false",
@@ -69,6 +70,10 @@ class Rejection:
       of the claim being allocated)
     - constraint: ``constraint`` ("matchAttribute"/"distinctAttribute"), ``attribute``,
       ``value`` (when the device has it)
+    - other-node: ``node`` (never reported: a device of a ``perDeviceNodeSelection`` slice
+      that is not available on the node, left out after its selectors, as kube-scheduler
+      does; explanations list only the node's devices, so it is not in
+      :data:`REJECTION_KINDS`)
     """
 
     kind: RejectionKind

@@ -27,6 +27,10 @@ class Candidate:
     node_selector: Mapping[str, Any] | None
     multi: bool
     position: int = 0
+    #: False for a device of a ``perDeviceNodeSelection`` slice that is not available on the
+    #: node: kube-scheduler still evaluates its selectors (an error stops the allocation)
+    #: before its node check leaves it out, so it stays among the candidates in its place.
+    on_node: bool = True
 
     @property
     def name(self) -> str:
@@ -278,12 +282,12 @@ def _fill(
         for device in spec.get("devices") or []:
             if device.get("bindingConditions"):
                 pool.has_binding_conditions = True
+            on_node = True
             if per_device:
                 node_name, selector = device.get("nodeName"), device.get("nodeSelector")
-                if not node_matches(
+                on_node = node_matches(
                     node, labels, node_name, bool(device.get("allNodes")), selector
-                ):
-                    continue
+                )
             else:
                 node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")
             pool.candidates.append(
@@ -294,6 +298,7 @@ def _fill(
                     node_name=node_name,
                     node_selector=selector if not node_name else None,
                     multi=bool(device.get("allowMultipleAllocations")),
+                    on_node=on_node,
                 )
             )
 

@@ -141,6 +141,12 @@ class Search:
         self.hopeless = False
         self.matching: dict[int, set[DeviceId]] = {}
         self.free: dict[int, int] = {}
+        #: Slots (indices into ``slots``) of requests with a selector that fails to evaluate
+        #: on some usable device: the search may stop with that error there.
+        self.erring: set[int] = set()
+        #: No claim can reach the result limit (whose handling depends on where it is hit):
+        #: the look-ahead of :meth:`_later_requests_can_be_met` prunes the search, and
+        #: :mod:`.settled` counts interchangeable devices by kind.
         self.lookahead = False
         #: Shared devices this search has picked (their capacity left changed).
         self.shared_now: set[DeviceId] = set()
@@ -191,10 +197,11 @@ class Search:
         constraint: kube-scheduler's search stops with an error where such a device breaks it.
         Also records, per ExactCount alternative without admin access, the devices whose
         selectors match (``matching``) and how many of them no pick holds (``free``), for the
-        look-ahead of :meth:`_later_requests_can_be_met`. Nothing is decided when a selector
-        fails to evaluate on some device: the search must stop with that error where
-        kube-scheduler's would, unless a request before it (claims and requests in search
-        order) already cannot be met, so that the search never reaches the failing selector.
+        look-ahead of :meth:`_later_requests_can_be_met`, and the requests with a selector
+        that fails to evaluate on some device (``erring``). The search must stop with that
+        error where kube-scheduler's would, so only the requests before the first such one
+        (claims and requests in search order) decide: when one of those cannot be met, the
+        search never reaches the failing selector and answers "unsatisfiable".
         """
         if any(
             alt.all_mode and any(c.applies_to(alt) for c in plan.constraints)
@@ -204,33 +211,33 @@ class Search:
         ):
             return False  # kube-scheduler's search may stop with the All constraint error
         hopeless = False
-        for plan in self.plans:
-            for request in plan.requests:
-                met = False
-                for alt in request.alternatives:
-                    if alt.all_mode:
-                        met = met or bool(self.all_devices[id(alt)])
+        for si, (ci, ri) in enumerate(self.slots):
+            plan = self.plans[ci]
+            met = False
+            for alt in plan.requests[ri].alternatives:
+                if alt.all_mode:
+                    met = met or self._all_can_be_met(ci, alt)
+                    continue
+                matching: set[DeviceId] = set()
+                errs = False
+                for cand in self.owner.candidates:
+                    if not self.owner.pool_by_key[(cand.id.driver, cand.id.pool)].usable:
                         continue
-                    matching: set[DeviceId] = set()
-                    for cand in self.owner.candidates:
-                        if not self.owner.pool_by_key[(cand.id.driver, cand.id.pool)].usable:
-                            continue
-                        rejection = self.selectors(alt, cand, plan.name)
-                        if rejection is not None and rejection.kind == "selector-error":
-                            # A request before this one (in search order) cannot be met:
-                            # kube-scheduler's search never gets here, so it never meets
-                            # this error, and answers "unsatisfiable".
-                            self.matching.clear()
-                            return hopeless
-                        if rejection is None and self._could_fit(alt, cand):
-                            matching.add(cand.id)
-                    if not alt.admin_access:
-                        self.matching[id(alt)] = matching
-                        self.free[id(alt)] = len(matching)
-                    met = met or len(matching) >= alt.count
+                    rejection = self.selectors(alt, cand, plan.name)
+                    if rejection is not None and rejection.kind == "selector-error":
+                        errs = True
+                    elif rejection is None and self._could_fit(alt, cand):
+                        matching.add(cand.id)
+                if errs:
+                    self.erring.add(si)  # the search may stop here: never counted as unmet
+                elif not alt.admin_access:
+                    self.matching[id(alt)] = matching
+                    self.free[id(alt)] = len(matching)
+                met = met or errs or len(matching) >= alt.count
+            if not any(e < si for e in self.erring):
                 hopeless = hopeless or not met
         self.lookahead = all(self._most_devices(plan) <= MAX_RESULTS for plan in self.plans)
-        if hopeless or self.probe or len(self.slots) < 2:
+        if hopeless or self.erring or self.probe or len(self.slots) < 2:
             return hopeless
         budget = PROBE_STEPS
         for plan in self.plans:
@@ -242,6 +249,29 @@ class Search:
                 if budget <= 0:
                     return False
         return False
+
+    def _all_can_be_met(self, ci: int, alt: Alternative) -> bool:
+        """Whether ``All`` alternative ``alt`` of claim ``ci`` may be met: its devices, taken
+        one by one as the search takes them, from the state before any pick. A pick of the
+        search only holds a device or consumes capacity and counters, so a device refused
+        now is refused in every state the search reaches; and with no constraint on an
+        ``All`` alternative (:meth:`_some_request_cannot_be_met` decides nothing otherwise)
+        that refusal is a failure, never an error. True (undecided) when a capacity request
+        cannot be represented: the search meets that error where kube-scheduler's does."""
+        taken: list[Pick] = []
+        try:
+            for cand in self.all_devices[id(alt)]:
+                outcome = self.check(ci, alt, cand, constraints=False)
+                if isinstance(outcome, Rejection):
+                    return False
+                self._apply(outcome)
+                taken.append(outcome)
+        except NotRepresentable:
+            return True
+        finally:
+            for pick in reversed(taken):
+                self._undo(pick)
+        return bool(self.all_devices[id(alt)])
 
     def _alone_impossible(self, plan: ClaimPlan, request: Request, budget: int) -> tuple[bool, int]:
         """Whether ``request`` cannot be met even alone (its claim's constraints kept, no other
@@ -273,7 +303,12 @@ class Search:
         limit, whose handling depends on where it was hit): then a failing look-ahead means
         the subtree has no completion and pruning it changes nothing but the time taken.
         """
-        for ci, ri in self.slots[si + 1 :]:
+        if si in self.erring:
+            return True  # this request's next picks may meet its failing selector
+        for sj in range(si + 1, len(self.slots)):
+            if sj in self.erring:
+                return True  # the search may stop with that request's error before failing
+            ci, ri = self.slots[sj]
             if not any(
                 id(alt) not in self.free or self._available(alt) >= alt.count
                 for alt in self.plans[ci].requests[ri].alternatives
@@ -460,7 +495,8 @@ class Search:
     # --- checks ------------------------------------------------------------------------
 
     def selectors(self, alt: Alternative, cand: Candidate, claim: str) -> Rejection | None:
-        """The first class or request selector that is false on ``cand`` (or fails)."""
+        """The first class or request selector that is false on ``cand`` (or fails), then,
+        as kube-scheduler's ``isSelectable``, whether ``cand`` is available on the node."""
         key = (id(alt), cand.id)
         if key in self.selector_cache:
             return self.selector_cache[key]
@@ -499,6 +535,11 @@ class Search:
                     "selector-false", cand.id, f"{where} is false: {sel.expression}", details
                 )
                 break
+        if result is None and not cand.on_node:
+            node = self.owner.node
+            result = Rejection(
+                "other-node", cand.id, f"not available on node {node}", {"node": node}
+            )
         self.selector_cache[key] = result
         return result
 

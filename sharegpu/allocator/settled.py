@@ -10,11 +10,13 @@ what the shares on a shared device take) and the counters of those devices' pool
 not a success (an error stops the search, so it is never recorded). Only the time taken
 changes: the devices picked are those kube-scheduler's search order gives.
 
-Where the search cannot end in an error or at the result limit (``Search.lookahead``), devices
-that are interchangeable for every remaining request (same selector and capacity outcome,
-taints, constraint attribute values, holders from before, no counters; and on the same side of
-``start``) are counted by kind instead of named: a state and its image under swapping such
-devices either both fail or both succeed, because the search tries every combination in either.
+Where the search cannot end at the result limit (``Search.lookahead``), devices that are
+interchangeable for every remaining request (same selector outcome, a selector that fails to
+evaluate included, same capacity outcome, taints, constraint attribute values, holders from
+before, no counters; and on the same side of ``start``) are counted by kind instead of named:
+a state and its image under swapping such devices either both fail, both succeed or both stop
+with an error, because the search tries every combination in either and each check of a
+device in one is a check of its like in the other.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ class SettledStates:
             self._usable_devices = frozenset(
                 c.id
                 for c in search.owner.candidates
-                if search.owner.pool_by_key[(c.id.driver, c.id.pool)].usable
+                if c.on_node and search.owner.pool_by_key[(c.id.driver, c.id.pool)].usable
             )
         return self._usable_devices
 

@@ -17,6 +17,7 @@ macros absorb them where the CEL specification says so (``true || error`` is ``t
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -40,15 +41,16 @@ from .values import (
     CelMap,
     UInt,
     cel_add,
-    cel_compare,
     cel_div,
     cel_eq,
+    cel_eq_op,
     cel_in,
     cel_index,
     cel_mod,
     cel_mul,
     cel_neg,
     cel_not,
+    cel_order,
     cel_select,
     cel_sub,
     key_identity,
@@ -172,12 +174,14 @@ _GLOBAL_ARGS: dict[str, tuple[frozenset[str], ...]] = {
     "duration": (frozenset({"string", DURATION}),),
     # The type conversions' overloads (cel-go's standard library; ``string`` also takes
     # Kubernetes' IP and CIDR): ``int([])`` or ``string(quantity('1'))`` is a compile error.
-    # ``null`` passes the checker and fails the planner's fold of the constant.
+    # ``null`` passes the checker only where an object type is declared (``int`` and
+    # ``string`` take a timestamp, a duration, ...), and then fails at evaluation, or at the
+    # planner's fold of a null literal; ``uint``, ``double``, ``bool`` and ``bytes`` refuse it.
     "int": (frozenset({"int", "uint", "double", "string", "null", TIMESTAMP, DURATION}),),
-    "uint": (frozenset({"int", "uint", "double", "string", "null"}),),
-    "double": (frozenset({"int", "uint", "double", "string", "null"}),),
-    "bool": (frozenset({"bool", "string", "null"}),),
-    "bytes": (frozenset({"bytes", "string", "null"}),),
+    "uint": (frozenset({"int", "uint", "double", "string"}),),
+    "double": (frozenset({"int", "uint", "double", "string"}),),
+    "bool": (frozenset({"bool", "string"}),),
+    "bytes": (frozenset({"bytes", "string"}),),
     "string": (
         frozenset(
             {"string", "bool", "bytes", "int", "uint", "double", "null"}
@@ -233,6 +237,7 @@ _METHOD_RESULT = {
     "substring": "string",
     "trim": "string",
     "join": "string",
+    "format": "string",
     "find": "string",
     "findAll": "list",
     "isSorted": "bool",
@@ -520,13 +525,7 @@ class _Compiler:
         (never a false error)."""
         if self.in_format or not typed:
             return
-        first = _known_full_type(typed[0][0])
-        if first is None:
-            return
-        for node, where in typed[1:]:
-            type_ = _known_full_type(node)
-            if type_ is not None and type_ != first:
-                self.fail(where, f"expected type '{first}' but found '{type_}'")
+        self.check_homogeneous_types([(_known_full_type(n), where) for n, where in typed])
 
     def check_homogeneous_types(self, typed: list[tuple[str | None, Any]]) -> None:
         """:meth:`check_homogeneous` for elements whose full types (None: not known as
@@ -535,13 +534,19 @@ class _Compiler:
             return
         first = typed[0][0]
         for type_, where in typed[1:]:
-            if type_ is not None and type_ != first:
+            if type_ is None:
+                continue
+            if _free_parameters(first) and type_.startswith(first + "("):
+                first = type_  # ``optional.none()`` then ``optional.of(1)``: optional_type(int)
+            elif type_ != first and not (_free_parameters(type_) and first.startswith(type_)):
                 self.fail(where, f"expected type '{first}' but found '{type_}'")
 
     def optional_element(self, node: Node, where: Any) -> str | None:
         """The element type ``?node`` contributes to a list literal: ``T`` of its
         ``optional_type(T)``; a known type that is no optional is a compile error."""
-        if node.type not in ("optional", DYN, "null"):
+        if node.type == "null":
+            self.fail(where, "expected type 'optional_type(null)' but found 'null'")
+        if node.type not in ("optional", DYN):
             shown = _known_full_type(node)
             if shown is not None:
                 self.fail(where, f"expected type 'optional_type({shown})' but found '{shown}'")
@@ -595,7 +600,7 @@ class _Compiler:
         elif fulls[0] is not None and fulls[1] is not None:
             if fulls[0] == fulls[1]:
                 full = fulls[0]
-            elif DYN not in fulls[0] and DYN not in fulls[1]:
+            elif not _unifiable(fulls[0], fulls[1]):
                 self.fail(
                     tree,
                     "found no matching overload for '_?_:_' applied to "
@@ -657,8 +662,11 @@ class _Compiler:
             if known and lt != rt and not _null_unifies(lt, rt):
                 self.fail(tree, mismatch)
             fulls = (_known_full_type(left), _known_full_type(right))
-            if all(f is not None and "(" in f and DYN not in f for f in fulls) and (
-                fulls[0] != fulls[1]
+            if (
+                fulls[0] is not None
+                and fulls[1] is not None
+                and "(" in fulls[0] + fulls[1]
+                and not _unifiable(fulls[0], fulls[1])
             ):
                 # Lists and maps unify by their type parameters: list(int) is no list(double).
                 self.fail(
@@ -668,7 +676,7 @@ class _Compiler:
                 )
             cost = C.add(_compare_cost(left, right), args)
             if op == "relation_eq":
-                return self.made(lambda env: cel_eq(lf(env), rf(env)), "bool", cost=cost)
+                return self.made(lambda env: cel_eq_op(lf(env), rf(env)), "bool", cost=cost)
             return self.made(lambda env: not cel_eq(lf(env), rf(env)), "bool", cost=cost)
         if op == "relation_in":
             if rt not in (DYN, "list", "map"):
@@ -680,7 +688,11 @@ class _Compiler:
                 own = C.union(C.ONE, own)
             left_full = _known_full_type(left)
             right_key = _known_key_type(right)
-            if left_full not in (None, DYN) and right_key is not None and left_full != right_key:
+            if (
+                left_full not in (None, DYN)
+                and right_key is not None
+                and not _unifiable(left_full, right_key)
+            ):
                 self.fail(tree, mismatch)
             if right.elements == ():
                 # cel-go's planner (Kubernetes evaluates with OptOptimize) replaces membership
@@ -713,7 +725,7 @@ class _Compiler:
             "relation_ge": lambda c: c >= 0,
         }[op]
         return self.made(
-            lambda env: test(cel_compare(symbol, lf(env), rf(env))), "bool", cost=C.add(own, args)
+            lambda env: test(cel_order(symbol, lf(env), rf(env))), "bool", cost=C.add(own, args)
         )
 
     def _arith(
@@ -726,7 +738,14 @@ class _Compiler:
         lt, rt = _checked(left.type), _checked(right.type)
         mismatch = f"found no matching overload for '{symbol}' applied to '({lt}, {rt})'"
         result_type = lt if lt != DYN else rt
-        if {lt, rt} & _TIME_TYPES:
+        if "null" in (lt, rt) and symbol in ("_+_", "_-_"):
+            # null passes as a timestamp or duration (beside one, dyn or null); fails at
+            # evaluation.
+            other = rt if lt == "null" else lt
+            if other not in (DYN, "null") and other not in _TIME_TYPES:
+                self.fail(tree, mismatch)
+            result_type = DYN
+        elif {lt, rt} & _TIME_TYPES:
             time_result = _time_arithmetic(symbol, lt, rt)
             if time_result is None:
                 self.fail(tree, mismatch)
@@ -735,14 +754,18 @@ class _Compiler:
             self.fail(tree, mismatch)
         if symbol == "_+_" and lt == rt == "list":
             # list(E) + list(E): the element types unify (list(int) + list(double) does not).
-            fulls = (_known_full_type(left), _known_full_type(right))
-            if all(f is not None and DYN not in f for f in fulls) and fulls[0] != fulls[1]:
+            lfull, rfull = _known_full_type(left), _known_full_type(right)
+            if lfull is not None and rfull is not None and not _unifiable(lfull, rfull):
                 self.fail(
-                    tree,
-                    f"found no matching overload for '_+_' applied to '({fulls[0]}, {fulls[1]})'",
+                    tree, f"found no matching overload for '_+_' applied to '({lfull}, {rfull})'"
                 )
         allowed = _ARITHMETIC[symbol]
-        if any(t != DYN and t not in allowed and t not in _TIME_TYPES for t in (lt, rt)):
+        # null passes where a timestamp or duration is declared (``_+_``, ``_-_``).
+        null_ok = symbol in ("_+_", "_-_")
+        if any(
+            t != DYN and t not in allowed and t not in _TIME_TYPES and not (null_ok and t == "null")
+            for t in (lt, rt)
+        ):
             self.fail(tree, mismatch)
         lf, rf = left.fn, right.fn
         args = C.add(left.cost, right.cost)
@@ -893,8 +916,9 @@ class _Compiler:
         self.refer(member, field, False, field_token)
         own = C.ONE if _plain(member.type) == "map" else C.ZERO
         if member.type == "optional":
+            self.check_optional_field(cast(lark.Token, field_token), member)
             return self.made(
-                lambda env: opt.select(f(env), field, plain=True),
+                lambda env: opt.select(f(env), field),
                 "optional",
                 cost=C.add(member.cost, own),
             )
@@ -906,6 +930,16 @@ class _Compiler:
             path=path,
             full=_exact_dyn(member),
         )
+
+    def check_optional_field(self, where: lark.Token, member: Node) -> None:
+        """cel-go selects a field of an optional's value type: one without fields (a scalar,
+        null, a list, a duration) or an opaque Kubernetes type is a compile error."""
+        inner = _optional_inner(_known_full_type(member))
+        if inner is None or inner == DYN or inner.startswith("map("):
+            return
+        if inner in ("kubernetes.Quantity", "kubernetes.Semver"):
+            self.fail(where, f"unexpected failed resolution of '{inner}'")
+        self.fail(where, f"type '{inner}' does not support field selection")
 
     def _member_dot_opt(self, tree: lark.Tree[Any]) -> Node:
         member_tree, field_token = tree.children
@@ -956,6 +990,14 @@ class _Compiler:
         cost = C.total(C.ONE, member.cost, index.cost)
         if member.type == "optional":
             return self.made(lambda env: opt.index(mf(env), xf(env)), "optional", cost=cost)
+        if _checked(member.type) not in ("list", "map", DYN, "null"):
+            # Indexing is declared on lists and maps only (null passes the checker).
+            given = _known_full_type(index) or _checked(index.type)
+            self.fail(
+                tree,
+                f"found no matching overload for '_[_]' applied to "
+                f"'({_known_full_type(member) or _cel_name(member.type)}, {given})'",
+            )
         self.check_index_type(tree, "_[_]", member, index)
         path = self._sub_path(member, "@items" if member.type == "list" else "@values")
         type_, full = _element_type(member.type), _exact_dyn(member)
@@ -989,7 +1031,7 @@ class _Compiler:
             self.refer(member, index.const, True, tree.children[1])
         if member.type != "optional":
             mtype = _checked(member.type)
-            if mtype not in ("list", "map", DYN):
+            if mtype not in ("list", "map", DYN, "null"):
                 # Optional indexing is declared on lists and maps only.
                 given = _known_full_type(index) or _checked(index.type)
                 self.fail(
@@ -1054,10 +1096,14 @@ class _Compiler:
             if len(args) != arity:
                 self.fail(name_token, _no_overload(name, receiver, args))
             rfn = receiver.fn
+            type_, full = "bool", None
+            if name != "hasValue":
+                type_, full = _value_of_full(_optional_inner(_known_full_type(receiver)))
             return self.made(
                 lambda env: impl_opt(rfn(env)),
-                "bool" if name == "hasValue" else DYN,
+                type_,
                 cost=C.add(C.ONE, receiver.cost),
+                full=full,
             )
         if name == "includes" and self.features.includes:
             return self._includes(receiver, args, name_token)
@@ -1073,7 +1119,9 @@ class _Compiler:
             self.fail(name_token, _no_overload(name, receiver, args))
         self.check_constant_call(name_token, name, [receiver, *args])
         self.check_planned_regex(name_token, name, [receiver, *args])
-        if name == "format" and isinstance(receiver.const, str) and args[0].elements is not None:
+        # cel-go's format validator checks a string literal receiver with a list literal.
+        literal = _unwrap(member_tree).data == "literal" and isinstance(receiver.const, str)
+        if name == "format" and literal and args[0].elements is not None:
             bases = [t.split("(")[0] for t in args[0].elements]
             message = check_format(receiver.const, bases)
             if message is not None:
@@ -1093,8 +1141,8 @@ class _Compiler:
             # list(E).indexOf(E): one argument, of the element type when both are known.
             element = _parts_of_full(_known_full_type(receiver))[1]
             given = _known_full_type(args[0]) if args else None
-            known = element is not None and given is not None and DYN not in element + given
-            if len(args) != 1 or (known and element != given):
+            clash = element is not None and given is not None and not _unifiable(element, given)
+            if len(args) != 1 or clash:
                 self.fail(name_token, _no_overload(name, receiver, args))
         accepted = _method_args(name, rtype, len(args))
         if any(not _assignable(_checked(a.type), t) for a, t in zip(args, accepted, strict=False)):
@@ -1106,6 +1154,15 @@ class _Compiler:
             result_type = NET_IP
         if name in ("split", "findAll"):
             full = "list(string)"
+        if name in ("reverse", "distinct", "slice") and rtype == "list":
+            full = receiver.full  # a list of the receiver's element type
+        if name == "sort":
+            # sort's overloads are per orderable type: a list of one is that list; any other
+            # (dyn, null, unknown elements) may resolve to another, so its type is not known.
+            if _known_element_type(receiver) in _SCALARS:
+                full = receiver.full
+            else:
+                result_type = DYN
         if name in ("sum", "min", "max"):
             # The element type of the receiver, as cel-go infers it (``dyn`` included).
             result_type, full = _element_of_full(receiver.full)
@@ -1204,8 +1261,7 @@ class _Compiler:
         other = _known_full_type(args[0])
         if name == "or":
             other = _optional_inner(other)
-        known = inner is not None and other is not None and DYN not in f"{inner}{other}"
-        if known and inner != other:
+        if inner is not None and other is not None and not _unifiable(inner, other):
             self.fail(tree, _no_overload(name, receiver, args))
         rf, af = receiver.fn, args[0].fn
         cost = C.total(C.ONE, receiver.cost, args[0].cost)
@@ -1221,7 +1277,12 @@ class _Compiler:
             first = opt.expect(rf(env), "orValue")
             return first.get() if first.has_value else af(env)
 
-        return self.made(or_value, DYN, cost=cost)
+        # The result is V of ``orValue(optional(V), V)``: known where the known sides agree
+        # and have no ``dyn`` in them (which cel-go may resolve either way).
+        sides = {t for t in (inner, other) if t is not None}
+        only = sides.pop() if len(sides) == 1 else None
+        type_, full = _value_of_full(None if only is None or DYN in only else only)
+        return self.made(or_value, type_, cost=cost, full=full)
 
     def _optional_map(
         self,
@@ -1282,12 +1343,11 @@ class _Compiler:
         self.check_planned_regex(name_token, name, args)
         if name in _SET_FUNCTIONS and len(args) == 2:
             # (list(T), list(T)): two lists of known, different element types do not unify.
-            fulls = [_known_full_type(a) for a in args]
-            if all(f is not None and DYN not in f for f in fulls) and fulls[0] != fulls[1]:
+            first, second = (_known_full_type(a) for a in args)
+            if first is not None and second is not None and not _unifiable(first, second):
                 self.fail(
                     name_token,
-                    f"found no matching overload for '{name}' applied to "
-                    f"'({fulls[0]}, {fulls[1]})'",
+                    f"found no matching overload for '{name}' applied to '({first}, {second})'",
                 )
         impl = function.impl
         result_type = DYN if name == "dyn" else _GLOBAL_RESULT.get(name, DYN)
@@ -1401,7 +1461,10 @@ class _Compiler:
                 value, type_ = None, "null"
         except ValueError as exc:
             self.fail(token, f"Syntax error: invalid literal {token.value!r}: {exc}")
-        return Node(lambda env: value, type_, const=value, cost=C.ZERO, size=size)
+        node = Node(lambda env: value, type_, const=value, cost=C.ZERO, size=size)
+        if value is None:
+            node.planned = (None,)  # a null literal: a constant to the planner
+        return node
 
     def _list_lit(self, tree: lark.Tree[Any]) -> Node:
         items: list[Node] = []
@@ -1476,7 +1539,14 @@ class _Compiler:
                 if not o
             ]
         )
-        pairs = [(k.fn, v.fn, o) for k, v, o in entries]
+        # A list or map key is a reference in cel-go, held by identity: one an index or call
+        # makes is new at each evaluation (``{m[k]: 1} == {m[k]: 1}`` is false), one a variable
+        # holds is the same object. Such keys, unless read from a variable, are copied here.
+        fresh = [
+            not _shared_reference(e.children[0].children[0] if o else e.children[0])
+            for (_, _, o), e in zip(entries, tree.children, strict=True)
+        ]
+        pairs = [(k.fn, v.fn, o, f) for (k, v, o), f in zip(entries, fresh, strict=True)]
         cost = C.total(
             (C.MAP_CREATE, C.MAP_CREATE),
             *(k.cost for k, _, _ in entries),
@@ -1488,8 +1558,10 @@ class _Compiler:
             # a repeated key replaces the earlier entry, and an absent optional entry
             # removes it.
             result = CelMap()
-            for kf, vf, is_opt in pairs:
+            for kf, vf, is_opt, new in pairs:
                 key = kf(env)
+                if new and isinstance(key, Mapping | list | tuple):
+                    key = copy.copy(key) if isinstance(key, Mapping) else list(key)
                 value = vf(env)
                 if is_opt:
                     value = opt.expect(value, "{?_:_}")
@@ -1573,7 +1645,8 @@ class _Compiler:
         if len(args) != 3:
             self.fail(tree, "cel.bind() takes 3 arguments: variable, value, expression")
         init = self.node(args[1])
-        body = self._bound(args[0], args[2], _Local(init.type, init.path, init.size))
+        local = _Local(init.type, init.path, init.size, _known_full_type(init))
+        body = self._bound(args[0], args[2], local)
         name = _ident_name(args[0])
         assert name is not None
         initf, bodyf = init.fn, body.fn
@@ -1584,6 +1657,7 @@ class _Compiler:
             own=C.LIST_CREATE,
             cost=cost,
             size=body.size,
+            full=body.full,
         )
 
     def check_range(self, tree: lark.Tree[Any], target: Node) -> None:
@@ -1712,7 +1786,12 @@ class _Compiler:
                         out.append(item)
                 return out
 
-            return self.made(filter_, "list", own=0, cost=cost, size=count)
+            # The elements (a list's) or keys (a map's) it keeps, of their type.
+            kept = local.full if local.full is not None and DYN not in local.full else None
+            full = None if kept is None else f"list({kept})"
+            return self.made(filter_, "list", own=0, cost=cost, size=count, full=full)
+        mapped = _known_full_type(bodies[-1])
+        full = None if mapped is None else f"list({mapped})"
         if len(bodies) == 1:
             mf = bodies[0].fn
             cost = loop(C.add(bodies[0].cost, (12, 12)), init=list_init)
@@ -1722,6 +1801,7 @@ class _Compiler:
                 own=0,
                 cost=cost,
                 size=count,
+                full=full,
             )
         pf, mf = bodies[0].fn, bodies[1].fn
         step = C.add(bodies[0].cost, C.union(C.ONE, C.add(bodies[1].cost, (12, 12))))
@@ -1738,7 +1818,7 @@ class _Compiler:
                     out.append(mf(scoped))
             return out
 
-        return self.made(map_filter, "list", own=0, cost=cost, size=count)
+        return self.made(map_filter, "list", own=0, cost=cost, size=count, full=full)
 
     def _two_var(
         self,
@@ -1942,6 +2022,65 @@ def _optional_of_element(container: Node) -> str | None:
     return None if value is None else f"optional_type({value})"
 
 
+def _value_of_full(full: str | None) -> tuple[str, str | None]:
+    """(static type, full type) of a value whose full CEL type is ``full`` when known
+    (:func:`_static_of_full`, and Kubernetes' quantity and semver, an optional); ``(dyn,
+    None)`` (unknown) otherwise."""
+    if full is None:
+        return DYN, None
+    named = {"kubernetes.Quantity": "Quantity", "kubernetes.Semver": "Semver"}.get(full)
+    if named is not None:
+        return named, None
+    if full.startswith("optional_type("):
+        return "optional", full
+    return _static_of_full(full)
+
+
+def _shared_reference(tree: lark.Tree[Any]) -> bool:
+    """Whether the expression ``tree`` (inside any ``dyn(...)``) gives the same reference at
+    every evaluation in cel-go: a variable, or a field of the ``device`` variable."""
+    tree = _unwrap(tree)
+    while tree.data == "ident_arg" and str(tree.children[0]) == "dyn":
+        args = tree.children[-1]
+        if not isinstance(args, lark.Tree) or len(args.children) != 1:
+            return False
+        tree = _unwrap(args.children[0])
+    if _ident_name(tree) is not None:
+        return True
+    dotted = _dotted_name(tree)
+    return dotted is not None and dotted.split(".")[0] == "device"
+
+
+def _free_parameters(full: str) -> bool:
+    """Whether ``full`` is a parameterised kind whose parameters are not known
+    (``optional_type`` of ``optional.none()``): it unifies with any type of that kind."""
+    return full == "optional_type"
+
+
+def _unifiable(a: str, b: str) -> bool:
+    """Whether full CEL types ``a`` and ``b`` can be one type for cel-go's checker: ``dyn``
+    stands for any type, also inside a type's parameters (``list(dyn)`` and ``list(int)``);
+    otherwise the kinds and their parameters must match (``map(string, dyn)`` is no ``int``,
+    ``optional_type(kubernetes.Quantity)`` no ``optional_type(map(string, dyn))``); ``null``
+    unifies with object types and optionals (:func:`_null_unifies`)."""
+    if a == b or DYN in (a, b):
+        return True
+    if "null_type" in (a, b):
+        other = b if a == "null_type" else a
+        return other.startswith("optional_type") or other in {_cel_name(t) for t in _OBJECT_TYPES}
+    head_a, _, rest_a = a.partition("(")
+    head_b, _, rest_b = b.partition("(")
+    if head_a != head_b:
+        return False
+    if not rest_a or not rest_b:
+        return True  # parameters not known on one side (``optional.none()``, ``[]``)
+    params_a = _split_type_arguments(rest_a[:-1])
+    params_b = _split_type_arguments(rest_b[:-1])
+    return len(params_a) == len(params_b) and all(
+        _unifiable(x, y) for x, y in zip(params_a, params_b, strict=True)
+    )
+
+
 def _optional_inner(full: str | None) -> str | None:
     """``T`` of the full type ``optional_type(T)``, else None."""
     if full is not None and full.startswith("optional_type(") and full.endswith(")"):
@@ -1977,7 +2116,7 @@ def _not_iterable(value: Any) -> CelEvalError:
 
 def _select(value: Any, field: str) -> Any:
     if isinstance(value, opt.OptionalValue):
-        return opt.select(value, field, plain=True)
+        return opt.select(value, field)
     return cel_select(value, field)
 
 
@@ -2166,7 +2305,7 @@ def _planned(node: Node) -> tuple[Any] | None:
     """The value of ``node`` as a 1-tuple when cel-go's planner knows it as a constant (a
     literal, ``null``, a folded conversion, ``dyn`` of one of these, a list or map literal of
     these), else None."""
-    if node.const is not None or node.type == "null":
+    if node.const is not None:
         return (node.const,)
     return node.planned
 

@@ -17,11 +17,10 @@ start with ``@`` cannot be written in an expression; the compiler emits them for
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from . import gostrconv, lib_lists, lib_net, lib_time, namedformats, re2regex
 from .celtypes import TYPE_IDENTIFIERS, CelType, type_of
@@ -37,7 +36,8 @@ from .values import (
     UINT64_MAX,
     UInt,
     cel_add,
-    cel_compare,
+    comparable,
+    compare_result,
     no_overload,
     type_name,
 )
@@ -356,8 +356,20 @@ def _quote(s: Any) -> str:
 
 
 def _is_sorted(items: Any) -> bool:
+    """Kubernetes' ``isSorted``: every element must be comparable, met in order; false at
+    the first element smaller than the one before (a comparison that errs is passed over)."""
     _expect("isSorted", isinstance(items, list | tuple), items)
-    return all(cel_compare("isSorted", a, b) <= 0 for a, b in itertools.pairwise(items))
+    previous: Any = _NOTHING
+    for item in items:
+        _expect("isSorted", comparable(item), items)
+        if previous is not _NOTHING and compare_result(previous, item) == 1:
+            return False
+        previous = item
+    return True
+
+
+#: No element seen yet.
+_NOTHING: Final = object()
 
 
 def _sum(items: Any) -> Any:
@@ -373,26 +385,27 @@ def _sum(items: Any) -> Any:
     return total
 
 
-def _min(items: Any) -> Any:
-    _expect("min", isinstance(items, list | tuple), items)
-    if not items:
-        raise CelEvalError("min called on empty list")
-    best = items[0]
-    for item in items[1:]:
-        if cel_compare("min", item, best) < 0:
+def _extreme(name: str, items: Any, replace_when: int) -> Any:
+    """Kubernetes' ``min`` (``replace_when`` 1) and ``max`` (-1): every element must be
+    comparable; the kept element is replaced by one it compares to as ``replace_when`` (a
+    comparison that errs keeps it)."""
+    _expect(name, isinstance(items, list | tuple), items)
+    best: Any = _NOTHING
+    for item in items:
+        _expect(name, comparable(item), items)
+        if best is _NOTHING or compare_result(best, item) == replace_when:
             best = item
+    if best is _NOTHING:
+        raise CelEvalError(f"{name} called on empty list")
     return best
+
+
+def _min(items: Any) -> Any:
+    return _extreme("min", items, 1)
 
 
 def _max(items: Any) -> Any:
-    _expect("max", isinstance(items, list | tuple), items)
-    if not items:
-        raise CelEvalError("max called on empty list")
-    best = items[0]
-    for item in items[1:]:
-        if cel_compare("max", item, best) > 0:
-            best = item
-    return best
+    return _extreme("max", items, -1)
 
 
 # --- quantity library --------------------------------------------------------------------
@@ -412,8 +425,12 @@ def _parsed_semver(text: str, normalize: bool) -> Semver:
 
 
 def _quantity(s: Any) -> Quantity:
+    """A new quantity per call, as Kubernetes makes one (a map keyed by quantities finds a key
+    only by the same object: ``{dyn(quantity('1')): 1} == {dyn(quantity('1')): 1}`` is
+    false); the parse itself is cached."""
     _expect("quantity", isinstance(s, str), s)
-    return _parsed_quantity(s)
+    parsed = _parsed_quantity(s)
+    return Quantity(parsed.value, parsed.text, parsed.int64)
 
 
 def _is_quantity(s: Any) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from .celtypes import CelType
 from .device import finds
 from .errors import CelEvalError
-from .values import cel_eq, no_overload
+from .values import check_qualifier, equal, no_overload
 
 _ABSENT = object()
 
@@ -42,9 +42,16 @@ class OptionalValue:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, OptionalValue):
             return NotImplemented
+        return self.cel_equal(other) is True
+
+    def cel_equal(self, other: object) -> bool | None:
+        """cel-go's ``Optional.Equal``: false beside anything but an optional, else by
+        presence, then the values' equality (None: its error)."""
+        if not isinstance(other, OptionalValue):
+            return False
         if not self.has_value or not other.has_value:
             return self.has_value == other.has_value
-        return cel_eq(self._value, other._value)
+        return equal(self._value, other._value)
 
     def __hash__(self) -> int:
         return 0
@@ -75,9 +82,10 @@ def of_non_zero(value: Any) -> OptionalValue:
     return NONE if _is_zero(value) else OptionalValue(value)
 
 
-def select(value: Any, field: str, plain: bool = False) -> OptionalValue:
-    """``value.?field`` (``plain``: ``value.field`` on an optional ``value``, where a held
-    value without fields is an error, not ``optional.none()``)."""
+def select(value: Any, field: str) -> OptionalValue:
+    """``value.?field``, and ``value.field`` on an optional ``value``: the field of a held
+    map, ``optional.none()`` for a map without it or a held value that is neither map nor
+    list (a list is an error)."""
     if isinstance(value, OptionalValue):
         if not value.has_value:
             return NONE
@@ -86,13 +94,13 @@ def select(value: Any, field: str, plain: bool = False) -> OptionalValue:
         return OptionalValue(value[field]) if finds(value, field) else NONE
     if isinstance(value, list | tuple):
         raise CelEvalError("unsupported index type 'string' in list")
-    if plain:
-        raise CelEvalError(f"no such key: {field}")
     return NONE  # cel-go: a value that is neither map nor list has no field to select
 
 
 def index(value: Any, key: Any) -> OptionalValue:
-    """``value[?key]``: the entry of a map or list when present, else ``optional.none()``."""
+    """``value[?key]``: the entry of a map or list when present, else ``optional.none()``;
+    a key that cannot qualify (:func:`~sharegpu.cel.values.check_qualifier`) is an error."""
+    check_qualifier(key)
     if isinstance(value, OptionalValue):
         if not value.has_value:
             return NONE

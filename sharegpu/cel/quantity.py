@@ -47,16 +47,25 @@ class Quantity:
     """An immutable Kubernetes quantity with the CEL methods of the quantity library.
 
     ``value`` is the exact value, ``int64`` the ``(value, scale)`` of apimachinery's int64
-    form (the quantity is ``value * 10**scale``) or None when it stores a decimal."""
+    form (the quantity is ``value * 10**scale``) or None when it stores a decimal.
+    ``arithmetic`` marks a result of ``add`` or ``sub``: Kubernetes returns those as a pointer
+    (``*Quantity``), which its ``Quantity.Equal`` does not accept as the other operand
+    (``q == q.add(0)`` is "no such overload"; ``q.add(0) == q`` is true)."""
 
-    __slots__ = ("int64", "text", "value")
+    __slots__ = ("arithmetic", "int64", "text", "value")
 
     def __init__(
-        self, value: Decimal, text: str | None = None, int64: Int64Form | None = None
+        self,
+        value: Decimal,
+        text: str | None = None,
+        int64: Int64Form | None = None,
+        *,
+        arithmetic: bool = False,
     ) -> None:
         self.value = value
         self.text = text if text is not None else _format(value)
         self.int64 = int64
+        self.arithmetic = arithmetic
 
     @classmethod
     def parse(cls, text: str) -> Quantity:
@@ -112,13 +121,20 @@ class Quantity:
     def add(self, other: Quantity | int) -> Quantity:
         """Sum with a quantity or an int."""
         value, form = _operand(other)
-        return Quantity(self.value + value, int64=_add_int64(self.int64, form))
+        return Quantity(self.value + value, int64=_add_int64(self.int64, form), arithmetic=True)
 
     def sub(self, other: Quantity | int) -> Quantity:
         """Difference with a quantity or an int."""
         value, form = _operand(other)
+        if form is not None and form[0] == _INT64_MIN:
+            # Go's negation of the smallest int64 is itself: apimachinery's int64 Sub then
+            # adds it (1Gi.sub(-2^63) is 1Gi - 2^63), unless that overflows too.
+            wrapped = _add_int64(self.int64, form)
+            if wrapped is not None:
+                return Quantity(self.value + value, int64=wrapped, arithmetic=True)
         negated = None if form is None else (-form[0], form[1])
-        return Quantity(self.value - value, int64=_add_int64(self.int64, negated))
+        int64 = _add_int64(self.int64, negated)
+        return Quantity(self.value - value, int64=int64, arithmetic=True)
 
 
 def _scaled(value: int, scale: int) -> int | None:

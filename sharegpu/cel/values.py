@@ -12,15 +12,18 @@ Every operator raises :class:`CelEvalError` where CEL produces an error value.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import CelEvalError
+from .netaddr import CIDR, IP
 from .quantity import Quantity
 from .semver import Semver
 from .timevalues import Duration, Timestamp
 from .timevalues import add as _time_add
 from .timevalues import subtract as _time_subtract
+from .urls import URL
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -210,30 +213,82 @@ def _numeric_order(a: Any, b: Any) -> int:
 
 
 def cel_eq(a: Any, b: Any) -> bool:
-    """CEL equality: numbers compare across int/uint/double (as :func:`_numeric_order`;
-    NaN equals nothing), other types must match."""
+    """Whether CEL's equality of ``a`` and ``b`` is true (an error is not): what ``!=``,
+    ``in`` and the list and set functions test. The ``==`` operator is :func:`cel_eq_op`."""
+    return equal(a, b) is True
+
+
+def cel_eq_op(a: Any, b: Any) -> bool:
+    """The ``==`` operator: :func:`equal`, whose error is the answer."""
+    result = equal(a, b)
+    if result is None:
+        raise CelEvalError("no such overload")
+    return result
+
+
+#: Kubernetes' own value types, whose ``Equal`` accepts only a value of exactly its own Go
+#: type: anything else (another type, or a quantity made by ``add``/``sub``, a ``*Quantity``)
+#: is "no such overload".
+_STRICT_EQUALITY: tuple[type, ...] = (Quantity, Semver, IP, CIDR, URL)
+
+
+def equal(a: Any, b: Any) -> bool | None:
+    """cel-go's ``types.Equal``: True, False, or None for its error value. Numbers compare
+    across int/uint/double (as :func:`_numeric_order`; NaN equals nothing); other types must
+    match. Kubernetes' types err on another operand (:data:`_STRICT_EQUALITY`). A list or map
+    is unequal only when an element or value is: an element whose equality errs is passed
+    over (``[dyn(quantity('1'))] == [dyn(1)]`` is true, as in cel-go)."""
+    if a is None or b is None:
+        return a is b
     if _is_num(a) and _is_num(b):
         if isinstance(a, float) is isinstance(b, float):
             return bool(a == b)
         return a == a and b == b and _numeric_order(a, b) == 0
-    ta, tb = type(a), type(b)
-    if ta is tb or (isinstance(a, str) and isinstance(b, str)):
-        if _is_list(a):
-            return len(a) == len(b) and all(cel_eq(x, y) for x, y in zip(a, b, strict=True))
-        if isinstance(a, Mapping):
-            return _map_eq(a, b)
+    if isinstance(a, _STRICT_EQUALITY):
+        if type(a) is not type(b) or getattr(b, "arithmetic", False):
+            return None
         return bool(a == b)
+    own = getattr(type(a), "cel_equal", None)
+    if own is not None:
+        return own(a, b)  # type: ignore[no-any-return]
     if _is_list(a) and _is_list(b):
-        return len(a) == len(b) and all(cel_eq(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(equal(x, y) is not False for x, y in zip(a, b, strict=True))
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return _map_eq(a, b)
+    ta, tb = type(a), type(b)
+    if ta is tb or (isinstance(a, str) and isinstance(b, str)):
+        return bool(a == b)
     return False
 
 
 def _map_eq(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:
     if len(a) != len(b):
         return False
-    return all(k in b and cel_eq(v, b[k]) for k, v in a.items())
+    return all(k in b and equal(v, b[k]) is not False for k, v in a.items())
+
+
+def cel_order(op: str, a: Any, b: Any) -> int:
+    """The ordering operators' comparison: :func:`cel_compare`, except that a NaN operand is
+    an error, as cel-go's ``Compare`` of a double makes it."""
+    nan = (isinstance(a, float) and a != a) or (isinstance(b, float) and b != b)
+    if nan and _is_num(a) and _is_num(b):
+        raise CelEvalError("NaN values cannot be ordered")
+    return cel_compare(op, a, b)
+
+
+def comparable(value: Any) -> bool:
+    """Whether ``value`` is of a type cel-go can order (its ``traits.Comparer``): a number,
+    bool, string, bytes, timestamp or duration (no null, list, map or Kubernetes type)."""
+    return isinstance(value, int | float | str | bytes | Timestamp | Duration)
+
+
+def compare_result(a: Any, b: Any) -> int | None:
+    """cel-go's ``a.Compare(b)`` for a comparable ``a``: -1, 0 or 1, or None for its error
+    value (``b`` of another type, or a NaN), which the list functions pass over."""
+    try:
+        return cel_order("compare", a, b)
+    except CelEvalError:
+        return None
 
 
 def cel_compare(op: str, a: Any, b: Any) -> int:
@@ -329,8 +384,10 @@ def cel_div(a: Any, b: Any) -> Any:
     """``a / b``: integer division truncates toward zero; division by zero is an error."""
     kind = _same_numeric("_/_", a, b)
     if kind == "double":
-        if b == 0:
-            return float("nan") if a == 0 else float("inf") * (1 if a > 0 else -1)
+        if b == 0:  # IEEE 754: NaN for 0/0 and NaN/0, else an infinity of the signs
+            if a == 0 or a != a:
+                return float("nan")
+            return math.copysign(float("inf"), a) * math.copysign(1.0, b)
         return a / b
     if b == 0:
         raise CelEvalError("division by zero")
@@ -382,8 +439,23 @@ def cel_in(a: Any, container: Any) -> bool:
     raise no_overload("@in", a, container)
 
 
+#: The Go type names cel-go prints for a value that cannot qualify.
+_GO_TYPE_NAMES = {"null_type": "types.Null", "bytes": "types.Bytes", "list": "*types.baseList"}
+
+
+def check_qualifier(key: Any) -> None:
+    """An index computed at evaluation qualifies only as a string, int, uint, double or bool
+    (cel-go's ``newQualifier``); another value (null, bytes, a list, a quantity, a duration,
+    ...) is the error "invalid qualifier type", whatever is indexed."""
+    if not isinstance(key, str | int | float):
+        name = type_name(key)
+        raise CelEvalError(f"invalid qualifier type: {_GO_TYPE_NAMES.get(name, name)}")
+
+
 def cel_index(container: Any, key: Any) -> Any:
-    """``container[key]``: list by int index, map by key; a missing key is an error."""
+    """``container[key]``: list by int index, map by key; a missing key is an error, and so
+    is a key that cannot qualify (:func:`check_qualifier`)."""
+    check_qualifier(key)
     if isinstance(container, Mapping):
         try:
             return container[key]
