@@ -75,11 +75,17 @@ from sharegpuctl.cli.common import (
 )
 from sharegpuctl.cli.demo_admission import webhook_admission
 from sharegpuctl.cli.demo_cluster import DemoCluster, PreparedClaim, cdi_env
+from sharegpuctl.cli.demo_idle import (
+    USAGE_FILE,
+    idle_table,
+    judge_idle,
+    simulated_shares,
+    usage_file_text,
+)
 from sharegpuctl.cli.demo_inputs import (
     NAMESPACE,
     NEXT_STEPS,
     ClaimInput,
-    Inputs,
     demo_claims,
     override_notes,
     skipped_examples,
@@ -202,6 +208,9 @@ def running_node(root: Path) -> Iterator[Node]:
             *("--sharing-mode", names.SHARING_MODE_CONSUMABLE),
             *("--plugin-registry-dir", str(registry), "--plugin-data-dir", str(data)),
             *("--cdi-dir", str(cdi), "--nvidia-cdi-dirs", str(cdi)),
+            # What the mock GPUs report (:mod:`.demo_idle`); a claim's usage is written at
+            # most once a second.
+            *("--mock-usage-file", str(root / USAGE_FILE), "--usage-write-interval", "1"),
         ]
         # The mock health checker makes SIGUSR1 re-read its file; give the handler back after.
         previous_usr1 = signal.getsignal(signal.SIGUSR1)
@@ -357,6 +366,8 @@ def usage_of(rest: KubeRest, slices: Sequence[Obj], driver: str) -> list[Obj]:
                     "free": s.allocatable.memory,
                 },
                 "claims": sorted({f"{a.claim_namespace}/{a.claim_name}" for a in s.allocations}),
+                "limitsSummary": s.limits_summary,
+                "overcommit": s.overcommit,
             }
         )
     return sorted(out, key=lambda g: int(g["index"]))
@@ -454,22 +465,27 @@ def tables_of(data: Mapping[str, Any], running: bool = False) -> list[Table]:
         for d in c.get("devices", []):
             limits.add(c["claim"], d["device"], short_id(d["shareID"]), limits_text(d["limits"]))
     usage = Table(
-        ["GPU", "CORES USED", "CORES FREE", "MEMORY USED", "MEMORY FREE", "CLAIMS"],
-        title="GPU usage (from the controller's reconcile)",
+        ["GPU", "CORES", "MEMORY", "LIMITS", "OVERCOMMIT", "CLAIMS"],
+        title="GPU usage (from the controller's reconcile, as `kubectl get gpus` shows it; LIMITS: "
+        "where a share is burstable)",
     )
     for g in data["usage"]:
         usage.add(
             g["index"],
             f"{g['cores']['allocated']}/{g['cores']['capacity']}",
-            g["cores"]["free"],
             f"{_mem(g['memory']['allocated'])}/{_mem(g['memory']['capacity'])}",
-            _mem(g["memory"]["free"]),
+            g.get("limitsSummary") or "-",
+            g.get("overcommit") or "-",
             ", ".join(g["claims"]) or "-",
         )
     tables = [slices, alloc, limits]
     if overrides.rows:
         tables.append(overrides)
     tables.append(usage)
+    if data.get("burstable"):
+        tables.append(burstable_table(data["burstable"]))
+    if data.get("idle") and data["idle"]["shares"]:
+        tables.append(idle_table(data["idle"]))
     if running:
         return [fit_width(t, WIDTH) for t in tables]
     if data.get("pods"):
@@ -496,6 +512,26 @@ def tables_of(data: Mapping[str, Any], running: bool = False) -> list[Table]:
     return [fit_width(t, WIDTH) for t in tables]
 
 
+def burstable_table(rows: Sequence[Obj]) -> Table:
+    """The burstable shares (:func:`burstable_rows`)."""
+    table = Table(
+        ["CLAIM", "DEVICE", "RESERVED (REQUEST)", "ENFORCED (LIMIT)", "GPU LIMITS", "OVERCOMMIT"],
+        title="Burstable shares (kube-scheduler and GpuQuota count the request, the plugin "
+        "enforces the limit)",
+    )
+    for r in rows:
+        table.add(
+            r["claim"],
+            r["device"],
+            consumed_text(r["reserved"]),
+            consumed_text(r["limit"])
+            + (f" (refused: {'; '.join(r['problems'])})" if r["problems"] else ""),
+            r["gpuLimits"] or "-",
+            r["overcommit"] or "-",
+        )
+    return table
+
+
 #: What ``--keep-running`` does while the demo cluster runs: given the running node and the
 #: report so far, return when the cluster should stop, every claim unprepared; returns how many
 #: claims it unprepared.
@@ -513,7 +549,7 @@ def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None
         described = f"claims of {', '.join(files)}"
         skipped: list[Obj] = []
     else:
-        inputs = Inputs(demo_claims(examples))
+        inputs = demo_claims(examples)
         described = f"claims of the examples in {examples}"
         skipped = skipped_examples(examples)
     driver = names.DEFAULT_DRIVER_NAME
@@ -539,6 +575,8 @@ def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None
             report = allocate_and_prepare(node, inputs.claims, slices, driver)
             data["claims"] = report + inputs.unusable
             data["usage"] = usage_of(node.rest, slices, driver)
+            data["burstable"] = burstable_rows(report, data["usage"])
+            data["idle"] = measure_idle(node, report, driver)
             if hold is not None:
                 unprepared = hold(node, data)
                 data["usage"] = usage_of(node.rest, slices, driver)
@@ -555,6 +593,47 @@ def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None
     data["skippedExamples"] = skipped
     data["nextSteps"] = [{"command": c, "what": w} for c, w in NEXT_STEPS]
     return data
+
+
+def measure_idle(node: Node, report: Sequence[Obj], driver: str) -> Obj | None:
+    """The busy and the idle share of :mod:`.demo_idle`, measured by the plugin and judged by
+    the controller's tracker; None when the plugin samples no usage."""
+    sampler = node.plugin.usage
+    if sampler is None:
+        return None
+    shares = simulated_shares(report)
+    (node.root / USAGE_FILE).write_text(usage_file_text(shares), encoding="utf-8")
+    api = node.server.client()
+    try:
+        return judge_idle(KubeRest(api), driver, sampler.sample_once, shares)
+    finally:
+        api.close()
+
+
+def burstable_rows(report: Sequence[Obj], usage: Sequence[Obj]) -> list[Obj]:
+    """Each allocated burstable share: what it reserves, the limit the plugin enforces, and its
+    GPU's limit sums and overcommit ratio (from :func:`usage_of`)."""
+    gpus = {f"gpu-{g['index']}": g for g in usage}
+    out = []
+    for c in report:
+        for r in c.get("results", []) if c.get("allocated") else []:
+            burst = r.get("burst")
+            if not burst:
+                continue
+            gpu = gpus.get(str(r["device"]), {})
+            out.append(
+                {
+                    "claim": c["claim"],
+                    "request": r["request"],
+                    "device": r["device"],
+                    "reserved": r["consumedCapacity"],
+                    "limit": burst["limit"],
+                    "problems": burst["problems"],
+                    "gpuLimits": gpu.get("limitsSummary"),
+                    "overcommit": gpu.get("overcommit"),
+                }
+            )
+    return out
 
 
 def create_classes(rest: KubeRest, classes: Sequence[Obj], driver: str) -> None:
