@@ -16,15 +16,21 @@
 5. Each claim prepared through the plugin's real DRA socket by a kubelet-side client
    (:mod:`sharegpuctl.local.kubelet`, registration handshake first); the enforced limits are read
    back from the CDI spec the plugin wrote.
-6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`).
-7. With ``--keep-running``: the tables printed, then the controller (GPU objects, GpuQuota
+6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`),
+   with the limit sums and overcommit ratio of the GPUs that hold a burstable share (the
+   burstable example runs with its own DeviceClass), and the burstable shares' request and
+   limit.
+7. Measured usage and idle shares (:mod:`sharegpuctl.cli.demo_idle`): the mock GPUs report a
+   busy and an idle process, the plugin's sampler writes them into the claims, and the
+   controller's tracker judges them on a clock moved one idle period ahead.
+8. With ``--keep-running``: the tables printed, then the controller (GPU objects, GpuQuota
    statuses), the webhook's checks and quota charging as the API server's admission
    (:mod:`sharegpuctl.cli.demo_admission`) and the claim, scheduler and kubelet steps
    (:mod:`sharegpuctl.cli.demo_cluster`) keep reacting to ``kubectl`` until SIGINT or SIGTERM.
    The API server listens on loopback only and requires the bearer token of the kubeconfig it
    writes (mode 0600); workload kinds it does not run are refused naming ``make local-cluster``.
-8. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
-9. What a claim's GpuConfig changed, the example directories not run and why, and the next
+9. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
+10. What a claim's GpuConfig changed, the example directories not run and why, and the next
    steps (``sharegpu validate``, ``sharegpu explain``, installing the chart).
 """
 
@@ -122,8 +128,10 @@ def add_parser(sub: Any) -> None:
         "server, the real kubelet plugin on 8 mock H100 GPUs (consumable mode), the examples' "
         "claims allocated as kube-scheduler would and prepared through the plugin's gRPC socket "
         "as kubelet would (or the claims of -f instead); prints slices, allocations, CDI IDs, "
-        "enforced limits, GpuConfig overrides and GPU usage, cleans everything up, and names the "
-        "examples it did not run and the next steps.",
+        "enforced limits, GpuConfig overrides, GPU usage with limit sums and overcommit, the "
+        "burstable shares, and an idle share next to a busy one (simulated usage, judged by the "
+        "controller's tracker on a clock moved one idle period ahead), cleans everything up, and "
+        "names the examples it did not run and the next steps.",
     )
     source = p.add_mutually_exclusive_group()
     source.add_argument(

@@ -311,6 +311,14 @@ def test_idle_section_shows_a_busy_and_an_idle_share(report: dict[str, Any]) -> 
         )
 
 
+def test_the_documented_demo_output_is_what_the_demo_prints(report: dict[str, Any]) -> None:
+    """docs/development.md quotes the burstable and idle sections of the demo's output."""
+    page = (REPO_ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    quoted = page.split("<!-- sharegpu demo output -->\n```text\n", 1)[1].split("```", 1)[0]
+    assert "Burstable shares" in quoted and "Idle shares" in quoted
+    assert quoted.strip() in _text(report)
+
+
 def test_simulated_usage_skips_mps_shares_and_takes_two() -> None:
     from sharegpuctl.cli.demo_idle import simulated_shares, usage_file_text
 
