@@ -374,6 +374,7 @@ def usage_of(rest: KubeRest, slices: Sequence[Obj], driver: str) -> list[Obj]:
                     "free": s.allocatable.memory,
                 },
                 "claims": sorted({f"{a.claim_namespace}/{a.claim_name}" for a in s.allocations}),
+                "devices": list(gpu.spec.devices),
                 "limitsSummary": s.limits_summary,
                 "overcommit": s.overcommit,
             }
@@ -621,7 +622,7 @@ def measure_idle(node: Node, report: Sequence[Obj], driver: str) -> Obj | None:
 def burstable_rows(report: Sequence[Obj], usage: Sequence[Obj]) -> list[Obj]:
     """Each allocated burstable share: what it reserves, the limit the plugin enforces, and its
     GPU's limit sums and overcommit ratio (from :func:`usage_of`)."""
-    gpus = {f"gpu-{g['index']}": g for g in usage}
+    gpus = {device: g for g in usage for device in g["devices"]}
     out = []
     for c in report:
         for r in c.get("results", []) if c.get("allocated") else []:
