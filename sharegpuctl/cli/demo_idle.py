@@ -130,6 +130,9 @@ def judge_idle(
     rule, how far the clock moved, and per share its measurement, whether it is idle, its GPU's
     ``SharesIdle`` condition and its ``sharegpu_share_idle_seconds`` samples."""
     policy = policy or IdlePolicy()
+    judged: Obj = {"rule": policy.describe(), "clockAdvancedSeconds": policy.period_s}
+    if not shares:
+        return {**judged, "shares": []}
     clock = FakeClock()
     tracker = Tracker(
         rest,
@@ -191,7 +194,7 @@ def judge_idle(
                 ],
             }
         )
-    return {"rule": policy.describe(), "clockAdvancedSeconds": policy.period_s, "shares": rows}
+    return {**judged, "shares": rows}
 
 
 def idle_table(idle: Mapping[str, Any]) -> Table:
