@@ -16,15 +16,21 @@
 5. Each claim prepared through the plugin's real DRA socket by a kubelet-side client
    (:mod:`sharegpuctl.local.kubelet`, registration handshake first); the enforced limits are read
    back from the CDI spec the plugin wrote.
-6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`).
-7. With ``--keep-running``: the tables printed, then the controller (GPU objects, GpuQuota
+6. Per-GPU usage from the controller's pure reconcile (:func:`controller.reconcile.reconcile`),
+   with the limit sums and overcommit ratio of the GPUs that hold a burstable share (the
+   burstable example runs with its own DeviceClass), and the burstable shares' request and
+   limit.
+7. Measured usage and idle shares (:mod:`sharegpuctl.cli.demo_idle`): the mock GPUs report a
+   busy and an idle process, the plugin's sampler writes them into the claims, and the
+   controller's tracker judges them on a clock moved one idle period ahead.
+8. With ``--keep-running``: the tables printed, then the controller (GPU objects, GpuQuota
    statuses), the webhook's checks and quota charging as the API server's admission
    (:mod:`sharegpuctl.cli.demo_admission`) and the claim, scheduler and kubelet steps
    (:mod:`sharegpuctl.cli.demo_cluster`) keep reacting to ``kubectl`` until SIGINT or SIGTERM.
    The API server listens on loopback only and requires the bearer token of the kubeconfig it
    writes (mode 0600); workload kinds it does not run are refused naming ``make local-cluster``.
-8. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
-9. What a claim's GpuConfig changed, the example directories not run and why, and the next
+9. Everything unprepared, the plugin and the API server stopped, the temporary directory removed.
+10. What a claim's GpuConfig changed, the example directories not run and why, and the next
    steps (``sharegpu validate``, ``sharegpu explain``, installing the chart).
 """
 
@@ -75,11 +81,17 @@ from sharegpuctl.cli.common import (
 )
 from sharegpuctl.cli.demo_admission import webhook_admission
 from sharegpuctl.cli.demo_cluster import DemoCluster, PreparedClaim, cdi_env
+from sharegpuctl.cli.demo_idle import (
+    USAGE_FILE,
+    idle_table,
+    judge_idle,
+    simulated_shares,
+    usage_file_text,
+)
 from sharegpuctl.cli.demo_inputs import (
     NAMESPACE,
     NEXT_STEPS,
     ClaimInput,
-    Inputs,
     demo_claims,
     override_notes,
     skipped_examples,
@@ -116,8 +128,10 @@ def add_parser(sub: Any) -> None:
         "server, the real kubelet plugin on 8 mock H100 GPUs (consumable mode), the examples' "
         "claims allocated as kube-scheduler would and prepared through the plugin's gRPC socket "
         "as kubelet would (or the claims of -f instead); prints slices, allocations, CDI IDs, "
-        "enforced limits, GpuConfig overrides and GPU usage, cleans everything up, and names the "
-        "examples it did not run and the next steps.",
+        "enforced limits, GpuConfig overrides, GPU usage with limit sums and overcommit, the "
+        "burstable shares, and an idle share next to a busy one (simulated usage, judged by the "
+        "controller's tracker on a clock moved one idle period ahead), cleans everything up, and "
+        "names the examples it did not run and the next steps.",
     )
     source = p.add_mutually_exclusive_group()
     source.add_argument(
@@ -202,6 +216,9 @@ def running_node(root: Path) -> Iterator[Node]:
             *("--sharing-mode", names.SHARING_MODE_CONSUMABLE),
             *("--plugin-registry-dir", str(registry), "--plugin-data-dir", str(data)),
             *("--cdi-dir", str(cdi), "--nvidia-cdi-dirs", str(cdi)),
+            # What the mock GPUs report (:mod:`.demo_idle`); a claim's usage is written at
+            # most once a second.
+            *("--mock-usage-file", str(root / USAGE_FILE), "--usage-write-interval", "1"),
         ]
         # The mock health checker makes SIGUSR1 re-read its file; give the handler back after.
         previous_usr1 = signal.getsignal(signal.SIGUSR1)
@@ -357,6 +374,9 @@ def usage_of(rest: KubeRest, slices: Sequence[Obj], driver: str) -> list[Obj]:
                     "free": s.allocatable.memory,
                 },
                 "claims": sorted({f"{a.claim_namespace}/{a.claim_name}" for a in s.allocations}),
+                "devices": list(gpu.spec.devices),
+                "limitsSummary": s.limits_summary,
+                "overcommit": s.overcommit,
             }
         )
     return sorted(out, key=lambda g: int(g["index"]))
@@ -454,22 +474,27 @@ def tables_of(data: Mapping[str, Any], running: bool = False) -> list[Table]:
         for d in c.get("devices", []):
             limits.add(c["claim"], d["device"], short_id(d["shareID"]), limits_text(d["limits"]))
     usage = Table(
-        ["GPU", "CORES USED", "CORES FREE", "MEMORY USED", "MEMORY FREE", "CLAIMS"],
-        title="GPU usage (from the controller's reconcile)",
+        ["GPU", "CORES", "MEMORY", "LIMITS", "OVERCOMMIT", "CLAIMS"],
+        title="GPU usage (from the controller's reconcile, as `kubectl get gpus` shows it; LIMITS: "
+        "where a share is burstable)",
     )
     for g in data["usage"]:
         usage.add(
             g["index"],
             f"{g['cores']['allocated']}/{g['cores']['capacity']}",
-            g["cores"]["free"],
             f"{_mem(g['memory']['allocated'])}/{_mem(g['memory']['capacity'])}",
-            _mem(g["memory"]["free"]),
+            g.get("limitsSummary") or "-",
+            g.get("overcommit") or "-",
             ", ".join(g["claims"]) or "-",
         )
     tables = [slices, alloc, limits]
     if overrides.rows:
         tables.append(overrides)
     tables.append(usage)
+    if data.get("burstable"):
+        tables.append(burstable_table(data["burstable"]))
+    if data.get("idle") and data["idle"]["shares"]:
+        tables.append(idle_table(data["idle"]))
     if running:
         return [fit_width(t, WIDTH) for t in tables]
     if data.get("pods"):
@@ -496,6 +521,26 @@ def tables_of(data: Mapping[str, Any], running: bool = False) -> list[Table]:
     return [fit_width(t, WIDTH) for t in tables]
 
 
+def burstable_table(rows: Sequence[Obj]) -> Table:
+    """The burstable shares (:func:`burstable_rows`)."""
+    table = Table(
+        ["CLAIM", "DEVICE", "RESERVED (REQUEST)", "ENFORCED (LIMIT)", "GPU LIMITS", "OVERCOMMIT"],
+        title="Burstable shares (kube-scheduler and GpuQuota count the request, the plugin "
+        "enforces the limit)",
+    )
+    for r in rows:
+        table.add(
+            r["claim"],
+            r["device"],
+            consumed_text(r["reserved"]),
+            consumed_text(r["limit"])
+            + (f" (refused: {'; '.join(r['problems'])})" if r["problems"] else ""),
+            r["gpuLimits"] or "-",
+            r["overcommit"] or "-",
+        )
+    return table
+
+
 #: What ``--keep-running`` does while the demo cluster runs: given the running node and the
 #: report so far, return when the cluster should stop, every claim unprepared; returns how many
 #: claims it unprepared.
@@ -513,7 +558,7 @@ def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None
         described = f"claims of {', '.join(files)}"
         skipped: list[Obj] = []
     else:
-        inputs = Inputs(demo_claims(examples))
+        inputs = demo_claims(examples)
         described = f"claims of the examples in {examples}"
         skipped = skipped_examples(examples)
     driver = names.DEFAULT_DRIVER_NAME
@@ -539,6 +584,8 @@ def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None
             report = allocate_and_prepare(node, inputs.claims, slices, driver)
             data["claims"] = report + inputs.unusable
             data["usage"] = usage_of(node.rest, slices, driver)
+            data["burstable"] = burstable_rows(report, data["usage"])
+            data["idle"] = measure_idle(node, report, driver)
             if hold is not None:
                 unprepared = hold(node, data)
                 data["usage"] = usage_of(node.rest, slices, driver)
@@ -555,6 +602,47 @@ def run_demo(examples: Path, files: Sequence[str] = (), hold: Hold | None = None
     data["skippedExamples"] = skipped
     data["nextSteps"] = [{"command": c, "what": w} for c, w in NEXT_STEPS]
     return data
+
+
+def measure_idle(node: Node, report: Sequence[Obj], driver: str) -> Obj | None:
+    """The busy and the idle share of :mod:`.demo_idle`, measured by the plugin and judged by
+    the controller's tracker; None when the plugin samples no usage."""
+    sampler = node.plugin.usage
+    if sampler is None:
+        return None
+    shares = simulated_shares(report)
+    (node.root / USAGE_FILE).write_text(usage_file_text(shares), encoding="utf-8")
+    api = node.server.client()
+    try:
+        return judge_idle(KubeRest(api), driver, sampler.sample_once, shares)
+    finally:
+        api.close()
+
+
+def burstable_rows(report: Sequence[Obj], usage: Sequence[Obj]) -> list[Obj]:
+    """Each allocated burstable share: what it reserves, the limit the plugin enforces, and its
+    GPU's limit sums and overcommit ratio (from :func:`usage_of`)."""
+    gpus = {device: g for g in usage for device in g["devices"]}
+    out = []
+    for c in report:
+        for r in c.get("results", []) if c.get("allocated") else []:
+            burst = r.get("burst")
+            if not burst:
+                continue
+            gpu = gpus.get(str(r["device"]), {})
+            out.append(
+                {
+                    "claim": c["claim"],
+                    "request": r["request"],
+                    "device": r["device"],
+                    "reserved": r["consumedCapacity"],
+                    "limit": burst["limit"],
+                    "problems": burst["problems"],
+                    "gpuLimits": gpu.get("limitsSummary"),
+                    "overcommit": gpu.get("overcommit"),
+                }
+            )
+    return out
 
 
 def create_classes(rest: KubeRest, classes: Sequence[Obj], driver: str) -> None:

@@ -1,8 +1,9 @@
 """What ``sharegpu demo`` runs and what it tells the reader besides its tables.
 
 - :func:`demo_claims`: the claims of the built-in examples (:data:`DEMO_EXAMPLES`), each with
-  the directory it comes from; :func:`skipped_examples` says why the other directories of the
-  examples are not run.
+  the directory it comes from, and the DeviceClasses those directories define (the burstable
+  example's class allows memory burst); :func:`skipped_examples` says why the other directories
+  of the examples are not run.
 - :func:`user_claims`: the claims of ``demo -f``: ResourceClaims, ResourceClaimTemplates (one
   claim each, named like the template), DeviceClasses, and the pods and workloads that use them
   (a claim a pod names that is not in the files is reported, not run). Everything is read by
@@ -39,6 +40,7 @@ DEMO_EXAMPLES: Final = (
     "select-by-model-and-memory",
     "multi-gpu-same-pcie-root",
     "first-available",
+    "burstable-shares",
 )
 #: Why each other example directory is not run by the demo.
 SKIPPED_EXAMPLES: Final[Mapping[str, str]] = {
@@ -51,9 +53,6 @@ SKIPPED_EXAMPLES: Final[Mapping[str, str]] = {
     "replicas of a Deployment sharing that claim, and the demo runs no Deployments",
     "vllm-inference": "its template is the 50-core/20Gi share of two-pods-fractional-share; "
     "what it adds is a Deployment and a Service, which the demo does not run",
-    "burstable-shares": "its claim needs the example's own DeviceClass, which allows memory "
-    "burst; the demo runs the chart's classes (run it with `sharegpu demo -f "
-    "examples/burstable-shares/`)",
     "training-job": "its templates (a whole GPU; a 50-core/32Gi share) repeat whole-gpu and "
     "two-pods-fractional-share; what it adds is Jobs, which the demo does not run",
 }
@@ -114,11 +113,13 @@ def _as_claim(m: Manifest) -> Obj | None:
     return claim
 
 
-def demo_claims(examples: Path) -> list[ClaimInput]:
-    """Every ResourceClaim(Template) of :data:`DEMO_EXAMPLES`, with its directory."""
+def demo_claims(examples: Path) -> Inputs:
+    """Every ResourceClaim(Template) of :data:`DEMO_EXAMPLES`, with its directory, and the
+    DeviceClasses of those directories."""
     if not examples.is_dir():
         raise CliError(f"examples directory {examples} not found (use --examples DIR)")
     out: list[ClaimInput] = []
+    classes: list[Obj] = []
     for name in DEMO_EXAMPLES:
         directory = examples / name
         if not directory.is_dir():
@@ -126,6 +127,8 @@ def demo_claims(examples: Path) -> list[ClaimInput]:
         manifests = load_manifests([str(directory)])
         found: dict[tuple[str, str], ClaimInput] = {}
         for m in manifests:
+            if m.kind == "DeviceClass":
+                classes.append({k: v for k, v in m.obj.items() if k != "status"})
             claim = _as_claim(m)
             if claim is not None:
                 found[(m.kind, claim["metadata"]["name"])] = ClaimInput(
@@ -139,7 +142,7 @@ def demo_claims(examples: Path) -> list[ClaimInput]:
                 if ref in found:
                     found[ref].users.append(m.label)
         out.extend(found.values())
-    return out
+    return Inputs(out, classes)
 
 
 def skipped_examples(examples: Path) -> list[Obj]:

@@ -428,12 +428,11 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return changed
 
 
-#: The consumable-mode examples (those ``sharegpu demo`` runs, time-slicing's Deployment and
-#: the burstable share with its own DeviceClass), besides two-pods-fractional-share.
+#: The consumable-mode examples (those ``sharegpu demo`` runs, the burstable share with its own
+#: DeviceClass among them, and time-slicing's Deployment), besides two-pods-fractional-share.
 OTHER_EXAMPLES = (
     *(e for e in DEMO_EXAMPLES if e != EXAMPLE.parent.name),
     "time-slicing",
-    "burstable-shares",
 )
 
 

@@ -27,6 +27,7 @@ EXPECTED_CLAIMS = {
     "default/h100-with-70gi",
     "default/two-gpus-one-pcie-root",
     "default/h100-else-a100-else-any",
+    "default/burstable-share",
 }
 
 
@@ -217,7 +218,7 @@ def test_rows_name_their_example_and_the_examples_not_run(report: dict[str, Any]
 def test_override_rows_say_what_the_gpu_config_changed(report: dict[str, Any]) -> None:
     claims = by_claim(report)
     overridden = {name for name, c in claims.items() if c["overrides"]}
-    assert overridden == {"default/mps-share"}
+    assert overridden == {"default/mps-share", "default/burstable-share"}
     (note,) = claims["default/mps-share"]["overrides"]
     assert note["request"] == "gpu" and note["device"] == "gpu-2"
     assert (
@@ -227,6 +228,133 @@ def test_override_rows_say_what_the_gpu_config_changed(report: dict[str, Any]) -
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=12Gi (the share alone gives 16Gi)" in note["override"]
     text = "\n\n".join(render_table(t, "text") for t in tables_of(report))
     assert "GpuConfig overrides" in text
+
+
+# --- burstable and idle shares -------------------------------------------------------------------
+
+
+def _text(report: dict[str, Any], running: bool = False) -> str:
+    return "\n\n".join(render_table(t, "text") for t in tables_of(report, running=running))
+
+
+def test_the_burstable_example_runs_with_its_device_class(report: dict[str, Any]) -> None:
+    """The example's own DeviceClass (memory burst allowed) is created, so its claim is
+    allocated with the request reserved and prepared with the limit enforced."""
+    burstable = by_claim(report)["default/burstable-share"]
+    assert burstable["example"] == "burstable-shares"
+    (result,) = burstable["results"]
+    assert result["consumedCapacity"] == {"cores": "25", "memory": "8Gi"}
+    (device,) = burstable["devices"]
+    assert (device["limits"]["SHAREGPU_CORES"], device["limits"]["SHAREGPU_MEMORY"]) == (
+        "25",
+        str(8 * 2**30),
+    )
+    assert device["limits"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+    assert device["limits"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].endswith("=32768M")
+    assert "burstable-shares" not in {e["example"] for e in report["skippedExamples"]}
+
+
+def test_burstable_section_shows_request_limit_and_the_gpus_overcommit(
+    report: dict[str, Any],
+) -> None:
+    (row,) = report["burstable"]
+    assert row["claim"] == "default/burstable-share" and row["device"] == "gpu-2"
+    assert row["reserved"] == {"cores": "25", "memory": "8Gi"}
+    assert row["limit"] == {"cores": 100, "memory": "32Gi"}
+    assert row["problems"] == []
+    # gpu-2 also holds mps-share (40 cores, 16Gi, no limit): limits 140 cores and 48Gi.
+    gpu = report["usage"][2]
+    assert gpu["claims"] == ["default/burstable-share", "default/mps-share"]
+    assert (gpu["limitsSummary"], gpu["overcommit"]) == ("140/100 cores, 48Gi/79.1Gi", "1.40")
+    assert (row["gpuLimits"], row["overcommit"]) == (gpu["limitsSummary"], gpu["overcommit"])
+    assert all(g["overcommit"] is None for g in report["usage"] if g["index"] != 2)
+    for running in (False, True):
+        text = _text(report, running)
+        assert "GPU usage" in text and "LIMITS" in text and "OVERCOMMIT" in text
+        assert re.search(r"\n2 +65/100 +24Gi/79.1Gi +140/100 cores, 48Gi/79.1Gi +1.40 ", text)
+        assert "Burstable shares" in text
+        assert re.search(
+            r"default/burstable-share +gpu-2 +cores=25, memory=8Gi +cores=100, memory=32Gi "
+            r"+140/100 cores, 48Gi/79.1Gi +1.40",
+            text,
+        )
+
+
+def test_idle_section_shows_a_busy_and_an_idle_share(report: dict[str, Any]) -> None:
+    """The mock GPUs report a busy whole-gpu and an idle h100-with-70gi; the tracker, on the
+    demo's clock moved one idle period ahead, reports the idle one on its GPU and in the
+    metric, and the busy one as in use."""
+    idle = report["idle"]
+    assert idle["rule"] == "under 5% of their reserved cores and memory for 1h"
+    assert idle["clockAdvancedSeconds"] == 3600
+    busy, idle_share = idle["shares"]
+    assert (busy["claim"], busy["state"], busy["idle"]) == ("default/whole-gpu", "busy", False)
+    assert busy["usage"]["smUtilization"] == 75 and busy["usage"]["processes"] == 1
+    assert (busy["condition"]["status"], busy["condition"]["reason"]) == ("False", "SharesInUse")
+    assert busy["idleSeconds"] == []
+    assert (idle_share["claim"], idle_share["state"]) == ("default/h100-with-70gi", "idle")
+    assert idle_share["idle"] is True and idle_share["usage"]["smUtilization"] == 0
+    condition = idle_share["condition"]
+    assert (condition["status"], condition["reason"]) == ("True", "UsageBelowThreshold")
+    assert "default/h100-with-70gi" in condition["message"]
+    assert idle_share["idleSeconds"] == [3600.0]
+    # MPS shares report no per-process SM time, so the demo measures whole-GPU shares only.
+    assert busy["index"] == 0 and idle_share["index"] == 3
+    for running in (False, True):
+        text = _text(report, running)
+        assert "Idle shares (simulated usage" in text and "3600 s ahead" in text
+        assert re.search(r"\n0 +default/whole-gpu +\w+ +75%/100% +59.2Gi/79Gi +no +False", text)
+        assert re.search(
+            r"\n3 +default/h100-with-70gi +\w+ +0%/100% +256Mi/79Gi +yes \(3600 s\) "
+            r"+True \(UsageBelowThreshold\)",
+            text,
+        )
+
+
+def test_the_documented_demo_output_is_what_the_demo_prints(report: dict[str, Any]) -> None:
+    """docs/development.md quotes the burstable and idle sections of the demo's output."""
+    page = (REPO_ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    quoted = page.split("<!-- sharegpu demo output -->\n```text\n", 1)[1].split("```", 1)[0]
+    assert "Burstable shares" in quoted and "Idle shares" in quoted
+    assert quoted.strip() in _text(report)
+
+
+def test_simulated_usage_skips_mps_shares_and_takes_two() -> None:
+    from sharegpuctl.cli.demo_idle import simulated_shares, usage_file_text
+
+    def claim(name: str, cores: int, mps: bool) -> dict[str, Any]:
+        limits = {"SHAREGPU_GPU_UUID": f"GPU-{name}"}
+        if mps:
+            limits["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(cores)
+        return {
+            "claim": f"default/{name}",
+            "uid": f"uid-{name}",
+            "allocated": True,
+            "prepared": True,
+            "results": [
+                {
+                    "device": "gpu-0",
+                    "shareID": None,
+                    "consumedCapacity": {"cores": str(cores), "memory": "10Gi"},
+                }
+            ],
+            "devices": [{"device": "gpu-0", "shareID": None, "limits": limits}],
+        }
+
+    claims = [claim("mps", 50, True), claim("a", 100, False), claim("b", 60, False)]
+    claims.append(claim("c", 100, False))
+    shares = simulated_shares(claims)
+    assert [(s["claim"], s["state"], s["sm"]) for s in shares] == [
+        ("default/a", "busy", 75),
+        ("default/b", "idle", 0),
+    ]
+    assert shares[0]["memory"] == 10 * 2**30 * 3 // 4
+    assert shares[1]["memory"] == 10 * 2**30 // 100  # 1 % of the share: under 256Mi
+    assert usage_file_text(shares) == (
+        "GPU-a:\n- claim: uid-a\n  memory: 8053063680\n  sm: 75\n"
+        "GPU-b:\n- claim: uid-b\n  memory: 107374182\n  sm: 0\n"
+    )
+    assert simulated_shares(claims[:1]) == []
 
 
 CLASS_CONFIG_MANIFESTS = """\
@@ -355,6 +483,9 @@ def test_demo_on_the_users_files(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert data["cleanup"] == {"unprepared": 1, "cdiSpecsLeft": 0, "tempDirRemoved": True}
     text = "\n\n".join(render_table(t, "text") for t in tables_of(data))
     assert f"claims of {tmp_path}" in text
+    # Its one share is MPS, which reports no per-process SM time: nothing is judged idle.
+    assert data["idle"]["shares"] == [] and "Idle shares" not in text
+    assert data["burstable"] == [] and "Burstable shares" not in text
 
 
 def test_demo_on_a_workload_example_with_its_device_classes(
