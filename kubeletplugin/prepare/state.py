@@ -23,6 +23,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -202,6 +203,8 @@ class DeviceState:
         self._written = 0
         self._started = False
         self._metrics = StateMetrics(telemetry, self._count_prepared)
+        #: Writes spec files while the calling thread writes the checkpoint.
+        self._io = ThreadPoolExecutor(max_workers=32, thread_name_prefix="cdi-write")
 
     @property
     def devices(self) -> NodeDevices:
@@ -526,7 +529,9 @@ class DeviceState:
             return sum(1 for rec in self._claims.values() if rec.state == STATE_COMPLETED)
 
     def close(self) -> None:
-        """Close the checkpoint (after the gRPC server stopped calling in)."""
+        """Stop the writer threads and close the checkpoint (after the gRPC server stopped
+        calling in)."""
+        self._io.shutdown(wait=True)
         with self._write_lock:
             self._checkpoint.close()
 
@@ -682,14 +687,19 @@ class DeviceState:
                     f"devices, expected {len(started.devices)}"
                 )
             completed = replace(_decided(started, applied.decisions), state=STATE_COMPLETED)
-            # The spec file first (atomic, not durable), then the durable PrepareCompleted
-            # record: a crash before the record rolls the claim back at the next start, and a
-            # spec lost after it is rewritten from the record then.
-            self._cdi.write(ref.uid, self._spec_devices(completed, applied))
+            # The spec file (atomic, not durable) is written while the durable PrepareCompleted
+            # record is: a crash before the record is durable rolls the claim back at the next
+            # start, and a spec missing after it is rewritten from the record then.
             with self._mu:
                 self._put(completed)
                 change = self._changed()
-            self._persist(change)
+            spec_written = self._io.submit(
+                self._cdi.write, ref.uid, self._spec_devices(completed, applied)
+            )
+            try:
+                self._persist(change)
+            finally:
+                spec_written.result()
         except (ShareError, OSError, MigError) as exc:
             log.warning("preparing %s failed: %s", label, exc)
             self._undo_quietly(ref.uid)
