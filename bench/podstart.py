@@ -80,11 +80,18 @@ class Shape:
     driver: str | None
 
 
-def _share(strategy: str | None) -> dict[str, Any]:
+#: The MPS shares (c) take the GPUs below this index, the TimeSlicing shares (d) the others: the
+#: plugin refuses two strategies on one GPU, and the scheduler knows nothing of strategies.
+SHARE_SPLIT: Final = MOCK_GPUS // 2
+
+
+def _share(strategy: str | None, gpus: str) -> dict[str, Any]:
+    """30 cores and 4Gi of a GPU whose index satisfies ``gpus`` (a CEL comparison)."""
     request = {
         "name": "gpu",
         "exactly": {
             "deviceClassName": SHAREGPU,
+            "selectors": [{"cel": {"expression": f"device.attributes['{SHAREGPU}'].index {gpus}"}}],
             "capacity": {"requests": {"cores": "30", "memory": "4Gi"}},
         },
     }
@@ -122,11 +129,16 @@ WHOLE: Final = {
 SHAPES: Final = {
     "a": Shape("a", "no claim", None, None),
     "b": Shape("b", "whole mock GPU (sharegpu)", WHOLE, SHAREGPU),
-    "c": Shape("c", "MPS share, per-claim daemon pod (sharegpu)", _share(None), SHAREGPU),
+    "c": Shape(
+        "c",
+        "MPS share, per-claim daemon pod (sharegpu)",
+        _share(None, f"< {SHARE_SPLIT}"),
+        SHAREGPU,
+    ),
     "d": Shape(
         "d",
         "consumable-capacity share, TimeSlicing, no daemon (sharegpu)",
-        _share("TimeSlicing"),
+        _share("TimeSlicing", f">= {SHARE_SPLIT}"),
         SHAREGPU,
     ),
     "e": Shape(
