@@ -80,11 +80,18 @@ class Shape:
     driver: str | None
 
 
-def _share(strategy: str | None) -> dict[str, Any]:
+#: The MPS shares (c) take the GPUs below this index, the TimeSlicing shares (d) the others: the
+#: plugin refuses two strategies on one GPU, and the scheduler knows nothing of strategies.
+SHARE_SPLIT: Final = MOCK_GPUS // 2
+
+
+def _share(strategy: str | None, gpus: str) -> dict[str, Any]:
+    """30 cores and 4Gi of a GPU whose index satisfies ``gpus`` (a CEL comparison)."""
     request = {
         "name": "gpu",
         "exactly": {
             "deviceClassName": SHAREGPU,
+            "selectors": [{"cel": {"expression": f"device.attributes['{SHAREGPU}'].index {gpus}"}}],
             "capacity": {"requests": {"cores": "30", "memory": "4Gi"}},
         },
     }
@@ -122,11 +129,16 @@ WHOLE: Final = {
 SHAPES: Final = {
     "a": Shape("a", "no claim", None, None),
     "b": Shape("b", "whole mock GPU (sharegpu)", WHOLE, SHAREGPU),
-    "c": Shape("c", "MPS share, per-claim daemon pod (sharegpu)", _share(None), SHAREGPU),
+    "c": Shape(
+        "c",
+        "MPS share, per-claim daemon pod (sharegpu)",
+        _share(None, f"< {SHARE_SPLIT}"),
+        SHAREGPU,
+    ),
     "d": Shape(
         "d",
         "consumable-capacity share, TimeSlicing, no daemon (sharegpu)",
-        _share("TimeSlicing"),
+        _share("TimeSlicing", f">= {SHARE_SPLIT}"),
         SHAREGPU,
     ),
     "e": Shape(
@@ -290,7 +302,8 @@ class ShapeResult:
     pod_prepare_exact: list[float] = dataclasses.field(default_factory=list)
     #: Histogram of every NodePrepareResources of the shape (both phases).
     prepare_hist: Histogram | None = None
-    daemon_starts: list[float] = dataclasses.field(default_factory=list)
+    #: Each MPS daemon pod's start (first seen -> Running), by the phase it started in.
+    daemon_starts: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
 
 def _add(result: ShapeResult, delta: Scrape, shape: Shape) -> None:
@@ -412,11 +425,19 @@ def summary(results: dict[str, ShapeResult], skipped: dict[str, str]) -> dict[st
                 entry[phase]["added_p99"] = quantile(values, 0.99) - quantile(ref, 0.99)
         entry["burst_walls"] = r.burst_walls
         if key == "c":
+            every = [v for values in r.daemon_starts.values() for v in values]
             entry["daemon_start"] = {
-                "n": len(r.daemon_starts),
-                "p50": quantile(r.daemon_starts, 0.5),
-                "p99": quantile(r.daemon_starts, 0.99),
+                "n": len(every),
+                "p50": quantile(every, 0.5),
+                "p99": quantile(every, 0.99),
             }
+            for phase, values in r.daemon_starts.items():
+                entry["daemon_start"][phase] = {
+                    "n": len(values),
+                    "p50": quantile(values, 0.5),
+                    "p99": quantile(values, 0.99),
+                    "values": values,
+                }
         entry["prepare_exact"] = {
             "n": len(r.prepare_exact),
             "p50": quantile(r.prepare_exact, 0.5),
@@ -445,7 +466,9 @@ def summary(results: dict[str, ShapeResult], skipped: dict[str, str]) -> dict[st
 
 
 def ratios(figures: dict[str, Any]) -> dict[str, float]:
-    """Added pod-start latency (p50, each phase) of b and d over the Go test driver's (e)."""
+    """Added pod-start latency (p50, each phase) of b, c and d over the Go test driver's (e),
+    and of c over the Go driver's plus the p50 start of the MPS daemon pods of the same phase
+    (``c+daemon/<phase>``: the target for the MPS shape)."""
     out = {}
     for key in ("b", "c", "d"):
         if key not in figures or "not_measured" in figures[key] or "e" not in figures:
@@ -455,6 +478,9 @@ def ratios(figures: dict[str, Any]) -> dict[str, float]:
             peer = figures["e"][phase].get("added_p50")
             if ours is not None and peer:
                 out[f"{key}/{phase}"] = ours / peer
+            daemon = figures[key].get("daemon_start", {}).get(phase)
+            if ours is not None and peer is not None and daemon and daemon["n"]:
+                out[f"c+daemon/{phase}"] = ours / (peer + daemon["p50"])
     return out
 
 
@@ -497,8 +523,21 @@ def report(figures: dict[str, Any]) -> None:
             f"\nMPS daemon pod start (created -> Running), shape c: p50 {daemon['p50'] * ms:.0f} "
             f"ms, p99 {daemon['p99'] * ms:.0f} ms (n={daemon['n']})"
         )
+        for phase in ("sequential", "burst"):
+            d = daemon.get(phase)
+            if d is not None:
+                print(
+                    f"  {phase}: p50 {d['p50'] * ms:.0f} ms, p99 {d['p99'] * ms:.0f} ms "
+                    f"(n={d['n']})"
+                )
     for name, value in ratios(figures).items():
-        print(f"added latency {name} over the Go test driver's: {value:.2f}x (target <= 1.2)")
+        if name.startswith("c+daemon/"):
+            print(
+                f"added latency c/{name.split('/')[1]} over the Go test driver's plus the daemon "
+                f"start: {value:.2f}x (target <= 1.0)"
+            )
+        else:
+            print(f"added latency {name} over the Go test driver's: {value:.2f}x (target <= 1.2)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -523,18 +562,22 @@ def main(argv: list[str] | None = None) -> int:
         # The MPS daemon pods the plugin starts for shape c: each one's start, created -> Running.
         daemons = PodWatch(c.plane, driver.NAMESPACE, DAEMON_LABEL)
         daemons.start()
+        bursts_began = float("inf")
         try:
             print(f"sequential: {args.sequential} rounds of {len(shapes)} shapes", flush=True)
             sequential(c, watch, shapes, args.sequential, results)
             print(f"bursts: {args.rounds} rounds of {args.burst} pods per shape", flush=True)
+            bursts_began = time.monotonic()
             bursts(c, watch, shapes, args.rounds, args.burst, results)
         finally:
             watch.stop()
             daemons.stop()
         if "c" in results:
-            results["c"].daemon_starts = [
-                daemons.running[n] - daemons.added[n] for n in daemons.running if n in daemons.added
-            ]
+            # The plugin deletes a daemon pod when it unprepares its claim: the watch keeps the
+            # start of every daemon pod it saw Running.
+            for added, running in daemons.started.values():
+                phase = "sequential" if added < bursts_began else "burst"
+                results["c"].daemon_starts.setdefault(phase, []).append(running - added)
     raw = {k: dataclasses.asdict(r) for k, r in results.items()}
     (work / "podstart-raw.json").write_text(json.dumps(raw, default=str))
     figures = summary(results, skipped)

@@ -5,7 +5,10 @@ it created the pod.
 
 The watch runs on a thread of its own inside the run's sealed network namespace (as every client
 of the run does) and reconnects from the last resourceVersion it saw when the server ends the
-stream. Invariant: a time, once noted, never changes; a deleted pod's times are dropped.
+stream. Invariant: a time, once noted, never changes; a deleted pod's times are dropped from
+``added``, ``bound`` and ``running`` (a name may come back), and kept in :attr:`PodWatch.started`,
+by pod UID, for pods that a bench does not delete itself (the MPS daemon pods the plugin
+deletes when it unprepares their claim).
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ class PodWatch:
         self.added: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
+        #: Pod UID -> (created, first seen Running) of every pod created while the watch ran
+        #: (first seen in an ADDED event) and seen Running; kept after the pod is deleted.
+        self.started: dict[str, tuple[float, float]] = {}
+        #: UIDs of the pods first seen in an ADDED event.
+        self._created: set[str] = set()
         self._changed = threading.Condition()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,15 +131,20 @@ class PodWatch:
         status = pod.get("status") or {}
         assert isinstance(meta, dict) and isinstance(spec, dict) and isinstance(status, dict)
         name = str(meta["name"])
+        uid = str(meta.get("uid") or name)
         with self._changed:
             if kind == "DELETED":
                 self.added.pop(name, None)
                 self.bound.pop(name, None)
                 self.running.pop(name, None)
             else:
+                if name not in self.added and kind == "ADDED":
+                    self._created.add(uid)
                 self.added.setdefault(name, now)
                 if spec.get("nodeName") and name not in self.bound:
                     self.bound[name] = now
                 if status.get("phase") == "Running" and name not in self.running:
                     self.running[name] = now
+                    if uid in self._created:
+                        self.started.setdefault(uid, (self.added[name], now))
             self._changed.notify_all()

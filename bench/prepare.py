@@ -2,8 +2,9 @@
 
 Measures, for claims with one device each (a consumable-capacity share):
 
-- the plugin: ``PluginServer`` + ``DeviceState`` (GET the claim, checkpoint PrepareStarted,
-  write the CDI spec and checkpoint PrepareCompleted, every write durable);
+- the plugin: ``PluginServer`` + ``DeviceState`` (GET the claim, checkpoint PrepareStarted
+  (durable), write the CDI spec (atomic, not durable: the start rewrites it from the
+  checkpoint), checkpoint PrepareCompleted (durable));
 - a floor: a minimal gRPC server on the same kind of socket that only GETs the claim and writes
   one fsynced file (temporary file, fsync, rename, directory fsync);
 

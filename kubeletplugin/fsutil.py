@@ -56,10 +56,13 @@ def temp_prefix(path: Path) -> str:
     return f".{path.name}."
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` atomically and durably.
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically and, unless ``durable`` is False, durably.
 
     Temporary file in the same directory, fsync, rename over ``path``, fsync the directory.
+    Without ``durable`` there is no fsync: readers, and the plugin after its own crash, still
+    see the old or the complete new content, but after a power loss the file may be old, new,
+    empty or gone. Only for files that the plugin's start rebuilds from a durable record.
     """
     directory = path.parent
     fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(path), suffix=TEMP_SUFFIX, dir=directory)
@@ -68,13 +71,15 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
             tmp.write(data)
             tmp.flush()
             os.fchmod(tmp.fileno(), mode)
-            os.fsync(tmp.fileno())
+            if durable:
+                os.fsync(tmp.fileno())
         os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
 
 
 def atomic_create(path: Path, fill: Callable[[int], None], mode: int = 0o644) -> int:
@@ -107,11 +112,19 @@ def atomic_create(path: Path, fill: Callable[[int], None], mode: int = 0o644) ->
 
 def remove_durably(path: Path) -> bool:
     """Remove ``path`` if it exists and fsync its directory; returns whether it existed."""
+    if not remove_if_present(path):
+        return False
+    fsync_dir(path.parent)
+    return True
+
+
+def remove_if_present(path: Path) -> bool:
+    """Remove ``path`` if it exists, without fsync (a power loss may bring it back: only for
+    files the plugin's start reconciles with a durable record); returns whether it existed."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
     return True
 
 

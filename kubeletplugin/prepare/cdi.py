@@ -38,7 +38,12 @@ from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.devices.migcaps import MigCaps
 from kubeletplugin.devices.procdevices import DEFAULT_PROC_ROOT, ProcDevices
 from kubeletplugin.devices.uvm import uvm_device_nodes
-from kubeletplugin.fsutil import atomic_write, remove_durably, remove_stale_temp_files
+from kubeletplugin.fsutil import (
+    atomic_write,
+    read_bounded,
+    remove_if_present,
+    remove_stale_temp_files,
+)
 from kubeletplugin.kubelet.preparer import is_claim_uid
 from kubeletplugin.model import GpuInfo
 
@@ -471,19 +476,40 @@ class CdiSpecWriter:
         }
         return {"cdiVersion": minimum_cdi_version(spec), **spec}
 
+    def render(self, devices: Sequence[SpecDevice]) -> bytes:
+        """The bytes of the spec file of one claim's devices (the same devices always give the
+        same bytes)."""
+        return json.dumps(self.build(devices), indent=2).encode() + b"\n"
+
     def write(self, claim_uid: str, devices: Sequence[SpecDevice]) -> Path:
-        """Atomically write the claim's spec; returns its path."""
+        """Atomically write the claim's spec (a reader sees the old file or the whole new one),
+        without fsync: the checkpoint is the durable record, and :meth:`restore` at start puts
+        back a spec that a power loss took; returns its path."""
         path = self.path_for(claim_uid)
-        data = json.dumps(self.build(devices), indent=2).encode() + b"\n"
-        atomic_write(path, data)
+        atomic_write(path, self.render(devices), durable=False)
         return path
 
+    def restore(self, claim_uid: str, devices: Sequence[SpecDevice]) -> bool:
+        """Make the claim's spec file hold exactly what :meth:`write` writes for ``devices``,
+        rewriting it when it is missing or differs (truncated, damaged, a link); returns
+        whether it was rewritten. OSError when it cannot be."""
+        path = self.path_for(claim_uid)
+        data = self.render(devices)
+        try:
+            if read_bounded(path, len(data) + 1) == data:
+                return False
+        except OSError:
+            pass  # missing or not a plain file: rewritten
+        atomic_write(path, data, durable=False)
+        return True
+
     def remove(self, claim_uid: str) -> bool:
-        """Delete the claim's spec if present; returns whether it existed. A string that is no
-        claim UID has no spec (none is ever written for it): nothing is touched."""
+        """Delete the claim's spec if present (no fsync: a spec a power loss brings back has
+        no record, and the next start removes it); returns whether it existed. A string that
+        is no claim UID has no spec (none is ever written for it): nothing is touched."""
         if not is_claim_uid(claim_uid):
             return False
-        return remove_durably(self.path_for(claim_uid))
+        return remove_if_present(self.path_for(claim_uid))
 
     def _claim_spec_files(self) -> list[tuple[str, Path]]:
         """(UID, path) of every file named like a claim spec of this driver, by UID."""

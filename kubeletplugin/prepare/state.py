@@ -2,11 +2,13 @@
 
 Invariants:
 
-- A prepare is three durable steps: ``PrepareStarted``, the work (enforcement, dynamic MIG
-  instances through :class:`~kubeletplugin.prepare.miglifecycle.ClaimInstances`, CDI spec),
-  ``PrepareCompleted``; ``start`` rolls back every ``PrepareStarted`` record, every completed one
-  whose spec file is gone, and removes spec files without a record. A failure undoes only its
-  claim; a record stays while its MIG instance cannot be destroyed (kubelet retries).
+- A prepare is two durable steps around the work: ``PrepareStarted``, the work (enforcement,
+  dynamic MIG instances through :class:`~kubeletplugin.prepare.miglifecycle.ClaimInstances`, the
+  CDI spec, written atomically but not durably), ``PrepareCompleted``. The checkpoint is the
+  record; spec files are derived from it: ``start`` rolls back every ``PrepareStarted`` record,
+  rewrites the spec of every completed one that is missing or differs (a power loss may take a
+  spec), and removes spec files without a record. A failure undoes only its claim; a record
+  stays while its MIG instance cannot be destroyed (kubelet retries).
 - Prepare is idempotent (a completed claim with its spec file gets its recorded answer, no side
   effect); unprepare of an unknown claim succeeds.
 - Claims are fetched before any lock; each claim holds its own lock for its operation, the
@@ -65,7 +67,13 @@ from kubeletplugin.prepare.claims import (
 from kubeletplugin.prepare.metrics import StateMetrics
 from kubeletplugin.prepare.miglifecycle import claim_instances
 from kubeletplugin.prepare.shares import device_record
-from kubeletplugin.sharing.enforcement import Decisions, NoEnforcement, ShareEnforcer, ShareError
+from kubeletplugin.sharing.enforcement import (
+    Applied,
+    Decisions,
+    NoEnforcement,
+    ShareEnforcer,
+    ShareError,
+)
 from sharegpu.kube.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -241,15 +249,6 @@ class DeviceState:
                     uid,
                 )
                 rollback.add(uid)
-            elif not self._cdi.path_for(uid).exists():
-                log.warning(
-                    "CDI spec of prepared claim %s/%s (UID %s) is missing; it will be "
-                    "prepared again on the next call",
-                    rec.namespace,
-                    rec.name,
-                    uid,
-                )
-                rollback.add(uid)
         self._check_against_allocations(claims, rollback)
         pending = self._instances.recover(claims, rollback)
         # Only the claims that stay prepared: resuming enforcement for a claim about to be
@@ -260,11 +259,13 @@ class DeviceState:
             {uid: rec.devices for uid, rec in claims.items() if uid not in rollback},
             node_gpus=tuple(self._gpus_by_uuid),
         )
-        for uid, decisions in restored.items():
+        for uid, applied in sorted(restored.items()):
             try:
-                claims[uid] = _decided(claims[uid], decisions)
-            except (KeyError, ShareError) as exc:
-                log.error("share enforcement restored claim %s wrongly: %s", uid, exc)
+                claims[uid] = _decided(claims[uid], applied.decisions)
+                self._restore_spec(claims[uid], applied)
+            except (KeyError, ShareError, OSError) as exc:
+                log.error("cannot restore claim %s (%s); rolling it back", uid, exc)
+                rollback.add(uid)
         for uid in sorted(rollback):
             self._cdi.remove(uid)
             self._enforcer.release(uid)
@@ -288,6 +289,39 @@ class DeviceState:
         log.info(
             "device state ready: %d prepared claims (checkpoint %s)", len(claims), loaded.status
         )
+
+    def _restore_spec(self, rec: ClaimRecord, applied: Applied) -> None:
+        """Rewrite the spec file of restored claim ``rec`` if it is not what prepare wrote for
+        it (lost or truncated in a power loss, or gone in a crash before it was written: it is
+        written without fsync). ShareError when the enforcer answered for another number of
+        devices; OSError when it cannot be written."""
+        if len(applied.device_edits) != len(rec.devices):
+            raise ShareError(
+                f"share enforcement restored edits for {len(applied.device_edits)} devices, "
+                f"expected {len(rec.devices)}"
+            )
+        if self._cdi.restore(rec.uid, self._spec_devices(rec, applied)):
+            log.warning(
+                "CDI spec of prepared claim %s/%s (UID %s) was missing or differed; "
+                "rewrote it from the checkpoint",
+                rec.namespace,
+                rec.name,
+                rec.uid,
+            )
+
+    @staticmethod
+    def _spec_devices(rec: ClaimRecord, applied: Applied) -> list[SpecDevice]:
+        """The devices of ``rec``'s spec file, each with the enforcer's edits for it."""
+        return [
+            SpecDevice(
+                record=d,
+                claim_namespace=rec.namespace,
+                claim_name=rec.name,
+                claim_uid=rec.uid,
+                extra_edits=edits,
+            )
+            for d, edits in zip(rec.devices, applied.device_edits, strict=True)
+        ]
 
     def _check_against_allocations(
         self, claims: dict[str, ClaimRecord], rollback: set[str]
@@ -653,22 +687,15 @@ class DeviceState:
                     f"devices, expected {len(started.devices)}"
                 )
             completed = replace(_decided(started, applied.decisions), state=STATE_COMPLETED)
-            spec_devices = [
-                SpecDevice(
-                    record=rec,
-                    claim_namespace=ref.namespace,
-                    claim_name=ref.name,
-                    claim_uid=ref.uid,
-                    extra_edits=edits,
-                )
-                for rec, edits in zip(completed.devices, applied.device_edits, strict=True)
-            ]
-            # The spec file and the PrepareCompleted record are written concurrently: a crash
-            # that leaves either without the other is rolled back at the next start.
+            # The spec file (atomic, not durable) is written while the durable PrepareCompleted
+            # record is: a crash before the record is durable rolls the claim back at the next
+            # start, and a spec missing after it is rewritten from the record then.
             with self._mu:
                 self._put(completed)
                 change = self._changed()
-            spec_written = self._io.submit(self._cdi.write, ref.uid, spec_devices)
+            spec_written = self._io.submit(
+                self._cdi.write, ref.uid, self._spec_devices(completed, applied)
+            )
             try:
                 self._persist(change)
             finally:

@@ -70,12 +70,13 @@ class ShareEnforcer(Protocol):
         prepared: Mapping[str, Sequence[DeviceRecord]],
         *,
         node_gpus: Collection[str],
-    ) -> dict[str, Decisions]:
+    ) -> dict[str, Applied]:
         """Resume after a restart: ``state`` is the last exported state (None when it was lost:
         first start, reboot, corrupt checkpoint); ``prepared`` maps each prepared claim UID to
         its device records (checked by the checkpoint and the state module), whose recorded
-        ``enforcement`` is resumed (a device without one gets the default strategy). Returns
-        the decisions per claim of ``prepared``, as ``apply`` does. ``state`` comes from a
+        ``enforcement`` is resumed (a device without one gets the default strategy). Returns,
+        per claim of ``prepared``, what ``apply`` returned for it: the decisions and the same
+        container edits (the claim's CDI spec is rebuilt from them). ``state`` comes from a
         file: only entries for ``node_gpus`` (the UUIDs of the node's GPUs) are acted on, every
         value is checked against its vocabulary, the rest is logged and ignored."""
         ...
@@ -104,5 +105,5 @@ class NoEnforcement:
         prepared: Mapping[str, Sequence[DeviceRecord]],
         *,
         node_gpus: Collection[str],
-    ) -> dict[str, Decisions]:
-        return {uid: (None,) * len(devices) for uid, devices in prepared.items()}
+    ) -> dict[str, Applied]:
+        return {uid: self.apply(uid, devices, DriverConfigs()) for uid, devices in prepared.items()}

@@ -166,7 +166,7 @@ class SharingEnforcer:
         prepared: Mapping[str, Sequence[DeviceRecord]],
         *,
         node_gpus: Collection[str],
-    ) -> dict[str, Decisions]:
+    ) -> dict[str, Applied]:
         state = state if isinstance(state, Mapping) else {}
         known = frozenset(node_gpus)
         decisions = {
@@ -183,7 +183,13 @@ class SharingEnforcer:
         for node in self.nodes.values():
             recorded = None if node.state_key is None else state.get(node.state_key)
             node.restore(recorded if isinstance(recorded, Mapping) else None, held, known)
-        return decisions
+        return {
+            claim_uid: Applied(
+                decisions=decisions[claim_uid],
+                device_edits=self._edits(claim_uid, devices, held[claim_uid]),
+            )
+            for claim_uid, devices in prepared.items()
+        }
 
     # --- views for tests, the demo and the CLI ---
 

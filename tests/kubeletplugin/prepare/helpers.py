@@ -31,7 +31,6 @@ from kubeletplugin.prepare.claims import REASON_NOT_FOUND, ClaimError
 from kubeletplugin.prepare.state import DeviceState
 from kubeletplugin.sharing.enforcement import (
     Applied,
-    Decisions,
     ShareEnforcer,
     ShareError,
 )
@@ -249,7 +248,14 @@ class RecordingEnforcer:
         if claim_uid == self.fail_for:
             raise ShareError("MPS and TimeSlicing cannot share GPU x")
         self.active.add(claim_uid)
-        edits = tuple(
+        decisions = tuple(
+            Enforcement("Limits", d.cores // 2, d.memory) if d.is_share else None for d in devices
+        )
+        return Applied(decisions=decisions, device_edits=self._edits(devices))
+
+    @staticmethod
+    def _edits(devices: Sequence[DeviceRecord]) -> tuple[ContainerEdits, ...]:
+        return tuple(
             ContainerEdits(
                 env=(f"SHARE_LIMIT={d.cores}",),
                 mounts=(Mount("/run/mps", "/run/mps", type="bind", options=("ro", "bind")),),
@@ -258,10 +264,6 @@ class RecordingEnforcer:
             else ContainerEdits()
             for d in devices
         )
-        decisions = tuple(
-            Enforcement("Limits", d.cores // 2, d.memory) if d.is_share else None for d in devices
-        )
-        return Applied(decisions=decisions, device_edits=edits)
 
     def release(self, claim_uid: str) -> None:
         self.calls.append(("release", claim_uid))
@@ -276,7 +278,13 @@ class RecordingEnforcer:
         prepared: Mapping[str, Sequence[DeviceRecord]],
         *,
         node_gpus: Collection[str],
-    ) -> dict[str, Decisions]:
+    ) -> dict[str, Applied]:
         self.restored = (state, prepared)
         self.active = set((state or {}).get("active", []))
-        return {uid: tuple(d.enforcement for d in devices) for uid, devices in prepared.items()}
+        return {
+            uid: Applied(
+                decisions=tuple(d.enforcement for d in devices),
+                device_edits=self._edits(devices),
+            )
+            for uid, devices in prepared.items()
+        }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kubeletplugin.prepare.cdi import spec_file_prefix
+from kubeletplugin.prepare.cdi import CdiSpecWriter, spec_file_prefix
 from kubeletplugin.prepare.checkpoint import (
     CHECKPOINT_FILE,
     CHECKPOINT_VERSION,
@@ -194,15 +195,74 @@ def test_prepare_started_is_rolled_back_and_redone(node: Node) -> None:
     assert node.checkpoint()["claims"][uid]["state"] == "PrepareCompleted"
 
 
-def test_missing_spec_of_a_completed_claim_is_prepared_again(node: Node) -> None:
+#: What a power loss may leave of a spec file written without fsync (or a crash before it was
+#: written): nothing, an empty file, its first bytes, other bytes.
+SPEC_DAMAGE = {
+    "lost": lambda data: None,
+    "empty": lambda data: b"",
+    "truncated": lambda data: data[: len(data) // 2],
+    "garbage": lambda data: b"\x00" * len(data),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(SPEC_DAMAGE))
+def test_a_lost_or_truncated_spec_of_a_completed_claim_is_restored_identical_at_start(
+    node: Node, damage: str
+) -> None:
+    """Spec files are written atomically but without fsync; the checkpoint, which says the
+    claim is prepared, is the record. The start rewrites the spec, byte for byte what prepare
+    wrote (the enforcer's edits included), keeps the claim prepared without enforcing it again,
+    and leaves an intact spec alone."""
+    claims = FakeClaims()
+    objs = [
+        claim(f"c{i}", [result("gpu", "gpu-0", share={"cores": 10, "memory": GI})])
+        for i in range(2)
+    ]
+    claims.add(*objs)
+    refs = [ref(o) for o in objs]
+    first = node.state(claims, enforcer=RecordingEnforcer()).prepare(refs)
+    assert all(o.error == "" for o in first.values())
+    damaged, intact = (node.cdi_dir / f"k8s.{DRIVER}-claim_{r.uid}.json" for r in refs)
+    written, intact_inode = damaged.read_bytes(), intact.stat().st_ino
+    assert b"SHARE_LIMIT=10" in written  # the enforcer's edits are part of it
+    left = SPEC_DAMAGE[damage](written)
+    if left is None:
+        damaged.unlink()
+    else:
+        damaged.write_bytes(left)
+
+    enforcer = RecordingEnforcer()
+    state = node.state(claims, enforcer=enforcer)
+    assert damaged.read_bytes() == written
+    assert intact.stat().st_ino == intact_inode  # not rewritten
+    assert {r.uid for r in refs} <= set(state.prepared_claims())
+    assert state.prepare(refs) == first
+    assert enforcer.calls == []  # restored, not enforced again
+    assert node.checkpoint()["claims"][refs[0].uid]["state"] == "PrepareCompleted"
+
+
+def test_a_spec_that_cannot_be_restored_rolls_its_claim_back(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
     claims, objs = _prepared(node)
     uid = objs[0]["metadata"]["uid"]
     spec = node.cdi_dir / f"k8s.{DRIVER}-claim_{uid}.json"
     spec.unlink()
+    restore = CdiSpecWriter.restore
+
+    def full_disk(writer: CdiSpecWriter, claim_uid: str, devices: Any) -> bool:
+        if claim_uid == uid:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return restore(writer, claim_uid, devices)
+
+    monkeypatch.setattr(CdiSpecWriter, "restore", full_disk)
     state = node.state(claims)
     assert uid not in state.prepared_claims()
+    assert objs[1]["metadata"]["uid"] in state.prepared_claims()
+    assert uid not in node.checkpoint()["claims"]
+    monkeypatch.undo()
     assert state.prepare([ref(objs[0])])[uid].error == ""
-    assert spec.exists()
+    assert spec.is_file()
 
 
 def test_orphan_specs_and_temp_files_are_removed_at_start(node: Node) -> None:

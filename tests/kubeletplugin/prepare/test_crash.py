@@ -180,6 +180,42 @@ def test_garbage_checkpoint_at_start_of_the_real_process(
         kplugin.close()
 
 
+def test_spec_lost_or_truncated_after_kill_9_is_restored_identical_by_the_real_process(
+    env: tuple[KubeAPIServer, PluginProcess],
+) -> None:
+    """Spec files are written without fsync, so a power loss may take or cut them short while
+    the checkpoint says the claims are prepared: after a kill -9, one spec gone and one cut in
+    half, the restarted plugin writes both back byte for byte before it answers kubelet, and
+    answers as before."""
+    apiserver, plugin = env
+    objs = [
+        claim("lost-whole", [result("gpu", "gpu-0")]),
+        claim("cut-share", [result("gpu", "gpu-1", share={"cores": 25, "memory": 2 * GI})]),
+    ]
+    for obj in objs:
+        apiserver.store.put("resourceclaims", obj)
+    refs = [ref(o) for o in objs]
+    plugin.start()
+    with KubeletSim(plugin.registry) as sim:
+        kplugin = plugin.register(sim)
+        first = kplugin.prepare(refs)
+        assert all(r.error == "" for r in first.values())
+        kplugin.close()
+        plugin.kill()
+        lost, cut = (plugin.cdi_dir / f"k8s.{DRIVER}-claim_{r.uid}.json" for r in refs)
+        written = {lost: lost.read_bytes(), cut: cut.read_bytes()}
+        lost.unlink()
+        cut.write_bytes(written[cut][: len(written[cut]) // 2])
+        plugin.start()
+        kplugin = plugin.register(sim)
+        assert {p: p.read_bytes() for p in written} == written
+        assert kplugin.prepare(refs) == first
+        check_node(plugin, {r.uid for r in refs})
+        assert set(kplugin.unprepare(refs).values()) == {""}
+        check_node(plugin, set())
+        kplugin.close()
+
+
 def test_a_checkpoint_json_of_an_earlier_version_is_migrated_by_the_real_process(
     env: tuple[KubeAPIServer, PluginProcess],
 ) -> None:

@@ -518,16 +518,21 @@ def test_an_instance_someone_else_made_at_the_claims_placement_is_never_destroye
     mig.check(state)
 
 
-def test_a_spec_file_lost_after_prepare_rolls_the_claim_back_and_destroys_its_instance(
+def test_a_spec_file_lost_after_prepare_is_restored_with_its_instance_kept(
     mig: MigNode,
 ) -> None:
     c = mig.claim("c", H100_1G.format(2))
     state = mig.start()
     prepare_ok(state, c)
-    for path in mig.node.spec_files():
+    instances = mig.fake.all()
+    written = {path: path.read_bytes() for path in mig.node.spec_files()}
+    assert len(written) == 1
+    for path in written:
         path.unlink()
     state = mig.start()
-    assert mig.fake.all() == [] and state.prepared_claims() == {}
+    # The MIG device's spec (its MIG UUID and capability nodes) comes back as prepare wrote it.
+    assert {path: path.read_bytes() for path in mig.node.spec_files()} == written
+    assert mig.fake.all() == instances and len(state.prepared_claims()) == 1
     prepare_ok(state, c)
     mig.check(state)
 

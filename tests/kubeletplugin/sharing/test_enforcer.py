@@ -472,7 +472,8 @@ def test_a_share_of_the_whole_gpu_defaults_to_exclusive_also_after_a_lost_record
     restarted = tools.enforcer(tmp_path)
     # Recorded without a decision (rebuilt from its CDI spec): the default again.
     restored = restarted.restore(None, {"claim-a": [whole]}, node_gpus=[gpu.uuid])
-    assert [e.strategy for e in restored["claim-a"] if e] == ["Exclusive"]
+    assert [e.strategy for e in restored["claim-a"].decisions if e] == ["Exclusive"]
+    assert restored["claim-a"].device_edits == done.device_edits
     assert [d.enforced.strategy for d in restarted.held()["claim-a"]] == ["Exclusive"]
     assert tools.fake.argvs() == []
 
@@ -506,19 +507,44 @@ def test_a_prepare_interrupted_before_enforcement_runs_no_command_at_restart(
 
 
 def test_the_daemon_of_a_claim_rolled_back_at_restart_is_stopped(tmp_path: Path) -> None:
+    from kubeletplugin.prepare.checkpoint import STATE_STARTED, checksum_of
+
     node, claims, tools, state = setup(tmp_path)
     c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
     claims.add(c)
     uid = c["metadata"]["uid"]
     assert prepare(state, c) == "" and len(tools.sim.daemons) == 1
-    # The spec file is gone: the claim is rolled back at the next start and its daemon,
-    # which no other claim needs, is stopped with the compute mode restored.
-    (node.cdi_dir / f"k8s.{h.DRIVER}-claim_{uid}.json").unlink()
+    # The prepare stopped after its daemon started (PrepareStarted on disk): the claim is rolled
+    # back at the next start and its daemon, which no other claim needs, is stopped with the
+    # compute mode restored.
+    doc = node.checkpoint()
+    doc["claims"][uid]["state"] = STATE_STARTED
+    doc["checksum"] = checksum_of(doc)
+    (node.data_dir / "checkpoint.json").write_text(json.dumps(doc))
     restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
     assert uid not in restarted.prepared_claims()
     assert tools.sim.daemons == {}
     assert tools.sim.mode(h.gpus()[0].uuid) == "DEFAULT"
     assert node.checkpoint()["sharing"]["mps"] == {}
+    assert not (node.cdi_dir / f"k8s.{h.DRIVER}-claim_{uid}.json").exists()
+
+
+def test_the_lost_spec_of_a_prepared_mps_share_is_restored_with_its_daemon_adopted(
+    tmp_path: Path,
+) -> None:
+    node, claims, tools, state = setup(tmp_path)
+    c = h.claim("c", [h.result("gpu", "gpu-0", share={"cores": 30, "memory": 10 * GI})])
+    claims.add(c)
+    uid = c["metadata"]["uid"]
+    assert prepare(state, c) == "" and tools.sim.daemons_started == 1
+    spec = node.cdi_dir / f"k8s.{h.DRIVER}-claim_{uid}.json"
+    written = spec.read_bytes()
+    assert b"CUDA_MPS_PIPE_DIRECTORY" in written
+    spec.unlink()  # a power loss took it (it is written without fsync)
+    restarted = node.state(claims, enforcer=tools.enforcer(node.data_dir))
+    assert spec.read_bytes() == written  # the MPS mounts and variables included
+    assert uid in restarted.prepared_claims()
+    assert tools.sim.daemons_started == 1 and len(tools.sim.daemons) == 1  # adopted
 
 
 def test_another_claims_dead_daemon_neither_blocks_nor_serves_a_new_claim(

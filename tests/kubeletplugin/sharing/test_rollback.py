@@ -14,7 +14,7 @@ from kubeletplugin.devicerecord import DeviceRecord
 from kubeletplugin.hosts.fakerunner import RecordedCall
 from kubeletplugin.prepare.checkpoint import CHECKPOINT_FILE, STATE_STARTED
 from kubeletplugin.runner import CommandResult
-from kubeletplugin.sharing.enforcement import Applied, Decisions, ShareError
+from kubeletplugin.sharing.enforcement import Applied, ShareError
 from kubeletplugin.sharing.enforcer import SharingEnforcer
 from kubeletplugin.sharing.mpspaths import daemon_id
 from kubeletplugin.sharing.strategies.timeslicing import TimeSlicingNode
@@ -62,7 +62,7 @@ class CrashAfterApply:
         prepared: Mapping[str, Sequence[DeviceRecord]],
         *,
         node_gpus: Collection[str],
-    ) -> dict[str, Decisions]:
+    ) -> dict[str, Applied]:
         return self.inner.restore(state, prepared, node_gpus=node_gpus)
 
 

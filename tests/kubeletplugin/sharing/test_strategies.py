@@ -220,8 +220,8 @@ def test_a_strategy_defined_in_a_test_plugs_in_through_the_registry(tmp_path: Pa
     state = {**loaded.sharing, "throttle": {"markers": sorted([leftover.name, f"{CLAIM_A}.x"])}}
     second = enforcer(tools, tmp_path, REGISTRY)
     prepared = {CLAIM_A: [replace(d, gpu_info=gpu) for d in loaded.claims[CLAIM_A].devices]}
-    decisions = second.restore(state, prepared, node_gpus=[gpu.uuid])
-    assert decisions == {CLAIM_A: applied.decisions}
+    # What apply answered: the decisions and the container edits (the spec is rebuilt from them).
+    assert second.restore(state, prepared, node_gpus=[gpu.uuid]) == {CLAIM_A: applied}
     assert not leftover.exists() and node.marker(CLAIM_A, gpu.uuid).exists()
     assert second.held()[CLAIM_A][0].enforced.strategy == THROTTLE
 
