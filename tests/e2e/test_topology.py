@@ -3,7 +3,12 @@ examples/gpu-and-nic-same-pcie-root with a second DRA driver on the node (the te
 :mod:`tests.e2e.nicdriver`), and examples/multi-gpu-nvlink on mock GPUs bridged in pairs. Each
 placement is checked against the devices' attributes in the node's ResourceSlices, each pod's
 environment against its claim's CDI specs, and ``sharegpu explain``, given the slices and claims
-of the cluster, gives the same answer offline: where the pod went, or why it stays pending."""
+of the cluster, gives the same answer offline: where the pod went, or why it stays pending.
+
+The cluster may hold more than the real node's slices: earlier tests of the run leave the
+host-process plugin's node (``conftest.PLUGIN_NODE``, the mock's default GPUs, all eight in one
+NVSwitch domain) publishing. The examples' pods are pinned to the real node, so kube-scheduler
+tries that node only, and explain is told so (``--node``)."""
 
 from __future__ import annotations
 
@@ -127,11 +132,37 @@ def _check_env(
     return env
 
 
+def _slice_summary(path: Path) -> list[str]:
+    """One line per ResourceSlice of a ``kubectl get -o yaml`` dump: name, node, pool and
+    generation, and each device with its NVLink domain and PCIe root (for failure messages)."""
+    lines = []
+    for s in yaml.safe_load(path.read_text())["items"]:
+        spec = s["spec"]
+        devices = [
+            "{}({})".format(
+                d["name"],
+                ",".join(
+                    str(d.get("attributes", {}).get(a, {}).get("string", "-"))
+                    for a in (names.ATTR_NVLINK_DOMAIN, names.ATTR_PCIE_ROOT)
+                ),
+            )
+            for d in spec.get("devices", [])
+        ]
+        lines.append(
+            f"{s['metadata']['name']}: node {spec.get('nodeName')}, driver {spec['driver']}, "
+            f"pool {spec['pool']['name']} generation {spec['pool']['generation']}: "
+            + " ".join(devices)
+        )
+    return lines
+
+
 def _explain(
-    plane: ControlPlane, tmp: Path, claims: Path, namespace: str, *extra: str
+    plane: ControlPlane, tmp: Path, claims: Path, node: str, *extra: str
 ) -> dict[str, Any]:
     """``sharegpu explain`` offline, on the cluster's slices, classes and (with ``--allocated``
-    in ``extra``) claims, dumped to files first."""
+    in ``extra``) claims, dumped to files under ``tmp`` first, for ``node`` only: the node the
+    examples' pods are pinned to, the only one kube-scheduler tries for them. The report gets
+    ``slices``, a summary of the dumped slices (:func:`_slice_summary`) for failure messages."""
     for kind in ("resourceslices", "deviceclasses"):
         (tmp / f"{kind}.yaml").write_text(plane.kubectl("get", kind, "-o", "yaml").stdout)
     result = subprocess.run(
@@ -146,6 +177,8 @@ def _explain(
             str(tmp / "resourceslices.yaml"),
             "--classes",
             str(tmp / "deviceclasses.yaml"),
+            "--node",
+            node,
             *extra,
             "-o",
             "json",
@@ -157,6 +190,8 @@ def _explain(
     )
     assert result.returncode in (0, 1), result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
+    assert report["nodes"] == [node], report["nodes"]
+    report["slices"] = _slice_summary(tmp / "resourceslices.yaml")
     return report
 
 
@@ -240,9 +275,10 @@ def test_gpu_and_nic_of_two_drivers_share_a_pcie_root(
         env = _check_env(real_node, namespace, "gpu-and-nic", claim)
         assert env.get("NIC_DEVICES") == "nic-0" and env.get("NIC_PCIE_ROOTS") == "pci0000:80", env
         with step("sharegpu explain offline places the example's claim on the same pair"):
-            report = _explain(plane, tmp_path, NIC_EXAMPLE, namespace)
+            report = _explain(plane, tmp_path, NIC_EXAMPLE, real_node.name)
             (entry,) = report["claims"]
-            assert entry["allocated"], entry
+            assert entry["allocated"], (entry, report["slices"])
+            assert entry["node"] == real_node.name, (entry, report["slices"])
             offline = {r["request"]: (r["driver"], r["device"]) for r in entry["results"]}
             assert offline["nic"] == placed["nic"], offline
             assert _attribute(devices[offline["gpu"]], names.ATTR_PCIE_ROOT) == "pci0000:80"
@@ -256,9 +292,9 @@ def test_gpu_and_nic_of_two_drivers_share_a_pcie_root(
             name = pending["metadata"]["name"]
             allocated = _dump_claims(plane, namespace, tmp_path / "allocated.yaml")
             mine = _dump_claims(plane, namespace, tmp_path / "pending.yaml", name)
-            report = _explain(plane, tmp_path, mine, namespace, "--allocated", str(allocated))
+            report = _explain(plane, tmp_path, mine, real_node.name, "--allocated", str(allocated))
             (entry,) = report["claims"]
-            assert not entry["allocated"], entry
+            assert not entry["allocated"], (entry, report["slices"])
             text = json.dumps(entry)
             assert f"already allocated to {namespace}/{claim['metadata']['name']}" in text
             assert (
@@ -326,12 +362,12 @@ def test_nvlink_claims_on_gpus_bridged_in_pairs(
             mine = _dump_claims(
                 plane, namespace, tmp_path / "pending.yaml", pending["metadata"]["name"]
             )
-            report = _explain(plane, tmp_path, mine, namespace, "--allocated", str(allocated))
+            report = _explain(plane, tmp_path, mine, real_node.name, "--allocated", str(allocated))
             (entry,) = report["claims"]
-            assert not entry["allocated"], entry
+            assert not entry["allocated"], (entry, report["slices"])
             assert (
                 "matchAttribute gpu.sharegpu.dev/nvlinkDomain: 4 devices must share one value, "
                 "at most 2 eligible do"
-            ) in json.dumps(entry), entry
+            ) in json.dumps(entry), (entry, report["slices"])
     finally:
         _delete_namespace(real_node, namespace, uids)

@@ -332,6 +332,56 @@ def test_first_node_that_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         )
 
 
+def _mock_node_slices(node: str, backend: MockBackend) -> list[Obj]:
+    slices = resource_slice_objects(
+        desired_slices(node_devices(backend.discover(), names.SHARING_MODE_CONSUMABLE)),
+        DRIVER,
+        node,
+        None,
+        1,
+    )
+    for i, s in enumerate(slices):
+        s["metadata"] = {"name": f"{node}-slice-{i}"}
+    return slices
+
+
+def test_node_flag_leaves_the_slices_of_other_nodes_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Slices dumped from a cluster hold every node's: with ``--node`` (the node a pod is pinned
+    to, the only one kube-scheduler tries) a claim that fits on another node only is explained
+    as not fitting, with the reason of that node."""
+    pairs = tmp_path / "pairs.yaml"
+    pairs.write_text("".join(f"- {{nvlinkDomain: pair-{i // 2}}}\n" for i in range(8)))
+    slices = write(
+        tmp_path / "s.yaml",
+        *_mock_node_slices(NODE, MockBackend(NODE, config_file=pairs)),
+        # The mock's default GPUs: all eight in one NVSwitch domain.
+        *_mock_node_slices("n2", MockBackend("n2")),
+    )
+    nvlink = f"{DRIVER}/{names.ATTR_NVLINK_DOMAIN}"
+    four = claim(
+        "four",
+        {"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": 4}},
+        constraints=[{"requests": ["gpus"], "matchAttribute": nvlink}],
+    )
+    f = write(tmp_path / "c.yaml", four)
+
+    code, report = explain(capsys, "-f", f, "--slices", slices)
+    assert code == 0 and report["nodes"] == [NODE, "n2"]
+    [entry] = report["claims"]
+    assert entry["allocated"] and entry["node"] == "n2", entry
+
+    code, report = explain(capsys, "-f", f, "--slices", slices, "--node", NODE)
+    assert code == 1 and report["nodes"] == [NODE]
+    [entry] = report["claims"]
+    assert not entry["allocated"], entry
+    assert [a["node"] for a in entry["nodes"]] == [NODE]
+    assert (
+        f"matchAttribute {nvlink}: 4 devices must share one value, at most 2 eligible do"
+    ) in json.dumps(entry), entry
+
+
 def _two_plain_gpus() -> Obj:
     devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(2)]
     return {
