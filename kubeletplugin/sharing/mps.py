@@ -46,6 +46,10 @@ MIB: Final = 1024 * 1024
 #: Seconds a newly launched daemon has to answer ``get_server_list`` (a pod must be scheduled
 #: and its init container copy the driver files first).
 START_TIMEOUT_S: Final = 60.0
+#: Longest wait between two polls of a starting daemon: a daemon pod takes about a second to run,
+#: and a longer back-off added up to that much again to every MPS prepare (each poll is one
+#: status read of the daemon and one control command).
+MAX_START_POLL_S: Final = 0.2
 #: The daemon's environment variable holding its ``set_default_*`` commands (one per line).
 DEFAULTS_ENV: Final = "SHAREGPU_MPS_DEFAULTS"
 #: What a failed MPS operation raises.
@@ -282,8 +286,8 @@ class MpsManager:
         return answer.returncode == 0
 
     def _wait_until_answering(self, spec: DaemonSpec) -> None:
-        """Poll until the launched daemon runs and answers; DaemonError when it failed or after
-        the start timeout."""
+        """Poll until the launched daemon runs and answers, first after 0.05 s, then doubling up
+        to :data:`MAX_START_POLL_S`; DaemonError when it failed or after the start timeout."""
         deadline = time.monotonic() + self.start_timeout
         delay = 0.05
         what = f"the MPS control daemon of claim {spec.claim_uid} on GPU {spec.uuid}"
@@ -302,7 +306,7 @@ class MpsManager:
                     f"({self.launcher.describe(spec)} is {phase.value})"
                 )
             self._sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, MAX_START_POLL_S)
 
     def _remove_quietly(self, spec: DaemonSpec) -> None:
         """Undo a failed start: the daemon and the shm mount go (the directories stay for a

@@ -13,7 +13,13 @@ from kubeletplugin.hosts.simtools import SimulatedLauncher, SimulatedNvidiaTools
 from kubeletplugin.runner import CommandError
 from kubeletplugin.sharing.computemode import compute_mode_argument
 from kubeletplugin.sharing.daemons import DaemonError, DaemonSpec
-from kubeletplugin.sharing.mps import ComputeModeError, MpsLimits, MpsManager, share_edits
+from kubeletplugin.sharing.mps import (
+    MAX_START_POLL_S,
+    ComputeModeError,
+    MpsLimits,
+    MpsManager,
+    share_edits,
+)
 from kubeletplugin.sharing.mpspaths import MpsPathError, MpsPaths, daemon_id
 from kubeletplugin.sharing.timeslice import TimeSliceConflict, TimeSliceManager
 from tests.kubeletplugin.sharing.helpers import query_compute_mode
@@ -249,6 +255,16 @@ def test_start_waits_until_the_daemon_answers(tmp_path: Path) -> None:
     manager(fake, pods, tmp_path).ensure_running(A, U, SMALL)
     polls = [c for c in fake.calls if c.stdin == "get_server_list\n"]
     assert len(polls) == 3
+
+
+def test_a_starting_daemon_is_polled_at_most_max_start_poll_apart(tmp_path: Path) -> None:
+    _, fake, pods = tools()
+    for _ in range(8):
+        fake.on("nvidia-cuda-mps-control", stdin="get_server_list\n", returncode=1, once=True)
+    waits: list[float] = []
+    MpsManager(fake, tmp_path, pods, sleep=waits.append).ensure_running(A, U, SMALL)
+    assert waits == [0.05, 0.1, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]
+    assert max(waits) == MAX_START_POLL_S
 
 
 def test_a_daemon_that_never_answers_is_removed(tmp_path: Path) -> None:
