@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from tests.e2e.binaries import TEST_DRIVER, test_driver_dir
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kubelet import RealNode
-from tests.e2e.processes import Process, wait_until
+from tests.e2e.kubelet import RealNode, wait_for_kubelet_plugin
+from tests.e2e.processes import Process
 
 #: The test driver's default driver name (its ``--drivername``).
 DRIVER: Final = "test-driver.cdi.k8s.io"
@@ -84,15 +84,5 @@ def start(plane: ControlPlane, node: RealNode, devices: int, executable: Path) -
         ],
     )
 
-    def published() -> bool:
-        code, body = plane.request(
-            "GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver={DRIVER}"
-        )
-        return code == 200 and bool(body.get("items"))
-
-    def registered() -> bool:
-        return any(node.registry_dir.glob(f"{DRIVER}*-reg.sock"))
-
-    wait_until(published, "start the test driver", f"a ResourceSlice of {DRIVER}", process=process)
-    wait_until(registered, "start the test driver", "its registration socket", process=process)
+    wait_for_kubelet_plugin(plane, node, DRIVER, "start the test driver", process)
     return process

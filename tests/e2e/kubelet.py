@@ -522,3 +522,22 @@ def node_pods(plane: ControlPlane, node: str, namespace: str) -> Sequence[dict[s
         "get", "pods", "-n", namespace, f"--field-selector=spec.nodeName={node}", "-o", "json"
     ).stdout
     return list(json.loads(out)["items"])
+
+
+def wait_for_kubelet_plugin(
+    plane: ControlPlane, node: RealNode, driver: str, step_name: str, process: Process
+) -> None:
+    """Wait until the kubelet plugin of ``driver`` (run as ``process``) has published a
+    ResourceSlice and put its registration socket in the kubelet's registry."""
+
+    def published() -> bool:
+        code, body = plane.request(
+            "GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver={driver}"
+        )
+        return code == 200 and bool(body.get("items"))
+
+    def registered() -> bool:
+        return any(node.registry_dir.glob(f"{driver}*-reg.sock"))
+
+    wait_until(published, step_name, f"a ResourceSlice of {driver}", process=process)
+    wait_until(registered, step_name, "its registration socket", process=process)

@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def start(plane: Any, node: Any) -> Any:
     """Run the NIC driver's kubelet plugin for the real ``node`` of the e2e harness (admin
     credentials) and wait until its slice is published and its registration socket is there."""
-    from tests.e2e.processes import wait_until
+    from tests.e2e.kubelet import wait_for_kubelet_plugin
     from tests.paths import REPO_ROOT
 
     (node.plugins_dir / DRIVER).mkdir(parents=True, exist_ok=True)
@@ -250,17 +250,7 @@ def start(plane: Any, node: Any) -> Any:
         },
     )
 
-    def published() -> bool:
-        code, body = plane.request(
-            "GET", f"{RESOURCE_API}/resourceslices?fieldSelector=spec.driver={DRIVER}"
-        )
-        return code == 200 and bool(body.get("items"))
-
-    def registered() -> bool:
-        return any(node.registry_dir.glob(f"{DRIVER}*-reg.sock"))
-
-    wait_until(published, "start the NIC driver", f"a ResourceSlice of {DRIVER}", process=process)
-    wait_until(registered, "start the NIC driver", "its registration socket", process=process)
+    wait_for_kubelet_plugin(plane, node, DRIVER, "start the NIC driver", process)
     return process
 
 
